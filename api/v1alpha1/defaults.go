@@ -1,0 +1,93 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Default values of HotKeyPolicySpec. They match the +kubebuilder:default
+// markers of the schema; SetDefaults exists so that code holding a policy
+// that did not pass through the API server (tests, the demo, a webhook
+// called before schema defaulting) sees the same values. TestDefaultsMatchSchema
+// keeps the two in step.
+const (
+	DefaultWindow            = 10 * time.Second
+	DefaultTopK              = 64
+	DefaultReportInterval    = time.Second
+	DefaultReadsPerSecond    = 5000
+	DefaultWritesPerSecond   = 1000
+	DefaultSustainFor        = 2 * time.Second
+	DefaultCooldown          = 5 * time.Minute
+	DefaultHysteresisPercent = 20
+	DefaultPerShardWrites    = 20000
+	DefaultPerShardReads     = 50000
+	DefaultHeadroomPercent   = 25
+	DefaultMaxMitigatedKeys  = 200
+	DefaultCacheTTL          = 2 * time.Second
+	DefaultJitterPercent     = 10
+	DefaultMaxEntries        = 10000
+	DefaultMaxBytes          = 64 << 20
+	DefaultMaxReplicas       = 8
+	DefaultReplicaTTL        = 5 * time.Minute
+	DefaultMaxShards         = 64
+	DefaultEpoch             = 60 * time.Second
+	DefaultFlushInterval     = 100 * time.Millisecond
+	DefaultLeadTime          = 5 * time.Minute
+)
+
+// SetDefaults fills every unset field of spec with its default. Booleans
+// whose default is true (coalesce, localCache) cannot be told apart from an
+// explicit false in Go, so they are left alone: the schema defaults them.
+func SetDefaults(spec *HotKeyPolicySpec) {
+	if spec.Mode == "" {
+		spec.Mode = ModeEnforce
+	}
+	if len(spec.Keys.Include) == 0 {
+		spec.Keys.Include = []string{"*"}
+	}
+	d := &spec.Detection
+	dur(&d.Window, DefaultWindow)
+	i32(&d.TopK, DefaultTopK)
+	dur(&d.ReportInterval, DefaultReportInterval)
+	th := &spec.Thresholds
+	i64(&th.ReadsPerSecond, DefaultReadsPerSecond)
+	i64(&th.WritesPerSecond, DefaultWritesPerSecond)
+	dur(&th.SustainFor, DefaultSustainFor)
+	dur(&th.Cooldown, DefaultCooldown)
+	// hysteresisPercent 0 is a legal explicit value; the schema defaults it.
+	c := &spec.Capacity
+	i64(&c.PerShardWritesPerSecond, DefaultPerShardWrites)
+	i64(&c.PerShardReadsPerSecond, DefaultPerShardReads)
+	i32(&c.MaxMitigatedKeys, DefaultMaxMitigatedKeys)
+	m := &spec.Mitigations
+	dur(&m.LocalCache.TTL, DefaultCacheTTL)
+	i32(&m.LocalCache.MaxEntries, DefaultMaxEntries)
+	i64(&m.LocalCache.MaxBytes, DefaultMaxBytes)
+	i32(&m.Replicate.MaxReplicas, DefaultMaxReplicas)
+	dur(&m.Replicate.ReplicaTTL, DefaultReplicaTTL)
+	i32(&m.Split.MaxShards, DefaultMaxShards)
+	dur(&m.Split.Epoch, DefaultEpoch)
+	dur(&m.PreAggregate.FlushInterval, DefaultFlushInterval)
+	for i := range spec.Schedules {
+		dur(&spec.Schedules[i].LeadTime, DefaultLeadTime)
+	}
+}
+
+func dur(d *metav1.Duration, v time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = v
+	}
+}
+
+func i32(p *int32, v int32) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+func i64(p *int64, v int64) {
+	if *p == 0 {
+		*p = v
+	}
+}

@@ -1,0 +1,677 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PolicyMode says whether a policy's decisions are published to the data path.
+// +kubebuilder:validation:Enum=Enforce;Observe
+type PolicyMode string
+
+const (
+	// ModeEnforce decides, publishes the routing table and acts in Redis.
+	ModeEnforce PolicyMode = "Enforce"
+	// ModeObserve decides and reports in status only: a dry run that publishes
+	// no routing entries and writes nothing to Redis.
+	ModeObserve PolicyMode = "Observe"
+)
+
+// HotKeyPolicySpec declares which Redis a policy protects, when a key counts as
+// hot, and which mitigations heatsink may apply to it.
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || self.mitigations.replicate.enabled)",message="a schedule asks for replicate but mitigations.replicate.enabled is false"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.localCache) || self.mitigations.localCache.enabled)",message="a schedule asks for localCache but mitigations.localCache.enabled is false"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || self.mitigations.split.enabled)",message="a schedule asks for split but mitigations.split.enabled is false"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || s.mitigation.replicate.replicas <= self.mitigations.replicate.maxReplicas)",message="a schedule's replicate.replicas exceeds mitigations.replicate.maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || s.mitigation.split.shards <= self.mitigations.split.maxShards)",message="a schedule's split.shards exceeds mitigations.split.maxShards"
+type HotKeyPolicySpec struct {
+	// mode is Enforce (publish and act) or Observe (decide and report only).
+	// Default: Enforce.
+	// +optional
+	// +kubebuilder:default=Enforce
+	Mode PolicyMode `json:"mode,omitempty"`
+
+	// target is the Redis deployment whose keys this policy protects.
+	// +required
+	Target RedisTarget `json:"target"`
+
+	// clientSelector selects the pods, in the policy's namespace, whose sidecars
+	// obey this policy. Empty selects every pod that asks for this policy by
+	// annotation.
+	// +optional
+	ClientSelector *metav1.LabelSelector `json:"clientSelector,omitempty"`
+
+	// keys limits the policy to logical keys matching include and not exclude.
+	// +optional
+	// +kubebuilder:default={}
+	Keys KeySelector `json:"keys,omitempty"`
+
+	// detection tunes the heavy-hitter detectors.
+	// +optional
+	// +kubebuilder:default={}
+	Detection Detection `json:"detection,omitempty"`
+
+	// thresholds say when a key is hot and when it stops being hot.
+	// +optional
+	// +kubebuilder:default={}
+	Thresholds Thresholds `json:"thresholds,omitempty"`
+
+	// capacity describes what one Redis shard can serve; it sizes splits and
+	// replica counts.
+	// +optional
+	// +kubebuilder:default={}
+	Capacity Capacity `json:"capacity,omitempty"`
+
+	// mitigations lists which mitigations heatsink may apply. heatsink never
+	// applies one that is not enabled here.
+	// +optional
+	// +kubebuilder:default={}
+	Mitigations Mitigations `json:"mitigations,omitempty"`
+
+	// schedules are known spikes: their keys are mitigated from start-leadTime
+	// until start+duration, whatever the detectors see.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Schedules []Schedule `json:"schedules,omitempty"`
+}
+
+// RedisTarget is how the manager and sidecars reach Redis.
+type RedisTarget struct {
+	// addresses are host:port seed addresses. For a cluster, any subset of the
+	// nodes; the rest are discovered.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:MinLength=3
+	Addresses []string `json:"addresses"`
+
+	// cluster is true when the target is a Redis Cluster. Default: false.
+	// +optional
+	// +kubebuilder:default=false
+	Cluster bool `json:"cluster,omitempty"`
+
+	// credentialsSecretRef names a Secret in the policy's namespace holding
+	// keys "password" and, optionally, "username" (Redis ACL user).
+	// +optional
+	CredentialsSecretRef *corev1.LocalObjectReference `json:"credentialsSecretRef,omitempty"`
+
+	// tls enables TLS to Redis. Absent means plaintext.
+	// +optional
+	TLS *RedisTLS `json:"tls,omitempty"`
+}
+
+// RedisTLS configures TLS to Redis.
+type RedisTLS struct {
+	// caSecretRef names a Secret in the policy's namespace whose key "ca.crt"
+	// holds the CA bundle. Absent means the system roots.
+	// +optional
+	CASecretRef *corev1.LocalObjectReference `json:"caSecretRef,omitempty"`
+
+	// serverName overrides the name checked in the server certificate.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+
+	// insecureSkipVerify disables certificate verification. For tests only.
+	// Default: false.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// KeySelector selects logical keys by Redis glob patterns (*, ?, [abc], \x).
+type KeySelector struct {
+	// include lists the patterns a key must match one of. Default: ["*"].
+	// +optional
+	// +kubebuilder:default={"*"}
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Include []string `json:"include,omitempty"`
+
+	// exclude lists patterns that remove keys include matched.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// Detection tunes the detectors' sketches and reports.
+// +kubebuilder:validation:XValidation:rule="duration(self.reportInterval) <= duration(self.window)",message="detection.reportInterval must not be longer than detection.window"
+type Detection struct {
+	// window is the sliding window over which rates are measured. Default: 10s.
+	// +optional
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	Window metav1.Duration `json:"window,omitempty"`
+
+	// topK is how many keys each detector tracks per policy. Default: 64.
+	// +optional
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	TopK int32 `json:"topK,omitempty"`
+
+	// reportInterval is the least time between two reports of one detector for
+	// this policy. Default: 1s.
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	ReportInterval metav1.Duration `json:"reportInterval,omitempty"`
+}
+
+// Thresholds say when a key becomes hot and when it stops being hot.
+// +kubebuilder:validation:XValidation:rule="duration(self.cooldown) >= duration(self.sustainFor)",message="thresholds.cooldown must be at least thresholds.sustainFor, or mitigations would flap"
+type Thresholds struct {
+	// readsPerSecond is the read rate, summed over all nodes, above which a key
+	// is read-hot. Default: 5000.
+	// +optional
+	// +kubebuilder:default=5000
+	// +kubebuilder:validation:Minimum=1
+	ReadsPerSecond int64 `json:"readsPerSecond,omitempty"`
+
+	// writesPerSecond is the write rate above which a key is write-hot.
+	// Default: 1000.
+	// +optional
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=1
+	WritesPerSecond int64 `json:"writesPerSecond,omitempty"`
+
+	// sustainFor is how long a key must stay over a threshold before it is
+	// mitigated. Default: 2s.
+	// +optional
+	// +kubebuilder:default="2s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	SustainFor metav1.Duration `json:"sustainFor,omitempty"`
+
+	// cooldown is how long a key must stay under threshold*(1-hysteresis)
+	// before its mitigation ends. Default: 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	Cooldown metav1.Duration `json:"cooldown,omitempty"`
+
+	// hysteresisPercent lowers the threshold a mitigated key must fall under
+	// to cool down, in percent. Default: 20.
+	// +optional
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=90
+	HysteresisPercent int32 `json:"hysteresisPercent,omitempty"`
+}
+
+// Capacity describes one Redis shard; it sizes splits and replicas.
+type Capacity struct {
+	// perShardWritesPerSecond is the write rate one physical key may take.
+	// Default: 20000.
+	// +optional
+	// +kubebuilder:default=20000
+	// +kubebuilder:validation:Minimum=1
+	PerShardWritesPerSecond int64 `json:"perShardWritesPerSecond,omitempty"`
+
+	// perShardReadsPerSecond is the read rate one physical key may take.
+	// Default: 50000.
+	// +optional
+	// +kubebuilder:default=50000
+	// +kubebuilder:validation:Minimum=1
+	PerShardReadsPerSecond int64 `json:"perShardReadsPerSecond,omitempty"`
+
+	// headroomPercent is added to the observed rate before sizing. Default: 25.
+	// +optional
+	// +kubebuilder:default=25
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=400
+	HeadroomPercent int32 `json:"headroomPercent,omitempty"`
+
+	// maxMitigatedKeys caps the keys the routing table holds, keeping the
+	// routing ConfigMap far below its 1 MiB limit. Default: 200.
+	// +optional
+	// +kubebuilder:default=200
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2000
+	MaxMitigatedKeys int32 `json:"maxMitigatedKeys,omitempty"`
+}
+
+// Mitigations lists what heatsink may do to a hot key.
+// +kubebuilder:validation:XValidation:rule="self.coalesce.enabled || self.localCache.enabled || self.replicate.enabled || self.split.enabled || self.preAggregate.enabled",message="at least one mitigation must be enabled"
+// +kubebuilder:validation:XValidation:rule="!self.preAggregate.enabled || self.split.enabled",message="mitigations.preAggregate needs mitigations.split.enabled: pre-aggregated increments are flushed to split shards"
+type Mitigations struct {
+	// coalesce merges concurrent identical reads into one upstream read.
+	// +optional
+	// +kubebuilder:default={}
+	Coalesce Coalesce `json:"coalesce,omitempty"`
+
+	// localCache serves reads of a hot key from the sidecar's memory.
+	// +optional
+	// +kubebuilder:default={}
+	LocalCache LocalCache `json:"localCache,omitempty"`
+
+	// replicate stores a read-hot value in several physical keys.
+	// +optional
+	// +kubebuilder:default={}
+	Replicate Replicate `json:"replicate,omitempty"`
+
+	// split stores a write-hot counter in several physical shards.
+	// +optional
+	// +kubebuilder:default={}
+	Split Split `json:"split,omitempty"`
+
+	// preAggregate sums increments in the sidecar and flushes them
+	// periodically: approximate reads, opt-in only.
+	// +optional
+	// +kubebuilder:default={}
+	PreAggregate PreAggregate `json:"preAggregate,omitempty"`
+}
+
+// Coalesce configures single-flight reads.
+type Coalesce struct {
+	// enabled allows coalescing. Default: true.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled bool `json:"enabled"`
+}
+
+// LocalCache configures the sidecar's cache of hot values.
+type LocalCache struct {
+	// enabled allows local caching. Default: true.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled bool `json:"enabled"`
+
+	// ttl is how long a cached value is served. Bounds staleness. Default: 2s.
+	// +optional
+	// +kubebuilder:default="2s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	TTL metav1.Duration `json:"ttl,omitempty"`
+
+	// jitterPercent randomises each entry's TTL by up to this percent so
+	// sidecars do not refresh in lockstep. Default: 10.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	JitterPercent int32 `json:"jitterPercent,omitempty"`
+
+	// maxEntries bounds the cache's entries per sidecar. Default: 10000.
+	// +optional
+	// +kubebuilder:default=10000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000000
+	MaxEntries int32 `json:"maxEntries,omitempty"`
+
+	// maxBytes bounds the cache's value bytes per sidecar. Default: 64Mi.
+	// +optional
+	// +kubebuilder:default=67108864
+	// +kubebuilder:validation:Minimum=1024
+	MaxBytes int64 `json:"maxBytes,omitempty"`
+
+	// tracking enables server-assisted invalidation (RESP3 CLIENT TRACKING) so
+	// a write from outside heatsink invalidates cached values. Default: false.
+	// +optional
+	Tracking bool `json:"tracking,omitempty"`
+}
+
+// Replicate configures value replication.
+type Replicate struct {
+	// enabled allows replication. Default: false.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled bool `json:"enabled"`
+
+	// maxReplicas caps the replicas of one key. Default: 8.
+	// +optional
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=64
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
+
+	// replicaTTL is the TTL replicas carry, refreshed by writes and fills, so
+	// they vanish once the mitigation ends. Default: 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	ReplicaTTL metav1.Duration `json:"replicaTTL,omitempty"`
+}
+
+// Split configures counter splitting.
+type Split struct {
+	// enabled allows splitting. Default: false.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled bool `json:"enabled"`
+
+	// maxShards caps the shards of one key. Default: 64.
+	// +optional
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=1024
+	MaxShards int32 `json:"maxShards,omitempty"`
+
+	// epoch is the length of an epoch: split cardinality changes only at a
+	// wall-clock-aligned epoch boundary. Default: 60s.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="mitigations.split.epoch must be at least 1s"
+	Epoch metav1.Duration `json:"epoch,omitempty"`
+}
+
+// PreAggregate configures sidecar-side summing of increments.
+type PreAggregate struct {
+	// enabled allows pre-aggregation. Default: false.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled bool `json:"enabled"`
+
+	// flushInterval is how often summed increments are written. Default: 100ms.
+	// +optional
+	// +kubebuilder:default="100ms"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	FlushInterval metav1.Duration `json:"flushInterval,omitempty"`
+}
+
+// Schedule is a known spike: its keys are prepared before it starts.
+// +kubebuilder:validation:XValidation:rule="has(self.start) != has(self.cron)",message="a schedule needs exactly one of start and cron"
+// +kubebuilder:validation:XValidation:rule="duration(self.leadTime) < duration(self.duration)",message="a schedule's leadTime must be shorter than its duration"
+// +kubebuilder:validation:XValidation:rule="has(self.mitigation.replicate) || has(self.mitigation.localCache) || has(self.mitigation.split) || (has(self.mitigation.coalesce) && self.mitigation.coalesce)",message="a schedule's mitigation must name at least one of replicate, localCache, split or coalesce"
+type Schedule struct {
+	// name identifies the event, e.g. black-friday.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// start is the RFC 3339 time of a one-off event.
+	// +optional
+	Start *metav1.Time `json:"start,omitempty"`
+
+	// cron is a five-field cron expression (minute hour dom month dow) for a
+	// recurring event, evaluated in timeZone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Cron string `json:"cron,omitempty"`
+
+	// timeZone is the IANA time zone of cron. Default: UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+
+	// duration is how long the event lasts.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	Duration metav1.Duration `json:"duration"`
+
+	// leadTime is how long before start the keys are prepared. Default: 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	LeadTime metav1.Duration `json:"leadTime,omitempty"`
+
+	// keys are the exact logical keys to prepare.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	Keys []string `json:"keys"`
+
+	// mitigation is what to apply to the keys during the event.
+	// +required
+	Mitigation ScheduledMitigation `json:"mitigation"`
+}
+
+// ScheduledMitigation is the mitigation a schedule applies to its keys.
+type ScheduledMitigation struct {
+	// coalesce turns on single-flight reads.
+	// +optional
+	Coalesce bool `json:"coalesce,omitempty"`
+
+	// replicate pre-fills replicas before the event.
+	// +optional
+	Replicate *ScheduledReplicate `json:"replicate,omitempty"`
+
+	// localCache caches the keys in sidecars; ttl overrides the policy's.
+	// +optional
+	LocalCache *ScheduledLocalCache `json:"localCache,omitempty"`
+
+	// split splits the keys as counters.
+	// +optional
+	Split *ScheduledSplit `json:"split,omitempty"`
+}
+
+// ScheduledReplicate sets the replica count of scheduled keys.
+type ScheduledReplicate struct {
+	// replicas is the number of physical copies.
+	// +required
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=64
+	Replicas int32 `json:"replicas"`
+}
+
+// ScheduledLocalCache sets the cache TTL of scheduled keys.
+type ScheduledLocalCache struct {
+	// ttl overrides mitigations.localCache.ttl. Default: the policy's ttl.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+}
+
+// ScheduledSplit sets the shard count of scheduled counters.
+type ScheduledSplit struct {
+	// shards is the number of physical shards.
+	// +required
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=1024
+	Shards int32 `json:"shards"`
+}
+
+// Condition types of a HotKeyPolicy.
+const (
+	// ConditionReady is True when the policy is valid, Redis is reachable and
+	// the routing table is published (or, in Observe mode, computed).
+	ConditionReady = "Ready"
+	// ConditionMitigating is True while at least one key is mitigated.
+	ConditionMitigating = "Mitigating"
+	// ConditionDegraded is True when part of the work failed (Redis
+	// unreachable, a fold failed, nodes stale) and the rest goes on.
+	ConditionDegraded = "Degraded"
+)
+
+// Condition reasons of a HotKeyPolicy.
+const (
+	// ReasonPublished: the routing table is published and current.
+	ReasonPublished = "Published"
+	// ReasonObserving: Observe mode; decisions are computed, nothing published.
+	ReasonObserving = "Observing"
+	// ReasonHotKeys: keys are mitigated.
+	ReasonHotKeys = "HotKeysMitigated"
+	// ReasonNoHotKeys: no key is mitigated.
+	ReasonNoHotKeys = "NoHotKeys"
+	// ReasonRedisUnavailable: the manager cannot reach the target Redis.
+	ReasonRedisUnavailable = "RedisUnavailable"
+	// ReasonCredentialsMissing: the credentials Secret is absent or incomplete.
+	ReasonCredentialsMissing = "CredentialsMissing"
+	// ReasonPublishFailed: the routing ConfigMap could not be written.
+	ReasonPublishFailed = "PublishFailed"
+	// ReasonStaleReports: some nodes' reports are older than 3 intervals.
+	ReasonStaleReports = "StaleReports"
+	// ReasonHealthy: nothing is degraded.
+	ReasonHealthy = "Healthy"
+)
+
+// MitigationType names a mitigation in status and in the routing table.
+// +kubebuilder:validation:Enum=Coalesce;LocalCache;Replicate;Split;PreAggregate
+type MitigationType string
+
+// The mitigations, cheapest first.
+const (
+	MitigationCoalesce     MitigationType = "Coalesce"
+	MitigationLocalCache   MitigationType = "LocalCache"
+	MitigationReplicate    MitigationType = "Replicate"
+	MitigationSplit        MitigationType = "Split"
+	MitigationPreAggregate MitigationType = "PreAggregate"
+)
+
+// HotKeySource says why a key is mitigated.
+// +kubebuilder:validation:Enum=Detected;Scheduled
+type HotKeySource string
+
+const (
+	// SourceDetected: detectors measured the key over a threshold.
+	SourceDetected HotKeySource = "Detected"
+	// SourceScheduled: a schedule named the key.
+	SourceScheduled HotKeySource = "Scheduled"
+)
+
+// HotKeyStatus is one mitigated (or, in Observe mode, would-be mitigated) key.
+type HotKeyStatus struct {
+	// key is the logical key.
+	// +kubebuilder:validation:MaxLength=512
+	Key string `json:"key"`
+	// readsPerSecond is the read rate summed over fresh reports.
+	ReadsPerSecond int64 `json:"readsPerSecond"`
+	// writesPerSecond is the write rate summed over fresh reports.
+	WritesPerSecond int64 `json:"writesPerSecond"`
+	// mitigations applied to the key, cheapest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=5
+	Mitigations []MitigationType `json:"mitigations,omitempty"`
+	// shards is the split cardinality of the current epoch, 0 when not split.
+	// +optional
+	Shards int32 `json:"shards,omitempty"`
+	// replicas is the replica count, 0 when not replicated.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// since is when the mitigation started.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// source says whether a detector or a schedule made the key hot.
+	Source HotKeySource `json:"source"`
+}
+
+// ScheduledEventStatus is an upcoming or running scheduled event.
+type ScheduledEventStatus struct {
+	// name is the schedule's name.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// start is the next (or current) start of the event.
+	Start metav1.Time `json:"start"`
+	// end is start plus duration.
+	End metav1.Time `json:"end"`
+	// prewarmAt is start minus leadTime, when its keys are published.
+	PrewarmAt metav1.Time `json:"prewarmAt"`
+}
+
+// HotKeyPolicyStatus is what the manager observed and did.
+type HotKeyPolicyStatus struct {
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are Ready, Mitigating and Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// epoch is the current split epoch number (wall-clock time / split.epoch).
+	// +optional
+	Epoch int64 `json:"epoch,omitempty"`
+
+	// routingConfigMap is the name of the published routing ConfigMap.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RoutingConfigMap string `json:"routingConfigMap,omitempty"`
+
+	// routingVersion is the version of the last published routing table; it
+	// only grows.
+	// +optional
+	RoutingVersion int64 `json:"routingVersion,omitempty"`
+
+	// hotKeyCount is the number of keys mitigated (or, in Observe mode, that
+	// would be).
+	// +optional
+	HotKeyCount int32 `json:"hotKeyCount,omitempty"`
+
+	// hotKeys lists the hottest mitigated keys, at most 50.
+	// +optional
+	// +kubebuilder:validation:MaxItems=50
+	HotKeys []HotKeyStatus `json:"hotKeys,omitempty"`
+
+	// reportingNodes is the number of nodes with a fresh report.
+	// +optional
+	ReportingNodes int32 `json:"reportingNodes,omitempty"`
+
+	// staleNodes is the number of nodes whose last report is older than three
+	// report intervals; their reports are ignored.
+	// +optional
+	StaleNodes int32 `json:"staleNodes,omitempty"`
+
+	// nextEvents are the next scheduled events, soonest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	NextEvents []ScheduledEventStatus `json:"nextEvents,omitempty"`
+}
+
+// HotKeyPolicy declares how heatsink finds and mitigates hot keys of one Redis.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=hkp,categories=heatsink
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Hot Keys",type=integer,JSONPath=`.status.hotKeyCount`
+// +kubebuilder:printcolumn:name="Mitigating",type=string,JSONPath=`.status.conditions[?(@.type=="Mitigating")].status`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`,priority=1
+// +kubebuilder:printcolumn:name="Routing",type=integer,JSONPath=`.status.routingVersion`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type HotKeyPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired behaviour.
+	// +required
+	Spec HotKeyPolicySpec `json:"spec"`
+
+	// status is what the manager observed and did.
+	// +optional
+	Status HotKeyPolicyStatus `json:"status,omitempty"`
+}
+
+// HotKeyPolicyList is a list of HotKeyPolicy.
+// +kubebuilder:object:root=true
+type HotKeyPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HotKeyPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&HotKeyPolicy{}, &HotKeyPolicyList{})
+}

@@ -1,0 +1,31 @@
+// Command heatsink is the one binary of heatsink; its subcommands are the
+// components: manager (control plane), detector (per node), proxy (sidecar)
+// and demo (everything on this machine).
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// subcommands maps a name to its entry point, which parses its own flags.
+func subcommands() map[string]func(args []string) error {
+	return map[string]func([]string) error{
+		"manager":  runManager,
+		"detector": runDetector,
+		"proxy":    runProxy,
+		"demo":     runDemo,
+	}
+}
+
+func main() {
+	cmds := subcommands()
+	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
+		fmt.Fprintf(os.Stderr, "usage: heatsink <manager|detector|proxy|demo> [flags]\n")
+		os.Exit(2)
+	}
+	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "heatsink %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,241 @@
+// Package routing defines the routing table: the list of mitigated keys the
+// manager publishes and every sidecar and in-process client obeys. It is the
+// contract between the control plane and the data path, so it is versioned
+// and both sides use these types.
+//
+// The table is published as JSON under key "routing.json" of the ConfigMap
+// "<policy>-routing" in the policy's namespace.
+package routing
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SchemaVersion is the version of the JSON layout. A reader refuses a table
+// with a greater version (and keeps its last good one) rather than guessing.
+const SchemaVersion = 1
+
+// ConfigMapKey is the ConfigMap data key holding the JSON table.
+const ConfigMapKey = "routing.json"
+
+// ConfigMapName is the name of the routing ConfigMap of a policy.
+func ConfigMapName(policy string) string { return policy + "-routing" }
+
+// Source says why a key is in the table.
+type Source string
+
+const (
+	// SourceDetected keys were measured over a threshold.
+	SourceDetected Source = "detected"
+	// SourceScheduled keys were named by a schedule.
+	SourceScheduled Source = "scheduled"
+)
+
+// Table is one published routing table.
+type Table struct {
+	// SchemaVersion is SchemaVersion of the writer.
+	SchemaVersion int `json:"schemaVersion"`
+	// Policy is "<namespace>/<name>" of the policy that published it.
+	Policy string `json:"policy"`
+	// Version grows by one at each publication that changes the entries.
+	Version int64 `json:"version"`
+	// EpochMillis is the split epoch length; epoch n covers wall-clock Unix
+	// milliseconds [n*EpochMillis, (n+1)*EpochMillis).
+	EpochMillis int64 `json:"epochMillis"`
+	// Entries are the mitigated keys, sorted by Key, at most one per key.
+	Entries []Entry `json:"entries"`
+}
+
+// Entry says how to treat one logical key. Several mitigations may be set
+// at once (a key hot for reads and writes gets both).
+type Entry struct {
+	// Key is the logical key.
+	Key string `json:"key"`
+	// Source says why the key is here.
+	Source Source `json:"source"`
+	// NotBefore and NotAfter bound when the entry applies (scheduled events);
+	// zero means unbounded. A reader outside the bounds treats the key as
+	// unmitigated for reads and writes except that split reads still sum
+	// every listed epoch.
+	NotBefore *time.Time `json:"notBefore,omitempty"`
+	NotAfter  *time.Time `json:"notAfter,omitempty"`
+
+	// Coalesce merges concurrent reads of the key into one upstream read.
+	Coalesce bool `json:"coalesce,omitempty"`
+	// LocalCache serves reads from the process's memory.
+	LocalCache *LocalCache `json:"localCache,omitempty"`
+	// Replicate stores the value in several physical keys.
+	Replicate *Replicate `json:"replicate,omitempty"`
+	// Split stores the counter in shards.
+	Split *Split `json:"split,omitempty"`
+	// PreAggregate sums increments locally before writing them to a shard.
+	PreAggregate *PreAggregate `json:"preAggregate,omitempty"`
+}
+
+// LocalCache parameters.
+type LocalCache struct {
+	// TTLMillis is how long a cached value is served.
+	TTLMillis int64 `json:"ttlMillis"`
+	// JitterPercent randomises each entry's TTL by up to this percent.
+	JitterPercent int32 `json:"jitterPercent,omitempty"`
+}
+
+// Replicate parameters.
+type Replicate struct {
+	// Replicas is the number of replica physical keys (besides the base key).
+	Replicas int32 `json:"replicas"`
+	// TTLMillis is the TTL each replica is written with.
+	TTLMillis int64 `json:"ttlMillis"`
+}
+
+// Split lists the shard layouts ("generations") of a split counter. Each
+// generation starts at an epoch; the one with the greatest FromEpoch not after
+// the current epoch takes writes; every listed generation is summed by reads,
+// because the older ones may hold increments not yet folded back into the
+// base key.
+type Split struct {
+	// Generations sorted by FromEpoch ascending, at least one.
+	Generations []Generation `json:"generations"`
+}
+
+// Generation is one shard layout.
+type Generation struct {
+	// FromEpoch is the first epoch in which writes go to this generation.
+	FromEpoch int64 `json:"fromEpoch"`
+	// Shards is the number of physical shards; 0 means writes go to the base
+	// key (the counter is being unsplit).
+	Shards int32 `json:"shards"`
+}
+
+// PreAggregate parameters.
+type PreAggregate struct {
+	// FlushMillis is how often summed increments are written.
+	FlushMillis int64 `json:"flushMillis"`
+}
+
+// Parse decodes and validates a published table.
+func Parse(data []byte) (*Table, error) {
+	var t Table
+	if err := json.Unmarshal(data, &t); err != nil {
+		return nil, fmt.Errorf("routing table: %w", err)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Marshal encodes a table after validating it.
+func (t *Table) Marshal() ([]byte, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(t)
+}
+
+// Validate checks the invariants readers rely on.
+func (t *Table) Validate() error {
+	if t.SchemaVersion < 1 || t.SchemaVersion > SchemaVersion {
+		return fmt.Errorf("routing table: schemaVersion %d not supported (want 1..%d)", t.SchemaVersion, SchemaVersion)
+	}
+	if t.EpochMillis <= 0 {
+		return errors.New("routing table: epochMillis must be positive")
+	}
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		if e.Key == "" {
+			return fmt.Errorf("routing table: entry %d has an empty key", i)
+		}
+		if i > 0 && t.Entries[i-1].Key >= e.Key {
+			return fmt.Errorf("routing table: entries not sorted or duplicated at %q", e.Key)
+		}
+		if e.LocalCache != nil && e.LocalCache.TTLMillis <= 0 {
+			return fmt.Errorf("routing table: %q: localCache.ttlMillis must be positive", e.Key)
+		}
+		if e.Replicate != nil && (e.Replicate.Replicas < 1 || e.Replicate.TTLMillis <= 0) {
+			return fmt.Errorf("routing table: %q: replicate needs replicas >= 1 and ttlMillis > 0", e.Key)
+		}
+		if e.Split != nil {
+			g := e.Split.Generations
+			if len(g) == 0 {
+				return fmt.Errorf("routing table: %q: split has no generations", e.Key)
+			}
+			for j := range g {
+				if g[j].Shards < 0 || g[j].Shards == 1 {
+					return fmt.Errorf("routing table: %q: split generation %d has %d shards (want 0 or >= 2)", e.Key, g[j].FromEpoch, g[j].Shards)
+				}
+				if j > 0 && g[j-1].FromEpoch >= g[j].FromEpoch {
+					return fmt.Errorf("routing table: %q: split generations not sorted by fromEpoch", e.Key)
+				}
+			}
+		}
+		if e.PreAggregate != nil && (e.PreAggregate.FlushMillis <= 0 || e.Split == nil) {
+			return fmt.Errorf("routing table: %q: preAggregate needs flushMillis > 0 and a split", e.Key)
+		}
+	}
+	return nil
+}
+
+// Lookup returns the entry of key, or nil. Entries are sorted, so this is a
+// binary search; callers on the hot path should build an index (see Index).
+func (t *Table) Lookup(key string) *Entry {
+	lo, hi := 0, len(t.Entries)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t.Entries[m].Key < key {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(t.Entries) && t.Entries[lo].Key == key {
+		return &t.Entries[lo]
+	}
+	return nil
+}
+
+// Active reports whether the entry applies at now (inside NotBefore/NotAfter).
+func (e *Entry) Active(now time.Time) bool {
+	if e.NotBefore != nil && now.Before(*e.NotBefore) {
+		return false
+	}
+	if e.NotAfter != nil && !now.Before(*e.NotAfter) {
+		return false
+	}
+	return true
+}
+
+// EpochAt is the epoch number containing now.
+func (t *Table) EpochAt(now time.Time) int64 {
+	return EpochAt(now, t.EpochMillis)
+}
+
+// EpochAt is the epoch number containing now for epochs of epochMillis.
+func EpochAt(now time.Time, epochMillis int64) int64 {
+	ms := now.UnixMilli()
+	e := ms / epochMillis
+	if ms < 0 && ms%epochMillis != 0 {
+		e--
+	}
+	return e
+}
+
+// EpochStart is the wall-clock start of epoch n.
+func EpochStart(n, epochMillis int64) time.Time {
+	return time.UnixMilli(n * epochMillis).UTC()
+}
+
+// WriteGeneration is the generation that takes writes in epoch, or nil when
+// every generation starts later (writes then go to the base key).
+func (s *Split) WriteGeneration(epoch int64) *Generation {
+	var g *Generation
+	for i := range s.Generations {
+		if s.Generations[i].FromEpoch <= epoch {
+			g = &s.Generations[i]
+		}
+	}
+	return g
+}
