@@ -103,13 +103,13 @@ func ValidateSpec(spec *v1alpha1.HotKeyPolicySpec, path *field.Path) (field.Erro
 	}
 	errs = append(errs, positive(path.Child("detection", "window"), spec.Detection.Window)...)
 	errs = append(errs, positive(path.Child("detection", "reportInterval"), spec.Detection.ReportInterval)...)
-	if spec.Mitigations.LocalCache.Enabled {
+	if spec.Mitigations.LocalCache.IsEnabled() {
 		errs = append(errs, positive(path.Child("mitigations", "localCache", "ttl"), spec.Mitigations.LocalCache.TTL)...)
 	}
-	if spec.Mitigations.Replicate.Enabled {
+	if spec.Mitigations.Replicate.IsEnabled() {
 		errs = append(errs, positive(path.Child("mitigations", "replicate", "replicaTTL"), spec.Mitigations.Replicate.ReplicaTTL)...)
 	}
-	if spec.Mitigations.PreAggregate.Enabled {
+	if spec.Mitigations.PreAggregate.IsEnabled() {
 		errs = append(errs, positive(path.Child("mitigations", "preAggregate", "flushInterval"), spec.Mitigations.PreAggregate.FlushInterval)...)
 	}
 	filter, ferr := keyfilter.Compile(spec.Keys.Include, spec.Keys.Exclude)

@@ -36,9 +36,8 @@ const (
 	DefaultLeadTime          = 5 * time.Minute
 )
 
-// SetDefaults fills every unset field of spec with its default. Booleans
-// whose default is true (coalesce, localCache) cannot be told apart from an
-// explicit false in Go, so they are left alone: the schema defaults them.
+// SetDefaults fills every unset field of spec with its default, as the schema
+// would.
 func SetDefaults(spec *HotKeyPolicySpec) {
 	if spec.Mode == "" {
 		spec.Mode = ModeEnforce
@@ -61,6 +60,11 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	i64(&c.PerShardReadsPerSecond, DefaultPerShardReads)
 	i32(&c.MaxMitigatedKeys, DefaultMaxMitigatedKeys)
 	m := &spec.Mitigations
+	boolean(&m.Coalesce.Enabled, true)
+	boolean(&m.LocalCache.Enabled, true)
+	boolean(&m.Replicate.Enabled, false)
+	boolean(&m.Split.Enabled, false)
+	boolean(&m.PreAggregate.Enabled, false)
 	dur(&m.LocalCache.TTL, DefaultCacheTTL)
 	i32(&m.LocalCache.MaxEntries, DefaultMaxEntries)
 	i64(&m.LocalCache.MaxBytes, DefaultMaxBytes)
@@ -80,6 +84,12 @@ func dur(d *metav1.Duration, v time.Duration) {
 	}
 }
 
+func boolean(p **bool, v bool) {
+	if *p == nil {
+		*p = &v
+	}
+}
+
 func i32(p *int32, v int32) {
 	if *p == 0 {
 		*p = v
@@ -91,3 +101,22 @@ func i64(p *int64, v int64) {
 		*p = v
 	}
 }
+
+// The enabled switches are pointers so that a client which does not mention
+// a mitigation gets the schema default instead of an explicit false. These
+// accessors apply the same defaults to a nil switch.
+
+// IsEnabled reports whether coalescing is allowed (default true).
+func (c Coalesce) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// IsEnabled reports whether local caching is allowed (default true).
+func (c LocalCache) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// IsEnabled reports whether replication is allowed (default false).
+func (c Replicate) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
+
+// IsEnabled reports whether splitting is allowed (default false).
+func (c Split) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
+
+// IsEnabled reports whether pre-aggregation is allowed (default false).
+func (c PreAggregate) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }

@@ -276,18 +276,18 @@ type Mitigations struct {
 
 // Coalesce configures single-flight reads.
 type Coalesce struct {
-	// enabled allows coalescing. Default: true.
+	// enabled allows coalescing. Default: true. Read it with IsEnabled.
 	// +optional
 	// +kubebuilder:default=true
-	Enabled bool `json:"enabled"`
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // LocalCache configures the sidecar's cache of hot values.
 type LocalCache struct {
-	// enabled allows local caching. Default: true.
+	// enabled allows local caching. Default: true. Read it with IsEnabled.
 	// +optional
 	// +kubebuilder:default=true
-	Enabled bool `json:"enabled"`
+	Enabled *bool `json:"enabled,omitempty"`
 
 	// ttl is how long a cached value is served. Bounds staleness. Default: 2s.
 	// +optional
@@ -326,10 +326,10 @@ type LocalCache struct {
 
 // Replicate configures value replication.
 type Replicate struct {
-	// enabled allows replication. Default: false.
+	// enabled allows replication. Default: false. Read it with IsEnabled.
 	// +optional
 	// +kubebuilder:default=false
-	Enabled bool `json:"enabled"`
+	Enabled *bool `json:"enabled,omitempty"`
 
 	// maxReplicas caps the replicas of one key. Default: 8.
 	// +optional
@@ -350,10 +350,10 @@ type Replicate struct {
 
 // Split configures counter splitting.
 type Split struct {
-	// enabled allows splitting. Default: false.
+	// enabled allows splitting. Default: false. Read it with IsEnabled.
 	// +optional
 	// +kubebuilder:default=false
-	Enabled bool `json:"enabled"`
+	Enabled *bool `json:"enabled,omitempty"`
 
 	// maxShards caps the shards of one key. Default: 64.
 	// +optional
@@ -375,10 +375,10 @@ type Split struct {
 
 // PreAggregate configures sidecar-side summing of increments.
 type PreAggregate struct {
-	// enabled allows pre-aggregation. Default: false.
+	// enabled allows pre-aggregation. Default: false. Read it with IsEnabled.
 	// +optional
 	// +kubebuilder:default=false
-	Enabled bool `json:"enabled"`
+	Enabled *bool `json:"enabled,omitempty"`
 
 	// flushInterval is how often summed increments are written. Default: 100ms.
 	// +optional
