@@ -1,0 +1,277 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// ClientOptions tune a Client. The zero value is the default.
+type ClientOptions struct {
+	// FlushInterval is how often aggregated counts are sent. Default 100ms.
+	FlushInterval time.Duration
+	// MaxKeys bounds the distinct (policy, key) pairs buffered between two
+	// flushes; observations of further keys are dropped and counted, so the
+	// client's memory is bounded whatever the key cardinality. Hot keys are
+	// seen early in an interval, so a flood of cold keys does not hide them.
+	// Default 16384.
+	MaxKeys int
+	// MaxDatagram bounds each datagram. Default 1400, under the usual MTU so
+	// no batch is fragmented.
+	MaxDatagram int
+	// Clock drives the flush ticker. Default: the real clock.
+	Clock clock.WithTicker
+}
+
+// Stats are the client's counters since it started.
+type Stats struct {
+	// Observed counts Observe calls whose counts were buffered.
+	Observed uint64
+	// Dropped counts Observe calls that were not buffered (buffer full, key
+	// too long or empty, client closed).
+	Dropped uint64
+	// Batches counts datagrams sent.
+	Batches uint64
+	// SendErrors counts datagrams the kernel refused (e.g. no detector
+	// listening); their entries are lost.
+	SendErrors uint64
+	// LostEntries counts (policy, key) entries in datagrams that failed.
+	LostEntries uint64
+}
+
+const shards = 16
+
+// Client aggregates key accesses and sends them to a detector. Observe is
+// safe for concurrent use, never blocks on the network and never allocates
+// for a key already seen in the current interval.
+type Client struct {
+	conn    net.Conn
+	opts    ClientOptions
+	seed    maphash.Seed
+	perShrd int
+	shards  [shards]shard
+
+	observed, dropped, batches, sendErrs, lost atomic.Uint64
+
+	sendMu sync.Mutex // serialises flushes (ticker, Flush, Close)
+	spare  []entry
+	encs   []Encoder
+	buf    [][]byte
+
+	closed atomic.Bool
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+type pk struct{ policy, key string }
+
+type entry struct {
+	policy, key           string
+	reads, writes, nbytes uint32
+}
+
+type shard struct {
+	mu   sync.Mutex
+	idx  map[pk]int32
+	ents []entry
+	_    [40]byte // keep shards' locks on separate cache lines
+}
+
+// NewClient returns a client sending to addr ("host:port", UDP). It does not
+// need the detector to be up: batches sent while it is away are counted as
+// lost.
+func NewClient(addr string, opts ClientOptions) (*Client, error) {
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = 100 * time.Millisecond
+	}
+	if opts.MaxKeys <= 0 {
+		opts.MaxKeys = 16384
+	}
+	if opts.MaxDatagram <= 0 {
+		opts.MaxDatagram = 1400
+	}
+	if opts.MaxDatagram > MaxDatagram {
+		return nil, fmt.Errorf("wire: MaxDatagram %d exceeds %d", opts.MaxDatagram, MaxDatagram)
+	}
+	if opts.MaxDatagram < headerLen+2+binary16+MaxPolicyLen+EntrySize(string(make([]byte, MaxKeyLen))) {
+		return nil, fmt.Errorf("wire: MaxDatagram %d cannot hold one entry with the longest key", opts.MaxDatagram)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("wire: detector address %q: %w", addr, err)
+	}
+	c := &Client{
+		conn:    conn,
+		opts:    opts,
+		seed:    maphash.MakeSeed(),
+		perShrd: (opts.MaxKeys + shards - 1) / shards,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	for i := range c.shards {
+		c.shards[i].idx = make(map[pk]int32)
+	}
+	go c.loop()
+	return c, nil
+}
+
+const binary16 = 3 // max varint length of a policy length
+
+// Observe counts reads, writes and value bytes of key under policy
+// ("<namespace>/<name>"). It never blocks on the network.
+func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
+	if len(key) == 0 || len(key) > MaxKeyLen || len(policy) == 0 || len(policy) > MaxPolicyLen || c.closed.Load() {
+		c.dropped.Add(1)
+		return
+	}
+	s := &c.shards[maphash.String(c.seed, key)&(shards-1)]
+	s.mu.Lock()
+	if i, ok := s.idx[pk{policy, key}]; ok {
+		e := &s.ents[i]
+		e.reads = satAdd(e.reads, reads)
+		e.writes = satAdd(e.writes, writes)
+		e.nbytes = satAdd(e.nbytes, bytes)
+		s.mu.Unlock()
+		c.observed.Add(1)
+		return
+	}
+	if len(s.ents) >= c.perShrd {
+		s.mu.Unlock()
+		c.dropped.Add(1)
+		return
+	}
+	s.idx[pk{policy, key}] = int32(len(s.ents))
+	s.ents = append(s.ents, entry{policy: policy, key: key, reads: reads, writes: writes, nbytes: bytes})
+	s.mu.Unlock()
+	c.observed.Add(1)
+}
+
+func satAdd(a, b uint32) uint32 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint32
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{
+		Observed:    c.observed.Load(),
+		Dropped:     c.dropped.Load(),
+		Batches:     c.batches.Load(),
+		SendErrors:  c.sendErrs.Load(),
+		LostEntries: c.lost.Load(),
+	}
+}
+
+func (c *Client) loop() {
+	defer close(c.done)
+	t := c.opts.Clock.NewTicker(c.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C():
+			c.Flush()
+		}
+	}
+}
+
+// Flush sends everything buffered now. The ticker calls it; tests and Close
+// may too.
+func (c *Client) Flush() {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		if len(s.ents) == 0 {
+			s.mu.Unlock()
+			continue
+		}
+		// Swap the entries out and clear the index under the lock, encode
+		// outside it: Observe waits only for the swap.
+		ents := s.ents
+		s.ents = c.spare[:0]
+		clear(s.idx)
+		s.mu.Unlock()
+		c.encode(ents)
+		clear(ents) // drop string references
+		c.spare = ents[:0]
+	}
+	for i := range c.encs {
+		if c.encs[i].Len() > 0 {
+			c.send(&c.encs[i])
+		}
+	}
+	c.encs = c.encs[:0]
+}
+
+func (c *Client) encode(ents []entry) {
+	for i := range ents {
+		e := &ents[i]
+		enc := c.encoder(e.policy)
+		if !enc.Fits(e.key) {
+			c.send(enc)
+			enc.Reset(enc.buf, e.policy, c.opts.MaxDatagram)
+		}
+		enc.Add(e.key, e.reads, e.writes, e.nbytes)
+	}
+}
+
+// encoder finds or starts the open batch of policy. Sidecars serve one or a
+// few policies, so a linear search is the fastest lookup.
+func (c *Client) encoder(policy string) *Encoder {
+	for i := range c.encs {
+		if c.encs[i].policy == policy {
+			return &c.encs[i]
+		}
+	}
+	n := len(c.encs)
+	if n < len(c.buf) {
+		c.encs = append(c.encs, Encoder{})
+	} else {
+		c.encs = append(c.encs, Encoder{})
+		c.buf = append(c.buf, make([]byte, 0, c.opts.MaxDatagram))
+	}
+	enc := &c.encs[n]
+	enc.Reset(c.buf[n], policy, c.opts.MaxDatagram)
+	return enc
+}
+
+func (c *Client) send(enc *Encoder) {
+	n := enc.Len()
+	if n == 0 {
+		return
+	}
+	if _, err := c.conn.Write(enc.Bytes()); err != nil {
+		c.sendErrs.Add(1)
+		c.lost.Add(uint64(n))
+	} else {
+		c.batches.Add(1)
+	}
+	enc.Reset(enc.buf, enc.policy, c.opts.MaxDatagram)
+}
+
+// Close sends what is buffered and releases the socket. Observe after Close
+// drops.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return errors.New("wire: client already closed")
+	}
+	close(c.stop)
+	<-c.done
+	c.Flush()
+	return c.conn.Close()
+}

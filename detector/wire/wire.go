@@ -1,0 +1,257 @@
+// Package wire is the format in which sidecars send key-access counts to
+// their node's detector, and the client the sidecars use to send them.
+//
+// A batch is one UDP datagram. UDP because the counts are a lossy, best-effort
+// signal by nature (a lost batch slightly lowers one node's rate estimate for
+// ~100 ms), and because a datagram socket can never block or back-pressure the
+// proxy's hot path, needs no connection state in the detector, and keeps
+// working unchanged when the detector restarts. docs/detector.md has the full
+// reasoning.
+//
+// Version 1 layout (all integers are unsigned LEB128 varints, "uv"):
+//
+//	magic    2 bytes  'H' 'S'
+//	version  1 byte   1
+//	flags    1 byte   0 (reserved; a batch with any flag set is rejected)
+//	policy   uv length, then that many bytes: "<namespace>/<name>"
+//	count    uv number of entries, 1..MaxEntries (this package always
+//	         writes it as a 2-byte varint so it can be patched in place;
+//	         readers accept any varint form)
+//	entries  count times:
+//	           key     uv length (1..MaxKeyLen), then the key bytes
+//	           reads   uv (≤ 2^32-1)
+//	           writes  uv (≤ 2^32-1)
+//	           bytes   uv (≤ 2^32-1) value bytes read and written
+//
+// Nothing may follow the last entry. A batch is accepted whole or rejected
+// whole: the detector validates it completely before it counts anything.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+const (
+	// Version is the only version this package writes and reads.
+	Version = 1
+	// DefaultPort is the detector's ingest port on each node (UDP).
+	DefaultPort = 7946
+	// MaxDatagram is the largest batch the detector reads; a larger one is
+	// truncated by the kernel and rejected as oversized.
+	MaxDatagram = 65507
+	// MaxKeyLen is the longest key a batch may carry. Longer keys are not
+	// counted by the client: reports carry keys of at most 512 bytes.
+	MaxKeyLen = 512
+	// MaxPolicyLen bounds "<namespace>/<name>" (63 + 1 + 253).
+	MaxPolicyLen = 317
+	// MaxEntries bounds the entries of one batch.
+	MaxEntries = 8192
+
+	headerLen = 4
+)
+
+var magic = [2]byte{'H', 'S'}
+
+// Errors a batch is rejected with. Reasons are stable strings used as metric
+// label values (never the batch content).
+var (
+	ErrTruncated = errors.New("truncated")
+	ErrMagic     = errors.New("bad_magic")
+	ErrVersion   = errors.New("unknown_version")
+	ErrFlags     = errors.New("unknown_flags")
+	ErrOversized = errors.New("oversized")
+	ErrMalformed = errors.New("malformed")
+)
+
+// Reason maps a decode error to its metric label value.
+func Reason(err error) string {
+	for _, e := range []error{ErrTruncated, ErrMagic, ErrVersion, ErrFlags, ErrOversized, ErrMalformed} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "other"
+}
+
+// Entry is one key's counts in a batch.
+type Entry struct {
+	// Key aliases the decoded datagram; copy it to keep it.
+	Key    []byte
+	Reads  uint32
+	Writes uint32
+	Bytes  uint32
+}
+
+// Batch is a decoded batch. Its slices alias the datagram and are reused by
+// the next Decode.
+type Batch struct {
+	Policy  []byte
+	Entries []Entry
+}
+
+// Decoder decodes batches without allocating once warm.
+type Decoder struct {
+	b Batch
+}
+
+// Decode validates and decodes one datagram. The result is valid until the
+// next call. It never panics, whatever buf holds.
+func (d *Decoder) Decode(buf []byte) (*Batch, error) {
+	if len(buf) > MaxDatagram {
+		return nil, fmt.Errorf("%w: %d bytes", ErrOversized, len(buf))
+	}
+	if len(buf) < headerLen {
+		return nil, fmt.Errorf("%w: %d-byte header", ErrTruncated, len(buf))
+	}
+	if buf[0] != magic[0] || buf[1] != magic[1] {
+		return nil, ErrMagic
+	}
+	if buf[2] != Version {
+		return nil, fmt.Errorf("%w: %d", ErrVersion, buf[2])
+	}
+	if buf[3] != 0 {
+		return nil, fmt.Errorf("%w: %#x", ErrFlags, buf[3])
+	}
+	p := buf[headerLen:]
+	policy, p, err := bytesField(p, MaxPolicyLen, "policy")
+	if err != nil {
+		return nil, err
+	}
+	n, p, err := uvarint(p, MaxEntries, "count")
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrMalformed)
+	}
+	// Each entry takes at least 4 bytes; refuse impossible counts before
+	// growing the slice, so a tiny datagram cannot make us allocate.
+	if n > uint64(len(p))/4 {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", ErrTruncated, n, len(p))
+	}
+	d.b.Policy = policy
+	es := d.b.Entries[:0]
+	for i := uint64(0); i < n; i++ {
+		var e Entry
+		if e.Key, p, err = bytesField(p, MaxKeyLen, "key"); err != nil {
+			return nil, err
+		}
+		var v uint64
+		if v, p, err = uvarint(p, math.MaxUint32, "reads"); err != nil {
+			return nil, err
+		}
+		e.Reads = uint32(v)
+		if v, p, err = uvarint(p, math.MaxUint32, "writes"); err != nil {
+			return nil, err
+		}
+		e.Writes = uint32(v)
+		if v, p, err = uvarint(p, math.MaxUint32, "bytes"); err != nil {
+			return nil, err
+		}
+		e.Bytes = uint32(v)
+		es = append(es, e)
+	}
+	d.b.Entries = es
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(p))
+	}
+	if len(policy) == 0 {
+		return nil, fmt.Errorf("%w: empty policy", ErrMalformed)
+	}
+	return &d.b, nil
+}
+
+func uvarint(p []byte, max uint64, what string) (uint64, []byte, error) {
+	v, n := binary.Uvarint(p)
+	switch {
+	case n == 0:
+		return 0, nil, fmt.Errorf("%w: %s", ErrTruncated, what)
+	case n < 0:
+		return 0, nil, fmt.Errorf("%w: %s varint overflows", ErrMalformed, what)
+	case v > max:
+		return 0, nil, fmt.Errorf("%w: %s %d exceeds %d", ErrMalformed, what, v, max)
+	}
+	return v, p[n:], nil
+}
+
+func bytesField(p []byte, max uint64, what string) ([]byte, []byte, error) {
+	l, p, err := uvarint(p, max, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	if uint64(len(p)) < l {
+		return nil, nil, fmt.Errorf("%w: %s", ErrTruncated, what)
+	}
+	if l == 0 && what == "key" {
+		return nil, nil, fmt.Errorf("%w: empty key", ErrMalformed)
+	}
+	return p[:l], p[l:], nil
+}
+
+// Encoder appends batches of one policy to a buffer, starting a new batch
+// whenever the next entry would make the datagram exceed its size limit.
+type Encoder struct {
+	limit  int
+	policy string
+	buf    []byte
+	count  int
+	// countAt is where the count varint starts; entries follow after a
+	// fixed reservation so the count can be patched in place.
+	countAt int
+}
+
+// EntrySize is an upper bound of the bytes key takes in a batch.
+func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 3*binary.MaxVarintLen32 }
+
+// Reset starts a batch for policy in buf (reusing its storage), with datagrams
+// limited to limit bytes.
+func (e *Encoder) Reset(buf []byte, policy string, limit int) {
+	e.limit, e.policy = limit, policy
+	e.buf = buf[:0]
+	e.buf = append(e.buf, magic[0], magic[1], Version, 0)
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(policy)))
+	e.buf = append(e.buf, policy...)
+	e.countAt = len(e.buf)
+	e.buf = append(e.buf, 0x80, 0x00) // count placeholder: 2-byte varint of 0
+	e.count = 0
+}
+
+// Fits reports whether an entry for key fits in the current batch.
+func (e *Encoder) Fits(key string) bool {
+	return e.count < MaxEntries && len(e.buf)+EntrySize(key) <= e.limit
+}
+
+// Len is the number of entries in the current batch.
+func (e *Encoder) Len() int { return e.count }
+
+// Add appends an entry. The caller checks Fits first.
+func (e *Encoder) Add(key string, reads, writes, bytes uint32) {
+	e.buf = binary.AppendUvarint(e.buf, uint64(len(key)))
+	e.buf = append(e.buf, key...)
+	e.buf = binary.AppendUvarint(e.buf, uint64(reads))
+	e.buf = binary.AppendUvarint(e.buf, uint64(writes))
+	e.buf = binary.AppendUvarint(e.buf, uint64(bytes))
+	e.count++
+}
+
+// Bytes finishes the batch and returns the datagram. It aliases the buffer
+// given to Reset.
+func (e *Encoder) Bytes() []byte {
+	// A 2-byte varint: low 7 bits with the continuation bit, then the rest.
+	e.buf[e.countAt] = byte(e.count&0x7f) | 0x80
+	e.buf[e.countAt+1] = byte(e.count >> 7)
+	return e.buf
+}
+
+// AppendBatch encodes one whole batch; for tests, fuzz seeds and tools.
+func AppendBatch(buf []byte, policy string, entries []Entry) []byte {
+	var e Encoder
+	e.Reset(buf, policy, math.MaxInt)
+	for _, en := range entries {
+		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes)
+	}
+	return e.Bytes()
+}

@@ -1,0 +1,131 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func entries(kv ...string) []Entry {
+	var out []Entry
+	for i, k := range kv {
+		out = append(out, Entry{Key: []byte(k), Reads: uint32(i + 1), Writes: uint32(2 * i), Bytes: uint32(100 * i)})
+	}
+	return out
+}
+
+func TestRoundTrip(t *testing.T) {
+	want := entries("product:1", "likes:post:42", strings.Repeat("k", MaxKeyLen))
+	buf := AppendBatch(nil, "shop/checkout", want)
+	var d Decoder
+	b, err := d.Decode(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b.Policy) != "shop/checkout" {
+		t.Errorf("policy = %q", b.Policy)
+	}
+	if diff := cmp.Diff(want, b.Entries); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+}
+
+func TestEncoderSplitsAtLimit(t *testing.T) {
+	var e Encoder
+	e.Reset(nil, "ns/p", 200)
+	var got []int
+	for i := 0; i < 50; i++ {
+		k := strings.Repeat("x", 20)
+		if !e.Fits(k) {
+			b := e.Bytes()
+			if len(b) > 200 {
+				t.Fatalf("batch of %d bytes exceeds the 200-byte limit", len(b))
+			}
+			got = append(got, e.Len())
+			e.Reset(nil, "ns/p", 200)
+		}
+		e.Add(k, 1, 0, 0)
+	}
+	if len(got) == 0 {
+		t.Fatal("encoder never filled up")
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good := AppendBatch(nil, "ns/p", entries("a", "b"))
+	bigCount := append([]byte{'H', 'S', 1, 0, 4, 'n', 's', '/', 'p'}, binary.AppendUvarint(nil, 5000)...)
+	tests := map[string]struct {
+		in   []byte
+		want error
+	}{
+		"empty":            {nil, ErrTruncated},
+		"short header":     {[]byte{'H', 'S', 1}, ErrTruncated},
+		"bad magic":        {append([]byte{'X'}, good[1:]...), ErrMagic},
+		"version 2":        {append([]byte{'H', 'S', 2}, good[3:]...), ErrVersion},
+		"flags":            {append([]byte{'H', 'S', 1, 1}, good[4:]...), ErrFlags},
+		"truncated":        {good[:len(good)-1], ErrTruncated},
+		"trailing":         {append(bytes.Clone(good), 0), ErrMalformed},
+		"oversized":        {make([]byte, MaxDatagram+1), ErrOversized},
+		"zero entries":     {AppendBatch(nil, "ns/p", nil), ErrMalformed},
+		"empty policy":     {AppendBatch(nil, "", entries("a")), ErrMalformed},
+		"empty key":        {AppendBatch(nil, "ns/p", []Entry{{Key: nil, Reads: 1}}), ErrMalformed},
+		"key too long":     {AppendBatch(nil, "ns/p", []Entry{{Key: make([]byte, MaxKeyLen+1)}}), ErrMalformed},
+		"count > payload":  {bigCount, ErrTruncated},
+		"varint overflows": {append([]byte{'H', 'S', 1, 0}, bytes.Repeat([]byte{0xff}, 11)...), ErrMalformed},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var d Decoder
+			_, err := d.Decode(tc.in)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if Reason(err) != tc.want.Error() {
+				t.Errorf("Reason = %q", Reason(err))
+			}
+		})
+	}
+}
+
+func TestDecodeDoesNotAllocate(t *testing.T) {
+	buf := AppendBatch(nil, "ns/p", entries("a", "b", "c"))
+	var d Decoder
+	if _, err := d.Decode(buf); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = d.Decode(buf) }); n != 0 {
+		t.Errorf("Decode allocates %v times", n)
+	}
+}
+
+// FuzzDecode checks that no input panics the decoder, and that whatever it
+// accepts re-encodes to the same bytes modulo the count's varint form.
+func FuzzDecode(f *testing.F) {
+	f.Add(AppendBatch(nil, "ns/p", entries("a", "b")))
+	f.Add(AppendBatch(nil, "shop/checkout", entries("product:iphone_17")))
+	f.Add([]byte{'H', 'S', 1, 0})
+	f.Add([]byte{'H', 'S', 1, 0, 4, 'n', 's', '/', 'p', 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var d Decoder
+		b, err := d.Decode(in)
+		if err != nil {
+			if Reason(err) == "other" {
+				t.Fatalf("error without a reason: %v", err)
+			}
+			return
+		}
+		var again Decoder
+		out := AppendBatch(nil, string(b.Policy), append([]Entry(nil), b.Entries...))
+		b2, err := again.Decode(out)
+		if err != nil {
+			t.Fatalf("re-encoded batch rejected: %v", err)
+		}
+		if !cmp.Equal(b.Entries, b2.Entries) || !bytes.Equal(b.Policy, b2.Policy) {
+			t.Fatalf("round trip changed the batch")
+		}
+	})
+}
