@@ -1,0 +1,283 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+)
+
+// The injection webhook is called only for pods that carry the annotation
+// (matchConditions, evaluated by the API server), so an outage of the manager
+// never blocks pods that did not ask for a sidecar, including the system's.
+//
+// failurePolicy=Fail: a pod that asked for the proxy talks Redis through
+// 127.0.0.1:6380; admitted without it, it would start and fail at its first
+// command, far from the cause. Refusing admission instead surfaces the cause
+// on the ReplicaSet (FailedCreate) and the controller retries on its own.
+//
+// reinvocationPolicy=IfNeeded with an idempotent handler: if a later webhook
+// changes the pod, heatsink sees it again and, finding its container, changes
+// nothing.
+//
+// +kubebuilder:webhook:path=/mutate--v1-pod-heatsink-inject,mutating=true,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=inject.heatsink.dev,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"asks-for-heatsink","expression":"has(object.metadata.annotations) && 'heatsink.dev/inject' in object.metadata.annotations"}]}`
+//
+// The injector reads the policy the pod names. The self-managed webhook
+// certificates (internal/certs) live in one Secret of the manager's namespace
+// and the manager patches the caBundle of its own two webhook configurations;
+// those rules are declared here because this package is where controller-gen
+// looks for the webhooks' RBAC.
+//
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;update,resourceNames=heatsink-mutating-webhook-configuration;heatsink-validating-webhook-configuration
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=heatsink-system
+
+const (
+	// InjectAnnotation on a pod names the HotKeyPolicy, in the pod's
+	// namespace, whose proxy sidecar the pod wants.
+	InjectAnnotation = "heatsink.dev/inject"
+	// InjectedAnnotation is set on a pod the webhook has injected, with the
+	// policy name, so that tools can tell an injected pod at a glance.
+	InjectedAnnotation = "heatsink.dev/injected"
+	// ProxyContainerName is the name of the injected container.
+	ProxyContainerName = "heatsink-proxy"
+	// RoutingVolumeName is the volume holding the policy's routing ConfigMap.
+	RoutingVolumeName = "heatsink-routing"
+	// RoutingMountPath is where the routing ConfigMap is mounted.
+	RoutingMountPath = "/etc/heatsink/routing"
+	// RoutingFile is the routing table file the proxy watches.
+	RoutingFile = RoutingMountPath + "/routing.json"
+	// ProxyListen is where the proxy accepts the application's connections.
+	ProxyListen = "127.0.0.1:6380"
+	// ProxyHTTPAddress serves the proxy's metrics and health.
+	ProxyHTTPAddress = ":9091"
+	// DetectorPort is the detector's ingest port, a hostPort on every node.
+	DetectorPort = 7946
+	// InjectPath is the path the injection webhook is served at.
+	InjectPath = "/mutate--v1-pod-heatsink-inject"
+	// proxyUID is the distroless "nonroot" user.
+	proxyUID = 65532
+)
+
+// RoutingConfigMapName is the name of the ConfigMap holding a policy's
+// routing table.
+func RoutingConfigMapName(policy string) string { return policy + "-routing" }
+
+// InjectorConfig is what the injected container looks like beyond what the
+// policy decides.
+type InjectorConfig struct {
+	// Image is the heatsink image; the container runs `heatsink proxy`.
+	Image string
+	// PullPolicy is the image pull policy; empty leaves the API default.
+	PullPolicy corev1.PullPolicy
+	// Resources are the proxy's requests and limits.
+	Resources corev1.ResourceRequirements
+}
+
+// DefaultProxyResources are the proxy's requests and limits unless configured:
+// a RESP proxy with a bounded local cache.
+func DefaultProxyResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("50m"),
+			corev1.ResourceMemory: resource.MustParse("64Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("500m"),
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		},
+	}
+}
+
+// Injector is the admission handler that adds the proxy sidecar.
+type Injector struct {
+	// Reader reads policies; an uncached reader so that a policy applied
+	// together with its Deployment (GitOps) is seen at once.
+	Reader  client.Reader
+	Decoder admission.Decoder
+	Config  InjectorConfig
+}
+
+// SetupInjectionWebhook registers the sidecar injection webhook.
+func SetupInjectionWebhook(mgr ctrl.Manager, cfg InjectorConfig) error {
+	if cfg.Image == "" {
+		return fmt.Errorf("sidecar injection: proxy image is empty")
+	}
+	mgr.GetWebhookServer().Register(InjectPath, &admission.Webhook{Handler: &Injector{
+		Reader:  mgr.GetAPIReader(),
+		Decoder: admission.NewDecoder(mgr.GetScheme()),
+		Config:  cfg,
+	}})
+	return nil
+}
+
+// Handle implements admission.Handler.
+func (in *Injector) Handle(ctx context.Context, req admission.Request) admission.Response {
+	pod := &corev1.Pod{}
+	if err := in.Decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	policyName, ok := pod.Annotations[InjectAnnotation]
+	if !ok || hasProxy(pod) {
+		// Not asked for, or already injected (re-invocation): untouched.
+		return admission.Allowed("")
+	}
+	if msgs := validation.IsDNS1123Subdomain(policyName); len(msgs) > 0 {
+		return admission.Denied(fmt.Sprintf("annotation %s=%q is not a HotKeyPolicy name: %s", InjectAnnotation, policyName, strings.Join(msgs, "; ")))
+	}
+	ns := pod.Namespace
+	if ns == "" {
+		ns = req.Namespace
+	}
+	policy := &v1alpha1.HotKeyPolicy{}
+	if err := in.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: policyName}, policy); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Refused rather than admitted bare: the pod would start
+			// without its proxy and fail far from the cause. The
+			// ReplicaSet retries, so creating the policy is the fix.
+			return admission.Denied(fmt.Sprintf("annotation %s=%q: no HotKeyPolicy %q in namespace %q; create it (or remove the annotation) and the pod will be admitted", InjectAnnotation, policyName, policyName, ns))
+		}
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("read HotKeyPolicy %s/%s: %w", ns, policyName, err))
+	}
+	mutated := pod.DeepCopy()
+	Inject(mutated, policy, in.Config)
+	raw, err := json.Marshal(mutated)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// hasProxy reports whether the pod already has the proxy, as a native sidecar
+// or as a regular container (injected by hand or by an older version).
+func hasProxy(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == ProxyContainerName {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == ProxyContainerName {
+			return true
+		}
+	}
+	return false
+}
+
+// Inject adds the proxy sidecar for policy to pod. It is a pure function and
+// idempotent: a pod that has the proxy is left as it is.
+//
+// The proxy is a native sidecar (an init container with restartPolicy
+// Always): the kubelet starts it before the application's containers, so
+// their first connection to 127.0.0.1:6380 finds it, and it outlives them at
+// shutdown, so their last commands still reach Redis. Jobs complete too.
+func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) {
+	if hasProxy(pod) {
+		return
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	c := corev1.Container{
+		Name:            ProxyContainerName,
+		Image:           cfg.Image,
+		ImagePullPolicy: cfg.PullPolicy,
+		Args:            []string{"proxy"},
+		RestartPolicy:   &always,
+		Env:             proxyEnv(policy),
+		Ports: []corev1.ContainerPort{
+			{Name: "hs-proxy-http", ContainerPort: 9091, Protocol: corev1.ProtocolTCP},
+		},
+		Resources: *cfg.Resources.DeepCopy(),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: RoutingVolumeName, MountPath: RoutingMountPath, ReadOnly: true},
+		},
+		SecurityContext: proxySecurityContext(),
+	}
+	pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
+	if !hasVolume(pod, RoutingVolumeName) {
+		optional := true
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+			Name: RoutingVolumeName,
+			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: RoutingConfigMapName(policy.Name)},
+				// Optional: the manager writes the ConfigMap when it first
+				// publishes; until then the proxy forwards everything as is.
+				Optional: &optional,
+			}},
+		})
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[InjectedAnnotation] = policy.Name
+}
+
+func hasVolume(pod *corev1.Pod, name string) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// proxyEnv is the proxy's environment. Order matters: a $(VAR) reference
+// expands only variables defined before it.
+func proxyEnv(policy *v1alpha1.HotKeyPolicy) []corev1.EnvVar {
+	fieldRef := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
+	}
+	env := []corev1.EnvVar{
+		{Name: "HEATSINK_POLICY", Value: policy.Name},
+		{Name: "HEATSINK_NAMESPACE", ValueFrom: fieldRef("metadata.namespace")},
+		{Name: "HEATSINK_NODE_IP", ValueFrom: fieldRef("status.hostIP")},
+		{Name: "HEATSINK_DETECTOR", Value: fmt.Sprintf("$(HEATSINK_NODE_IP):%d", DetectorPort)},
+		{Name: "HEATSINK_UPSTREAM", Value: strings.Join(policy.Spec.Target.Addresses, ",")},
+		{Name: "HEATSINK_CLUSTER", Value: fmt.Sprintf("%t", policy.Spec.Target.Cluster)},
+		{Name: "HEATSINK_LISTEN", Value: ProxyListen},
+		{Name: "HEATSINK_ROUTING_FILE", Value: RoutingFile},
+		{Name: "HEATSINK_HTTP_ADDRESS", Value: ProxyHTTPAddress},
+	}
+	if ref := policy.Spec.Target.CredentialsSecretRef; ref != nil && ref.Name != "" {
+		optional := true
+		secretKey := func(key string) *corev1.EnvVarSource {
+			return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
+				Key:                  key,
+				Optional:             &optional,
+			}}
+		}
+		env = append(env,
+			corev1.EnvVar{Name: "HEATSINK_REDIS_USERNAME", ValueFrom: secretKey("username")},
+			corev1.EnvVar{Name: "HEATSINK_REDIS_PASSWORD", ValueFrom: secretKey("password")},
+		)
+	}
+	return env
+}
+
+// proxySecurityContext is the restricted Pod Security profile.
+func proxySecurityContext() *corev1.SecurityContext {
+	yes, no := true, false
+	uid := int64(proxyUID)
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             &yes,
+		RunAsUser:                &uid,
+		RunAsGroup:               &uid,
+		ReadOnlyRootFilesystem:   &yes,
+		AllowPrivilegeEscalation: &no,
+		Privileged:               &no,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}

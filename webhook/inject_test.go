@@ -1,0 +1,199 @@
+package webhook_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/internal/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testenv"
+	"github.com/heatsink-dev/heatsink/webhook"
+)
+
+const testImage = "ghcr.io/heatsink-dev/heatsink:test"
+
+func testPolicy(ns, name string) *v1alpha1.HotKeyPolicy {
+	return &v1alpha1.HotKeyPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.HotKeyPolicySpec{
+			Target: v1alpha1.RedisTarget{
+				Addresses:            []string{"redis-0.redis.shop.svc:6379", "redis-1.redis.shop.svc:6379"},
+				Cluster:              true,
+				CredentialsSecretRef: &corev1.LocalObjectReference{Name: "redis-auth"},
+			},
+		},
+	}
+}
+
+func testPod(ns, name string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}
+}
+
+func envOf(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			m[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil:
+			m[e.Name] = "field:" + e.ValueFrom.FieldRef.FieldPath
+		case e.ValueFrom.SecretKeyRef != nil:
+			m[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	return m
+}
+
+func TestInjectIsCompleteAndIdempotent(t *testing.T) {
+	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
+	cfg := webhook.InjectorConfig{Image: testImage, Resources: webhook.DefaultProxyResources()}
+	webhook.Inject(pod, testPolicy("shop", "catalogue"), cfg)
+	once := pod.DeepCopy()
+	webhook.Inject(pod, testPolicy("shop", "catalogue"), cfg)
+	if d := cmp.Diff(once, pod); d != "" {
+		t.Fatalf("second injection changed the pod (-once +twice):\n%s", d)
+	}
+	if len(pod.Spec.InitContainers) != 1 || len(pod.Spec.Containers) != 1 {
+		t.Fatalf("want one sidecar and the app, got %d init containers, %d containers", len(pod.Spec.InitContainers), len(pod.Spec.Containers))
+	}
+	checkProxy(t, pod)
+}
+
+// checkProxy asserts the injected sidecar of a pod for testPolicy.
+func checkProxy(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	var proxy *corev1.Container
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == webhook.ProxyContainerName {
+			proxy = &pod.Spec.InitContainers[i]
+		}
+	}
+	if proxy == nil {
+		t.Fatalf("no %s container in %+v", webhook.ProxyContainerName, pod.Spec)
+	}
+	want := map[string]string{
+		"HEATSINK_POLICY":         "catalogue",
+		"HEATSINK_NAMESPACE":      "field:metadata.namespace",
+		"HEATSINK_NODE_IP":        "field:status.hostIP",
+		"HEATSINK_DETECTOR":       "$(HEATSINK_NODE_IP):7946",
+		"HEATSINK_UPSTREAM":       "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
+		"HEATSINK_CLUSTER":        "true",
+		"HEATSINK_LISTEN":         "127.0.0.1:6380",
+		"HEATSINK_ROUTING_FILE":   "/etc/heatsink/routing/routing.json",
+		"HEATSINK_HTTP_ADDRESS":   ":9091",
+		"HEATSINK_REDIS_USERNAME": "secret:redis-auth/username",
+		"HEATSINK_REDIS_PASSWORD": "secret:redis-auth/password",
+	}
+	if d := cmp.Diff(want, envOf(*proxy)); d != "" {
+		t.Errorf("proxy env (-want +got):\n%s", d)
+	}
+	if proxy.Image != testImage || strings.Join(proxy.Args, " ") != "proxy" {
+		t.Errorf("image %q args %q, want %q [proxy]", proxy.Image, proxy.Args, testImage)
+	}
+	if proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("proxy is not a native sidecar: restartPolicy %v", proxy.RestartPolicy)
+	}
+	sc := proxy.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("proxy security context is not restricted: %+v", sc)
+	}
+	if proxy.Resources.Requests.Cpu().IsZero() || proxy.Resources.Limits.Memory().IsZero() {
+		t.Errorf("proxy has no requests/limits: %+v", proxy.Resources)
+	}
+	var vol *corev1.Volume
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == webhook.RoutingVolumeName {
+			vol = &pod.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != "catalogue-routing" || vol.ConfigMap.Optional == nil || !*vol.ConfigMap.Optional {
+		t.Errorf("routing volume: %+v", vol)
+	}
+	if len(proxy.VolumeMounts) != 1 || proxy.VolumeMounts[0].MountPath != "/etc/heatsink/routing" {
+		t.Errorf("routing mount: %+v", proxy.VolumeMounts)
+	}
+	if pod.Annotations[webhook.InjectedAnnotation] != "catalogue" {
+		t.Errorf("annotation %s = %q", webhook.InjectedAnnotation, pod.Annotations[webhook.InjectedAnnotation])
+	}
+}
+
+func TestInjectionWebhook(t *testing.T) {
+	cp := testenv.Start(t, controlplane.Options{Webhooks: true})
+	testenv.RunManager(t, cp, func(mgr manager.Manager) error {
+		if err := webhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+			return err
+		}
+		return webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: testImage, Resources: webhook.DefaultProxyResources()})
+	})
+	ctx := context.Background()
+	const ns = "shop"
+	if err := cp.CreateNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Create(ctx, testPolicy(ns, "catalogue")); err != nil {
+		t.Fatal(err)
+	}
+	create := func(pod *corev1.Pod) (*corev1.Pod, error) {
+		if err := cp.Client.Create(ctx, pod); err != nil {
+			return nil, err
+		}
+		got := &corev1.Pod{}
+		return got, cp.Client.Get(ctx, client.ObjectKeyFromObject(pod), got)
+	}
+
+	t.Run("annotated pod gets the proxy", func(t *testing.T) {
+		got, err := create(testPod(ns, "annotated", map[string]string{webhook.InjectAnnotation: "catalogue"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkProxy(t, got)
+		if len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Name != "app" {
+			t.Errorf("app containers changed: %+v", got.Spec.Containers)
+		}
+	})
+	t.Run("pod without the annotation is untouched", func(t *testing.T) {
+		got, err := create(testPod(ns, "plain", map[string]string{"other": "x"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Spec.InitContainers) != 0 || len(got.Spec.Volumes) != 0 || got.Annotations[webhook.InjectedAnnotation] != "" {
+			t.Errorf("unannotated pod was changed: %+v", got.Spec)
+		}
+	})
+	t.Run("already injected pod is unchanged (re-invocation)", func(t *testing.T) {
+		pod := testPod(ns, "reinvoked", map[string]string{webhook.InjectAnnotation: "catalogue"})
+		webhook.Inject(pod, testPolicy(ns, "catalogue"), webhook.InjectorConfig{Image: testImage, Resources: webhook.DefaultProxyResources()})
+		got, err := create(pod.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Spec.InitContainers) != 1 || len(got.Spec.Volumes) != 1 {
+			t.Fatalf("second pass duplicated the sidecar: %d init containers, %d volumes", len(got.Spec.InitContainers), len(got.Spec.Volumes))
+		}
+		checkProxy(t, got)
+	})
+	t.Run("pod naming a missing policy is refused with the cause", func(t *testing.T) {
+		_, err := create(testPod(ns, "orphan", map[string]string{webhook.InjectAnnotation: "nope"}))
+		if err == nil || !strings.Contains(err.Error(), `no HotKeyPolicy "nope" in namespace "shop"`) {
+			t.Fatalf("want a refusal naming the missing policy, got %v", err)
+		}
+	})
+	t.Run("bad policy name is refused", func(t *testing.T) {
+		_, err := create(testPod(ns, "bad", map[string]string{webhook.InjectAnnotation: "Not_A_Name"}))
+		if err == nil || !strings.Contains(err.Error(), "is not a HotKeyPolicy name") {
+			t.Fatalf("want a refusal of the bad name, got %v", err)
+		}
+	})
+}
