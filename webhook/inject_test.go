@@ -35,7 +35,7 @@ func testPolicy(ns, name string) *v1alpha1.HotKeyPolicy {
 func testPod(ns, name string, annotations map[string]string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
 	}
 }
 
