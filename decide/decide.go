@@ -1,0 +1,530 @@
+package decide
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// KeyState is what the manager remembers about one key between reconciles:
+// the hysteresis timers. It is persisted beside the routing table so that a
+// restarted or newly elected manager continues the same timers.
+type KeyState struct {
+	Key string `json:"key"`
+	// ReadOverSince / WriteOverSince: when the rate went over its threshold
+	// while the key was not yet hot for that direction.
+	ReadOverSince  *time.Time `json:"readOverSince,omitempty"`
+	WriteOverSince *time.Time `json:"writeOverSince,omitempty"`
+	// ReadHot / WriteHot: the key is mitigated for that direction.
+	ReadHot  bool `json:"readHot,omitempty"`
+	WriteHot bool `json:"writeHot,omitempty"`
+	// ReadUnderSince / WriteUnderSince: when a hot key fell under
+	// threshold × (1 − hysteresis).
+	ReadUnderSince  *time.Time `json:"readUnderSince,omitempty"`
+	WriteUnderSince *time.Time `json:"writeUnderSince,omitempty"`
+	// Since is when the key became hot (either direction).
+	Since *time.Time `json:"since,omitempty"`
+}
+
+func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
+
+func (k *KeyState) idle() bool {
+	return !k.hot() && k.ReadOverSince == nil && k.WriteOverSince == nil
+}
+
+// State is the remembered state of every key that is hot or on its way.
+type State struct {
+	// Keys sorted by Key.
+	Keys []KeyState `json:"keys"`
+}
+
+// ScheduledKey is a key a schedule mitigates in [PrewarmAt, End).
+type ScheduledKey struct {
+	Key       string
+	Schedule  string
+	PrewarmAt time.Time
+	Start     time.Time
+	End       time.Time
+	// Mitigation asked for by the schedule.
+	Mitigation v1alpha1.ScheduledMitigation
+}
+
+// Input is everything one decision depends on.
+type Input struct {
+	Now time.Time
+	// Spec must be defaulted (v1alpha1.SetDefaults).
+	Spec *v1alpha1.HotKeyPolicySpec
+	// Observations are the summed rates of fresh reports.
+	Observations map[string]Observation
+	// State is the previous decision's State.
+	State State
+	// Current is the routing table in force (nil if none): its split
+	// generations are the starting point of the next ones.
+	Current *routing.Table
+	// Scheduled keys of schedules in or before their window.
+	Scheduled []ScheduledKey
+	// Margin is how far ahead of a boundary a split change must be announced
+	// and how long a replaced generation may still receive late writes.
+	Margin time.Duration
+}
+
+// KeyDecision describes one mitigated key for status.
+type KeyDecision struct {
+	Key             string
+	ReadsPerSecond  int64
+	WritesPerSecond int64
+	Mitigations     []v1alpha1.MitigationType
+	// Shards is the target split cardinality, Replicas the replica count.
+	Shards, Replicas int32
+	Since            *time.Time
+	Source           v1alpha1.HotKeySource
+}
+
+// Output is the decision.
+type Output struct {
+	State State
+	// Entries is the next routing table's entries, sorted by key.
+	Entries []routing.Entry
+	// Keys are the mitigated keys, hottest first.
+	Keys []KeyDecision
+	// Folds are retired split generations whose shards must be folded into
+	// the base key before they leave the table (see Prune).
+	Folds []GenRef
+	// NextCheck is when the decision changes by itself (zero: only on input).
+	NextCheck time.Time
+	// Started and Ended count keys that became hot / cooled down.
+	Started, Ended int
+	// Capped counts keys hot enough to mitigate but left out by
+	// capacity.maxMitigatedKeys.
+	Capped int
+}
+
+// Decide computes the next routing decision. It is pure: same input, same
+// output.
+func Decide(in Input) Output {
+	spec := in.Spec
+	now := in.Now
+	var out Output
+	epochMillis := spec.Mitigations.Split.Epoch.Milliseconds()
+
+	// 1. Hysteresis per key: previous keys plus newly observed ones.
+	states := make(map[string]*KeyState, len(in.State.Keys)+len(in.Observations))
+	hotCount := 0
+	for i := range in.State.Keys {
+		k := in.State.Keys[i]
+		states[k.Key] = &k
+		if k.hot() {
+			hotCount++
+		}
+	}
+	for key, o := range in.Observations {
+		if _, ok := states[key]; !ok && (o.ReadsPerSecond > spec.Thresholds.ReadsPerSecond || o.WritesPerSecond > spec.Thresholds.WritesPerSecond) {
+			states[key] = &KeyState{Key: key}
+		}
+	}
+	keys := make([]string, 0, len(states))
+	for k := range states {
+		keys = append(keys, k)
+	}
+	// Hottest first, so that when the cap bites the hottest keys win.
+	sort.Slice(keys, func(i, j int) bool {
+		hi, hj := heat(spec, in.Observations[keys[i]]), heat(spec, in.Observations[keys[j]])
+		if hi != hj {
+			return hi > hj
+		}
+		return keys[i] < keys[j]
+	})
+	limit := int(spec.Capacity.MaxMitigatedKeys)
+	for _, key := range keys {
+		ks := states[key]
+		o := in.Observations[key]
+		wasHot := ks.hot()
+		room := hotCount < limit || wasHot
+		n1 := step(now, &ks.ReadHot, &ks.ReadOverSince, &ks.ReadUnderSince, o.ReadsPerSecond, spec.Thresholds.ReadsPerSecond, spec, room)
+		room = room || ks.ReadHot
+		n2 := step(now, &ks.WriteHot, &ks.WriteOverSince, &ks.WriteUnderSince, o.WritesPerSecond, spec.Thresholds.WritesPerSecond, spec, room)
+		out.NextCheck = earliestNZ(out.NextCheck, n1, n2)
+		switch {
+		case !wasHot && ks.hot():
+			t := now
+			ks.Since = &t
+			hotCount++
+			out.Started++
+		case wasHot && !ks.hot():
+			ks.Since = nil
+			hotCount--
+			out.Ended++
+		}
+		if !ks.hot() && (ks.ReadOverSince != nil || ks.WriteOverSince != nil) && !room {
+			out.Capped++
+		}
+	}
+
+	// 2. Entries: detected keys, then scheduled keys merged in.
+	entries := make(map[string]*routing.Entry)
+	decisions := make(map[string]*KeyDecision)
+	for _, key := range keys {
+		ks := states[key]
+		if !ks.hot() {
+			continue
+		}
+		o := in.Observations[key]
+		e, d := detectedEntry(spec, key, ks, o, lastShards(in.Current, key))
+		if e != nil {
+			entries[key] = e
+			d.Since = ks.Since
+			decisions[key] = d
+		}
+	}
+	for _, sk := range in.Scheduled {
+		if now.Before(sk.PrewarmAt) || !now.Before(sk.End) {
+			continue
+		}
+		mergeScheduled(spec, entries, decisions, sk, in.Observations[sk.Key])
+	}
+
+	// 3. Splits move at epoch boundaries; keys that lost their split keep
+	// their generations until folded.
+	desired := make(map[string]int32)
+	for key, e := range entries {
+		if e.Split != nil {
+			desired[key] = e.Split.Generations[0].Shards
+		}
+	}
+	var current map[string]*routing.Entry
+	if in.Current != nil {
+		current = make(map[string]*routing.Entry, len(in.Current.Entries))
+		for i := range in.Current.Entries {
+			current[in.Current.Entries[i].Key] = &in.Current.Entries[i]
+		}
+	}
+	splitKeys := make(map[string]bool)
+	for k := range desired {
+		splitKeys[k] = true
+	}
+	for k, e := range current {
+		if e.Split != nil {
+			splitKeys[k] = true
+		}
+	}
+	for key := range splitKeys {
+		var gens []routing.Generation
+		if c := current[key]; c != nil && c.Split != nil {
+			gens = c.Split.Generations
+		}
+		gens, folds, next := planGenerations(now, epochMillis, in.Margin, key, gens, desired[key])
+		out.Folds = append(out.Folds, folds...)
+		out.NextCheck = earliestNZ(out.NextCheck, next)
+		e := entries[key]
+		if len(gens) == 0 {
+			if e != nil {
+				e.Split, e.PreAggregate = nil, nil
+			}
+			continue
+		}
+		if e == nil {
+			// No longer hot: keep only the split so reads still sum the
+			// shards until they are folded; writes go to the base key.
+			e = &routing.Entry{Key: key, Source: routing.SourceDetected}
+			if c := current[key]; c != nil {
+				e.Source, e.NotBefore, e.NotAfter = c.Source, c.NotBefore, c.NotAfter
+			}
+			entries[key] = e
+		}
+		e.Split = &routing.Split{Generations: gens}
+	}
+
+	// 4. Assemble, sorted.
+	for key, e := range entries {
+		if !hasMitigation(e) {
+			delete(entries, key)
+		}
+	}
+	out.Entries = make([]routing.Entry, 0, len(entries))
+	for _, e := range entries {
+		out.Entries = append(out.Entries, *e)
+	}
+	sort.Slice(out.Entries, func(i, j int) bool { return out.Entries[i].Key < out.Entries[j].Key })
+	sort.Slice(out.Folds, func(i, j int) bool {
+		if out.Folds[i].Key != out.Folds[j].Key {
+			return out.Folds[i].Key < out.Folds[j].Key
+		}
+		return out.Folds[i].FromEpoch < out.Folds[j].FromEpoch
+	})
+	for _, d := range decisions {
+		out.Keys = append(out.Keys, *d)
+	}
+	sort.Slice(out.Keys, func(i, j int) bool {
+		hi := heat(spec, Observation{out.Keys[i].ReadsPerSecond, out.Keys[i].WritesPerSecond})
+		hj := heat(spec, Observation{out.Keys[j].ReadsPerSecond, out.Keys[j].WritesPerSecond})
+		if hi != hj {
+			return hi > hj
+		}
+		return out.Keys[i].Key < out.Keys[j].Key
+	})
+	for _, key := range sortedKeys(states) {
+		if ks := states[key]; !ks.idle() {
+			out.State.Keys = append(out.State.Keys, *ks)
+		}
+	}
+	return out
+}
+
+// step advances one direction's hysteresis. A key becomes hot after rate has
+// stayed over threshold for sustainFor (and only if room), and stops being
+// hot after it has stayed under threshold × (1 − hysteresis) for cooldown.
+// It returns when the state would change by itself, or zero.
+func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, threshold int64, spec *v1alpha1.HotKeyPolicySpec, room bool) time.Time {
+	sustain, cooldown := spec.Thresholds.SustainFor.Duration, spec.Thresholds.Cooldown.Duration
+	if !*hot {
+		*underSince = nil
+		if rate <= threshold {
+			*overSince = nil
+			return time.Time{}
+		}
+		if *overSince == nil {
+			t := now
+			*overSince = &t
+		}
+		due := (*overSince).Add(sustain)
+		if now.Before(due) {
+			return due
+		}
+		if !room {
+			return time.Time{}
+		}
+		*hot, *overSince = true, nil
+		return time.Time{}
+	}
+	low := float64(threshold) * (1 - float64(spec.Thresholds.HysteresisPercent)/100)
+	if float64(rate) >= low {
+		*underSince = nil
+		return time.Time{}
+	}
+	if *underSince == nil {
+		t := now
+		*underSince = &t
+	}
+	due := (*underSince).Add(cooldown)
+	if now.Before(due) {
+		return due
+	}
+	*hot, *underSince = false, nil
+	return time.Time{}
+}
+
+// detectedEntry chooses the mitigations of a hot key, cheapest first: reads
+// get coalescing, then a local cache, then replicas only when one physical
+// key cannot serve the read rate (or nothing cheaper is allowed); writes get a
+// split (and pre-aggregation where the policy opts in).
+//
+// A key cooling down (under the hysteresis threshold, cooldown running) keeps
+// its current split cardinality: shrinking it first and unsplitting shortly
+// after would only churn generations.
+func detectedEntry(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, current int32) (*routing.Entry, *KeyDecision) {
+	m := &spec.Mitigations
+	e := &routing.Entry{Key: key, Source: routing.SourceDetected}
+	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected}
+	if ks.ReadHot {
+		if m.Coalesce.IsEnabled() {
+			e.Coalesce = true
+			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationCoalesce)
+		}
+		if m.LocalCache.IsEnabled() {
+			e.LocalCache = &routing.LocalCache{TTLMillis: m.LocalCache.TTL.Milliseconds(), JitterPercent: m.LocalCache.JitterPercent}
+			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationLocalCache)
+		}
+		need := withHeadroom(o.ReadsPerSecond, spec.Capacity.HeadroomPercent) > float64(spec.Capacity.PerShardReadsPerSecond)
+		if m.Replicate.IsEnabled() && (need || len(d.Mitigations) == 0) {
+			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardReadsPerSecond, m.Replicate.MaxReplicas)
+			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
+			d.Replicas = n
+			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicate)
+		}
+	}
+	if ks.WriteHot && m.Split.IsEnabled() {
+		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardWritesPerSecond, m.Split.MaxShards)
+		if ks.WriteUnderSince != nil && current > 0 {
+			n = current
+		}
+		e.Split = &routing.Split{Generations: []routing.Generation{{Shards: n}}}
+		d.Shards = n
+		d.Mitigations = append(d.Mitigations, v1alpha1.MitigationSplit)
+		if m.PreAggregate.IsEnabled() {
+			e.PreAggregate = &routing.PreAggregate{FlushMillis: m.PreAggregate.FlushInterval.Milliseconds()}
+			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationPreAggregate)
+		}
+	}
+	if len(d.Mitigations) == 0 {
+		return nil, nil
+	}
+	return e, d
+}
+
+// mergeScheduled adds a scheduled key's mitigations. A key also detected hot
+// keeps its unbounded detected entry with the larger of both sizes; a key
+// only scheduled is bounded to the event by NotBefore/NotAfter, published
+// from PrewarmAt so that sidecars hold it before the event starts.
+func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing.Entry, decisions map[string]*KeyDecision, sk ScheduledKey, o Observation) {
+	e, d := entries[sk.Key], decisions[sk.Key]
+	if e == nil {
+		nb, na := sk.Start, sk.End
+		e = &routing.Entry{Key: sk.Key, Source: routing.SourceScheduled, NotBefore: &nb, NotAfter: &na}
+		since := sk.Start
+		d = &KeyDecision{Key: sk.Key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceScheduled, Since: &since}
+		entries[sk.Key], decisions[sk.Key] = e, d
+	}
+	m := sk.Mitigation
+	add := func(t v1alpha1.MitigationType) {
+		for _, x := range d.Mitigations {
+			if x == t {
+				return
+			}
+		}
+		d.Mitigations = append(d.Mitigations, t)
+	}
+	if m.Coalesce && spec.Mitigations.Coalesce.IsEnabled() {
+		e.Coalesce = true
+		add(v1alpha1.MitigationCoalesce)
+	}
+	if m.LocalCache != nil && spec.Mitigations.LocalCache.IsEnabled() {
+		ttl := spec.Mitigations.LocalCache.TTL.Duration
+		if m.LocalCache.TTL != nil {
+			ttl = m.LocalCache.TTL.Duration
+		}
+		if e.LocalCache == nil || ttl.Milliseconds() < e.LocalCache.TTLMillis {
+			e.LocalCache = &routing.LocalCache{TTLMillis: ttl.Milliseconds(), JitterPercent: spec.Mitigations.LocalCache.JitterPercent}
+		}
+		add(v1alpha1.MitigationLocalCache)
+	}
+	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() {
+		if e.Replicate == nil || e.Replicate.Replicas < m.Replicate.Replicas {
+			e.Replicate = &routing.Replicate{Replicas: m.Replicate.Replicas, TTLMillis: spec.Mitigations.Replicate.ReplicaTTL.Milliseconds()}
+			d.Replicas = m.Replicate.Replicas
+		}
+		add(v1alpha1.MitigationReplicate)
+	}
+	if m.Split != nil && spec.Mitigations.Split.IsEnabled() {
+		if e.Split == nil || e.Split.Generations[0].Shards < m.Split.Shards {
+			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}}
+			d.Shards = m.Split.Shards
+		}
+		add(v1alpha1.MitigationSplit)
+	}
+	sort.Slice(d.Mitigations, func(i, j int) bool { return mitigationRank(d.Mitigations[i]) < mitigationRank(d.Mitigations[j]) })
+}
+
+func mitigationRank(t v1alpha1.MitigationType) int {
+	switch t {
+	case v1alpha1.MitigationCoalesce:
+		return 0
+	case v1alpha1.MitigationLocalCache:
+		return 1
+	case v1alpha1.MitigationReplicate:
+		return 2
+	case v1alpha1.MitigationSplit:
+		return 3
+	default:
+		return 4
+	}
+}
+
+// Size is the smallest count of physical keys that serves rate with
+// headroom: ceil(rate × (1+headroom) / perKey), clamped to [2, max].
+func Size(rate int64, headroomPercent int32, perKey int64, max int32) int32 {
+	if perKey <= 0 {
+		return max
+	}
+	n := math.Ceil(withHeadroom(rate, headroomPercent) / float64(perKey))
+	if n < 2 {
+		return 2
+	}
+	if n > float64(max) {
+		return max
+	}
+	return int32(n)
+}
+
+func withHeadroom(rate int64, headroomPercent int32) float64 {
+	return float64(rate) * (1 + float64(headroomPercent)/100)
+}
+
+// heat ranks keys by how far over its worse threshold they are.
+func heat(spec *v1alpha1.HotKeyPolicySpec, o Observation) float64 {
+	r := float64(o.ReadsPerSecond) / float64(max(spec.Thresholds.ReadsPerSecond, 1))
+	w := float64(o.WritesPerSecond) / float64(max(spec.Thresholds.WritesPerSecond, 1))
+	return max(r, w)
+}
+
+// lastShards is the cardinality of the newest generation of key in t, 0 if
+// none.
+func lastShards(t *routing.Table, key string) int32 {
+	if t == nil {
+		return 0
+	}
+	e := t.Lookup(key)
+	if e == nil || e.Split == nil {
+		return 0
+	}
+	g := e.Split.Generations
+	return g[len(g)-1].Shards
+}
+
+func hasMitigation(e *routing.Entry) bool {
+	return e.Coalesce || e.LocalCache != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
+}
+
+func sortedKeys(m map[string]*KeyState) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func earliestNZ(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if !t.IsZero() {
+			out = earliest(out, t)
+		}
+	}
+	return out
+}
+
+// Prune removes folded generations (every shard read 0 after the grace
+// period) from entries, drops a split reduced to a lone unsplit generation
+// and an entry left with no mitigation. It returns a new slice.
+func Prune(now time.Time, epochMillis int64, entries []routing.Entry, folded map[GenRef]bool) []routing.Entry {
+	if len(folded) == 0 {
+		return entries
+	}
+	e := routing.EpochAt(now, epochMillis)
+	out := make([]routing.Entry, 0, len(entries))
+	for _, en := range entries {
+		if en.Split != nil {
+			var gens []routing.Generation
+			for _, g := range en.Split.Generations {
+				if !folded[GenRef{Key: en.Key, FromEpoch: g.FromEpoch}] {
+					gens = append(gens, g)
+				}
+			}
+			if len(gens) == 1 && gens[0].Shards == 0 && gens[0].FromEpoch <= e {
+				gens = nil
+			}
+			if len(gens) == 0 {
+				en.Split, en.PreAggregate = nil, nil
+			} else {
+				en.Split = &routing.Split{Generations: gens}
+			}
+		}
+		if hasMitigation(&en) {
+			out = append(out, en)
+		}
+	}
+	return out
+}

@@ -1,0 +1,98 @@
+package decide
+
+import (
+	"time"
+
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// AnnounceEpoch is the first epoch whose start is at least margin after now.
+// A change of split cardinality is announced for that epoch, so every sidecar
+// has received the new table (and clock skew is absorbed) before anyone
+// writes to the new generation.
+func AnnounceEpoch(now time.Time, epochMillis int64, margin time.Duration) int64 {
+	n := routing.EpochAt(now.Add(margin), epochMillis)
+	if routing.EpochStart(n, epochMillis).Before(now.Add(margin)) {
+		n++
+	}
+	return n
+}
+
+// GenRef names one split generation of one key.
+type GenRef struct {
+	Key       string
+	FromEpoch int64
+}
+
+// planGenerations moves a key's split generations toward desired shards
+// (0 = unsplit). Announced generations are never changed once their start is
+// closer than margin, because a sidecar may already write to them; a future
+// one far enough ahead is replaced instead of stacking a new one behind it.
+// It returns the generations, the retired ones that still need folding, and
+// the next time the plan changes by itself (zero if never).
+func planGenerations(now time.Time, epochMillis int64, margin time.Duration, key string, gens []routing.Generation, desired int32) ([]routing.Generation, []GenRef, time.Time) {
+	out := append([]routing.Generation(nil), gens...)
+	last := int32(0)
+	if len(out) > 0 {
+		last = out[len(out)-1].Shards
+	}
+	if last != desired {
+		a := AnnounceEpoch(now, epochMillis, margin)
+		switch {
+		case len(out) == 0:
+			out = append(out, routing.Generation{FromEpoch: a, Shards: desired})
+		case out[len(out)-1].FromEpoch >= a:
+			// Not yet taking writes anywhere: amend, or withdraw when it
+			// would only repeat the layout before it.
+			prev := int32(0)
+			if len(out) > 1 {
+				prev = out[len(out)-2].Shards
+			}
+			if prev == desired {
+				out = out[:len(out)-1]
+			} else {
+				out[len(out)-1].Shards = desired
+			}
+		default:
+			out = append(out, routing.Generation{FromEpoch: a, Shards: desired})
+		}
+	}
+
+	// Retire generations that a newer, in-effect generation has replaced for
+	// at least margin (late writers with slow clocks or old tables are done).
+	e := routing.EpochAt(now, epochMillis)
+	var next time.Time
+	var folds []GenRef
+	keep := out[:0]
+	for i, g := range out {
+		if i+1 < len(out) {
+			succ := routing.EpochStart(out[i+1].FromEpoch, epochMillis)
+			retireAt := succ.Add(margin)
+			if out[i+1].FromEpoch <= e && !now.Before(retireAt) {
+				if g.Shards == 0 {
+					continue // wrote to the base key: nothing to fold
+				}
+				folds = append(folds, GenRef{Key: key, FromEpoch: g.FromEpoch})
+			} else {
+				next = earliest(next, retireAt)
+			}
+		}
+		if g.FromEpoch > e {
+			next = earliest(next, routing.EpochStart(g.FromEpoch, epochMillis))
+		}
+		keep = append(keep, g)
+	}
+	out = keep
+	// A lone unsplit generation in effect is the same as no split at all.
+	if len(out) == 1 && out[0].Shards == 0 && out[0].FromEpoch <= e {
+		out = nil
+	}
+	return out, folds, next
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
