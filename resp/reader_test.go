@@ -1,0 +1,194 @@
+package resp
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// oneByteReader returns one byte per Read, to exercise every split point.
+type oneByteReader struct{ b []byte }
+
+func (o *oneByteReader) Read(p []byte) (int, error) {
+	if len(o.b) == 0 {
+		return 0, io.EOF
+	}
+	p[0] = o.b[0]
+	o.b = o.b[1:]
+	return 1, nil
+}
+
+func readAll(t *testing.T, rd io.Reader) ([][]string, [][]byte, error) {
+	t.Helper()
+	r := NewReader(rd, 16, DefaultLimits)
+	var got [][]string
+	var raws [][]byte
+	var c Command
+	for {
+		if err := r.ReadCommand(&c); err != nil {
+			if err == io.EOF {
+				return got, raws, nil
+			}
+			return got, raws, err
+		}
+		var args []string
+		for _, a := range c.Args {
+			args = append(args, string(a))
+		}
+		got = append(got, args)
+		raws = append(raws, append([]byte(nil), c.Raw...))
+	}
+}
+
+func TestReadCommand(t *testing.T) {
+	big := strings.Repeat("v", 100000)
+	tests := map[string]struct {
+		in   string
+		want [][]string
+	}{
+		"one":       {in: "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", want: [][]string{{"GET", "k"}}},
+		"pipeline":  {in: "*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n", want: [][]string{{"PING"}, {"SET", "k", ""}}},
+		"inline":    {in: "set k  v\r\n\r\nget k\n", want: [][]string{{"set", "k", "v"}, {"get", "k"}}},
+		"binary":    {in: "*2\r\n$3\r\nGET\r\n$4\r\na\r\nb\r\n", want: [][]string{{"GET", "a\r\nb"}}},
+		"empty arr": {in: "*0\r\n*1\r\n$4\r\nPING\r\n", want: [][]string{{"PING"}}},
+		"big":       {in: "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000\r\n" + big + "\r\n", want: [][]string{{"SET", "k", big}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for _, rd := range []io.Reader{strings.NewReader(tc.in), &oneByteReader{[]byte(tc.in)}} {
+				got, _, err := readAll(t, rd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("(-want +got)\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+func TestReadCommandRawForwardsVerbatim(t *testing.T) {
+	in := "*2\r\n$3\r\nGET\r\n$1\r\nk\r\nget k\r\n"
+	_, raws, err := readAll(t, strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", "*2\r\n$3\r\nget\r\n$1\r\nk\r\n"}
+	for i := range want {
+		if string(raws[i]) != want[i] {
+			t.Errorf("raw %d = %q, want %q", i, raws[i], want[i])
+		}
+	}
+}
+
+func TestReadCommandMalformed(t *testing.T) {
+	tests := map[string]string{
+		"bad count":      "*x\r\n",
+		"bad bulk type":  "*1\r\n+PING\r\n",
+		"neg bulk":       "*1\r\n$-5\r\n",
+		"bulk no crlf":   "*1\r\n$4\r\nPINGxx",
+		"huge count":     "*99999999999\r\n",
+		"lf only":        "*1\n",
+		"bulk too large": "*1\r\n$999999999999\r\n",
+	}
+	for name, in := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := readAll(t, strings.NewReader(in))
+			if !IsProtocolError(err) {
+				t.Fatalf("got %v, want a protocol error", err)
+			}
+		})
+	}
+}
+
+func TestTryCommandDoesNotBlock(t *testing.T) {
+	r := NewReader(strings.NewReader("*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPI"), 64, DefaultLimits)
+	var c Command
+	if err := r.ReadCommand(&c); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := r.TryCommand(&c)
+	if ok || err != nil {
+		t.Fatalf("TryCommand on a partial frame = %v, %v", ok, err)
+	}
+	if r.Buffered() == 0 {
+		t.Fatal("partial frame was consumed")
+	}
+}
+
+func TestReadReply(t *testing.T) {
+	replies := []string{
+		"+OK\r\n", "-ERR x\r\n", ":12\r\n", "$-1\r\n", "$3\r\nabc\r\n", "*-1\r\n",
+		"*2\r\n$1\r\na\r\n*1\r\n:1\r\n", "_\r\n", "#t\r\n", ",1.5\r\n", "(123\r\n",
+		"!3\r\nerr\r\n", "=7\r\ntxt:abc\r\n", "%1\r\n+k\r\n:1\r\n", "~1\r\n+a\r\n",
+		">2\r\n+message\r\n+x\r\n", "|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n",
+	}
+	in := strings.Join(replies, "")
+	for _, rd := range []io.Reader{strings.NewReader(in), &oneByteReader{[]byte(in)}} {
+		r := NewReader(rd, 16, DefaultLimits)
+		var p Reply
+		for i, want := range replies {
+			if err := r.ReadReply(&p); err != nil {
+				t.Fatalf("reply %d: %v", i, err)
+			}
+			if string(p.Raw) != want {
+				t.Fatalf("reply %d = %q, want %q", i, p.Raw, want)
+			}
+		}
+		if err := r.ReadReply(&p); err != io.EOF {
+			t.Fatalf("after last reply: %v, want EOF", err)
+		}
+	}
+}
+
+func TestReadReplyMalformed(t *testing.T) {
+	for _, in := range []string{"?x\r\n", "$2\r\nabcd\r\n", "*x\r\n", "$?\r\n", strings.Repeat("*1\r\n", 100) + ":1\r\n"} {
+		r := NewReader(strings.NewReader(in), 16, DefaultLimits)
+		var p Reply
+		if err := r.ReadReply(&p); !IsProtocolError(err) {
+			t.Errorf("%q: got %v, want protocol error", in, err)
+		}
+	}
+}
+
+func TestWriterAppend(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, 0)
+	w.Buf = AppendArgs(w.Buf, [][]byte{[]byte("SET"), []byte("k"), []byte("v")})
+	w.Buf = AppendInt(w.Buf, -3)
+	w.Buf = AppendStatus(w.Buf, "OK")
+	w.Buf = AppendError(w.Buf, "ERR a\r\nb")
+	w.Buf = AppendNull(w.Buf, 2)
+	w.Buf = AppendNull(w.Buf, 3)
+	w.Buf = AppendBulkString(w.Buf, "x")
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n:-3\r\n+OK\r\n-ERR a  b\r\n$-1\r\n_\r\n$1\r\nx\r\n"
+	if buf.String() != want {
+		t.Fatalf("got %q, want %q", buf.String(), want)
+	}
+}
+
+func BenchmarkReadPipeline(b *testing.B) {
+	one := "*3\r\n$3\r\nSET\r\n$16\r\nkey:000000000001\r\n$3\r\nxxx\r\n"
+	in := []byte(strings.Repeat(one, 16))
+	rd := bytes.NewReader(in)
+	r := NewReader(rd, 4096, DefaultLimits)
+	var c Command
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	for i := 0; i < b.N; i++ {
+		rd.Reset(in)
+		r.Reset(rd)
+		for j := 0; j < 16; j++ {
+			if err := r.ReadCommand(&c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
