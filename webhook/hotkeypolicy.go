@@ -34,10 +34,12 @@ func SetupHotKeyPolicyWebhook(mgr ctrl.Manager) error {
 		Complete()
 }
 
-// PolicyDefaulter applies the same defaults as the schema. With schema
-// defaulting in place it changes nothing, so GitOps tools see no drift; it
-// exists so that a policy is complete even when admitted through an API
-// server whose CRD predates a field's default.
+// PolicyDefaulter fills unset fields with the same defaults as the schema.
+// For YAML clients the schema has already done so and it changes nothing (no
+// drift for GitOps tools). It matters for typed Go clients: a Go struct
+// always serialises a metav1.Duration, so an unset duration arrives as "0s"
+// and the schema default never applies; for every duration here zero means
+// "the default" (documented on each field).
 type PolicyDefaulter struct{}
 
 // Default implements admission.Defaulter.

@@ -18,7 +18,8 @@ const (
 )
 
 // HotKeyPolicySpec declares which Redis a policy protects, when a key counts as
-// hot, and which mitigations heatsink may apply to it.
+// hot, and which mitigations heatsink may apply to it. Every duration is a Go
+// duration string ("500ms", "2s", "5m"); a zero duration means its default.
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || self.mitigations.replicate.enabled)",message="a schedule asks for replicate but mitigations.replicate.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.localCache) || self.mitigations.localCache.enabled)",message="a schedule asks for localCache but mitigations.localCache.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || self.mitigations.split.enabled)",message="a schedule asks for split but mitigations.split.enabled is false"
@@ -140,7 +141,7 @@ type KeySelector struct {
 }
 
 // Detection tunes the detectors' sketches and reports.
-// +kubebuilder:validation:XValidation:rule="duration(self.reportInterval) <= duration(self.window)",message="detection.reportInterval must not be longer than detection.window"
+// +kubebuilder:validation:XValidation:rule="!has(self.reportInterval) || !has(self.window) || duration(self.reportInterval) <= duration(self.window)",message="detection.reportInterval must not be longer than detection.window"
 type Detection struct {
 	// window is the sliding window over which rates are measured. Default: 10s.
 	// +optional
@@ -168,7 +169,7 @@ type Detection struct {
 }
 
 // Thresholds say when a key becomes hot and when it stops being hot.
-// +kubebuilder:validation:XValidation:rule="duration(self.cooldown) >= duration(self.sustainFor)",message="thresholds.cooldown must be at least thresholds.sustainFor, or mitigations would flap"
+// +kubebuilder:validation:XValidation:rule="!has(self.cooldown) || !has(self.sustainFor) || duration(self.cooldown) >= duration(self.sustainFor)",message="thresholds.cooldown must be at least thresholds.sustainFor, or mitigations would flap"
 type Thresholds struct {
 	// readsPerSecond is the read rate, summed over all nodes, above which a key
 	// is read-hot. Default: 5000.
@@ -244,8 +245,8 @@ type Capacity struct {
 }
 
 // Mitigations lists what heatsink may do to a hot key.
-// +kubebuilder:validation:XValidation:rule="self.coalesce.enabled || self.localCache.enabled || self.replicate.enabled || self.split.enabled || self.preAggregate.enabled",message="at least one mitigation must be enabled"
-// +kubebuilder:validation:XValidation:rule="!self.preAggregate.enabled || self.split.enabled",message="mitigations.preAggregate needs mitigations.split.enabled: pre-aggregated increments are flushed to split shards"
+// +kubebuilder:validation:XValidation:rule="(!has(self.coalesce) || !has(self.coalesce.enabled) || self.coalesce.enabled) || (!has(self.localCache) || !has(self.localCache.enabled) || self.localCache.enabled) || (has(self.replicate) && has(self.replicate.enabled) && self.replicate.enabled) || (has(self.split) && has(self.split.enabled) && self.split.enabled) || (has(self.preAggregate) && has(self.preAggregate.enabled) && self.preAggregate.enabled)",message="at least one mitigation must be enabled"
+// +kubebuilder:validation:XValidation:rule="!(has(self.preAggregate) && has(self.preAggregate.enabled) && self.preAggregate.enabled) || (has(self.split) && has(self.split.enabled) && self.split.enabled)",message="mitigations.preAggregate needs mitigations.split.enabled: pre-aggregated increments are flushed to split shards"
 type Mitigations struct {
 	// coalesce merges concurrent identical reads into one upstream read.
 	// +optional

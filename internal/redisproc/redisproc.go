@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -119,7 +120,7 @@ func launch(ctx context.Context, dir string, port int, cluster bool, extra []str
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := ping(s.Addr, extra); err == nil {
+		if err := ping(s.Addr); err == nil {
 			return s, nil
 		}
 		select {
@@ -199,7 +200,7 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range c.Servers {
 		for {
-			info, err := command(s.Addr, nil, "CLUSTER", "INFO")
+			info, err := command(s.Addr, "CLUSTER", "INFO")
 			if err == nil && strings.Contains(info, "cluster_state:ok") {
 				break
 			}
@@ -250,8 +251,8 @@ func freePort(cluster bool) (int, error) {
 	return 0, errors.New("no free loopback port pair for a cluster node")
 }
 
-func ping(addr string, extra []string) error {
-	out, err := command(addr, extra, "PING")
+func ping(addr string) error {
+	out, err := command(addr, "PING")
 	if err != nil {
 		return err
 	}
@@ -262,7 +263,7 @@ func ping(addr string, extra []string) error {
 }
 
 // command sends one inline command and returns the first reply as text.
-func command(addr string, _ []string, args ...string) (string, error) {
+func command(addr string, args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
@@ -285,24 +286,12 @@ func command(addr string, _ []string, args ...string) (string, error) {
 	if strings.HasPrefix(line, "$") {
 		n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
 		buf := make([]byte, n+2)
-		if _, err := ioReadFull(r, buf); err != nil {
+		if _, err := io.ReadFull(r, buf); err != nil {
 			return "", err
 		}
 		return string(buf[:n]), nil
 	}
 	return strings.TrimSpace(line), nil
-}
-
-func ioReadFull(r *bufio.Reader, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		m, err := r.Read(b[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 func tail(s string) string {
