@@ -1,0 +1,565 @@
+// Package sketch finds the heaviest keys of a stream over a sliding window in
+// memory that is bounded whatever the number of distinct keys.
+//
+// It is a two-level structure, chosen by measurement (docs/detector.md):
+//
+//   - An admission filter, HeavyKeeper (Gong et al., USENIX ATC 2018): d rows
+//     of w buckets holding a 32-bit fingerprint and a count. A key's bucket
+//     either counts it (fingerprints match), or is taken over when empty, or
+//     decays by one with probability b^-count. Cold keys therefore cannot
+//     accumulate counts by colliding with each other, which is what makes it
+//     more precise than Count-Min or Space-Saving on heavy-tailed (Zipf)
+//     traffic at a few tens of KiB. Its counts fade by (S-1)/S every slot so
+//     they estimate a window-long count.
+//   - A store of m > K candidates with exact per-slot counts since admission,
+//     kept in an open-addressing index and a min-heap by window score. A key
+//     enters when its HeavyKeeper estimate beats the store's minimum; its
+//     reads, writes and value bytes are tracked apart in a ring of S slots,
+//     so when a slot leaves the window its counts are subtracted exactly.
+//
+// Update is the hot path: one hash, one index probe, and for keys outside the
+// store d bucket updates; it never allocates except to copy a key admitted to
+// the store. Time enters only through Advance, which the caller invokes once
+// per batch, so the window costs nothing per observation.
+//
+// A Sketch is not safe for concurrent use.
+package sketch
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// Config sizes a Sketch.
+type Config struct {
+	// K is the number of keys the caller wants; the store holds more (see
+	// StoreFactor) so that keys ranked near K are not evicted by churn.
+	K int
+	// MemoryBytes is the budget for the whole structure, keys included
+	// (estimated at AvgKeyLen bytes each). Default 64 KiB.
+	MemoryBytes int
+	// Window is the sliding window. Default 10s.
+	Window time.Duration
+	// Slots divides the window; expiry is exact at slot granularity.
+	// Default 10.
+	Slots int
+	// ReadWeight and WriteWeight weigh reads and writes in the ranking score,
+	// so that a write-hot key (lower threshold) can outrank a read-hot one.
+	// Default 1 and 1.
+	ReadWeight, WriteWeight uint32
+	// AvgKeyLen is used only to plan the memory budget. Default 24.
+	AvgKeyLen int
+	// StoreFactor is store entries per K, in percent. Default 150.
+	StoreFactor int
+	// Rows is HeavyKeeper's depth. Default 2.
+	Rows int
+}
+
+func (c *Config) defaults() error {
+	if c.K <= 0 {
+		return fmt.Errorf("sketch: K must be positive, got %d", c.K)
+	}
+	if c.MemoryBytes == 0 {
+		c.MemoryBytes = 64 << 10
+	}
+	if c.Window == 0 {
+		c.Window = 10 * time.Second
+	}
+	if c.Slots == 0 {
+		c.Slots = 10
+	}
+	if c.ReadWeight == 0 {
+		c.ReadWeight = 1
+	}
+	if c.WriteWeight == 0 {
+		c.WriteWeight = 1
+	}
+	if c.AvgKeyLen == 0 {
+		c.AvgKeyLen = 24
+	}
+	if c.StoreFactor == 0 {
+		c.StoreFactor = 150
+	}
+	if c.Rows == 0 {
+		c.Rows = 2
+	}
+	switch {
+	case c.Slots < 1 || c.Slots > 600:
+		return fmt.Errorf("sketch: Slots must be in [1, 600], got %d", c.Slots)
+	case c.Window < time.Duration(c.Slots)*time.Millisecond:
+		return fmt.Errorf("sketch: Window %v is shorter than %d slots of 1ms", c.Window, c.Slots)
+	case c.Rows < 1 || c.Rows > 3:
+		return fmt.Errorf("sketch: Rows must be in [1, 3], got %d", c.Rows)
+	case c.MemoryBytes < 4<<10:
+		return fmt.Errorf("sketch: MemoryBytes must be at least 4 KiB, got %d", c.MemoryBytes)
+	}
+	return nil
+}
+
+// entry is one stored candidate. Its per-slot counts live in Sketch.slots.
+type entry struct {
+	key    string
+	hash   uint64
+	score  uint64 // base + weighted window counts: the ranking
+	base   uint64 // HeavyKeeper's estimate inherited at admission
+	reads  uint64 // window totals since admission
+	writes uint64
+	nbytes uint64
+	since  int64 // admission time, ns
+	sinceS int64 // admission slot number
+	hpos   int32
+}
+
+type slot struct{ reads, writes, nbytes uint32 }
+
+type bucket struct{ fp, count uint32 }
+
+// decayBase is HeavyKeeper's b = 1.08, the paper's choice.
+const decayBase = 1.08
+
+// decayTable[c] is b^-c scaled to 2^64; counts past the table never decay.
+var decayTable = func() (t [512]uint64) {
+	t[0] = math.MaxUint64
+	for c := 1; c < len(t); c++ {
+		t[c] = uint64(math.Pow(decayBase, -float64(c)) * (1 << 63) * 2)
+	}
+	return t
+}()
+
+// Sketch is a windowed heavy-hitter sketch.
+type Sketch struct {
+	cfg     Config
+	seed    maphash.Seed
+	slotDur int64
+
+	rows   int
+	wmask  uint64
+	hk     []bucket // rows × width
+	rng    uint64
+	decayN uint32 // fade numerator per slot (S-1)/S, in 1/1024
+
+	m     int
+	ents  []entry
+	slots []slot  // m × S ring, slot ring index = slot number % S
+	index []int32 // entry index + 1; 0 empty
+	imask uint64
+	heap  []int32
+	free  []int32
+
+	cur     int64 // current slot number
+	started int64 // first Advance, ns
+	now     int64
+	keyLen  int // bytes of stored keys
+}
+
+// New builds a Sketch. It fails on a budget too small for K.
+func New(cfg Config) (*Sketch, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Sketch{cfg: cfg, seed: maphash.MakeSeed(), slotDur: int64(cfg.Window) / int64(cfg.Slots), rows: cfg.Rows, rng: 0x9e3779b97f4a7c15}
+	perEntry := int(unsafe.Sizeof(entry{})) + cfg.Slots*int(unsafe.Sizeof(slot{})) + 4*2 + 4 + 4 + cfg.AvgKeyLen
+	m := cfg.K * cfg.StoreFactor / 100
+	if m < cfg.K {
+		m = cfg.K
+	}
+	// Keep at least a third of the budget for the filter; shrink the store
+	// (and so the precision) if the budget is too small.
+	if maxM := (cfg.MemoryBytes * 2 / 3) / perEntry; m > maxM {
+		m = maxM
+	}
+	if m < 1 {
+		return nil, fmt.Errorf("sketch: %d bytes cannot hold one entry", cfg.MemoryBytes)
+	}
+	s.m = m
+	idx := 1 << bits.Len(uint(2*m-1)) // ≥ 2m, power of two
+	rest := cfg.MemoryBytes - m*(perEntry-8) - idx*4
+	width := 1 << (bits.Len(uint(rest/8/cfg.Rows)) - 1)
+	if width < 64 {
+		return nil, fmt.Errorf("sketch: %d bytes leave no room for the filter", cfg.MemoryBytes)
+	}
+	s.wmask = uint64(width - 1)
+	s.hk = make([]bucket, cfg.Rows*width)
+	s.decayN = uint32(1024 * (cfg.Slots - 1) / cfg.Slots)
+	s.ents = make([]entry, m)
+	s.slots = make([]slot, m*cfg.Slots)
+	s.index = make([]int32, idx)
+	s.imask = uint64(idx - 1)
+	s.heap = make([]int32, 0, m)
+	s.free = make([]int32, m)
+	for i := range s.free {
+		s.free[i] = int32(m - 1 - i)
+	}
+	s.started = -1
+	return s, nil
+}
+
+// Capacity is the number of keys the store holds.
+func (s *Sketch) Capacity() int { return s.m }
+
+// Bytes is the memory the sketch holds now, keys included.
+func (s *Sketch) Bytes() int {
+	return len(s.hk)*8 + s.m*int(unsafe.Sizeof(entry{})) + len(s.slots)*int(unsafe.Sizeof(slot{})) +
+		len(s.index)*4 + s.m*8 + s.keyLen
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (s *Sketch) Config() Config { return s.cfg }
+
+// Hash is the hash Update uses; a caller that already hashed the key (or a
+// benchmark that pre-hashes its stream) can call UpdateHashed.
+func (s *Sketch) Hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+// Update counts reads, writes and value bytes of key in the current slot. It
+// does not retain key unless admitting it (then it copies it), so key may
+// alias a reused buffer.
+func (s *Sketch) Update(key string, reads, writes, nbytes uint32) {
+	s.UpdateHashed(key, maphash.String(s.seed, key), reads, writes, nbytes)
+}
+
+// UpdateHashed is Update with h = s.Hash(key).
+func (s *Sketch) UpdateHashed(key string, h uint64, reads, writes, nbytes uint32) {
+	w := uint64(reads)*uint64(s.cfg.ReadWeight) + uint64(writes)*uint64(s.cfg.WriteWeight)
+	if w == 0 {
+		return
+	}
+	for i := h & s.imask; ; i = (i + 1) & s.imask {
+		x := s.index[i]
+		if x == 0 {
+			break
+		}
+		e := &s.ents[x-1]
+		if e.hash == h && e.key == key {
+			s.add(x-1, e, reads, writes, nbytes, w)
+			s.down(int(e.hpos))
+			return
+		}
+	}
+	est := s.filter(h, w)
+	if len(s.heap) < s.m {
+		s.admit(key, h, est, reads, writes, nbytes, w)
+		return
+	}
+	if min := &s.ents[s.heap[0]]; est > min.score {
+		s.evict(s.heap[0])
+		s.admit(key, h, est, reads, writes, nbytes, w)
+	}
+}
+
+func (s *Sketch) add(x int32, e *entry, reads, writes, nbytes uint32, w uint64) {
+	sl := &s.slots[int(x)*s.cfg.Slots+int(s.cur%int64(s.cfg.Slots))]
+	sl.reads += reads
+	sl.writes += writes
+	sl.nbytes = satAdd(sl.nbytes, nbytes)
+	e.reads += uint64(reads)
+	e.writes += uint64(writes)
+	e.nbytes += uint64(nbytes)
+	e.score += w
+}
+
+func satAdd(a, b uint32) uint32 {
+	if c := a + b; c >= a {
+		return c
+	}
+	return math.MaxUint32
+}
+
+// filter runs HeavyKeeper for a key outside the store and returns its
+// estimated weighted count.
+func (s *Sketch) filter(h uint64, w uint64) uint64 {
+	fp := uint32(h>>32) | 1
+	var est uint64
+	width := int(s.wmask + 1)
+	hh := h
+	for r := 0; r < s.rows; r++ {
+		b := &s.hk[r*width+int(hh&s.wmask)]
+		hh = bits.RotateLeft64(hh, -21)
+		switch {
+		case b.fp == fp:
+			b.count = uint32(min(uint64(b.count)+w, math.MaxUint32))
+		case b.count == 0:
+			b.fp, b.count = fp, uint32(min(w, math.MaxUint32))
+		default:
+			// Decay with probability b^-count; a weighted observation decays
+			// by its weight at once (the batched form of w single decays).
+			if b.count < uint32(len(decayTable)) && s.rand() < decayTable[b.count] {
+				if uint64(b.count) > w {
+					b.count -= uint32(w)
+					continue
+				}
+				b.fp, b.count = fp, uint32(min(w-uint64(b.count), math.MaxUint32))
+				if b.count == 0 {
+					b.count = 1
+				}
+			} else {
+				continue
+			}
+		}
+		est = max(est, uint64(b.count))
+	}
+	return est
+}
+
+func (s *Sketch) rand() uint64 {
+	// xorshift64*: fast, and quality is ample for decay coin flips.
+	s.rng ^= s.rng >> 12
+	s.rng ^= s.rng << 25
+	s.rng ^= s.rng >> 27
+	return s.rng * 2685821657736338717
+}
+
+func (s *Sketch) admit(key string, h, est uint64, reads, writes, nbytes uint32, w uint64) {
+	x := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	e := &s.ents[x]
+	base := uint64(0)
+	if est > w {
+		base = est - w
+	}
+	*e = entry{key: strings.Clone(key), hash: h, base: base, score: base, since: s.now, sinceS: s.cur, hpos: int32(len(s.heap))}
+	s.keyLen += len(key)
+	s.add(x, e, reads, writes, nbytes, w)
+	for i := h & s.imask; ; i = (i + 1) & s.imask {
+		if s.index[i] == 0 {
+			s.index[i] = x + 1
+			break
+		}
+	}
+	s.heap = append(s.heap, x)
+	s.up(len(s.heap) - 1)
+}
+
+// evict removes entry x from the index, the heap and its slots.
+func (s *Sketch) evict(x int32) {
+	e := &s.ents[x]
+	s.unindex(e.hash, x)
+	s.heapRemove(int(e.hpos))
+	clear(s.slots[int(x)*s.cfg.Slots : int(x+1)*s.cfg.Slots])
+	s.keyLen -= len(e.key)
+	*e = entry{}
+	s.free = append(s.free, x)
+}
+
+// unindex deletes x from the linear-probing index by backward shift, so no
+// tombstones accumulate.
+func (s *Sketch) unindex(h uint64, x int32) {
+	i := h & s.imask
+	for s.index[i] != x+1 {
+		i = (i + 1) & s.imask
+	}
+	for {
+		s.index[i] = 0
+		j := i
+		for {
+			j = (j + 1) & s.imask
+			y := s.index[j]
+			if y == 0 {
+				return
+			}
+			home := s.ents[y-1].hash & s.imask
+			// Move y back to i unless its home lies cyclically in (i, j].
+			if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+				s.index[i] = y
+				i = j
+				break
+			}
+		}
+	}
+}
+
+func (s *Sketch) less(a, b int) bool { return s.ents[s.heap[a]].score < s.ents[s.heap[b]].score }
+
+func (s *Sketch) swap(a, b int) {
+	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
+	s.ents[s.heap[a]].hpos = int32(a)
+	s.ents[s.heap[b]].hpos = int32(b)
+}
+
+func (s *Sketch) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			return
+		}
+		s.swap(i, p)
+		i = p
+	}
+}
+
+func (s *Sketch) down(i int) {
+	n := len(s.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		c := l
+		if r := l + 1; r < n && s.less(r, l) {
+			c = r
+		}
+		if !s.less(c, i) {
+			return
+		}
+		s.swap(i, c)
+		i = c
+	}
+}
+
+func (s *Sketch) heapRemove(i int) {
+	last := len(s.heap) - 1
+	if i != last {
+		s.swap(i, last)
+	}
+	s.heap = s.heap[:last]
+	if i < last {
+		s.down(i)
+		s.up(i)
+	}
+}
+
+// Advance moves the window to now. Slots that leave the window are
+// subtracted from every stored key, keys left with nothing are dropped, and
+// the filter fades. Call it before each batch of Updates; time never goes
+// backwards (an earlier now is ignored).
+func (s *Sketch) Advance(now time.Time) {
+	ns := now.UnixNano()
+	sn := ns / s.slotDur
+	if s.started < 0 {
+		s.started, s.cur, s.now = ns, sn, ns
+		return
+	}
+	if ns > s.now {
+		s.now = ns
+	}
+	if sn <= s.cur {
+		return
+	}
+	steps := min(sn-s.cur, int64(s.cfg.Slots))
+	S := int64(s.cfg.Slots)
+	for k := int64(1); k <= steps; k++ {
+		r := int((s.cur + k) % S)
+		for _, x := range s.heap {
+			e := &s.ents[x]
+			sl := &s.slots[int(x)*s.cfg.Slots+r]
+			e.reads -= uint64(sl.reads)
+			e.writes -= uint64(sl.writes)
+			e.nbytes -= uint64(sl.nbytes)
+			*sl = slot{}
+		}
+		s.fade()
+	}
+	s.cur = sn
+	// Recompute scores; drop keys with nothing left in the window; an
+	// inherited estimate expires with the slot it was admitted in.
+	for i := 0; i < len(s.heap); {
+		x := s.heap[i]
+		e := &s.ents[x]
+		if e.sinceS <= s.cur-S {
+			e.base = 0
+		}
+		e.score = e.base + e.reads*uint64(s.cfg.ReadWeight) + e.writes*uint64(s.cfg.WriteWeight)
+		if e.score == 0 {
+			s.unindex(e.hash, x)
+			s.keyLen -= len(e.key)
+			*e = entry{}
+			s.free = append(s.free, x)
+			last := len(s.heap) - 1
+			s.heap[i] = s.heap[last]
+			s.heap = s.heap[:last]
+			continue
+		}
+		i++
+	}
+	for i := range s.heap {
+		s.ents[s.heap[i]].hpos = int32(i)
+	}
+	for i := len(s.heap)/2 - 1; i >= 0; i-- {
+		s.down(i)
+	}
+}
+
+// fade scales the filter's counts by (S-1)/S, so they estimate a count over
+// about one window.
+func (s *Sketch) fade() {
+	for i := range s.hk {
+		b := &s.hk[i]
+		if b.count != 0 {
+			b.count = uint32(uint64(b.count) * uint64(s.decayN) >> 10)
+		}
+	}
+}
+
+// Item is one key's window counts and rates.
+type Item struct {
+	Key string
+	// Score is the ranking: weighted reads and writes in the window,
+	// including the filter's estimate at admission.
+	Score uint64
+	// Reads, Writes and Bytes are exact counts since the key entered the
+	// store, within the window.
+	Reads, Writes, Bytes uint64
+	// ReadRate, WriteRate and ByteRate are per second; see Top.
+	ReadRate, WriteRate, ByteRate float64
+}
+
+// Top returns up to n items, highest score first. Rates are the larger of
+// the window average (over the time the key has been tracked, at least one
+// slot) and the rate over the last slot's length (the current partial slot
+// plus the overlapping share of the previous one):
+// the first makes a key that turns hot show its rate after one slot, the
+// second lets a long-tracked key that turns hot be seen without waiting for
+// its window average to catch up. Falling rates thus fade with the window,
+// which suits hysteresis.
+func (s *Sketch) Top(n int) []Item {
+	order := slices.Clone(s.heap)
+	slices.SortFunc(order, func(a, b int32) int {
+		ea, eb := &s.ents[a], &s.ents[b]
+		switch {
+		case ea.score > eb.score:
+			return -1
+		case ea.score < eb.score:
+			return 1
+		}
+		return strings.Compare(ea.key, eb.key)
+	})
+	if len(order) > n {
+		order = order[:n]
+	}
+	out := make([]Item, len(order))
+	S := int64(s.cfg.Slots)
+	window := s.cfg.Window.Nanoseconds()
+	curStart := s.cur * s.slotDur
+	inCur := min(max(s.now-curStart, 0), s.slotDur)
+	for i, x := range order {
+		e := &s.ents[x]
+		span := min(max(s.now-e.since, s.slotDur), window)
+		avg := func(v uint64) float64 { return float64(v) * 1e9 / float64(span) }
+		c := s.slots[int(x)*s.cfg.Slots+int(s.cur%S)]
+		var p slot
+		if e.sinceS < s.cur && S > 1 {
+			p = s.slots[int(x)*s.cfg.Slots+int((s.cur-1)%S)]
+		}
+		// A one-slot sliding window: the current partial slot plus the
+		// share of the previous slot that is still within one slot of now.
+		prevShare := float64(s.slotDur-inCur) / float64(s.slotDur)
+		recent := func(a, b uint32) float64 {
+			return (float64(a) + float64(b)*prevShare) * 1e9 / float64(s.slotDur)
+		}
+		out[i] = Item{
+			Key: e.key, Score: e.score, Reads: e.reads, Writes: e.writes, Bytes: e.nbytes,
+			ReadRate:  max(avg(e.reads), recent(c.reads, p.reads)),
+			WriteRate: max(avg(e.writes), recent(c.writes, p.writes)),
+			ByteRate:  max(avg(e.nbytes), recent(c.nbytes, p.nbytes)),
+		}
+	}
+	return out
+}
+
+// Len is the number of keys stored.
+func (s *Sketch) Len() int { return len(s.heap) }
