@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"container/list"
+	"sync"
+	"time"
+)
+
+// cache is the local cache of mitigated keys' values. It is bounded by
+// entries and by bytes (key + value), evicting the oldest fill first: the
+// keys it holds are the few hot keys of the routing table, each refilled once
+// per TTL, so insertion order is as good as recency and costs no write on a
+// hit. A hit takes a read lock only.
+//
+// Every invalidation of a key bumps that key's sequence number; a fill
+// carries the number it saw before its upstream read and is dropped if it
+// changed, so a read that raced a write never caches the old value.
+type cache struct {
+	maxEntries int
+	maxBytes   int64
+
+	mu    sync.RWMutex
+	m     map[string]*centry
+	order *list.List // of *centry, oldest fill first
+	bytes int64
+	seqs  map[string]uint64
+}
+
+type centry struct {
+	key     string
+	val     []byte
+	found   bool
+	expires time.Time
+	size    int64
+	elem    *list.Element
+}
+
+func newCache(maxEntries int, maxBytes int64) *cache {
+	return &cache{
+		maxEntries: maxEntries,
+		maxBytes:   maxBytes,
+		m:          make(map[string]*centry),
+		order:      list.New(),
+		seqs:       make(map[string]uint64),
+	}
+}
+
+// get returns the cached value of key if it has not expired at now.
+func (c *cache) get(key string, now time.Time) (val []byte, found, ok bool) {
+	c.mu.RLock()
+	ce := c.m[key]
+	c.mu.RUnlock()
+	if ce == nil || !now.Before(ce.expires) {
+		return nil, false, false
+	}
+	return ce.val, ce.found, true
+}
+
+// seq is the current invalidation sequence number of key.
+func (c *cache) seq(key string) uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.seqs[key]
+}
+
+// put stores a fill read after seq(key) returned seq, unless key was
+// invalidated since. It reports whether the value was stored.
+func (c *cache) put(key string, seq uint64, val []byte, found bool, expires time.Time) bool {
+	size := int64(len(key) + len(val) + 64)
+	if size > c.maxBytes {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seqs[key] != seq {
+		return false
+	}
+	if old := c.m[key]; old != nil {
+		c.removeLocked(old)
+	}
+	for len(c.m) >= c.maxEntries || c.bytes+size > c.maxBytes {
+		front := c.order.Front()
+		if front == nil {
+			break
+		}
+		c.removeLocked(front.Value.(*centry))
+	}
+	ce := &centry{key: key, val: val, found: found, expires: expires, size: size}
+	ce.elem = c.order.PushBack(ce)
+	c.m[key] = ce
+	c.bytes += size
+	return true
+}
+
+func (c *cache) removeLocked(ce *centry) {
+	c.order.Remove(ce.elem)
+	delete(c.m, ce.key)
+	c.bytes -= ce.size
+}
+
+// invalidate drops key and makes fills that started before fail.
+func (c *cache) invalidate(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seqs[key]++
+	if ce := c.m[key]; ce != nil {
+		c.removeLocked(ce)
+	}
+}
+
+// invalidateAll drops every entry (lost server-assisted invalidations).
+func (c *cache) invalidateAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, ce := range c.m {
+		c.seqs[k]++
+		c.removeLocked(ce)
+	}
+	for k := range c.seqs {
+		c.seqs[k]++
+	}
+}
+
+// retain drops the entries and sequence numbers of keys keep rejects, when
+// they leave the routing table: their writes stop invalidating the cache.
+func (c *cache) retain(keep func(key string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, ce := range c.m {
+		if !keep(k) {
+			c.removeLocked(ce)
+		}
+	}
+	for k := range c.seqs {
+		if !keep(k) {
+			// A fill in flight for a dropped key must still fail: keep the
+			// number moving rather than resetting it to zero.
+			c.seqs[k]++
+		}
+	}
+}
+
+// stats returns the number of entries and bytes held.
+func (c *cache) stats() (entries int, bytes int64) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m), c.bytes
+}

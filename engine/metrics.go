@@ -1,0 +1,42 @@
+package engine
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics counts what the engine does. No label carries a Redis key.
+type metrics struct {
+	cacheHits      prometheus.Counter
+	cacheMisses    prometheus.Counter
+	coalesced      prometheus.Counter
+	upstreamReads  prometheus.Counter
+	fanout         prometheus.Counter
+	upstreamErrors prometheus.Counter
+	flushes        prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heatsink", Subsystem: "engine", Name: name, Help: help})
+	}
+	m := &metrics{
+		cacheHits:      c("cache_hits_total", "Reads of mitigated keys answered from the local cache."),
+		cacheMisses:    c("cache_misses_total", "Reads of locally cached keys that went upstream (or joined a read that did)."),
+		coalesced:      c("coalesced_total", "Reads that shared another caller's upstream read."),
+		upstreamReads:  c("upstream_reads_total", "Upstream reads made for mitigated keys."),
+		fanout:         c("fanout_keys_total", "Physical keys (replicas, shards) read or written for mitigated keys."),
+		upstreamErrors: c("upstream_errors_total", "Upstream errors met while serving mitigated keys."),
+		flushes:        c("preaggregate_flushes_total", "Pre-aggregated increments written upstream."),
+	}
+	if reg != nil {
+		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes} {
+			if err := reg.Register(*col); err != nil {
+				// A second engine on the same registerer shares the series.
+				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+					if existing, ok := are.ExistingCollector.(prometheus.Counter); ok {
+						*col = existing
+					}
+				}
+			}
+		}
+	}
+	return m
+}

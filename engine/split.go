@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// counter is this process's view of one split counter's total, so that INCR
+// can return a value without reading every shard on every write.
+type counter struct {
+	mu sync.Mutex
+	// total is the sum read at `at`; known is false until the first read.
+	total int64
+	at    time.Time
+	known bool
+	// local is what this process added since the read that set total
+	// began (acknowledged increments, plus pending ones in pre-aggregation).
+	local int64
+	// pending are pre-aggregated increments not yet written upstream.
+	pending int64
+	// refreshing is closed when the running refresh ends; nil if none.
+	refreshing chan struct{}
+
+	// flushMu serialises a pre-aggregated counter's flushes with its
+	// refreshes, so a refresh sees every pending increment either in Redis
+	// or in pending, never in both or neither.
+	flushMu sync.Mutex
+}
+
+func (e *Engine) counter(key string) *counter {
+	e.countersMu.Lock()
+	defer e.countersMu.Unlock()
+	c := e.counters[key]
+	if c == nil {
+		c = &counter{}
+		e.counters[key] = c
+	}
+	return c
+}
+
+// forgetCounter drops the known total after SET/DEL moved it.
+func (e *Engine) forgetCounter(key string) {
+	c := e.counter(key)
+	c.mu.Lock()
+	c.known = false
+	c.mu.Unlock()
+}
+
+// estimate returns the counter's estimated total after this process's
+// acknowledged increment n: the last known total plus what this process
+// added since, refreshing the total with one read of every shard when it is
+// older than TotalRefresh. Only one caller refreshes at a time; the others
+// return the current estimate unless no total is known yet.
+func (e *Engine) estimate(ctx context.Context, p *plan, n, shardVal int64) int64 {
+	c := e.counter(p.key)
+	now := e.clock.Now()
+	c.mu.Lock()
+	c.local += n
+	for c.known && now.Sub(c.at) < e.opts.TotalRefresh || c.refreshing != nil {
+		if c.refreshing == nil || c.known {
+			v := c.total + c.local
+			c.mu.Unlock()
+			return v
+		}
+		// The first total is being read: wait for it.
+		ch := c.refreshing
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return shardVal
+		}
+		c.mu.Lock()
+	}
+	ch := make(chan struct{})
+	c.refreshing = ch
+	startLocal := c.local
+	c.mu.Unlock()
+
+	total, _, err := e.sum(ctx, p)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = nil
+	close(ch)
+	if err != nil {
+		if c.known {
+			return c.total + c.local
+		}
+		// The increment is applied; returning an error would invite a
+		// retry that counts it twice. The shard's value is a lower bound
+		// of a non-negative counter.
+		return shardVal
+	}
+	// Increments acknowledged after the read began may already be in
+	// total too: they are counted twice until the next refresh (the
+	// over-count bound in docs/engine.md).
+	c.total, c.at, c.known = total, now, true
+	c.local -= startLocal
+	return c.total + c.local
+}
+
+// preAggregate adds n to the counter's pending increments and returns the
+// estimated total including them.
+func (e *Engine) preAggregate(ctx context.Context, p *plan, n int64) (int64, error) {
+	c := e.counter(p.key)
+	now := e.clock.Now()
+	c.mu.Lock()
+	c.pending += n
+	c.local += n
+	if c.known && now.Sub(c.at) < e.opts.TotalRefresh {
+		v := c.total + c.local
+		c.mu.Unlock()
+		return v, nil
+	}
+	c.mu.Unlock()
+	// Refresh under flushMu: no flush runs meanwhile, so Redis holds
+	// exactly what was flushed and pending the rest.
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	c.mu.Lock()
+	if c.known && now.Sub(c.at) < e.opts.TotalRefresh {
+		v := c.total + c.local
+		c.mu.Unlock()
+		return v, nil
+	}
+	c.mu.Unlock()
+	total, _, err := e.sum(ctx, p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		return c.total + c.local, nil
+	}
+	c.total, c.at, c.known = total, now, true
+	c.local = c.pending
+	return c.total + c.local, nil
+}
+
+// flushLoop flushes pre-aggregated increments at the shortest flush
+// interval of the table until Close.
+func (e *Engine) flushLoop() {
+	defer close(e.done)
+	for {
+		every := e.table.Load().flushEvery
+		var tick <-chan time.Time
+		var t clockTimer
+		if every > 0 {
+			t = e.clock.NewTimer(every)
+			tick = t.C()
+		}
+		select {
+		case <-e.stop:
+			if t != nil {
+				t.Stop()
+			}
+			return
+		case <-e.tableChanged:
+			if t != nil {
+				t.Stop()
+			}
+		case <-tick:
+			ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
+			_ = e.Flush(ctx)
+			cancel()
+		}
+	}
+}
+
+type clockTimer interface {
+	C() <-chan time.Time
+	Stop() bool
+}
+
+// Flush writes every pending pre-aggregated increment upstream now. An
+// increment that fails to write stays pending for the next flush.
+func (e *Engine) Flush(ctx context.Context) error {
+	e.countersMu.Lock()
+	keys := make([]string, 0, len(e.counters))
+	for k := range e.counters {
+		keys = append(keys, k)
+	}
+	e.countersMu.Unlock()
+	var first error
+	for _, k := range keys {
+		if err := e.flushKey(ctx, k); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// flushKey writes key's pending increments to a random shard of the current
+// write generation, or to the base key if the key left the table or its
+// mitigation is not active.
+func (e *Engine) flushKey(ctx context.Context, key string) error {
+	e.countersMu.Lock()
+	c := e.counters[key]
+	e.countersMu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	c.mu.Lock()
+	d := c.pending
+	c.pending = 0
+	c.mu.Unlock()
+	if d == 0 {
+		return nil
+	}
+	target := key
+	now := e.clock.Now()
+	if p := e.plan(key); p != nil && p.entry.Split != nil && p.hasShards && p.entry.Active(now) {
+		target = e.writeKey(p, now)
+	}
+	if err := e.client.IncrBy(ctx, target, d).Err(); err != nil {
+		e.m.upstreamErrors.Inc()
+		c.mu.Lock()
+		c.pending += d
+		c.mu.Unlock()
+		return err
+	}
+	e.m.flushes.Inc()
+	return nil
+}
