@@ -3,8 +3,8 @@ package engine_test
 import (
 	"context"
 	"errors"
-	"os"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
