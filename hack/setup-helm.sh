@@ -3,6 +3,8 @@
 set -o errexit -o nounset -o pipefail
 version="$1" out="$2"
 [[ -x "${out}" ]] && exit 0
+# The build runs in another directory: make the output path absolute.
+[[ "${out}" = /* ]] || out="${PWD}/${out}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${ROOT}/bin/.tools-src/helm-${version}"
 mkdir -p "${dir}"
@@ -19,5 +21,13 @@ package tools
 import _ "helm.sh/helm/v3/cmd/helm"
 GO
 echo "setup-helm: building helm ${version} (first time only, ~2 min)" >&2
-(cd "${dir}" && GOFLAGS=-mod=mod go get "helm.sh/helm/v3@${version}" >/dev/null 2>&1 && GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1; CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags=-s -o "${out}.tmp" helm.sh/helm/v3/cmd/helm)
+(
+  cd "${dir}"
+  GOFLAGS=-mod=mod go get "helm.sh/helm/v3@${version}"
+  GOFLAGS=-mod=mod go mod tidy
+  # helm reports its version from this variable; without it `helm version` says v3.22.
+  CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
+    -ldflags="-s -X helm.sh/helm/v3/internal/version.version=${version}" \
+    -o "${out}.tmp" helm.sh/helm/v3/cmd/helm
+)
 mv "${out}.tmp" "${out}"
