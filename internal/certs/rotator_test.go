@@ -195,7 +195,9 @@ func TestRotatorAgainstAPIServer(t *testing.T) {
 		return true
 	})
 	// After the grace period the serving certificate moves to the new CA.
-	tick(func() bool { return !bytes.Equal(secret().CACert, first.CACert) && !bytes.Equal(secret().Cert, renewed.Cert) })
+	tick(func() bool {
+		return !bytes.Equal(secret().CACert, first.CACert) && !bytes.Equal(secret().Cert, renewed.Cert)
+	})
 	tick(func() bool {
 		c, err := r1.GetCertificate(nil)
 		block, _ := pem.Decode(secret().Cert)
