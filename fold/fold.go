@@ -1,0 +1,207 @@
+// Package fold moves the increments held by the shards of a retired split
+// generation back into the base key, exactly once, however often the folding
+// process dies and restarts.
+//
+// The protocol, per shard S of logical key K:
+//
+//  1. v := GET S. If v is 0, the shard is folded.
+//  2. On K's node (one Lua script, atomic): unless the ledger hash
+//     L = routing.SameSlotKey(K, "fold") already holds a pending record for
+//     S, INCRBY K v, take the next sequence number n of S from L and record
+//     (v, n) for S in L.
+//  3. On S's node (one Lua script): unless the ack key
+//     A = routing.SameSlotKey(S, "foldack") already holds n or more,
+//     DECRBY S v and SET A n.
+//  4. Remove S's record from L if it still holds (v, n).
+//
+// Every move is a pair (+v on K, −v on S) tied to one sequence number: step
+// 2 applies +v at most once because a second record for S cannot be created
+// while one is pending; step 3 applies −v at most once because A keeps the
+// highest number applied, and numbers are applied in order (move n+1 is
+// credited only after move n was cleared, which is after its debit). A folder
+// killed anywhere resumes by finishing the pending record (steps 3 and 4)
+// before it reads the shard again; a slow concurrent folder replaying an old
+// record finds A ahead of it and does nothing. Shards are never deleted:
+// DECRBY keeps increments that arrived after step 1 (late writers), and they
+// are folded in a later round. So K plus all shards is conserved at every
+// step boundary, and once traffic stops and folds complete, K alone holds
+// exactly the acknowledged increments.
+//
+// Readers summing K and the shards between steps 2 and 3 see v twice; that
+// over-count lasts one round trip and only on retired generations.
+package fold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// Step names a point of the protocol, for fault injection.
+type Step int
+
+// The steps, in order.
+const (
+	StepRead Step = iota + 1
+	StepCredit
+	StepDebit
+	StepClear
+)
+
+// Options tune a Folder.
+type Options struct {
+	// Rounds bounds how many times one shard is re-read after a fold in one
+	// call, to catch late increments (default 3).
+	Rounds int
+	// Fault, if set, is called before each step; a non-nil error aborts the
+	// fold right there, as if the process died. For tests.
+	Fault func(Step) error
+}
+
+// Folder folds retired shards through one Redis client (standalone or
+// cluster). It is safe for concurrent use on different keys; concurrent use
+// on the same key is safe too (the ledger serialises it), just wasteful.
+type Folder struct {
+	client redis.UniversalClient
+	opts   Options
+}
+
+// New returns a Folder.
+func New(client redis.UniversalClient, opts Options) *Folder {
+	if opts.Rounds <= 0 {
+		opts.Rounds = 3
+	}
+	return &Folder{client: client, opts: opts}
+}
+
+// Result of folding one generation.
+type Result struct {
+	// Done is true when every shard read 0 with nothing pending: the
+	// generation may leave the routing table.
+	Done bool
+	// Moves counts completed moves (+v/−v pairs), Moved their sum.
+	Moves int
+	Moved int64
+}
+
+var credit = redis.NewScript(`
+local p = redis.call('HGET', KEYS[2], ARGV[1])
+if p then return p end
+redis.call('INCRBY', KEYS[1], ARGV[2])
+local n = redis.call('HINCRBY', KEYS[2], 'seq:' .. ARGV[1], 1)
+local rec = ARGV[2] .. ' ' .. n
+redis.call('HSET', KEYS[2], ARGV[1], rec)
+return rec
+`)
+
+var debit = redis.NewScript(`
+local a = tonumber(redis.call('GET', KEYS[2]) or '0')
+if a >= tonumber(ARGV[2]) then return 0 end
+redis.call('DECRBY', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+`)
+
+var clear = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+`)
+
+// Generation folds every shard of gen of key into key.
+func (f *Folder) Generation(ctx context.Context, key string, gen routing.Generation) (Result, error) {
+	var res Result
+	res.Done = true
+	for _, shard := range routing.ShardKeys(key, gen) {
+		zero, err := f.shard(ctx, key, shard, &res)
+		if err != nil {
+			return res, err
+		}
+		res.Done = res.Done && zero
+	}
+	return res, nil
+}
+
+// shard folds one shard; zero reports that it read 0 with nothing pending.
+func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (bool, error) {
+	ledger := routing.SameSlotKey(key, "fold")
+	// Resume a move a previous folder left pending.
+	rec, err := f.client.HGet(ctx, ledger, shard).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return false, fmt.Errorf("fold: read ledger: %w", err)
+	default:
+		if err := f.finish(ctx, ledger, shard, rec, res); err != nil {
+			return false, err
+		}
+	}
+	for range f.opts.Rounds {
+		if err := f.fault(StepRead); err != nil {
+			return false, err
+		}
+		v, err := f.client.Get(ctx, shard).Int64()
+		if errors.Is(err, redis.Nil) {
+			v, err = 0, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("fold: read shard: %w", err)
+		}
+		if v == 0 {
+			return true, nil
+		}
+		if err := f.fault(StepCredit); err != nil {
+			return false, err
+		}
+		rec, err := credit.Run(ctx, f.client, []string{key, ledger}, shard, v).Text()
+		if err != nil {
+			return false, fmt.Errorf("fold: credit base key: %w", err)
+		}
+		// rec is ours, or a move another folder left pending: finish it
+		// either way, then read the shard again.
+		if err := f.finish(ctx, ledger, shard, rec, res); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// finish applies steps 3 and 4 of the pending record rec ("v n").
+func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Result) error {
+	vs, ns, ok := strings.Cut(rec, " ")
+	v, err := strconv.ParseInt(vs, 10, 64)
+	n, err2 := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || err2 != nil || n <= 0 {
+		return fmt.Errorf("fold: malformed ledger record for a shard of %d bytes", len(rec))
+	}
+	if err := f.fault(StepDebit); err != nil {
+		return err
+	}
+	ack := routing.SameSlotKey(shard, "foldack")
+	if err := debit.Run(ctx, f.client, []string{shard, ack}, v, n).Err(); err != nil {
+		return fmt.Errorf("fold: debit shard: %w", err)
+	}
+	if err := f.fault(StepClear); err != nil {
+		return err
+	}
+	if err := clear.Run(ctx, f.client, []string{ledger}, shard, rec).Err(); err != nil {
+		return fmt.Errorf("fold: clear ledger: %w", err)
+	}
+	res.Moves++
+	res.Moved += v
+	return nil
+}
+
+func (f *Folder) fault(s Step) error {
+	if f.opts.Fault == nil {
+		return nil
+	}
+	return f.opts.Fault(s)
+}
