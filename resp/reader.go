@@ -452,3 +452,12 @@ func (r *Reader) skip(b []byte, pos, depth int) (int, error) {
 		return 0, protoErr("unknown reply type '%s'", printable(t))
 	}
 }
+
+// Take returns the buffered bytes not yet parsed and consumes them. A proxy
+// uses it when it stops parsing a connection and starts piping it raw (for
+// pub/sub), so that no byte already read is lost.
+func (r *Reader) Take() []byte {
+	b := r.buf[r.r:r.w]
+	r.r, r.w = 0, 0
+	return b
+}

@@ -1,0 +1,329 @@
+// Package proxy is the heatsink sidecar: a RESP proxy that forwards an
+// application's commands to Redis (standalone or Cluster), reports key
+// accesses to the node's detector and hands the commands on mitigated keys
+// to the routing engine.
+//
+// Design for throughput on a shared core: each client connection gets its
+// own goroutine and its own upstream connection per Redis node. The session
+// reads every command the client has already sent (a pipeline), forwards
+// their raw bytes in one write per node, reads the replies and answers the
+// client with one write. No command is copied or re-encoded on that path and
+// nothing allocates per command; per-connection state (SELECT, MULTI, WATCH,
+// AUTH) stays correct because the upstream connection is the client's own.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heatsink-dev/heatsink/resp"
+)
+
+// Engine is the part of the routing engine (package engine) the proxy uses.
+// *engine.Engine implements it.
+type Engine interface {
+	// Lookup reports whether key is mitigated. It must be cheap: the proxy
+	// calls it for every keyed command.
+	Lookup(key string) bool
+	Get(ctx context.Context, key string) (val []byte, found bool, err error)
+	Set(ctx context.Context, key string, val []byte, args ...any) (ok bool, err error)
+	IncrBy(ctx context.Context, key string, n int64) (int64, error)
+	Del(ctx context.Context, key string) (int64, error)
+	// Invalidate is called after a raw write on a mitigated key.
+	Invalidate(key string)
+}
+
+// Observer receives key accesses (the detector client, detector/wire).
+// Observe must not block.
+type Observer interface {
+	Observe(policy, key string, reads, writes, bytes uint32)
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// Upstreams are the Redis addresses (host:port); in cluster mode, seeds.
+	Upstreams []string
+	// Cluster selects Redis Cluster (slot-aware routing, MOVED/ASK).
+	Cluster bool
+	// Username and Password authenticate every upstream connection.
+	Username, Password string
+	// Policy is "<namespace>/<name>" reported with each access.
+	Policy string
+	// Engine, if set, serves commands on mitigated keys.
+	Engine Engine
+	// Observer, if set, receives every keyed command's access.
+	Observer Observer
+	// DialTimeout bounds connecting to Redis (default 2s).
+	DialTimeout time.Duration
+	// Timeout bounds waiting for a reply from Redis (default 5s), except for
+	// blocking commands, which wait as long as the client asked. The check is
+	// armed lazily, so a stall is detected after between Timeout/2 and
+	// Timeout.
+	Timeout time.Duration
+	// DrainTimeout bounds graceful shutdown (default 10s).
+	DrainTimeout time.Duration
+	// Registerer, if set, receives the proxy's metrics.
+	Registerer prometheus.Registerer
+	// Logger logs connection-level events; never Redis keys or values.
+	Logger *slog.Logger
+	// Limits bound client frames (resp.DefaultLimits if zero).
+	Limits resp.Limits
+}
+
+// Proxy serves RESP clients. Create it with New, run it with Serve.
+type Proxy struct {
+	cfg  Config
+	topo *topology
+	m    *metrics
+	log  *slog.Logger
+
+	draining atomic.Bool
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	wg       sync.WaitGroup
+	ready    atomic.Bool
+}
+
+// New validates cfg and returns a proxy. It does not connect yet.
+func New(cfg Config) (*Proxy, error) {
+	if len(cfg.Upstreams) == 0 {
+		return nil, errors.New("proxy: no upstream address")
+	}
+	for _, a := range cfg.Upstreams {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("proxy: upstream %q: %w", a, err)
+		}
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Limits.MaxDepth == 0 {
+		cfg.Limits = resp.DefaultLimits
+	}
+	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
+	p.topo = newTopology(cfg.Upstreams, cfg.Cluster)
+	p.topo.dial = p.dialRaw
+	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
+	return p, nil
+}
+
+// Serve accepts clients on ln until ctx ends, then drains: it stops
+// accepting, lets every session finish the pipeline it is serving, closes
+// idle connections, and force-closes whatever remains after DrainTimeout.
+// It returns nil after a graceful drain.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	if p.cfg.Cluster {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout*2)
+		err := p.topo.refresh(rctx)
+		cancel()
+		if err != nil {
+			// Keep serving: sessions route to the seed and follow MOVED, and
+			// the map is retried on the first redirect.
+			p.log.Warn("initial cluster slot map failed; following redirects", "err", err)
+			p.m.upstreamErrors.WithLabelValues("refresh").Inc()
+		}
+	}
+	p.ready.Store(true)
+	acceptDone := make(chan error, 1)
+	go func() { acceptDone <- p.accept(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-acceptDone:
+		p.shutdown()
+		return err
+	}
+	ln.Close()
+	<-acceptDone
+	return p.shutdown()
+}
+
+func (p *Proxy) accept(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if p.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		s := newSession(p, c)
+		p.mu.Lock()
+		if p.draining.Load() {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.sessions[s] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		p.m.accepted.Inc()
+		p.m.connections.Inc()
+		go func() {
+			defer p.wg.Done()
+			s.run()
+			p.mu.Lock()
+			delete(p.sessions, s)
+			p.mu.Unlock()
+			p.m.connections.Dec()
+		}()
+	}
+}
+
+// shutdown wakes idle sessions (their blocking read of the next command
+// returns) and waits for all of them.
+func (p *Proxy) shutdown() error {
+	p.ready.Store(false)
+	p.mu.Lock()
+	p.draining.Store(true)
+	for s := range p.sessions {
+		s.conn.SetReadDeadline(time.Now())
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	t := time.NewTimer(p.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+	}
+	p.mu.Lock()
+	n := len(p.sessions)
+	for s := range p.sessions {
+		s.conn.Close()
+		s.closeUpstreams()
+	}
+	p.mu.Unlock()
+	<-done
+	return fmt.Errorf("proxy: %d connections force-closed after the %s drain timeout", n, p.cfg.DrainTimeout)
+}
+
+// Ready reports whether the proxy is serving and can reach Redis (a PING on
+// a fresh connection to the first upstream).
+func (p *Proxy) Ready(ctx context.Context) error {
+	if !p.ready.Load() {
+		return errors.New("not serving")
+	}
+	u, err := p.dialRaw(ctx, p.topo.addr(0))
+	if err != nil {
+		return err
+	}
+	defer u.close()
+	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("PING")})
+	if err := u.w.Flush(); err != nil {
+		return err
+	}
+	var r resp.Reply
+	if err := u.r.ReadReply(&r); err != nil {
+		return err
+	}
+	if r.IsError() {
+		return fmt.Errorf("redis: %s", r.Line)
+	}
+	return nil
+}
+
+// dialRaw connects to addr and authenticates with the configured
+// credentials. The connection's deadlines are cleared on success.
+func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
+	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		p.m.upstreamErrors.WithLabelValues("dial").Inc()
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.DefaultLimits), w: resp.NewWriter(c, 16<<10)}
+	if p.cfg.Password != "" {
+		args := [][]byte{[]byte("AUTH"), []byte(p.cfg.Password)}
+		if p.cfg.Username != "" {
+			args = [][]byte{[]byte("AUTH"), []byte(p.cfg.Username), []byte(p.cfg.Password)}
+		}
+		c.SetDeadline(time.Now().Add(p.cfg.Timeout))
+		u.w.Buf = resp.AppendArgs(u.w.Buf, args)
+		var r resp.Reply
+		if err := u.w.Flush(); err == nil {
+			err = u.r.ReadReply(&r)
+		}
+		if err != nil {
+			c.Close()
+			p.m.upstreamErrors.WithLabelValues("dial").Inc()
+			return nil, err
+		}
+		if r.IsError() {
+			c.Close()
+			p.m.upstreamErrors.WithLabelValues("auth").Inc()
+			return nil, fmt.Errorf("upstream AUTH: %s", strings.TrimSpace(string(r.Line)))
+		}
+		c.SetDeadline(time.Time{})
+	}
+	return u, nil
+}
+
+// metrics of the proxy. No label carries a key.
+type metrics struct {
+	connections    prometheus.Gauge
+	accepted       prometheus.Counter
+	forwarded      prometheus.Counter
+	engine         prometheus.Counter
+	local          prometheus.Counter
+	batches        prometheus.Counter
+	protocolErrors prometheus.Counter
+	upstreamErrors *prometheus.CounterVec
+	redirects      *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "heatsink", "proxy"
+	cmds := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "commands_total",
+		Help: "Client commands by path: forwarded raw, served by the engine (mitigated keys), or answered by the proxy itself (refusals, QUIT)."}, []string{"path"})
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections", Help: "Open client connections."}),
+		accepted:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "accepted_connections_total", Help: "Client connections accepted."}),
+		forwarded:   cmds.WithLabelValues("forwarded"),
+		engine:      cmds.WithLabelValues("engine"),
+		local:       cmds.WithLabelValues("local"),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "batches_total",
+			Help: "Pipelines forwarded (commands_total / batches_total is the mean pipeline depth)."}),
+		protocolErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "protocol_errors_total",
+			Help: "Client connections closed because of a malformed RESP frame."}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "upstream_errors_total",
+			Help: "Upstream failures by kind (dial, auth, io, timeout, refresh)."}, []string{"kind"}),
+		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "redirects_total",
+			Help: "Redis Cluster redirections followed (moved, ask)."}, []string{"kind"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.connections, m.accepted, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects} {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
