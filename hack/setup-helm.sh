@@ -25,9 +25,13 @@ echo "setup-helm: building helm ${version} (first time only, ~2 min)" >&2
   cd "${dir}"
   GOFLAGS=-mod=mod go get "helm.sh/helm/v3@${version}"
   GOFLAGS=-mod=mod go mod tidy
-  # helm reports its version from this variable; without it `helm version` says v3.22.
+  # The variables helm's own Makefile sets: its version, and the Kubernetes
+  # version it assumes without a cluster (that of its client-go, else 1.20).
+  k8s_minor="$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)"
   CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
-    -ldflags="-s -X helm.sh/helm/v3/internal/version.version=${version}" \
+    -ldflags="-s -X helm.sh/helm/v3/internal/version.version=${version} \
+      -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${k8s_minor} \
+      -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${k8s_minor}" \
     -o "${out}.tmp" helm.sh/helm/v3/cmd/helm
 )
 mv "${out}.tmp" "${out}"
