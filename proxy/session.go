@@ -29,6 +29,10 @@ type pend struct {
 	swallow bool
 	// key is set for reads when an Observer wants their reply size.
 	key string
+	// invalidate is a mitigated key written raw: the engine drops its cached
+	// copy once Redis has applied the write (not before, or a concurrent
+	// read could cache the old value again).
+	invalidate string
 }
 
 type session struct {
@@ -134,6 +138,7 @@ func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
 	info, _ := lookupCommand(args[0])
 	cluster := s.p.cfg.Cluster
+	var inval string
 	switch info.kind {
 	case kQuit:
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
@@ -170,8 +175,7 @@ func (s *session) handle() (done bool, err error) {
 				return false, nil
 			}
 			if info.write {
-				// Forwarded raw: drop any cached copy once it is done.
-				defer e.Invalidate(string(key))
+				inval = string(key)
 			}
 		}
 		if o := s.p.cfg.Observer; o != nil && !info.write {
@@ -222,7 +226,9 @@ func (s *session) handle() (done bool, err error) {
 	if s.p.cfg.Observer != nil && key != nil && !info.write {
 		rk = string(key)
 	}
-	s.forward(node, s.cmd.Raw, false, rk)
+	if s.forward(node, s.cmd.Raw, false, rk) == nil && inval != "" {
+		s.pend[len(s.pend)-1].invalidate = inval
+	}
 	return false, nil
 }
 
@@ -336,6 +342,9 @@ func (s *session) drain() {
 		}
 		err := s.readReply(u)
 		if err != nil {
+			if pd.invalidate != "" { // the write may have been applied
+				s.p.cfg.Engine.Invalidate(pd.invalidate)
+			}
 			s.fail(u, err)
 			if !pd.swallow {
 				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(int(pd.node))+": "+errText(err))
@@ -343,6 +352,9 @@ func (s *session) drain() {
 			continue
 		}
 		u.queued--
+		if pd.invalidate != "" {
+			s.p.cfg.Engine.Invalidate(pd.invalidate)
+		}
 		if pd.swallow {
 			continue
 		}
