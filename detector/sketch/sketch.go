@@ -61,6 +61,12 @@ type Config struct {
 	Rows int
 }
 
+// Defaulted returns c with defaults filled in, or why it is invalid.
+func (c Config) Defaulted() (Config, error) {
+	err := c.defaults()
+	return c, err
+}
+
 func (c *Config) defaults() error {
 	if c.K <= 0 {
 		return fmt.Errorf("sketch: K must be positive, got %d", c.K)
