@@ -44,6 +44,7 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook manifests, and c
 		output:webhook:artifacts:config=config/webhook
 	$(CONTROLLER_GEN) rbac:roleName=heatsink-detector paths="./detector/..." output:rbac:artifacts:config=config/detector/rbac
 	hack/sync-chart-crds.sh
+	hack/sync-chart-rbac.sh
 
 .PHONY: fmt
 fmt: ## Run gofmt.

@@ -1,0 +1,79 @@
+{{/* Chart name. */}}
+{{- define "heatsink.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of namespaced object names: "heatsink" for a release named heatsink. */}}
+{{- define "heatsink.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "heatsink.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "heatsink.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: heatsink
+{{- end }}
+
+{{- define "heatsink.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "heatsink.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "heatsink.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{- define "heatsink.managerServiceAccount" -}}
+{{- if .Values.serviceAccount.manager.create }}{{ default (printf "%s-manager" (include "heatsink.fullname" .)) .Values.serviceAccount.manager.name }}{{ else }}{{ default "default" .Values.serviceAccount.manager.name }}{{ end }}
+{{- end }}
+
+{{- define "heatsink.detectorServiceAccount" -}}
+{{- if .Values.serviceAccount.detector.create }}{{ default (printf "%s-detector" (include "heatsink.fullname" .)) .Values.serviceAccount.detector.name }}{{ else }}{{ default "default" .Values.serviceAccount.detector.name }}{{ end }}
+{{- end }}
+
+{{/* The webhook Service; its DNS name is in the serving certificate. */}}
+{{- define "heatsink.webhookService" -}}
+{{ include "heatsink.fullname" . }}-webhook-service
+{{- end }}
+
+{{- define "heatsink.webhookCertSecret" -}}
+{{ include "heatsink.fullname" . }}-webhook-cert
+{{- end }}
+
+{{/* Webhook configurations have fixed names: the manager's RBAC (generated
+     from kubebuilder markers) names them in resourceNames. */}}
+{{- define "heatsink.mutatingWebhookConfiguration" -}}heatsink-mutating-webhook-configuration{{- end }}
+{{- define "heatsink.validatingWebhookConfiguration" -}}heatsink-validating-webhook-configuration{{- end }}
+
+{{/* Restricted Pod Security profile, for every pod and container. */}}
+{{- define "heatsink.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "heatsink.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+privileged: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
