@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,6 +85,12 @@ type InjectorConfig struct {
 	PullPolicy corev1.PullPolicy
 	// Resources are the proxy's requests and limits.
 	Resources corev1.ResourceRequirements
+	// DetectorAddress is where the proxy sends its access counts
+	// (HEATSINK_DETECTOR): the detector Service with internalTrafficPolicy
+	// Local (e.g. heatsink-detector.heatsink-system.svc:7946), which delivers
+	// only to the detector on the sender's node. Empty means the detector's
+	// hostPort on the pod's node, $(HEATSINK_NODE_IP):7946.
+	DetectorAddress string
 }
 
 // DefaultProxyResources are the proxy's requests and limits unless configured:
@@ -194,11 +201,18 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		ImagePullPolicy: cfg.PullPolicy,
 		Args:            []string{"proxy"},
 		RestartPolicy:   &always,
-		Env:             proxyEnv(policy),
+		Env:             proxyEnv(policy, cfg.DetectorAddress),
 		Ports: []corev1.ContainerPort{
 			{Name: "hs-proxy-http", ContainerPort: 9091, Protocol: corev1.ProtocolTCP},
 		},
 		Resources: *cfg.Resources.DeepCopy(),
+		// The kubelet starts the application's containers once this probe
+		// passes, so their first connection finds the proxy listening.
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("hs-proxy-http")}},
+			PeriodSeconds:    1,
+			FailureThreshold: 30,
+		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: RoutingVolumeName, MountPath: RoutingMountPath, ReadOnly: true},
 		},
@@ -234,7 +248,10 @@ func hasVolume(pod *corev1.Pod, name string) bool {
 
 // proxyEnv is the proxy's environment. Order matters: a $(VAR) reference
 // expands only variables defined before it.
-func proxyEnv(policy *v1alpha1.HotKeyPolicy) []corev1.EnvVar {
+func proxyEnv(policy *v1alpha1.HotKeyPolicy, detector string) []corev1.EnvVar {
+	if detector == "" {
+		detector = fmt.Sprintf("$(HEATSINK_NODE_IP):%d", DetectorPort)
+	}
 	fieldRef := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
 	}
@@ -242,7 +259,7 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy) []corev1.EnvVar {
 		{Name: "HEATSINK_POLICY", Value: policy.Name},
 		{Name: "HEATSINK_NAMESPACE", ValueFrom: fieldRef("metadata.namespace")},
 		{Name: "HEATSINK_NODE_IP", ValueFrom: fieldRef("status.hostIP")},
-		{Name: "HEATSINK_DETECTOR", Value: fmt.Sprintf("$(HEATSINK_NODE_IP):%d", DetectorPort)},
+		{Name: "HEATSINK_DETECTOR", Value: detector},
 		{Name: "HEATSINK_UPSTREAM", Value: strings.Join(policy.Spec.Target.Addresses, ",")},
 		{Name: "HEATSINK_CLUSTER", Value: fmt.Sprintf("%t", policy.Spec.Target.Cluster)},
 		{Name: "HEATSINK_LISTEN", Value: ProxyListen},

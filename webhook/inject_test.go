@@ -69,6 +69,15 @@ func TestInjectIsCompleteAndIdempotent(t *testing.T) {
 	checkProxy(t, pod)
 }
 
+func TestInjectDetectorService(t *testing.T) {
+	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
+	cfg := webhook.InjectorConfig{Image: testImage, DetectorAddress: "heatsink-detector.heatsink-system.svc:7946"}
+	webhook.Inject(pod, testPolicy("shop", "catalogue"), cfg)
+	if got := envOf(pod.Spec.InitContainers[0])["HEATSINK_DETECTOR"]; got != cfg.DetectorAddress {
+		t.Errorf("HEATSINK_DETECTOR = %q, want %q", got, cfg.DetectorAddress)
+	}
+}
+
 // checkProxy asserts the injected sidecar of a pod for testPolicy.
 func checkProxy(t *testing.T, pod *corev1.Pod) {
 	t.Helper()

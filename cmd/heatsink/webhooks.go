@@ -54,6 +54,7 @@ type webhookConfig struct {
 	proxyMemoryRequest string
 	proxyCPULimit      string
 	proxyMemoryLimit   string
+	detectorAddress    string
 
 	// rotator is set by prepareWebhookServer with self-signed certificates.
 	rotator *certs.Rotator
@@ -74,6 +75,7 @@ func bindWebhookFlags(fs *flag.FlagSet) *webhookConfig {
 	fs.BoolVar(&c.inject, "enable-sidecar-injection", true, "serve the sidecar injection webhook for pods annotated heatsink.dev/inject")
 	fs.StringVar(&c.proxyImage, "proxy-image", "ghcr.io/heatsink-dev/heatsink:dev", "image of the injected proxy sidecar (runs `heatsink proxy`)")
 	fs.StringVar(&c.proxyPullPolicy, "proxy-image-pull-policy", "", "pull policy of the injected sidecar: Always, IfNotPresent, Never; empty for the API default")
+	fs.StringVar(&c.detectorAddress, "detector-address", "", "detector address the injected sidecar reports to, e.g. the node-local detector Service heatsink-detector.heatsink-system.svc:7946; empty: the detector's hostPort on the pod's node")
 	d := hswebhook.DefaultProxyResources()
 	fs.StringVar(&c.proxyCPURequest, "proxy-cpu-request", d.Requests.Cpu().String(), "CPU request of the injected sidecar")
 	fs.StringVar(&c.proxyMemoryRequest, "proxy-memory-request", d.Requests.Memory().String(), "memory request of the injected sidecar")
@@ -192,7 +194,7 @@ func (c *webhookConfig) injectorConfig() (hswebhook.InjectorConfig, error) {
 	default:
 		return hswebhook.InjectorConfig{}, fmt.Errorf("--proxy-image-pull-policy=%q: want Always, IfNotPresent or Never", p)
 	}
-	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res}, nil
+	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, DetectorAddress: c.detectorAddress}, nil
 }
 
 // setupWebhooks registers the admission webhooks and, with self-signed
