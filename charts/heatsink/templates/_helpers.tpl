@@ -77,3 +77,14 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{- define "heatsink.detectorService" -}}
+{{ include "heatsink.fullname" . }}-detector
+{{- end }}
+
+{{/* Where injected sidecars send their access counts. */}}
+{{- define "heatsink.detectorAddress" -}}
+{{- if eq .Values.detector.ingestMode "service" -}}
+{{ include "heatsink.detectorService" . }}.{{ .Release.Namespace }}.svc:{{ .Values.detector.ingestPort }}
+{{- end -}}
+{{- end }}
