@@ -1,0 +1,306 @@
+// Package install tests that heatsink installs like any operator: the Helm
+// chart lints, and the chart (with default and non-default values) and the
+// kustomize overlay config/default render manifests that a real API server
+// accepts in a server-side dry run; both install the same objects.
+//
+// The tools come from bin/: helm (HELM_BIN, built by `make helm`) and kubectl
+// with its built-in kustomize (bin/k8s/<version>/kubectl, built by
+// `make envtest`). A missing tool fails the test with the make target to run.
+package install
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/heatsink-dev/heatsink/internal/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testenv"
+)
+
+const namespace = "heatsink-system"
+
+type tools struct{ root, helm, kubectl string }
+
+func findTools(t *testing.T) tools {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := os.Getenv("HELM_BIN")
+	if helm == "" {
+		matches, _ := filepath.Glob(filepath.Join(root, "bin", "helm-v*"))
+		sort.Strings(matches)
+		if len(matches) > 0 {
+			helm = matches[len(matches)-1]
+		}
+	}
+	if _, err := os.Stat(helm); helm == "" || err != nil {
+		t.Fatalf("helm not found (HELM_BIN=%q): run `make helm`, which builds it into bin/ from the Go module proxy", helm)
+	}
+	v := os.Getenv("K8S_VERSION")
+	if v == "" {
+		v = controlplane.DefaultK8sVersion
+	}
+	kubectl := filepath.Join(root, "bin", "k8s", v, "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Fatalf("kubectl (and its built-in kustomize) not found at %s: run `make envtest`", kubectl)
+	}
+	return tools{root: root, helm: helm, kubectl: kubectl}
+}
+
+func run(t *testing.T, dir string, name string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String(), stdout.String())
+	}
+	return stdout.Bytes()
+}
+
+// valueSets are the chart configurations under test, by name.
+var valueSets = map[string][]string{
+	"default":           nil,
+	"ha-certmanager":    {"-f", "testdata/values-ha-certmanager.yaml"},
+	"minimal":           {"-f", "testdata/values-minimal.yaml"},
+	"two-replicas-set":  {"--set", "manager.replicas=2", "--set", "metrics.serviceMonitor.enabled=true"},
+	"detector-hostport": {"--set", "detector.ingestMode=hostPort", "--set", "rbac.create=false"},
+}
+
+func helmTemplate(t *testing.T, tl tools, args []string) []byte {
+	t.Helper()
+	a := append([]string{"template", "heatsink", filepath.Join(tl.root, "charts", "heatsink"),
+		"--namespace", namespace, "--include-crds", "--kube-version", kubeVersion()}, args...)
+	return run(t, ".", tl.helm, a...)
+}
+
+func kubeVersion() string {
+	if v := os.Getenv("K8S_VERSION"); v != "" {
+		return v
+	}
+	return controlplane.DefaultK8sVersion
+}
+
+func TestHelmLint(t *testing.T) {
+	tl := findTools(t)
+	for name, args := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			a := append([]string{"lint", "--strict", "--kube-version", kubeVersion(), filepath.Join(tl.root, "charts", "heatsink")}, args...)
+			run(t, ".", tl.helm, a...)
+		})
+	}
+}
+
+func TestHelmSchemaRejectsBadValues(t *testing.T) {
+	tl := findTools(t)
+	for name, set := range map[string]string{
+		"unknown key":       "manager.replica=2",
+		"zero replicas":     "manager.replicas=0",
+		"bad cert source":   "webhook.certificates.source=vault",
+		"bad pull policy":   "image.pullPolicy=Sometimes",
+		"port out of range": "detector.ingestPort=70000",
+		"bad ingest mode":   "detector.ingestMode=multicast",
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(tl.helm, "template", "x", filepath.Join(tl.root, "charts", "heatsink"), "--kube-version", kubeVersion(), "--set", set)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "values don't meet the specifications of the schema") {
+				t.Fatalf("--set %s: want a schema error, got err=%v\n%s", set, err, out)
+			}
+		})
+	}
+}
+
+// objects splits a multi-document manifest into objects.
+func objects(t *testing.T, manifest []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if err.Error() == "EOF" {
+				return out
+			}
+			t.Fatalf("decode manifest: %v", err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// dryRun applies manifest to the API server with a server-side dry run: the
+// API server runs defaulting, validation and admission on every object.
+func dryRun(t *testing.T, tl tools, kubeconfig string, manifest []byte) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(f, manifest, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, ".", tl.kubectl, "--kubeconfig", kubeconfig, "apply", "--dry-run=server", "--validate=strict", "-f", f)
+	if !bytes.Contains(out, []byte("(server dry run)")) {
+		t.Fatalf("kubectl did not dry-run on the server:\n%s", out)
+	}
+}
+
+// TestManifestsAcceptedByAPIServer renders the chart with every value set
+// and builds config/default, and dry-runs each against a real API server
+// that has the CRDs (heatsink's, and stand-ins for cert-manager's and
+// prometheus-operator's kinds).
+func TestManifestsAcceptedByAPIServer(t *testing.T) {
+	tl := findTools(t)
+	cp := testenv.Start(t, controlplane.Options{})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cp.Kubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ".", tl.kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "testdata/crds")
+	run(t, ".", tl.kubectl, "--kubeconfig", kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", "testdata/crds")
+	if err := cp.CreateNamespace(context.Background(), namespace); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range valueSets {
+		t.Run("helm/"+name, func(t *testing.T) {
+			m := helmTemplate(t, tl, args)
+			checkObjects(t, objects(t, m))
+			dryRun(t, tl, kubeconfig, m)
+		})
+	}
+	t.Run("kustomize/config-default", func(t *testing.T) {
+		m := run(t, ".", tl.kubectl, "kustomize", filepath.Join(tl.root, "config", "default"))
+		checkObjects(t, objects(t, m))
+		dryRun(t, tl, kubeconfig, m)
+	})
+	t.Run("kustomize/with-certmanager-and-prometheus", func(t *testing.T) {
+		m := run(t, ".", tl.kubectl, "kustomize", optionalComponentsOverlay(t, tl.root))
+		objs := objects(t, m)
+		checkObjects(t, objs)
+		kinds := summarize(t, objs).Kinds
+		if kinds["Certificate"] != 1 || kinds["Issuer"] != 1 || kinds["ServiceMonitor"] != 1 {
+			t.Errorf("components missing from the build: %v", kinds)
+		}
+		if !bytes.Contains(m, []byte("--webhook-cert-source=dir")) || !bytes.Contains(m, []byte("cert-manager.io/inject-ca-from: heatsink-system/heatsink-webhook")) {
+			t.Error("the certmanager component did not switch the manager to cert-manager's certificate")
+		}
+		dryRun(t, tl, kubeconfig, m)
+	})
+}
+
+// optionalComponentsOverlay writes an overlay of config/default with the
+// optional components enabled, as a user would, and returns its directory.
+func optionalComponentsOverlay(t *testing.T, root string) string {
+	t.Helper()
+	dir := t.TempDir()
+	// kustomize takes directories outside the overlay, but only by relative path.
+	rel := func(p ...string) string {
+		r, err := filepath.Rel(dir, filepath.Join(append([]string{root, "config"}, p...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := fmt.Sprintf("resources:\n- %s\ncomponents:\n- %s\n- %s\n", rel("default"), rel("certmanager"), rel("prometheus"))
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// checkObjects asserts what must hold of every install: workloads run
+// restricted, and nothing lands outside the install namespace.
+func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if ns := o.GetNamespace(); ns != "" && ns != namespace {
+			t.Errorf("%s %s in namespace %q, want %q", o.GetKind(), o.GetName(), ns, namespace)
+		}
+		switch o.GetKind() {
+		case "Deployment", "DaemonSet":
+		default:
+			continue
+		}
+		what := o.GetKind() + " " + o.GetName()
+		psc, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec", "securityContext")
+		if psc["runAsNonRoot"] != true {
+			t.Errorf("%s: pod securityContext.runAsNonRoot is not true: %v", what, psc)
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			cm := c.(map[string]any)
+			sc, _ := cm["securityContext"].(map[string]any)
+			drop, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "drop")
+			if sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false || fmt.Sprint(drop) != "[ALL]" {
+				t.Errorf("%s container %v is not restricted: %v", what, cm["name"], sc)
+			}
+			if _, ok := cm["resources"].(map[string]any)["requests"]; !ok {
+				t.Errorf("%s container %v has no resource requests", what, cm["name"])
+			}
+		}
+	}
+}
+
+// summary is what an install consists of, independent of naming: kinds with
+// their counts, webhook paths and failure policies, and RBAC rules by kind.
+type summary struct {
+	Kinds    map[string]int
+	Webhooks []string
+	Rules    map[string][]string
+}
+
+func summarize(t *testing.T, objs []*unstructured.Unstructured) summary {
+	t.Helper()
+	s := summary{Kinds: map[string]int{}, Rules: map[string][]string{}}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			continue // kustomize creates it; Helm is told to (--create-namespace)
+		}
+		s.Kinds[o.GetKind()]++
+		switch o.GetKind() {
+		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+			hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			for _, h := range hooks {
+				hm := h.(map[string]any)
+				path, _, _ := unstructured.NestedString(hm, "clientConfig", "path")
+				if path == "" {
+					path, _, _ = unstructured.NestedString(hm, "clientConfig", "service", "path")
+				}
+				s.Webhooks = append(s.Webhooks, fmt.Sprintf("%s %s %v %v", o.GetName(), path, hm["failurePolicy"], hm["matchConditions"] != nil))
+			}
+		case "ClusterRole", "Role":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				s.Rules[o.GetKind()] = append(s.Rules[o.GetKind()], fmt.Sprint(r))
+			}
+		}
+	}
+	sort.Strings(s.Webhooks)
+	for k := range s.Rules {
+		sort.Strings(s.Rules[k])
+	}
+	return s
+}
+
+// TestKustomizeInstallsTheSameAsTheChart compares the default chart with
+// config/default: the same kinds, webhooks and RBAC rules.
+func TestKustomizeInstallsTheSameAsTheChart(t *testing.T) {
+	tl := findTools(t)
+	chart := summarize(t, objects(t, helmTemplate(t, tl, nil)))
+	kust := summarize(t, objects(t, run(t, ".", tl.kubectl, "kustomize", filepath.Join(tl.root, "config", "default"))))
+	if d := cmp.Diff(chart, kust); d != "" {
+		t.Errorf("chart and config/default differ (-chart +kustomize):\n%s", d)
+	}
+}
