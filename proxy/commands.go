@@ -33,6 +33,9 @@ type cmdInfo struct {
 	key      int8
 	write    bool
 	blocking bool
+	// shareable commands leave no state on the connection, so they can go
+	// through a multiplexed upstream connection.
+	shareable bool
 }
 
 const keyMovable = -1
@@ -87,6 +90,14 @@ var commands = func() map[string]cmdInfo {
 	set(cmdInfo{kind: kSubscribe, key: 1}, "SSUBSCRIBE")
 	set(cmdInfo{kind: kClusterWide}, "KEYS", "SCAN", "DBSIZE", "RANDOMKEY", "FLUSHALL", "FLUSHDB", "SWAPDB")
 	set(cmdInfo{kind: kRefuse}, "SYNC", "PSYNC", "REPLCONF")
+	set(cmdInfo{}, "PING", "ECHO", "INFO", "TIME", "LASTSAVE", "COMMAND", "CONFIG", "PUBLISH", "SPUBLISH",
+		"SCRIPT", "FUNCTION", "LATENCY", "SLOWLOG", "LOLWUT", "ROLE", "TYPE")
+	for name, info := range m {
+		if info.kind == kForward && !info.blocking || info.kind == kClusterWide {
+			info.shareable = true
+			m[name] = info
+		}
+	}
 	return m
 }()
 

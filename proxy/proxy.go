@@ -77,6 +77,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Limits bound client frames (resp.DefaultLimits if zero).
 	Limits resp.Limits
+	// SharedConns is the number of multiplexed upstream connections per
+	// RESP version in standalone mode (default 2); clients that touch
+	// connection state (SELECT n, MULTI, AUTH, blocking commands, ...) get a
+	// connection of their own instead. Negative disables multiplexing.
+	SharedConns int
 }
 
 // Proxy serves RESP clients. Create it with New, run it with Serve.
@@ -91,6 +96,17 @@ type Proxy struct {
 	sessions map[*session]struct{}
 	wg       sync.WaitGroup
 	ready    atomic.Bool
+
+	// pools of multiplexed upstream connections by RESP version (2, 3).
+	pools      [4]*pool
+	sessionSeq atomic.Uint64
+}
+
+func (p *Proxy) pool(proto int) *pool {
+	if proto == 3 {
+		return p.pools[3]
+	}
+	return p.pools[2]
 }
 
 // New validates cfg and returns a proxy. It does not connect yet.
@@ -119,6 +135,11 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Limits = resp.DefaultLimits
 	}
 	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
+	if cfg.SharedConns == 0 {
+		cfg.SharedConns = 2
+	}
+	p.cfg = cfg
+	p.pools[2], p.pools[3] = newPool(p, 2, max(cfg.SharedConns, 1)), newPool(p, 3, max(cfg.SharedConns, 1))
 	p.topo = newTopology(cfg.Upstreams, cfg.Cluster)
 	p.topo.dial = p.dialRaw
 	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
@@ -210,6 +231,7 @@ func (p *Proxy) shutdown() error {
 	defer t.Stop()
 	select {
 	case <-done:
+		p.closePools()
 		return nil
 	case <-t.C:
 	}
@@ -221,7 +243,13 @@ func (p *Proxy) shutdown() error {
 	}
 	p.mu.Unlock()
 	<-done
+	p.closePools()
 	return fmt.Errorf("proxy: %d connections force-closed after the %s drain timeout", n, p.cfg.DrainTimeout)
+}
+
+func (p *Proxy) closePools() {
+	p.pools[2].close()
+	p.pools[3].close()
 }
 
 // Ready reports whether the proxy is serving and can reach Redis (a PING on
@@ -292,6 +320,7 @@ func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
 type metrics struct {
 	connections    prometheus.Gauge
 	accepted       prometheus.Counter
+	dedicated      prometheus.Counter
 	forwarded      prometheus.Counter
 	engine         prometheus.Counter
 	local          prometheus.Counter
@@ -308,9 +337,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections", Help: "Open client connections."}),
 		accepted:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "accepted_connections_total", Help: "Client connections accepted."}),
-		forwarded:   cmds.WithLabelValues("forwarded"),
-		engine:      cmds.WithLabelValues("engine"),
-		local:       cmds.WithLabelValues("local"),
+		dedicated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "dedicated_sessions_total",
+			Help: "Client connections moved off the multiplexed upstream connections onto their own because they touched connection state."}),
+		forwarded: cmds.WithLabelValues("forwarded"),
+		engine:    cmds.WithLabelValues("engine"),
+		local:     cmds.WithLabelValues("local"),
 		batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "batches_total",
 			Help: "Pipelines forwarded (commands_total / batches_total is the mean pipeline depth)."}),
 		protocolErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "protocol_errors_total",
@@ -321,7 +352,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Redis Cluster redirections followed (moved, ask)."}, []string{"kind"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connections, m.accepted, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects} {
+		for _, c := range []prometheus.Collector{m.connections, m.accepted, m.dedicated, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects} {
 			reg.MustRegister(c)
 		}
 	}

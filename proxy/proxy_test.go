@@ -366,3 +366,65 @@ func TestEngineServesMitigatedKeys(t *testing.T) {
 		t.Fatalf("GET after APPEND = %q, want v2x", v)
 	}
 }
+
+// TestMultiplexedUntilConnectionState checks that ordinary clients share
+// upstream connections (go-redis' RESP3 handshake included) and that a
+// client touching connection state gets its own, with the state kept.
+func TestMultiplexedUntilConnectionState(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	reg := prometheus.NewRegistry()
+	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Registerer: reg, SharedConns: 1})
+	ctx := context.Background()
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	for _, protocol := range []int{2, 3} {
+		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol, PoolSize: 8})
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 50 {
+					k := fmt.Sprintf("mux:%d:%d", i, j)
+					if err := c.Set(ctx, k, j, 0).Err(); err != nil {
+						t.Error(err)
+						return
+					}
+					if v, err := c.Get(ctx, k).Int(); err != nil || v != j {
+						t.Errorf("GET %s = %d, %v", k, v, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if v, err := c.HGetAll(ctx, "missing").Result(); err != nil || len(v) != 0 {
+			t.Fatalf("RESP%d HGETALL: %v %v", protocol, v, err)
+		}
+		c.Close()
+	}
+	if n := counterSum(t, reg, "heatsink_proxy_dedicated_sessions_total"); n != 0 {
+		t.Fatalf("dedicated sessions = %v, want 0 for stateless clients", n)
+	}
+	// Upstream: one shared connection per protocol (plus the direct client).
+	clients, err := direct.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(clients, "\n"); n > 3 {
+		t.Fatalf("%d upstream connections for 16 clients, want the shared ones only:\n%s", n, clients)
+	}
+
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: 2})
+	defer c.Close()
+	if err := c.Set(ctx, "db2", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := counterSum(t, reg, "heatsink_proxy_dedicated_sessions_total"); n < 1 {
+		t.Fatal("SELECT 2 did not move the client to its own connection")
+	}
+	if direct.Exists(ctx, "db2").Val() != 0 {
+		t.Fatal("a SELECT 2 client's write landed in db 0")
+	}
+}

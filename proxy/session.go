@@ -58,15 +58,27 @@ type session struct {
 	watching   bool
 
 	nFwd, nEng, nLocal float64
+
+	// Multiplexed mode (standalone, until the client touches connection
+	// state): commands collect in sbuf and go through a shared connection;
+	// the replies land in cw.Buf, their lengths in rlens, then wake fires.
+	dedicated bool
+	sbuf      []byte
+	rlens     []int32
+	wake      chan struct{}
+	poolSlot  int
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
 	return &session{
 		p: p, conn: c,
-		cr:     resp.NewReader(c, 16<<10, p.cfg.Limits),
-		cw:     resp.NewWriter(c, 16<<10),
-		proto:  2,
-		pinned: -1,
+		cr:        resp.NewReader(c, 16<<10, p.cfg.Limits),
+		cw:        resp.NewWriter(c, 16<<10),
+		proto:     2,
+		pinned:    -1,
+		wake:      make(chan struct{}, 1),
+		dedicated: p.cfg.SharedConns < 0,
+		poolSlot:  int(p.sessionSeq.Add(1)),
 	}
 }
 
@@ -136,9 +148,24 @@ var errQuit = errors.New("quit")
 // early (the session goes on); a non-nil error ends the session.
 func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
-	info, _ := lookupCommand(args[0])
+	info, known := lookupCommand(args[0])
 	cluster := s.p.cfg.Cluster
 	var inval string
+	if !cluster && !s.dedicated {
+		if handled := s.sharedLocal(info, args); handled {
+			return false, nil
+		}
+		if !known || !info.shareable || isBlocking(info, args) {
+			// The command changes or depends on connection state: from now
+			// on this client gets its own upstream connection.
+			s.drain()
+			s.dedicated = true
+			s.p.m.dedicated.Inc()
+			if s.proto == 3 { // HELLO 3 was answered from the shared pool
+				s.prelude = append(s.prelude, []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"))
+			}
+		}
+	}
 	switch info.kind {
 	case kQuit:
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
@@ -237,6 +264,12 @@ func (s *session) unpin() { s.pinned = -1 }
 // forward queues raw for node. On a dial failure the client gets an error
 // reply in order.
 func (s *session) forward(node int, raw []byte, swallow bool, key string) error {
+	if !s.p.cfg.Cluster && !s.dedicated {
+		s.sbuf = append(s.sbuf, raw...)
+		s.pend = append(s.pend, pend{key: key})
+		s.nFwd++
+		return nil
+	}
 	u, err := s.upstream(node)
 	if err != nil {
 		if !swallow {
@@ -312,6 +345,10 @@ func (s *session) localError(msg string) {
 // becomes an error reply, so the client never hangs.
 func (s *session) drain() {
 	if len(s.pend) == 0 {
+		return
+	}
+	if !s.p.cfg.Cluster && !s.dedicated {
+		s.drainShared()
 		return
 	}
 	var now time.Time
