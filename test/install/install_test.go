@@ -185,6 +185,16 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 		checkObjects(t, objects(t, m))
 		dryRun(t, tl, kubeconfig, m)
 	})
+	t.Run("sample annotated Deployment", func(t *testing.T) {
+		if err := cp.CreateNamespace(context.Background(), "shop"); err != nil {
+			t.Fatal(err)
+		}
+		m, err := os.ReadFile(filepath.Join(tl.root, "config", "samples", "app_catalogue_deployment.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dryRun(t, tl, kubeconfig, m)
+	})
 	t.Run("kustomize/with-certmanager-and-prometheus", func(t *testing.T) {
 		m := run(t, ".", tl.kubectl, "kustomize", optionalComponentsOverlay(t, tl.root))
 		objs := objects(t, m)
