@@ -1,0 +1,154 @@
+// Package demo runs all of heatsink on this machine and shows a hot key being
+// detected and relieved: a real kube-apiserver and etcd, a 3-master Redis
+// Cluster, the manager (reconciler and webhooks), two detectors standing for
+// two nodes, four sidecar proxies (two per node) and a workload generator
+// whose traffic goes through the proxies. It measures the load on each Redis
+// master from Redis itself (INFO), so what it shows is what Redis served.
+//
+// `heatsink demo` (make demo) runs the long scenario with a live terminal
+// view; the e2e test runs a shorter one and asserts on its Result.
+package demo
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Config is one demo scenario. Times are offsets from the start of traffic.
+type Config struct {
+	// Duration is how long traffic runs.
+	Duration time.Duration
+	// Seed makes the key popularity and the choice of the viral keys
+	// reproducible.
+	Seed int64
+
+	// BackgroundRate is the Zipf background traffic, ops/s over all proxies
+	// (80 % GET, 20 % SET), over BackgroundKeys keys.
+	BackgroundRate int
+	BackgroundKeys int
+	// ViralReadRate is the GET rate of the viral read key from ViralReadAt.
+	ViralReadRate int
+	ViralReadAt   time.Duration
+	// ViralWriteRate is the INCR rate of the viral counter from ViralWriteAt.
+	ViralWriteRate int
+	ViralWriteAt   time.Duration
+	// EventRate is the GET rate over the scheduled event's keys during the
+	// event; EventStart is when it starts, EventLead how long before it its
+	// keys are prepared, EventDuration how long it lasts.
+	EventRate     int
+	EventStart    time.Duration
+	EventLead     time.Duration
+	EventDuration time.Duration
+
+	// Policy thresholds and sizing (see the HotKeyPolicy API).
+	ReadsPerSecond          int64
+	WritesPerSecond         int64
+	PerShardWritesPerSecond int64
+	SustainFor              time.Duration
+	Cooldown                time.Duration
+	ReportInterval          time.Duration
+	Window                  time.Duration
+	Epoch                   time.Duration
+	// Margin is how far ahead of an epoch boundary the manager announces a
+	// split change (see controllers.HotKeyPolicyReconciler.Margin).
+	Margin time.Duration
+
+	// OutDir receives the PNG chart and the log of the components.
+	OutDir string
+	// Out receives progress, the live view and the summary; nil discards.
+	Out io.Writer
+	// Live redraws a full-screen view each second (a terminal); otherwise
+	// one line per second is printed.
+	Live bool
+}
+
+// Default is the scenario of `make demo`: about 90 s of traffic.
+func Default() Config {
+	return Config{
+		Duration:       90 * time.Second,
+		Seed:           1,
+		BackgroundRate: 2000,
+		BackgroundKeys: 5000,
+		ViralReadRate:  3000,
+		ViralReadAt:    15 * time.Second,
+		ViralWriteRate: 2000,
+		ViralWriteAt:   25 * time.Second,
+		EventRate:      1500,
+		EventStart:     55 * time.Second,
+		EventLead:      20 * time.Second,
+		EventDuration:  30 * time.Second,
+
+		ReadsPerSecond:          800,
+		WritesPerSecond:         400,
+		PerShardWritesPerSecond: 300,
+		SustainFor:              time.Second,
+		Cooldown:                30 * time.Second,
+		ReportInterval:          500 * time.Millisecond,
+		Window:                  2 * time.Second,
+		Epoch:                   5 * time.Second,
+		Margin:                  time.Second,
+	}
+}
+
+// Short is the scenario of the e2e test: the same story in about 35 s at
+// rates two shared cores sustain next to a test run.
+func Short() Config {
+	c := Default()
+	c.Duration = 32 * time.Second
+	c.BackgroundRate = 1000
+	c.BackgroundKeys = 2000
+	c.ViralReadRate = 1500
+	c.ViralReadAt = 4 * time.Second
+	c.ViralWriteRate = 1000
+	c.ViralWriteAt = 6 * time.Second
+	c.EventRate = 600
+	c.EventStart = 22 * time.Second
+	c.EventLead = 12 * time.Second
+	c.EventDuration = 20 * time.Second
+	c.ReadsPerSecond = 400
+	c.WritesPerSecond = 200
+	c.PerShardWritesPerSecond = 150
+	c.Epoch = 2 * time.Second
+	return c
+}
+
+// Validate checks that the scenario makes sense before anything starts.
+func (c *Config) Validate() error {
+	var errs []error
+	pos := func(name string, v int) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative (got %d)", name, v))
+		}
+	}
+	pos("background rate", c.BackgroundRate)
+	pos("viral read rate", c.ViralReadRate)
+	pos("viral write rate", c.ViralWriteRate)
+	pos("event rate", c.EventRate)
+	if c.Duration < 5*time.Second {
+		errs = append(errs, fmt.Errorf("duration must be at least 5s (got %s)", c.Duration))
+	}
+	if c.BackgroundKeys < 10 {
+		errs = append(errs, fmt.Errorf("background keys must be at least 10 (got %d)", c.BackgroundKeys))
+	}
+	if c.EventLead >= c.EventDuration {
+		errs = append(errs, fmt.Errorf("event lead time %s must be shorter than its duration %s (a HotKeyPolicy rule)", c.EventLead, c.EventDuration))
+	}
+	if c.Margin <= 0 {
+		errs = append(errs, fmt.Errorf("margin must be positive (got %s)", c.Margin))
+	}
+	if c.Epoch < time.Second {
+		errs = append(errs, fmt.Errorf("epoch must be at least 1s (got %s)", c.Epoch))
+	}
+	if c.ReadsPerSecond < 1 || c.WritesPerSecond < 1 || c.PerShardWritesPerSecond < 1 {
+		errs = append(errs, errors.New("thresholds and per-shard capacity must be at least 1"))
+	}
+	if c.ReportInterval > c.Window {
+		errs = append(errs, fmt.Errorf("report interval %s must not exceed the window %s", c.ReportInterval, c.Window))
+	}
+	if c.Cooldown < c.SustainFor {
+		errs = append(errs, fmt.Errorf("cooldown %s must be at least sustainFor %s", c.Cooldown, c.SustainFor))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,366 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+)
+
+// Moments are the timeline of one viral key.
+type Moments struct {
+	Key string
+	// Spike is when its traffic started.
+	Spike time.Time
+	// Detected, Routed: see KeyTimes. Relief is when the mitigation took
+	// effect: Routed for read mitigations (sidecars apply a table as they
+	// receive it), the start of the first split generation's epoch for a
+	// split counter. Zero when it did not happen.
+	Detected, Routed, Relief time.Time
+}
+
+// SpikeToRouted is the time from the spike to the routing table listing the
+// key, or -1 if it never did.
+func (m Moments) SpikeToRouted() time.Duration {
+	if m.Routed.IsZero() {
+		return -1
+	}
+	return m.Routed.Sub(m.Spike)
+}
+
+// DetectionToRouting is the time from detection to routing, or -1.
+func (m Moments) DetectionToRouting() time.Duration {
+	if m.Routed.IsZero() || m.Detected.IsZero() {
+		return -1
+	}
+	return m.Routed.Sub(m.Detected)
+}
+
+// SpikeToRelief is the time from the spike to relief, or -1.
+func (m Moments) SpikeToRelief() time.Duration {
+	if m.Relief.IsZero() {
+		return -1
+	}
+	return m.Relief.Sub(m.Spike)
+}
+
+// Result is what a demo run measured.
+type Result struct {
+	Keys  Keys
+	Start time.Time
+	// Masters are the Redis masters' addresses, in sample order.
+	Masters []string
+	Samples []Sample
+	// ViralRead and Counter are the viral keys' timelines.
+	ViralRead, Counter Moments
+	// EventStart is when the scheduled event started; EventRouted when the
+	// last of its keys was published (zero if one never was).
+	EventStart, EventRouted time.Time
+	// RatioBefore is the mean busiest-master ÷ mean while a viral key was
+	// hot and not yet relieved (0 if no full second was); RatioPeak the
+	// highest of any second; RatioAfter the mean once both were relieved.
+	RatioBefore, RatioPeak, RatioAfter float64
+	// ClientReads are the GETs the clients sent during the run;
+	// UpstreamReads the GET/MGET calls the masters served meanwhile.
+	ClientReads, UpstreamReads int64
+	// CounterValue is the counter read through a proxy after traffic
+	// stopped; CounterAcked the acknowledged INCRs.
+	CounterValue, CounterAcked int64
+	CounterErr                 error
+	Counts                     Counts
+	// Unavailable lists the stages this build could not run.
+	Unavailable []string
+	// Failures are components that stopped on their own during the run.
+	Failures []error
+	// Chart is the path of the PNG chart ("" if it could not be written).
+	Chart string
+	// Log is the path of the components' log.
+	Log string
+}
+
+// EventLead is how long before the event's start all its keys were
+// published; negative or zero means late; ok is false if one never was.
+func (r *Result) EventLead() (time.Duration, bool) {
+	if r.EventRouted.IsZero() {
+		return 0, false
+	}
+	return r.EventStart.Sub(r.EventRouted), true
+}
+
+// Run runs the scenario: set-up, traffic with the live view, summary and
+// chart. It stops everything it started before returning, also when ctx is
+// cancelled (then it returns what it measured so far and ctx's error).
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	out := cfg.Out
+	if out == nil {
+		out = io.Discard
+	}
+	if cfg.OutDir == "" {
+		cfg.OutDir = "."
+	}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	res := &Result{Log: filepath.Join(cfg.OutDir, "heatsink-demo.log")}
+	logFile, err := os.Create(res.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	log := zap.New(zap.WriteTo(logFile))
+	ctrl.SetLogger(log)
+	klog.SetLogger(log.WithName("klog"))
+	s := &stack{log: log, slog: slog.New(logr.ToSlogHandler(log.WithName("proxy")))}
+	defer s.stop()
+
+	fmt.Fprintf(out, "heatsink demo: setting up (components log to %s)\n", res.Log)
+	steps := []struct {
+		what string
+		fn   func() error
+	}{
+		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
+		{"Redis Cluster: 3 masters on loopback", func() error { return s.startRedis(ctx) }},
+		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg.Margin) }},
+		{"detectors: node-a, node-b", func() error { return s.startDetectors(ctx) }},
+		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
+	}
+	for _, st := range steps {
+		if err := progress(out, cfg.Live, st.what, st.fn); err != nil {
+			return nil, fmt.Errorf("%s: %w", st.what, err)
+		}
+	}
+	res.Unavailable = s.unavailable
+	for _, u := range res.Unavailable {
+		fmt.Fprintf(out, "  ! NOT AVAILABLE: %s\n", u)
+	}
+	res.Masters = s.redis.Addrs()
+	keys, err := chooseKeys(s.ranges, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	res.Keys = keys
+
+	obs, err := newObserver(s.cp.Config, Namespace, PolicyName, cfg.ReadsPerSecond, cfg.WritesPerSecond)
+	if err != nil {
+		return nil, err
+	}
+	obsCtx, stopObs := context.WithCancel(ctx)
+	defer stopObs()
+	if err := obs.start(obsCtx); err != nil {
+		return nil, err
+	}
+
+	clients := s.clients(64)
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	wl := newWorkload(cfg, keys, clients)
+	if err := wl.prepare(ctx); err != nil {
+		return nil, fmt.Errorf("writing the initial values through a proxy: %w", err)
+	}
+
+	// Traffic starts on a whole second, so that the schedule's start (RFC
+	// 3339, whole seconds) is exactly EventStart after it.
+	start := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Second)
+	res.Start = start
+	res.EventStart = start.Add(cfg.EventStart)
+	pol := samplePolicy(cfg, s.redis.Addrs(), keys, res.EventStart)
+	if err := progress(out, cfg.Live, "kubectl apply -f hotkeypolicy "+Namespace+"/"+PolicyName, func() error {
+		return s.cp.Client.Create(ctx, pol)
+	}); err != nil {
+		return nil, fmt.Errorf("applying the HotKeyPolicy: %w", err)
+	}
+
+	smp := newSampler(s.redis.Addrs())
+	defer smp.close()
+	readsBefore, err := smp.totalReads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if d := time.Until(start); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	fmt.Fprintf(out, "heatsink demo: traffic for %s (Ctrl-C stops early)\n", cfg.Duration)
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); smp.run(runCtx, start) }()
+	go func() { defer wg.Done(); wl.run(runCtx, start); stopRun() }()
+	v := &view{cfg: cfg, out: out, keys: keys, masters: res.Masters, start: start, eventStart: res.EventStart}
+	tick := time.NewTicker(time.Second)
+loop:
+	for {
+		select {
+		case <-runCtx.Done():
+			break loop
+		case <-tick.C:
+			samples, _ := smp.snapshot()
+			v.draw(samples, obs.snapshot(), wl.counts())
+		}
+	}
+	tick.Stop()
+	stopRun()
+	wg.Wait()
+
+	// Traffic has stopped: every acknowledged increment is in Redis.
+	res.Counts = wl.counts()
+	res.CounterAcked = res.Counts.Increments
+	res.ClientReads = res.Counts.Reads
+	finalCtx, cancelFinal := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelFinal()
+	if readsAfter, err := smp.totalReads(finalCtx); err == nil {
+		res.UpstreamReads = readsAfter - readsBefore
+	}
+	if val, err := clients[0].Get(finalCtx, keys.Counter).Result(); err != nil {
+		res.CounterErr = err
+	} else if res.CounterValue, err = strconv.ParseInt(val, 10, 64); err != nil {
+		res.CounterErr = fmt.Errorf("counter is not an integer: %w", err)
+	}
+	samples, sErr := smp.snapshot()
+	if sErr != nil {
+		res.Failures = append(res.Failures, fmt.Errorf("sampling Redis: %w", sErr))
+	}
+	res.Samples = samples
+	snap := obs.snapshot()
+	res.fillMoments(cfg, snap)
+	res.Failures = append(res.Failures, s.failures()...)
+
+	chart := filepath.Join(cfg.OutDir, "heatsink-demo.png")
+	if err := writeChart(chart, res); err != nil {
+		res.Failures = append(res.Failures, fmt.Errorf("chart: %w", err))
+	} else {
+		res.Chart = chart
+	}
+	printSummary(out, cfg, res)
+	return res, ctx.Err()
+}
+
+// fillMoments derives the keys' timelines and the before/after ratios.
+func (r *Result) fillMoments(cfg Config, snap snapshot) {
+	m := func(key string, at time.Duration) Moments {
+		kt := snap.Keys[key]
+		mo := Moments{Key: key, Spike: r.Start.Add(at), Detected: kt.Detected, Routed: kt.Routed}
+		if !kt.Routed.IsZero() {
+			mo.Relief = reliefOf(kt)
+		}
+		return mo
+	}
+	r.ViralRead = m(r.Keys.ViralRead, cfg.ViralReadAt)
+	r.Counter = m(r.Keys.Counter, cfg.ViralWriteAt)
+	r.EventRouted = time.Time{}
+	for _, k := range r.Keys.Event {
+		kt := snap.Keys[k]
+		if kt.Routed.IsZero() {
+			r.EventRouted = time.Time{}
+			break
+		}
+		if kt.Routed.After(r.EventRouted) {
+			r.EventRouted = kt.Routed
+		}
+	}
+
+	// Before: full seconds in which a viral key was spiking unrelieved.
+	unrelieved := func(mo Moments, from, to time.Time) bool {
+		if to.Before(mo.Spike) || from.Before(mo.Spike) {
+			return false
+		}
+		return mo.Relief.IsZero() || to.Before(mo.Relief) || to.Equal(mo.Relief)
+	}
+	var before, after []float64
+	reliefAll := latest(r.ViralRead.Relief, r.Counter.Relief)
+	for _, s := range r.Samples {
+		from := s.At.Add(-time.Second)
+		r.RatioPeak = max(r.RatioPeak, s.Ratio())
+		if unrelieved(r.ViralRead, from, s.At) || unrelieved(r.Counter, from, s.At) {
+			before = append(before, s.Ratio())
+		}
+		if !r.ViralRead.Relief.IsZero() && !r.Counter.Relief.IsZero() && from.After(reliefAll.Add(2*time.Second)) {
+			after = append(after, s.Ratio())
+		}
+	}
+	r.RatioBefore, r.RatioAfter = mean(before), mean(after)
+}
+
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// samplePolicy is the policy the demo applies: like the samples in
+// config/samples, with short windows so that it reacts within seconds.
+func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *v1alpha1.HotKeyPolicy {
+	on := func() *bool { b := true; return &b }
+	d := func(x time.Duration) metav1.Duration { return metav1.Duration{Duration: x} }
+	spec := v1alpha1.HotKeyPolicySpec{
+		Mode:   v1alpha1.ModeEnforce,
+		Target: v1alpha1.RedisTarget{Addresses: addrs, Cluster: true},
+		Keys:   v1alpha1.KeySelector{Include: []string{"product:*", "likes:*", "sale:*", "user:*"}, Exclude: []string{"session:*"}},
+		Detection: v1alpha1.Detection{
+			Window: d(cfg.Window), ReportInterval: d(cfg.ReportInterval), TopK: 64,
+		},
+		Thresholds: v1alpha1.Thresholds{
+			ReadsPerSecond: cfg.ReadsPerSecond, WritesPerSecond: cfg.WritesPerSecond,
+			SustainFor: d(cfg.SustainFor), Cooldown: d(cfg.Cooldown), HysteresisPercent: 20,
+		},
+		Capacity: v1alpha1.Capacity{PerShardWritesPerSecond: cfg.PerShardWritesPerSecond, HeadroomPercent: 25},
+		Mitigations: v1alpha1.Mitigations{
+			Coalesce:   v1alpha1.Coalesce{Enabled: on()},
+			LocalCache: v1alpha1.LocalCache{Enabled: on(), TTL: d(time.Second), JitterPercent: 10},
+			Replicate:  v1alpha1.Replicate{Enabled: on(), MaxReplicas: 8},
+			Split:      v1alpha1.Split{Enabled: on(), MaxShards: 16, Epoch: d(cfg.Epoch)},
+		},
+		Schedules: []v1alpha1.Schedule{{
+			Name:     "flash-sale",
+			Start:    &metav1.Time{Time: eventStart},
+			Duration: d(cfg.EventDuration),
+			LeadTime: d(cfg.EventLead),
+			Keys:     keys.Event,
+			Mitigation: v1alpha1.ScheduledMitigation{
+				Replicate:  &v1alpha1.ScheduledReplicate{Replicas: 4},
+				LocalCache: &v1alpha1.ScheduledLocalCache{},
+			},
+		}},
+	}
+	v1alpha1.SetDefaults(&spec)
+	p := &v1alpha1.HotKeyPolicy{Spec: spec}
+	p.Name, p.Namespace = PolicyName, Namespace
+	return p
+}

@@ -1,0 +1,183 @@
+package demo
+
+import (
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+func TestParseInfo(t *testing.T) {
+	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\n" +
+		"# Commandstats\r\ncmdstat_get:calls=100,usec=5,usec_per_call=0.05,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_mget:calls=7,usec=1\r\ncmdstat_incr:calls=50,usec=2\r\n"
+	got, err := parseInfo(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(counters{commands: 1234, reads: 107}, got, cmp.AllowUnexported(counters{})); diff != "" {
+		t.Errorf("parseInfo (-want +got):\n%s", diff)
+	}
+	for name, bad := range map[string]string{
+		"missing total": "# Stats\r\ncmdstat_get:calls=1\r\n",
+		"garbled total": "total_commands_processed:x\r\n",
+		"garbled calls": "total_commands_processed:1\r\ncmdstat_get:calls=x\r\n",
+		"empty":         "",
+	} {
+		if _, err := parseInfo(bad); err == nil {
+			t.Errorf("%s: parseInfo accepted %q", name, bad)
+		}
+	}
+}
+
+// threeMasters is the slot layout `redis-cli --cluster create` gives three
+// masters.
+var threeMasters = [][]slotRange{{{0, 5460}}, {{5461, 10922}}, {{10923, 16383}}}
+
+func TestChooseKeys(t *testing.T) {
+	for seed := int64(0); seed < 6; seed++ {
+		k, err := chooseKeys(threeMasters, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := masterOf(threeMasters, k.ViralRead); got != k.HotMaster {
+			t.Errorf("seed %d: viral read key on master %d, want %d", seed, got, k.HotMaster)
+		}
+		if got := masterOf(threeMasters, k.Counter); got != k.HotMaster {
+			t.Errorf("seed %d: counter on master %d, want %d", seed, got, k.HotMaster)
+		}
+		if len(k.Event) != 3 {
+			t.Fatalf("seed %d: %d event keys, want 3", seed, len(k.Event))
+		}
+		for _, e := range k.Event {
+			if masterOf(threeMasters, e) == k.HotMaster {
+				t.Errorf("seed %d: event key %s on the hot master", seed, e)
+			}
+		}
+		again, _ := chooseKeys(threeMasters, seed)
+		if diff := cmp.Diff(k, again); diff != "" {
+			t.Errorf("seed %d: choice not reproducible (-first +second):\n%s", seed, diff)
+		}
+	}
+	if _, err := chooseKeys(nil, 1); err == nil {
+		t.Error("chooseKeys with no masters: no error")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{Default(), Short()} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("built-in scenario invalid: %v", err)
+		}
+	}
+	bad := Default()
+	bad.Duration = time.Second
+	bad.EventLead = bad.EventDuration
+	bad.Epoch = 10 * time.Millisecond
+	bad.ViralReadRate = -1
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("invalid scenario accepted")
+	}
+	for _, want := range []string{"duration", "lead time", "epoch", "viral read rate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// result builds a run in which master 0 carries a spike from t=3s until its
+// relief at t=5s.
+func result(start time.Time) *Result {
+	r := &Result{Start: start, Masters: []string{"a", "b", "c"}, Keys: Keys{ViralRead: "v", Counter: "c", Event: []string{"e"}}}
+	for i := 1; i <= 12; i++ {
+		at := start.Add(time.Duration(i) * time.Second)
+		ops := []float64{100, 100, 100}
+		if i >= 4 && i <= 5 {
+			ops[0] = 700
+		}
+		r.Samples = append(r.Samples, Sample{At: at, T: at.Sub(start), OpsPerSec: ops})
+	}
+	return r
+}
+
+func TestFillMoments(t *testing.T) {
+	start := time.Unix(1_000_000, 0)
+	r := result(start)
+	cfg := Short()
+	cfg.ViralReadAt, cfg.ViralWriteAt = 3*time.Second, 3*time.Second
+	split := routing.Entry{Key: "c", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1_000_005, Shards: 4}}}}
+	read := routing.Entry{Key: "v", Coalesce: true}
+	snap := snapshot{
+		Table: &routing.Table{EpochMillis: 1000},
+		Keys: map[string]KeyTimes{
+			"v": {Detected: start.Add(4 * time.Second), Routed: start.Add(5 * time.Second), Entry: &read},
+			"c": {Detected: start.Add(3500 * time.Millisecond), Routed: start.Add(4500 * time.Millisecond), SplitEffective: start.Add(5 * time.Second), Entry: &split},
+			"e": {Routed: start.Add(2 * time.Second)},
+		},
+	}
+	r.EventStart = start.Add(10 * time.Second)
+	r.fillMoments(cfg, snap)
+	if got, want := r.ViralRead.SpikeToRouted(), 2*time.Second; got != want {
+		t.Errorf("viral read spike → routed = %v, want %v", got, want)
+	}
+	if got, want := r.Counter.SpikeToRelief(), 2*time.Second; got != want {
+		t.Errorf("counter spike → relief = %v, want %v (the split's epoch)", got, want)
+	}
+	if got, want := r.Counter.DetectionToRouting(), time.Second; got != want {
+		t.Errorf("detection → routing = %v, want %v", got, want)
+	}
+	if got, want := r.RatioBefore, 7.0/3; math.Abs(got-want) > 1e-9 {
+		t.Errorf("ratio before = %v, want %v (700 over a mean of 300 in the two unrelieved seconds)", got, want)
+	}
+	if got := r.RatioAfter; got != 1 {
+		t.Errorf("ratio after = %v, want 1", got)
+	}
+	if lead, ok := r.EventLead(); !ok || lead != 8*time.Second {
+		t.Errorf("event lead = %v, %v; want 8s, true", lead, ok)
+	}
+	if (Moments{}).SpikeToRouted() >= 0 {
+		t.Error("a key never routed has a spike → routed time")
+	}
+}
+
+func TestWriteChart(t *testing.T) {
+	start := time.Unix(1_000_000, 0)
+	r := result(start)
+	r.ViralRead = Moments{Key: "v", Spike: start.Add(3 * time.Second), Detected: start.Add(4 * time.Second), Routed: start.Add(5 * time.Second)}
+	r.EventStart = start.Add(10 * time.Second)
+	path := filepath.Join(t.TempDir(), "chart.png")
+	if err := writeChart(path, r); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("chart is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1100 || b.Dy() != 560 {
+		t.Errorf("chart is %v, want 1100x560", b)
+	}
+	if err := writeChart(filepath.Join(t.TempDir(), "missing", "x.png"), r); err == nil {
+		t.Error("writing into a missing directory: no error")
+	}
+}
+
+func TestMitigations(t *testing.T) {
+	e := routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1}, Replicate: &routing.Replicate{Replicas: 4, TTLMillis: 1},
+		Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}, {FromEpoch: 2, Shards: 8}}}}
+	if got, want := mitigations(e), "coalesce,cache,replicas=4,shards=4→8"; got != want {
+		t.Errorf("mitigations = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,195 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/internal/controlplane"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// KeyTimes are the moments of one watched key, as this process saw them
+// through the API server (watch events arrive within milliseconds of the
+// write).
+type KeyTimes struct {
+	// Detected is when the detectors' reports, summed over nodes, first put
+	// the key over a threshold.
+	Detected time.Time
+	// Routed is when the routing table first listed the key.
+	Routed time.Time
+	// SplitEffective is the start of the epoch from which the first split
+	// generation the key was ever given takes writes (zero if never split).
+	SplitEffective time.Time
+	// Entry is the key's entry in the latest routing table (nil if none).
+	Entry *routing.Entry
+}
+
+// observer follows the demo namespace's HotKeyReports, routing ConfigMap
+// and HotKeyPolicy, and remembers when each key was detected and routed.
+type observer struct {
+	ns, policy     string
+	readT, writeT  int64
+	cache          cache.Cache
+	mu             sync.Mutex
+	reports        map[string]*v1alpha1.HotKeyReport // by node
+	keys           map[string]*KeyTimes
+	table          *routing.Table
+	tableErr       error
+	status         v1alpha1.HotKeyPolicyStatus
+	reportsWritten int
+}
+
+func newObserver(cfg *rest.Config, ns, policy string, readT, writeT int64) (*observer, error) {
+	c, err := cache.New(cfg, cache.Options{
+		Scheme:            controlplane.Scheme(),
+		DefaultNamespaces: map[string]cache.Config{ns: {}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &observer{ns: ns, policy: policy, readT: readT, writeT: writeT, cache: c,
+		reports: map[string]*v1alpha1.HotKeyReport{}, keys: map[string]*KeyTimes{}}, nil
+}
+
+// start runs the informers and waits for their first list.
+func (o *observer) start(ctx context.Context) error {
+	handler := func(on func(obj any)) toolscache.ResourceEventHandler {
+		return toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { on(obj) },
+			UpdateFunc: func(_, obj any) { on(obj) },
+		}
+	}
+	for _, reg := range []struct {
+		obj client.Object
+		on  func(any)
+	}{
+		{&v1alpha1.HotKeyReport{}, o.onReport},
+		{&corev1.ConfigMap{}, o.onConfigMap},
+		{&v1alpha1.HotKeyPolicy{}, o.onPolicy},
+	} {
+		inf, err := o.cache.GetInformer(ctx, reg.obj)
+		if err != nil {
+			return err
+		}
+		if _, err := inf.AddEventHandler(handler(reg.on)); err != nil {
+			return err
+		}
+	}
+	go func() { _ = o.cache.Start(ctx) }()
+	if !o.cache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("watching the demo namespace: caches did not sync")
+	}
+	return nil
+}
+
+func (o *observer) key(k string) *KeyTimes {
+	kt := o.keys[k]
+	if kt == nil {
+		kt = &KeyTimes{}
+		o.keys[k] = kt
+	}
+	return kt
+}
+
+func (o *observer) onReport(obj any) {
+	r, ok := obj.(*v1alpha1.HotKeyReport)
+	if !ok || r.Spec.PolicyName != o.policy {
+		return
+	}
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reportsWritten++
+	o.reports[r.Spec.NodeName] = r.DeepCopy()
+	// Sum the latest report of every node, as the manager does.
+	reads, writes := map[string]int64{}, map[string]int64{}
+	for _, rep := range o.reports {
+		for _, c := range rep.Spec.Candidates {
+			reads[c.Key] += c.ReadsPerSecond
+			writes[c.Key] += c.WritesPerSecond
+		}
+	}
+	for k := range reads {
+		if reads[k] >= o.readT || writes[k] >= o.writeT {
+			if kt := o.key(k); kt.Detected.IsZero() {
+				kt.Detected = now
+			}
+		}
+	}
+}
+
+func (o *observer) onConfigMap(obj any) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || cm.Name != routing.ConfigMapName(o.policy) {
+		return
+	}
+	now := time.Now()
+	t, err := routing.Parse([]byte(cm.Data[routing.ConfigMapKey]))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		o.tableErr = err
+		return
+	}
+	o.table, o.tableErr = t, nil
+	for k, kt := range o.keys {
+		if t.Lookup(k) == nil {
+			kt.Entry = nil
+		}
+	}
+	for i := range t.Entries {
+		e := t.Entries[i]
+		kt := o.key(e.Key)
+		if kt.Routed.IsZero() {
+			kt.Routed = now
+		}
+		kt.Entry = &e
+		if kt.SplitEffective.IsZero() && e.Split != nil {
+			for _, g := range e.Split.Generations {
+				if g.Shards > 0 {
+					kt.SplitEffective = routing.EpochStart(g.FromEpoch, t.EpochMillis)
+					break
+				}
+			}
+		}
+	}
+}
+
+func (o *observer) onPolicy(obj any) {
+	p, ok := obj.(*v1alpha1.HotKeyPolicy)
+	if !ok || p.Name != o.policy {
+		return
+	}
+	o.mu.Lock()
+	o.status = *p.Status.DeepCopy()
+	o.mu.Unlock()
+}
+
+// snapshot is a consistent copy of what the observer knows.
+type snapshot struct {
+	Keys    map[string]KeyTimes
+	Table   *routing.Table
+	Status  v1alpha1.HotKeyPolicyStatus
+	Reports int
+	// Nodes is the number of nodes that wrote a report.
+	Nodes int
+}
+
+func (o *observer) snapshot() snapshot {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := snapshot{Keys: make(map[string]KeyTimes, len(o.keys)), Table: o.table, Status: *o.status.DeepCopy(), Reports: o.reportsWritten, Nodes: len(o.reports)}
+	for k, v := range o.keys {
+		s.Keys[k] = *v
+	}
+	return s
+}

@@ -1,0 +1,90 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// printSummary prints the end-of-run table.
+func printSummary(out io.Writer, cfg Config, r *Result) {
+	title := "heatsink demo: summary"
+	if cfg.Live {
+		title = "\x1b[1m" + title + "\x1b[0m"
+	}
+	fmt.Fprintf(out, "\n%s (%s of traffic, seed %d)\n\n", title, cfg.Duration, cfg.Seed)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
+	ratio := ratioText
+	row("busiest master ÷ mean, before relief", fmt.Sprintf("%s (peak %s)", ratio(r.RatioBefore), ratio(r.RatioPeak)))
+	row("busiest master ÷ mean, after relief", ratio(r.RatioAfter))
+	if r.ClientReads > 0 {
+		saved := r.ClientReads - r.UpstreamReads
+		row("upstream reads saved", fmt.Sprintf("%d = %.1f %% of the %d GETs clients sent (Redis served %d GET/MGET, counter shard sums included)",
+			saved, 100*float64(saved)/float64(r.ClientReads), r.ClientReads, r.UpstreamReads))
+	}
+	for _, m := range []struct {
+		what string
+		mo   Moments
+	}{{"viral read", r.ViralRead}, {"viral counter", r.Counter}} {
+		row(fmt.Sprintf("%s %s: detection → routing", m.what, m.mo.Key), dur(m.mo.DetectionToRouting()))
+		row(fmt.Sprintf("%s %s: spike → routed / relief", m.what, m.mo.Key), dur(m.mo.SpikeToRouted())+" / "+dur(m.mo.SpikeToRelief()))
+	}
+	switch {
+	case r.CounterErr != nil:
+		row("counter exactness", "could not read the counter: "+r.CounterErr.Error())
+	case r.CounterValue == r.CounterAcked:
+		row("counter exactness", fmt.Sprintf("EXACT: %s = %d = acknowledged INCRs (read through a proxy: base + shards)", r.Keys.Counter, r.CounterValue))
+	default:
+		row("counter exactness", fmt.Sprintf("MISMATCH: %s = %d, acknowledged INCRs %d", r.Keys.Counter, r.CounterValue, r.CounterAcked))
+	}
+	if lead, ok := r.EventLead(); ok {
+		verdict := "before"
+		if lead <= 0 {
+			verdict = "AFTER"
+		}
+		row("scheduled flash sale keys published", fmt.Sprintf("%s %s its start (%s)", dur(abs(lead)), verdict, strings.Join(r.Keys.Event, ", ")))
+	} else {
+		row("scheduled flash sale keys published", "not all of them")
+	}
+	var errs int64
+	for _, n := range r.Counts.Errors {
+		errs += n
+	}
+	row("client errors", fmt.Sprint(errs))
+	_ = tw.Flush()
+	for _, u := range r.Unavailable {
+		fmt.Fprintf(out, "\n  ! stage NOT AVAILABLE in this build: %s", u)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(out, "\n  ! %v", f)
+	}
+	if r.Chart != "" {
+		fmt.Fprintf(out, "\n  chart of ops/s per master: %s\n", r.Chart)
+	}
+	fmt.Fprintf(out, "  components' log: %s\n", r.Log)
+}
+
+func dur(d time.Duration) string {
+	if d < 0 {
+		return "did not happen"
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// ratioText prints a busiest ÷ mean ratio; 0 means it was not measured.
+func ratioText(x float64) string {
+	if x == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
