@@ -1,7 +1,10 @@
 package certs
 
 import (
+	"crypto/tls"
 	"crypto/x509"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -149,4 +152,56 @@ func TestNextRenewsExpiredLeafAtOnceAndAddsMissingName(t *testing.T) {
 	if leaf, _ := parseCert(next2.Cert); leaf.VerifyHostname("other.heatsink-system.svc") != nil {
 		t.Error("new name not in the certificate")
 	}
+}
+
+// TestBundleServesTLS checks the bundle end to end: a TLS server with the
+// serving certificate, a client trusting only the CA bundle and naming the
+// Service, as the API server calls a webhook.
+func TestBundleServesTLS(t *testing.T) {
+	b, _, err := Next(time.Now(), nil, testCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := b.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return cert, nil }}
+	srv.StartTLS()
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(b.CABundle)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: names[0]}}}
+	resp, err := c.Get(srv.URL)
+	if err != nil {
+		t.Fatalf("a client trusting the CA bundle cannot call the server: %v", err)
+	}
+	_ = resp.Body.Close()
+	c = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{ServerName: names[0]}}}
+	if _, err := c.Get(srv.URL); err == nil {
+		t.Fatal("a client with the system roots trusted the self-signed certificate")
+	}
+}
+
+// FuzzNext feeds Next arbitrary Secret contents (a Secret anyone with access
+// could have edited): it must never panic, and whatever it returns must
+// verify.
+func FuzzNext(f *testing.F) {
+	now := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	good, _, err := Next(now, nil, testCfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good.CACert, good.CAKey, good.Cert, good.Key, good.CABundle)
+	f.Add([]byte{}, []byte{}, []byte{}, []byte{}, []byte{})
+	f.Add(good.Cert, good.Key, good.CACert, good.CAKey, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"))
+	f.Fuzz(func(t *testing.T, caCert, caKey, cert, key, bundle []byte) {
+		cur := FromData(map[string][]byte{KeyCACert: caCert, KeyCAKey: caKey, KeyCert: cert, KeyKey: key, KeyCABundle: bundle})
+		next, _, err := Next(now, cur, testCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verify(t, next, now)
+	})
 }
