@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Proxy throughput: direct Redis vs the heatsink proxy vs twemproxy
-# (nutcracker), side by side in one run, with redis-benchmark (50 clients,
-# GET/SET/INCR, pipeline depth 1 and 16), plus the one-upstream-command-per-
-# client-command check on random keys (INFO commandstats).
+# Proxy benchmarks, side by side in one run with redis-benchmark:
+#  1. direct Redis vs the heatsink proxy vs twemproxy (nutcracker): 50
+#     clients, GET/SET/INCR, pipeline depth 1 and 16, random keys;
+#  2. one upstream command per client command on random keys (INFO
+#     commandstats);
+#  3. a hot key read through the engine's local cache (upstream GETs per
+#     client GET), and SET on that cached key vs direct;
+#  4. a write-hot counter on a 3-master cluster, before and after split:
+#     busiest master's ops over the mean of the three.
+# The machine's cores are shared (with Redis, the load generator and other
+# work), so every row is measured in ROUNDS interleaved rounds, rotating the
+# order of the targets, and the median is reported.
 # Prints one Markdown section to stdout; progress goes to stderr.
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${ROOT}"
 
-REQUESTS="${PROXY_BENCH_REQUESTS:-200000}"
+REQUESTS="${PROXY_BENCH_REQUESTS:-100000}"
+ROUNDS="${PROXY_BENCH_ROUNDS:-3}"
 CLIENTS=50
 work="$(mktemp -d)"
 pids=()
@@ -19,31 +28,42 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for b in redis-server redis-benchmark redis-cli nutcracker; do
+for b in redis-server redis-benchmark redis-cli nutcracker python3; do
   command -v "$b" >/dev/null || { echo "bench: $b not installed" >&2; exit 1; }
 done
 
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-waitport() { for _ in $(seq 1 100); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "bench: port $1 not answering" >&2; return 1; }
+waitport() {
+  for _ in $(seq 1 200); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "bench: port $1 not answering" >&2; return 1
+}
+median() { sort -g | awk '{a[NR]=$1} END { if (NR == 0) print 0; else print a[int((NR+1)/2)] }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f %%", 100*a/b; else print "n/a" }'; }
+# calls PORT: total commands served (INFO commandstats), INFO/CONFIG excluded.
+calls() { redis-cli -p "$1" INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ && !/cmdstat_(info|config|cluster|ping)/ {s+=$3} END {print s+0}'; }
+cmdcalls() { redis-cli -p "$1" INFO commandstats | tr -d '\r' | awk -F'[=,:]' -v c="cmdstat_$2" '$1==c {print $3} END {}' | head -1; }
+redis() { # PORT [extra args...]
+  local port=$1; shift
+  redis-server --port "${port}" --bind 127.0.0.1 --save '' --appendonly no --daemonize no --dir "${work}" \
+    --dbfilename "dump-${port}.rdb" "$@" >"${work}/redis-${port}.log" 2>&1 &
+  pids+=($!)
+  waitport "${port}"
+}
 
 echo "bench: building heatsink" >&2
 go build -o "${work}/heatsink" ./cmd/heatsink
+heatsink() { # LOGNAME PORT [flags...]
+  local name=$1 port=$2; shift 2
+  "${work}/heatsink" proxy --listen "127.0.0.1:${port}" --http-address "127.0.0.1:$(freeport)" "$@" >"${work}/${name}.log" 2>&1 &
+  pids+=($!)
+  waitport "${port}"
+}
 
-RPORT=$(freeport)
-redis-server --port "${RPORT}" --bind 127.0.0.1 --save '' --appendonly no --daemonize no --dir "${work}" >"${work}/redis.log" 2>&1 &
-pids+=($!)
-waitport "${RPORT}"
-
-HPORT=$(freeport)
-HEATSINK_HTTP_ADDRESS="127.0.0.1:$(freeport)" "${work}/heatsink" proxy --listen "127.0.0.1:${HPORT}" --upstream "127.0.0.1:${RPORT}" \
-  --routing-file "" >"${work}/heatsink.log" 2>&1 &
-pids+=($!)
-waitport "${HPORT}"
-
+RPORT=$(freeport); redis "${RPORT}"
+HPORT=$(freeport); heatsink heatsink "${HPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file ""
 TPORT=$(freeport)
-# twemproxy: server_connections is what lets it pipeline to Redis over
-# several connections; 2 matches the 2 cores (more only adds contention
-# here, where Redis, the load generator and the proxy share them).
+# twemproxy: server_connections lets it pipeline to Redis over several
+# connections; 2 matches the 2 cores (more only adds contention here).
 cat >"${work}/nutcracker.yml" <<YML
 bench:
   listen: 127.0.0.1:${TPORT}
@@ -60,48 +80,149 @@ nutcracker -c "${work}/nutcracker.yml" -s "$(freeport)" -o "${work}/nutcracker.l
 pids+=($!)
 waitport "${TPORT}"
 
-# run PORT PIPELINE -> lines "TEST rps p50 p99" for GET, SET, INCR
-run() {
-  redis-benchmark -h 127.0.0.1 -p "$1" -c "${CLIENTS}" -n "${REQUESTS}" -P "$2" -r 1000000 -t get,set,incr --csv 2>/dev/null |
-    awk -F, 'NR>1 { gsub(/"/,""); print $1, $2, $5, $7 }'
+# bench PORT DEPTH ARGS... -> "rps p50 p99"
+bench() {
+  local port=$1 depth=$2; shift 2
+  redis-benchmark -h 127.0.0.1 -p "${port}" -c "${CLIENTS}" -n "${REQUESTS}" -P "${depth}" --csv "$@" 2>/dev/null |
+    awk -F, 'NR>1 { gsub(/"/,""); print $2, $5, $7; exit }'
 }
 
+# rows TARGETS... : fills R[target/depth/test] with median "rps p50 p99"
 declare -A R
+measure() { # KEY PORT DEPTH ARGS...
+  local key=$1; shift
+  bench "$@" >>"${work}/m.${key//\//_}"
+}
+finish() { # KEY
+  local f="${work}/m.${1//\//_}"
+  R[$1]="$(cut -d' ' -f1 "$f" | median) $(cut -d' ' -f2 "$f" | median) $(cut -d' ' -f3 "$f" | median)"
+}
+
+declare -A PORT=([direct]=$RPORT [heatsink]=$HPORT [twemproxy]=$TPORT)
 for depth in 1 16; do
-  for target in direct heatsink twemproxy; do
-    case $target in direct) port=$RPORT;; heatsink) port=$HPORT;; twemproxy) port=$TPORT;; esac
-    echo "bench: ${target} -P ${depth}" >&2
-    while read -r test rps p50 p99; do
-      R["$target/$depth/$test"]="$rps $p50 $p99"
-    done < <(run "$port" "$depth")
+  for test in get set incr; do
+    order=(direct heatsink twemproxy)
+    for round in $(seq 1 "${ROUNDS}"); do
+      echo "bench: ${test} -P ${depth} round ${round}" >&2
+      for target in "${order[@]}"; do
+        measure "${target}/${depth}/${test}" "${PORT[$target]}" "${depth}" -r 1000000 -t "${test}"
+      done
+      order=("${order[@]:1}" "${order[0]}")
+    done
+    for target in direct heatsink twemproxy; do finish "${target}/${depth}/${test}"; done
   done
 done
 
 # Exactly one upstream command per client command on random keys.
-redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
 N=100000
+redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
 redis-benchmark -h 127.0.0.1 -p "${HPORT}" -c "${CLIENTS}" -n "${N}" -P 16 -r 1000000 -t get >/dev/null 2>&1
-upstream_gets=$(redis-cli -p "${RPORT}" INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_get:/ {print $3}')
-total_cmds=$(redis-cli -p "${RPORT}" INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_/ && !/cmdstat_(info|config)/ {s+=$3} END {print s}')
+one_gets=$(cmdcalls "${RPORT}" get); one_all=$(calls "${RPORT}")
+redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
+redis-benchmark -h 127.0.0.1 -p "${HPORT}" -c "${CLIENTS}" -n "${N}" -P 1 -r 1000000 -t set >/dev/null 2>&1
+one_sets=$(cmdcalls "${RPORT}" set); one_all2=$(calls "${RPORT}")
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f %%", 100*a/b; else print "n/a" }'; }
+# Hot key through the engine's local cache (2 s TTL, coalesced).
+cat >"${work}/routing.json" <<'JSON'
+{"schemaVersion":1,"policy":"bench/bench","version":1,"epochMillis":60000,"entries":[
+ {"key":"hot","source":"detected","coalesce":true,"localCache":{"ttlMillis":2000,"jitterPercent":10}},
+ {"key":"likes","source":"detected","split":{"generations":[{"fromEpoch":0,"shards":6}]}}
+]}
+JSON
+EPORT=$(freeport)
+heatsink heatsink-engine "${EPORT}" --upstream "127.0.0.1:${RPORT}" --policy bench --namespace bench --routing-file "${work}/routing.json"
+redis-cli -p "${RPORT}" SET hot "$(head -c 100 /dev/zero | tr '\0' v)" >/dev/null
+# Wait until the table is loaded: 20 GETs through the proxy cost < 20 upstream.
+for _ in $(seq 1 100); do
+  redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
+  for _ in $(seq 1 20); do redis-cli -p "${EPORT}" GET hot >/dev/null; done
+  [[ "$(cmdcalls "${RPORT}" get)" -lt 20 ]] 2>/dev/null && break
+  sleep 0.1
+done
+HOTN=$((REQUESTS * 5))
+redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
+hot_start=$(date +%s.%N)
+hot=$(bench "${EPORT}" 1 -n "${HOTN}" GET hot)
+hot_secs=$(awk -v a="${hot_start}" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+hot_up=$(cmdcalls "${RPORT}" get); hot_up=${hot_up:-0}
+rm -f "${work}"/m.*
+order=(direct engine)
+declare -A EP=([direct]=$RPORT [engine]=$EPORT)
+for round in $(seq 1 "${ROUNDS}"); do
+  echo "bench: SET hot round ${round}" >&2
+  for target in "${order[@]}"; do measure "${target}/sethot" "${EP[$target]}" 1 SET hot v; done
+  order=("${order[@]:1}" "${order[0]}")
+done
+finish direct/sethot; finish engine/sethot
+
+# Write-hot counter on a 3-master cluster: before (plain key) and after
+# (the same load on "likes", split in 6 shards by the table).
+CPORTS=()
+for _ in 1 2 3; do
+  p=$(freeport); CPORTS+=("$p")
+  redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf"
+done
+redis-cli --cluster create "${CPORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"${work}/cluster.log" 2>&1
+for p in "${CPORTS[@]}"; do
+  for _ in $(seq 1 200); do redis-cli -p "$p" CLUSTER INFO | grep -q cluster_state:ok && break; sleep 0.05; done
+done
+SPORT=$(freeport)
+heatsink heatsink-cluster "${SPORT}" --cluster --upstream "127.0.0.1:${CPORTS[0]}" --policy bench --namespace bench --routing-file "${work}/routing.json"
+spread() { # KEY -> "ops/s per master..." and max/mean
+  for p in "${CPORTS[@]}"; do redis-cli -p "$p" CONFIG RESETSTAT >/dev/null; done
+  local t0 t1; t0=$(date +%s.%N)
+  redis-benchmark -h 127.0.0.1 -p "${SPORT}" -c "${CLIENTS}" -n "${REQUESTS}" -P 1 INCR "$1" >/dev/null 2>&1
+  t1=$(date +%s.%N)
+  local counts=()
+  for p in "${CPORTS[@]}"; do counts+=("$(calls "$p")"); done
+  awk -v t0="$t0" -v t1="$t1" -v c="${counts[*]}" 'BEGIN {
+    n = split(c, a, " "); s = 0; m = 0; out = ""
+    for (i = 1; i <= n; i++) { s += a[i]; if (a[i] > m) m = a[i]; out = out sprintf("%.0f ", a[i] / (t1 - t0)) }
+    printf "%s| %.2f", out, (s > 0 ? m / (s / n) : 0) }'
+}
+# Wait until the split is in force: an INCR creates shard keys.
+for _ in $(seq 1 100); do
+  redis-cli -p "${SPORT}" INCR likes >/dev/null
+  n=0; for p in "${CPORTS[@]}"; do n=$((n + $(redis-cli -p "$p" KEYS '*hs:s:*' | grep -c . || true))); done
+  [[ $n -gt 0 ]] && break
+  sleep 0.1
+done
+before=$(spread plain-counter)
+after=$(spread likes)
+total=$(redis-cli -p "${SPORT}" GET likes)
 
 echo "## Proxy: direct Redis vs heatsink proxy vs twemproxy"
 echo
-echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per row, random keys (-r 1000000), one run, same machine ($(nproc) cores shared by Redis, the proxy and the load generator). Latencies in ms. twemproxy: nutcracker with server_connections 2."
+echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per run, random keys (-r 1000000); each row is the median of ${ROUNDS} interleaved rounds (target order rotated each round) on the same machine ($(nproc) cores shared by Redis, the proxy, the load generator and whatever else runs). Latencies in ms. twemproxy: nutcracker, server_connections 2. heatsink: default settings (GOMAXPROCS = cores, 2 multiplexed upstream connections)."
 echo
 echo "| test | depth | direct ops/s | heatsink ops/s | twemproxy ops/s | heatsink / direct | twemproxy / direct | direct p50/p99 | heatsink p50/p99 | twemproxy p50/p99 |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for depth in 1 16; do
-  for test in GET SET INCR; do
-    read -r dr dp50 dp99 <<<"${R[direct/$depth/$test]:-0 - -}"
-    read -r hr hp50 hp99 <<<"${R[heatsink/$depth/$test]:-0 - -}"
-    read -r tr tp50 tp99 <<<"${R[twemproxy/$depth/$test]:-0 - -}"
-    echo "| ${test} | ${depth} | ${dr} | ${hr} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$tr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${tp50}/${tp99} |"
+  for test in get set incr; do
+    read -r dr dp50 dp99 <<<"${R[direct/$depth/$test]}"
+    read -r hr hp50 hp99 <<<"${R[heatsink/$depth/$test]}"
+    read -r tr tp50 tp99 <<<"${R[twemproxy/$depth/$test]}"
+    echo "| ${test^^} | ${depth} | ${dr} | ${hr} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$tr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${tp50}/${tp99} |"
   done
 done
 echo
 echo "Targets: heatsink / direct ≥ 90 % at depth 1 and ≥ 60 % at depth 16, ahead of twemproxy in every row."
 echo
-echo "Upstream commands for ${N} client GETs on random keys through the proxy (INFO commandstats): GET ${upstream_gets:-0}, all commands ${total_cmds:-0} (want exactly ${N})."
+echo "**One upstream command per client command** (random keys, nothing in the routing table; INFO commandstats on Redis): ${N} client GETs at depth 16 → ${one_gets:-0} upstream GETs, ${one_all} commands in all; ${N} client SETs at depth 1 → ${one_sets:-0} upstream SETs, ${one_all2} commands in all."
+echo
+read -r hr hp50 hp99 <<<"${hot}"
+echo "**Hot read key, local cache** (TTL 2 s ± 10 %, coalesced): ${HOTN} client GETs of one key in ${hot_secs} s (${hr} GETs/s, p50/p99 ${hp50}/${hp99} ms) → ${hot_up} upstream GETs = $(awk -v a="${hot_up}" -v b="${HOTN}" 'BEGIN{printf "%.4f", 100*a/b}') % (target ≤ 0.01 %)."
+echo
+read -r dr dp50 dp99 <<<"${R[direct/sethot]}"
+read -r er ep50 ep99 <<<"${R[engine/sethot]}"
+echo "**SET on the hot cached key**, depth 1 (median of ${ROUNDS}): direct ${dr} ops/s (p50/p99 ${dp50}/${dp99} ms), through the engine ${er} ops/s (${ep50}/${ep99} ms) = $(ratio "$er" "$dr") of direct (target ≥ 90 %)."
+echo
+echo "**Write-hot counter on a 3-master cluster** (redis-benchmark INCR of one key through the proxy, ${REQUESTS} requests; ops/s each master served, INFO commandstats):"
+echo
+echo "| counter | master ops/s | busiest / mean |"
+echo "|---|---|---|"
+echo "| plain key (before) | ${before%%|*} | ${before##*| } |"
+echo "| split in 6 shards (after) | ${after%%|*} | ${after##*| } |"
+echo
+echo "Target: busiest / mean ≤ 1.5 after the split. The split counter's logical value read back through the proxy: ${total}."
 echo
