@@ -30,6 +30,9 @@ type Aggregate struct {
 	Keys map[string]Observation
 	// FreshNodes and StaleNodes count nodes by the age of their newest report.
 	FreshNodes, StaleNodes int
+	// NextStale is when the first fresh report turns stale (zero if none):
+	// the rates change then even if no report does.
+	NextStale time.Time
 }
 
 // AggregateReports sums the candidates of the newest fresh report of every
@@ -57,6 +60,7 @@ func AggregateReports(now time.Time, reportInterval time.Duration, reports []v1a
 			continue
 		}
 		agg.FreshNodes++
+		agg.NextStale = earliest(agg.NextStale, r.Spec.GeneratedAt.Add(maxAge).Add(time.Nanosecond))
 		for _, c := range r.Spec.Candidates {
 			if filter != nil && !filter.Match(c.Key) {
 				continue

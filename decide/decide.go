@@ -27,6 +27,9 @@ type KeyState struct {
 	WriteUnderSince *time.Time `json:"writeUnderSince,omitempty"`
 	// Since is when the key became hot (either direction).
 	Since *time.Time `json:"since,omitempty"`
+	// ShrinkSince is when the sized split cardinality first fell below the
+	// current one; the split shrinks only after sustainFor of that.
+	ShrinkSince *time.Time `json:"shrinkSince,omitempty"`
 }
 
 func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
@@ -172,7 +175,8 @@ func Decide(in Input) Output {
 			continue
 		}
 		o := in.Observations[key]
-		e, d := detectedEntry(spec, key, ks, o, lastShards(in.Current, key))
+		e, d, next := detectedEntry(now, spec, key, ks, o, lastShards(in.Current, key))
+		out.NextCheck = earliestNZ(out.NextCheck, next)
 		if e != nil {
 			entries[key] = e
 			d.Since = ks.Since
@@ -321,10 +325,12 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 // key cannot serve the read rate (or nothing cheaper is allowed); writes get a
 // split (and pre-aggregation where the policy opts in).
 //
-// A key cooling down (under the hysteresis threshold, cooldown running) keeps
-// its current split cardinality: shrinking it first and unsplitting shortly
-// after would only churn generations.
-func detectedEntry(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, current int32) (*routing.Entry, *KeyDecision) {
+// A split grows at once but shrinks only after the smaller size has held for
+// sustainFor (reports of several nodes arrive one by one, so a sum may dip
+// for a moment), and never while the key cools down: shrinking first and
+// unsplitting shortly after would only churn generations.
+func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, current int32) (*routing.Entry, *KeyDecision, time.Time) {
+	var next time.Time
 	m := &spec.Mitigations
 	e := &routing.Entry{Key: key, Source: routing.SourceDetected}
 	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected}
@@ -347,8 +353,21 @@ func detectedEntry(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o 
 	}
 	if ks.WriteHot && m.Split.IsEnabled() {
 		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardWritesPerSecond, m.Split.MaxShards)
-		if ks.WriteUnderSince != nil && current > 0 {
+		switch {
+		case n >= current:
+			ks.ShrinkSince = nil
+		case ks.WriteUnderSince != nil:
 			n = current
+		default:
+			if ks.ShrinkSince == nil {
+				t := now
+				ks.ShrinkSince = &t
+			}
+			if due := ks.ShrinkSince.Add(spec.Thresholds.SustainFor.Duration); now.Before(due) {
+				n, next = current, due
+			} else {
+				ks.ShrinkSince = nil
+			}
 		}
 		e.Split = &routing.Split{Generations: []routing.Generation{{Shards: n}}}
 		d.Shards = n
@@ -358,10 +377,13 @@ func detectedEntry(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o 
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationPreAggregate)
 		}
 	}
-	if len(d.Mitigations) == 0 {
-		return nil, nil
+	if !ks.WriteHot {
+		ks.ShrinkSince = nil
 	}
-	return e, d
+	if len(d.Mitigations) == 0 {
+		return nil, nil, next
+	}
+	return e, d, next
 }
 
 // mergeScheduled adds a scheduled key's mitigations. A key also detected hot

@@ -188,6 +188,7 @@ func TestAggregateReports(t *testing.T) {
 	want := Aggregate{
 		Keys:       map[string]Observation{"likes": {15, 150}, "page": {7000, 0}},
 		FreshNodes: 2, StaleNodes: 1,
+		NextStale: now.Add(time.Second + time.Nanosecond), // b's report, 2s old, stale after 3s
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -381,6 +382,28 @@ func TestDecideSplitLifecycle(t *testing.T) {
 	cur.Entries = Prune(t0.Add(130*time.Second), 60000, out.Entries, map[GenRef]bool{{Key: "k", FromEpoch: 1001}: true})
 	if diff := cmp.Diff([]routing.Generation{{FromEpoch: 1002, Shards: 13}}, cur.Entries[0].Split.Generations); diff != "" {
 		t.Fatalf("pruned (-want +got):\n%s", diff)
+	}
+	// A dip in the sum (one node's report arrived before the other's) does
+	// not shrink the split; a lasting lower rate does, after sustainFor.
+	out = step(131*time.Second, hot)
+	if diff := cmp.Diff([]routing.Generation{{FromEpoch: 1002, Shards: 13}}, gens(out)); diff != "" {
+		t.Fatalf("shrank on a dip (-want +got):\n%s", diff)
+	}
+	if want := t0.Add(133 * time.Second); !out.NextCheck.Equal(want) {
+		t.Fatalf("next = %v, want %v", out.NextCheck, want)
+	}
+	step(132*time.Second, hotter)
+	out = step(133*time.Second, hot)
+	if diff := cmp.Diff([]routing.Generation{{FromEpoch: 1002, Shards: 13}}, gens(out)); diff != "" {
+		t.Fatalf("shrank after a reset dip (-want +got):\n%s", diff)
+	}
+	out = step(135*time.Second, hot)
+	if diff := cmp.Diff([]routing.Generation{{FromEpoch: 1002, Shards: 13}, {FromEpoch: 1003, Shards: 7}}, gens(out)); diff != "" {
+		t.Fatalf("lasting shrink (-want +got):\n%s", diff)
+	}
+	out = step(136*time.Second, hotter) // grows back: the announced shrink is withdrawn
+	if diff := cmp.Diff([]routing.Generation{{FromEpoch: 1002, Shards: 13}}, gens(out)); diff != "" {
+		t.Fatalf("grow back (-want +got):\n%s", diff)
 	}
 	// Cool down: after the cooldown the key announces an unsplit, keeps its
 	// shards listed until folded, then leaves the table.

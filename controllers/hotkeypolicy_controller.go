@@ -1,0 +1,212 @@
+// Package controllers holds the manager's reconcilers. The HotKeyPolicy
+// reconciler turns detector reports into a published routing table: observe
+// (sum fresh reports) → decide (pure, package decide) → act in Redis (fold
+// retired shards, pre-warm replicas) → publish (routing ConfigMap) → status.
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/decide"
+	"github.com/heatsink-dev/heatsink/schedule"
+)
+
+// Finalizer removes the routing ConfigMap when its policy is deleted. The
+// ConfigMap is also owned by the policy, so the garbage collector removes it
+// too; the finalizer makes deletion immediate and independent of the GC.
+const Finalizer = "heatsink.dev/routing"
+
+// DefaultMargin is how far ahead of an epoch boundary a split change is
+// announced, and how long a replaced generation may still see late writes
+// before it is folded: routing ConfigMap propagation plus clock skew.
+const DefaultMargin = 10 * time.Second
+
+// HotKeyPolicyReconciler reconciles HotKeyPolicy objects.
+type HotKeyPolicyReconciler struct {
+	Client client.Client
+	// APIReader reads Secrets uncached, so the manager needs no cluster-wide
+	// Secret watch; Client if nil.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	// Clock is the time source of every decision; the real clock if nil.
+	Clock clock.Clock
+	// Recorder emits Events on condition transitions; none if nil.
+	Recorder events.EventRecorder
+	// Redis opens clients to a policy's target; DialRedis if nil.
+	Redis RedisDialer
+	// Margin overrides DefaultMargin.
+	Margin time.Duration
+	// Metrics receives the reconciler's metrics; registered on
+	// controller-runtime's registry if nil.
+	Metrics *Metrics
+
+	redis *redisClients
+}
+
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/finalizers,verbs=update
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager fills unset fields from mgr and registers the reconciler.
+func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Scheme == nil {
+		r.Scheme = mgr.GetScheme()
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("heatsink-manager")
+	}
+	if r.Redis == nil {
+		r.Redis = DialRedis
+	}
+	if r.Margin <= 0 {
+		r.Margin = DefaultMargin
+	}
+	if r.Metrics == nil {
+		r.Metrics = NewMetrics(metrics.Registry)
+	}
+	r.redis = newRedisClients(r.Redis)
+	if err := mgr.Add(r.redis); err != nil { // closes clients at shutdown
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.HotKeyPolicy{}).
+		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		Watches(&v1alpha1.HotKeyReport{}, handler.EnqueueRequestsFromMapFunc(reportToPolicy)).
+		Named("hotkeypolicy").
+		Complete(r)
+}
+
+// reportToPolicy maps a report to its policy through the policy label.
+func reportToPolicy(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[v1alpha1.LabelPolicy]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// Reconcile runs one observe → decide → act → publish → status pass.
+func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	began := time.Now() // wall time: this measures the reconcile itself
+	defer func() { r.Metrics.reconcileDuration.Observe(time.Since(began).Seconds()) }()
+
+	policy := &v1alpha1.HotKeyPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.redis.forget(req.NamespacedName)
+			r.Metrics.forget(req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !policy.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, policy)
+	}
+	if controllerutil.AddFinalizer(policy, Finalizer) {
+		if err := r.Client.Update(ctx, policy); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	spec := policy.Spec.DeepCopy()
+	v1alpha1.SetDefaults(spec)
+	now := r.Clock.Now()
+
+	agg, err := r.observe(ctx, policy, spec, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	prev, err := r.loadPublished(ctx, policy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	evs, schedErrs := schedule.Events(now, spec.Schedules)
+	out := decide.Decide(decide.Input{
+		Now: now, Spec: spec, Observations: agg.Keys, State: prev.State,
+		Current: prev.decided(spec.Mode), Scheduled: scheduledKeys(spec, evs), Margin: r.Margin,
+	})
+
+	act := r.actInRedis(ctx, policy, spec, prev, &out, evs, now)
+	pub := r.publish(ctx, policy, spec, prev, &out)
+
+	status := r.buildStatus(policy, spec, now, agg, evs, schedErrs, &out, act, pub)
+	r.recordTransitions(policy, &policy.Status, status)
+	r.Metrics.observe(policy, spec, now, &out)
+	if err := r.writeStatus(ctx, policy, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if pub.err != nil {
+		return ctrl.Result{}, pub.err
+	}
+	next := earliest(out.NextCheck, agg.NextStale, schedule.NextChange(now, evs), act.retryAt)
+	log.FromContext(ctx).V(1).Info("reconciled", "hotKeys", len(out.Keys), "routingVersion", pub.version, "next", next)
+	return requeueAt(now, next), nil
+}
+
+// requeueAt converts the next check time into a RequeueAfter.
+func requeueAt(now, next time.Time) ctrl.Result {
+	if next.IsZero() {
+		return ctrl.Result{}
+	}
+	d := next.Sub(now)
+	if d < 100*time.Millisecond {
+		d = 100 * time.Millisecond
+	}
+	return ctrl.Result{RequeueAfter: d}
+}
+
+func earliest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (out.IsZero() || t.Before(out)) {
+			out = t
+		}
+	}
+	return out
+}
+
+// finalize removes the routing ConfigMap and the finalizer.
+func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.HotKeyPolicy) error {
+	if !controllerutil.ContainsFinalizer(policy, Finalizer) {
+		return nil
+	}
+	cm := &corev1.ConfigMap{}
+	cm.Namespace, cm.Name = policy.Namespace, routingName(policy)
+	if err := r.Client.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	r.redis.forget(client.ObjectKeyFromObject(policy))
+	r.Metrics.forget(policy.Namespace, policy.Name)
+	controllerutil.RemoveFinalizer(policy, Finalizer)
+	return r.Client.Update(ctx, policy)
+}

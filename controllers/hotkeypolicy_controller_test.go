@@ -1,0 +1,387 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/internal/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/redistest"
+	"github.com/heatsink-dev/heatsink/internal/testenv"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// flow is one namespace's view of the shared control plane and fake clock.
+type flow struct {
+	t   *testing.T
+	ctx context.Context
+	c   client.Client
+	clk *clocktesting.FakeClock
+	ns  string
+}
+
+func (f *flow) policy(name string, mut ...func(*v1alpha1.HotKeyPolicy)) *v1alpha1.HotKeyPolicy {
+	f.t.Helper()
+	p := &v1alpha1.HotKeyPolicy{}
+	p.Namespace, p.Name = f.ns, name
+	p.Spec.Target.Addresses = []string{"127.0.0.1:1"}
+	p.Spec.Mitigations.Split.Enabled = ptr.To(true)
+	p.Spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
+	p.Spec.Thresholds.Cooldown = metav1.Duration{Duration: time.Minute}
+	for _, m := range mut {
+		m(p)
+	}
+	if err := f.c.Create(f.ctx, p); err != nil {
+		f.t.Fatalf("create policy: %v", err)
+	}
+	return p
+}
+
+// report creates or updates node's report for policy, generated now.
+func (f *flow) report(policy, node string, c ...v1alpha1.Candidate) {
+	f.t.Helper()
+	r := &v1alpha1.HotKeyReport{}
+	r.Namespace, r.Name = f.ns, policy+"-"+node
+	err := f.c.Get(f.ctx, client.ObjectKeyFromObject(r), r)
+	if err != nil && !apierrors.IsNotFound(err) {
+		f.t.Fatal(err)
+	}
+	r.Labels = map[string]string{v1alpha1.LabelPolicy: policy, v1alpha1.LabelNode: node}
+	r.Spec = v1alpha1.HotKeyReportSpec{NodeName: node, PolicyName: policy, Window: metav1.Duration{Duration: 10 * time.Second},
+		GeneratedAt: metav1.NewTime(f.clk.Now()), Candidates: c}
+	if apierrors.IsNotFound(err) {
+		err = f.c.Create(f.ctx, r)
+	} else {
+		err = f.c.Update(f.ctx, r)
+	}
+	if err != nil {
+		f.t.Fatalf("write report: %v", err)
+	}
+}
+
+// poke makes the manager reconcile policy now: the fake clock does not
+// drive the work queue, so a step of the clock needs a nudge.
+func (f *flow) poke(policy string) {
+	f.t.Helper()
+	p := &v1alpha1.HotKeyPolicy{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: policy}, p); err != nil {
+		f.t.Fatal(err)
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations["test/poke"] = f.clk.Now().String()
+	if err := f.c.Patch(f.ctx, p, patch); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *flow) step(d time.Duration, policy string) {
+	f.t.Helper()
+	f.clk.Step(d)
+	f.poke(policy)
+}
+
+// eventually polls cond until it returns nil, failing after 20s.
+func (f *flow) eventually(what string, cond func() error) {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for a condition
+	}
+}
+
+// table reads the published routing table of policy.
+func (f *flow) table(policy string) (*routing.Table, *corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: routing.ConfigMapName(policy)}, cm); err != nil {
+		return nil, nil, err
+	}
+	t, err := routing.Parse([]byte(cm.Data[routing.ConfigMapKey]))
+	return t, cm, err
+}
+
+// gens waits until key's generations in the published table equal want.
+func (f *flow) gens(policy, key string, want []routing.Generation) *routing.Table {
+	f.t.Helper()
+	var tbl *routing.Table
+	f.eventually(fmt.Sprintf("generations of %s", key), func() error {
+		t, _, err := f.table(policy)
+		if err != nil {
+			return err
+		}
+		var got []routing.Generation
+		if e := t.Lookup(key); e != nil && e.Split != nil {
+			got = e.Split.Generations
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			return fmt.Errorf("(-want +got):\n%s", diff)
+		}
+		tbl = t
+		return nil
+	})
+	return tbl
+}
+
+func (f *flow) status(policy string) v1alpha1.HotKeyPolicyStatus {
+	p := &v1alpha1.HotKeyPolicy{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: policy}, p); err != nil {
+		f.t.Fatal(err)
+	}
+	return p.Status
+}
+
+// e0 is the epoch the flows start in: 2026-11-30 00:00 UTC.
+var e0 = routing.EpochAt(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), 60000)
+
+func cand(key string, reads, writes int64) v1alpha1.Candidate {
+	return v1alpha1.Candidate{Key: key, ReadsPerSecond: reads, WritesPerSecond: writes}
+}
+
+// TestHotKeyPolicyFlows runs the reconciler in a real manager against a real
+// API server (and a real Redis where it acts in Redis), with a fake clock.
+// The flows share one manager (controller names are unique per process) and
+// run in their own namespaces.
+func TestHotKeyPolicyFlows(t *testing.T) {
+	cp := testenv.Start(t, controlplane.Options{})
+	srv := redistest.Standalone(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	// 10s into epoch e0 of 60s epochs.
+	clk := clocktesting.NewFakeClock(routing.EpochStart(e0, 60000).Add(10 * time.Second))
+	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second}
+	testenv.RunManager(t, cp, r.SetupWithManager)
+	ctx := context.Background()
+	n := 0
+	newFlow := func(t *testing.T) *flow {
+		n++
+		ns := fmt.Sprintf("flow-%d", n)
+		if err := cp.CreateNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		return &flow{t: t, ctx: ctx, c: cp.Client, clk: clk, ns: ns}
+	}
+	withRedis := func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{srv.Addr} }
+
+	t.Run("reports in, routing out, resize at an epoch, cooldown, deletion", func(t *testing.T) {
+		f := newFlow(t)
+		f.policy("likes", withRedis)
+		// 2 nodes × 30k writes/s = 60k: N = ceil(60k × 1.25 / 20k) = 4.
+		f.report("likes", "n1", cand("likes:1", 0, 30000), cand("cold", 10, 10))
+		f.report("likes", "n2", cand("likes:1", 0, 30000))
+		f.eventually("pending key, empty table", func() error {
+			tbl, cm, err := f.table("likes")
+			if err != nil {
+				return err
+			}
+			if len(tbl.Entries) != 0 {
+				return fmt.Errorf("entries before sustainFor: %+v", tbl.Entries)
+			}
+			if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "HotKeyPolicy" || !ptr.Deref(cm.OwnerReferences[0].Controller, false) {
+				return fmt.Errorf("owner references %+v", cm.OwnerReferences)
+			}
+			return nil
+		})
+		f.eventually("key pending in the manager state", func() error {
+			_, cm, err := f.table("likes")
+			if err != nil {
+				return err
+			}
+			var doc stateDoc
+			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 || doc.Keys[0].WriteOverSince == nil {
+				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
+			}
+			return nil
+		})
+		f.step(2*time.Second, "likes") // sustainFor; now 12s into epoch 1000
+		tbl := f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 1, Shards: 4}})
+		v1 := tbl.Version
+		f.eventually("status", func() error {
+			st := f.status("likes")
+			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionMitigating) || st.HotKeyCount != 1 ||
+				st.ReportingNodes != 2 || st.RoutingVersion != v1 || len(st.HotKeys) != 1 || st.HotKeys[0].Shards != 4 {
+				return fmt.Errorf("status %+v", st)
+			}
+			return nil
+		})
+
+		// Writes double: N = 8, announced for the next boundary.
+		f.clk.Step(time.Minute) // 12s into epoch 1001
+		f.report("likes", "n1", cand("likes:1", 0, 60000))
+		f.report("likes", "n2", cand("likes:1", 0, 60000))
+		tbl = f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 1, Shards: 4}, {FromEpoch: e0 + 2, Shards: 8}})
+		if tbl.Version <= v1 {
+			t.Errorf("version %d did not grow past %d", tbl.Version, v1)
+		}
+		// Some increments landed in generation 1001's shards; after the
+		// boundary and the grace period they are folded into the base key
+		// and the generation leaves the table.
+		shards := routing.ShardKeys("likes:1", routing.Generation{FromEpoch: e0 + 1, Shards: 4})
+		rc.Set(ctx, "likes:1", 100, 0)
+		rc.IncrBy(ctx, shards[0], 5)
+		rc.IncrBy(ctx, shards[3], 7)
+		f.clk.Step(time.Minute) // 12s into epoch 1002: past boundary + margin
+		f.report("likes", "n1", cand("likes:1", 0, 60000))
+		f.report("likes", "n2", cand("likes:1", 0, 60000))
+		f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 2, Shards: 8}})
+		if v, _ := rc.Get(ctx, "likes:1").Int64(); v != 112 {
+			t.Errorf("base after fold = %d, want 112", v)
+		}
+
+		// Traffic stops: after the cooldown an unsplit is announced, then
+		// the key leaves the table once its shards are folded.
+		f.report("likes", "n1")
+		f.report("likes", "n2")
+		f.eventually("cooldown started", func() error {
+			_, cm, err := f.table("likes")
+			if err != nil {
+				return err
+			}
+			var doc stateDoc
+			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 || doc.Keys[0].WriteUnderSince == nil {
+				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
+			}
+			return nil
+		})
+		f.step(time.Minute, "likes") // cooldown over; 12s into e0+3
+		f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 2, Shards: 8}, {FromEpoch: e0 + 4, Shards: 0}})
+		f.step(time.Minute, "likes") // 12s into e0+4
+		f.gens("likes", "likes:1", nil)
+		f.eventually("not mitigating", func() error {
+			st := f.status("likes")
+			if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionMitigating) || st.HotKeyCount != 0 {
+				return fmt.Errorf("status %+v", st)
+			}
+			// Reports generated 2 minutes ago are stale now.
+			if st.StaleNodes != 2 || !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDegraded) {
+				return fmt.Errorf("stale nodes not reported: %+v", st)
+			}
+			return nil
+		})
+
+		p := &v1alpha1.HotKeyPolicy{}
+		p.Namespace, p.Name = f.ns, "likes"
+		if err := f.c.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("ConfigMap deleted with the policy", func() error {
+			if _, _, err := f.table("likes"); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("get ConfigMap: %v", err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("observe mode publishes nothing", func(t *testing.T) {
+		f := newFlow(t)
+		f.policy("dry", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = v1alpha1.ModeObserve })
+		f.report("dry", "n1", cand("likes:2", 0, 50000))
+		f.eventually("pending", func() error {
+			_, cm, err := f.table("dry")
+			if err != nil {
+				return err
+			}
+			var doc stateDoc
+			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 {
+				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
+			}
+			return nil
+		})
+		f.step(2*time.Second, "dry")
+		f.eventually("status shows the decision", func() error {
+			st := f.status("dry")
+			if st.HotKeyCount != 1 || len(st.HotKeys) != 1 || st.HotKeys[0].Shards != 4 ||
+				meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady).Reason != v1alpha1.ReasonObserving {
+				return fmt.Errorf("status %+v", st)
+			}
+			return nil
+		})
+		tbl, cm, err := f.table("dry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tbl.Entries) != 0 {
+			t.Errorf("Observe mode published %+v", tbl.Entries)
+		}
+		var doc stateDoc
+		if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Observed) != 1 {
+			t.Errorf("state %q: %v", cm.Data[StateKey], err)
+		}
+	})
+
+	t.Run("schedule published at start minus leadTime with replicas filled, withdrawn after", func(t *testing.T) {
+		f := newFlow(t)
+		start := f.clk.Now().Add(time.Hour).Truncate(time.Second)
+		rc.Set(ctx, "product:iphone", "hello", 0)
+		f.policy("bf", withRedis, func(p *v1alpha1.HotKeyPolicy) {
+			p.Spec.Mitigations.Replicate.Enabled = ptr.To(true)
+			p.Spec.Schedules = []v1alpha1.Schedule{{Name: "black-friday", Start: &metav1.Time{Time: start},
+				Duration: metav1.Duration{Duration: 30 * time.Minute}, LeadTime: metav1.Duration{Duration: 10 * time.Minute},
+				Keys: []string{"product:iphone"}, Mitigation: v1alpha1.ScheduledMitigation{Replicate: &v1alpha1.ScheduledReplicate{Replicas: 4}}}}
+		})
+		f.eventually("next event listed, nothing published yet", func() error {
+			st := f.status("bf")
+			if len(st.NextEvents) != 1 || !st.NextEvents[0].PrewarmAt.Time.Equal(start.Add(-10*time.Minute)) {
+				return fmt.Errorf("next events %+v", st.NextEvents)
+			}
+			tbl, _, err := f.table("bf")
+			if err != nil {
+				return err
+			}
+			if len(tbl.Entries) != 0 {
+				return fmt.Errorf("published before prewarm: %+v", tbl.Entries)
+			}
+			return nil
+		})
+		f.step(50*time.Minute, "bf") // start − leadTime
+		f.eventually("published with bounds", func() error {
+			tbl, _, err := f.table("bf")
+			if err != nil {
+				return err
+			}
+			e := tbl.Lookup("product:iphone")
+			if e == nil || e.Replicate == nil || e.Replicate.Replicas != 4 || e.NotBefore == nil || !e.NotBefore.Equal(start) ||
+				e.NotAfter == nil || !e.NotAfter.Equal(start.Add(30*time.Minute)) || e.Source != routing.SourceScheduled {
+				return fmt.Errorf("entry %+v", e)
+			}
+			return nil
+		})
+		for _, k := range routing.ReplicaKeys("product:iphone", 4) {
+			if v, err := rc.Get(ctx, k).Result(); v != "hello" {
+				t.Errorf("replica not pre-warmed: %q, %v", v, err)
+			}
+		}
+		f.step(41*time.Minute, "bf") // past the end
+		f.eventually("withdrawn", func() error {
+			tbl, _, err := f.table("bf")
+			if err != nil {
+				return err
+			}
+			if len(tbl.Entries) != 0 {
+				return fmt.Errorf("entries after the event: %+v", tbl.Entries)
+			}
+			return nil
+		})
+	})
+}

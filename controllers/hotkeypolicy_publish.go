@@ -1,0 +1,196 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/decide"
+	"github.com/heatsink-dev/heatsink/keyfilter"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// StateKey is the routing ConfigMap key holding the manager's own state (the
+// hysteresis timers and, in Observe mode, the entries it would publish).
+// Keeping it beside the table it explains means a restarted or newly elected
+// manager continues exactly where the last one stopped; data-path readers
+// only read routing.ConfigMapKey.
+const StateKey = "manager-state.json"
+
+// FieldOwner is the server-side apply field manager of the routing ConfigMap.
+const FieldOwner = "heatsink-manager"
+
+// LabelManagedBy marks the ConfigMaps the manager writes; cmd/heatsink limits
+// its ConfigMap cache to them.
+const LabelManagedBy = "app.kubernetes.io/managed-by"
+
+// stateDoc is the JSON under StateKey.
+type stateDoc struct {
+	Keys []decide.KeyState `json:"keys,omitempty"`
+	// Observed are the entries decided in Observe mode (not published).
+	Observed []routing.Entry `json:"observedEntries,omitempty"`
+}
+
+// published is what the routing ConfigMap holds now.
+type published struct {
+	Table   *routing.Table // nil when absent or unreadable
+	State   decide.State
+	Observe []routing.Entry
+	// Version is the greatest routing version ever published: the table's
+	// or status.routingVersion, whichever is larger.
+	Version   int64
+	tableJSON string
+	stateJSON string
+	exists    bool
+}
+
+// decided is the table the previous decision produced, which the next one
+// starts from (its split generations in particular).
+// In Observe mode that is the unpublished decision kept in the state; after a
+// switch to Enforce, only what was published counts, so that a generation
+// never published cannot take effect without its announcement.
+func (p *published) decided(mode v1alpha1.PolicyMode) *routing.Table {
+	if mode == v1alpha1.ModeObserve {
+		t := routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1, Entries: p.Observe}
+		if p.Table != nil {
+			t.EpochMillis = p.Table.EpochMillis
+		}
+		return &t
+	}
+	return p.Table
+}
+
+func routingName(p *v1alpha1.HotKeyPolicy) string { return routing.ConfigMapName(p.Name) }
+
+// observe sums the fresh reports of the policy's nodes.
+func (r *HotKeyPolicyReconciler) observe(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) (decide.Aggregate, error) {
+	var list v1alpha1.HotKeyReportList
+	if err := r.Client.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingLabels{v1alpha1.LabelPolicy: policy.Name}); err != nil {
+		return decide.Aggregate{}, fmt.Errorf("list reports: %w", err)
+	}
+	filter, err := keyfilter.Compile(spec.Keys.Include, spec.Keys.Exclude)
+	if err != nil {
+		return decide.Aggregate{}, fmt.Errorf("spec.keys: %w", err)
+	}
+	return decide.AggregateReports(now, spec.Detection.ReportInterval.Duration, list.Items, filter), nil
+}
+
+// loadPublished reads the routing ConfigMap. An unreadable table or state is
+// logged and treated as absent, except for its version, which only grows.
+func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (*published, error) {
+	p := &published{Version: policy.Status.RoutingVersion}
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: policy.Namespace, Name: routingName(policy)}, cm)
+	if apierrors.IsNotFound(err) {
+		return p, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get routing ConfigMap: %w", err)
+	}
+	p.exists = true
+	p.tableJSON, p.stateJSON = cm.Data[routing.ConfigMapKey], cm.Data[StateKey]
+	if p.tableJSON != "" {
+		t, err := routing.Parse([]byte(p.tableJSON))
+		if err != nil {
+			log.FromContext(ctx).Error(err, "published routing table unreadable; starting over")
+			var v struct {
+				Version int64 `json:"version"`
+			}
+			_ = json.Unmarshal([]byte(p.tableJSON), &v)
+			p.Version = max(p.Version, v.Version)
+		} else {
+			p.Table = t
+			p.Version = max(p.Version, t.Version)
+		}
+	}
+	if p.stateJSON != "" {
+		var doc stateDoc
+		if err := json.Unmarshal([]byte(p.stateJSON), &doc); err != nil {
+			log.FromContext(ctx).Error(err, "manager state unreadable; hysteresis timers restart")
+		} else {
+			p.State = decide.State{Keys: doc.Keys}
+			p.Observe = doc.Observed
+		}
+	}
+	return p, nil
+}
+
+// publishResult says what publish did.
+type publishResult struct {
+	version int64
+	wrote   bool
+	err     error
+}
+
+// publish writes the routing ConfigMap with server-side apply, only when its
+// content changes. The version grows by one whenever the entries change. In
+// Observe mode the table has no entries and the decided ones go to the state.
+func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output) publishResult {
+	entries := []routing.Entry{}
+	doc := stateDoc{Keys: out.State.Keys}
+	if spec.Mode == v1alpha1.ModeObserve {
+		doc.Observed = out.Entries
+		if doc.Observed == nil {
+			doc.Observed = []routing.Entry{}
+		}
+	} else if out.Entries != nil {
+		entries = out.Entries
+	}
+	t := &routing.Table{
+		SchemaVersion: routing.SchemaVersion,
+		Policy:        policy.Namespace + "/" + policy.Name,
+		Version:       prev.Version,
+		EpochMillis:   spec.Mitigations.Split.Epoch.Milliseconds(),
+		Entries:       entries,
+	}
+	if prev.Table == nil || prev.Table.EpochMillis != t.EpochMillis || !sameEntries(prev.Table.Entries, entries) || prev.Version == 0 {
+		t.Version = prev.Version + 1
+	}
+	tableJSON, err := t.Marshal()
+	if err != nil {
+		return publishResult{version: prev.Version, err: fmt.Errorf("routing table: %w", err)}
+	}
+	stateJSON, err := json.Marshal(doc)
+	if err != nil {
+		return publishResult{version: prev.Version, err: err}
+	}
+	if prev.exists && string(tableJSON) == prev.tableJSON && string(stateJSON) == prev.stateJSON {
+		return publishResult{version: t.Version}
+	}
+	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).
+		WithLabels(map[string]string{LabelManagedBy: "heatsink", v1alpha1.LabelPolicy: policy.Name}).
+		WithOwnerReferences(metav1ac.OwnerReference().
+			WithAPIVersion(v1alpha1.GroupVersion.String()).
+			WithKind("HotKeyPolicy").
+			WithName(policy.Name).
+			WithUID(policy.UID).
+			WithController(true).
+			WithBlockOwnerDeletion(true)).
+		WithData(map[string]string{routing.ConfigMapKey: string(tableJSON), StateKey: string(stateJSON)})
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return publishResult{version: prev.Version, err: fmt.Errorf("apply routing ConfigMap: %w", err)}
+	}
+	if t.Version != prev.Version {
+		r.Metrics.publications.Inc()
+	}
+	return publishResult{version: t.Version, wrote: true}
+}
+
+func sameEntries(a, b []routing.Entry) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}

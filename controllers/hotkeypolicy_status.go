@@ -1,0 +1,135 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/decide"
+	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/schedule"
+)
+
+// ReasonInvalidSchedule: a schedule cannot be evaluated (bad cron or time
+// zone that slipped past admission); the other schedules still apply.
+const ReasonInvalidSchedule = "InvalidSchedule"
+
+// maxStatusHotKeys is the schema's cap on status.hotKeys.
+const maxStatusHotKeys = 50
+
+// maxStatusEvents is the schema's cap on status.nextEvents.
+const maxStatusEvents = 32
+
+// buildStatus computes the next status from this pass's results. Conditions
+// keep their lastTransitionTime unless their status changes.
+func (r *HotKeyPolicyReconciler) buildStatus(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time, agg decide.Aggregate, evs []schedule.Event, schedErrs []error, out *decide.Output, act actResult, pub publishResult) *v1alpha1.HotKeyPolicyStatus {
+	st := policy.Status.DeepCopy()
+	st.ObservedGeneration = policy.Generation
+	st.Epoch = routing.EpochAt(now, spec.Mitigations.Split.Epoch.Milliseconds())
+	st.RoutingConfigMap = routingName(policy)
+	st.RoutingVersion = max(st.RoutingVersion, pub.version)
+	st.ReportingNodes, st.StaleNodes = int32(agg.FreshNodes), int32(agg.StaleNodes)
+	st.HotKeyCount = int32(len(out.Keys))
+	st.HotKeys = nil
+	for i, k := range out.Keys {
+		if i == maxStatusHotKeys {
+			break
+		}
+		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
+			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source}
+		if k.Since != nil {
+			t := metav1.NewTime(k.Since.UTC().Truncate(time.Second))
+			hk.Since = &t
+		}
+		st.HotKeys = append(st.HotKeys, hk)
+	}
+	st.NextEvents = nil
+	for i, ev := range evs {
+		if i == maxStatusEvents {
+			break
+		}
+		st.NextEvents = append(st.NextEvents, v1alpha1.ScheduledEventStatus{Name: ev.Name,
+			Start: metav1.NewTime(ev.Start), End: metav1.NewTime(ev.End), PrewarmAt: metav1.NewTime(ev.PrewarmAt)})
+	}
+
+	gen := policy.Generation
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
+	}
+	switch {
+	case pub.err != nil:
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, pub.err.Error())
+	case spec.Mode == v1alpha1.ModeObserve:
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, "decisions are computed and shown in status; nothing is published")
+	default:
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("routing table version %d published", st.RoutingVersion))
+	}
+	if len(out.Keys) > 0 {
+		msg := fmt.Sprintf("%d keys mitigated", len(out.Keys))
+		if out.Capped > 0 {
+			msg += fmt.Sprintf("; %d more left out by capacity.maxMitigatedKeys", out.Capped)
+		}
+		set(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, msg)
+	} else {
+		set(v1alpha1.ConditionMitigating, metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys, "no key is mitigated")
+	}
+	switch {
+	case act.reason != "":
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, act.reason, truncate(act.message))
+	case len(schedErrs) > 0:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(schedErrs...).Error()))
+	case agg.StaleNodes > 0:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
+			fmt.Sprintf("%d of %d nodes have not reported for 3 report intervals; their reports are ignored", agg.StaleNodes, agg.StaleNodes+agg.FreshNodes))
+	default:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
+	}
+	return st
+}
+
+func truncate(s string) string {
+	if len(s) > 1024 {
+		return s[:1024]
+	}
+	return s
+}
+
+// recordTransitions emits one Event per condition whose status or reason
+// changed, with the condition's reason as the Event reason.
+func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy, old, next *v1alpha1.HotKeyPolicyStatus) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, c := range next.Conditions {
+		prev := meta.FindStatusCondition(old.Conditions, c.Type)
+		if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
+			continue
+		}
+		if prev == nil && c.Status == metav1.ConditionFalse {
+			continue // a first "nothing wrong" is not news
+		}
+		typ := corev1.EventTypeNormal
+		if (c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse) {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(policy, nil, typ, c.Reason, c.Type, "%s", c.Message)
+	}
+}
+
+// writeStatus patches the status, only when it changed.
+func (r *HotKeyPolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.HotKeyPolicy, st *v1alpha1.HotKeyPolicyStatus) error {
+	if equality.Semantic.DeepEqual(&policy.Status, st) {
+		return nil
+	}
+	base := policy.DeepCopy()
+	policy.Status = *st
+	return r.Client.Status().Patch(ctx, policy, client.MergeFrom(base))
+}
