@@ -155,7 +155,7 @@ func (s *session) handle() (done bool, err error) {
 		if handled := s.sharedLocal(info, args); handled {
 			return false, nil
 		}
-		if !known || !info.shareable || isBlocking(info, args) {
+		if (!known || !info.shareable || isBlocking(info, args)) && info.kind != kQuit && info.kind != kRefuse {
 			// The command changes or depends on connection state: from now
 			// on this client gets its own upstream connection.
 			s.drain()
