@@ -2,12 +2,18 @@ package main
 
 import (
 	"flag"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/internal/controlplane"
 )
 
@@ -18,6 +24,7 @@ func runManager(args []string) error {
 	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one manager acts")
+	margin := fs.Duration("epoch-margin", controllers.DefaultMargin, "how far ahead of an epoch boundary a split change is announced, and how long a replaced split generation waits for late writes before it is folded")
 	wh := bindWebhookFlags(fs)
 	opts := zap.Options{}
 	opts.BindFlags(fs)
@@ -39,11 +46,19 @@ func runManager(args []string) error {
 		LeaderElection:         *leaderElect,
 		LeaderElectionID:       "heatsink-manager.heatsink.dev",
 		WebhookServer:          whServer,
+		// Watch only the ConfigMaps the manager writes (routing tables), not
+		// every ConfigMap of the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
+		}},
 	})
 	if err != nil {
 		return err
 	}
 	if err := setupWebhooks(mgr, wh); err != nil {
+		return err
+	}
+	if err := setupControllers(mgr, *margin); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -53,4 +68,10 @@ func runManager(args []string) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// setupControllers registers the HotKeyPolicy reconciler with the real
+// clock, Redis dialer and controller-runtime's metrics registry.
+func setupControllers(mgr ctrl.Manager, margin time.Duration) error {
+	return (&controllers.HotKeyPolicyReconciler{Margin: margin}).SetupWithManager(mgr)
 }
