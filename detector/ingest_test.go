@@ -1,6 +1,7 @@
 package detector
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,8 +88,20 @@ func BenchmarkIngest(b *testing.B) {
 	var dec wire.Decoder
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	for i := 0; i < b.N; i++ {
 		d.handle(&dec, batches[i%len(batches)])
 	}
+	// Per CPU-second of the process as well as per wall second: on a shared
+	// machine the wall clock also counts other processes' time.
 	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds()/1e6, "Mobs/s")
+	b.ReportMetric(float64(b.N)*100/(cpuTime()-cpu).Seconds()/1e6, "Mobs/cpu-s")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

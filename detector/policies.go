@@ -19,6 +19,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/detector/report"
 	"github.com/heatsink-dev/heatsink/detector/sketch"
+	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/keyfilter"
 )
 
@@ -59,6 +60,8 @@ func sketchConfig(spec *v1alpha1.HotKeyPolicySpec, memory int) sketch.Config {
 		Slots:       slots,
 		ReadWeight:  rw,
 		WriteWeight: ww,
+		// A key's first batch carries a flush period of traffic.
+		Lead: wire.DefaultFlushInterval,
 	}
 }
 

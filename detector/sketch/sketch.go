@@ -53,6 +53,13 @@ type Config struct {
 	// so that a write-hot key (lower threshold) can outrank a read-hot one.
 	// Default 1 and 1.
 	ReadWeight, WriteWeight uint32
+	// Lead is how much traffic a key's first counted batch covers before it
+	// arrived (the senders' flush period): rates are measured from
+	// admission minus Lead. Default 0.
+	Lead time.Duration
+	// MinSpan is the shortest time a rate is measured over, so that a key's
+	// first batches do not read as a huge rate. Default a quarter slot.
+	MinSpan time.Duration
 	// AvgKeyLen is used only to plan the memory budget. Default 24.
 	AvgKeyLen int
 	// StoreFactor is store entries per K, in percent. Default 150.
@@ -85,6 +92,9 @@ func (c *Config) defaults() error {
 	}
 	if c.WriteWeight == 0 {
 		c.WriteWeight = 1
+	}
+	if c.MinSpan == 0 {
+		c.MinSpan = c.Window / time.Duration(c.Slots) / 4
 	}
 	if c.AvgKeyLen == 0 {
 		c.AvgKeyLen = 24
@@ -159,6 +169,7 @@ type Sketch struct {
 	free  []int32
 
 	cur     int64 // current slot number
+	ring    int   // cur % Slots: the current slot's place in each ring
 	started int64 // first Advance, ns
 	now     int64
 	keyLen  int // bytes of stored keys
@@ -259,7 +270,7 @@ func (s *Sketch) UpdateHashed(key string, h uint64, reads, writes, nbytes uint32
 }
 
 func (s *Sketch) add(x int32, e *entry, reads, writes, nbytes uint32, w uint64) {
-	sl := &s.slots[int(x)*s.cfg.Slots+int(s.cur%int64(s.cfg.Slots))]
+	sl := &s.slots[int(x)*s.cfg.Slots+s.ring]
 	sl.reads += reads
 	sl.writes += writes
 	sl.nbytes = satAdd(sl.nbytes, nbytes)
@@ -437,7 +448,7 @@ func (s *Sketch) Advance(now time.Time) {
 	ns := now.UnixNano()
 	sn := ns / s.slotDur
 	if s.started < 0 {
-		s.started, s.cur, s.now = ns, sn, ns
+		s.started, s.cur, s.now, s.ring = ns, sn, ns, int(sn%int64(s.cfg.Slots))
 		return
 	}
 	if ns > s.now {
@@ -460,7 +471,7 @@ func (s *Sketch) Advance(now time.Time) {
 		}
 		s.fade()
 	}
-	s.cur = sn
+	s.cur, s.ring = sn, int(sn%S)
 	// Recompute scores; drop keys with nothing left in the window; an
 	// inherited estimate expires with the slot it was admitted in.
 	for i := 0; i < len(s.heap); {
@@ -515,8 +526,8 @@ type Item struct {
 }
 
 // Top returns up to n items, highest score first. Rates are the larger of
-// the window average (over the time the key has been tracked, at least one
-// slot) and the rate over the last slot's length (the current partial slot
+// the window average (over the time the key has been tracked, plus Lead, at
+// least MinSpan) and the rate over the last slot's length (the current partial slot
 // plus the overlapping share of the previous one):
 // the first makes a key that turns hot show its rate after one slot, the
 // second lets a long-tracked key that turns hot be seen without waiting for
@@ -544,7 +555,7 @@ func (s *Sketch) Top(n int) []Item {
 	inCur := min(max(s.now-curStart, 0), s.slotDur)
 	for i, x := range order {
 		e := &s.ents[x]
-		span := min(max(s.now-e.since, s.slotDur), window)
+		span := min(max(s.now-e.since+int64(s.cfg.Lead), int64(s.cfg.MinSpan)), window)
 		avg := func(v uint64) float64 { return float64(v) * 1e9 / float64(span) }
 		c := s.slots[int(x)*s.cfg.Slots+int(s.cur%S)]
 		var p slot

@@ -89,7 +89,7 @@ type shard struct {
 // lost.
 func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = 100 * time.Millisecond
+		opts.FlushInterval = DefaultFlushInterval
 	}
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 16384

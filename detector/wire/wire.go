@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 )
 
 const (
@@ -39,6 +40,8 @@ const (
 	Version = 1
 	// DefaultPort is the detector's ingest port on each node (UDP).
 	DefaultPort = 7946
+	// DefaultFlushInterval is how often a client sends what it aggregated.
+	DefaultFlushInterval = 100 * time.Millisecond
 	// MaxDatagram is the largest batch the detector reads; a larger one is
 	// truncated by the kernel and rejected as oversized.
 	MaxDatagram = 65507
