@@ -30,7 +30,11 @@ import (
 
 // Config is the sidecar's configuration (flags / HEATSINK_* variables).
 type Config struct {
-	Listen      string
+	// Listen is the client address; ignored when Listener is set.
+	Listen string
+	// Listener, if set, is served instead of listening on Listen (for
+	// in-process use).
+	Listener    net.Listener
 	Upstreams   []string
 	Cluster     bool
 	Policy      string
@@ -42,6 +46,8 @@ type Config struct {
 	Password string
 	// HTTPAddress serves /metrics, /healthz, /readyz; empty disables it.
 	HTTPAddress string
+	// HTTPListener, if set, is used instead of listening on HTTPAddress.
+	HTTPListener net.Listener
 	// Kube, if set, is used to follow the routing ConfigMap through the API
 	// server; nil tries the in-cluster configuration and otherwise follows
 	// the file only.
@@ -86,16 +92,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	if cfg.HTTPAddress != "" {
-		srv := &http.Server{Addr: cfg.HTTPAddress, Handler: Handler(p, reg), ReadHeaderTimeout: 5 * time.Second}
-		hl, err := net.Listen("tcp", cfg.HTTPAddress)
-		if err != nil {
-			ln.Close()
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 			return err
+		}
+	}
+	if hl := cfg.HTTPListener; hl != nil || cfg.HTTPAddress != "" {
+		srv := &http.Server{Handler: Handler(p, reg), ReadHeaderTimeout: 5 * time.Second}
+		if hl == nil {
+			if hl, err = net.Listen("tcp", cfg.HTTPAddress); err != nil {
+				ln.Close()
+				return err
+			}
 		}
 		go srv.Serve(hl)
 		defer srv.Close()
