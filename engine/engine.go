@@ -51,6 +51,13 @@ type Options struct {
 	UpstreamTimeout time.Duration
 	// Registerer, if set, receives the engine's metrics.
 	Registerer prometheus.Registerer
+	// Tracking fills the local cache through RESP3 connections with CLIENT
+	// TRACKING on, so writes made by any client invalidate cached values
+	// within a network delay rather than at the end of their TTL. Needs a
+	// *redis.Client or *redis.ClusterClient and Redis 6 or later. It applies
+	// to keys that are not split (a split counter's cached sum still lives
+	// for its TTL).
+	Tracking bool
 }
 
 func (o *Options) defaults() {
@@ -85,6 +92,8 @@ type Engine struct {
 	flight singleflight.Group
 	m      *metrics
 
+	track *trackers // nil unless Options.Tracking
+
 	countersMu sync.Mutex
 	counters   map[string]*counter
 
@@ -109,6 +118,9 @@ func New(client redis.UniversalClient, opts Options) *Engine {
 		tableChanged: make(chan struct{}, 1),
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
+	}
+	if opts.Tracking {
+		e.track = &trackers{e: e, m: map[string]*tracker{}}
 	}
 	e.table.Store(emptyIndex)
 	go e.flushLoop()
@@ -258,7 +270,19 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 		seq := e.cache.seq(key)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.UpstreamTimeout)
 		defer cancel()
-		r, err := e.fetch(fctx, p, true)
+		var r readResult
+		var err error
+		if e.track != nil && lc != nil && p.entry.Split == nil {
+			// The base key is the truth, and reading it on the tracking
+			// connection makes the server report its next change.
+			e.m.upstreamReads.Inc()
+			r.val, r.found, err = e.track.get(fctx, key)
+			if err != nil {
+				e.m.upstreamErrors.Inc()
+			}
+		} else {
+			r, err = e.fetch(fctx, p, true)
+		}
 		if err == nil && lc != nil {
 			e.cache.put(key, seq, r.val, r.found, e.clock.Now().Add(e.ttl(lc)))
 		}
@@ -626,6 +650,9 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
 		<-e.done
+		if e.track != nil {
+			e.track.closeAll()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 		defer cancel()
 		err = e.Flush(ctx)

@@ -584,3 +584,109 @@ func TestScheduledEntryOutsideItsWindow(t *testing.T) {
 		t.Fatalf("replicas written inside the window: %d, want 2", n)
 	}
 }
+
+func TestTrackingInvalidatesOnWritesFromElsewhere(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := key(t, "page")
+			e := newEngine(t, tg.client, engine.Options{Tracking: true})
+			// A TTL far beyond the test: only an invalidation can refresh.
+			e.SetTable(table(routing.Entry{Key: k, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 3_600_000}}))
+			if err := tg.client.Set(ctx, k, "v1", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			get := func() string {
+				v, _, err := e.Get(ctx, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(v)
+			}
+			if v := get(); v != "v1" {
+				t.Fatalf("GET = %q", v)
+			}
+			tg.resetStats(t)
+			for i := 0; i < 100; i++ {
+				get()
+			}
+			if n := tg.calls(t, "get"); n != 0 {
+				t.Fatalf("cached reads went upstream %d times", n)
+			}
+			// Another client writes; the server tells the engine.
+			if err := tg.client.Set(ctx, k, "v2", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, func() error {
+				if v := get(); v != "v2" {
+					return errors.New("still " + v)
+				}
+				return nil
+			})
+			// Deleted elsewhere: the engine sees the key gone.
+			if err := tg.client.Del(ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, func() error {
+				if _, found, _ := e.Get(ctx, k); found {
+					return errors.New("still cached")
+				}
+				return nil
+			})
+			// The tracking connection dies: nothing cached survives it.
+			if err := tg.client.Set(ctx, k, "v3", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, func() error {
+				if v := get(); v != "v3" {
+					return errors.New("still " + v)
+				}
+				return nil
+			})
+			if killed := killTracking(t, tg); killed == 0 {
+				t.Fatal("no tracking connection to kill")
+			}
+			if err := tg.client.Set(ctx, k, "v4", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, func() error {
+				if v := get(); v != "v4" {
+					return errors.New("still " + v)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// killTracking kills every connection with tracking on (flag t) and returns
+// how many it killed.
+func killTracking(t *testing.T, tg target) int {
+	t.Helper()
+	ctx := context.Background()
+	killed := 0
+	for _, n := range tg.nodes {
+		list, err := n.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			var id, flags string
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "id="); ok {
+					id = v
+				}
+				if v, ok := strings.CutPrefix(f, "flags="); ok {
+					flags = v
+				}
+			}
+			if id != "" && strings.Contains(flags, "t") {
+				if err := n.Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+					t.Fatal(err)
+				}
+				killed++
+			}
+		}
+	}
+	return killed
+}
