@@ -4,21 +4,42 @@ import (
 	"errors"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/heatsink-dev/heatsink/controllers"
 )
 
 // errStageUnavailable marks a part of heatsink that this build does not
 // have; the demo runs without it and says so instead of faking it.
 var errStageUnavailable = errors.New("not available in this build")
 
-// missingStages lists the parts of heatsink this build lacks.
-func missingStages() []string {
-	return []string{"manager reconciler (package controllers): " + errStageUnavailable.Error()}
+// missingStages lists the parts of heatsink this build lacks: none.
+func missingStages() []string { return nil }
+
+// managerCache is the manager's cache: like `heatsink manager`, it caches
+// only the ConfigMaps heatsink manages.
+func managerCache() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
+	}}
 }
 
-// setupReconciler registers the HotKeyPolicy reconciler with mgr. The
-// controllers package is not in this build yet.
+// setupReconciler registers the HotKeyPolicy reconciler with mgr. margin is
+// how far ahead of an epoch boundary a split change is announced: all the
+// demo's sidecars run on this machine and receive a table within
+// milliseconds, so a short margin is safe here where a cluster needs the
+// default's room for propagation and clock skew.
 func setupReconciler(mgr manager.Manager, margin time.Duration) error {
-	_, _ = mgr, margin
-	return errStageUnavailable
+	r := &controllers.HotKeyPolicyReconciler{
+		Margin: margin,
+		// A private registry: the e2e test may run the demo more than once
+		// in one process.
+		Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
+	}
+	return r.SetupWithManager(mgr)
 }

@@ -76,6 +76,8 @@ type Result struct {
 	// ClientReads are the GETs the clients sent during the run;
 	// UpstreamReads the GET/MGET calls the masters served meanwhile.
 	ClientReads, UpstreamReads int64
+	// Engine are the sidecars' engine counters at the end of the run.
+	Engine EngineCounts
 	// CounterValue is the counter read through a proxy after traffic
 	// stopped; CounterAcked the acknowledged INCRs.
 	CounterValue, CounterAcked int64
@@ -232,6 +234,11 @@ loop:
 	defer cancelFinal()
 	if readsAfter, err := smp.totalReads(finalCtx); err == nil {
 		res.UpstreamReads = readsAfter - readsBefore
+	}
+	if ec, err := scrapeEngines(finalCtx, s.metrics); err != nil {
+		res.Failures = append(res.Failures, fmt.Errorf("reading the sidecars' metrics: %w", err))
+	} else {
+		res.Engine = ec
 	}
 	if val, err := clients[0].Get(finalCtx, keys.Counter).Result(); err != nil {
 		res.CounterErr = err

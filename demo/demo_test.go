@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -179,5 +181,95 @@ func TestMitigations(t *testing.T) {
 		Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}, {FromEpoch: 2, Shards: 8}}}}
 	if got, want := mitigations(e), "coalesce,cache,replicas=4,shards=4→8"; got != want {
 		t.Errorf("mitigations = %q, want %q", got, want)
+	}
+}
+
+func TestObserverTimes(t *testing.T) {
+	o := &observer{ns: Namespace, policy: PolicyName, readT: 100, writeT: 50, reports: map[string]*v1alpha1.HotKeyReport{}, keys: map[string]*KeyTimes{}}
+	rep := func(node string, c ...v1alpha1.Candidate) *v1alpha1.HotKeyReport {
+		return &v1alpha1.HotKeyReport{Spec: v1alpha1.HotKeyReportSpec{NodeName: node, PolicyName: PolicyName, Candidates: c}}
+	}
+	// Each node alone is under the read threshold; their sum is over it.
+	o.onReport(rep("a", v1alpha1.Candidate{Key: "k", ReadsPerSecond: 60}))
+	if !o.snapshot().Keys["k"].Detected.IsZero() {
+		t.Fatal("detected with 60 reads/s of 100")
+	}
+	o.onReport(rep("b", v1alpha1.Candidate{Key: "k", ReadsPerSecond: 60}))
+	if o.snapshot().Keys["k"].Detected.IsZero() {
+		t.Fatal("not detected with 120 reads/s summed over two nodes")
+	}
+	o.onReport(&v1alpha1.HotKeyReport{Spec: v1alpha1.HotKeyReportSpec{NodeName: "c", PolicyName: "other", Candidates: []v1alpha1.Candidate{{Key: "x", WritesPerSecond: 1000}}}})
+	if _, ok := o.snapshot().Keys["x"]; ok {
+		t.Error("another policy's report was counted")
+	}
+
+	table := func(v int64, e ...routing.Entry) *corev1.ConfigMap {
+		tb := routing.Table{SchemaVersion: routing.SchemaVersion, Policy: Namespace + "/" + PolicyName, Version: v, EpochMillis: 5000, Entries: e}
+		data, err := tb.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm := &corev1.ConfigMap{Data: map[string]string{routing.ConfigMapKey: string(data)}}
+		cm.Name = routing.ConfigMapName(PolicyName)
+		return cm
+	}
+	o.onConfigMap(table(1, routing.Entry{Key: "k", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 10, Shards: 4}}}}))
+	first := o.snapshot().Keys["k"]
+	if first.Routed.IsZero() || first.Entry == nil {
+		t.Fatalf("routed key not recorded: %+v", first)
+	}
+	if want := time.UnixMilli(50_000); !first.SplitEffective.Equal(want) {
+		t.Errorf("split effective %v, want %v (epoch 10 of 5s)", first.SplitEffective, want)
+	}
+	// A later resize and removal keep the first moments.
+	o.onConfigMap(table(2, routing.Entry{Key: "k", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 12, Shards: 8}}}}))
+	o.onConfigMap(table(3))
+	last := o.snapshot()
+	if k := last.Keys["k"]; !k.Routed.Equal(first.Routed) || !k.SplitEffective.Equal(first.SplitEffective) || k.Entry != nil {
+		t.Errorf("after resize and removal: %+v, want the first moments and no entry", k)
+	}
+	if last.Table.Version != 3 {
+		t.Errorf("table version %d, want 3", last.Table.Version)
+	}
+	bad := table(4)
+	bad.Data[routing.ConfigMapKey] = "{not json"
+	o.onConfigMap(bad)
+	if o.snapshot().Table.Version != 3 {
+		t.Error("an unparsable table replaced the last good one")
+	}
+}
+
+func TestViewDraws(t *testing.T) {
+	start := time.Now().Add(-10 * time.Second)
+	var buf strings.Builder
+	cfg := Short()
+	cfg.Live = true
+	v := &view{cfg: cfg, out: &buf, keys: Keys{ViralRead: "product:v", Counter: "likes:c", HotMaster: 1}, masters: []string{"a:1", "b:2", "c:3"}, start: start, eventStart: start.Add(time.Minute)}
+	snap := snapshot{Table: &routing.Table{Version: 7, EpochMillis: 1000, Entries: []routing.Entry{{Key: "product:v", Source: routing.SourceDetected, Coalesce: true}}},
+		Keys: map[string]KeyTimes{"product:v": {Routed: start.Add(cfg.ViralReadAt + 1500*time.Millisecond)}}}
+	v.draw([]Sample{{OpsPerSec: []float64{100, 900, 100}}}, snap, Counts{Ops: map[string]int64{"background": 10}})
+	out := buf.String()
+	for _, want := range []string{"routing v7", "master 2", "holds the viral keys", "busiest ÷ mean: 2.45", "product:v", "coalesce", "1.5s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("live view lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestParseEngineMetrics(t *testing.T) {
+	text := "# HELP heatsink_engine_cache_hits_total x\n# TYPE heatsink_engine_cache_hits_total counter\n" +
+		"heatsink_engine_cache_hits_total 1500\nheatsink_engine_coalesced_total 20\nheatsink_engine_upstream_reads_total 7\n" +
+		"heatsink_engine_fanout_keys_total 99\ngo_goroutines 12\n"
+	var c EngineCounts
+	for i := 0; i < 2; i++ {
+		if err := parseEngineMetrics(strings.NewReader(text), &c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(EngineCounts{CacheHits: 3000, Coalesced: 40, UpstreamReads: 14}, c); diff != "" {
+		t.Errorf("summed over two sidecars (-want +got):\n%s", diff)
+	}
+	if err := parseEngineMetrics(strings.NewReader("heatsink_engine_cache_hits_total x\n"), &c); err == nil {
+		t.Error("a garbled value was accepted")
 	}
 }

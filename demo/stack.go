@@ -48,6 +48,7 @@ type stack struct {
 
 	detectors []string // ingest addresses, one per node
 	proxies   []string // listen addresses, two per node
+	metrics   []string // /metrics URLs of the proxies
 	proxyNode []int    // node index of each proxy
 
 	mu      sync.Mutex
@@ -159,6 +160,7 @@ func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
 	opts.Logger = s.log.WithName("manager")
 	// Detectors of the simulated nodes run controllers in this process too.
 	opts.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
+	opts.Cache = managerCache()
 	mgr, err := ctrl.NewManager(s.cp.Config, opts)
 	if err != nil {
 		return err
@@ -201,16 +203,23 @@ func (s *stack) startProxies(ctx context.Context) error {
 	}
 	for n := range nodes {
 		for i := 0; i < 2; i++ {
-			addr, err := freeTCP()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				return err
 			}
+			addr := ln.Addr().String()
+			hl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			s.metrics = append(s.metrics, "http://"+hl.Addr().String()+"/metrics")
 			det := ""
 			if n < len(s.detectors) {
 				det = s.detectors[n]
 			}
 			cfg := sidecar.Config{
-				Listen: addr, Upstreams: s.redis.Addrs(), Cluster: true,
+				Listener: ln, HTTPListener: hl, Upstreams: s.redis.Addrs(), Cluster: true,
 				Policy: PolicyName, Namespace: Namespace, Detector: det,
 				Kube: kube, Logger: s.slog.With("proxy", strconv.Itoa(len(s.proxies))),
 			}
@@ -239,16 +248,6 @@ func (s *stack) clients(poolSize int) []redis.UniversalClient {
 		out[i] = redis.NewClient(&redis.Options{Addr: a, Protocol: 2, DisableIdentity: true, PoolSize: poolSize, MaxRetries: -1})
 	}
 	return out
-}
-
-// freeTCP returns a loopback address whose port is free now.
-func freeTCP() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // poll calls cond every 50ms until it returns nil or timeout passes.

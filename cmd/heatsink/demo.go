@@ -33,7 +33,7 @@ func runDemo(args []string) error {
 	fs.Int64Var(&cfg.ReadsPerSecond, "reads-threshold", cfg.ReadsPerSecond, "policy: reads/s over which a key is read-hot")
 	fs.Int64Var(&cfg.WritesPerSecond, "writes-threshold", cfg.WritesPerSecond, "policy: writes/s over which a key is write-hot")
 	fs.DurationVar(&cfg.Epoch, "epoch", cfg.Epoch, "policy: split epoch (at least 1s)")
-	fs.StringVar(&cfg.OutDir, "out", "demo-output", "directory for the PNG chart and the components' log")
+	fs.StringVar(&cfg.OutDir, "out", "demo-out", "directory for the PNG chart and the components' log")
 	plain := fs.Bool("plain", false, "print one line per second instead of redrawing the screen")
 	if err := fs.Parse(args); err != nil {
 		return err
