@@ -67,6 +67,7 @@ type session struct {
 	rlens     []int32
 	wake      chan struct{}
 	poolSlot  int
+	sh        *shared // the shared connection last used
 }
 
 func newSession(p *Proxy, c net.Conn) *session {

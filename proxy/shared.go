@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/resp"
@@ -24,8 +25,11 @@ import (
 // reader goroutine per connection hands each reply to its session, in the
 // order the commands were written (Redis answers a connection in order).
 type shared struct {
-	p    *Proxy
-	slot int
+	p     *Proxy
+	slot  int
+	proto int
+	// gone mirrors dead for lock-free checks by sessions.
+	gone atomic.Bool
 
 	mu      sync.Mutex
 	u       *upstream
@@ -79,7 +83,7 @@ func (pl *pool) get(i int) (*shared, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &shared{p: pl.p, slot: i, u: u}
+	c := &shared{p: pl.p, slot: i, u: u, proto: pl.proto}
 	// Open the connection in the pool's protocol and keep HELLO's reply.
 	u.conn.SetDeadline(time.Now().Add(pl.p.cfg.Timeout))
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("HELLO"), []byte{byte('0' + pl.proto)}})
@@ -211,6 +215,7 @@ func (c *shared) readLoop() {
 	}
 	c.mu.Lock()
 	c.dead = true
+	c.gone.Store(true)
 	local = append(local, c.waiters...)
 	c.waiters = nil
 	c.mu.Unlock()
@@ -243,9 +248,12 @@ func (s *session) drainShared() {
 	s.rlens = s.rlens[:0]
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
-		var c *shared
-		if c, err = s.p.pool(s.proto).get(s.poolSlot); err != nil {
-			break
+		c := s.sh
+		if c == nil || c.proto != s.proto || c.gone.Load() {
+			if c, err = s.p.pool(s.proto).get(s.poolSlot); err != nil {
+				break
+			}
+			s.sh = c
 		}
 		if err = c.submit(s, s.sbuf, n); err == nil {
 			<-s.wake

@@ -64,8 +64,12 @@ type Reader struct {
 	limits Limits
 	// need is the buffered length the last incomplete parse asked for, so
 	// that a large bulk is filled in few reads instead of re-parsed per read.
-	need int
+	need    int
+	initial int
 }
+
+// shrinkAbove is the buffer size above which an empty buffer is given back.
+const shrinkAbove = 1 << 20
 
 // NewReader returns a Reader with an initial buffer of size bytes (grown on
 // demand up to the frame size the limits allow).
@@ -76,7 +80,7 @@ func NewReader(rd io.Reader, size int, limits Limits) *Reader {
 	if limits.MaxDepth == 0 {
 		limits = DefaultLimits
 	}
-	return &Reader{rd: rd, buf: make([]byte, size), limits: limits}
+	return &Reader{rd: rd, buf: make([]byte, size), limits: limits, initial: size}
 }
 
 // Reset makes the Reader read from rd, keeping its buffer.
@@ -92,6 +96,10 @@ func (r *Reader) Buffered() int { return r.w - r.r }
 func (r *Reader) Fill() error {
 	if r.r == r.w {
 		r.r, r.w = 0, 0
+		if len(r.buf) > shrinkAbove && r.need <= r.initial {
+			// A huge frame made the buffer grow; do not keep it forever.
+			r.buf = make([]byte, r.initial)
+		}
 	}
 	want := r.need - (r.w - r.r) // bytes still missing from the frame
 	if want < 512 {

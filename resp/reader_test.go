@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -190,5 +191,27 @@ func BenchmarkReadPipeline(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+func TestBufferShrinksAfterHugeFrame(t *testing.T) {
+	big := strings.Repeat("v", 3<<20)
+	in := "*2\r\n$4\r\nECHO\r\n$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n"
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(in))
+		pw.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+		pw.Close()
+	}()
+	r := NewReader(pr, 4096, DefaultLimits)
+	var c Command
+	if err := r.ReadCommand(&c); err != nil || len(c.Args[1]) != len(big) {
+		t.Fatalf("big command: %v", err)
+	}
+	if err := r.ReadCommand(&c); err != nil || string(c.Args[0]) != "PING" {
+		t.Fatalf("next command: %v", err)
+	}
+	if len(r.buf) > shrinkAbove {
+		t.Fatalf("buffer still %d bytes after the huge frame was consumed", len(r.buf))
 	}
 }

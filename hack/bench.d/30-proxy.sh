@@ -34,7 +34,7 @@ done
 
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 waitport() {
-  for _ in $(seq 1 200); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.05; done
+  for _ in $(seq 1 600); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.05; done
   echo "bench: port $1 not answering" >&2; return 1
 }
 median() { sort -g | awk '{a[NR]=$1} END { if (NR == 0) print 0; else print a[int((NR+1)/2)] }'; }
@@ -113,6 +113,23 @@ for depth in 1 16; do
   done
 done
 
+echo "## Proxy: direct Redis vs heatsink proxy vs twemproxy"
+echo
+echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per run, random keys (-r 1000000); each row is the median of ${ROUNDS} interleaved rounds (target order rotated each round) on the same machine ($(nproc) cores shared by Redis, the proxy, the load generator and whatever else runs). Latencies in ms. twemproxy: nutcracker, server_connections 2. heatsink: default settings (GOMAXPROCS = cores, 2 multiplexed upstream connections)."
+echo
+echo "| test | depth | direct ops/s | heatsink ops/s | twemproxy ops/s | heatsink / direct | twemproxy / direct | direct p50/p99 | heatsink p50/p99 | twemproxy p50/p99 |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for depth in 1 16; do
+  for test in get set incr; do
+    read -r dr dp50 dp99 <<<"${R[direct/$depth/$test]}"
+    read -r hr hp50 hp99 <<<"${R[heatsink/$depth/$test]}"
+    read -r tr tp50 tp99 <<<"${R[twemproxy/$depth/$test]}"
+    echo "| ${test^^} | ${depth} | ${dr} | ${hr} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$tr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${tp50}/${tp99} |"
+  done
+done
+echo
+echo "Targets: heatsink / direct ≥ 90 % at depth 1 and ≥ 60 % at depth 16, ahead of twemproxy in every row."
+echo
 # Exactly one upstream command per client command on random keys.
 N=100000
 redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
@@ -122,6 +139,8 @@ redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
 redis-benchmark -h 127.0.0.1 -p "${HPORT}" -c "${CLIENTS}" -n "${N}" -P 1 -r 1000000 -t set >/dev/null 2>&1
 one_sets=$(cmdcalls "${RPORT}" set); one_all2=$(calls "${RPORT}")
 
+echo "**One upstream command per client command** (random keys, nothing in the routing table; INFO commandstats on Redis): ${N} client GETs at depth 16 → ${one_gets:-0} upstream GETs, ${one_all} commands in all; ${N} client SETs at depth 1 → ${one_sets:-0} upstream SETs, ${one_all2} commands in all."
+echo
 # Hot key through the engine's local cache (2 s TTL, coalesced).
 cat >"${work}/routing.json" <<'JSON'
 {"schemaVersion":1,"policy":"bench/bench","version":1,"epochMillis":60000,"entries":[
@@ -155,6 +174,13 @@ for round in $(seq 1 "${ROUNDS}"); do
 done
 finish direct/sethot; finish engine/sethot
 
+read -r hr hp50 hp99 <<<"${hot}"
+echo "**Hot read key, local cache** (TTL 2 s ± 10 %, coalesced): ${HOTN} client GETs of one key in ${hot_secs} s (${hr} GETs/s, p50/p99 ${hp50}/${hp99} ms) → ${hot_up} upstream GETs = $(awk -v a="${hot_up}" -v b="${HOTN}" 'BEGIN{printf "%.4f", 100*a/b}') % (target ≤ 0.01 %)."
+echo
+read -r dr dp50 dp99 <<<"${R[direct/sethot]}"
+read -r er ep50 ep99 <<<"${R[engine/sethot]}"
+echo "**SET on the hot cached key**, depth 1 (median of ${ROUNDS}): direct ${dr} ops/s (p50/p99 ${dp50}/${dp99} ms), through the engine ${er} ops/s (${ep50}/${ep99} ms) = $(ratio "$er" "$dr") of direct (target ≥ 90 %)."
+echo
 # Write-hot counter on a 3-master cluster: before (plain key) and after
 # (the same load on "likes", split in 6 shards by the table).
 CPORTS=()
@@ -164,7 +190,7 @@ for _ in 1 2 3; do
 done
 redis-cli --cluster create "${CPORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"${work}/cluster.log" 2>&1
 for p in "${CPORTS[@]}"; do
-  for _ in $(seq 1 200); do redis-cli -p "$p" CLUSTER INFO | grep -q cluster_state:ok && break; sleep 0.05; done
+  for _ in $(seq 1 600); do redis-cli -p "$p" CLUSTER INFO | grep -q cluster_state:ok && break; sleep 0.05; done
 done
 SPORT=$(freeport)
 heatsink heatsink-cluster "${SPORT}" --cluster --upstream "127.0.0.1:${CPORTS[0]}" --policy bench --namespace bench --routing-file "${work}/routing.json"
@@ -191,32 +217,6 @@ before=$(spread plain-counter)
 after=$(spread likes)
 total=$(redis-cli -p "${SPORT}" GET likes)
 
-echo "## Proxy: direct Redis vs heatsink proxy vs twemproxy"
-echo
-echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per run, random keys (-r 1000000); each row is the median of ${ROUNDS} interleaved rounds (target order rotated each round) on the same machine ($(nproc) cores shared by Redis, the proxy, the load generator and whatever else runs). Latencies in ms. twemproxy: nutcracker, server_connections 2. heatsink: default settings (GOMAXPROCS = cores, 2 multiplexed upstream connections)."
-echo
-echo "| test | depth | direct ops/s | heatsink ops/s | twemproxy ops/s | heatsink / direct | twemproxy / direct | direct p50/p99 | heatsink p50/p99 | twemproxy p50/p99 |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-for depth in 1 16; do
-  for test in get set incr; do
-    read -r dr dp50 dp99 <<<"${R[direct/$depth/$test]}"
-    read -r hr hp50 hp99 <<<"${R[heatsink/$depth/$test]}"
-    read -r tr tp50 tp99 <<<"${R[twemproxy/$depth/$test]}"
-    echo "| ${test^^} | ${depth} | ${dr} | ${hr} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$tr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${tp50}/${tp99} |"
-  done
-done
-echo
-echo "Targets: heatsink / direct ≥ 90 % at depth 1 and ≥ 60 % at depth 16, ahead of twemproxy in every row."
-echo
-echo "**One upstream command per client command** (random keys, nothing in the routing table; INFO commandstats on Redis): ${N} client GETs at depth 16 → ${one_gets:-0} upstream GETs, ${one_all} commands in all; ${N} client SETs at depth 1 → ${one_sets:-0} upstream SETs, ${one_all2} commands in all."
-echo
-read -r hr hp50 hp99 <<<"${hot}"
-echo "**Hot read key, local cache** (TTL 2 s ± 10 %, coalesced): ${HOTN} client GETs of one key in ${hot_secs} s (${hr} GETs/s, p50/p99 ${hp50}/${hp99} ms) → ${hot_up} upstream GETs = $(awk -v a="${hot_up}" -v b="${HOTN}" 'BEGIN{printf "%.4f", 100*a/b}') % (target ≤ 0.01 %)."
-echo
-read -r dr dp50 dp99 <<<"${R[direct/sethot]}"
-read -r er ep50 ep99 <<<"${R[engine/sethot]}"
-echo "**SET on the hot cached key**, depth 1 (median of ${ROUNDS}): direct ${dr} ops/s (p50/p99 ${dp50}/${dp99} ms), through the engine ${er} ops/s (${ep50}/${ep99} ms) = $(ratio "$er" "$dr") of direct (target ≥ 90 %)."
-echo
 echo "**Write-hot counter on a 3-master cluster** (redis-benchmark INCR of one key through the proxy, ${REQUESTS} requests; ops/s each master served, INFO commandstats):"
 echo
 echo "| counter | master ops/s | busiest / mean |"
