@@ -159,6 +159,11 @@ func (e *Engine) flushLoop() {
 			if t != nil {
 				t.Stop()
 			}
+			// A key may have left pre-aggregation (or the table): write
+			// what it has pending now rather than at Close.
+			ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
+			_ = e.Flush(ctx)
+			cancel()
 		case <-tick:
 			ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 			_ = e.Flush(ctx)
