@@ -71,6 +71,19 @@ type HotKeyPolicyReconciler struct {
 
 // SetupWithManager fills unset fields from mgr and registers the reconciler.
 func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := r.init(mgr); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.HotKeyPolicy{}).
+		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		Watches(&v1alpha1.HotKeyReport{}, handler.EnqueueRequestsFromMapFunc(reportToPolicy)).
+		Named("hotkeypolicy").
+		Complete(r)
+}
+
+// init fills unset fields from mgr.
+func (r *HotKeyPolicyReconciler) init(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -96,15 +109,7 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Metrics = NewMetrics(metrics.Registry)
 	}
 	r.redis = newRedisClients(r.Redis)
-	if err := mgr.Add(r.redis); err != nil { // closes clients at shutdown
-		return err
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.HotKeyPolicy{}).
-		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		Watches(&v1alpha1.HotKeyReport{}, handler.EnqueueRequestsFromMapFunc(reportToPolicy)).
-		Named("hotkeypolicy").
-		Complete(r)
+	return mgr.Add(r.redis) // closes clients at shutdown
 }
 
 // reportToPolicy maps a report to its policy through the policy label.

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -75,7 +74,9 @@ func routingName(p *v1alpha1.HotKeyPolicy) string { return routing.ConfigMapName
 // observe sums the fresh reports of the policy's nodes.
 func (r *HotKeyPolicyReconciler) observe(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) (decide.Aggregate, error) {
 	var list v1alpha1.HotKeyReportList
-	if err := r.Client.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingLabels{v1alpha1.LabelPolicy: policy.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingLabels{v1alpha1.LabelPolicy: policy.Name},
+		// Read-only use: skip copying 500 reports out of the cache.
+		client.UnsafeDisableDeepCopy); err != nil {
 		return decide.Aggregate{}, fmt.Errorf("list reports: %w", err)
 	}
 	filter, err := keyfilter.Compile(spec.Keys.Include, spec.Keys.Exclude)
@@ -153,12 +154,17 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		EpochMillis:   spec.Mitigations.Split.Epoch.Milliseconds(),
 		Entries:       entries,
 	}
-	if prev.Table == nil || prev.Table.EpochMillis != t.EpochMillis || !sameEntries(prev.Table.Entries, entries) || prev.Version == 0 {
-		t.Version = prev.Version + 1
-	}
+	// Same entries and epoch length serialise to the same bytes at the same
+	// version: compare bytes, and bump the version only on a difference.
 	tableJSON, err := t.Marshal()
 	if err != nil {
 		return publishResult{version: prev.Version, err: fmt.Errorf("routing table: %w", err)}
+	}
+	if prev.Table == nil || prev.Version == 0 || string(tableJSON) != prev.tableJSON {
+		t.Version = prev.Version + 1
+		if tableJSON, err = t.Marshal(); err != nil {
+			return publishResult{version: prev.Version, err: fmt.Errorf("routing table: %w", err)}
+		}
 	}
 	stateJSON, err := json.Marshal(doc)
 	if err != nil {
@@ -184,13 +190,4 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		r.Metrics.publications.Inc()
 	}
 	return publishResult{version: t.Version, wrote: true}
-}
-
-func sameEntries(a, b []routing.Entry) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	ja, err1 := json.Marshal(a)
-	jb, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
