@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heatsink-dev/heatsink/resp"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Engine is the part of the routing engine (package engine) the proxy uses.
@@ -40,6 +41,8 @@ type Engine interface {
 	Del(ctx context.Context, key string) (int64, error)
 	// Invalidate is called after a raw write on a mitigated key.
 	Invalidate(key string)
+	// Table is the routing table in force (never nil).
+	Table() *routing.Table
 }
 
 // Observer receives key accesses (the detector client, detector/wire).

@@ -428,3 +428,56 @@ func TestMultiplexedUntilConnectionState(t *testing.T) {
 		t.Fatal("a SELECT 2 client's write landed in db 0")
 	}
 }
+
+func TestEngineWritesReplicasAndSplitShards(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	ec := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer ec.Close()
+	eng := engine.New(ec, engine.Options{})
+	defer eng.Close()
+	eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
+		{Key: "likes", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}},
+		{Key: "page", Source: routing.SourceDetected, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 60000}},
+	}})
+	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 20})
+	defer c.Close()
+	ctx := context.Background()
+
+	if err := c.Set(ctx, "page", "html", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range routing.ReplicaKeys("page", 2) {
+		if v := ec.Get(ctx, k).Val(); v != "html" {
+			t.Fatalf("replica %s = %q, want html", k, v)
+		}
+	}
+
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				if err := c.Incr(ctx, "likes").Err(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if v, err := c.Get(ctx, "likes").Int(); err != nil || v != 500 {
+		t.Fatalf("split counter through the proxy = %d, %v; want 500", v, err)
+	}
+	shards := 0
+	for _, k := range routing.ShardKeys("likes", routing.Generation{FromEpoch: 0, Shards: 4}) {
+		if n, _ := ec.Get(ctx, k).Int(); n > 0 {
+			shards++
+		}
+	}
+	if shards < 2 {
+		t.Fatalf("%d shards took writes, want the increments spread", shards)
+	}
+}

@@ -199,7 +199,7 @@ func (s *session) handle() (done bool, err error) {
 	key := firstKey(info, args)
 	if key != nil {
 		if e := s.p.cfg.Engine; e != nil && e.Lookup(unsafeString(key)) {
-			if s.engineCommand(info, args, key) {
+			if (!info.write || writesPhysicalKeys(e, key)) && s.engineCommand(info, args, key) {
 				return false, nil
 			}
 			if info.write {
@@ -261,6 +261,18 @@ func (s *session) handle() (done bool, err error) {
 }
 
 func (s *session) unpin() { s.pinned = -1 }
+
+// writesPhysicalKeys reports whether writes to a mitigated key must go
+// through the engine: replicated values and split or pre-aggregated
+// counters are stored under other physical keys. A key that is only
+// coalesced or cached is written raw on the fast path (so writes to a hot
+// cached key are not serialised behind the engine) and its cached copy is
+// dropped once Redis has applied the write, which is what the engine's own
+// write would do.
+func writesPhysicalKeys(e Engine, key []byte) bool {
+	en := e.Table().Lookup(unsafeString(key))
+	return en == nil || en.Replicate != nil || en.Split != nil || en.PreAggregate != nil
+}
 
 // forward queues raw for node. On a dial failure the client gets an error
 // reply in order.
