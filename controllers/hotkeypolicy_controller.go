@@ -58,7 +58,8 @@ type HotKeyPolicyReconciler struct {
 	// controller-runtime's registry if nil.
 	Metrics *Metrics
 
-	redis *redisClients
+	redis  *redisClients
+	parsed parsedCache
 }
 
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch;update;patch
@@ -130,6 +131,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.redis.forget(req.NamespacedName)
+			r.parsed.forget(req.NamespacedName)
 			r.Metrics.forget(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -211,6 +213,7 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 		return err
 	}
 	r.redis.forget(client.ObjectKeyFromObject(policy))
+	r.parsed.forget(client.ObjectKeyFromObject(policy))
 	r.Metrics.forget(policy.Namespace, policy.Name)
 	controllerutil.RemoveFinalizer(policy, Finalizer)
 	return r.Client.Update(ctx, policy)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,6 +102,14 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 	}
 	p.exists = true
 	p.tableJSON, p.stateJSON = cm.Data[routing.ConfigMapKey], cm.Data[StateKey]
+	if c, ok := r.parsed.get(client.ObjectKeyFromObject(policy), cm.ResourceVersion); ok {
+		p.Table, p.State, p.Observe = c.Table, c.State, c.Observe
+		if p.Table != nil {
+			p.Version = max(p.Version, p.Table.Version)
+		}
+		return p, nil
+	}
+	defer func() { r.parsed.put(client.ObjectKeyFromObject(policy), cm.ResourceVersion, p) }()
 	if p.tableJSON != "" {
 		t, err := routing.Parse([]byte(p.tableJSON))
 		if err != nil {
@@ -124,6 +134,44 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 		}
 	}
 	return p, nil
+}
+
+// parsedCache keeps the last parsed routing ConfigMap of each policy by
+// resourceVersion: a 1,000-entry table costs milliseconds to parse and
+// validate, and most passes find it unchanged. Decisions never mutate it.
+type parsedCache struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]parsedEntry
+}
+
+type parsedEntry struct {
+	rv string
+	p  *published
+}
+
+func (c *parsedCache) get(key types.NamespacedName, rv string) (*published, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || e.rv != rv || rv == "" {
+		return nil, false
+	}
+	return e.p, true
+}
+
+func (c *parsedCache) put(key types.NamespacedName, rv string, p *published) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[types.NamespacedName]parsedEntry)
+	}
+	c.m[key] = parsedEntry{rv: rv, p: p}
+}
+
+func (c *parsedCache) forget(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
 }
 
 // publishResult says what publish did.
