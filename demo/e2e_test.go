@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"os"
 	"testing"
 	"time"
 )
@@ -22,6 +23,9 @@ func TestEndToEnd(t *testing.T) {
 	}
 	cfg := Short()
 	cfg.OutDir = t.TempDir()
+	if dir := os.Getenv("HEATSINK_DEMO_OUT"); dir != "" {
+		cfg.OutDir = dir // keep the chart and the log to look at
+	}
 	var out bytes.Buffer
 	cfg.Out = &out
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
