@@ -17,8 +17,3 @@ copy() { # src dst
 copy "${ROOT}/config/rbac/role.yaml" "${dst}/rbac/manager.yaml"
 copy "${ROOT}/config/detector/rbac/role.yaml" "${dst}/rbac/detector.yaml"
 copy "${ROOT}/config/webhook/manifests.yaml" "${dst}/webhook/manifests.yaml"
-# Until config/rbac has a kustomization, config/default builds the manager's
-# RBAC from this copy (see config/default/manager-placeholder/kustomization.yaml).
-if [[ -d "${ROOT}/config/default/manager-placeholder" ]]; then
-  copy "${ROOT}/config/rbac/role.yaml" "${ROOT}/config/default/manager-placeholder/role.yaml"
-fi
