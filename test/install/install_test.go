@@ -5,7 +5,8 @@
 //
 // The tools come from bin/: helm (HELM_BIN, built by `make helm`) and kubectl
 // with its built-in kustomize (bin/k8s/<version>/kubectl, built by
-// `make envtest`). A missing tool fails the test with the make target to run.
+// `make envtest`). A missing tool fails the test with the make target to run;
+// with -short (unit tests only) these tests are skipped.
 package install
 
 import (
@@ -33,6 +34,9 @@ type tools struct{ root, helm, kubectl string }
 
 func findTools(t *testing.T) tools {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs helm and kubectl from bin/; skipped with -short")
+	}
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
