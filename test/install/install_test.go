@@ -267,17 +267,19 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// summary is what an install consists of, independent of naming: kinds with
-// their counts, webhook paths and failure policies, and RBAC rules by kind.
+// summary is what an install consists of, independent of labels: kinds
+// with their counts, webhook paths and failure policies, RBAC rules by kind,
+// and the command line of every workload's containers.
 type summary struct {
 	Kinds    map[string]int
 	Webhooks []string
 	Rules    map[string][]string
+	Args     map[string][]string
 }
 
 func summarize(t *testing.T, objs []*unstructured.Unstructured) summary {
 	t.Helper()
-	s := summary{Kinds: map[string]int{}, Rules: map[string][]string{}}
+	s := summary{Kinds: map[string]int{}, Rules: map[string][]string{}, Args: map[string][]string{}}
 	for _, o := range objs {
 		if o.GetKind() == "Namespace" {
 			continue // kustomize creates it; Helm is told to (--create-namespace)
@@ -293,6 +295,13 @@ func summarize(t *testing.T, objs []*unstructured.Unstructured) summary {
 					path, _, _ = unstructured.NestedString(hm, "clientConfig", "service", "path")
 				}
 				s.Webhooks = append(s.Webhooks, fmt.Sprintf("%s %s %v %v", o.GetName(), path, hm["failurePolicy"], hm["matchConditions"] != nil))
+			}
+		case "Deployment", "DaemonSet":
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			for _, c := range containers {
+				cm := c.(map[string]any)
+				args, _, _ := unstructured.NestedStringSlice(cm, "args")
+				s.Args[fmt.Sprintf("%s/%s/%v", o.GetKind(), o.GetName(), cm["name"])] = args
 			}
 		case "ClusterRole", "Role":
 			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
