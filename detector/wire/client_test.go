@@ -74,6 +74,11 @@ func TestClientAggregatesAndFlushesOnTick(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
+	// The receiver can read a datagram before the sender counts it.
+	deadline = time.Now().Add(5 * time.Second)
+	for c.Stats().Batches < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if s := c.Stats(); s.Observed != 1002 || s.Dropped != 0 || s.Batches != 2 {
 		t.Errorf("stats = %+v", s)
 	}
