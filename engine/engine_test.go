@@ -45,6 +45,21 @@ func rawSum(t *testing.T, c redis.UniversalClient, en routing.Entry) int64 {
 	return total
 }
 
+// clean deletes a split entry's base key and every shard, so a test can run
+// again on the shared servers (-count).
+func clean(t *testing.T, c redis.UniversalClient, en routing.Entry) {
+	t.Helper()
+	keys := []string{en.Key}
+	for _, g := range en.Split.Generations {
+		keys = append(keys, routing.ShardKeys(en.Key, g)...)
+	}
+	for _, k := range keys {
+		if err := c.Del(context.Background(), k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestSplitExactUnderConcurrentWriters(t *testing.T) {
 	for _, tg := range targets(t) {
 		t.Run(tg.name, func(t *testing.T) {
@@ -55,6 +70,7 @@ func TestSplitExactUnderConcurrentWriters(t *testing.T) {
 			en := routing.Entry{Key: k, Source: routing.SourceDetected, Split: &routing.Split{
 				Generations: []routing.Generation{{FromEpoch: 0, Shards: 3}, {FromEpoch: 1, Shards: 5}},
 			}}
+			clean(t, tg.client, en)
 			// Leftovers of the retired generation and the base key count.
 			if err := tg.client.Set(ctx, k, 7, 0).Err(); err != nil {
 				t.Fatal(err)
@@ -142,6 +158,7 @@ func TestIncrEstimateBound(t *testing.T) {
 	ctx := context.Background()
 	k := key(t, "rate")
 	en := routing.Entry{Key: k, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}}
+	clean(t, tg.client, en)
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
 	a := newEngine(t, tg.client, engine.Options{Clock: clk, TotalRefresh: time.Second})
 	b := newEngine(t, tg.client, engine.Options{Clock: clk, TotalRefresh: time.Second})
@@ -179,6 +196,7 @@ func TestSplitSetDel(t *testing.T) {
 			ctx := context.Background()
 			k := key(t, "c")
 			en := routing.Entry{Key: k, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 3}}}}
+			clean(t, tg.client, en)
 			e := newEngine(t, tg.client, engine.Options{})
 			e.SetTable(table(en))
 			for i := 0; i < 20; i++ {
@@ -504,6 +522,7 @@ func TestPreAggregateFlush(t *testing.T) {
 	k := key(t, "views")
 	en := routing.Entry{Key: k, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 3}}},
 		PreAggregate: &routing.PreAggregate{FlushMillis: 100}}
+	clean(t, tg.client, en)
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
 	e := engine.New(tg.client, engine.Options{Clock: clk})
 	e.SetTable(table(en))
@@ -560,6 +579,9 @@ func TestLookupAndUnmitigatedKeys(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t, tg.client, engine.Options{})
 	k := key(t, "plain")
+	if err := tg.client.Del(ctx, k).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if e.Lookup(k) {
 		t.Fatal("empty table: Lookup = true")
 	}
@@ -594,6 +616,11 @@ func TestScheduledEntryOutsideItsWindow(t *testing.T) {
 	tg := targets(t)[0]
 	ctx := context.Background()
 	k := key(t, "sched")
+	for _, r := range append([]string{k}, routing.ReplicaKeys(k, 2)...) {
+		if err := tg.client.Del(ctx, r).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
 	from := clk.Now().Add(time.Minute)
 	e := newEngine(t, tg.client, engine.Options{Clock: clk})

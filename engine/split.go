@@ -162,7 +162,10 @@ func (e *Engine) flushLoop() {
 			// A key may have left pre-aggregation (or the table): write
 			// what it has pending now rather than at Close.
 			ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
-			_ = e.Flush(ctx)
+			_ = e.flushWhere(ctx, func(key string) bool {
+				p := e.plan(key)
+				return p == nil || p.entry.PreAggregate == nil
+			})
 			cancel()
 		case <-tick:
 			ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
@@ -180,10 +183,17 @@ type clockTimer interface {
 // Flush writes every pending pre-aggregated increment upstream now. An
 // increment that fails to write stays pending for the next flush.
 func (e *Engine) Flush(ctx context.Context) error {
+	return e.flushWhere(ctx, func(string) bool { return true })
+}
+
+// flushWhere flushes the keys that match.
+func (e *Engine) flushWhere(ctx context.Context, match func(key string) bool) error {
 	e.countersMu.Lock()
 	keys := make([]string, 0, len(e.counters))
 	for k := range e.counters {
-		keys = append(keys, k)
+		if match(k) {
+			keys = append(keys, k)
+		}
 	}
 	e.countersMu.Unlock()
 	var first error
