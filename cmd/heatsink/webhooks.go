@@ -46,6 +46,7 @@ type webhookConfig struct {
 	mutatingConfig    string
 	validatingConfig  string
 	certCheckInterval time.Duration
+	certExtraNames    string
 
 	inject             bool
 	proxyImage         string
@@ -71,6 +72,7 @@ func bindWebhookFlags(fs *flag.FlagSet) *webhookConfig {
 	fs.StringVar(&c.certSecretName, "webhook-cert-secret", "heatsink-webhook-cert", "Secret holding the self-signed CA and serving certificate")
 	fs.StringVar(&c.mutatingConfig, "mutating-webhook-configuration", "heatsink-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the manager sets (self-signed only)")
 	fs.StringVar(&c.validatingConfig, "validating-webhook-configuration", "heatsink-validating-webhook-configuration", "ValidatingWebhookConfiguration whose caBundle the manager sets (self-signed only)")
+	fs.StringVar(&c.certExtraNames, "webhook-cert-extra-names", "", "comma-separated extra DNS names for the self-signed serving certificate, for webhooks called by URL (e.g. a manager run outside the cluster)")
 	fs.DurationVar(&c.certCheckInterval, "webhook-cert-check-interval", 10*time.Minute, "how often the self-signed certificates are checked for renewal")
 	fs.BoolVar(&c.inject, "enable-sidecar-injection", true, "serve the sidecar injection webhook for pods annotated heatsink.dev/inject")
 	fs.StringVar(&c.proxyImage, "proxy-image", "ghcr.io/heatsink-dev/heatsink:dev", "image of the injected proxy sidecar (runs `heatsink proxy`)")
@@ -149,12 +151,18 @@ func newRotator(cfg *rest.Config, c *webhookConfig) (*certs.Rotator, error) {
 		return nil, err
 	}
 	svc := c.serviceName + "." + ns + ".svc"
+	names := []string{svc, svc + ".cluster.local"}
+	for _, n := range strings.Split(c.certExtraNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
 	return &certs.Rotator{
 		Client:             cl,
 		Secret:             types.NamespacedName{Namespace: ns, Name: c.certSecretName},
 		MutatingWebhooks:   nonEmpty(c.mutatingConfig),
 		ValidatingWebhooks: nonEmpty(c.validatingConfig),
-		Config:             certs.Config{DNSNames: []string{svc, svc + ".cluster.local"}},
+		Config:             certs.Config{DNSNames: names},
 		Interval:           c.certCheckInterval,
 		Log:                ctrl.Log.WithName("webhook-certs"),
 	}, nil
