@@ -164,13 +164,23 @@ func (c *shared) submit(s *session, data []byte, n int) error {
 // readLoop hands replies to their sessions until the connection fails,
 // then answers every owed reply with an error so that no session hangs.
 func (c *shared) readLoop() {
+	// local holds the waiters taken from c.waiters, served from index li;
+	// the two slices are swapped (not re-sliced) so neither reallocates.
 	var local []waiter
+	li := 0
 	var rep resp.Reply
 	var err error
+	take := func() {
+		c.mu.Lock()
+		local, c.waiters = c.waiters, local[:0]
+		li = 0
+		c.mu.Unlock()
+	}
 	for {
-		if len(local) == 0 {
+		if li == len(local) {
 			c.mu.Lock()
 			local, c.waiters = c.waiters, local[:0]
+			li = 0
 			if len(local) == 0 && !c.deadline.IsZero() {
 				// Idle: no deadline, so that an idle connection is kept.
 				c.deadline = time.Time{}
@@ -180,7 +190,7 @@ func (c *shared) readLoop() {
 		}
 		err = c.u.r.ReadReply(&rep)
 		if err != nil {
-			if len(local) == 0 && isTimeout(err) {
+			if li == len(local) && isTimeout(err) {
 				c.mu.Lock()
 				idle := len(c.waiters) == 0
 				c.mu.Unlock()
@@ -193,26 +203,26 @@ func (c *shared) readLoop() {
 		if rep.IsPush() {
 			continue
 		}
-		if len(local) == 0 {
+		if li == len(local) {
 			// The read started while nothing was owed; the batch this
 			// reply answers was queued since.
-			c.mu.Lock()
-			local, c.waiters = c.waiters, local[:0]
-			c.mu.Unlock()
+			take()
 			if len(local) == 0 {
 				err = errors.New("reply without a request")
 				break
 			}
 		}
-		w := &local[0]
+		w := &local[li]
 		w.s.cw.Buf = append(w.s.cw.Buf, rep.Raw...)
 		w.s.rlens = append(w.s.rlens, int32(len(rep.Raw)))
 		w.n--
 		if w.n == 0 {
 			w.s.wake <- struct{}{}
-			local = local[1:]
+			w.s = nil
+			li++
 		}
 	}
+	local = local[li:]
 	c.mu.Lock()
 	c.dead = true
 	c.gone.Store(true)

@@ -49,6 +49,12 @@ func protoErr(format string, a ...any) error {
 
 // IsProtocolError reports whether err is a malformed stream.
 func IsProtocolError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := err.(*ProtocolError); ok {
+		return true
+	}
 	var pe *ProtocolError
 	return errors.As(err, &pe)
 }
