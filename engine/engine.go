@@ -409,13 +409,13 @@ func (e *Engine) Invalidate(key string) { e.invalidate(key) }
 // integers, passed to Redis unchanged for the base key. ok is false when NX
 // or XX prevented the write.
 func (e *Engine) Set(ctx context.Context, key string, val []byte, args ...any) (ok bool, err error) {
-	sa, err := parseSetArgs(args)
-	if err != nil {
-		return false, err
-	}
 	p := e.plan(key)
 	if p == nil {
 		return e.setRaw(ctx, key, val, args)
+	}
+	sa, err := parseSetArgs(args)
+	if err != nil {
+		return false, err
 	}
 	e.invalidate(key)
 	defer e.invalidate(key)
@@ -732,7 +732,7 @@ func parseSetArgs(args []any) (setArgs, error) {
 				s.pxat = n
 			}
 		default:
-			return s, errors.New("ERR syntax error")
+			return s, fmt.Errorf("ERR heatsink: SET option %q is not supported on a mitigated key", name)
 		}
 	}
 	return s, nil

@@ -19,6 +19,9 @@ type counter struct {
 	local int64
 	// pending are pre-aggregated increments not yet written upstream.
 	pending int64
+	// preAggregated is set once the counter held pending increments: it is
+	// then never pruned, since a writer may still hold it.
+	preAggregated bool
 	// refreshing is closed when the running refresh ends; nil if none.
 	refreshing chan struct{}
 
@@ -107,6 +110,7 @@ func (e *Engine) preAggregate(ctx context.Context, p *plan, n int64) (int64, err
 	c := e.counter(p.key)
 	now := e.clock.Now()
 	c.mu.Lock()
+	c.preAggregated = true
 	c.pending += n
 	c.local += n
 	if c.known && now.Sub(c.at) < e.opts.TotalRefresh {
@@ -167,6 +171,7 @@ func (e *Engine) flushLoop() {
 				return p == nil || p.entry.PreAggregate == nil
 			})
 			cancel()
+			e.pruneCounters()
 		case <-tick:
 			ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 			_ = e.Flush(ctx)
@@ -238,4 +243,24 @@ func (e *Engine) flushKey(ctx context.Context, key string) error {
 	}
 	e.m.flushes.Inc()
 	return nil
+}
+
+// pruneCounters forgets the counters of keys that left the table and have
+// nothing pending, so the map stays as small as the table.
+func (e *Engine) pruneCounters() {
+	e.countersMu.Lock()
+	defer e.countersMu.Unlock()
+	for k, c := range e.counters {
+		if e.plan(k) != nil {
+			continue
+		}
+		c.mu.Lock()
+		// An estimate-only counter that a writer still holds is harmless
+		// to drop: the writer's next call makes a new one.
+		idle := !c.preAggregated && c.refreshing == nil
+		c.mu.Unlock()
+		if idle {
+			delete(e.counters, k)
+		}
+	}
 }
