@@ -132,6 +132,17 @@ const (
 	rawInvalidate           // sent as is, then the key is invalidated
 )
 
+// handles is engine.Handles plus the SET variants go-redis sends as their
+// own commands (SetNX without expiry, SetEx), which the hook rewrites to
+// SET with options.
+func handles(name string) bool {
+	switch name {
+	case "setnx", "setex", "psetex":
+		return true
+	}
+	return engine.Handles(name)
+}
+
 // route decides how cmd is sent: through the engine when its key is in the
 // table and the engine implements it, otherwise as is.
 func (h *Hook) route(cmd redis.Cmder) (string, routeKind) {
@@ -151,7 +162,7 @@ func (h *Hook) route(cmd redis.Cmder) (string, routeKind) {
 	if !ok || !h.e.Lookup(key) {
 		return "", notMitigated
 	}
-	if engine.Handles(cmd.Name()) {
+	if handles(cmd.Name()) {
 		return key, viaEngine
 	}
 	return key, rawInvalidate
@@ -182,6 +193,39 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, key string, raw func(
 			return err
 		}
 		ok, err := h.e.Set(ctx, key, val, args[3:]...)
+		return setSet(cmd, ok, err)
+	case "setnx", "setex", "psetex":
+		if len(args) != 3 && len(args) != 4 {
+			break
+		}
+		var opts []any
+		valArg := args[2]
+		switch name {
+		case "setnx":
+			if len(args) != 3 {
+				break
+			}
+			opts = []any{"NX"}
+		case "setex":
+			if len(args) != 4 {
+				break
+			}
+			opts, valArg = []any{"EX", args[2]}, args[3]
+		case "psetex":
+			if len(args) != 4 {
+				break
+			}
+			opts, valArg = []any{"PX", args[2]}, args[3]
+		}
+		if opts == nil {
+			break
+		}
+		val, err := bytesOf(valArg)
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		ok, err := h.e.Set(ctx, key, val, opts...)
 		return setSet(cmd, ok, err)
 	case "incr", "decr", "incrby", "decrby":
 		n := int64(1)

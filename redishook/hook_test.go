@@ -157,6 +157,15 @@ func TestHookAppliesRouting(t *testing.T) {
 			if ok, err := tg.app.SetNX(ctx, profile, "bob", 0).Result(); err != nil || ok {
 				t.Fatalf("SETNX on an existing key = %v, %v", ok, err)
 			}
+			// SETEX is rewritten to SET ... EX: replicas follow the shorter TTL.
+			if err := tg.app.SetEx(ctx, profile, "alice", 20*time.Second).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range routing.ReplicaKeys(profile, 3) {
+				if ttl := tg.direct.PTTL(ctx, r).Val(); ttl <= 0 || ttl > 20*time.Second {
+					t.Fatalf("replica TTL after SETEX %v", ttl)
+				}
+			}
 			for i := 0; i < 8; i++ {
 				if v, err := tg.app.Get(ctx, profile).Result(); err != nil || v != "alice" {
 					t.Fatalf("GET replicated = %q, %v", v, err)
