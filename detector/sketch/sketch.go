@@ -161,7 +161,7 @@ type Sketch struct {
 	slotDur int64
 
 	rows   int
-	wmask  uint64
+	width  uint64 // buckets per row; any size (fastrange), so no budget is lost to rounding
 	hk     []bucket // rows × width
 	rng    uint64
 	decayN uint32 // fade numerator per slot (S-1)/S, in 1/1024
@@ -206,11 +206,11 @@ func New(cfg Config) (*Sketch, error) {
 	if rest < 64*8*cfg.Rows {
 		return nil, fmt.Errorf("sketch: %d bytes leave no room for the filter", cfg.MemoryBytes)
 	}
-	width := 1 << (bits.Len(uint(rest/8/cfg.Rows)) - 1)
+	width := rest / 8 / cfg.Rows
 	if width < 64 {
 		return nil, fmt.Errorf("sketch: %d bytes leave no room for the filter", cfg.MemoryBytes)
 	}
-	s.wmask = uint64(width - 1)
+	s.width = uint64(width)
 	s.hk = make([]bucket, cfg.Rows*width)
 	s.decayN = uint32(1024 * cfg.FadePercent / 100)
 	s.ents = make([]entry, m)
@@ -301,10 +301,11 @@ func satAdd(a, b uint32) uint32 {
 func (s *Sketch) filter(h uint64, w uint64) uint64 {
 	fp := uint32(h>>32) | 1
 	var est uint64
-	width := int(s.wmask + 1)
+	width := int(s.width)
 	hh := h
 	for r := 0; r < s.rows; r++ {
-		b := &s.hk[r*width+int(hh&s.wmask)]
+		// Lemire's fastrange: a 32-bit hash part times width, high half.
+		b := &s.hk[r*width+int((hh&0xffffffff)*s.width>>32)]
 		hh = bits.RotateLeft64(hh, -21)
 		switch {
 		case b.fp == fp:
