@@ -161,10 +161,10 @@ type Sketch struct {
 	slotDur int64
 
 	rows   int
-	width  uint64 // buckets per row; any size (fastrange), so no budget is lost to rounding
+	width  uint64   // buckets per row; any size (fastrange), so no budget is lost to rounding
 	hk     []bucket // rows × width
 	rng    uint64
-	decayN uint32 // fade numerator per slot (S-1)/S, in 1/1024
+	decayN uint32 // FadePercent in 1/1024
 
 	m     int
 	ents  []entry
