@@ -481,3 +481,53 @@ func TestEngineWritesReplicasAndSplitShards(t *testing.T) {
 		t.Fatalf("%d shards took writes, want the increments spread", shards)
 	}
 }
+
+// TestStalledUpstreamTimesOut points the proxy at an upstream that answers
+// the connection handshake and then never again (a stalled Redis): every
+// client gets an error reply after the timeout instead of hanging, on the
+// shared and on the dedicated path.
+func TestStalledUpstreamTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				if _, err := c.Read(buf); err != nil {
+					return
+				}
+				c.Write([]byte("-ERR unknown command 'HELLO'\r\n"))
+				io.Copy(io.Discard, c) // then silence
+			}()
+		}
+	}()
+	addr, _ := start(t, proxy.Config{Upstreams: []string{ln.Addr().String()}, Timeout: 300 * time.Millisecond})
+	for _, name := range []string{"shared", "dedicated"} {
+		// dedicated: CLIENT moves the client to its own connection, where
+		// CLIENT itself is the command that times out.
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "dedicated" {
+			fmt.Fprint(c, "CLIENT SETNAME x\r\n")
+		} else {
+			fmt.Fprint(c, "GET k\r\n")
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		br := bufio.NewReader(c)
+		line, err := br.ReadString('\n')
+		c.Close()
+		if err != nil || !strings.Contains(line, "timeout waiting for a reply") {
+			t.Fatalf("%s: got %q, %v; want a timeout error reply", name, line, err)
+		}
+	}
+}

@@ -318,6 +318,10 @@ func (s *session) upstream(node int) (*upstream, error) {
 	defer cancel()
 	u, err := s.p.dialRaw(ctx, s.p.topo.addr(node))
 	if err != nil {
+		if s.p.cfg.Cluster {
+			// The node may have failed over: reload the slot map.
+			s.p.topo.refreshAsync()
+		}
 		return nil, err
 	}
 	u.node = node
@@ -370,7 +374,8 @@ func (s *session) drain() {
 			continue
 		}
 		if s.blocking {
-			u.conn.SetDeadline(time.Time{})
+			u.deadline = time.Time{}
+			u.conn.SetDeadline(u.deadline)
 		} else {
 			if now.IsZero() {
 				now = time.Now()
