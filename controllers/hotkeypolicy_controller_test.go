@@ -4,18 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/internal/controlplane"
@@ -226,6 +229,19 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			return nil
 		})
 
+		f.eventually("an Event for the transition", func() error {
+			var evs eventsv1.EventList
+			if err := f.c.List(f.ctx, &evs, client.InNamespace(f.ns)); err != nil {
+				return err
+			}
+			for _, e := range evs.Items {
+				if e.Reason == v1alpha1.ReasonHotKeys && e.Regarding.Name == "likes" {
+					return nil
+				}
+			}
+			return fmt.Errorf("no %s event among %d", v1alpha1.ReasonHotKeys, len(evs.Items))
+		})
+
 		// Writes double: N = 8, announced for the next boundary.
 		f.clk.Step(time.Minute) // 12s into epoch 1001
 		f.report("likes", "n1", cand("likes:1", 0, 60000))
@@ -383,5 +399,110 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	t.Run("version never goes backwards when the ConfigMap is lost", func(t *testing.T) {
+		f := newFlow(t)
+		f.policy("v", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = v1alpha1.ModeEnforce })
+		f.report("v", "n1", cand("likes:3", 0, 50000))
+		f.eventually("pending", func() error {
+			_, cm, err := f.table("v")
+			if err != nil {
+				return err
+			}
+			if cm.Data[StateKey] == "{}" {
+				return fmt.Errorf("not pending yet")
+			}
+			return nil
+		})
+		f.step(2*time.Second, "v")
+		tbl := f.gens("v", "likes:3", []routing.Generation{{FromEpoch: routing.EpochAt(f.clk.Now(), 60000) + 1, Shards: 4}})
+		f.eventually("status caught up", func() error {
+			if st := f.status("v"); st.RoutingVersion != tbl.Version {
+				return fmt.Errorf("status version %d, table %d", st.RoutingVersion, tbl.Version)
+			}
+			return nil
+		})
+		cm := &corev1.ConfigMap{}
+		cm.Namespace, cm.Name = f.ns, routing.ConfigMapName("v")
+		if err := f.c.Delete(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("recreated with a greater version", func() error {
+			got, _, err := f.table("v")
+			if err != nil {
+				return err
+			}
+			if got.Version <= tbl.Version {
+				return fmt.Errorf("version %d after %d", got.Version, tbl.Version)
+			}
+			return nil
+		})
+	})
+
+	t.Run("credentials from the Secret; missing ones degrade", func(t *testing.T) {
+		f := newFlow(t)
+		auth := redistest.Standalone(t, "--requirepass", "s3cret")
+		ac := redis.NewClient(&redis.Options{Addr: auth.Addr, Password: "s3cret"})
+		t.Cleanup(func() { _ = ac.Close() })
+		ac.Set(ctx, "product:tv", "v1", 0)
+		start := f.clk.Now().Add(5 * time.Minute).Truncate(time.Second)
+		f.policy("auth", func(p *v1alpha1.HotKeyPolicy) {
+			p.Spec.Target.Addresses = []string{auth.Addr}
+			p.Spec.Target.CredentialsSecretRef = &corev1.LocalObjectReference{Name: "redis-auth"}
+			p.Spec.Mitigations.Replicate.Enabled = ptr.To(true)
+			p.Spec.Schedules = []v1alpha1.Schedule{{Name: "launch", Start: &metav1.Time{Time: start},
+				Duration: metav1.Duration{Duration: time.Hour}, LeadTime: metav1.Duration{Duration: 10 * time.Minute},
+				Keys: []string{"product:tv"}, Mitigation: v1alpha1.ScheduledMitigation{Replicate: &v1alpha1.ScheduledReplicate{Replicas: 2}}}}
+		})
+		degraded := func(reason string) func() error {
+			return func() error {
+				c := meta.FindStatusCondition(f.status("auth").Conditions, v1alpha1.ConditionDegraded)
+				if c == nil || c.Reason != reason {
+					return fmt.Errorf("degraded %+v, want reason %s", c, reason)
+				}
+				return nil
+			}
+		}
+		f.eventually("credentials missing", degraded(v1alpha1.ReasonCredentialsMissing))
+		sec := &corev1.Secret{}
+		sec.Namespace, sec.Name = f.ns, "redis-auth"
+		sec.Data = map[string][]byte{"password": []byte("s3cret")}
+		if err := f.c.Create(ctx, sec); err != nil {
+			t.Fatal(err)
+		}
+		f.poke("auth")
+		f.eventually("healthy", degraded(v1alpha1.ReasonHealthy))
+		for _, k := range routing.ReplicaKeys("product:tv", 2) {
+			if v, err := ac.Get(ctx, k).Result(); v != "v1" {
+				t.Errorf("replica not pre-warmed with the Secret's password: %q, %v", v, err)
+			}
+		}
+	})
+
+	t.Run("metrics carry no Redis key", func(t *testing.T) {
+		mfs, err := ctrlmetrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		// Every key the flows used.
+		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "product:iphone", "product:tv"}
+		for _, mf := range mfs {
+			seen[mf.GetName()] = true
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if slices.Contains(keys, l.GetValue()) {
+						t.Errorf("%s has label %s=%q, which looks like a Redis key", mf.GetName(), l.GetName(), l.GetValue())
+					}
+				}
+			}
+		}
+		for _, name := range []string{"heatsink_manager_mitigated_keys", "heatsink_manager_decisions_total", "heatsink_manager_epoch",
+			"heatsink_manager_fold_operations_total", "heatsink_manager_routing_publications_total", "heatsink_manager_reconcile_duration_seconds"} {
+			if !seen[name] {
+				t.Errorf("metric %s not exported", name)
+			}
+		}
 	})
 }
