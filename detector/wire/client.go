@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +129,9 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 const binary16 = 3 // max varint length of a policy length
 
 // Observe counts reads, writes and value bytes of key under policy
-// ("<namespace>/<name>"). It never blocks on the network.
+// ("<namespace>/<name>"). It never blocks on the network. It does not retain
+// key (it copies it the first time it sees it in an interval), so key may
+// alias a reused buffer; policy is retained.
 func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
 	if len(key) == 0 || len(key) > MaxKeyLen || len(policy) == 0 || len(policy) > MaxPolicyLen || c.closed.Load() {
 		c.dropped.Add(1)
@@ -150,6 +153,10 @@ func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
 		c.dropped.Add(1)
 		return
 	}
+	// The key is copied when first seen in an interval, so a caller may pass
+	// a string that aliases a reused buffer. policy is kept as given: it is
+	// the sidecar's configuration, not request data.
+	key = strings.Clone(key)
 	s.idx[pk{policy, key}] = int32(len(s.ents))
 	s.ents = append(s.ents, entry{policy: policy, key: key, reads: reads, writes: writes, nbytes: bytes})
 	s.mu.Unlock()

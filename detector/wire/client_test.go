@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -188,4 +189,20 @@ func BenchmarkObserve(b *testing.B) {
 			i++
 		}
 	})
+}
+
+func TestClientCopiesKeys(t *testing.T) {
+	pc := listen(t)
+	c, err := NewClient(pc.LocalAddr().String(), ClientOptions{FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := []byte("product:1")
+	c.Observe("ns/p", unsafe.String(&buf[0], len(buf)), 1, 0, 0)
+	copy(buf, "XXXXXXXXX")
+	c.Flush()
+	if got := receive(t, pc, 1); got["ns/p product:1"] != [3]uint32{1, 0, 0} {
+		t.Errorf("received %v: the client kept the caller's buffer", got)
+	}
 }
