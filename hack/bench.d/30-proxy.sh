@@ -61,6 +61,11 @@ heatsink() { # LOGNAME PORT [flags...]
 
 RPORT=$(freeport); redis "${RPORT}"
 HPORT=$(freeport); heatsink heatsink "${HPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file ""
+# The same, reporting every key access to a detector address (UDP; nothing
+# listens there, so this is the cost of aggregating and sending).
+echo '{"schemaVersion":1,"policy":"bench/bench","version":1,"epochMillis":60000,"entries":[]}' >"${work}/empty.json"
+OPORT=$(freeport); heatsink heatsink-reports "${OPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file "${work}/empty.json" \
+  --policy bench --namespace bench --detector "127.0.0.1:$(freeport)"
 TPORT=$(freeport)
 # twemproxy: server_connections lets it pipeline to Redis over several
 # connections. A spot check of 1, 2 and 4 on this 2-core machine had 4 best
@@ -130,6 +135,27 @@ for depth in 1 16; do
 done
 echo
 echo "Targets: heatsink / direct ≥ 90 % at depth 1 and ≥ 60 % at depth 16, ahead of twemproxy in every row."
+echo
+# Cost of reporting accesses to the detector.
+PORT[reports]=$OPORT
+for depth in 1 16; do
+  order=(heatsink reports)
+  for round in $(seq 1 "${ROUNDS}"); do
+    echo "bench: reports -P ${depth} round ${round}" >&2
+    for target in "${order[@]}"; do measure "${target}/${depth}/rget" "${PORT[$target]}" "${depth}" -r 1000000 -t get; done
+    order=("${order[@]:1}" "${order[0]}")
+  done
+  finish "heatsink/${depth}/rget"; finish "reports/${depth}/rget"
+done
+echo "**Detector reports on** (every GET reported; medians of ${ROUNDS} interleaved rounds):"
+echo
+echo "| depth | heatsink ops/s | heatsink + reports ops/s | ratio |"
+echo "|---|---|---|---|"
+for depth in 1 16; do
+  read -r a _ _ <<<"${R[heatsink/$depth/rget]}"
+  read -r b _ _ <<<"${R[reports/$depth/rget]}"
+  echo "| ${depth} | ${a} | ${b} | $(ratio "$b" "$a") |"
+done
 echo
 # Exactly one upstream command per client command on random keys.
 N=100000
