@@ -277,8 +277,13 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 			// connection makes the server report its next change.
 			e.m.upstreamReads.Inc()
 			r.val, r.found, err = e.track.get(fctx, key)
-			if err != nil {
+			var re redisError
+			if err != nil && !errors.As(err, &re) && fctx.Err() == nil {
+				// No tracking connection (an old server, a failover
+				// in progress): read as without tracking, so the TTL
+				// alone bounds staleness, rather than fail the read.
 				e.m.upstreamErrors.Inc()
+				r, err = e.fetch(fctx, p, true)
 			}
 		} else {
 			r, err = e.fetch(fctx, p, true)

@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/heatsink-dev/heatsink/engine"
+	"github.com/heatsink-dev/heatsink/internal/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -745,4 +746,34 @@ func killTracking(t *testing.T, tg target) int {
 		}
 	}
 	return killed
+}
+
+func TestTrackingUnavailableFallsBackToTTL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	// A server without the CLIENT command cannot track.
+	s := redistest.Standalone(t, "--rename-command", "CLIENT", "")
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	k := key(t, "k")
+	if err := c.Set(ctx, k, "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	e := newEngine(t, c, engine.Options{Tracking: true, Clock: clk})
+	e.SetTable(table(routing.Entry{Key: k, LocalCache: &routing.LocalCache{TTLMillis: 1000}}))
+	for _, want := range []string{"v1", "v1"} {
+		if v, _, err := e.Get(ctx, k); err != nil || string(v) != want {
+			t.Fatalf("GET = %q, %v; want %q", v, err, want)
+		}
+		if err := c.Set(ctx, k, "v2", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Step(time.Second)
+	if v, _, err := e.Get(ctx, k); err != nil || string(v) != "v2" {
+		t.Fatalf("after the TTL GET = %q, %v", v, err)
+	}
 }

@@ -175,7 +175,7 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 		}
 		if _, err := readReply(br); err != nil {
 			_ = conn.Close()
-			return nil, nil, fmt.Errorf("heatsink: %s: %w", cmd[0], err)
+			return nil, nil, fmt.Errorf("heatsink: tracking connection: %s: %v", cmd[0], err)
 		}
 	}
 	_ = conn.SetDeadline(time.Time{})
