@@ -119,6 +119,9 @@ func Start(opts Options) (*ControlPlane, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// Start may fail after launching etcd and kube-apiserver (say, on
+		// an invalid CRD): stop whatever it started.
+		_ = env.Stop()
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	s := Scheme()
