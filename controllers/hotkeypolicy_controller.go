@@ -160,7 +160,8 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	evs, schedErrs := schedule.Events(now, spec.Schedules)
 	out := decide.Decide(decide.Input{
 		Now: now, Spec: spec, Observations: agg.Keys, State: prev.State,
-		Current: prev.decided(spec.Mode), Scheduled: scheduledKeys(spec, evs), Margin: r.Margin,
+		Current:   decide.Rescale(prev.decided(spec.Mode), spec.Mitigations.Split.Epoch.Milliseconds()),
+		Scheduled: scheduledKeys(spec, evs), Margin: r.Margin,
 	})
 
 	act := r.actInRedis(ctx, policy, spec, prev, &out, evs, now)

@@ -466,3 +466,33 @@ func TestDecideScheduled(t *testing.T) {
 		t.Errorf("after the event: %+v", got)
 	}
 }
+
+func TestRescale(t *testing.T) {
+	g := func(from int64, n int32) routing.Generation { return routing.Generation{FromEpoch: from, Shards: n} }
+	tbl := &routing.Table{SchemaVersion: 1, EpochMillis: 60000, Entries: []routing.Entry{
+		{Key: "a", Split: &routing.Split{Generations: []routing.Generation{g(1000, 4), g(1001, 8), g(1002, 0)}}},
+		{Key: "b", Coalesce: true},
+	}}
+	tests := map[string]struct {
+		epochMillis int64
+		want        []routing.Generation
+	}{
+		"same length":                   {60000, []routing.Generation{g(1000, 4), g(1001, 8), g(1002, 0)}},
+		"shorter epochs keep the start": {30000, []routing.Generation{g(2000, 4), g(2002, 8), g(2004, 0)}},
+		"longer epochs stay ordered":    {600000, []routing.Generation{g(100, 4), g(101, 8), g(102, 0)}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := Rescale(tbl, tc.epochMillis)
+			if diff := cmp.Diff(tc.want, got.Entries[0].Split.Generations); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if err := got.Validate(); err != nil {
+				t.Error(err)
+			}
+			if tbl.Entries[0].Split.Generations[0].FromEpoch != 1000 {
+				t.Error("Rescale modified its input")
+			}
+		})
+	}
+}

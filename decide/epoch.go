@@ -96,3 +96,35 @@ func earliest(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// Rescale re-expresses a table's split generations in epochs of epochMillis,
+// for when the policy's split.epoch changes. Each generation keeps its
+// wall-clock start, rounded down to the new epoch containing it; generations
+// that would share an epoch are pushed one epoch apart, keeping their order.
+// No increment is lost by the move: readers sum every listed generation, so a
+// write landing in a neighbouring generation is still counted, and retirement
+// then follows the new epochs. A table already in epochMillis is returned as
+// is.
+func Rescale(t *routing.Table, epochMillis int64) *routing.Table {
+	if t == nil || t.EpochMillis == epochMillis || t.EpochMillis <= 0 || epochMillis <= 0 {
+		return t
+	}
+	out := *t
+	out.EpochMillis = epochMillis
+	out.Entries = make([]routing.Entry, len(t.Entries))
+	for i, e := range t.Entries {
+		if e.Split != nil {
+			gens := make([]routing.Generation, len(e.Split.Generations))
+			for j, g := range e.Split.Generations {
+				from := routing.EpochAt(routing.EpochStart(g.FromEpoch, t.EpochMillis), epochMillis)
+				if j > 0 && from <= gens[j-1].FromEpoch {
+					from = gens[j-1].FromEpoch + 1
+				}
+				gens[j] = routing.Generation{FromEpoch: from, Shards: g.Shards}
+			}
+			e.Split = &routing.Split{Generations: gens}
+		}
+		out.Entries[i] = e
+	}
+	return &out
+}
