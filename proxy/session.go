@@ -206,9 +206,9 @@ func (s *session) handle() (done bool, err error) {
 				inval = string(key)
 			}
 		}
-		if o := s.p.cfg.Observer; o != nil && !info.write {
-			// reads are reported with their reply size, in drain
-		} else if o != nil {
+		// Writes are reported here with their request size; reads once
+		// their reply (and so the value size) is known, in drain.
+		if o := s.p.cfg.Observer; o != nil && info.write {
 			o.Observe(s.p.cfg.Policy, string(key), 0, 1, uint32(len(s.cmd.Raw)))
 		}
 	}
