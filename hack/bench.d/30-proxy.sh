@@ -17,7 +17,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${ROOT}"
 
 REQUESTS="${PROXY_BENCH_REQUESTS:-100000}"
-ROUNDS="${PROXY_BENCH_ROUNDS:-3}"
+ROUNDS="${PROXY_BENCH_ROUNDS:-5}"
 CLIENTS=50
 work="$(mktemp -d)"
 pids=()
