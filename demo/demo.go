@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -61,9 +63,13 @@ func (m Moments) SpikeToRelief() time.Duration {
 type Result struct {
 	Keys  Keys
 	Start time.Time
-	// Masters are the Redis masters' addresses, in sample order.
-	Masters []string
-	Samples []Sample
+	// Masters are the Redis masters' addresses, in sample order; Proxies
+	// the sidecars' and APIServer the kube-apiserver's (all stopped when Run
+	// returns).
+	Masters   []string
+	Proxies   []string
+	APIServer string
+	Samples   []Sample
 	// ViralRead and Counter are the viral keys' timelines.
 	ViralRead, Counter Moments
 	// EventStart is when the scheduled event started; EventRouted when the
@@ -128,6 +134,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	log := zap.New(zap.WriteTo(logFile))
 	ctrl.SetLogger(log)
 	klog.SetLogger(log.WithName("klog"))
+	// go-redis reports dial failures on its own logger (stderr by default);
+	// they belong in the components' log, not over the live view.
+	redis.SetLogger(redisLog{log.WithName("go-redis")})
 	s := &stack{log: log, slog: slog.New(logr.ToSlogHandler(log.WithName("proxy")))}
 	defer s.stop()
 
@@ -139,7 +148,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
 		{"Redis Cluster: 3 masters on loopback", func() error { return s.startRedis(ctx) }},
 		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg.Margin) }},
-		{"detectors: node-a, node-b", func() error { return s.startDetectors(ctx) }},
+		{"detectors: node-a, node-b", s.startDetectors},
 		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
 	}
 	for _, st := range steps {
@@ -151,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, u := range res.Unavailable {
 		fmt.Fprintf(out, "  ! NOT AVAILABLE: %s\n", u)
 	}
-	res.Masters = s.redis.Addrs()
+	res.Masters, res.Proxies, res.APIServer = s.redis.Addrs(), s.proxies, s.cp.Config.Host
 	keys, err := chooseKeys(s.ranges, cfg.Seed)
 	if err != nil {
 		return nil, err
@@ -240,7 +249,9 @@ loop:
 	} else {
 		res.Engine = ec
 	}
-	if val, err := clients[0].Get(finalCtx, keys.Counter).Result(); err != nil {
+	if val, err := clients[0].Get(finalCtx, keys.Counter).Result(); errors.Is(err, redis.Nil) {
+		res.CounterValue = 0 // never incremented (interrupted before its spike)
+	} else if err != nil {
 		res.CounterErr = err
 	} else if res.CounterValue, err = strconv.ParseInt(val, 10, 64); err != nil {
 		res.CounterErr = fmt.Errorf("counter is not an integer: %w", err)
@@ -262,6 +273,13 @@ loop:
 	}
 	printSummary(out, cfg, res)
 	return res, ctx.Err()
+}
+
+// redisLog sends go-redis's messages to the components' log.
+type redisLog struct{ log logr.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Info(fmt.Sprintf(format, v...))
 }
 
 // fillMoments derives the keys' timelines and the before/after ratios.

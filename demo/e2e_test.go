@@ -3,7 +3,11 @@ package demo
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -62,5 +66,71 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if res.Chart == "" {
 		t.Errorf("no chart written")
+	}
+}
+
+// lineWatcher calls on for each line written to it.
+type lineWatcher struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	on  func(line string)
+}
+
+func (w *lineWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line) // incomplete: keep it for the next write
+			return len(p), nil
+		}
+		w.on(line)
+	}
+}
+
+// TestInterruptStopsEverything cancels a run during traffic, as Ctrl-C
+// does, and checks that it returns promptly with what it measured and that
+// nothing it started still listens.
+func TestInterruptStopsEverything(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver and redis-server; skipped with -short")
+	}
+	if m := missingStages(); len(m) > 0 {
+		t.Skipf("this build lacks %v", m)
+	}
+	cfg := Short()
+	cfg.OutDir = t.TempDir()
+	cfg.BackgroundRate, cfg.ViralReadRate, cfg.ViralWriteRate, cfg.EventRate = 200, 200, 300, 50
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	interrupt, stop := context.WithCancel(ctx)
+	defer stop()
+	cfg.Out = &lineWatcher{on: func(line string) {
+		if strings.HasPrefix(line, "t=  8s") { // after the counter's spike
+			stop()
+		}
+	}}
+	res, err := Run(interrupt, cfg)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after an interrupt returned %v, want context.Canceled", err)
+	}
+	if res == nil || len(res.Samples) == 0 {
+		t.Fatalf("interrupted run returned no measurements: %+v", res)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the run did not stop before the test's deadline")
+	}
+	// Traffic stops first; the counter is still read through a sidecar.
+	if res.CounterErr != nil || res.CounterAcked == 0 || res.CounterValue != res.CounterAcked {
+		t.Errorf("after the interrupt: counter %d (err %v), acknowledged %d", res.CounterValue, res.CounterErr, res.CounterAcked)
+	}
+	addrs := append(append([]string{strings.TrimPrefix(res.APIServer, "https://")}, res.Masters...), res.Proxies...)
+	for _, a := range addrs {
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts connections after Run returned", a)
+		}
 	}
 }

@@ -57,9 +57,12 @@ type stack struct {
 	bgErrs  []error
 }
 
-// goRun runs fn until stop, remembering its error.
-func (s *stack) goRun(parent context.Context, name string, fn func(ctx context.Context) error) {
-	ctx, cancel := context.WithCancel(parent)
+// goRun runs fn until stop, remembering its error. Components do not stop
+// with the caller's context: on Ctrl-C the demo stops the traffic first,
+// reads the final counter and metrics through them, and only then stops
+// them, newest first.
+func (s *stack) goRun(name string, fn func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		err := fn(ctx)
@@ -174,14 +177,14 @@ func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
 		}
 		s.unavailable = append(s.unavailable, "manager reconciler: "+err.Error())
 	}
-	s.goRun(ctx, "manager", mgr.Start)
+	s.goRun("manager", mgr.Start)
 	checker := mgr.GetWebhookServer().StartedChecker()
 	return poll(ctx, 30*time.Second, func() error { return checker(nil) })
 }
 
 // startDetectors starts one detector per simulated node on a free loopback
 // UDP port.
-func (s *stack) startDetectors(ctx context.Context) error {
+func (s *stack) startDetectors() error {
 	for _, node := range nodes {
 		l := s.log.WithName("detector").WithValues("node", node)
 		d, err := detector.New(detector.Options{Config: s.cp.Config, NodeName: node, ListenAddr: "127.0.0.1:0", Logger: &l})
@@ -189,7 +192,7 @@ func (s *stack) startDetectors(ctx context.Context) error {
 			return err
 		}
 		s.detectors = append(s.detectors, d.Addr().String())
-		s.goRun(ctx, "detector "+node, d.Run)
+		s.goRun("detector "+node, d.Run)
 	}
 	return nil
 }
@@ -223,7 +226,7 @@ func (s *stack) startProxies(ctx context.Context) error {
 				Policy: PolicyName, Namespace: Namespace, Detector: det,
 				Kube: kube, Logger: s.slog.With("proxy", strconv.Itoa(len(s.proxies))),
 			}
-			s.goRun(ctx, "proxy "+addr, func(ctx context.Context) error { return sidecar.Run(ctx, cfg) })
+			s.goRun("proxy "+addr, func(ctx context.Context) error { return sidecar.Run(ctx, cfg) })
 			s.proxies = append(s.proxies, addr)
 			s.proxyNode = append(s.proxyNode, n)
 		}
