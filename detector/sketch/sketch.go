@@ -187,6 +187,9 @@ func New(cfg Config) (*Sketch, error) {
 		return nil, err
 	}
 	s := &Sketch{cfg: cfg, seed: maphash.MakeSeed(), slotDur: int64(cfg.Window) / int64(cfg.Slots), rows: cfg.Rows, rng: 0x9e3779b97f4a7c15}
+	// Plan within 31/32 of the budget: the allocator rounds keys and slices
+	// up to size classes, and the measured heap must stay within budget.
+	budget := cfg.MemoryBytes - cfg.MemoryBytes/32 - int(unsafe.Sizeof(Sketch{}))
 	perEntry := int(unsafe.Sizeof(entry{})) + cfg.Slots*int(unsafe.Sizeof(slot{})) + 4*2 + 4 + 4 + cfg.AvgKeyLen
 	m := cfg.K * cfg.StoreFactor / 100
 	if m < cfg.K {
@@ -194,7 +197,7 @@ func New(cfg Config) (*Sketch, error) {
 	}
 	// Keep at least a third of the budget for the filter; shrink the store
 	// (and so the precision) if the budget is too small.
-	if maxM := (cfg.MemoryBytes * 2 / 3) / perEntry; m > maxM {
+	if maxM := (budget * 2 / 3) / perEntry; m > maxM {
 		m = maxM
 	}
 	if m < 1 {
@@ -202,7 +205,7 @@ func New(cfg Config) (*Sketch, error) {
 	}
 	s.m = m
 	idx := 1 << bits.Len(uint(2*m-1)) // ≥ 2m, power of two
-	rest := cfg.MemoryBytes - m*(perEntry-8) - idx*4
+	rest := budget - m*(perEntry-8) - idx*4
 	if rest < 64*8*cfg.Rows {
 		return nil, fmt.Errorf("sketch: %d bytes leave no room for the filter", cfg.MemoryBytes)
 	}
