@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 )
@@ -95,8 +96,9 @@ type Result struct {
 	Failures []error
 	// Chart is the path of the PNG chart ("" if it could not be written).
 	Chart string
-	// Log is the path of the components' log.
-	Log string
+	// Log is the path of the components' log, Policy of the applied
+	// HotKeyPolicy as YAML.
+	Log, Policy string
 }
 
 // EventLead is how long before the event's start all its keys were
@@ -194,7 +196,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Start = start
 	res.EventStart = start.Add(cfg.EventStart)
 	pol := samplePolicy(cfg, s.redis.Addrs(), keys, res.EventStart)
-	if err := progress(out, cfg.Live, "kubectl apply -f hotkeypolicy "+Namespace+"/"+PolicyName, func() error {
+	polFile := filepath.Join(cfg.OutDir, "hotkeypolicy.yaml")
+	if err := writeYAML(polFile, pol); err != nil {
+		return nil, err
+	}
+	res.Policy = polFile
+	if err := progress(out, cfg.Live, "kubectl apply -f "+polFile, func() error {
 		return s.cp.Client.Create(ctx, pol)
 	}); err != nil {
 		return nil, fmt.Errorf("applying the HotKeyPolicy: %w", err)
@@ -349,6 +356,16 @@ func mean(v []float64) float64 {
 	return s / float64(len(v))
 }
 
+// writeYAML writes obj as YAML, so the user sees the policy that was
+// applied.
+func writeYAML(path string, obj any) error {
+	data, err := yaml.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
 // samplePolicy is the policy the demo applies: like the samples in
 // config/samples, with short windows so that it reacts within seconds.
 func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *v1alpha1.HotKeyPolicy {
@@ -386,6 +403,7 @@ func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *
 	}
 	v1alpha1.SetDefaults(&spec)
 	p := &v1alpha1.HotKeyPolicy{Spec: spec}
+	p.APIVersion, p.Kind = v1alpha1.GroupVersion.String(), "HotKeyPolicy"
 	p.Name, p.Namespace = PolicyName, Namespace
 	return p
 }

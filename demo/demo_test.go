@@ -11,9 +11,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/webhook"
 )
 
 func TestParseInfo(t *testing.T) {
@@ -271,5 +273,21 @@ func TestParseEngineMetrics(t *testing.T) {
 	}
 	if err := parseEngineMetrics(strings.NewReader("heatsink_engine_cache_hits_total x\n"), &c); err == nil {
 		t.Error("a garbled value was accepted")
+	}
+}
+
+func TestSamplePolicyIsValid(t *testing.T) {
+	for name, cfg := range map[string]Config{"default": Default(), "short": Short()} {
+		k, err := chooseKeys(threeMasters, cfg.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := samplePolicy(cfg, []string{"127.0.0.1:7000"}, k, time.Unix(2_000_000_000, 0))
+		if errs, _ := webhook.ValidateSpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
+			t.Errorf("%s: the demo's policy fails validation: %v", name, errs.ToAggregate())
+		}
+		if got := p.Spec.Schedules[0].Keys; !cmp.Equal(got, k.Event) {
+			t.Errorf("%s: scheduled keys %v, want the event's %v", name, got, k.Event)
+		}
 	}
 }

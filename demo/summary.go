@@ -67,6 +67,9 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 	if r.Chart != "" {
 		fmt.Fprintf(out, "\n  chart of ops/s per master: %s\n", r.Chart)
 	}
+	if r.Policy != "" {
+		fmt.Fprintf(out, "  the HotKeyPolicy applied: %s\n", r.Policy)
+	}
 	fmt.Fprintf(out, "  components' log: %s\n", r.Log)
 }
 
