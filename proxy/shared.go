@@ -230,11 +230,13 @@ func (c *shared) readLoop() {
 	c.waiters = nil
 	c.mu.Unlock()
 	c.u.conn.Close()
-	kind := "io"
-	if isTimeout(err) {
-		kind = "timeout"
+	if !c.p.draining.Load() { // at shutdown the pool closes its connections
+		kind := "io"
+		if isTimeout(err) {
+			kind = "timeout"
+		}
+		c.p.m.upstreamErrors.WithLabelValues(kind).Inc()
 	}
-	c.p.m.upstreamErrors.WithLabelValues(kind).Inc()
 	msg := "ERR heatsink proxy: upstream " + c.p.topo.addr(0) + ": " + errText(err)
 	for _, w := range local {
 		for ; w.n > 0; w.n-- {
