@@ -108,14 +108,25 @@ func BenchmarkReconcile(b *testing.B) {
 		reconcile(mgr.GetClient())
 	}
 
+	check := func(b *testing.B) {
+		got := &v1alpha1.HotKeyPolicy{}
+		if err := cp.Client.Get(ctx, req.NamespacedName, got); err != nil {
+			b.Fatal(err)
+		}
+		if got.Status.HotKeyCount != 1000 || got.Status.ReportingNodes != 500 {
+			b.Fatalf("after the loop: %d hot keys from %d nodes, want 1000 from 500", got.Status.HotKeyCount, got.Status.ReportingNodes)
+		}
+	}
 	b.Run("cached", func(b *testing.B) {
 		for b.Loop() {
 			reconcile(mgr.GetClient())
 		}
+		check(b)
 	})
 	b.Run("uncached", func(b *testing.B) {
 		for b.Loop() {
 			reconcile(cp.Client)
 		}
+		check(b)
 	})
 }
