@@ -86,5 +86,9 @@ seccompProfile:
 {{- define "heatsink.detectorAddress" -}}
 {{- if eq .Values.detector.ingestMode "service" -}}
 {{ include "heatsink.detectorService" . }}.{{ .Release.Namespace }}.svc:{{ .Values.detector.ingestPort }}
+{{- else -}}
+{{- /* $$ escapes the reference in the manager's own args; the kubelet expands
+     it in the sidecar, from HEATSINK_NODE_IP (status.hostIP). */ -}}
+$$(HEATSINK_NODE_IP):{{ .Values.detector.ingestPort }}
 {{- end -}}
 {{- end }}
