@@ -143,20 +143,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer s.stop()
 
 	fmt.Fprintf(out, "heatsink demo: setting up (components log to %s)\n", res.Log)
-	steps := []struct {
-		what string
-		fn   func() error
-	}{
-		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
-		{"Redis Cluster: 3 masters on loopback", func() error { return s.startRedis(ctx) }},
-		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg.Margin) }},
-		{"detectors: node-a, node-b", s.startDetectors},
-		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
-	}
-	for _, st := range steps {
-		if err := progress(out, cfg.Live, st.what, st.fn); err != nil {
-			return nil, fmt.Errorf("%s: %w", st.what, err)
-		}
+	if err := s.setUp(ctx, cfg, out); err != nil {
+		return nil, err
 	}
 	res.Unavailable = s.unavailable
 	for _, u := range res.Unavailable {
@@ -221,48 +209,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	fmt.Fprintf(out, "heatsink demo: traffic for %s (Ctrl-C stops early)\n", cfg.Duration)
 
-	runCtx, stopRun := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); smp.run(runCtx, start) }()
-	go func() { defer wg.Done(); wl.run(runCtx, start); stopRun() }()
 	v := &view{cfg: cfg, out: out, keys: keys, masters: res.Masters, start: start, eventStart: res.EventStart}
-	tick := time.NewTicker(time.Second)
-loop:
-	for {
-		select {
-		case <-runCtx.Done():
-			break loop
-		case <-tick.C:
-			samples, _ := smp.snapshot()
-			v.draw(samples, obs.snapshot(), wl.counts())
-		}
-	}
-	tick.Stop()
-	stopRun()
-	wg.Wait()
+	runTraffic(ctx, start, smp, wl, obs, v)
 
-	// Traffic has stopped: every acknowledged increment is in Redis.
-	res.Counts = wl.counts()
-	res.CounterAcked = res.Counts.Increments
-	res.ClientReads = res.Counts.Reads
-	finalCtx, cancelFinal := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelFinal()
-	if readsAfter, err := smp.totalReads(finalCtx); err == nil {
-		res.UpstreamReads = readsAfter - readsBefore
-	}
-	if ec, err := scrapeEngines(finalCtx, s.metrics); err != nil {
-		res.Failures = append(res.Failures, fmt.Errorf("reading the sidecars' metrics: %w", err))
-	} else {
-		res.Engine = ec
-	}
-	if val, err := clients[0].Get(finalCtx, keys.Counter).Result(); errors.Is(err, redis.Nil) {
-		res.CounterValue = 0 // never incremented (interrupted before its spike)
-	} else if err != nil {
-		res.CounterErr = err
-	} else if res.CounterValue, err = strconv.ParseInt(val, 10, 64); err != nil {
-		res.CounterErr = fmt.Errorf("counter is not an integer: %w", err)
-	}
+	res.collect(wl, smp, s.metrics, clients[0], readsBefore)
 	samples, sErr := smp.snapshot()
 	if sErr != nil {
 		res.Failures = append(res.Failures, fmt.Errorf("sampling Redis: %w", sErr))
@@ -280,6 +230,80 @@ loop:
 	}
 	printSummary(out, cfg, res)
 	return res, ctx.Err()
+}
+
+// setUp starts every component, showing progress.
+func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
+	steps := []struct {
+		what string
+		fn   func() error
+	}{
+		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
+		{"Redis Cluster: 3 masters on loopback", func() error { return s.startRedis(ctx) }},
+		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg.Margin) }},
+		{"detectors: node-a, node-b", s.startDetectors},
+		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
+	}
+	for _, st := range steps {
+		if err := progress(out, cfg.Live, st.what, st.fn); err != nil {
+			return fmt.Errorf("%s: %w", st.what, err)
+		}
+	}
+	return nil
+}
+
+// runTraffic runs the workload and the sampler from start until the
+// workload ends or ctx is cancelled, drawing the view each second.
+func runTraffic(ctx context.Context, start time.Time, smp *sampler, wl *workload, obs *observer, v *view) {
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); smp.run(runCtx, start) }()
+	go func() { defer wg.Done(); wl.run(runCtx, start); stopRun() }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-runCtx.Done():
+			stopRun()
+			wg.Wait()
+			return
+		case <-tick.C:
+			samples, _ := smp.snapshot()
+			v.draw(samples, obs.snapshot(), wl.counts())
+		}
+	}
+}
+
+// collect takes the final measurements once traffic has stopped, when every
+// acknowledged increment is in Redis. It reads through the still running
+// sidecars, also after an interrupt.
+func (r *Result) collect(wl *workload, smp *sampler, metricsURLs []string, client redis.UniversalClient, readsBefore int64) {
+	r.Counts = wl.counts()
+	r.CounterAcked = r.Counts.Increments
+	r.ClientReads = r.Counts.Reads
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if readsAfter, err := smp.totalReads(ctx); err == nil {
+		r.UpstreamReads = readsAfter - readsBefore
+	}
+	if ec, err := scrapeEngines(ctx, metricsURLs); err != nil {
+		r.Failures = append(r.Failures, fmt.Errorf("reading the sidecars' metrics: %w", err))
+	} else {
+		r.Engine = ec
+	}
+	val, err := client.Get(ctx, r.Keys.Counter).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		r.CounterValue = 0 // never incremented (interrupted before its spike)
+	case err != nil:
+		r.CounterErr = err
+	default:
+		if r.CounterValue, err = strconv.ParseInt(val, 10, 64); err != nil {
+			r.CounterErr = fmt.Errorf("counter is not an integer: %w", err)
+		}
+	}
 }
 
 // redisLog sends go-redis's messages to the components' log.
