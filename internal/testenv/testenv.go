@@ -4,6 +4,9 @@ package testenv
 
 import (
 	"context"
+	"io"
+	"os"
+	"sync"
 	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,7 +22,7 @@ func Start(tb testing.TB, opts controlplane.Options) *controlplane.ControlPlane 
 	if testing.Short() {
 		tb.Skip("needs a kube-apiserver; skipped with -short")
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(testWriter{tb}), zap.UseDevMode(true)))
+	setLogger()
 	cp, err := controlplane.Start(opts)
 	if err != nil {
 		tb.Fatalf("%v", err)
@@ -61,9 +64,14 @@ func RunManager(tb testing.TB, cp *controlplane.ControlPlane, setup func(manager
 	return mgr
 }
 
-type testWriter struct{ tb testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.tb.Log(string(p))
-	return len(p), nil
-}
+// setLogger sets controller-runtime's process-wide logger once. It never
+// writes to a testing.TB: managers and informers log from goroutines that
+// outlive the test that started them, and t.Log after a test ends panics.
+// Logs are discarded unless HEATSINK_TEST_LOG=1.
+var setLogger = sync.OnceFunc(func() {
+	w := io.Discard
+	if os.Getenv("HEATSINK_TEST_LOG") == "1" {
+		w = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(w), zap.UseDevMode(true)))
+})
