@@ -133,12 +133,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer logFile.Close()
-	log := zap.New(zap.WriteTo(logFile))
-	ctrl.SetLogger(log)
-	klog.SetLogger(log.WithName("klog"))
-	// go-redis reports dial failures on its own logger (stderr by default);
-	// they belong in the components' log, not over the live view.
-	redis.SetLogger(redisLog{log.WithName("go-redis")})
+	logOut.set(logFile)
+	defer logOut.set(io.Discard)
+	log := processLogger()
 	s := &stack{log: log, slog: slog.New(logr.ToSlogHandler(log.WithName("proxy")))}
 	defer s.stop()
 
@@ -304,6 +301,47 @@ func (r *Result) collect(wl *workload, smp *sampler, metricsURLs []string, clien
 			r.CounterErr = fmt.Errorf("counter is not an integer: %w", err)
 		}
 	}
+}
+
+// The loggers of controller-runtime, client-go and go-redis are process
+// globals that can be set only once (controller-runtime ignores a second
+// SetLogger). They are set on the first Run and write to logOut, which each
+// Run points at its own log file; goroutines that outlive a Run write to
+// io.Discard.
+var (
+	logOnce   sync.Once
+	logOut    = &switchWriter{w: io.Discard}
+	logGlobal logr.Logger
+)
+
+func processLogger() logr.Logger {
+	logOnce.Do(func() {
+		logGlobal = zap.New(zap.WriteTo(logOut))
+		ctrl.SetLogger(logGlobal)
+		klog.SetLogger(logGlobal.WithName("klog"))
+		// go-redis reports dial failures on its own logger (stderr by
+		// default); they belong in the components' log, not over the view.
+		redis.SetLogger(redisLog{logGlobal.WithName("go-redis")})
+	})
+	return logGlobal
+}
+
+// switchWriter is an io.Writer whose destination can change.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 // redisLog sends go-redis's messages to the components' log.
