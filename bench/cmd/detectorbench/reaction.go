@@ -66,11 +66,11 @@ func reactionTest(ctx context.Context, trials int) error {
 	// Background traffic: 200 warm keys at 20 reads/s each.
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
-	go pace(bg, func() {
+	go paceRate(bg, 20, func(n uint32) {
 		for i := range 200 {
-			c.Observe(ns+"/checkout", fmt.Sprintf("product:warm-%d", i), 1, 0, 100)
+			c.Observe(ns+"/checkout", fmt.Sprintf("product:warm-%d", i), n, 0, 100*n)
 		}
-	}, 50*time.Millisecond)
+	})
 
 	var appear, over []time.Duration
 	fmt.Println("### Reaction: cold key to report, real clock and API server")
@@ -83,7 +83,7 @@ func reactionTest(ctx context.Context, trials int) error {
 		key := fmt.Sprintf("product:hot-%d", i)
 		hot, stopHot := context.WithCancel(ctx)
 		start := time.Now()
-		go pace(hot, func() { c.Observe(ns+"/checkout", key, 60, 0, 60*512) }, 10*time.Millisecond)
+		go paceRate(hot, 6000, func(n uint32) { c.Observe(ns+"/checkout", key, n, 0, 512*n) })
 		var tIn, tOver time.Duration
 		for tOver == 0 && time.Since(start) < 10*time.Second {
 			var r v1alpha1.HotKeyReport
@@ -131,12 +131,20 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%d ms", d.Milliseconds())
 }
 
-// pace calls f every period until ctx ends.
-func pace(ctx context.Context, f func(), period time.Duration) {
-	t := time.NewTicker(period)
+// paceRate calls f about every 10ms with the number of operations owed
+// since the start at rate per second, so that the offered rate holds even
+// when the sender is descheduled on a loaded machine (a ticker drops ticks).
+func paceRate(ctx context.Context, rate float64, f func(n uint32)) {
+	start := time.Now()
+	var sent uint64
+	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
-		f()
+		owed := uint64(time.Since(start).Seconds() * rate)
+		if owed > sent {
+			f(uint32(owed - sent))
+			sent = owed
+		}
 		select {
 		case <-ctx.Done():
 			return
