@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -29,9 +31,10 @@ import (
 	"github.com/heatsink-dev/heatsink/schedule"
 )
 
-// Finalizer removes the routing ConfigMap when its policy is deleted. The
-// ConfigMap is also owned by the policy, so the garbage collector removes it
-// too; the finalizer makes deletion immediate and independent of the GC.
+// Finalizer holds a deleted policy until its split keys are unsplit and
+// folded (nothing is lost), then removes the routing ConfigMap. The ConfigMap
+// is also owned by the policy, so the garbage collector would remove it too;
+// the finalizer orders the removal after the drain and makes it immediate.
 const Finalizer = "heatsink.dev/routing"
 
 // DefaultMargin is how far ahead of an epoch boundary a split change is
@@ -57,6 +60,10 @@ type HotKeyPolicyReconciler struct {
 	// Metrics receives the reconciler's metrics; registered on
 	// controller-runtime's registry if nil.
 	Metrics *Metrics
+	// SkipNameValidation lets several managers of one process register this
+	// controller (controller-runtime rejects a repeated name process-wide):
+	// tests run with -count=2 set it; production leaves it false.
+	SkipNameValidation bool
 
 	redis  *redisClients
 	parsed parsedCache
@@ -80,6 +87,7 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		Watches(&v1alpha1.HotKeyReport{}, handler.EnqueueRequestsFromMapFunc(reportToPolicy)).
 		Named("hotkeypolicy").
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(r.SkipNameValidation)}).
 		Complete(r)
 }
 
@@ -137,7 +145,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !policy.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, policy)
+		return r.finalize(ctx, policy)
 	}
 	if controllerutil.AddFinalizer(policy, Finalizer) {
 		if err := r.Client.Update(ctx, policy); err != nil {
@@ -164,8 +172,9 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		Scheduled: scheduledKeys(spec, evs), Margin: r.Margin,
 	})
 
-	act := r.actInRedis(ctx, policy, spec, prev, &out, evs, now)
-	pub := r.publish(ctx, policy, spec, prev, &out)
+	enforced := r.enforced(spec, prev, &out, now)
+	act := r.actInRedis(ctx, policy, spec, prev, enforced, evs, now)
+	pub := r.publish(ctx, policy, spec, prev, &out, enforced)
 
 	status := r.buildStatus(policy, spec, now, agg, evs, schedErrs, &out, act, pub)
 	r.recordTransitions(policy, &policy.Status, status)
@@ -176,7 +185,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if pub.err != nil {
 		return ctrl.Result{}, pub.err
 	}
-	next := earliest(out.NextCheck, agg.NextStale, schedule.NextChange(now, evs), act.retryAt)
+	next := earliest(out.NextCheck, enforced.NextCheck, agg.NextStale, schedule.NextChange(now, evs), act.retryAt)
 	log.FromContext(ctx).V(1).Info("reconciled", "hotKeys", len(out.Keys), "routingVersion", pub.version, "next", next)
 	return requeueAt(now, next), nil
 }
@@ -203,19 +212,3 @@ func earliest(ts ...time.Time) time.Time {
 	return out
 }
 
-// finalize removes the routing ConfigMap and the finalizer.
-func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.HotKeyPolicy) error {
-	if !controllerutil.ContainsFinalizer(policy, Finalizer) {
-		return nil
-	}
-	cm := &corev1.ConfigMap{}
-	cm.Namespace, cm.Name = policy.Namespace, routingName(policy)
-	if err := r.Client.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
-		return err
-	}
-	r.redis.forget(client.ObjectKeyFromObject(policy))
-	r.parsed.forget(client.ObjectKeyFromObject(policy))
-	r.Metrics.forget(policy.Namespace, policy.Name)
-	controllerutil.RemoveFinalizer(policy, Finalizer)
-	return r.Client.Update(ctx, policy)
-}

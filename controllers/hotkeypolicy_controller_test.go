@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/decide"
 	"github.com/heatsink-dev/heatsink/internal/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/redistest"
 	"github.com/heatsink-dev/heatsink/internal/testenv"
@@ -88,6 +90,24 @@ func (f *flow) poke(policy string) {
 		p.Annotations = map[string]string{}
 	}
 	p.Annotations["test/poke"] = f.clk.Now().String()
+	if err := f.c.Patch(f.ctx, p, patch); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// modify patches policy with mut (a merge patch: no conflict with the
+// manager's own writes).
+func (f *flow) modify(policy string, mut func(*v1alpha1.HotKeyPolicy)) {
+	f.t.Helper()
+	p := &v1alpha1.HotKeyPolicy{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: policy}, p); err != nil {
+		f.t.Fatal(err)
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	mut(p)
 	if err := f.c.Patch(f.ctx, p, patch); err != nil {
 		f.t.Fatal(err)
 	}
@@ -173,7 +193,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Close() })
 	// 10s into epoch e0 of 60s epochs.
 	clk := clocktesting.NewFakeClock(routing.EpochStart(e0, 60000).Add(10 * time.Second))
-	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second}
+	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, SkipNameValidation: true}
 	testenv.RunManager(t, cp, r.SetupWithManager)
 	ctx := context.Background()
 	n := 0
@@ -480,6 +500,153 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 	})
 
+	// The drain flows: a split key in effect, with increments in its shards,
+	// must end up whole in its base key when the manager stops publishing.
+	const margin = 10 * time.Second
+	// splitInEffect makes key write-hot under policy until a 4-shard split
+	// is published, moves the clock into its first epoch and puts 5 + 7
+	// increments in its shards on top of a base value of 100.
+	splitInEffect := func(f *flow, policy, key string, rc *redis.Client) routing.Generation {
+		f.t.Helper()
+		f.report(policy, "n1", cand(key, 0, 50000))
+		f.eventually("pending", func() error {
+			_, cm, err := f.table(policy)
+			if err != nil {
+				return err
+			}
+			var doc stateDoc
+			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 || doc.Keys[0].WriteOverSince == nil {
+				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
+			}
+			return nil
+		})
+		f.clk.Step(2 * time.Second) // sustainFor
+		g := routing.Generation{FromEpoch: decide.AnnounceEpoch(f.clk.Now(), 60000, margin), Shards: 4}
+		f.report(policy, "n1", cand(key, 0, 50000))
+		f.gens(policy, key, []routing.Generation{g})
+		f.clk.SetTime(routing.EpochStart(g.FromEpoch, 60000).Add(time.Second)) // the split takes writes
+		rc.Set(ctx, key, 100, 0)
+		shards := routing.ShardKeys(key, g)
+		rc.IncrBy(ctx, shards[0], 5)
+		rc.IncrBy(ctx, shards[3], 7)
+		return g
+	}
+	// unsplitThenFolded waits for the unsplit announced at the next safe
+	// boundary, then moves the clock past that boundary plus the margin.
+	unsplitThenFolded := func(f *flow, policy, key string, g routing.Generation) {
+		f.t.Helper()
+		u := routing.Generation{FromEpoch: decide.AnnounceEpoch(f.clk.Now(), 60000, margin), Shards: 0}
+		f.gens(policy, key, []routing.Generation{g, u})
+		f.clk.SetTime(routing.EpochStart(u.FromEpoch, 60000).Add(margin))
+		f.poke(policy)
+	}
+	gone := func(f *flow, policy string) func() error {
+		return func() error {
+			if _, _, err := f.table(policy); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("routing ConfigMap: %v", err)
+			}
+			p := &v1alpha1.HotKeyPolicy{}
+			if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: policy}, p); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("policy still there (finalizers %v): %v", p.Finalizers, err)
+			}
+			return nil
+		}
+	}
+	folded := func(t *testing.T, rc *redis.Client, key string, g routing.Generation) {
+		t.Helper()
+		if v, err := rc.Get(ctx, key).Int64(); v != 112 {
+			t.Errorf("base key %d (%v), want 112", v, err)
+		}
+		for _, s := range routing.ShardKeys(key, g) {
+			if v, _ := rc.Get(ctx, s).Int64(); v != 0 {
+				t.Errorf("shard %d left", v)
+			}
+		}
+	}
+	del := func(f *flow, policy string) {
+		f.t.Helper()
+		p := &v1alpha1.HotKeyPolicy{}
+		p.Namespace, p.Name = f.ns, policy
+		if err := f.c.Delete(ctx, p); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	event := func(f *flow, reason string) func() error {
+		return func() error {
+			var evs eventsv1.EventList
+			if err := f.c.List(f.ctx, &evs, client.InNamespace(f.ns)); err != nil {
+				return err
+			}
+			for _, e := range evs.Items {
+				if e.Reason == reason && e.Type == corev1.EventTypeWarning {
+					return nil
+				}
+			}
+			return fmt.Errorf("no Warning %s Event among %d", reason, len(evs.Items))
+		}
+	}
+
+	t.Run("deleting a policy unsplits and folds its split keys first", func(t *testing.T) {
+		f := newFlow(t)
+		f.policy("del", withRedis)
+		g := splitInEffect(f, "del", "likes:del", rc)
+		del(f, "del")
+		unsplitThenFolded(f, "del", "likes:del", g)
+		f.eventually("ConfigMap and policy gone", gone(f, "del"))
+		folded(t, rc, "likes:del", g)
+	})
+
+	t.Run("switching to Observe unsplits and folds published splits", func(t *testing.T) {
+		f := newFlow(t)
+		f.policy("obs", withRedis)
+		g := splitInEffect(f, "obs", "likes:obs", rc)
+		f.modify("obs", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = v1alpha1.ModeObserve })
+		unsplitThenFolded(f, "obs", "likes:obs", g)
+		f.eventually("table empty", func() error {
+			tbl, _, err := f.table("obs")
+			if err != nil {
+				return err
+			}
+			if len(tbl.Entries) != 0 {
+				return fmt.Errorf("entries %+v", tbl.Entries)
+			}
+			return nil
+		})
+		folded(t, rc, "likes:obs", g)
+	})
+
+	t.Run("Redis unreachable blocks deletion until it returns, or until skip-fold", func(t *testing.T) {
+		f := newFlow(t)
+		down := []string{"127.0.0.1:1"} // nothing listens on port 1
+		f.policy("down", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = down })
+		g := splitInEffect(f, "down", "likes:down", rc)
+		del(f, "down")
+		unsplitThenFolded(f, "down", "likes:down", g)
+		f.eventually("Degraded, deletion blocked", func() error {
+			c := meta.FindStatusCondition(f.status("down").Conditions, v1alpha1.ConditionDegraded)
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonRedisUnavailable || !strings.Contains(c.Message, AnnotationSkipFold) {
+				return fmt.Errorf("degraded %+v", c)
+			}
+			return nil
+		})
+		f.eventually("a Warning Event", event(f, v1alpha1.ReasonRedisUnavailable))
+		if _, _, err := f.table("down"); err != nil {
+			t.Fatalf("routing table removed while blocked: %v", err)
+		}
+		// Redis is back (here: the target fixed): the deletion proceeds.
+		f.modify("down", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{srv.Addr} })
+		f.eventually("ConfigMap and policy gone", gone(f, "down"))
+		folded(t, rc, "likes:down", g)
+
+		// skip-fold: deletion proceeds at once, with a Warning Event.
+		f.policy("skip", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = down })
+		splitInEffect(f, "skip", "likes:skip", rc)
+		f.modify("skip", func(p *v1alpha1.HotKeyPolicy) { p.Annotations[AnnotationSkipFold] = "true" })
+		del(f, "skip")
+		f.eventually("ConfigMap and policy gone", gone(f, "skip"))
+		f.eventually("a Warning Event", event(f, ReasonFoldSkipped))
+	})
+
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()
 		if err != nil {
@@ -487,7 +654,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		// Every key the flows used.
-		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "product:iphone", "product:tv"}
+		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip"}
 		for _, mf := range mfs {
 			seen[mf.GetName()] = true
 			for _, m := range mf.GetMetric() {

@@ -182,9 +182,10 @@ type publishResult struct {
 }
 
 // publish writes the routing ConfigMap with server-side apply, only when its
-// content changes. The version grows by one whenever the entries change. In
-// Observe mode the table has no entries and the decided ones go to the state.
-func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output) publishResult {
+// content changes. The version grows by one whenever the entries change. The
+// table holds enforced's entries; in Observe mode those are only the splits
+// still draining, and the decided entries (out) go to the state.
+func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out, enforced *decide.Output) publishResult {
 	entries := []routing.Entry{}
 	doc := stateDoc{Keys: out.State.Keys}
 	if spec.Mode == v1alpha1.ModeObserve {
@@ -192,8 +193,9 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		if doc.Observed == nil {
 			doc.Observed = []routing.Entry{}
 		}
-	} else if out.Entries != nil {
-		entries = out.Entries
+	}
+	if enforced.Entries != nil {
+		entries = enforced.Entries
 	}
 	t := &routing.Table{
 		SchemaVersion: routing.SchemaVersion,

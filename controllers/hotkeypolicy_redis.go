@@ -181,12 +181,11 @@ type fill struct {
 // actInRedis folds retired generations (removing the folded ones from
 // out.Entries) and fills the replicas of keys about to be replicated:
 // scheduled keys from their pre-warm time until just after their start, and
-// keys whose replication is new or resized. Observe mode writes nothing.
+// keys whose replication is new or resized. out is what is enforced (see
+// enforced): in Observe mode only the drain of published splits, which has
+// folds and no replicas, so nothing else is written.
 func (r *HotKeyPolicyReconciler) actInRedis(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, evs []schedule.Event, now time.Time) actResult {
 	var res actResult
-	if spec.Mode == v1alpha1.ModeObserve {
-		return res
-	}
 	fills := r.fills(spec, prev, out, evs, now)
 	if len(fills) == 0 && len(out.Folds) == 0 {
 		return res

@@ -1,0 +1,152 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/decide"
+)
+
+// AnnotationSkipFold, set to "true" on a deleted policy, lets its deletion
+// proceed without folding its split keys (for a Redis that is gone for good).
+// The values in their shards stay in Redis, read by nobody: a Warning Event
+// (ReasonFoldSkipped) says so.
+const AnnotationSkipFold = "heatsink.dev/skip-fold"
+
+// ReasonFoldSkipped is the Event reason of a deletion that skipped the fold.
+const ReasonFoldSkipped = "FoldSkipped"
+
+// ReasonDraining is the Ready reason of a deleted policy whose split keys
+// are being unsplit and folded before its routing table goes.
+const ReasonDraining = "Draining"
+
+// errDrainBlocked makes controller-runtime retry a blocked deletion with its
+// exponential per-object backoff.
+var errDrainBlocked = errors.New("deletion waits for split keys to be folded")
+
+// enforced is what this pass enforces: the decision itself in Enforce mode.
+// In Observe mode the decision is only shown, and the splits still published
+// (from before a switch to Observe) are drained like after a cooldown, so
+// Observe never strands shard values; generations that were only decided
+// never took writes and are dropped when retired.
+func (r *HotKeyPolicyReconciler) enforced(spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, now time.Time) *decide.Output {
+	if spec.Mode != v1alpha1.ModeObserve {
+		return out
+	}
+	em := spec.Mitigations.Split.Epoch.Milliseconds()
+	out.Entries = decide.Prune(now, em, out.Entries, decide.Folded(out.Folds))
+	out.Folds = nil
+	d := decide.Drain(now, em, r.Margin, decide.Rescale(prev.Table, em))
+	return &d
+}
+
+// finalize runs for a deleted policy: drain its split keys, then remove the
+// routing ConfigMap and the finalizer.
+func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(policy, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if policy.Annotations[AnnotationSkipFold] == "true" {
+		r.skipDrain(ctx, policy)
+	} else if res, done, err := r.drainForDeletion(ctx, policy); !done || err != nil {
+		return res, err
+	}
+	cm := &corev1.ConfigMap{}
+	cm.Namespace, cm.Name = policy.Namespace, routingName(policy)
+	if err := r.Client.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, err
+	}
+	r.redis.forget(client.ObjectKeyFromObject(policy))
+	r.parsed.forget(client.ObjectKeyFromObject(policy))
+	r.Metrics.forget(policy.Namespace, policy.Name)
+	controllerutil.RemoveFinalizer(policy, Finalizer)
+	return ctrl.Result{}, r.Client.Update(ctx, policy)
+}
+
+// drainForDeletion unsplits every split key of the published table at the
+// next safe boundary, folds the retired generations once the unsplit has
+// been in effect for the margin, and publishes the shrinking table; done
+// once the table holds no split (the empty table is then published). While
+// Redis cannot be reached the deletion is blocked: Degraded, a Warning
+// Event, and a retry with backoff.
+func (r *HotKeyPolicyReconciler) drainForDeletion(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (ctrl.Result, bool, error) {
+	spec := policy.Spec.DeepCopy()
+	v1alpha1.SetDefaults(spec)
+	now := r.Clock.Now()
+	prev, err := r.loadPublished(ctx, policy)
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	if !prev.exists {
+		return ctrl.Result{}, true, nil
+	}
+	em := spec.Mitigations.Split.Epoch.Milliseconds()
+	drain := decide.Drain(now, em, r.Margin, decide.Rescale(prev.Table, em))
+	act := r.actInRedis(ctx, policy, spec, prev, &drain, nil, now)
+	pub := r.publish(ctx, policy, spec, prev, &decide.Output{State: prev.State}, &drain)
+	if pub.err != nil {
+		return ctrl.Result{}, false, pub.err
+	}
+	if len(drain.Entries) == 0 {
+		return ctrl.Result{}, true, nil
+	}
+	st := drainStatus(policy, pub, act, len(drain.Entries))
+	r.recordTransitions(policy, &policy.Status, st)
+	if err := r.writeStatus(ctx, policy, st); err != nil {
+		return ctrl.Result{}, false, err
+	}
+	if act.reason != "" {
+		return ctrl.Result{}, false, fmt.Errorf("%w: %s", errDrainBlocked, act.message)
+	}
+	log.FromContext(ctx).V(1).Info("draining before deletion", "splitKeys", len(drain.Entries), "routingVersion", pub.version)
+	return requeueAt(now, earliest(drain.NextCheck, act.retryAt)), false, nil
+}
+
+// drainStatus is the status of a deleted policy still draining.
+func drainStatus(policy *v1alpha1.HotKeyPolicy, pub publishResult, act actResult, splitKeys int) *v1alpha1.HotKeyPolicyStatus {
+	st := policy.Status.DeepCopy()
+	st.RoutingVersion = max(st.RoutingVersion, pub.version)
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: policy.Generation})
+	}
+	set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonDraining,
+		fmt.Sprintf("policy deleted: %d split keys are unsplit and folded before the routing table is removed", splitKeys))
+	if act.reason != "" {
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, act.reason, truncate(fmt.Sprintf(
+			"deletion blocked: %d split keys cannot be folded (%s); it retries with backoff. Annotate %s=true to delete without folding (shard values stay in Redis, unread)",
+			splitKeys, act.message, AnnotationSkipFold)))
+	} else {
+		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
+	}
+	return st
+}
+
+// skipDrain warns that a deletion proceeds without folding the split keys
+// still published.
+func (r *HotKeyPolicyReconciler) skipDrain(ctx context.Context, policy *v1alpha1.HotKeyPolicy) {
+	prev, err := r.loadPublished(ctx, policy)
+	split := 0
+	if err == nil && prev.Table != nil {
+		for _, e := range prev.Table.Entries {
+			if e.Split != nil {
+				split++
+			}
+		}
+	}
+	log.FromContext(ctx).Info("deleting without folding split keys", "annotation", AnnotationSkipFold, "splitKeys", split)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(policy, nil, corev1.EventTypeWarning, ReasonFoldSkipped, "Delete",
+			"%s=true: deleted without folding %d split keys; their shard values stay in Redis, read by nobody", AnnotationSkipFold, split)
+	}
+}
