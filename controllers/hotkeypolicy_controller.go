@@ -211,4 +211,3 @@ func earliest(ts ...time.Time) time.Time {
 	}
 	return out
 }
-
