@@ -601,6 +601,13 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f.policy("obs", withRedis)
 		g := splitInEffect(f, "obs", "likes:obs", rc)
 		f.modify("obs", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = v1alpha1.ModeObserve })
+		f.eventually("Ready says the split drains", func() error {
+			c := meta.FindStatusCondition(f.status("obs").Conditions, v1alpha1.ConditionReady)
+			if c == nil || c.Reason != v1alpha1.ReasonObserving || !strings.Contains(c.Message, "1 keys split before the switch") {
+				return fmt.Errorf("ready %+v", c)
+			}
+			return nil
+		})
 		unsplitThenFolded(f, "obs", "likes:obs", g)
 		f.eventually("table empty", func() error {
 			tbl, _, err := f.table("obs")

@@ -179,6 +179,9 @@ type publishResult struct {
 	version int64
 	wrote   bool
 	err     error
+	// draining counts the split keys published in Observe mode: splits from
+	// before the switch, published until folded.
+	draining int
 }
 
 // publish writes the routing ConfigMap with server-side apply, only when its
@@ -220,8 +223,12 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 	if err != nil {
 		return publishResult{version: prev.Version, err: err}
 	}
+	draining := 0
+	if spec.Mode == v1alpha1.ModeObserve {
+		draining = len(entries)
+	}
 	if prev.exists && string(tableJSON) == prev.tableJSON && string(stateJSON) == prev.stateJSON {
-		return publishResult{version: t.Version}
+		return publishResult{version: t.Version, draining: draining}
 	}
 	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).
 		WithLabels(map[string]string{LabelManagedBy: "heatsink", v1alpha1.LabelPolicy: policy.Name}).
@@ -239,5 +246,5 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 	if t.Version != prev.Version {
 		r.Metrics.publications.Inc()
 	}
-	return publishResult{version: t.Version, wrote: true}
+	return publishResult{version: t.Version, wrote: true, draining: draining}
 }

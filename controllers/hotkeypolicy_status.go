@@ -67,6 +67,9 @@ func (r *HotKeyPolicyReconciler) buildStatus(policy *v1alpha1.HotKeyPolicy, spec
 	switch {
 	case pub.err != nil:
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, pub.err.Error())
+	case spec.Mode == v1alpha1.ModeObserve && pub.draining > 0:
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, fmt.Sprintf(
+			"decisions are computed and shown in status; %d keys split before the switch to Observe stay published until unsplit and folded", pub.draining))
 	case spec.Mode == v1alpha1.ModeObserve:
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, "decisions are computed and shown in status; nothing is published")
 	default:
