@@ -1,6 +1,9 @@
 package proxy
 
-import "bytes"
+import (
+	"bytes"
+	"strconv"
+)
 
 // kind says how the proxy treats a command beyond plain forwarding.
 type kind uint8
@@ -36,7 +39,27 @@ type cmdInfo struct {
 	// shareable commands leave no state on the connection, so they can go
 	// through a multiplexed upstream connection.
 	shareable bool
+	// keys says where keys beyond the first are (forEachKey); only looked
+	// at when the routing table is not empty.
+	keys keySpec
+	// typed commands act on a hash, list, set, sorted set or stream: never
+	// on the string values the engine replicates, so on a replicated key
+	// they are exact when forwarded raw (Redis answers WRONGTYPE if the
+	// key holds a string).
+	typed bool
 }
+
+// keySpec locates the keys of a multi-key command.
+type keySpec uint8
+
+const (
+	keysFirst   keySpec = iota // only the first key (or none)
+	keysAll                    // every argument from the first key on
+	keysPairs                  // key value key value ... (MSET)
+	keysTwo                    // two keys in a row (RENAME src dst ...)
+	keysNumkeys                // numkeys key... (EVAL, ZUNION, LMPOP, ...)
+	keysStore                  // dest numkeys key... (ZUNIONSTORE)
+)
 
 const keyMovable = -1
 
@@ -92,6 +115,34 @@ var commands = func() map[string]cmdInfo {
 	set(cmdInfo{kind: kRefuse}, "SYNC", "PSYNC", "REPLCONF")
 	set(cmdInfo{}, "PING", "ECHO", "INFO", "TIME", "LASTSAVE", "COMMAND", "CONFIG", "PUBLISH", "SPUBLISH",
 		"SCRIPT", "FUNCTION", "LATENCY", "SLOWLOG", "LOLWUT", "ROLE", "TYPE")
+	spec := func(k keySpec, names ...string) {
+		for _, n := range names {
+			info := m[n]
+			info.keys = k
+			m[n] = info
+		}
+	}
+	spec(keysAll, "MGET", "EXISTS", "DEL", "UNLINK", "TOUCH", "WATCH", "SINTER", "SUNION", "SDIFF",
+		"SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE", "PFCOUNT", "PFMERGE", "RENAME", "RENAMENX", "RPOPLPUSH",
+		"BITOP")
+	spec(keysPairs, "MSET", "MSETNX")
+	spec(keysTwo, "SMOVE", "LMOVE", "BLMOVE", "BRPOPLPUSH", "COPY", "LCS", "GEOSEARCHSTORE", "ZRANGESTORE")
+	spec(keysNumkeys, "EVAL", "EVALSHA", "FCALL", "EVAL_RO", "EVALSHA_RO", "FCALL_RO", "LMPOP", "ZMPOP", "BLMPOP", "BZMPOP",
+		"ZUNION", "ZINTER", "ZDIFF")
+	spec(keysStore, "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE")
+	for _, n := range []string{"HGET", "HMGET", "HGETALL", "HKEYS", "HVALS", "HLEN", "HEXISTS", "HSTRLEN", "HRANDFIELD", "HSCAN",
+		"LRANGE", "LLEN", "LINDEX", "LPOS", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SRANDMEMBER", "SSCAN",
+		"ZRANGE", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREVRANGE", "ZSCORE", "ZMSCORE",
+		"ZRANK", "ZREVRANK", "ZCARD", "ZCOUNT", "ZLEXCOUNT", "ZRANDMEMBER", "ZSCAN", "XRANGE", "XREVRANGE", "XLEN", "XPENDING",
+		"GEODIST", "GEOHASH", "GEOPOS", "GEORADIUS_RO", "GEORADIUSBYMEMBER_RO", "GEOSEARCH", "HTTL", "HPTTL", "HEXPIRETIME", "HPEXPIRETIME",
+		"HSET", "HSETNX", "HMSET", "HDEL", "HINCRBY", "HINCRBYFLOAT", "HEXPIRE", "HPEXPIRE", "HPERSIST", "HGETDEL", "HGETEX", "HSETEX",
+		"LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LSET", "LREM", "LTRIM", "LINSERT",
+		"SADD", "SREM", "SPOP", "ZADD", "ZINCRBY", "ZREM", "ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZREMRANGEBYLEX", "ZPOPMIN", "ZPOPMAX",
+		"XADD", "XDEL", "XTRIM", "XACK", "XCLAIM", "XAUTOCLAIM", "XSETID", "GEOADD", "BLPOP", "BRPOP", "BZPOPMIN", "BZPOPMAX"} {
+		info := m[n]
+		info.typed = true
+		m[n] = info
+	}
 	for name, info := range m {
 		if info.kind == kForward && !info.blocking || info.kind == kClusterWide {
 			info.shareable = true
@@ -172,4 +223,60 @@ func isBlocking(info cmdInfo, args [][]byte) bool {
 		}
 	}
 	return false
+}
+
+// forEachKey calls f with the index of every key argument of a command,
+// in order, until f returns false. Commands whose other keys it does not
+// know yield their first key only.
+func forEachKey(info cmdInfo, args [][]byte, f func(i int) bool) {
+	switch info.keys {
+	case keysFirst:
+		if info.key > 0 && int(info.key) < len(args) {
+			f(int(info.key))
+		} else if info.key == keyMovable { // XREAD, XREADGROUP: the first stream
+			for i := 1; i+1 < len(args); i++ {
+				if eqFold(args[i], "STREAMS") {
+					f(i + 1)
+					return
+				}
+			}
+		}
+	case keysAll, keysPairs, keysTwo:
+		step, end := 1, len(args)
+		if info.keys == keysPairs {
+			step = 2
+		}
+		if info.keys == keysTwo && int(info.key)+2 < end {
+			end = int(info.key) + 2
+		}
+		for i := int(info.key); i < end; i += step {
+			if !f(i) {
+				return
+			}
+		}
+	case keysNumkeys, keysStore:
+		at := 1 // numkeys position
+		switch {
+		case info.keys == keysStore:
+			if !f(1) {
+				return
+			}
+			at = 2
+		case eqFold(args[0], "EVAL"), eqFold(args[0], "EVALSHA"), eqFold(args[0], "FCALL"), eqFold(args[0], "EVAL_RO"),
+			eqFold(args[0], "EVALSHA_RO"), eqFold(args[0], "FCALL_RO"), eqFold(args[0], "BLMPOP"), eqFold(args[0], "BZMPOP"):
+			at = 2
+		}
+		if at >= len(args) {
+			return
+		}
+		n, err := strconv.Atoi(string(args[at]))
+		if err != nil || n <= 0 {
+			return
+		}
+		for i := at + 1; i <= at+n && i < len(args); i++ {
+			if !f(i) {
+				return
+			}
+		}
+	}
 }

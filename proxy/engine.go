@@ -1,105 +1,502 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"strconv"
+	"sync"
 
+	"github.com/heatsink-dev/heatsink/engine"
 	"github.com/heatsink-dev/heatsink/resp"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// engineCommand serves a command on a mitigated key through the engine and
-// reports whether it did; false means "forward it raw" (a command or form
-// the engine does not implement). Replies owed before it are drained first,
-// so a pipeline's order holds even though the engine uses its own
-// connections.
-func (s *session) engineCommand(info cmdInfo, args [][]byte, key []byte) bool {
-	e := s.p.cfg.Engine
-	name := args[0]
-	var op byte
+// class is what a key's mitigation changes about where its data lives,
+// which decides what a command on the key may do.
+type class uint8
+
+const (
+	classNone class = iota
+	// classCache: coalesced and/or cached. The base key holds the whole
+	// value, so any command may go to Redis raw; a write then drops the
+	// cached copy.
+	classCache
+	// classReplicated: the base key is the truth and replicas are copies.
+	// Raw reads are exact; a string write must update the replicas too
+	// (the engine does) or be refused.
+	classReplicated
+	// classCounter: a split (and maybe pre-aggregated) counter, whose value
+	// is the base key plus shards plus pending increments: only what the
+	// engine implements is exact.
+	classCounter
+)
+
+func classOf(en *routing.Entry) class {
 	switch {
-	case eqFold(name, "GET") && len(args) == 2:
-		op = 'g'
-	case eqFold(name, "SET") && len(args) >= 3:
-		for _, a := range args[3:] {
-			if eqFold(a, "GET") {
-				return false // SET ... GET returns the old value: forwarded raw
-			}
-		}
-		op = 's'
-	case (eqFold(name, "INCR") || eqFold(name, "DECR")) && len(args) == 2:
-		op = 'i'
-	case (eqFold(name, "INCRBY") || eqFold(name, "DECRBY")) && len(args) == 3:
-		op = 'i'
-	case eqFold(name, "DEL") && len(args) == 2:
-		op = 'd'
-	default:
+	case en == nil:
+		// The key left the table between Lookup and Table: raw is exact
+		// and invalidating is harmless.
+		return classCache
+	case en.Split != nil || en.PreAggregate != nil:
+		return classCounter
+	case en.Replicate != nil:
+		return classReplicated
+	}
+	return classCache
+}
+
+// mitigationName names the mitigation in error replies.
+func mitigationName(en *routing.Entry) string {
+	switch {
+	case en == nil:
+		return "local cache"
+	case en.PreAggregate != nil:
+		return "pre-aggregate"
+	case en.Split != nil:
+		return "split"
+	case en.Replicate != nil:
+		return "replicate"
+	case en.LocalCache != nil:
+		return "local cache"
+	}
+	return "coalesce"
+}
+
+// anyMitigated reports whether a multi-key command names a mitigated key.
+// With an empty table it costs one atomic load.
+func anyMitigated(e Engine, info cmdInfo, args [][]byte) bool {
+	if len(e.Table().Entries) == 0 {
 		return false
 	}
-	s.drain()
-	k := string(key)
-	ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.Timeout)
-	defer cancel()
-	b := s.cw.Buf
-	switch op {
-	case 'g':
-		val, found, err := e.Get(ctx, k)
-		switch {
-		case err != nil:
-			b = appendEngineError(b, err)
-		case !found:
-			b = resp.AppendNull(b, s.proto)
-		default:
-			b = resp.AppendBulk(b, val)
+	found := false
+	forEachKey(info, args, func(i int) bool {
+		found = e.Lookup(unsafeString(args[i]))
+		return !found
+	})
+	return found
+}
+
+// mitigated handles a command that names at least one mitigated key: it is
+// served through the engine (handled), refused with an error reply
+// (handled), or left to be forwarded raw (not handled), in which case inval
+// lists the mitigated keys whose cached copy a raw write must drop. The
+// rule: a command is forwarded raw only where the base key alone is the
+// truth; otherwise it goes through the engine where its semantics map
+// exactly, and is refused where they do not. See the compatibility table
+// in docs/proxy.md.
+func (s *session) mitigated(info cmdInfo, args [][]byte) (handled bool, inval []string) {
+	e := s.p.cfg.Engine
+	t := e.Table()
+	worst := classNone
+	var wen *routing.Entry
+	forEachKey(info, args, func(i int) bool {
+		k := unsafeString(args[i])
+		if !e.Lookup(k) {
+			return true
 		}
-		s.observe(k, 1, 0, len(val))
-	case 's':
-		opts := make([]any, 0, len(args)-3)
-		for _, a := range args[3:] {
-			opts = append(opts, string(a))
+		en := t.Lookup(k)
+		if c := classOf(en); c > worst {
+			worst, wen = c, en
 		}
-		ok, err := e.Set(ctx, k, append([]byte(nil), args[2]...), opts...)
-		switch {
-		case err != nil:
-			b = appendEngineError(b, err)
-		case !ok:
-			b = resp.AppendNull(b, s.proto)
-		default:
-			b = resp.AppendStatus(b, "OK")
+		inval = append(inval, string(args[i]))
+		return true
+	})
+	if worst == classNone {
+		return false, nil
+	}
+	if !info.write {
+		inval = nil
+	}
+	rawOK := worst == classCache || worst == classReplicated && (!info.write || info.typed)
+	name := args[0]
+	if s.inTx || s.pinPending {
+		// Inside MULTI, Redis must queue every command; the engine's own
+		// commands cannot join the transaction.
+		if rawOK {
+			return false, inval
 		}
-		s.observe(k, 0, 1, len(args[2]))
-	case 'i':
-		n := int64(1)
-		if len(args) == 3 {
-			v, err := strconv.ParseInt(string(args[2]), 10, 64)
-			if err != nil {
-				s.cw.Buf = resp.AppendError(b, "ERR value is not an integer or out of range")
-				s.nEng++
-				return true
+		s.refuse(name, wen, " inside MULTI")
+		return true, nil
+	}
+	counter := worst == classCounter
+	physical := worst >= classReplicated // writes must reach replicas or shards
+	n := len(args)
+	switch {
+	case eqFold(name, "GET") && n == 2, eqFold(name, "GETEX") && n == 2:
+		s.engineRead(args[1], func(b, val []byte, found bool) []byte {
+			if !found {
+				return resp.AppendNull(b, s.proto)
 			}
-			n = v
+			return resp.AppendBulk(b, val)
+		})
+	case eqFold(name, "STRLEN") && n == 2 && counter:
+		s.engineRead(args[1], func(b, val []byte, _ bool) []byte { return resp.AppendInt(b, int64(len(val))) })
+	case eqFold(name, "MGET") && n >= 2:
+		s.mget(args[1:])
+	case eqFold(name, "EXISTS") && n >= 2 && counter:
+		s.perKeyCount(args, func(k string) bool { return classOf(t.Lookup(k)) == classCounter })
+	case (eqFold(name, "DEL") || eqFold(name, "UNLINK")) && n >= 2 && physical:
+		s.perKeyCount(args, e.Lookup)
+	case eqFold(name, "MSET") && n >= 3 && n%2 == 1 && physical:
+		s.mset(args)
+	case eqFold(name, "MSETNX") && physical:
+		s.localError("ERR heatsink: MSETNX cannot be atomic across a key mitigated by " + mitigationName(wen) + "; set the keys one by one")
+	case physical && isSetFamily(name):
+		if !s.engineSet(args) {
+			return false, inval // malformed: Redis gives its own error and writes nothing
 		}
-		if name[0] == 'D' || name[0] == 'd' {
-			n = -n
+	case physical && isIncrFamily(name):
+		if !s.engineIncr(args) {
+			return false, inval
 		}
-		v, err := e.IncrBy(ctx, k, n)
-		if err != nil {
-			b = appendEngineError(b, err)
-		} else {
-			b = resp.AppendInt(b, v)
+	case rawOK:
+		return false, inval
+	default:
+		s.refuse(name, wen, "")
+	}
+	return true, nil
+}
+
+func (s *session) refuse(name []byte, en *routing.Entry, where string) {
+	s.localError("ERR heatsink: " + upper(name) + " on a key mitigated by " + mitigationName(en) + " is not supported" + where)
+}
+
+func isSetFamily(name []byte) bool {
+	return eqFold(name, "SET") || eqFold(name, "SETNX") || eqFold(name, "SETEX") || eqFold(name, "PSETEX")
+}
+
+func isIncrFamily(name []byte) bool {
+	return eqFold(name, "INCR") || eqFold(name, "DECR") || eqFold(name, "INCRBY") || eqFold(name, "DECRBY")
+}
+
+// engineCtx bounds one engine call by the proxy's reply timeout.
+func (s *session) engineCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.p.cfg.Timeout)
+}
+
+// engineRead answers a read of one key through the engine (Get), rendered
+// by reply. Replies owed before it are drained first, so a pipeline's order
+// holds even though the engine uses its own connections.
+func (s *session) engineRead(key []byte, reply func(b, val []byte, found bool) []byte) {
+	s.drain()
+	ctx, cancel := s.engineCtx()
+	defer cancel()
+	k := string(key)
+	val, found, err := s.p.cfg.Engine.Get(ctx, k)
+	if err != nil {
+		s.cw.Buf = appendEngineError(s.cw.Buf, err)
+	} else {
+		s.cw.Buf = reply(s.cw.Buf, val, found)
+	}
+	s.observe(k, 1, 0, len(val))
+	s.nEng++
+}
+
+// engineSet maps SET, SETNX, SETEX and PSETEX to Engine.Set with options
+// (engine.SetForm, shared with the go-redis hook). It returns false for a
+// malformed form.
+func (s *session) engineSet(args [][]byte) bool {
+	if len(args) < 3 {
+		return false
+	}
+	rest := make([]any, len(args)-2)
+	for i, a := range args[2:] {
+		rest[i] = string(a)
+	}
+	val, opts, ok := engine.SetForm(string(args[0]), rest)
+	if !ok {
+		return false
+	}
+	for _, o := range opts {
+		if str, _ := o.(string); eqFold([]byte(str), "GET") {
+			// SET ... GET would need the old value and the write as one
+			// step across the physical keys.
+			en := s.p.cfg.Engine.Table().Lookup(string(args[1]))
+			s.localError("ERR heatsink: SET with GET on a key mitigated by " + mitigationName(en) + " is not supported")
+			return true
 		}
-		s.observe(k, 0, 1, 8)
-	case 'd':
-		v, err := e.Del(ctx, k)
-		if err != nil {
-			b = appendEngineError(b, err)
-		} else {
-			b = resp.AppendInt(b, v)
-		}
-		s.observe(k, 0, 1, 0)
+	}
+	s.drain()
+	ctx, cancel := s.engineCtx()
+	defer cancel()
+	k := string(args[1])
+	v := []byte(val.(string))
+	ok, err := s.p.cfg.Engine.Set(ctx, k, v, opts...)
+	b := s.cw.Buf
+	switch {
+	case err != nil:
+		b = appendEngineError(b, err)
+	case eqFold(args[0], "SETNX") && ok:
+		b = resp.AppendInt(b, 1)
+	case eqFold(args[0], "SETNX"):
+		b = resp.AppendInt(b, 0)
+	case !ok:
+		b = resp.AppendNull(b, s.proto)
+	default:
+		b = resp.AppendStatus(b, "OK")
 	}
 	s.cw.Buf = b
+	s.observe(k, 0, 1, len(v))
 	s.nEng++
 	return true
+}
+
+// engineIncr maps INCR, DECR, INCRBY and DECRBY to Engine.IncrBy. It
+// returns false for a malformed form.
+func (s *session) engineIncr(args [][]byte) bool {
+	name := args[0]
+	by := eqFold(name, "INCRBY") || eqFold(name, "DECRBY")
+	if by && len(args) != 3 || !by && len(args) != 2 {
+		return false
+	}
+	n := int64(1)
+	if by {
+		v, err := strconv.ParseInt(string(args[2]), 10, 64)
+		if err != nil {
+			s.localError("ERR value is not an integer or out of range")
+			return true
+		}
+		n = v
+	}
+	if name[0] == 'D' || name[0] == 'd' {
+		n = -n
+	}
+	s.drain()
+	ctx, cancel := s.engineCtx()
+	defer cancel()
+	k := string(args[1])
+	v, err := s.p.cfg.Engine.IncrBy(ctx, k, n)
+	if err != nil {
+		s.cw.Buf = appendEngineError(s.cw.Buf, err)
+	} else {
+		s.cw.Buf = resp.AppendInt(s.cw.Buf, v)
+	}
+	s.observe(k, 0, 1, 8)
+	s.nEng++
+	return true
+}
+
+// mget answers MGET: mitigated keys through the engine (concurrently), the
+// others with one raw GET each on the session's own upstream path (to
+// their slot's master in cluster mode, so keys of different slots are fine
+// once the command is split), assembled in order. A key holding another
+// type reads as nil, as MGET does.
+func (s *session) mget(keys [][]byte) {
+	e := s.p.cfg.Engine
+	var rawIdx []int
+	var rawCmds, rawKeys [][]byte
+	var engIdx []int
+	for i, k := range keys {
+		if e.Lookup(unsafeString(k)) {
+			engIdx = append(engIdx, i)
+			continue
+		}
+		rawIdx = append(rawIdx, i)
+		rawKeys = append(rawKeys, k)
+		rawCmds = append(rawCmds, resp.AppendArgs(nil, [][]byte{[]byte("GET"), k}))
+	}
+	replies := s.roundTrip(rawCmds, rawKeys)
+
+	type result struct {
+		val   []byte
+		found bool
+		err   error
+	}
+	res := make([]result, len(engIdx))
+	ctx, cancel := s.engineCtx()
+	defer cancel()
+	var wg sync.WaitGroup
+	for j, i := range engIdx {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, f, err := e.Get(ctx, string(keys[i]))
+			res[j] = result{v, f, err}
+		}()
+	}
+	wg.Wait()
+
+	elems := make([][]byte, len(keys))
+	for j, i := range rawIdx {
+		rep := replies[j]
+		switch {
+		case rep.IsError() && bytes.HasPrefix(rep.Line, []byte("WRONGTYPE")):
+			elems[i] = resp.AppendNull(nil, s.proto)
+		case rep.IsError():
+			s.cw.Buf = append(s.cw.Buf, rep.Raw...)
+			s.nEng++
+			return
+		default:
+			elems[i] = rep.Raw
+		}
+		s.observe(string(keys[i]), 1, 0, len(rep.Raw))
+	}
+	for j, i := range engIdx {
+		r := res[j]
+		switch {
+		case r.err != nil:
+			s.cw.Buf = appendEngineError(s.cw.Buf, r.err)
+			s.nEng++
+			return
+		case r.found:
+			elems[i] = resp.AppendBulk(nil, r.val)
+		default:
+			elems[i] = resp.AppendNull(nil, s.proto)
+		}
+		s.observe(string(keys[i]), 1, 0, len(r.val))
+	}
+	s.cw.Buf = resp.AppendArrayHeader(s.cw.Buf, len(keys))
+	for _, el := range elems {
+		s.cw.Buf = append(s.cw.Buf, el...)
+	}
+	s.nEng++
+}
+
+// perKeyCount answers DEL, UNLINK or EXISTS over several keys by adding up
+// one command per key: through the engine (Del, or Get for EXISTS) for the
+// keys viaEngine selects, raw for the others.
+func (s *session) perKeyCount(args [][]byte, viaEngine func(key string) bool) {
+	e := s.p.cfg.Engine
+	exists := eqFold(args[0], "EXISTS")
+	var rawCmds, rawKeys, engKeys [][]byte
+	for _, k := range args[1:] {
+		if viaEngine(unsafeString(k)) {
+			engKeys = append(engKeys, k)
+			continue
+		}
+		rawKeys = append(rawKeys, k)
+		rawCmds = append(rawCmds, resp.AppendArgs(nil, [][]byte{args[0], k}))
+	}
+	var total int64
+	for i, rep := range s.roundTrip(rawCmds, rawKeys) {
+		if rep.Type != ':' {
+			s.cw.Buf = append(s.cw.Buf, rep.Raw...)
+			s.nEng++
+			return
+		}
+		v, _ := strconv.ParseInt(string(rep.Line), 10, 64)
+		total += v
+		if exists {
+			s.observe(string(rawKeys[i]), 1, 0, 0)
+		} else {
+			s.observe(string(rawKeys[i]), 0, 1, 0)
+		}
+	}
+	ctx, cancel := s.engineCtx()
+	defer cancel()
+	for _, kb := range engKeys {
+		k := string(kb)
+		var v int64
+		var err error
+		if exists {
+			var found bool
+			_, found, err = e.Get(ctx, k)
+			if found {
+				v = 1
+			}
+			s.observe(k, 1, 0, 0)
+		} else {
+			v, err = e.Del(ctx, k)
+			s.observe(k, 0, 1, 0)
+		}
+		if err != nil {
+			s.cw.Buf = appendEngineError(s.cw.Buf, err)
+			s.nEng++
+			return
+		}
+		total += v
+	}
+	s.cw.Buf = resp.AppendInt(s.cw.Buf, total)
+	s.nEng++
+}
+
+// mset answers MSET with a mitigated key that needs the engine: every
+// mitigated pair through Engine.Set, the others with one raw SET each (to
+// their slot's master in cluster mode). It is not atomic across keys, and
+// an error after some writes leaves those written (docs/proxy.md). Split
+// counters need integer values; that is checked before anything is written.
+func (s *session) mset(args [][]byte) {
+	e := s.p.cfg.Engine
+	t := e.Table()
+	var rawCmds, rawKeys [][]byte
+	var eng []int
+	for i := 1; i+1 < len(args); i += 2 {
+		k := args[i]
+		if !e.Lookup(unsafeString(k)) {
+			rawKeys = append(rawKeys, k)
+			rawCmds = append(rawCmds, resp.AppendArgs(nil, [][]byte{[]byte("SET"), k, args[i+1]}))
+			continue
+		}
+		if en := t.Lookup(unsafeString(k)); classOf(en) == classCounter {
+			if _, err := strconv.ParseInt(string(args[i+1]), 10, 64); err != nil {
+				s.localError("ERR heatsink: MSET on a key mitigated by " + mitigationName(en) + " needs an integer value")
+				return
+			}
+		}
+		eng = append(eng, i)
+	}
+	for i, rep := range s.roundTrip(rawCmds, rawKeys) {
+		if rep.IsError() {
+			s.cw.Buf = append(s.cw.Buf, rep.Raw...)
+			s.nEng++
+			return
+		}
+		s.observe(string(rawKeys[i]), 0, 1, len(rawCmds[i]))
+	}
+	ctx, cancel := s.engineCtx()
+	defer cancel()
+	for _, i := range eng {
+		k := string(args[i])
+		v := append([]byte(nil), args[i+1]...)
+		if _, err := e.Set(ctx, k, v); err != nil {
+			s.cw.Buf = appendEngineError(s.cw.Buf, err)
+			s.nEng++
+			return
+		}
+		s.observe(k, 0, 1, len(v))
+	}
+	s.cw.Buf = resp.AppendStatus(s.cw.Buf, "OK")
+	s.nEng++
+}
+
+// roundTrip sends raw commands (cmds[i] on keys[i]'s node) on the
+// session's own upstream path after every reply owed before them, and
+// returns their replies, copied, in order. RESP3 pushes that arrive with
+// them go on to the client.
+func (s *session) roundTrip(cmds, keys [][]byte) []resp.Reply {
+	s.drain()
+	if len(cmds) == 0 {
+		return nil
+	}
+	mark := len(s.cw.Buf)
+	for i, c := range cmds {
+		node := 0
+		if s.p.cfg.Cluster {
+			node = s.p.topo.nodeOf(slotOf(keys[i]))
+		}
+		s.forward(node, c, false, "")
+	}
+	s.drain()
+	got := append([]byte(nil), s.cw.Buf[mark:]...)
+	s.cw.Buf = s.cw.Buf[:mark]
+	r := resp.NewReader(bytes.NewReader(got), len(got), resp.DefaultLimits)
+	out := make([]resp.Reply, 0, len(cmds))
+	for len(out) < len(cmds) {
+		var rep resp.Reply
+		if err := r.ReadReply(&rep); err != nil {
+			// Cannot happen: these bytes were parsed once already.
+			line := "ERR heatsink proxy: unreadable upstream reply"
+			rep = resp.Reply{Type: '-', Line: []byte(line), Raw: resp.AppendError(nil, line)}
+		}
+		if rep.IsPush() {
+			s.cw.Write(rep.Raw)
+			continue
+		}
+		rep.Raw = append([]byte(nil), rep.Raw...)
+		rep.Line = append([]byte(nil), rep.Line...)
+		out = append(out, rep)
+	}
+	return out
 }
 
 // observe reports an access served by the engine: the detector must keep

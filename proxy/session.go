@@ -29,10 +29,10 @@ type pend struct {
 	swallow bool
 	// key is set for reads when an Observer wants their reply size.
 	key string
-	// invalidate is a mitigated key written raw: the engine drops its cached
-	// copy once Redis has applied the write (not before, or a concurrent
-	// read could cache the old value again).
-	invalidate string
+	// invalidate lists the mitigated keys of a command written raw: the
+	// engine drops their cached copies once Redis has applied the write (not
+	// before, or a concurrent read could cache the old value again).
+	invalidate []string
 }
 
 type session struct {
@@ -151,7 +151,7 @@ func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
 	info, known := lookupCommand(args[0])
 	cluster := s.p.cfg.Cluster
-	var inval string
+	var inval []string
 	if !cluster && !s.dedicated {
 		if handled := s.sharedLocal(info, args); handled {
 			return false, nil
@@ -198,13 +198,15 @@ func (s *session) handle() (done bool, err error) {
 
 	key := firstKey(info, args)
 	if key != nil {
-		if e := s.p.cfg.Engine; e != nil && e.Lookup(unsafeString(key)) {
-			if (!info.write || writesPhysicalKeys(e, key)) && s.engineCommand(info, args, key) {
+		// Only a command naming a mitigated key does more than this: one
+		// map lookup, plus one per other key of a multi-key command when
+		// the table is not empty.
+		if e := s.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.keys != keysFirst && anyMitigated(e, info, args)) {
+			handled, iv := s.mitigated(info, args)
+			if handled {
 				return false, nil
 			}
-			if info.write {
-				inval = string(key)
-			}
+			inval = iv
 		}
 		// Writes are reported here with their request size; reads once
 		// their reply (and so the value size) is known, in drain.
@@ -254,7 +256,7 @@ func (s *session) handle() (done bool, err error) {
 	if s.p.cfg.Observer != nil && key != nil && !info.write {
 		rk = string(key)
 	}
-	if s.forward(node, s.cmd.Raw, false, rk) == nil && inval != "" {
+	if s.forward(node, s.cmd.Raw, false, rk) == nil && inval != nil {
 		s.pend[len(s.pend)-1].invalidate = inval
 	}
 	return false, nil
@@ -262,16 +264,12 @@ func (s *session) handle() (done bool, err error) {
 
 func (s *session) unpin() { s.pinned = -1 }
 
-// writesPhysicalKeys reports whether writes to a mitigated key must go
-// through the engine: replicated values and split or pre-aggregated
-// counters are stored under other physical keys. A key that is only
-// coalesced or cached is written raw on the fast path (so writes to a hot
-// cached key are not serialised behind the engine) and its cached copy is
-// dropped once Redis has applied the write, which is what the engine's own
-// write would do.
-func writesPhysicalKeys(e Engine, key []byte) bool {
-	en := e.Table().Lookup(unsafeString(key))
-	return en == nil || en.Replicate != nil || en.Split != nil || en.PreAggregate != nil
+// invalidate drops the cached copies of the mitigated keys a raw write
+// named.
+func (s *session) invalidate(pd *pend) {
+	for _, k := range pd.invalidate {
+		s.p.cfg.Engine.Invalidate(k)
+	}
 }
 
 // forward queues raw for node. On a dial failure the client gets an error
@@ -397,9 +395,7 @@ func (s *session) drain() {
 		}
 		err := s.readReply(u)
 		if err != nil {
-			if pd.invalidate != "" { // the write may have been applied
-				s.p.cfg.Engine.Invalidate(pd.invalidate)
-			}
+			s.invalidate(pd) // the write may have been applied
 			s.fail(u, err)
 			if !pd.swallow {
 				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(int(pd.node))+": "+errText(err))
@@ -407,9 +403,7 @@ func (s *session) drain() {
 			continue
 		}
 		u.queued--
-		if pd.invalidate != "" {
-			s.p.cfg.Engine.Invalidate(pd.invalidate)
-		}
+		s.invalidate(pd)
 		if pd.swallow {
 			continue
 		}

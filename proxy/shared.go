@@ -281,8 +281,8 @@ func (s *session) drainShared() {
 	e, o := s.p.cfg.Engine, s.p.cfg.Observer
 	for i := range s.pend {
 		pd := &s.pend[i]
-		if pd.invalidate != "" {
-			e.Invalidate(pd.invalidate)
+		for _, k := range pd.invalidate {
+			e.Invalidate(k)
 		}
 		if pd.key != "" {
 			o.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(s.rlens[i]))

@@ -183,41 +183,11 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, key string, raw func(
 			err = redis.Nil
 		}
 		return setString(cmd, string(v), err)
-	case "set":
-		if len(args) < 3 {
-			break
-		}
-		val, err := bytesOf(args[2])
-		if err != nil {
-			cmd.SetErr(err)
-			return err
-		}
-		ok, err := h.e.Set(ctx, key, val, args[3:]...)
-		return setSet(cmd, ok, err)
-	case "setnx", "setex", "psetex":
-		if len(args) != 3 && len(args) != 4 {
-			break
-		}
-		var opts []any
-		valArg := args[2]
-		switch name {
-		case "setnx":
-			if len(args) != 3 {
-				break
-			}
-			opts = []any{"NX"}
-		case "setex":
-			if len(args) != 4 {
-				break
-			}
-			opts, valArg = []any{"EX", args[2]}, args[3]
-		case "psetex":
-			if len(args) != 4 {
-				break
-			}
-			opts, valArg = []any{"PX", args[2]}, args[3]
-		}
-		if opts == nil {
+	case "set", "setnx", "setex", "psetex":
+		// The SET abbreviations become SET with options (engine.SetForm),
+		// so replicas and split counters are written as by SET.
+		valArg, opts, ok := engine.SetForm(name, args[2:])
+		if !ok {
 			break
 		}
 		val, err := bytesOf(valArg)
@@ -225,7 +195,7 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, key string, raw func(
 			cmd.SetErr(err)
 			return err
 		}
-		ok, err := h.e.Set(ctx, key, val, opts...)
+		ok, err = h.e.Set(ctx, key, val, opts...)
 		return setSet(cmd, ok, err)
 	case "incr", "decr", "incrby", "decrby":
 		n := int64(1)
