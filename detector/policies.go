@@ -60,8 +60,13 @@ func sketchConfig(spec *v1alpha1.HotKeyPolicySpec, memory int) sketch.Config {
 		Slots:       slots,
 		ReadWeight:  rw,
 		WriteWeight: ww,
-		// A key's first batch carries a flush period of traffic.
-		Lead: wire.DefaultFlushInterval,
+		// A key's first batch carries a flush period of traffic, and one
+		// flush period is the shortest span a rate can honestly be measured
+		// over: with both, a key's rate is right from its first batch, so the
+		// first report that names it already says how hot it is (the rate
+		// limit would otherwise hold the true rate back by one interval).
+		Lead:    wire.DefaultFlushInterval,
+		MinSpan: wire.DefaultFlushInterval,
 	}
 }
 

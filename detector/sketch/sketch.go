@@ -134,6 +134,7 @@ type entry struct {
 	writes uint64
 	nbytes uint64
 	since  int64 // admission time, ns
+	last   int64 // last update, ns
 	sinceS int64 // admission slot number
 	hpos   int32
 }
@@ -290,6 +291,7 @@ func (s *Sketch) add(x int32, e *entry, reads, writes, nbytes uint32, w uint64) 
 	e.writes += uint64(writes)
 	e.nbytes += uint64(nbytes)
 	e.score += w
+	e.last = s.now
 }
 
 func satAdd(a, b uint32) uint32 {
@@ -572,7 +574,11 @@ func (s *Sketch) Top(n int) []Item {
 	inCur := min(max(s.now-curStart, 0), s.slotDur)
 	for i, x := range order {
 		e := &s.ents[x]
-		span := min(max(s.now-e.since+int64(s.cfg.Lead), int64(s.cfg.MinSpan)), window)
+		// Counts reach up to the key's last batch; once it misses a batch
+		// (quiet for more than Lead) the span runs on with the clock, so
+		// the rate of a key that stopped falls.
+		end := max(e.last, s.now-int64(s.cfg.Lead))
+		span := min(max(end-e.since+int64(s.cfg.Lead), int64(s.cfg.MinSpan)), window)
 		avg := func(v uint64) float64 { return float64(v) * 1e9 / float64(span) }
 		c := s.slots[int(x)*s.cfg.Slots+int(s.cur%S)]
 		var p slot
