@@ -135,6 +135,16 @@ func (d *Detector) upsertPolicy(ns, name string, spec *v1alpha1.HotKeyPolicySpec
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p := d.policies[id]
+	// A new window or size needs a new sketch; thresholds and filters change
+	// in place and keep the counts. Build it before publishing the policy,
+	// so ingest never sees a policy without a sketch.
+	var sk *sketch.Sketch
+	if p == nil || p.sk.Config() != withDefaults(cfg) {
+		var err error
+		if sk, err = sketch.New(cfg); err != nil {
+			return fmt.Errorf("policy %s: %w", id, err)
+		}
+	}
 	if p == nil {
 		p = &policyState{id: id, namespace: ns, name: name}
 		d.policies[id] = p
@@ -142,13 +152,7 @@ func (d *Detector) upsertPolicy(ns, name string, spec *v1alpha1.HotKeyPolicySpec
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// A new window or size needs a new sketch; thresholds and filters change
-	// in place and keep the counts.
-	if p.sk == nil || p.sk.Config() != withDefaults(cfg) {
-		sk, err := sketch.New(cfg)
-		if err != nil {
-			return fmt.Errorf("policy %s: %w", id, err)
-		}
+	if sk != nil {
 		p.sk = sk
 	}
 	p.filter, p.th, p.k = filter, th, int(spec.Detection.TopK)
