@@ -325,8 +325,8 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 // key cannot serve the read rate (or nothing cheaper is allowed); writes get a
 // split (and pre-aggregation where the policy opts in).
 //
-// A split grows at once but shrinks only after the smaller size has held for
-// sustainFor (reports of several nodes arrive one by one, so a sum may dip
+// A split grows at once but shrinks only past the hysteresis band (see
+// shrinkSize) and after the smaller size has held for sustainFor (reports of several nodes arrive one by one, so a sum may dip
 // for a moment), and never while the key cools down: shrinking first and
 // unsplitting shortly after would only churn generations.
 func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, current int32) (*routing.Entry, *KeyDecision, time.Time) {
@@ -353,6 +353,12 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, k
 	}
 	if ks.WriteHot && m.Split.IsEnabled() {
 		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardWritesPerSecond, m.Split.MaxShards)
+		if n < current {
+			// Shrink only past the hysteresis band: the smaller size must
+			// still suffice at rate / (1 - hysteresis). A rate wobbling
+			// across a rounding boundary would otherwise resize every epoch.
+			n = min(current, shrinkSize(o.WritesPerSecond, spec))
+		}
 		switch {
 		case n >= current:
 			ks.ShrinkSince = nil
@@ -468,6 +474,16 @@ func Size(rate int64, headroomPercent int32, perKey int64, max int32) int32 {
 		return max
 	}
 	return int32(n)
+}
+
+// shrinkSize is the split size a shrinking counter may go to: the size for
+// its rate raised by the policy's hysteresis, so a shrink never has to be
+// undone by the next small rise.
+func shrinkSize(rate int64, spec *v1alpha1.HotKeyPolicySpec) int32 {
+	h := float64(spec.Thresholds.HysteresisPercent) / 100
+	raised := int64(math.Ceil(float64(rate) / (1 - min(h, 0.9))))
+	m := &spec.Mitigations
+	return Size(raised, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardWritesPerSecond, m.Split.MaxShards)
 }
 
 func withHeadroom(rate int64, headroomPercent int32) float64 {

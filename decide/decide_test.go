@@ -398,7 +398,9 @@ func TestDecideSplitLifecycle(t *testing.T) {
 		t.Fatalf("shrank after a reset dip (-want +got):\n%s", diff)
 	}
 	out = step(135*time.Second, hot)
-	if diff := cmp.Diff([]routing.Generation{{FromEpoch: 1002, Shards: 13}, {FromEpoch: 1003, Shards: 7}}, gens(out)); diff != "" {
+	// 100k writes/s sizes to 7 shards, but a shrink must clear the 20%
+	// hysteresis band: 100k / 0.8 = 125k sizes to 8.
+	if diff := cmp.Diff([]routing.Generation{{FromEpoch: 1002, Shards: 13}, {FromEpoch: 1003, Shards: 8}}, gens(out)); diff != "" {
 		t.Fatalf("lasting shrink (-want +got):\n%s", diff)
 	}
 	out = step(136*time.Second, hotter) // grows back: the announced shrink is withdrawn
@@ -492,6 +494,51 @@ func TestRescale(t *testing.T) {
 			}
 			if tbl.Entries[0].Split.Generations[0].FromEpoch != 1000 {
 				t.Error("Rescale modified its input")
+			}
+		})
+	}
+}
+
+// TestShrinkNeedsTheHysteresisBand checks that a split does not follow a
+// rate wobbling across a rounding boundary: it keeps its size until the
+// smaller size would still hold at rate / (1 - hysteresis).
+func TestShrinkNeedsTheHysteresisBand(t *testing.T) {
+	spec := testSpec() // 20k writes/s per shard, 25% headroom, 20% hysteresis
+	tests := map[string]struct {
+		rate    int64
+		current int32
+		want    int32
+	}{
+		// 150k sizes to 10 shards (187.5k / 20k = 9.4 -> 10).
+		"at size":                      {150000, 10, 10},
+		"dip sizing to 9 keeps 10":     {140000, 10, 10}, // plain size 9; 175k -> 11 -> min(10, 11)
+		"grow is immediate":            {170000, 10, 11},
+		"a lasting fall shrinks":       {100000, 10, 8}, // 125k -> 8
+		"far below shrinks to minimum": {1000, 10, 2},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var st State
+			cur := &routing.Table{SchemaVersion: 1, EpochMillis: 60000, Entries: []routing.Entry{{
+				Key: "k", Source: routing.SourceDetected,
+				Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1000, Shards: tc.current}}},
+			}}}
+			obs := map[string]Observation{"k": {WritesPerSecond: tc.rate}}
+			// Two steps sustainFor apart, with the key already write-hot.
+			st.Keys = []KeyState{{Key: "k", WriteHot: true}}
+			var out Output
+			for _, at := range []time.Duration{0, spec.Thresholds.SustainFor.Duration} {
+				out = Decide(Input{Now: t0.Add(at), Spec: spec, Observations: obs, State: st, Current: cur, Margin: 10 * time.Second})
+				st = out.State
+			}
+			var got int32
+			for _, e := range out.Keys {
+				if e.Key == "k" {
+					got = e.Shards
+				}
+			}
+			if got != tc.want {
+				t.Errorf("shards = %d, want %d", got, tc.want)
 			}
 		})
 	}
