@@ -8,20 +8,43 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/engine"
 	"github.com/heatsink-dev/heatsink/internal/redistest"
 	"github.com/heatsink-dev/heatsink/proxy"
 	"github.com/heatsink-dev/heatsink/resp"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// BenchmarkForward measures the forwarding path (a pipeline of 16 GETs per
-// op through the proxy to a real Redis) for allocations: the client side
+// BenchmarkForward measures the forwarding path (a pipeline of 12 GETs and 4
+// three-key MGETs per op, on keys not in the routing table, through the proxy to a real Redis) for allocations: the client side
 // below allocates nothing per op, so allocs/op is the proxy's. Throughput
 // comparisons with direct Redis and twemproxy live in hack/bench.d.
 func BenchmarkForward(b *testing.B) {
-	for _, shared := range []int{0, -1} {
-		b.Run(fmt.Sprintf("shared=%d", shared), func(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		shared int
+		table  int // -1: no engine; n: an engine with n entries, none of them the keys sent
+	}{{"shared=0", 0, -1}, {"shared=-1", -1, -1}, {"shared=0/engine-empty-table", 0, 0}, {"shared=0/engine-1000-entries", 0, 1000}} {
+		shared := tc.shared
+		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Standalone(b)
-			p, err := proxy.New(proxy.Config{Upstreams: []string{srv.Addr}, SharedConns: shared})
+			cfg := proxy.Config{Upstreams: []string{srv.Addr}, SharedConns: shared}
+			if tc.table >= 0 {
+				ec := redis.NewClient(&redis.Options{Addr: srv.Addr})
+				defer ec.Close()
+				eng := engine.New(ec, engine.Options{})
+				defer eng.Close()
+				tbl := &routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000}
+				for i := range tc.table {
+					tbl.Entries = append(tbl.Entries, routing.Entry{Key: fmt.Sprintf("hot:%04d", i), Source: routing.SourceDetected,
+						Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 60000}})
+				}
+				eng.SetTable(tbl)
+				cfg.Engine = eng
+			}
+			p, err := proxy.New(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -38,7 +61,10 @@ func BenchmarkForward(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$8\r\nkey:0001\r\n", 16))
+			// GETs and multi-key MGETs: with an engine, MGET looks up each
+			// key only when the table is not empty.
+			req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$8\r\nkey:0001\r\n", 12) +
+				strings.Repeat("*4\r\n$4\r\nMGET\r\n$8\r\nkey:0001\r\n$8\r\nkey:0002\r\n$8\r\nkey:0003\r\n", 4))
 			r := resp.NewReader(bufio.NewReader(c), 4096, resp.DefaultLimits)
 			var rep resp.Reply
 			b.ReportAllocs()

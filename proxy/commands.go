@@ -114,7 +114,7 @@ var commands = func() map[string]cmdInfo {
 	set(cmdInfo{kind: kClusterWide}, "KEYS", "SCAN", "DBSIZE", "RANDOMKEY", "FLUSHALL", "FLUSHDB", "SWAPDB")
 	set(cmdInfo{kind: kRefuse}, "SYNC", "PSYNC", "REPLCONF")
 	set(cmdInfo{}, "PING", "ECHO", "INFO", "TIME", "LASTSAVE", "COMMAND", "CONFIG", "PUBLISH", "SPUBLISH",
-		"SCRIPT", "FUNCTION", "LATENCY", "SLOWLOG", "LOLWUT", "ROLE", "TYPE")
+		"SCRIPT", "FUNCTION", "LATENCY", "SLOWLOG", "LOLWUT", "ROLE")
 	spec := func(k keySpec, names ...string) {
 		for _, n := range names {
 			info := m[n]

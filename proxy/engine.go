@@ -131,6 +131,13 @@ func (s *session) mitigated(info cmdInfo, args [][]byte) (handled bool, inval []
 		})
 	case eqFold(name, "STRLEN") && n == 2 && counter:
 		s.engineRead(args[1], func(b, val []byte, _ bool) []byte { return resp.AppendInt(b, int64(len(val))) })
+	case eqFold(name, "TYPE") && n == 2 && counter:
+		s.engineRead(args[1], func(b, _ []byte, found bool) []byte {
+			if !found {
+				return resp.AppendStatus(b, "none")
+			}
+			return resp.AppendStatus(b, "string")
+		})
 	case eqFold(name, "MGET") && n >= 2:
 		s.mget(args[1:])
 	case eqFold(name, "EXISTS") && n >= 2 && counter:

@@ -78,6 +78,9 @@ func checkMitigatedCommands(t *testing.T, addr string, direct redis.UniversalCli
 		if n, err := c.StrLen(ctx, "likes").Result(); err != nil || n != 2 {
 			t.Fatalf("STRLEN likes = %d, %v; want 2", n, err)
 		}
+		if v, err := c.Type(ctx, "likes").Result(); err != nil || v != "string" {
+			t.Fatalf("TYPE likes = %q, %v", v, err)
+		}
 		if v, err := c.Do(ctx, "GETEX", "likes").Text(); err != nil || v != "10" {
 			t.Fatalf("GETEX likes = %q, %v", v, err)
 		}
