@@ -258,7 +258,7 @@ func forEachKey(info cmdInfo, args [][]byte, f func(i int) bool) {
 		at := 1 // numkeys position
 		switch {
 		case info.keys == keysStore:
-			if !f(1) {
+			if len(args) < 2 || !f(1) {
 				return
 			}
 			at = 2

@@ -12,8 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/engine"
 	"github.com/heatsink-dev/heatsink/internal/redisproc"
 	"github.com/heatsink-dev/heatsink/proxy"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // fuzzTarget is one Redis and one proxy shared by every fuzz input.
@@ -24,6 +26,8 @@ var fuzzTarget struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
+	eng    *engine.Engine
+	ec     *redis.Client
 }
 
 func TestMain(m *testing.M) {
@@ -31,6 +35,10 @@ func TestMain(m *testing.M) {
 	if fuzzTarget.cancel != nil {
 		fuzzTarget.cancel()
 		<-fuzzTarget.done
+	}
+	if fuzzTarget.eng != nil {
+		fuzzTarget.eng.Close()
+		fuzzTarget.ec.Close()
 	}
 	if fuzzTarget.srv != nil {
 		fuzzTarget.srv.Stop()
@@ -46,7 +54,16 @@ func fuzzProxy(t *testing.T) string {
 			return
 		}
 		fuzzTarget.srv = srv
-		p, err := proxy.New(proxy.Config{Upstreams: []string{srv.Addr}, Timeout: 2 * time.Second})
+		// Keys a, b and k are mitigated (split, replicate, cache), so that
+		// inputs reach the engine and refusal paths too.
+		fuzzTarget.ec = redis.NewClient(&redis.Options{Addr: srv.Addr})
+		fuzzTarget.eng = engine.New(fuzzTarget.ec, engine.Options{})
+		fuzzTarget.eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
+			{Key: "a", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 3}}}},
+			{Key: "b", Source: routing.SourceDetected, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 60000}},
+			{Key: "k", Source: routing.SourceDetected, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1000}},
+		}})
+		p, err := proxy.New(proxy.Config{Upstreams: []string{srv.Addr}, Timeout: 2 * time.Second, Engine: fuzzTarget.eng})
 		if err != nil {
 			fuzzTarget.err = err
 			return
@@ -74,6 +91,8 @@ func FuzzProxyStream(f *testing.F) {
 		"*1\r\n$4\r\nPING\r\n", "*1\r\n$0\r\n\r\n", "GET\r\n", "*3\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n9\r\n",
 		"*2\r\n$5\r\nXREAD\r\n$7\r\nSTREAMS\r\n", "*1\r\n$x\r\n", "MULTI\r\nEXEC\r\n", "HELLO 3\r\nGET k\r\n",
 		"*2\r\n$6\r\nBLMPOP\r\n$1\r\n0\r\n", "SELECT 1\r\nSET a b\r\nQUIT\r\n", "*-1\r\n*0\r\n",
+		"MGET a b k c\r\nMSET a 1 b 2 c 3\r\nEXISTS a c\r\nDEL a b c k\r\n", "APPEND a x\r\nSETEX b 10 v\r\nSETNX b\r\nINCRBY a x\r\n",
+		"MULTI\r\nINCR a\r\nGET k\r\nEXEC\r\n", "ZUNIONSTORE a 2 b k\r\nRENAME k b\r\nMSETNX a 1\r\nTYPE a\r\nSTRLEN a\r\n",
 	} {
 		f.Add([]byte(s))
 	}
