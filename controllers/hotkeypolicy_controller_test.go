@@ -309,9 +309,22 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionMitigating) || st.HotKeyCount != 0 {
 				return fmt.Errorf("status %+v", st)
 			}
-			// Reports generated 2 minutes ago are stale now.
-			if st.StaleNodes != 2 || !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDegraded) {
-				return fmt.Errorf("stale nodes not reported: %+v", st)
+			// The empty reports generated 2 minutes ago are old, but a
+			// detector writes nothing while no key is hot: quiet, healthy.
+			if st.StaleNodes != 0 || st.ReportingNodes != 0 || meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDegraded) {
+				return fmt.Errorf("quiet nodes reported as stale: %+v", st)
+			}
+			return nil
+		})
+		// A node that goes silent while its last report still lists
+		// candidates is stale: that is worth a Degraded condition.
+		f.report("likes", "n1", cand("likes:1", 1, 1))
+		f.step(time.Minute, "likes")
+		f.eventually("stale node reported", func() error {
+			st := f.status("likes")
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded)
+			if st.StaleNodes != 1 || c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonStaleReports {
+				return fmt.Errorf("stale node not reported: %+v", st)
 			}
 			return nil
 		})

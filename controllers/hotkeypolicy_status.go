@@ -91,7 +91,8 @@ func (r *HotKeyPolicyReconciler) buildStatus(policy *v1alpha1.HotKeyPolicy, spec
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(schedErrs...).Error()))
 	case agg.StaleNodes > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
-			fmt.Sprintf("%d of %d nodes have not reported for 3 report intervals; their reports are ignored", agg.StaleNodes, agg.StaleNodes+agg.FreshNodes))
+			fmt.Sprintf("%d of %d nodes stopped reporting for 3 report intervals while listing candidates; their reports are ignored",
+				agg.StaleNodes, agg.StaleNodes+agg.FreshNodes+agg.QuietNodes))
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}

@@ -29,15 +29,23 @@ type Aggregate struct {
 	// Keys maps a logical key to its summed rates.
 	Keys map[string]Observation
 	// FreshNodes and StaleNodes count nodes by the age of their newest report.
+	// StaleNodes counts only nodes whose old report still listed candidates:
+	// they stopped reporting while keys were hot, which is worth a warning.
 	FreshNodes, StaleNodes int
+	// QuietNodes counts nodes whose newest report is old but listed no
+	// candidate. Detectors write nothing while no key is hot, so this is the
+	// normal state of a healthy, quiet cluster, not a fault.
+	QuietNodes int
 	// NextStale is when the first fresh report turns stale (zero if none):
 	// the rates change then even if no report does.
 	NextStale time.Time
 }
 
 // AggregateReports sums the candidates of the newest fresh report of every
-// node. A report older than StaleAfterIntervals × reportInterval is ignored
-// and its node counted as stale. Keys the filter rejects are dropped, so a
+// node. A report older than StaleAfterIntervals × reportInterval is ignored;
+// its node counts as stale if the report listed candidates (it went silent
+// while keys were hot) and as quiet if it listed none (detectors stay silent
+// until a key turns hot, so an old empty report is what a live node leaves). Keys the filter rejects are dropped, so a
 // detector with an outdated view of the policy cannot get them mitigated.
 // filter may be nil (every key passes).
 func AggregateReports(now time.Time, reportInterval time.Duration, reports []v1alpha1.HotKeyReport, filter *keyfilter.Filter) Aggregate {
@@ -56,7 +64,11 @@ func AggregateReports(now time.Time, reportInterval time.Duration, reports []v1a
 	maxAge := StaleAfterIntervals * reportInterval
 	for _, r := range newest {
 		if now.Sub(r.Spec.GeneratedAt.Time) > maxAge {
-			agg.StaleNodes++
+			if len(r.Spec.Candidates) == 0 {
+				agg.QuietNodes++
+			} else {
+				agg.StaleNodes++
+			}
 			continue
 		}
 		agg.FreshNodes++

@@ -182,12 +182,14 @@ func TestAggregateReports(t *testing.T) {
 		report("a", 0, cand("likes", 10, 100), cand("session:1", 1000, 0)),
 		report("b", 2*time.Second, cand("likes", 5, 50), cand("page", 7000, 0)),
 		report("c", 4*time.Second, cand("likes", 1e6, 1e6)),
+		// d's last report is old and empty: quiet, not stale.
+		report("d", time.Minute),
 		// An older report of node a is superseded by the newer one.
 		report("a", 500*time.Millisecond, cand("likes", 1e6, 0)),
 	}, f)
 	want := Aggregate{
 		Keys:       map[string]Observation{"likes": {15, 150}, "page": {7000, 0}},
-		FreshNodes: 2, StaleNodes: 1,
+		FreshNodes: 2, StaleNodes: 1, QuietNodes: 1,
 		NextStale: now.Add(time.Second + time.Nanosecond), // b's report, 2s old, stale after 3s
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
