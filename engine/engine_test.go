@@ -777,3 +777,28 @@ func TestTrackingUnavailableFallsBackToTTL(t *testing.T) {
 		t.Fatalf("after the TTL GET = %q, %v", v, err)
 	}
 }
+
+func TestTrackingDoesNotDialAfterClose(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := key(t, "closed")
+			if err := tg.client.Set(ctx, k, "v1", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			e := engine.New(tg.client, engine.Options{Tracking: true})
+			e.SetTable(table(routing.Entry{Key: k, LocalCache: &routing.LocalCache{TTLMillis: 3_600_000}}))
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// A read after Close still answers (without tracking) and
+			// leaves no tracking connection behind.
+			if v, _, err := e.Get(ctx, k); err != nil || string(v) != "v1" {
+				t.Fatalf("GET after Close = %q, %v", v, err)
+			}
+			if n := killTracking(t, tg); n != 0 {
+				t.Fatalf("%d tracking connections opened after Close", n)
+			}
+		})
+	}
+}

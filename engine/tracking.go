@@ -33,7 +33,13 @@ type trackers struct {
 	e  *Engine
 	mu sync.Mutex
 	m  map[string]*tracker
+	// closed is set by closeAll, under mu: a request racing Engine.Close
+	// must not dial a connection (and start a reader) nobody will close.
+	closed bool
 }
+
+// errClosed is returned by a cache fill after Engine.Close.
+var errClosed = errors.New("heatsink: engine closed")
 
 type tracker struct {
 	t    *trackers
@@ -74,6 +80,10 @@ func (ts *trackers) get(ctx context.Context, key string) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	ts.mu.Lock()
+	if ts.closed {
+		ts.mu.Unlock()
+		return nil, false, errClosed
+	}
 	tr := ts.m[opts.Addr]
 	if tr == nil {
 		tr = &tracker{t: ts, opts: opts}
@@ -97,6 +107,7 @@ func (ts *trackers) get(ctx context.Context, key string) ([]byte, bool, error) {
 func (ts *trackers) closeAll() {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	ts.closed = true
 	for _, tr := range ts.m {
 		tr.mu.Lock()
 		if tr.conn != nil {
@@ -180,9 +191,18 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 	}
 	_ = conn.SetDeadline(time.Time{})
 	replies := make(chan respReply, 1)
+	// closeAll takes ts.mu then tr.mu: take them in the same order, and
+	// give up if it ran while this connection was being dialled.
+	tr.t.mu.Lock()
+	if tr.t.closed {
+		tr.t.mu.Unlock()
+		_ = conn.Close()
+		return nil, nil, errClosed
+	}
 	tr.mu.Lock()
 	tr.conn, tr.replies = conn, replies
 	tr.mu.Unlock()
+	tr.t.mu.Unlock()
 	go tr.read(conn, br, replies)
 	return conn, replies, nil
 }
