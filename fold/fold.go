@@ -108,7 +108,7 @@ redis.call('SET', KEYS[2], ARGV[2])
 return 1
 `)
 
-var clear = redis.NewScript(`
+var clearRecord = redis.NewScript(`
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
   return redis.call('HDEL', KEYS[1], ARGV[1])
 end
@@ -191,7 +191,7 @@ func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Res
 	if err := f.fault(StepClear); err != nil {
 		return err
 	}
-	if err := clear.Run(ctx, f.client, []string{ledger}, shard, rec).Err(); err != nil {
+	if err := clearRecord.Run(ctx, f.client, []string{ledger}, shard, rec).Err(); err != nil {
 		return fmt.Errorf("fold: clear ledger: %w", err)
 	}
 	res.Moves++
