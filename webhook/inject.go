@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // The injection webhook is called only for pods that carry the annotation
@@ -71,10 +72,6 @@ const (
 	// proxyUID is the distroless "nonroot" user.
 	proxyUID = 65532
 )
-
-// RoutingConfigMapName is the name of the ConfigMap holding a policy's
-// routing table.
-func RoutingConfigMapName(policy string) string { return policy + "-routing" }
 
 // InjectorConfig is what the injected container looks like beyond what the
 // policy decides.
@@ -224,7 +221,7 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
 			Name: RoutingVolumeName,
 			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-				LocalObjectReference: corev1.LocalObjectReference{Name: RoutingConfigMapName(policy.Name)},
+				LocalObjectReference: corev1.LocalObjectReference{Name: routing.ConfigMapName(policy.Name)},
 				// Optional: the manager writes the ConfigMap when it first
 				// publishes; until then the proxy forwards everything as is.
 				Optional: &optional,
