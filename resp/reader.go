@@ -34,8 +34,11 @@ type Limits struct {
 	MaxDepth int
 }
 
+// defaultLimits mirror Redis' own defaults.
+var defaultLimits = Limits{MaxBulk: 512 << 20, MaxArgs: 1 << 20, MaxInline: 64 << 10, MaxDepth: 64}
+
 // DefaultLimits mirror Redis' own defaults.
-var DefaultLimits = Limits{MaxBulk: 512 << 20, MaxArgs: 1 << 20, MaxInline: 64 << 10, MaxDepth: 64}
+var DefaultLimits = defaultLimits
 
 // ProtocolError is a malformed stream. The connection cannot be resynchronised
 // after one: the proxy answers with an error reply and closes it.
@@ -84,7 +87,7 @@ func NewReader(rd io.Reader, size int, limits Limits) *Reader {
 		size = 512
 	}
 	if limits.MaxDepth == 0 {
-		limits = DefaultLimits
+		limits = defaultLimits
 	}
 	return &Reader{rd: rd, buf: make([]byte, size), limits: limits, initial: size}
 }
@@ -460,6 +463,12 @@ func (r *Reader) skip(b []byte, pos, depth int) (int, error) {
 				return 0, err
 			}
 			p = e
+		}
+		if t == '|' && depth > 0 {
+			// A nested attribute annotates the value that follows it (at
+			// the top, parseReply steps over attributes itself to find
+			// the reply's type).
+			return r.skip(b, p, depth+1)
 		}
 		return p, nil
 	default:
