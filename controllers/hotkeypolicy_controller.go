@@ -69,11 +69,16 @@ type HotKeyPolicyReconciler struct {
 	parsed parsedCache
 }
 
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/status,verbs=get;update;patch
+// RBAC is exactly what the code calls: policies are read through the cache
+// and Updated (finalizer); status is only merge-Patched; routing ConfigMaps
+// are server-side Applied (patch, plus create when the apply creates the
+// object), read through the cache and Deleted by the finalizer.
+//
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
