@@ -59,6 +59,10 @@ const (
 	RoutingVolumeName = "heatsink-routing"
 	// RoutingMountPath is where the routing ConfigMap is mounted.
 	RoutingMountPath = "/etc/heatsink/routing"
+	// TLSVolumeName is the volume of the CA Secret named by a policy's
+	// spec.target.tls.caSecretRef, mounted read-only at TLSMountPath.
+	TLSVolumeName = "heatsink-tls"
+	TLSMountPath  = "/etc/heatsink/tls/"
 	// RoutingFile is the routing table file the proxy watches.
 	RoutingFile = RoutingMountPath + "/routing.json"
 	// ProxyListen is where the proxy accepts the application's connections.
@@ -215,6 +219,11 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		},
 		SecurityContext: proxySecurityContext(),
 	}
+	caSecret := ""
+	if t := policy.Spec.Target.TLS; t != nil && t.CASecretRef != nil && t.CASecretRef.Name != "" {
+		caSecret = t.CASecretRef.Name
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TLSVolumeName, MountPath: TLSMountPath, ReadOnly: true})
+	}
 	pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
 	if !hasVolume(pod, RoutingVolumeName) {
 		optional := true
@@ -225,6 +234,19 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 				// Optional: the manager writes the ConfigMap when it first
 				// publishes; until then the proxy forwards everything as is.
 				Optional: &optional,
+			}},
+		})
+	}
+	if caSecret != "" && !hasVolume(pod, TLSVolumeName) {
+		// Not optional: without its CA the proxy cannot verify Redis, and
+		// a pod stuck in ContainerCreating names the missing Secret.
+		optional := false
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+			Name: TLSVolumeName,
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: caSecret,
+				Items:      []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+				Optional:   &optional,
 			}},
 		})
 	}
@@ -276,6 +298,15 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, detector string) []corev1.EnvVar {
 			corev1.EnvVar{Name: "HEATSINK_REDIS_USERNAME", ValueFrom: secretKey("username")},
 			corev1.EnvVar{Name: "HEATSINK_REDIS_PASSWORD", ValueFrom: secretKey("password")},
 		)
+	}
+	if t := policy.Spec.Target.TLS; t != nil {
+		env = append(env, corev1.EnvVar{Name: "HEATSINK_TLS", Value: "true"})
+		if t.ServerName != "" {
+			env = append(env, corev1.EnvVar{Name: "HEATSINK_TLS_SERVER_NAME", Value: t.ServerName})
+		}
+		if t.CASecretRef != nil && t.CASecretRef.Name != "" {
+			env = append(env, corev1.EnvVar{Name: "HEATSINK_TLS_CA_FILE", Value: TLSMountPath + "ca.crt"})
+		}
 	}
 	return env
 }

@@ -193,6 +193,76 @@ func TestInjectionWebhook(t *testing.T) {
 		}
 		checkProxy(t, got)
 	})
+	t.Run("TLS policy mounts the CA and sets the TLS environment", func(t *testing.T) {
+		pol := testPolicy(ns, "secure")
+		pol.Spec.Target.TLS = &v1alpha1.RedisTLS{
+			CASecretRef: &corev1.LocalObjectReference{Name: "redis-ca"},
+			ServerName:  "redis.shop.svc",
+		}
+		if err := cp.Client.Create(ctx, pol); err != nil {
+			t.Fatal(err)
+		}
+		got, err := create(testPod(ns, "secure", map[string]string{webhook.InjectAnnotation: "secure"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Spec.InitContainers) != 1 {
+			t.Fatalf("want the sidecar, got %d init containers", len(got.Spec.InitContainers))
+		}
+		c := got.Spec.InitContainers[0]
+		env := envOf(c)
+		for k, want := range map[string]string{
+			"HEATSINK_TLS":             "true",
+			"HEATSINK_TLS_SERVER_NAME": "redis.shop.svc",
+			"HEATSINK_TLS_CA_FILE":     "/etc/heatsink/tls/ca.crt",
+		} {
+			if env[k] != want {
+				t.Errorf("%s = %q, want %q", k, env[k], want)
+			}
+		}
+		var mounted bool
+		for _, m := range c.VolumeMounts {
+			if m.Name == webhook.TLSVolumeName {
+				mounted = m.MountPath == "/etc/heatsink/tls/" && m.ReadOnly
+			}
+		}
+		if !mounted {
+			t.Errorf("CA volume not mounted read-only at /etc/heatsink/tls/: %+v", c.VolumeMounts)
+		}
+		var vol *corev1.Volume
+		for i := range got.Spec.Volumes {
+			if got.Spec.Volumes[i].Name == webhook.TLSVolumeName {
+				vol = &got.Spec.Volumes[i]
+			}
+		}
+		if vol == nil || vol.Secret == nil || vol.Secret.SecretName != "redis-ca" ||
+			vol.Secret.Optional == nil || *vol.Secret.Optional ||
+			len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != "ca.crt" {
+			t.Fatalf("CA volume = %+v, want Secret redis-ca, key ca.crt, not optional", vol)
+		}
+	})
+	t.Run("TLS without a CA or server name sets only HEATSINK_TLS", func(t *testing.T) {
+		pol := testPolicy(ns, "systemroots")
+		pol.Spec.Target.TLS = &v1alpha1.RedisTLS{}
+		if err := cp.Client.Create(ctx, pol); err != nil {
+			t.Fatal(err)
+		}
+		got, err := create(testPod(ns, "systemroots", map[string]string{webhook.InjectAnnotation: "systemroots"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := envOf(got.Spec.InitContainers[0])
+		_, sn := env["HEATSINK_TLS_SERVER_NAME"]
+		_, ca := env["HEATSINK_TLS_CA_FILE"]
+		if env["HEATSINK_TLS"] != "true" || sn || ca {
+			t.Errorf("env = %v, want HEATSINK_TLS=true and no server name or CA file", env)
+		}
+		for _, v := range got.Spec.Volumes {
+			if v.Name == webhook.TLSVolumeName {
+				t.Errorf("CA volume without a caSecretRef: %+v", v)
+			}
+		}
+	})
 	t.Run("pod naming a missing policy is refused with the cause", func(t *testing.T) {
 		_, err := create(testPod(ns, "orphan", map[string]string{webhook.InjectAnnotation: "nope"}))
 		if err == nil || !strings.Contains(err.Error(), `no HotKeyPolicy "nope" in namespace "shop"`) {
