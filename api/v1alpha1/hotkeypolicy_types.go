@@ -115,11 +115,6 @@ type RedisTLS struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ServerName string `json:"serverName,omitempty"`
-
-	// insecureSkipVerify disables certificate verification. For tests only.
-	// Default: false.
-	// +optional
-	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
 
 // KeySelector selects logical keys by Redis glob patterns (*, ?, [abc], \x).
