@@ -145,6 +145,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.pools[2], p.pools[3] = newPool(p, 2, max(cfg.SharedConns, 1)), newPool(p, 3, max(cfg.SharedConns, 1))
 	p.topo = newTopology(cfg.Upstreams, cfg.Cluster)
 	p.topo.dial = p.dialRaw
+	p.topo.timeout = p.cfg.Timeout
 	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
 	return p, nil
 }
@@ -266,6 +267,7 @@ func (p *Proxy) Ready(ctx context.Context) error {
 		return err
 	}
 	defer u.close()
+	defer bound(ctx, u.conn, p.cfg.Timeout)()
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("PING")})
 	if err := u.w.Flush(); err != nil {
 		return err

@@ -48,8 +48,10 @@ type topology struct {
 	// slots maps a slot to a node index; swapped whole on refresh.
 	slots      atomic.Pointer[[16384]uint16]
 	refreshing atomic.Bool
-	dial       func(ctx context.Context, addr string) (*upstream, error)
-	onError    func(kind string)
+	// timeout bounds a slot-map load when its context has no deadline.
+	timeout time.Duration
+	dial    func(ctx context.Context, addr string) (*upstream, error)
+	onError func(kind string)
 }
 
 func newTopology(seeds []string, cluster bool) *topology {
@@ -113,7 +115,7 @@ func (t *topology) refreshAsync() {
 	}
 	go func() {
 		defer t.refreshing.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 		defer cancel()
 		if err := t.refresh(ctx); err != nil {
 			t.onError("refresh")
@@ -127,6 +129,7 @@ func (t *topology) loadSlots(ctx context.Context, addr string) (*[16384]uint16, 
 		return nil, err
 	}
 	defer u.close()
+	defer bound(ctx, u.conn, t.timeout)()
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("CLUSTER"), []byte("SLOTS")})
 	if err := u.w.Flush(); err != nil {
 		return nil, err
@@ -150,7 +153,7 @@ func (t *topology) loadSlots(ctx context.Context, addr string) (*[16384]uint16, 
 			host, _, _ = net.SplitHostPort(addr)
 		}
 		n := t.nodeIndex(net.JoinHostPort(host, strconv.Itoa(rg.port)))
-		for s := rg.from; s <= rg.to && s < 16384; s++ {
+		for s := rg.from; s <= rg.to; s++ {
 			m[s] = uint16(n)
 			covered++
 		}
@@ -167,12 +170,18 @@ type slotRange struct {
 	port     int
 }
 
+// slotsLimits bound a CLUSTER SLOTS reply: it is small (one entry per slot
+// range), so a reply claiming huge lengths is refused, not allocated.
+var slotsLimits = resp.Limits{MaxBulk: 64 << 10, MaxArgs: 1 << 16, MaxInline: 64 << 10, MaxDepth: 8}
+
 // parseClusterSlots decodes the reply of CLUSTER SLOTS: an array of
 // [from, to, [host, port, id, ...], replicas...]; only the master matters.
+// Every range is validated, so a broken or hostile reply is an error, never
+// an index out of the slot map.
 func parseClusterSlots(raw []byte) ([]slotRange, error) {
-	v, _, err := decode(raw, 0)
+	v, _, err := resp.Decode(raw, slotsLimits)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
 	}
 	arr, ok := v.([]any)
 	if !ok {
@@ -184,67 +193,48 @@ func parseClusterSlots(raw []byte) ([]slotRange, error) {
 		if !ok || len(ea) < 3 {
 			return nil, errors.New("CLUSTER SLOTS: bad entry")
 		}
-		from, _ := ea[0].(int64)
-		to, _ := ea[1].(int64)
+		from, ok1 := ea[0].(int64)
+		to, ok2 := ea[1].(int64)
+		if !ok1 || !ok2 || from < 0 || to < from || to >= 16384 {
+			return nil, fmt.Errorf("CLUSTER SLOTS: bad slot range %v-%v", ea[0], ea[1])
+		}
 		master, ok := ea[2].([]any)
 		if !ok || len(master) < 2 {
 			return nil, errors.New("CLUSTER SLOTS: bad master")
 		}
-		host, _ := master[0].(string)
-		port, _ := master[1].(int64)
+		var host string
+		switch h := master[0].(type) {
+		case []byte:
+			host = string(h)
+		case string:
+			host = h
+		case nil:
+		default:
+			return nil, errors.New("CLUSTER SLOTS: bad master host")
+		}
+		port, ok := master[1].(int64)
+		if !ok || port <= 0 || port > 65535 {
+			return nil, errors.New("CLUSTER SLOTS: bad master port")
+		}
 		out = append(out, slotRange{from: int(from), to: int(to), host: host, port: int(port)})
 	}
 	return out, nil
 }
 
-// decode is a small, allocating decoder for the few replies the proxy reads
-// for itself (never on the forwarding path).
-func decode(b []byte, pos int) (any, int, error) {
-	if pos >= len(b) {
-		return nil, 0, errors.New("short reply")
+// bound makes I/O on c give up when ctx ends: at ctx's deadline, or after
+// def when ctx has none, and at once when ctx is cancelled. Without it a
+// stalled Redis that accepted the connection but never answers would block
+// the reader forever (dialRaw clears deadlines). The returned func releases
+// the watch and clears the deadline.
+func bound(ctx context.Context, c net.Conn, def time.Duration) (release func()) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(def)
 	}
-	end := pos
-	for end+1 < len(b) && !(b[end] == '\r' && b[end+1] == '\n') {
-		end++
+	_ = c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	return func() {
+		stop()
+		_ = c.SetDeadline(time.Time{})
 	}
-	if end+1 >= len(b) {
-		return nil, 0, errors.New("short reply")
-	}
-	line := string(b[pos+1 : end])
-	next := end + 2
-	switch b[pos] {
-	case '+', '-':
-		return line, next, nil
-	case ':':
-		n, err := strconv.ParseInt(line, 10, 64)
-		return n, next, err
-	case '$':
-		n, err := strconv.Atoi(line)
-		if err != nil {
-			return nil, 0, err
-		}
-		if n < 0 {
-			return nil, next, nil
-		}
-		if next+n > len(b) {
-			return nil, 0, errors.New("short reply")
-		}
-		return string(b[next : next+n]), next + n + 2, nil
-	case '*':
-		n, err := strconv.Atoi(line)
-		if err != nil {
-			return nil, 0, err
-		}
-		out := make([]any, 0, max(n, 0))
-		for i := 0; i < n; i++ {
-			var v any
-			v, next, err = decode(b, next)
-			if err != nil {
-				return nil, 0, err
-			}
-			out = append(out, v)
-		}
-		return out, next, nil
-	}
-	return nil, 0, fmt.Errorf("unexpected reply type %q", b[pos])
 }

@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+)
+
+// stalled is a Redis that accepted the connection and then never answers:
+// the failure mode of a wedged or partitioned node. It reports each
+// accepted connection on the returned channel.
+func stalled(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{}, 16)
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range conns {
+					c.Close()
+				}
+				return
+			}
+			conns = append(conns, c)
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String(), accepted
+}
+
+func TestReadyGivesUpOnAStalledRedis(t *testing.T) {
+	addr, accepted := stalled(t)
+	p, err := New(Config{Upstreams: []string{addr}, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ready.Store(true)
+
+	// A context with a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.Ready(ctx); err == nil {
+		t.Fatal("Ready against a Redis that never answers succeeded")
+	}
+
+	// A context without one: the configured timeout bounds the PING.
+	if err := p.Ready(context.Background()); err == nil {
+		t.Fatal("Ready against a Redis that never answers succeeded")
+	}
+
+	// Cancellation alone ends the wait too.
+	p.cfg.Timeout = time.Hour
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { <-accepted; <-accepted; <-accepted; cancel() }()
+	if err := p.Ready(ctx); err == nil {
+		t.Fatal("Ready against a Redis that never answers succeeded")
+	}
+}
+
+func TestSlotRefreshGivesUpOnAStalledRedis(t *testing.T) {
+	addr, _ := stalled(t)
+	p, err := New(Config{Upstreams: []string{addr}, Cluster: true, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.topo.refresh(ctx); err == nil {
+		t.Fatal("slot refresh against a Redis that never answers succeeded")
+	}
+	// The background refresh (started on MOVED) ends and lets the next one run.
+	p.topo.refreshAsync()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.topo.refreshing.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("background slot refresh never ended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !p.topo.refreshing.CompareAndSwap(false, true) {
+		t.Fatal("refreshing flag still set")
+	}
+}
+
+func TestParseClusterSlotsRejectsBadRanges(t *testing.T) {
+	for _, in := range []string{
+		"*1\r\n*3\r\n:-1\r\n:5\r\n*2\r\n$1\r\nh\r\n:7000\r\n",
+		"*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:7000\r\n",
+		"*1\r\n*3\r\n:9\r\n:5\r\n*2\r\n$1\r\nh\r\n:7000\r\n",
+		"*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n$1\r\nh\r\n:70000\r\n",
+		"*1\r\n*3\r\n$1\r\nx\r\n:5\r\n*2\r\n$1\r\nh\r\n:7000\r\n",
+		"*1000000000\r\n",
+	} {
+		if _, err := parseClusterSlots([]byte(in)); err == nil {
+			t.Errorf("parseClusterSlots(%q) accepted a bad reply", in)
+		}
+	}
+	got, err := parseClusterSlots([]byte("*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n"))
+	if err != nil || len(got) != 1 || got[0] != (slotRange{0, 16383, "127.0.0.1", 7000}) {
+		t.Fatalf("parseClusterSlots = %+v, %v", got, err)
+	}
+}
