@@ -188,9 +188,9 @@ func New(cfg Config) (*Sketch, error) {
 		return nil, err
 	}
 	s := &Sketch{cfg: cfg, seed: maphash.MakeSeed(), slotDur: int64(cfg.Window) / int64(cfg.Slots), rows: cfg.Rows, rng: 0x9e3779b97f4a7c15}
-	// Plan within 31/32 of the budget: the allocator rounds keys and slices
+	// Plan within 15/16 of the budget: the allocator rounds keys and slices
 	// up to size classes, and the measured heap must stay within budget.
-	budget := cfg.MemoryBytes - cfg.MemoryBytes/32 - int(unsafe.Sizeof(Sketch{}))
+	budget := cfg.MemoryBytes - cfg.MemoryBytes/16 - int(unsafe.Sizeof(Sketch{}))
 	perEntry := int(unsafe.Sizeof(entry{})) + cfg.Slots*int(unsafe.Sizeof(slot{})) + 4*2 + 4 + 4 + cfg.AvgKeyLen
 	m := cfg.K * cfg.StoreFactor / 100
 	if m < cfg.K {

@@ -230,7 +230,7 @@ func kib(b int64) string {
 	if b >= 1<<20 {
 		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 	}
-	return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	return fmt.Sprintf("%.2f KiB", float64(b)/(1<<10))
 }
 
 func main() {
