@@ -14,6 +14,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,9 @@ type Config struct {
 	Cluster bool
 	// Username and Password authenticate every upstream connection.
 	Username, Password string
+	// TLS, if set, wraps every upstream connection in TLS (see ClientTLS);
+	// nil means plaintext. Credentials are sent only after the handshake.
+	TLS *tls.Config
 	// Policy is "<namespace>/<name>" reported with each access.
 	Policy string
 	// Engine, if set, serves commands on mitigated keys.
@@ -78,7 +82,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger logs connection-level events; never Redis keys or values.
 	Logger *slog.Logger
-	// Limits bound client frames (resp.DefaultLimits if zero).
+	// Limits bound client frames (DefaultClientLimits if zero).
 	Limits resp.Limits
 	// SharedConns is the number of multiplexed upstream connections per
 	// RESP version in standalone mode (default 2); clients that touch
@@ -135,7 +139,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Limits.MaxDepth == 0 {
-		cfg.Limits = resp.DefaultLimits
+		cfg.Limits = DefaultClientLimits()
 	}
 	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
 	if cfg.SharedConns == 0 {
@@ -286,14 +290,22 @@ func (p *Proxy) Ready(ctx context.Context) error {
 // credentials. The connection's deadlines are cleared on success.
 func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
 	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	var c net.Conn
+	var err error
+	if p.cfg.TLS != nil {
+		// tls.Dialer checks the certificate against the host of addr
+		// unless the configuration names the server, and completes the
+		// handshake (bounded by DialTimeout) before AUTH is written.
+		td := tls.Dialer{NetDialer: &d, Config: p.cfg.TLS}
+		c, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		p.m.upstreamErrors.WithLabelValues("dial").Inc()
 		return nil, err
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
+	setNoDelay(c)
 	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.DefaultLimits), w: resp.NewWriter(c, 16<<10)}
 	if p.cfg.Password != "" {
 		args := [][]byte{[]byte("AUTH"), []byte(p.cfg.Password)}
@@ -362,4 +374,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 	}
 	return m
+}
+
+// setNoDelay turns Nagle off on c (under TLS, on its TCP connection): the
+// proxy writes whole pipelines and wants them on the wire at once.
+func setNoDelay(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+}
+
+// DefaultClientLimits are the limits on client frames: Redis' own, except
+// bulk strings, capped at 64 MiB rather than 512 MiB. A sidecar holds a
+// whole command in memory before forwarding it, per connection, so a value
+// of hundreds of MiB from an application is far likelier a bug or an
+// attack than a need; --max-bulk raises it.
+func DefaultClientLimits() resp.Limits {
+	l := resp.DefaultLimits
+	l.MaxBulk = 64 << 20
+	return l
 }

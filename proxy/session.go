@@ -611,7 +611,17 @@ func (s *session) subscribe(info cmdInfo) error {
 	}
 	s.nFwd++
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(u.conn, s.conn); u.conn.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() {
+		io.Copy(u.conn, s.conn)
+		// Half-close so Redis sees the client's EOF; TCP and TLS
+		// connections both can.
+		if cw, ok := u.conn.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			u.conn.Close()
+		}
+		done <- struct{}{}
+	}()
 	go func() { io.Copy(s.conn, u.conn); s.conn.Close(); done <- struct{}{} }()
 	<-done
 	s.conn.Close()

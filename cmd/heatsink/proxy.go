@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/heatsink-dev/heatsink/proxy"
 	"github.com/heatsink-dev/heatsink/proxy/sidecar"
 )
 
@@ -23,20 +25,48 @@ func runProxy(args []string) error {
 		}
 		return def
 	}
-	envBool, _ := strconv.ParseBool(env("HEATSINK_CLUSTER", "false"))
+	envBool := func(k string) bool {
+		b, _ := strconv.ParseBool(env(k, "false"))
+		return b
+	}
+	envInt := func(k string, def int) int {
+		if n, err := strconv.Atoi(env(k, "")); err == nil {
+			return n
+		}
+		return def
+	}
 	var c sidecar.Config
 	fs.StringVar(&c.Listen, "listen", env("HEATSINK_LISTEN", "127.0.0.1:6380"), "address the application connects to (HEATSINK_LISTEN)")
 	upstream := fs.String("upstream", env("HEATSINK_UPSTREAM", ""), "comma-separated Redis host:port (cluster: seeds) (HEATSINK_UPSTREAM)")
-	fs.BoolVar(&c.Cluster, "cluster", envBool, "upstream is a Redis Cluster (HEATSINK_CLUSTER)")
+	fs.BoolVar(&c.Cluster, "cluster", envBool("HEATSINK_CLUSTER"), "upstream is a Redis Cluster (HEATSINK_CLUSTER)")
 	fs.StringVar(&c.Policy, "policy", env("HEATSINK_POLICY", ""), "HotKeyPolicy name whose routing table to follow (HEATSINK_POLICY)")
 	fs.StringVar(&c.Namespace, "namespace", env("HEATSINK_NAMESPACE", ""), "namespace of the policy (HEATSINK_NAMESPACE)")
 	fs.StringVar(&c.RoutingFile, "routing-file", env("HEATSINK_ROUTING_FILE", "/etc/heatsink/routing/routing.json"), "mounted routing table, the fallback when the API server is away (HEATSINK_ROUTING_FILE)")
 	fs.StringVar(&c.Detector, "detector", env("HEATSINK_DETECTOR", ""), "host:port of the node's detector; empty disables reports (HEATSINK_DETECTOR)")
 	fs.StringVar(&c.Username, "redis-username", env("HEATSINK_REDIS_USERNAME", ""), "upstream ACL user (HEATSINK_REDIS_USERNAME)")
-	fs.StringVar(&c.Password, "redis-password", env("HEATSINK_REDIS_PASSWORD", ""), "upstream password (HEATSINK_REDIS_PASSWORD)")
+	// The password comes from the environment only: a flag would show it
+	// in ps and in the pod's command line.
+	c.Password = os.Getenv("HEATSINK_REDIS_PASSWORD")
+	useTLS := fs.Bool("tls", envBool("HEATSINK_TLS"), "connect to Redis over TLS (HEATSINK_TLS)")
+	var tlsOpts proxy.TLSOptions
+	fs.StringVar(&tlsOpts.CAFile, "tls-ca-file", env("HEATSINK_TLS_CA_FILE", ""), "PEM bundle of the CAs that sign Redis' certificate; empty uses the system roots (HEATSINK_TLS_CA_FILE)")
+	fs.StringVar(&tlsOpts.ServerName, "tls-server-name", env("HEATSINK_TLS_SERVER_NAME", ""), "name to verify in Redis' certificate; empty uses each address's host (HEATSINK_TLS_SERVER_NAME)")
+	fs.BoolVar(&tlsOpts.InsecureSkipVerify, "tls-insecure-skip-verify", envBool("HEATSINK_TLS_INSECURE_SKIP_VERIFY"), "do not verify Redis' certificate (HEATSINK_TLS_INSECURE_SKIP_VERIFY)")
+	c.Limits = proxy.DefaultClientLimits()
+	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes (HEATSINK_MAX_BULK)")
 	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz (HEATSINK_HTTP_ADDRESS)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if c.Limits.MaxBulk <= 0 {
+		return fmt.Errorf("--max-bulk must be positive, got %d", c.Limits.MaxBulk)
+	}
+	if *useTLS {
+		cfg, err := proxy.ClientTLS(tlsOpts)
+		if err != nil {
+			return err
+		}
+		c.TLS = cfg
 	}
 	for _, a := range strings.Split(*upstream, ",") {
 		if a = strings.TrimSpace(a); a != "" {

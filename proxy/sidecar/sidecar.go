@@ -6,6 +6,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/engine"
 	"github.com/heatsink-dev/heatsink/proxy"
+	"github.com/heatsink-dev/heatsink/resp"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/routing/watch"
 )
@@ -44,6 +46,11 @@ type Config struct {
 	Detector string
 	Username string
 	Password string
+	// TLS, if set, is used for every connection to Redis (the proxy's and
+	// the engine's); build it with proxy.ClientTLS. nil means plaintext.
+	TLS *tls.Config
+	// Limits bound client frames (proxy.Config.Limits).
+	Limits resp.Limits
 	// HTTPAddress serves /metrics, /healthz, /readyz; empty disables it.
 	HTTPAddress string
 	// HTTPListener, if set, is used instead of listening on HTTPAddress.
@@ -66,6 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	rc := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
+		TLSConfig: cfg.TLS,
 	})
 	defer rc.Close()
 	eng := engine.New(rc, engine.Options{Registerer: reg})
@@ -74,6 +82,7 @@ func Run(ctx context.Context, cfg Config) error {
 	pcfg := proxy.Config{
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
+		TLS: cfg.TLS, Limits: cfg.Limits,
 	}
 	if cfg.Detector != "" {
 		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{})

@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// TLSOptions describe TLS to Redis as a HotKeyPolicy's spec.target.tls does
+// (the injector mounts the policy's CA Secret as a file).
+type TLSOptions struct {
+	// CAFile is a PEM bundle of the CAs that sign Redis' certificate; empty
+	// means the system roots.
+	CAFile string
+	// ServerName overrides the name checked in Redis' certificate; empty
+	// means the host of each address dialled (which in cluster mode differs
+	// per node).
+	ServerName string
+	// InsecureSkipVerify accepts any certificate. It exists because the
+	// policy API offers it; it forfeits protection against a man in the
+	// middle.
+	InsecureSkipVerify bool
+}
+
+// ClientTLS builds the client TLS configuration for connections to Redis.
+// TLS 1.2 is the floor: Redis supports 1.2 and 1.3, and older versions are
+// broken.
+func ClientTLS(o TLSOptions) (*tls.Config, error) {
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         o.ServerName,
+		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // opt-in, mirrors the policy API
+	}
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis TLS CA: no PEM certificate in %s", o.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if cfg.InsecureSkipVerify && cfg.RootCAs != nil {
+		return nil, errors.New("redis TLS: a CA file and insecureSkipVerify exclude each other")
+	}
+	return cfg, nil
+}
