@@ -39,7 +39,7 @@ import (
 
 // The detector's least privilege: read policies, manage its own reports.
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=list;watch;create;patch;delete
 
 // Options configure a Detector.
 type Options struct {

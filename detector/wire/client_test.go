@@ -64,7 +64,10 @@ func TestClientAggregatesAndFlushesOnTick(t *testing.T) {
 	c.Observe("ns/q", "hot", 2, 0, 0)
 	// The flush loop must have its ticker registered before we step.
 	deadline := time.Now().Add(5 * time.Second)
-	for !clk.HasWaiters() && time.Now().Before(deadline) {
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the client's flush loop never registered its ticker")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	clk.Step(100 * time.Millisecond)
