@@ -46,8 +46,15 @@ type session struct {
 	ups     []*upstream // by node index
 	pend    []pend
 	rawlog  []byte
-	prelude [][]byte // raw session-state commands, replayed on new upstreams
-	proto   int
+	prelude connState // AUTH/HELLO/SELECT, replayed on new upstreams
+	// stickyState is set once the client sent a command leaving state the
+	// proxy cannot replay (CLIENT SETNAME, CLIENT TRACKING, READONLY, ...);
+	// RESET clears it. With it (or inside MULTI/WATCH) a lost upstream
+	// connection loses the client's state, so stateLost ends the session
+	// instead of reconnecting silently.
+	stickyState bool
+	stateLost   bool
+	proto       int
 	// blocking is set when the current batch holds a blocking command.
 	blocking bool
 
@@ -124,6 +131,12 @@ func (s *session) run() {
 		if err != nil || s.p.draining.Load() {
 			return
 		}
+		if s.stateLost {
+			// The client's errors are written; closing tells it its
+			// connection state is gone, as a direct connection's loss would.
+			s.p.log.Info("closing client connection: upstream connection with its state lost", "remote", s.conn.RemoteAddr().String())
+			return
+		}
 	}
 }
 
@@ -163,7 +176,7 @@ func (s *session) handle() (done bool, err error) {
 			s.dedicated = true
 			s.p.m.dedicated.Inc()
 			if s.proto == 3 { // HELLO 3 was answered from the shared pool
-				s.prelude = append(s.prelude, []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"))
+				s.prelude.set(slotHello, []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"))
 			}
 		}
 	}
@@ -249,8 +262,18 @@ func (s *session) handle() (done bool, err error) {
 			s.inTx, s.watching = false, false
 			defer s.unpin()
 		}
-	} else if info.kind == kEndTx {
-		s.inTx = false
+	} else {
+		switch info.kind {
+		case kWatch:
+			s.watching = true
+		case kUnwatch:
+			s.watching = false
+		case kEndTx:
+			s.inTx, s.watching = false, false
+		}
+	}
+	if !s.stickyState && (cluster || s.dedicated) && info.kind == kForward && leavesState(info, args) {
+		s.stickyState = true
 	}
 	var rk string
 	if s.p.cfg.Observer != nil && key != nil && !info.write {
@@ -312,6 +335,9 @@ func (s *session) upstream(node int) (*upstream, error) {
 	if u := s.ups[node]; u != nil {
 		return u, nil
 	}
+	if s.stateLost {
+		return nil, errStateLost
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.DialTimeout)
 	defer cancel()
 	u, err := s.p.dialRaw(ctx, s.p.topo.addr(node))
@@ -323,13 +349,11 @@ func (s *session) upstream(node int) (*upstream, error) {
 		return nil, err
 	}
 	u.node = node
-	if len(s.prelude) > 0 {
+	if n := s.prelude.len(); n > 0 {
 		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
-		for _, c := range s.prelude {
-			u.w.Write(c)
-		}
+		s.prelude.each(func(c []byte) { u.w.Write(c) })
 		err := u.w.Flush()
-		for i := 0; err == nil && i < len(s.prelude); i++ {
+		for i := 0; err == nil && i < n; i++ {
 			err = u.r.ReadReply(&s.rep)
 		}
 		if err != nil {
@@ -441,7 +465,9 @@ func (s *session) readReply(u *upstream) error {
 }
 
 // fail closes a broken upstream; drain clears it from s.ups afterwards and
-// the next command on that node dials again (replaying session state).
+// the next command on that node dials again (replaying AUTH/HELLO/SELECT),
+// unless the connection carried state that cannot be replayed: then the
+// session ends after this batch's replies (see stateLost).
 func (s *session) fail(u *upstream, err error) {
 	if u.conn == nil {
 		return
@@ -453,7 +479,14 @@ func (s *session) fail(u *upstream, err error) {
 	s.p.m.upstreamErrors.WithLabelValues(kind).Inc()
 	u.conn.Close()
 	u.conn = nil
+	if s.stickyState || s.inTx || s.watching {
+		s.stateLost = true
+	}
 }
+
+// errStateLost refuses to open a new upstream connection for a session
+// whose connection state went with the old one.
+var errStateLost = errors.New("connection state lost with the upstream connection; reconnect")
 
 func errText(err error) string {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -500,10 +533,8 @@ func (s *session) redirect(raw []byte) {
 			return
 		}
 		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
-		n := 1 + len(s.prelude)
-		for _, c := range s.prelude {
-			u.w.Write(c)
-		}
+		n := 1 + s.prelude.len()
+		s.prelude.each(func(c []byte) { u.w.Write(c) })
 		if ask {
 			u.w.Write([]byte("*1\r\n$6\r\nASKING\r\n"))
 			n++
@@ -546,7 +577,8 @@ func (s *session) sessionCommand() error {
 	args := s.cmd.Args
 	raw := append([]byte(nil), s.cmd.Raw...)
 	if eqFold(args[0], "RESET") {
-		s.prelude = s.prelude[:0]
+		s.prelude.reset()
+		s.stickyState = false
 		s.proto = 2
 		s.pinned, s.pinPending, s.inTx, s.watching = -1, false, false, false
 	} else {
@@ -555,9 +587,7 @@ func (s *session) sessionCommand() error {
 				s.proto = v
 			}
 		}
-		if len(s.prelude) < 64 {
-			s.prelude = append(s.prelude, raw)
-		}
+		s.prelude.set(stateSlot(args[0]), raw)
 	}
 	home := 0
 	if s.pinned >= 0 {
