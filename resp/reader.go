@@ -80,6 +80,9 @@ type Reader struct {
 // shrinkAbove is the buffer size above which an empty buffer is given back.
 const shrinkAbove = 1 << 20
 
+// growStep bounds how far the buffer grows ahead of the bytes received.
+const growStep = 1 << 20
+
 // NewReader returns a Reader with an initial buffer of size bytes (grown on
 // demand up to the frame size the limits allow).
 func NewReader(rd io.Reader, size int, limits Limits) *Reader {
@@ -120,10 +123,15 @@ func (r *Reader) Fill() error {
 			r.w -= r.r
 			r.r = 0
 		}
-		if len(r.buf)-r.w < want {
-			n := 2 * len(r.buf)
-			for n-r.w < want {
-				n *= 2
+		// Room for the rest of the frame, but never more than the bytes
+		// already held (or growStep): a header claiming a 512 MiB bulk
+		// must not allocate 512 MiB before the payload arrives. A real
+		// large frame still grows geometrically as its bytes come in.
+		room := min(want, max(r.w, growStep))
+		if len(r.buf)-r.w < room {
+			n := r.w + room
+			if d := 2 * len(r.buf); n < d && d <= r.w+max(r.w, growStep) {
+				n = d
 			}
 			nb := make([]byte, n)
 			copy(nb, r.buf[:r.w])

@@ -215,3 +215,59 @@ func TestBufferShrinksAfterHugeFrame(t *testing.T) {
 		t.Fatalf("buffer still %d bytes after the huge frame was consumed", len(r.buf))
 	}
 }
+
+// chunkReader returns data in chunks of at most n bytes, then EOF.
+type chunkReader struct {
+	data []byte
+	n    int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	k := min(len(p), c.n, len(c.data))
+	copy(p, c.data[:k])
+	c.data = c.data[k:]
+	return k, nil
+}
+
+// A header alone must not make the buffer grow to the length it claims:
+// one per connection would exhaust memory.
+func TestHugeBulkHeaderDoesNotAllocate(t *testing.T) {
+	for _, in := range []string{"*1\r\n$536870912\r\n" + strings.Repeat("x", 100), "$536870912\r\nabc"} {
+		r := NewReader(&chunkReader{data: []byte(in), n: 1 << 20}, 16<<10, DefaultLimits)
+		var err error
+		if in[0] == '*' {
+			var c Command
+			err = r.ReadCommand(&c)
+		} else {
+			var p Reply
+			err = r.ReadReply(&p)
+		}
+		if err != io.EOF {
+			t.Fatalf("%q: err = %v, want EOF", in[:12], err)
+		}
+		if len(r.buf) > 2<<20 {
+			t.Fatalf("%q: buffer grew to %d bytes on a header alone", in[:12], len(r.buf))
+		}
+	}
+}
+
+// A real large frame still reads whole, with the buffer growing as its
+// bytes arrive.
+func TestLargeBulkStillReads(t *testing.T) {
+	val := bytes.Repeat([]byte("v"), 9<<20)
+	in := AppendArgs(nil, [][]byte{[]byte("SET"), []byte("k"), val})
+	r := NewReader(&chunkReader{data: in, n: 64 << 10}, 512, DefaultLimits)
+	var c Command
+	if err := r.ReadCommand(&c); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.Args[2], val) {
+		t.Fatal("value mangled")
+	}
+	if len(r.buf) > 2*len(in)+growStep {
+		t.Fatalf("buffer %d bytes for a %d-byte frame", len(r.buf), len(in))
+	}
+}
