@@ -217,17 +217,6 @@ func (e *Engine) Lookup(key string) bool {
 	return ok
 }
 
-// Handles reports whether the engine implements command name (any case) for
-// a mitigated key. Every other command on a mitigated key is forwarded raw;
-// if it writes, call Invalidate after it.
-func Handles(name string) bool {
-	switch strings.ToUpper(name) {
-	case "GET", "SET", "INCR", "DECR", "INCRBY", "DECRBY", "DEL":
-		return true
-	}
-	return false
-}
-
 func (e *Engine) plan(key string) *plan {
 	return e.table.Load().plans[key]
 }

@@ -603,14 +603,6 @@ func TestLookupAndUnmitigatedKeys(t *testing.T) {
 	if _, err := e.Set(ctx, k, []byte("1"), "EX"); err == nil {
 		t.Fatal("SET EX without a value: want a syntax error")
 	}
-	for _, c := range []string{"get", "SET", "incr", "DecrBy", "del"} {
-		if !engine.Handles(c) {
-			t.Errorf("Handles(%q) = false", c)
-		}
-	}
-	if engine.Handles("APPEND") {
-		t.Error("Handles(APPEND) = true")
-	}
 }
 
 func TestScheduledEntryOutsideItsWindow(t *testing.T) {

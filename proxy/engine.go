@@ -11,65 +11,14 @@ import (
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// class is what a key's mitigation changes about where its data lives,
-// which decides what a command on the key may do.
-type class uint8
-
-const (
-	classNone class = iota
-	// classCache: coalesced and/or cached. The base key holds the whole
-	// value, so any command may go to Redis raw; a write then drops the
-	// cached copy.
-	classCache
-	// classReplicated: the base key is the truth and replicas are copies.
-	// Raw reads are exact; a string write must update the replicas too
-	// (the engine does) or be refused.
-	classReplicated
-	// classCounter: a split (and maybe pre-aggregated) counter, whose value
-	// is the base key plus shards plus pending increments: only what the
-	// engine implements is exact.
-	classCounter
-)
-
-func classOf(en *routing.Entry) class {
-	switch {
-	case en == nil:
-		// The key left the table between Lookup and Table: raw is exact
-		// and invalidating is harmless.
-		return classCache
-	case en.Split != nil || en.PreAggregate != nil:
-		return classCounter
-	case en.Replicate != nil:
-		return classReplicated
-	}
-	return classCache
-}
-
-// mitigationName names the mitigation in error replies.
-func mitigationName(en *routing.Entry) string {
-	switch {
-	case en == nil:
-		return "local cache"
-	case en.PreAggregate != nil:
-		return "pre-aggregate"
-	case en.Split != nil:
-		return "split"
-	case en.Replicate != nil:
-		return "replicate"
-	case en.LocalCache != nil:
-		return "local cache"
-	}
-	return "coalesce"
-}
-
 // anyMitigated reports whether a multi-key command names a mitigated key.
 // With an empty table it costs one atomic load.
-func anyMitigated(e Engine, info cmdInfo, args [][]byte) bool {
+func anyMitigated(e Engine, _ cmdInfo, args [][]byte) bool {
 	if len(e.Table().Entries) == 0 {
 		return false
 	}
 	found := false
-	forEachKey(info, args, func(i int) bool {
+	engine.ForEachKey(args, func(i int) bool {
 		found = e.Lookup(unsafeString(args[i]))
 		return !found
 	})
@@ -79,101 +28,70 @@ func anyMitigated(e Engine, info cmdInfo, args [][]byte) bool {
 // mitigated handles a command that names at least one mitigated key: it is
 // served through the engine (handled), refused with an error reply
 // (handled), or left to be forwarded raw (not handled), in which case inval
-// lists the mitigated keys whose cached copy a raw write must drop. The
-// rule: a command is forwarded raw only where the base key alone is the
-// truth; otherwise it goes through the engine where its semantics map
-// exactly, and is refused where they do not. See the compatibility table
-// in docs/proxy.md.
-func (s *session) mitigated(info cmdInfo, args [][]byte) (handled bool, inval []string) {
+// lists the mitigated keys whose cached copy a raw write must drop. What
+// to do is engine.Classify's decision, the same the go-redis hook
+// (redishook) takes; see the compatibility table in docs/proxy.md.
+func (s *session) mitigated(_ cmdInfo, args [][]byte) (handled bool, inval []string) {
 	e := s.p.cfg.Engine
 	t := e.Table()
-	worst := classNone
-	var wen *routing.Entry
-	forEachKey(info, args, func(i int) bool {
-		k := unsafeString(args[i])
+	d := engine.Classify(args, func(k string) (*routing.Entry, bool) {
 		if !e.Lookup(k) {
-			return true
+			return nil, false
 		}
-		en := t.Lookup(k)
-		if c := classOf(en); c > worst {
-			worst, wen = c, en
-		}
-		inval = append(inval, string(args[i]))
-		return true
-	})
-	if worst == classNone {
+		return t.Lookup(k), true
+	}, s.inTx || s.pinPending)
+	if d.Class == engine.ClassNone {
 		return false, nil
 	}
-	if !info.write {
-		inval = nil
+	if d.Write {
+		engine.ForEachKey(args, func(i int) bool {
+			if e.Lookup(unsafeString(args[i])) {
+				inval = append(inval, string(args[i]))
+			}
+			return true
+		})
 	}
-	rawOK := worst == classCache || worst == classReplicated && (!info.write || info.typed)
-	name := args[0]
-	if s.inTx || s.pinPending {
-		// Inside MULTI, Redis must queue every command; the engine's own
-		// commands cannot join the transaction.
-		if rawOK {
-			return false, inval
-		}
-		s.refuse(name, wen, " inside MULTI")
-		return true, nil
-	}
-	counter := worst == classCounter
-	physical := worst >= classReplicated // writes must reach replicas or shards
-	n := len(args)
-	switch {
-	case eqFold(name, "GET") && n == 2, eqFold(name, "GETEX") && n == 2:
+	switch d.Op {
+	case engine.OpRaw:
+		return false, inval
+	case engine.OpRefuse:
+		s.localError(d.Err)
+	case engine.OpGet:
 		s.engineRead(args[1], func(b, val []byte, found bool) []byte {
 			if !found {
 				return resp.AppendNull(b, s.proto)
 			}
 			return resp.AppendBulk(b, val)
 		})
-	case eqFold(name, "STRLEN") && n == 2 && counter:
+	case engine.OpStrlen:
 		s.engineRead(args[1], func(b, val []byte, _ bool) []byte { return resp.AppendInt(b, int64(len(val))) })
-	case eqFold(name, "TYPE") && n == 2 && counter:
+	case engine.OpType:
 		s.engineRead(args[1], func(b, _ []byte, found bool) []byte {
 			if !found {
 				return resp.AppendStatus(b, "none")
 			}
 			return resp.AppendStatus(b, "string")
 		})
-	case eqFold(name, "MGET") && n >= 2:
+	case engine.OpMGet:
 		s.mget(args[1:])
-	case eqFold(name, "EXISTS") && n >= 2 && counter:
-		s.perKeyCount(args, func(k string) bool { return classOf(t.Lookup(k)) == classCounter })
-	case (eqFold(name, "DEL") || eqFold(name, "UNLINK")) && n >= 2 && physical:
+	case engine.OpExists:
+		s.perKeyCount(args, func(k string) bool { return engine.ClassOf(t.Lookup(k)) == engine.ClassCounter && e.Lookup(k) })
+	case engine.OpDel:
 		s.perKeyCount(args, e.Lookup)
-	case eqFold(name, "MSET") && n >= 3 && n%2 == 1 && physical:
+	case engine.OpMSet:
 		s.mset(args)
-	case eqFold(name, "MSETNX") && physical:
-		s.localError("ERR heatsink: MSETNX cannot be atomic across a key mitigated by " + mitigationName(wen) + "; set the keys one by one")
-	case physical && isSetFamily(name):
+	case engine.OpSet:
 		if !s.engineSet(args) {
 			return false, inval // malformed: Redis gives its own error and writes nothing
 		}
-	case physical && isIncrFamily(name):
+	case engine.OpIncr:
 		if !s.engineIncr(args) {
 			return false, inval
 		}
-	case rawOK:
-		return false, inval
 	default:
-		s.refuse(name, wen, "")
+		return false, inval
 	}
 	return true, nil
-}
-
-func (s *session) refuse(name []byte, en *routing.Entry, where string) {
-	s.localError("ERR heatsink: " + upper(name) + " on a key mitigated by " + mitigationName(en) + " is not supported" + where)
-}
-
-func isSetFamily(name []byte) bool {
-	return eqFold(name, "SET") || eqFold(name, "SETNX") || eqFold(name, "SETEX") || eqFold(name, "PSETEX")
-}
-
-func isIncrFamily(name []byte) bool {
-	return eqFold(name, "INCR") || eqFold(name, "DECR") || eqFold(name, "INCRBY") || eqFold(name, "DECRBY")
 }
 
 // engineCtx bounds one engine call by the proxy's reply timeout.
@@ -213,15 +131,6 @@ func (s *session) engineSet(args [][]byte) bool {
 	val, opts, ok := engine.SetForm(string(args[0]), rest)
 	if !ok {
 		return false
-	}
-	for _, o := range opts {
-		if str, _ := o.(string); eqFold([]byte(str), "GET") {
-			// SET ... GET would need the old value and the write as one
-			// step across the physical keys.
-			en := s.p.cfg.Engine.Table().Lookup(string(args[1]))
-			s.localError("ERR heatsink: SET with GET on a key mitigated by " + mitigationName(en) + " is not supported")
-			return true
-		}
 	}
 	s.drain()
 	ctx, cancel := s.engineCtx()
@@ -434,9 +343,9 @@ func (s *session) mset(args [][]byte) {
 			rawCmds = append(rawCmds, resp.AppendArgs(nil, [][]byte{[]byte("SET"), k, args[i+1]}))
 			continue
 		}
-		if en := t.Lookup(unsafeString(k)); classOf(en) == classCounter {
+		if en := t.Lookup(unsafeString(k)); engine.ClassOf(en) == engine.ClassCounter {
 			if _, err := strconv.ParseInt(string(args[i+1]), 10, 64); err != nil {
-				s.localError("ERR heatsink: MSET on a key mitigated by " + mitigationName(en) + " needs an integer value")
+				s.localError("ERR heatsink: MSET on a key mitigated by " + engine.MitigationName(en) + " needs an integer value")
 				return
 			}
 		}

@@ -249,3 +249,157 @@ func TestHookAppliesRouting(t *testing.T) {
 		})
 	}
 }
+
+// TestHookDecidesLikeTheProxy covers the commands the hook used to send raw
+// on split or replicated keys: it must serve them through the engine, as
+// the proxy does, or refuse them, and never lose a counter's value.
+func TestHookDecidesLikeTheProxy(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := engine.New(tg.app, engine.Options{})
+			defer e.Close()
+			tg.app.AddHook(redishook.New(e))
+			const counter, profile, plain = "{cls:1}:likes", "cls:profile", "cls:plain"
+			split := &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}
+			e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: []routing.Entry{
+				{Key: profile, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 30_000}},
+				{Key: counter, Split: split},
+			}})
+			shardsHold := func() int64 {
+				var sum int64
+				for _, k := range append(routing.ShardKeys(counter, split.Generations[0]), counter) {
+					n, _ := tg.direct.Get(ctx, k).Int64()
+					sum += n
+				}
+				return sum
+			}
+			for i := 0; i < 20; i++ {
+				if err := tg.app.IncrBy(ctx, counter, 2).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tg.direct.Set(ctx, plain, "p", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+
+			// MGET sums the split counter, in place among plain keys.
+			got, err := tg.app.MGet(ctx, plain, counter, "cls:missing").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 3 || got[0] != "p" || got[1] != "40" || got[2] != nil {
+				t.Fatalf("MGET = %#v, want [p 40 nil]", got)
+			}
+			if n, err := tg.app.Exists(ctx, counter, plain, "cls:missing").Result(); err != nil || n != 2 {
+				t.Fatalf("EXISTS = %d, %v; want 2", n, err)
+			}
+
+			// APPEND, GETSET and EXPIRE are refused: nothing is written.
+			for _, c := range []redis.Cmder{
+				tg.app.Append(ctx, counter, "x"),
+				tg.app.GetSet(ctx, counter, "1"),
+				tg.app.Expire(ctx, counter, time.Second),
+				tg.app.Append(ctx, profile, "x"),
+				tg.app.MSetNX(ctx, plain, "q", profile, "v"),
+			} {
+				if err := c.Err(); err == nil || !strings.Contains(err.Error(), "heatsink") {
+					t.Errorf("%v: err = %v, want a heatsink refusal", c.Args(), err)
+				}
+			}
+			if v := tg.app.Get(ctx, counter).Val(); v != "40" {
+				t.Fatalf("counter after refusals = %q, want 40", v)
+			}
+			if ttl := tg.direct.TTL(ctx, counter).Val(); ttl > 0 {
+				t.Fatalf("a refused EXPIRE set a TTL: %v", ttl)
+			}
+
+			// UNLINK deletes the whole counter: no shard brings it back.
+			if n, err := tg.app.Unlink(ctx, counter, plain).Result(); err != nil || n != 2 {
+				t.Fatalf("UNLINK = %d, %v; want 2", n, err)
+			}
+			if s := shardsHold(); s != 0 {
+				t.Fatalf("after UNLINK the base key and shards still hold %d", s)
+			}
+			if v := tg.app.Get(ctx, counter).Val(); v == "40" {
+				t.Fatal("the counter came back after UNLINK")
+			}
+
+			// MSET goes through the engine for mitigated keys.
+			if err := tg.app.MSet(ctx, counter, "10", profile, "alice", plain, "q").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if v := tg.app.Get(ctx, counter).Val(); v != "10" {
+				t.Fatalf("counter after MSET = %q", v)
+			}
+			for _, r := range routing.ReplicaKeys(profile, 2) {
+				if v := tg.direct.Get(ctx, r).Val(); v != "alice" {
+					t.Fatalf("replica %s after MSET = %q", r, v)
+				}
+			}
+			if err := tg.app.MSet(ctx, counter, "ten").Err(); err == nil || !strings.Contains(err.Error(), "integer") {
+				t.Fatalf("MSET of a non-integer counter: %v", err)
+			}
+
+			// A transaction with an engine-only command is refused whole.
+			_, err = tg.app.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, counter, "99", 0) // same slot as the counter
+				p.Incr(ctx, counter)
+				return nil
+			})
+			if err == nil || !strings.Contains(err.Error(), "inside MULTI") {
+				t.Fatalf("MULTI with INCR on a split counter: %v", err)
+			}
+			if v := tg.app.Get(ctx, counter).Val(); v != "10" {
+				t.Fatalf("counter after the refused transaction = %q", v)
+			}
+		})
+	}
+}
+
+// TestHookPipelineKeepsOrder: every command of a pipeline sees the effects
+// of the ones queued before it, whether Redis or the engine serves it.
+func TestHookPipelineKeepsOrder(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := engine.New(tg.app, engine.Options{})
+			defer e.Close()
+			tg.app.AddHook(redishook.New(e))
+			const counter, profile, plain = "{ord:1}:n", "ord:profile", "ord:plain"
+			e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: []routing.Entry{
+				{Key: profile, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 30_000}},
+				{Key: counter, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}},
+			}})
+			cmds, err := tg.app.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, plain, "1", 0)                 // raw
+				p.MGet(ctx, plain, counter)               // engine: sees plain=1
+				p.Set(ctx, profile, "a", 100*time.Second) // engine
+				p.PTTL(ctx, profile)                      // raw: sees the SET's TTL
+				p.Set(ctx, plain, "2", 0)                 // raw
+				p.IncrBy(ctx, counter, 5)                 // engine
+				p.Get(ctx, plain)                         // raw: 2
+				p.Get(ctx, counter)                       // engine: 5
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := cmds[1].(*redis.SliceCmd).Val(); len(v) != 2 || v[0] != "1" || v[1] != nil {
+				t.Errorf("MGET = %#v, want [1 nil]", v)
+			}
+			if v := cmds[3].(*redis.DurationCmd).Val(); v <= 0 {
+				t.Errorf("PTTL after the pipelined SET = %v, want > 0", v)
+			}
+			if v := cmds[5].(*redis.IntCmd).Val(); v != 5 {
+				t.Errorf("INCRBY = %d", v)
+			}
+			if v := cmds[6].(*redis.StringCmd).Val(); v != "2" {
+				t.Errorf("GET plain = %q", v)
+			}
+			if v := cmds[7].(*redis.StringCmd).Val(); v != "5" {
+				t.Errorf("GET counter = %q", v)
+			}
+		})
+	}
+}

@@ -1,0 +1,230 @@
+package engine
+
+import (
+	"strings"
+	"unsafe"
+
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// Class is what a key's mitigation changes about where its data lives,
+// which decides what a command on the key may do.
+type Class uint8
+
+const (
+	// ClassNone: the key is not mitigated.
+	ClassNone Class = iota
+	// ClassCache: coalesced and/or cached. The base key holds the whole
+	// value, so any command may go to Redis raw; a write then drops the
+	// cached copy.
+	ClassCache
+	// ClassReplicated: the base key is the truth and replicas are copies.
+	// Raw reads are exact; a string write must update the replicas too
+	// (the engine does) or be refused.
+	ClassReplicated
+	// ClassCounter: a split (and maybe pre-aggregated) counter, whose
+	// value is the base key plus shards plus pending increments: only
+	// what the engine implements is exact.
+	ClassCounter
+)
+
+// ClassOf is the class of a table entry. A nil entry (the key left the
+// table while the command was being classified) is ClassCache: raw is
+// exact and invalidating is harmless.
+func ClassOf(en *routing.Entry) Class {
+	switch {
+	case en == nil:
+		return ClassCache
+	case en.Split != nil || en.PreAggregate != nil:
+		return ClassCounter
+	case en.Replicate != nil:
+		return ClassReplicated
+	}
+	return ClassCache
+}
+
+// MitigationName names an entry's mitigation in error replies.
+func MitigationName(en *routing.Entry) string {
+	switch {
+	case en == nil:
+		return "local cache"
+	case en.PreAggregate != nil:
+		return "pre-aggregate"
+	case en.Split != nil:
+		return "split"
+	case en.Replicate != nil:
+		return "replicate"
+	case en.LocalCache != nil:
+		return "local cache"
+	}
+	return "coalesce"
+}
+
+// Op says how a command naming mitigated keys is served.
+type Op uint8
+
+const (
+	// OpRaw: send the command to Redis as is; if Decision.Write, then
+	// drop the cached copies of the mitigated keys it names.
+	OpRaw Op = iota
+	// OpRefuse: answer Decision.Err without sending anything.
+	OpRefuse
+	// OpGet: GET or GETEX key (no options): Engine.Get.
+	OpGet
+	// OpStrlen: STRLEN of a counter: the length of Engine.Get's value.
+	OpStrlen
+	// OpType: TYPE of a counter: "string" if Engine.Get finds it, else
+	// "none".
+	OpType
+	// OpMGet: MGET: Engine.Get per mitigated key, a raw GET per other key
+	// (WRONGTYPE reads as nil, as in MGET), assembled in order.
+	OpMGet
+	// OpExists: EXISTS naming a counter: Engine.Get per counter key, a raw
+	// EXISTS per other key, added up.
+	OpExists
+	// OpDel: DEL or UNLINK naming a replicated or counter key: Engine.Del
+	// per mitigated key, a raw DEL/UNLINK per other key, added up.
+	OpDel
+	// OpMSet: MSET naming a replicated or counter key: Engine.Set per
+	// mitigated pair (after checking that every counter value is an
+	// integer, Decision.Err otherwise), a raw SET per other pair.
+	OpMSet
+	// OpSet: SET, SETNX, SETEX, PSETEX: Engine.Set with SetForm's options
+	// (a malformed form goes raw: Redis rejects it and writes nothing).
+	OpSet
+	// OpIncr: INCR, DECR, INCRBY, DECRBY: Engine.IncrBy (a malformed form
+	// goes raw).
+	OpIncr
+)
+
+// Decision is Classify's answer.
+type Decision struct {
+	Op Op
+	// Class is the most constrained class among the command's keys, and
+	// Entry that key's entry; ClassNone when no key is mitigated (Op is
+	// then OpRaw).
+	Class Class
+	Entry *routing.Entry
+	// Write: the command may write, so a raw send must be followed by
+	// invalidating its mitigated keys.
+	Write bool
+	// Err is the error reply of OpRefuse (and of an OpMSet whose counter
+	// value is not an integer).
+	Err string
+}
+
+// Classify decides how a command (args[0] is its name, in any case) is
+// served given the mitigated keys it names: lookup reports whether the
+// engine mitigates a key and its table entry (Engine.Lookup, then
+// Table().Lookup); the key it is given aliases args, so it must not keep
+// it. inTx is true inside MULTI, where Redis must queue every
+// command and the engine's own commands cannot join the transaction.
+//
+// The rule, shared by the sidecar proxy and the go-redis hook: a command is
+// sent raw only where the base key alone is the truth; otherwise it goes
+// through the engine where its semantics map exactly, and is refused where
+// they do not (docs/proxy.md, compatibility table).
+func Classify(args [][]byte, lookup func(key string) (*routing.Entry, bool), inTx bool) Decision {
+	if len(args) == 0 {
+		return Decision{}
+	}
+	c, ok := LookupCommand(args[0])
+	if !ok {
+		return Decision{}
+	}
+	d := Decision{Write: c.Write}
+	c.forEachKey(args, func(i int) bool {
+		en, ok := lookup(unsafeString(args[i]))
+		if !ok {
+			return true
+		}
+		if cl := ClassOf(en); cl > d.Class {
+			d.Class, d.Entry = cl, en
+		}
+		return true
+	})
+	if d.Class == ClassNone {
+		return Decision{}
+	}
+	name := args[0]
+	rawOK := d.Class == ClassCache || d.Class == ClassReplicated && (!c.Write || c.Typed)
+	refuse := func(where string) Decision {
+		d.Op = OpRefuse
+		d.Err = "ERR heatsink: " + strings.ToUpper(string(name)) + " on a key mitigated by " + MitigationName(d.Entry) + " is not supported" + where
+		return d
+	}
+	if inTx {
+		if rawOK {
+			return d
+		}
+		return refuse(" inside MULTI")
+	}
+	counter := d.Class == ClassCounter
+	physical := d.Class >= ClassReplicated // writes must reach replicas or shards
+	n := len(args)
+	switch {
+	case eqFold(name, "GET") && n == 2, eqFold(name, "GETEX") && n == 2:
+		d.Op = OpGet
+	case eqFold(name, "STRLEN") && n == 2 && counter:
+		d.Op = OpStrlen
+	case eqFold(name, "TYPE") && n == 2 && counter:
+		d.Op = OpType
+	case eqFold(name, "MGET") && n >= 2:
+		d.Op = OpMGet
+	case eqFold(name, "EXISTS") && n >= 2 && counter:
+		d.Op = OpExists
+	case (eqFold(name, "DEL") || eqFold(name, "UNLINK")) && n >= 2 && physical:
+		d.Op = OpDel
+	case eqFold(name, "MSET") && n >= 3 && n%2 == 1 && physical:
+		d.Op = OpMSet
+	case eqFold(name, "MSETNX") && physical:
+		d.Op = OpRefuse
+		d.Err = "ERR heatsink: MSETNX cannot be atomic across a key mitigated by " + MitigationName(d.Entry) + "; set the keys one by one"
+	case physical && isSetFamily(name):
+		if hasSetGet(name, args) {
+			// SET ... GET would need the old value and the write as one
+			// step across the physical keys.
+			d.Op = OpRefuse
+			d.Err = "ERR heatsink: SET with GET on a key mitigated by " + MitigationName(d.Entry) + " is not supported"
+			return d
+		}
+		d.Op = OpSet
+	case physical && isIncrFamily(name):
+		d.Op = OpIncr
+	case rawOK:
+		d.Op = OpRaw
+	default:
+		return refuse("")
+	}
+	return d
+}
+
+func isSetFamily(name []byte) bool {
+	return eqFold(name, "SET") || eqFold(name, "SETNX") || eqFold(name, "SETEX") || eqFold(name, "PSETEX")
+}
+
+func isIncrFamily(name []byte) bool {
+	return eqFold(name, "INCR") || eqFold(name, "DECR") || eqFold(name, "INCRBY") || eqFold(name, "DECRBY")
+}
+
+// hasSetGet reports whether a SET carries the GET option (after its key
+// and value).
+func hasSetGet(name []byte, args [][]byte) bool {
+	if !eqFold(name, "SET") {
+		return false
+	}
+	for i := 3; i < len(args); i++ {
+		if eqFold(args[i], "GET") {
+			return true
+		}
+	}
+	return false
+}
+
+// unsafeString views b as a string without copying, for map lookups.
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
