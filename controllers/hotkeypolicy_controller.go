@@ -57,6 +57,13 @@ type HotKeyPolicyReconciler struct {
 	Redis RedisDialer
 	// Margin overrides DefaultMargin.
 	Margin time.Duration
+	// RedisTimeout overrides DefaultRedisTimeout, the bound on one pass's
+	// Redis work.
+	RedisTimeout time.Duration
+	// MaxConcurrentReconciles is how many policies reconcile at once
+	// (DefaultMaxConcurrentReconciles if 0), so that one policy's slow Redis
+	// holds one worker, not every policy.
+	MaxConcurrentReconciles int
 	// Metrics receives the reconciler's metrics; registered on
 	// controller-runtime's registry if nil.
 	Metrics *Metrics
@@ -65,9 +72,13 @@ type HotKeyPolicyReconciler struct {
 	// tests run with -count=2 set it; production leaves it false.
 	SkipNameValidation bool
 
-	redis  *redisClients
-	parsed parsedCache
+	redis   *redisClients
+	parsed  parsedCache
+	refills refillBook
 }
+
+// DefaultMaxConcurrentReconciles is the default number of reconcile workers.
+const DefaultMaxConcurrentReconciles = 4
 
 // RBAC is exactly what the code calls: policies are read through the cache
 // and Updated (finalizer); status is only merge-Patched; routing ConfigMaps
@@ -92,7 +103,7 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		Watches(&v1alpha1.HotKeyReport{}, handler.EnqueueRequestsFromMapFunc(reportToPolicy)).
 		Named("hotkeypolicy").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(r.SkipNameValidation)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(r.SkipNameValidation), MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }
 
@@ -119,6 +130,9 @@ func (r *HotKeyPolicyReconciler) init(mgr ctrl.Manager) error {
 	if r.Margin <= 0 {
 		r.Margin = DefaultMargin
 	}
+	if r.MaxConcurrentReconciles <= 0 {
+		r.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
 	if r.Metrics == nil {
 		r.Metrics = NewMetrics(metrics.Registry)
 	}
@@ -135,7 +149,7 @@ func reportToPolicy(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
-// Reconcile runs one observe → decide → act → publish → status pass.
+// Reconcile runs one observe → decide → fold → publish → fill → status pass.
 func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	began := time.Now() // wall time: this measures the reconcile itself
 	defer func() { r.Metrics.reconcileDuration.Observe(time.Since(began).Seconds()) }()
@@ -145,6 +159,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			r.redis.forget(req.NamespacedName)
 			r.parsed.forget(req.NamespacedName)
+			r.refills.forget(req.NamespacedName)
 			r.Metrics.forget(req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -178,8 +193,18 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	})
 
 	enforced := r.enforced(spec, prev, &out, now)
-	act := r.actInRedis(ctx, policy, spec, prev, enforced, evs, now)
+	// Redis work has one deadline per pass and stops at the first failure;
+	// folds must precede publication (a generation leaves the table only
+	// once folded), replica fills follow it so the table never waits on them.
+	rctx, cancel := r.redisContext(ctx)
+	defer cancel()
+	rp := r.newRedisPass(policy, now)
+	rp.fold(rctx, spec, enforced)
 	pub := r.publish(ctx, policy, spec, prev, &out, enforced)
+	if pub.err == nil {
+		rp.fill(rctx, r.fills(req.NamespacedName, spec, prev, enforced, evs, now))
+	}
+	act := rp.res
 
 	status := r.buildStatus(policy, spec, now, agg, evs, schedErrs, &out, act, pub)
 	r.recordTransitions(policy, &policy.Status, status)
@@ -190,7 +215,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if pub.err != nil {
 		return ctrl.Result{}, pub.err
 	}
-	next := earliest(out.NextCheck, enforced.NextCheck, agg.NextStale, schedule.NextChange(now, evs), act.retryAt)
+	next := earliest(out.NextCheck, enforced.NextCheck, agg.NextStale, schedule.NextChange(now, evs), act.retryAt, r.refills.next(req.NamespacedName))
 	log.FromContext(ctx).V(1).Info("reconciled", "hotKeys", len(out.Keys), "routingVersion", pub.version, "next", next)
 	return requeueAt(now, next), nil
 }

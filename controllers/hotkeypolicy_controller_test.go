@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,7 +196,12 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Close() })
 	// 10s into epoch e0 of 60s epochs.
 	clk := clocktesting.NewFakeClock(routing.EpochStart(e0, 60000).Add(10 * time.Second))
-	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, SkipNameValidation: true}
+	stall := newStallServer(t)
+	// A pass's Redis work may take a minute here, so that only the order of
+	// the work and the concurrency of the workers, not the pass deadline,
+	// let other policies through while one Redis stalls.
+	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, RedisTimeout: time.Minute, SkipNameValidation: true,
+		Redis: stall.dialer(DialRedis)}
 	testenv.RunManager(t, cp, r.SetupWithManager)
 	ctx := context.Background()
 	n := 0
@@ -416,11 +424,15 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			}
 			return nil
 		})
-		for _, k := range routing.ReplicaKeys("product:iphone", 4) {
-			if v, err := rc.Get(ctx, k).Result(); v != "hello" {
-				t.Errorf("replica not pre-warmed: %q, %v", v, err)
+		// The fill follows the publication in the same pass.
+		f.eventually("replicas pre-warmed", func() error {
+			for _, k := range routing.ReplicaKeys("product:iphone", 4) {
+				if v, err := rc.Get(ctx, k).Result(); v != "hello" {
+					return fmt.Errorf("replica not pre-warmed: %q, %v", v, err)
+				}
 			}
-		}
+			return nil
+		})
 		f.step(41*time.Minute, "bf") // past the end
 		f.eventually("withdrawn", func() error {
 			tbl, _, err := f.table("bf")
@@ -667,6 +679,91 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f.eventually("a Warning Event", event(f, ReasonFoldSkipped))
 	})
 
+	t.Run("a stalled Redis holds one worker, not the table nor the other policies", func(t *testing.T) {
+		f := newFlow(t)
+		f.policy("stalled", func(p *v1alpha1.HotKeyPolicy) {
+			p.Spec.Target.Addresses = []string{stall.addr}
+			p.Spec.Mitigations.Replicate.Enabled = ptr.To(true)
+		})
+		f.report("stalled", "n1", cand("page:stalled", 100000, 0))
+		pending(f, "stalled")
+		f.step(2*time.Second, "stalled")
+		f.eventually("replicated key published before its fill", func() error {
+			tbl, _, err := f.table("stalled")
+			if err != nil {
+				return err
+			}
+			if e := tbl.Lookup("page:stalled"); e == nil || e.Replicate == nil {
+				return fmt.Errorf("entries %+v", tbl.Entries)
+			}
+			return nil
+		})
+		f.eventually("the fill stuck in Redis", func() error {
+			if stall.accepted() == 0 {
+				return fmt.Errorf("no connection to the stalled Redis yet")
+			}
+			return nil
+		})
+		// While that fill waits, another policy is decided and published.
+		f.policy("other")
+		f.report("other", "n1", cand("likes:other", 0, 50000))
+		pending(f, "other")
+		f.step(2*time.Second, "other")
+		f.eventually("other policy published", func() error {
+			tbl, _, err := f.table("other")
+			if err != nil {
+				return err
+			}
+			if e := tbl.Lookup("likes:other"); e == nil || e.Split == nil {
+				return fmt.Errorf("entries %+v", tbl.Entries)
+			}
+			return nil
+		})
+		// The stalled pass had not finished: it would have written
+		// Degraded/RedisUnavailable.
+		if c := meta.FindStatusCondition(f.status("stalled").Conditions, v1alpha1.ConditionDegraded); c != nil && c.Reason == v1alpha1.ReasonRedisUnavailable {
+			t.Fatalf("stalled pass finished before the other policy was published: %+v", c)
+		}
+		stall.release()
+		f.eventually("the stalled policy degrades, with a Warning Event", event(f, v1alpha1.ReasonRedisUnavailable))
+		del(f, "stalled")
+		f.eventually("stalled policy gone", gone(f, "stalled"))
+	})
+
+	t.Run("replicas are filled again once the table has reached the sidecars", func(t *testing.T) {
+		f := newFlow(t)
+		rc.Set(ctx, "page:refill", "v1", 0)
+		f.policy("refill", withRedis, func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mitigations.Replicate.Enabled = ptr.To(true) })
+		f.report("refill", "n1", cand("page:refill", 100000, 0))
+		pending(f, "refill")
+		f.step(2*time.Second, "refill")
+		replicas := func(want string) func() error {
+			return func() error {
+				tbl, _, err := f.table("refill")
+				if err != nil {
+					return err
+				}
+				e := tbl.Lookup("page:refill")
+				if e == nil || e.Replicate == nil {
+					return fmt.Errorf("entries %+v", tbl.Entries)
+				}
+				for _, k := range routing.ReplicaKeys("page:refill", int(e.Replicate.Replicas)) {
+					if v, err := rc.Get(ctx, k).Result(); v != want {
+						return fmt.Errorf("replica %q = %q (%v), want %q", k, v, err, want)
+					}
+				}
+				return nil
+			}
+		}
+		f.eventually("replicas filled", replicas("v1"))
+		// A write through the previous table, which sidecars may still use
+		// until the margin has passed, reaches the base key only.
+		rc.Set(ctx, "page:refill", "v2", 0)
+		f.clk.Step(10 * time.Second) // the margin
+		f.report("refill", "n1", cand("page:refill", 100000, 0))
+		f.eventually("replicas refilled", replicas("v2"))
+	})
+
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()
 		if err != nil {
@@ -674,7 +771,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		// Every key the flows used.
-		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip"}
+		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip"}
 		for _, mf := range mfs {
 			seen[mf.GetName()] = true
 			for _, m := range mf.GetMetric() {
@@ -692,4 +789,89 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			}
 		}
 	})
+}
+
+// pending waits until policy's manager state holds a key not yet mitigated.
+func pending(f *flow, policy string) {
+	f.t.Helper()
+	f.eventually("pending", func() error {
+		_, cm, err := f.table(policy)
+		if err != nil {
+			return err
+		}
+		var doc stateDoc
+		if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) == 0 {
+			return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
+		}
+		return nil
+	})
+}
+
+// stallServer accepts Redis connections and never answers until released:
+// a Redis that hangs rather than refuses.
+type stallServer struct {
+	addr string
+	ln   net.Listener
+	mu   sync.Mutex
+	// conns are the accepted connections, closed on release.
+	conns    []net.Conn
+	n        int
+	released bool
+}
+
+func newStallServer(t *testing.T) *stallServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stallServer{addr: ln.Addr().String(), ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.n++
+			if s.released {
+				_ = c.Close()
+			} else {
+				s.conns = append(s.conns, c)
+				go func() { _, _ = io.Copy(io.Discard, c) }() // read, never answer
+			}
+			s.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { s.release(); _ = ln.Close() })
+	return s
+}
+
+func (s *stallServer) accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// release closes every connection: the stalled ops fail, later ones too.
+func (s *stallServer) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released = true
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+	s.conns = nil
+}
+
+// dialer dials the stall server with no per-op timeout and no retry, so an
+// op there waits for the pass deadline (or the release), and every other
+// address with next.
+func (s *stallServer) dialer(next RedisDialer) RedisDialer {
+	return func(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
+		if len(target.Addresses) == 1 && target.Addresses[0] == s.addr {
+			return redis.NewClient(&redis.Options{Addr: s.addr, ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1,
+				ContextTimeoutEnabled: true}), nil
+		}
+		return next(target, creds)
+	}
 }

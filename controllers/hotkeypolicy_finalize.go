@@ -93,7 +93,7 @@ func (r *HotKeyPolicyReconciler) drainForDeletion(ctx context.Context, policy *v
 	}
 	em := spec.Mitigations.Split.Epoch.Milliseconds()
 	drain := decide.Drain(now, em, r.Margin, decide.Rescale(prev.Table, em))
-	act := r.actInRedis(ctx, policy, spec, prev, &drain, nil, now)
+	act := r.actInRedis(ctx, policy, spec, &drain, now)
 	pub := r.publish(ctx, policy, spec, prev, &decide.Output{State: prev.State}, &drain)
 	if pub.err != nil {
 		return ctrl.Result{}, false, pub.err

@@ -52,16 +52,18 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 			tc.RootCAs = pool
 		}
 	}
+	// ContextTimeoutEnabled makes every op honour the pass deadline (see
+	// DefaultRedisTimeout) on top of the per-op timeouts, retries included.
 	const timeout = 2 * time.Second
 	if target.Cluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: target.Addresses, Username: creds.Username, Password: creds.Password,
-			TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout}), nil
+			TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
 	}
 	if len(target.Addresses) == 0 {
 		return nil, errors.New("redis target has no address")
 	}
 	return redis.NewClient(&redis.Options{Addr: target.Addresses[0], Username: creds.Username, Password: creds.Password,
-		TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout}), nil
+		TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
 }
 
 // redisClients keeps one client per policy, replaced when the target or the
@@ -162,11 +164,18 @@ func (r *HotKeyPolicyReconciler) credentials(ctx context.Context, policy *v1alph
 	return creds, nil
 }
 
+// DefaultRedisTimeout bounds all the Redis work of one reconcile pass (folds
+// and fills together), so that a stalled Redis costs one worker at most this
+// long per pass instead of every op's timeouts times go-redis's retries.
+const DefaultRedisTimeout = 5 * time.Second
+
 // actResult says what happened in Redis.
 type actResult struct {
-	// reason and message are set when part of the work failed.
+	// reason and message are set when part of the work failed; the pass
+	// stopped there.
 	reason, message string
-	// retryAt is set when folds remain (retry after the margin).
+	// retryAt is set when work remains (folds pending or failed, fills
+	// failed): retry after the margin.
 	retryAt time.Time
 	filled  int
 }
@@ -176,74 +185,150 @@ type fill struct {
 	key      string
 	replicas int
 	ttl      time.Duration
+	// refill marks the second fill of a key, once the table that replicates
+	// it has reached every sidecar (see refillBook); it is not repeated.
+	refill bool
 }
 
-// actInRedis folds retired generations (removing the folded ones from
-// out.Entries) and fills the replicas of keys about to be replicated:
-// scheduled keys from their pre-warm time until just after their start, and
-// keys whose replication is new or resized. out is what is enforced (see
-// enforced): in Observe mode only the drain of published splits, which has
-// folds and no replicas, so nothing else is written.
-func (r *HotKeyPolicyReconciler) actInRedis(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, evs []schedule.Event, now time.Time) actResult {
-	var res actResult
-	fills := r.fills(spec, prev, out, evs, now)
-	if len(fills) == 0 && len(out.Folds) == 0 {
-		return res
+// redisPass is the Redis side of one reconcile pass: one client, opened on
+// first use, and a stop at the first failure. A Redis that refuses or
+// stalls fails every following op the same way, so going on would only
+// multiply the wait; the rest is retried after the margin.
+type redisPass struct {
+	r      *HotKeyPolicyReconciler
+	policy *v1alpha1.HotKeyPolicy
+	now    time.Time
+	cl     redis.UniversalClient
+	res    actResult
+}
+
+func (r *HotKeyPolicyReconciler) newRedisPass(policy *v1alpha1.HotKeyPolicy, now time.Time) *redisPass {
+	return &redisPass{r: r, policy: policy, now: now}
+}
+
+// redisContext bounds the Redis work of one pass (see DefaultRedisTimeout).
+func (r *HotKeyPolicyReconciler) redisContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := r.RedisTimeout
+	if d <= 0 {
+		d = DefaultRedisTimeout
 	}
-	creds, err := r.credentials(ctx, policy)
+	return context.WithTimeout(ctx, d)
+}
+
+// stopped reports whether an earlier step failed.
+func (p *redisPass) stopped() bool { return p.res.reason != "" }
+
+func (p *redisPass) fail(reason string, err error) {
+	p.res.reason, p.res.message = reason, err.Error()
+	p.res.retryAt = p.now.Add(p.r.Margin)
+}
+
+// client opens the policy's client on first use; nil once the pass stopped.
+func (p *redisPass) client(ctx context.Context) redis.UniversalClient {
+	if p.stopped() {
+		return nil
+	}
+	if p.cl != nil {
+		return p.cl
+	}
+	creds, err := p.r.credentials(ctx, p.policy)
 	if err != nil {
-		res.reason, res.message = v1alpha1.ReasonRedisUnavailable, err.Error()
+		reason := v1alpha1.ReasonRedisUnavailable
 		if errors.Is(err, errCredentials) {
-			res.reason = v1alpha1.ReasonCredentialsMissing
+			reason = v1alpha1.ReasonCredentialsMissing
 		}
-		res.retryAt = now.Add(r.Margin)
-		return res
+		p.fail(reason, err)
+		return nil
 	}
-	cl, err := r.redis.get(client.ObjectKeyFromObject(policy), policy.Spec.Target, creds)
+	cl, err := p.r.redis.get(client.ObjectKeyFromObject(p.policy), p.policy.Spec.Target, creds)
 	if err != nil {
-		res.reason, res.message, res.retryAt = v1alpha1.ReasonRedisUnavailable, err.Error(), now.Add(r.Margin)
-		return res
+		p.fail(v1alpha1.ReasonRedisUnavailable, err)
+		return nil
 	}
-	var errs []string
-	if len(out.Folds) > 0 {
-		done := make(map[decide.GenRef]bool)
-		folder := fold.New(cl, fold.Options{})
-		for _, ref := range out.Folds {
-			g, ok := generation(out.Entries, ref)
-			if !ok {
-				continue
-			}
-			fr, err := folder.Generation(ctx, ref.Key, g)
-			r.Metrics.foldMoves.Add(float64(fr.Moves))
-			switch {
-			case err != nil:
-				r.Metrics.folds.WithLabelValues("error").Inc()
-				errs = append(errs, err.Error())
-			case fr.Done:
-				r.Metrics.folds.WithLabelValues("done").Inc()
-				done[ref] = true
-			default:
-				r.Metrics.folds.WithLabelValues("pending").Inc()
-			}
-			if !done[ref] {
-				res.retryAt = now.Add(r.Margin)
-			}
-		}
-		out.Entries = decide.Prune(now, spec.Mitigations.Split.Epoch.Milliseconds(), out.Entries, done)
+	p.cl = cl
+	return cl
+}
+
+// redisFailed records the first failed Redis op and stops the pass.
+func (p *redisPass) redisFailed(ctx context.Context, err error) {
+	log.FromContext(ctx).Error(err, "redis work failed; the rest of this pass is skipped")
+	p.fail(v1alpha1.ReasonRedisUnavailable, fmt.Errorf("Redis work stopped at the first failure: %w", err))
+}
+
+// fold folds retired generations, removing the folded ones from
+// out.Entries. It runs before publication: a generation leaves the table
+// only once folded. out is what is enforced (see enforced).
+func (p *redisPass) fold(ctx context.Context, spec *v1alpha1.HotKeyPolicySpec, out *decide.Output) {
+	if len(out.Folds) == 0 {
+		return
 	}
-	for _, f := range fills {
-		if err := fillReplicas(ctx, cl, f); err != nil {
-			errs = append(errs, err.Error())
-			res.retryAt = now.Add(r.Margin)
+	cl := p.client(ctx)
+	if cl == nil {
+		return
+	}
+	m := p.r.Metrics
+	done := make(map[decide.GenRef]bool)
+	folder := fold.New(cl, fold.Options{})
+	for _, ref := range out.Folds {
+		g, ok := generation(out.Entries, ref)
+		if !ok {
 			continue
 		}
-		res.filled++
+		fr, err := folder.Generation(ctx, ref.Key, g)
+		m.foldMoves.Add(float64(fr.Moves))
+		if err != nil {
+			m.folds.WithLabelValues("error").Inc()
+			p.redisFailed(ctx, err)
+			break
+		}
+		if fr.Done {
+			m.folds.WithLabelValues("done").Inc()
+			done[ref] = true
+		} else {
+			m.folds.WithLabelValues("pending").Inc()
+			p.res.retryAt = p.now.Add(p.r.Margin)
+		}
 	}
-	if len(errs) > 0 {
-		log.FromContext(ctx).Error(errors.New(errs[0]), "redis work failed", "failures", len(errs))
-		res.reason, res.message = v1alpha1.ReasonRedisUnavailable, fmt.Sprintf("%d Redis operations failed; first: %s", len(errs), errs[0])
+	out.Entries = decide.Prune(p.now, spec.Mitigations.Split.Epoch.Milliseconds(), out.Entries, done)
+}
+
+// fill copies base values into replicas. It runs after publication: the
+// routing entries do not wait for it (readers fall back to the base key on a
+// replica miss), and the refill a margin later catches the writes that went
+// through the previous table to the base key only.
+func (p *redisPass) fill(ctx context.Context, fills []fill) {
+	if len(fills) == 0 {
+		return
 	}
-	return res
+	cl := p.client(ctx)
+	if cl == nil {
+		return
+	}
+	key := client.ObjectKeyFromObject(p.policy)
+	for i, f := range fills {
+		if err := fillReplicas(ctx, cl, f); err != nil {
+			p.redisFailed(ctx, err)
+			// The table already replicates these keys, so the next pass
+			// would not see them as new: keep them as refills to retry.
+			for _, rest := range fills[i:] {
+				rest.refill = false
+				p.r.refills.filled(key, rest, p.res.retryAt)
+			}
+			return
+		}
+		p.res.filled++
+		p.r.refills.filled(key, f, p.now.Add(p.r.Margin))
+	}
+}
+
+// actInRedis folds the retired generations of out (see redisPass.fold)
+// under the pass deadline. The deletion drain uses it; it has no replicas.
+func (r *HotKeyPolicyReconciler) actInRedis(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, out *decide.Output, now time.Time) actResult {
+	ctx, cancel := r.redisContext(ctx)
+	defer cancel()
+	p := r.newRedisPass(policy, now)
+	p.fold(ctx, spec, out)
+	return p.res
 }
 
 func generation(entries []routing.Entry, ref decide.GenRef) (routing.Generation, bool) {
@@ -260,8 +345,11 @@ func generation(entries []routing.Entry, ref decide.GenRef) (routing.Generation,
 	return routing.Generation{}, false
 }
 
-// fills lists the replica fills this pass must do.
-func (r *HotKeyPolicyReconciler) fills(spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, evs []schedule.Event, now time.Time) []fill {
+// fills lists the replica fills this pass must do: keys whose replication
+// is new or resized, keys pre-warming for a schedule, and due refills of
+// keys still replicated alike.
+func (r *HotKeyPolicyReconciler) fills(key types.NamespacedName, spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, evs []schedule.Event, now time.Time) []fill {
+	due := r.refills.due(key, now)
 	prewarming := map[string]bool{}
 	for _, ev := range evs {
 		if !now.Before(ev.PrewarmAt) && !now.After(ev.Start.Add(r.Margin)) {
@@ -285,11 +373,98 @@ func (r *HotKeyPolicyReconciler) fills(spec *v1alpha1.HotKeyPolicySpec, prev *pu
 				changed = false
 			}
 		}
-		if changed || prewarming[e.Key] {
-			out2 = append(out2, fill{key: e.Key, replicas: int(e.Replicate.Replicas), ttl: time.Duration(e.Replicate.TTLMillis) * time.Millisecond})
+		f := fill{key: e.Key, replicas: int(e.Replicate.Replicas), ttl: time.Duration(e.Replicate.TTLMillis) * time.Millisecond}
+		switch {
+		case changed || prewarming[e.Key]:
+			out2 = append(out2, f)
+		case due[e.Key] == f.replicas:
+			f.refill = true
+			out2 = append(out2, f)
 		}
 	}
+	r.refills.drop(key, out.Entries)
 	return out2
+}
+
+// refillBook remembers, per policy, the keys to fill once more when the
+// table that replicates them has reached every sidecar. A fill copies the
+// base into the replicas as the table is published; until the sidecars load
+// it (within the margin), writes go through the old table to the base key
+// only, so the replicas would serve a stale value until the next write or
+// their TTL. The refill after the margin closes that gap: from then on
+// every write updates the replicas too. It is memory only: a manager
+// restart in that window loses the refill, and the replica TTL bounds the
+// staleness then.
+type refillBook struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]map[string]refillAt
+}
+
+type refillAt struct {
+	at       time.Time
+	replicas int
+}
+
+// filled records a fill of f; a first fill schedules its refill at at.
+func (b *refillBook) filled(key types.NamespacedName, f fill, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f.refill {
+		delete(b.m[key], f.key)
+		return
+	}
+	if b.m == nil {
+		b.m = make(map[types.NamespacedName]map[string]refillAt)
+	}
+	if b.m[key] == nil {
+		b.m[key] = make(map[string]refillAt)
+	}
+	b.m[key][f.key] = refillAt{at: at, replicas: f.replicas}
+}
+
+// due returns the keys whose refill is due, with their replica counts.
+func (b *refillBook) due(key types.NamespacedName, now time.Time) map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]int{}
+	for k, ra := range b.m[key] {
+		if !now.Before(ra.at) {
+			out[k] = ra.replicas
+		}
+	}
+	return out
+}
+
+// drop forgets the refills of keys no longer replicated alike.
+func (b *refillBook) drop(key types.NamespacedName, entries []routing.Entry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.m[key]) == 0 {
+		return
+	}
+	t := routing.Table{Entries: entries}
+	for k, ra := range b.m[key] {
+		if e := t.Lookup(k); e == nil || e.Replicate == nil || int(e.Replicate.Replicas) != ra.replicas {
+			delete(b.m[key], k)
+		}
+	}
+}
+
+// next is the earliest pending refill of the policy (zero if none).
+func (b *refillBook) next(key types.NamespacedName) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out time.Time
+	for _, ra := range b.m[key] {
+		out = earliest(out, ra.at)
+	}
+	return out
+}
+
+func (b *refillBook) forget(key types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, key)
 }
 
 // fillReplicas copies the base value into every replica with the replica
