@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/heatsink-dev/heatsink/resp"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // maxBatch bounds how many commands one pipeline round forwards before
@@ -660,34 +661,9 @@ func (s *session) subscribe(info cmdInfo) error {
 	return errQuit
 }
 
-// slotOf is the cluster slot of key (CRC16 of its hash tag or the key).
-func slotOf(key []byte) uint16 {
-	if i := bytes.IndexByte(key, '{'); i >= 0 {
-		if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for _, c := range key {
-		crc = crc<<8 ^ crcTable[byte(crc>>8)^c]
-	}
-	return crc & 16383
-}
-
-var crcTable = func() (t [256]uint16) {
-	for i := range t {
-		crc := uint16(i) << 8
-		for j := 0; j < 8; j++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return t
-}()
+// slotOf is the cluster slot of key (routing.SlotBytes: the same function
+// the control plane uses, without converting the key to a string).
+func slotOf(key []byte) uint16 { return routing.SlotBytes(key) }
 
 // unsafeString views b as a string for a lookup that does not keep it.
 func unsafeString(b []byte) string {

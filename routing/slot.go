@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,3 +54,27 @@ var slotTags = sync.OnceValue(func() *[SlotCount]string {
 })
 
 func slotTag(slot int) string { return slotTags()[slot] }
+
+// SlotBytes is Slot for a key held as bytes, table-driven and
+// allocation-free: the proxy computes it for every keyed command in cluster
+// mode, straight from its read buffer.
+func SlotBytes(key []byte) uint16 {
+	if s := bytes.IndexByte(key, '{'); s >= 0 {
+		if e := bytes.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for _, c := range key {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^c]
+	}
+	return crc % SlotCount
+}
+
+// crcTable is CRC16/XMODEM (polynomial 0x1021) by byte, for SlotBytes.
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		t[i] = crc16(string([]byte{byte(i)}))
+	}
+	return t
+}()
