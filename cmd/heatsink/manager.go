@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -25,6 +24,8 @@ func runManager(args []string) error {
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one manager acts")
 	margin := fs.Duration("epoch-margin", controllers.DefaultMargin, "how far ahead of an epoch boundary a split change is announced, and how long a replaced split generation waits for late writes before it is folded")
+	workers := fs.Int("max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many policies reconcile at once, so that one policy's slow Redis does not hold back the others")
+	redisTimeout := fs.Duration("redis-timeout", controllers.DefaultRedisTimeout, "bound on all the Redis work (folds, replica fills) of one reconcile pass")
 	wh := bindWebhookFlags(fs)
 	opts := zap.Options{}
 	opts.BindFlags(fs)
@@ -58,7 +59,7 @@ func runManager(args []string) error {
 	if err := setupWebhooks(mgr, wh); err != nil {
 		return err
 	}
-	if err := setupControllers(mgr, *margin); err != nil {
+	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -70,8 +71,9 @@ func runManager(args []string) error {
 	return mgr.Start(ctx)
 }
 
-// setupControllers registers the HotKeyPolicy reconciler with the real
-// clock, Redis dialer and controller-runtime's metrics registry.
-func setupControllers(mgr ctrl.Manager, margin time.Duration) error {
-	return (&controllers.HotKeyPolicyReconciler{Margin: margin}).SetupWithManager(mgr)
+// setupControllers registers the HotKeyPolicy reconciler r (tuned by the
+// flags) with the real clock, Redis dialer and controller-runtime's metrics
+// registry.
+func setupControllers(mgr ctrl.Manager, r *controllers.HotKeyPolicyReconciler) error {
+	return r.SetupWithManager(mgr)
 }
