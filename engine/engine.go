@@ -467,6 +467,9 @@ func (e *Engine) setReplicated(ctx context.Context, p *plan, val []byte, args []
 		}
 	}
 	e.m.fanout.Add(float64(len(p.replicas)))
+	if sa.keepTTL {
+		return e.setReplicatedKeepTTL(ctx, p, val, args, ttl)
+	}
 	if sa.conditional {
 		ok, err := e.setRaw(ctx, p.key, val, args)
 		if !ok || err != nil {
@@ -486,6 +489,62 @@ func (e *Engine) setReplicated(ctx context.Context, p *plan, val []byte, args []
 	if err != nil {
 		e.m.upstreamErrors.Inc()
 		return cmds[0].Err() == nil, err
+	}
+	return true, nil
+}
+
+// setReplicatedKeepTTL is SET ... KEEPTTL on a replicated key: the base
+// key keeps whatever TTL it has, and the replicas must not outlive it (a
+// replica answering after the base key expired would resurrect the
+// value), so they get min(the base key's expiry, the replica TTL). The
+// base key's expiry is read right after the write, on its own connection,
+// as an absolute time (PEXPIRETIME, Redis 7) that the replicas are given
+// with PXAT, so the time between the two round trips cannot stretch them;
+// nodes of a cluster must then have synchronised clocks, as Redis expiry
+// already assumes. Before Redis 7 the remaining PTTL is used, which can
+// let a replica outlive the base key by about one round trip. If the base
+// key is gone by then (it expired in between), the replicas are deleted.
+func (e *Engine) setReplicatedKeepTTL(ctx context.Context, p *plan, val []byte, args []any, ttl time.Duration) (bool, error) {
+	var set *redis.Cmd
+	var pttl *redis.DurationCmd
+	var at *redis.Cmd
+	_, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		set = pipe.Do(ctx, setCmd(p.key, val, args)...)
+		pttl = pipe.PTTL(ctx, p.key)
+		at = pipe.Do(ctx, "pexpiretime", p.key)
+		return nil
+	})
+	switch {
+	case errors.Is(set.Err(), redis.Nil):
+		return false, nil // NX/XX: not written
+	case set.Err() != nil || pttl.Err() != nil:
+		e.m.upstreamErrors.Inc()
+		if set.Err() != nil {
+			return false, set.Err()
+		}
+		return true, pttl.Err()
+	}
+	_ = err // PEXPIRETIME may be unknown (Redis < 7): PTTL is used then
+	left := pttl.Val()
+	pxat, _ := at.Int64()
+	_, err = e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, r := range p.replicas {
+			switch {
+			case left == -2 || left == 0:
+				pipe.Del(ctx, r)
+			case left > 0 && left < ttl && pxat > 0:
+				pipe.Do(ctx, "set", r, val, "pxat", pxat)
+			case left > 0 && left < ttl:
+				pipe.Set(ctx, r, val, left)
+			default: // -1 (the base key has no TTL), or longer than the replica TTL
+				pipe.Set(ctx, r, val, ttl)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return true, err
 	}
 	return true, nil
 }
@@ -657,6 +716,7 @@ func (e *Engine) Close() error {
 // setArgs is what the engine needs to know of SET's options.
 type setArgs struct {
 	conditional bool // NX or XX
+	keepTTL     bool
 	ex, px      int64
 	exat, pxat  int64
 }
@@ -700,6 +760,7 @@ func parseSetArgs(args []any) (setArgs, error) {
 		case "NX", "XX":
 			s.conditional = true
 		case "KEEPTTL":
+			s.keepTTL = true
 		case "GET":
 			return s, errors.New("ERR heatsink: SET ... GET is not supported on a mitigated key")
 		case "EX", "PX", "EXAT", "PXAT":

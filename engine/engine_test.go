@@ -794,3 +794,64 @@ func TestTrackingDoesNotDialAfterClose(t *testing.T) {
 		})
 	}
 }
+
+func TestReplicateKeepTTLDoesNotOutliveTheBase(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := key(t, "kt")
+			e := newEngine(t, tg.client, engine.Options{})
+			e.SetTable(table(routing.Entry{Key: k, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 60_000}}))
+			replicaTTLs := func(want string) []time.Duration {
+				var out []time.Duration
+				for _, r := range routing.ReplicaKeys(k, 3) {
+					if v := tg.client.Get(ctx, r).Val(); v != want {
+						t.Fatalf("replica %s = %q, want %q", r, v, want)
+					}
+					out = append(out, tg.client.PTTL(ctx, r).Val())
+				}
+				return out
+			}
+			// The base key expires in 5 s: KEEPTTL keeps that, and the
+			// replicas get no more than the base key has left.
+			if ok, err := e.Set(ctx, k, []byte("v1"), "EX", 5); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			if ok, err := e.Set(ctx, k, []byte("v2"), "KEEPTTL"); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			if d := tg.client.PTTL(ctx, k).Val(); d <= 0 || d > 5*time.Second {
+				t.Fatalf("base TTL after KEEPTTL = %v, want (0, 5s]", d)
+			}
+			replicaTTLs("v2")
+			base := tg.client.Do(ctx, "PEXPIRETIME", k).Val().(int64)
+			for _, r := range routing.ReplicaKeys(k, 3) {
+				if at := tg.client.Do(ctx, "PEXPIRETIME", r).Val().(int64); at <= 0 || at > base {
+					t.Fatalf("replica %s expires at %d, after the base key (%d)", r, at, base)
+				}
+			}
+			// A base key without a TTL: replicas get the replica TTL.
+			if _, err := e.Set(ctx, k, []byte("v3")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Set(ctx, k, []byte("v4"), "KEEPTTL"); err != nil {
+				t.Fatal(err)
+			}
+			if d := tg.client.PTTL(ctx, k).Val(); d != -1 {
+				t.Fatalf("base TTL = %v, want none", d)
+			}
+			for _, d := range replicaTTLs("v4") {
+				if d <= 5*time.Second || d > 60*time.Second {
+					t.Fatalf("replica TTL %v, want the replica TTL (60s)", d)
+				}
+			}
+			// XX KEEPTTL on a missing key writes nothing.
+			if err := tg.client.Del(ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := e.Set(ctx, k, []byte("v5"), "XX", "KEEPTTL"); err != nil || ok {
+				t.Fatalf("SET XX KEEPTTL on a missing key = %v, %v", ok, err)
+			}
+		})
+	}
+}
