@@ -29,11 +29,18 @@ func runProxy(args []string) error {
 		b, _ := strconv.ParseBool(env(k, "false"))
 		return b
 	}
+	var envErr error
 	envInt := func(k string, def int) int {
-		if n, err := strconv.Atoi(env(k, "")); err == nil {
-			return n
+		v, ok := os.LookupEnv(k)
+		if !ok || v == "" {
+			return def
 		}
-		return def
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			envErr = fmt.Errorf("%s=%q: not an integer", k, v)
+			return def
+		}
+		return n
 	}
 	var c sidecar.Config
 	fs.StringVar(&c.Listen, "listen", env("HEATSINK_LISTEN", "127.0.0.1:6380"), "address the application connects to (HEATSINK_LISTEN)")
@@ -57,6 +64,9 @@ func runProxy(args []string) error {
 	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz (HEATSINK_HTTP_ADDRESS)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if envErr != nil {
+		return envErr
 	}
 	if c.Limits.MaxBulk <= 0 {
 		return fmt.Errorf("--max-bulk must be positive, got %d", c.Limits.MaxBulk)
