@@ -26,6 +26,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/decide"
+	"github.com/heatsink-dev/heatsink/fold"
 	"github.com/heatsink-dev/heatsink/internal/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/redistest"
 	"github.com/heatsink-dev/heatsink/internal/testenv"
@@ -291,6 +292,12 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 2, Shards: 8}})
 		if v, _ := rc.Get(ctx, "likes:1").Int64(); v != 112 {
 			t.Errorf("base after fold = %d, want 112", v)
+		}
+		// The retired generation's keys expire instead of piling up.
+		for _, k := range []string{shards[0], routing.SameSlotKey(shards[0], "foldack")} {
+			if ttl := rc.TTL(ctx, k).Val(); ttl <= 0 || ttl > fold.RetiredTTL {
+				t.Errorf("TTL of a retired key = %v, want in (0, %v]", ttl, fold.RetiredTTL)
+			}
 		}
 
 		// Traffic stops: after the cooldown an unsplit is announced, then

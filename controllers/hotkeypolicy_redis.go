@@ -268,6 +268,7 @@ func (p *redisPass) fold(ctx context.Context, spec *v1alpha1.HotKeyPolicySpec, o
 	}
 	m := p.r.Metrics
 	done := make(map[decide.GenRef]bool)
+	gens := make(map[decide.GenRef]routing.Generation)
 	folder := fold.New(cl, fold.Options{})
 	for _, ref := range out.Folds {
 		g, ok := generation(out.Entries, ref)
@@ -284,12 +285,28 @@ func (p *redisPass) fold(ctx context.Context, spec *v1alpha1.HotKeyPolicySpec, o
 		if fr.Done {
 			m.folds.WithLabelValues("done").Inc()
 			done[ref] = true
+			gens[ref] = g
 		} else {
 			m.folds.WithLabelValues("pending").Inc()
 			p.res.retryAt = p.now.Add(p.r.Margin)
 		}
 	}
 	out.Entries = decide.Prune(p.now, spec.Mitigations.Split.Epoch.Milliseconds(), out.Entries, done)
+	// The pruned generations' shards and ack keys expire after
+	// fold.RetiredTTL, so Redis does not grow with every generation. Prune
+	// may keep a folded generation a little longer (epoch bookkeeping); only
+	// those that left the entries are retired.
+	for ref, g := range gens {
+		if p.stopped() {
+			return
+		}
+		if _, still := generation(out.Entries, ref); still {
+			continue
+		}
+		if err := folder.Retire(ctx, ref.Key, g, fold.RetiredTTL); err != nil {
+			p.redisFailed(ctx, err)
+		}
+	}
 }
 
 // fill copies base values into replicas. It runs after publication: the

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -196,6 +197,36 @@ func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Res
 	}
 	res.Moves++
 	res.Moved += v
+	return nil
+}
+
+// RetiredTTL is how long the shards and ack keys of a generation stay in
+// Redis once it has been folded and left the routing table. The ack keys are
+// what stop a slow folder from replaying an old record, so they must outlive
+// every folder that could still hold one (a manager pass is bounded by its
+// Redis deadline, seconds) and every sidecar writing through a table older
+// than the grace period (the routing ConfigMap propagation, seconds to a
+// minute). A day is far beyond both, and bounds the growth of Redis per
+// generation. The ledger's seq fields stay: a hash field TTL needs Redis
+// 7.4 (HEXPIRE), and a seq reset under a live ack key would skip a debit.
+const RetiredTTL = 24 * time.Hour
+
+// Retire sets ttl on every shard of gen of key and on its ack key. Call it
+// only after the generation was folded (Result.Done) and removed from the
+// routing table: after that no reader sums the shards, and an increment a
+// very late writer still sends there is lost either way (see package doc).
+// A ttl shorter than the bound above could let a stale folder debit twice.
+func (f *Folder) Retire(ctx context.Context, key string, gen routing.Generation, ttl time.Duration) error {
+	_, err := f.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, shard := range routing.ShardKeys(key, gen) {
+			p.Expire(ctx, shard, ttl)
+			p.Expire(ctx, routing.SameSlotKey(shard, "foldack"), ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fold: expire retired shards: %w", err)
+	}
 	return nil
 }
 

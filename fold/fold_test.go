@@ -83,6 +83,44 @@ func TestFoldKilledAtEachStep(t *testing.T) {
 	}
 }
 
+// TestRetire gives the shards and ack keys of a folded generation a TTL, and
+// touches nothing else.
+func TestRetire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server")
+	}
+	srv := redistest.Standalone(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	gen := routing.Generation{FromEpoch: 9, Shards: 3}
+	key := "likes:retire"
+	c.Set(ctx, key, 1, 0)
+	for _, s := range routing.ShardKeys(key, gen) {
+		c.Set(ctx, s, 2, 0)
+	}
+	folder := New(c, Options{})
+	if res, err := folder.Generation(ctx, key, gen); err != nil || !res.Done {
+		t.Fatalf("fold: %+v, %v", res, err)
+	}
+	if err := folder.Retire(ctx, key, gen, RetiredTTL); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range routing.ShardKeys(key, gen) {
+		for _, k := range []string{s, routing.SameSlotKey(s, "foldack")} {
+			if ttl := c.TTL(ctx, k).Val(); ttl <= 0 || ttl > RetiredTTL {
+				t.Errorf("TTL of %s = %v, want in (0, %v]", k, ttl, RetiredTTL)
+			}
+		}
+	}
+	if ttl := c.TTL(ctx, key).Val(); ttl != -1 {
+		t.Errorf("base key TTL = %v, want none", ttl)
+	}
+	if v, _ := c.Get(ctx, key).Int64(); v != 7 {
+		t.Errorf("base = %d, want 7", v)
+	}
+}
+
 // TestFoldInvariantCluster is the invariant of DESIGN.md on a real 3-master
 // cluster: writers increment through the engine while the split is resized,
 // unsplit and split again; folders are killed at random points (fault
@@ -209,9 +247,16 @@ func TestFoldInvariantCluster(t *testing.T) {
 				return
 			}
 			if mustFinish && allDone {
-				// Every retired generation is folded: remove them.
+				// Every retired generation is folded: remove them, then
+				// give their keys the retired TTL as the manager does.
+				retired := gens[:len(gens)-1]
 				gens = gens[len(gens)-1:]
 				publish()
+				for _, g := range retired {
+					if err := New(c, Options{}).Retire(ctx, key, g, RetiredTTL); err != nil {
+						t.Errorf("retire: %v", err)
+					}
+				}
 				return
 			}
 		}
