@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/clock"
 
+	"github.com/heatsink-dev/heatsink/resp"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -266,7 +267,7 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 			// connection makes the server report its next change.
 			e.m.upstreamReads.Inc()
 			r.val, r.found, err = e.track.get(fctx, key)
-			var re redisError
+			var re resp.Error
 			if err != nil && !errors.As(err, &re) && fctx.Err() == nil {
 				// No tracking connection (an old server, a failover
 				// in progress): read as without tracking, so the TTL

@@ -1,18 +1,17 @@
 package engine
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/resp"
 )
 
 // Server-assisted invalidation (Redis CLIENT TRACKING, RESP3).
@@ -133,7 +132,7 @@ func (tr *tracker) do(ctx context.Context, args ...string) (any, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetWriteDeadline(dl)
 	}
-	if _, err := conn.Write(respCommand(args...)); err != nil {
+	if _, err := conn.Write(command(args...)); err != nil {
 		tr.fail(conn)
 		return nil, err
 	}
@@ -164,7 +163,7 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 	if err != nil {
 		return nil, nil, err
 	}
-	br := bufio.NewReader(conn)
+	br := resp.NewReader(conn, 4096, resp.DefaultLimits)
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
@@ -180,7 +179,7 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 		hello = append(hello, "AUTH", user, pass)
 	}
 	for _, cmd := range [][]string{hello, {"CLIENT", "TRACKING", "ON"}} {
-		if _, err := conn.Write(respCommand(cmd...)); err != nil {
+		if _, err := conn.Write(command(cmd...)); err != nil {
 			_ = conn.Close()
 			return nil, nil, err
 		}
@@ -208,17 +207,17 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 }
 
 // read takes replies and invalidation pushes off conn until it fails.
-func (tr *tracker) read(conn net.Conn, br *bufio.Reader, replies chan respReply) {
+func (tr *tracker) read(conn net.Conn, br *resp.Reader, replies chan respReply) {
 	defer close(replies)
 	defer tr.fail(conn)
 	c := tr.t.e.cache
 	for {
 		v, err := readReply(br)
-		var re redisError
+		var re resp.Error
 		if err != nil && !errors.As(err, &re) {
 			return
 		}
-		if p, ok := v.(push); ok {
+		if p, ok := v.(resp.Push); ok {
 			if len(p) == 2 && string(asBytes(p[0])) == "invalidate" {
 				keys, _ := p[1].([]any)
 				if p[1] == nil {
@@ -267,121 +266,25 @@ func asBytes(v any) []byte {
 	return nil
 }
 
-func respCommand(args ...string) []byte {
-	b := []byte{'*'}
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, '\r', '\n')
-		b = append(b, a...)
-		b = append(b, '\r', '\n')
+// command encodes one command for the tracking connection.
+func command(args ...string) []byte {
+	bs := make([][]byte, len(args))
+	for i, a := range args {
+		bs[i] = []byte(a)
 	}
-	return b
+	return resp.AppendArgs(nil, bs)
 }
 
-// push is a RESP3 out-of-band message.
-type push []any
-
-// redisError is an error reply.
-type redisError string
-
-func (e redisError) Error() string { return string(e) }
-
-// maxBulk bounds one bulk string read from a tracking connection.
-const maxBulk = 512 << 20
-
-// readReply reads one RESP2/RESP3 value. Strings come back as []byte (simple
-// strings as string), maps and sets as flat []any, pushes as push, error
-// replies as a redisError error with a nil value. Attributes are skipped.
-func readReply(br *bufio.Reader) (any, error) { return readValue(br, 0) }
-
-// maxDepth bounds nesting; invalidation pushes and GET replies use two.
-const maxDepth = 8
-
-func readValue(br *bufio.Reader, depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, errors.New("heatsink: RESP nested too deep")
-	}
-	line, err := br.ReadSlice('\n')
+// readReply reads one reply with the shared bounded decoder (resp): an
+// error reply comes back as a resp.Error error with a nil value, a push as
+// a resp.Push value.
+func readReply(r *resp.Reader) (any, error) {
+	v, err := r.ReadValue()
 	if err != nil {
 		return nil, err
 	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return nil, errors.New("heatsink: malformed RESP line")
+	if e, ok := v.(resp.Error); ok {
+		return nil, e
 	}
-	kind, body := line[0], string(line[1:len(line)-2])
-	switch kind {
-	case '+':
-		return body, nil
-	case '-', '!':
-		if kind == '!' {
-			b, err := readBulk(br, body)
-			if err != nil {
-				return nil, err
-			}
-			return nil, redisError(b)
-		}
-		return nil, redisError(body)
-	case ':':
-		return strconv.ParseInt(body, 10, 64)
-	case '_':
-		return nil, nil
-	case ',', '(', '#':
-		return body, nil
-	case '$', '=':
-		if body == "-1" {
-			return nil, nil
-		}
-		return readBulk(br, body)
-	case '*', '~', '>', '%', '|':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, errors.New("heatsink: malformed RESP length")
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		if kind == '%' || kind == '|' {
-			n *= 2
-		}
-		if n > 1<<20 {
-			return nil, errors.New("heatsink: RESP aggregate too large")
-		}
-		// Grow as elements arrive: a length alone must not allocate.
-		out := make([]any, 0, min(n, 16))
-		for i := 0; i < n; i++ {
-			v, err := readValue(br, depth+1)
-			var re redisError
-			if err != nil && !errors.As(err, &re) {
-				return nil, err
-			}
-			out = append(out, v)
-		}
-		switch kind {
-		case '>':
-			return push(out), nil
-		case '|':
-			// An attribute precedes the real reply.
-			return readValue(br, depth+1)
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("heatsink: unknown RESP type %q", kind)
-}
-
-func readBulk(br *bufio.Reader, lenText string) ([]byte, error) {
-	n, err := strconv.Atoi(lenText)
-	if err != nil || n < 0 || n > maxBulk {
-		return nil, errors.New("heatsink: malformed RESP bulk length")
-	}
-	b := make([]byte, n+2)
-	if _, err := io.ReadFull(br, b); err != nil {
-		return nil, err
-	}
-	if b[n] != '\r' || b[n+1] != '\n' {
-		return nil, errors.New("heatsink: malformed RESP bulk")
-	}
-	return b[:n], nil
+	return v, nil
 }
