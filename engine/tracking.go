@@ -163,7 +163,7 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 	if err != nil {
 		return nil, nil, err
 	}
-	br := resp.NewReader(conn, 4096, resp.DefaultLimits)
+	br := resp.NewReader(conn, 4096, resp.DefaultLimits())
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}

@@ -12,7 +12,7 @@ import (
 // FuzzDecode): an invalidation is a resp.Push, an error reply an error.
 func TestTrackingReadReply(t *testing.T) {
 	in := ">2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n-ERR nope\r\n$2\r\nok\r\n"
-	r := resp.NewReader(bytes.NewReader([]byte(in)), 0, resp.DefaultLimits)
+	r := resp.NewReader(bytes.NewReader([]byte(in)), 0, resp.DefaultLimits())
 	v, err := readReply(r)
 	if err != nil {
 		t.Fatal(err)

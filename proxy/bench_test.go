@@ -65,7 +65,7 @@ func BenchmarkForward(b *testing.B) {
 			// key only when the table is not empty.
 			req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$8\r\nkey:0001\r\n", 12) +
 				strings.Repeat("*4\r\n$4\r\nMGET\r\n$8\r\nkey:0001\r\n$8\r\nkey:0002\r\n$8\r\nkey:0003\r\n", 4))
-			r := resp.NewReader(bufio.NewReader(c), 4096, resp.DefaultLimits)
+			r := resp.NewReader(bufio.NewReader(c), 4096, resp.DefaultLimits())
 			var rep resp.Reply
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -395,7 +395,7 @@ func (s *session) roundTrip(cmds, keys [][]byte) []resp.Reply {
 	s.drain()
 	got := append([]byte(nil), s.cw.Buf[mark:]...)
 	s.cw.Buf = s.cw.Buf[:mark]
-	r := resp.NewReader(bytes.NewReader(got), len(got), resp.DefaultLimits)
+	r := resp.NewReader(bytes.NewReader(got), len(got), resp.DefaultLimits())
 	out := make([]resp.Reply, 0, len(cmds))
 	for len(out) < len(cmds) {
 		var rep resp.Reply

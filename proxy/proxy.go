@@ -306,7 +306,7 @@ func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
 		return nil, err
 	}
 	setNoDelay(c)
-	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.DefaultLimits), w: resp.NewWriter(c, 16<<10)}
+	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.DefaultLimits()), w: resp.NewWriter(c, 16<<10)}
 	if p.cfg.Password != "" {
 		args := [][]byte{[]byte("AUTH"), []byte(p.cfg.Password)}
 		if p.cfg.Username != "" {
@@ -393,7 +393,7 @@ func setNoDelay(c net.Conn) {
 // of hundreds of MiB from an application is far likelier a bug or an
 // attack than a need; --max-bulk raises it.
 func DefaultClientLimits() resp.Limits {
-	l := resp.DefaultLimits
+	l := resp.DefaultLimits()
 	l.MaxBulk = 64 << 20
 	return l
 }

@@ -29,7 +29,7 @@ func FuzzReadCommand(f *testing.F) {
 				return
 			}
 			enc := AppendArgs(nil, c.Args)
-			r2 := NewReader(bytes.NewReader(enc), 16, DefaultLimits)
+			r2 := NewReader(bytes.NewReader(enc), 16, DefaultLimits())
 			var c2 Command
 			if err := r2.ReadCommand(&c2); err != nil {
 				t.Fatalf("re-encoded command does not parse: %v", err)

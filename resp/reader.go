@@ -34,11 +34,13 @@ type Limits struct {
 	MaxDepth int
 }
 
-// defaultLimits mirror Redis' own defaults.
+// defaultLimits mirror Redis' own defaults. It is a constant in all but
+// name: nothing assigns it, and DefaultLimits hands out copies.
 var defaultLimits = Limits{MaxBulk: 512 << 20, MaxArgs: 1 << 20, MaxInline: 64 << 10, MaxDepth: 64}
 
-// DefaultLimits mirror Redis' own defaults.
-var DefaultLimits = defaultLimits
+// DefaultLimits returns Redis' own defaults. A function, not a variable, so
+// no importer can change the process-wide default.
+func DefaultLimits() Limits { return defaultLimits }
 
 // ProtocolError is a malformed stream. The connection cannot be resynchronised
 // after one: the proxy answers with an error reply and closes it.

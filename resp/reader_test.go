@@ -24,7 +24,7 @@ func (o *oneByteReader) Read(p []byte) (int, error) {
 
 func readAll(t *testing.T, rd io.Reader) ([][]string, [][]byte, error) {
 	t.Helper()
-	r := NewReader(rd, 16, DefaultLimits)
+	r := NewReader(rd, 16, DefaultLimits())
 	var got [][]string
 	var raws [][]byte
 	var c Command
@@ -107,7 +107,7 @@ func TestReadCommandMalformed(t *testing.T) {
 }
 
 func TestTryCommandDoesNotBlock(t *testing.T) {
-	r := NewReader(strings.NewReader("*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPI"), 64, DefaultLimits)
+	r := NewReader(strings.NewReader("*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPI"), 64, DefaultLimits())
 	var c Command
 	if err := r.ReadCommand(&c); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestReadReply(t *testing.T) {
 	}
 	in := strings.Join(replies, "")
 	for _, rd := range []io.Reader{strings.NewReader(in), &oneByteReader{[]byte(in)}} {
-		r := NewReader(rd, 16, DefaultLimits)
+		r := NewReader(rd, 16, DefaultLimits())
 		var p Reply
 		for i, want := range replies {
 			if err := r.ReadReply(&p); err != nil {
@@ -148,7 +148,7 @@ func TestReadReply(t *testing.T) {
 
 func TestReadReplyMalformed(t *testing.T) {
 	for _, in := range []string{"?x\r\n", "$2\r\nabcd\r\n", "*x\r\n", "$?\r\n", strings.Repeat("*1\r\n", 100) + ":1\r\n"} {
-		r := NewReader(strings.NewReader(in), 16, DefaultLimits)
+		r := NewReader(strings.NewReader(in), 16, DefaultLimits())
 		var p Reply
 		if err := r.ReadReply(&p); !IsProtocolError(err) {
 			t.Errorf("%q: got %v, want protocol error", in, err)
@@ -179,7 +179,7 @@ func BenchmarkReadPipeline(b *testing.B) {
 	one := "*3\r\n$3\r\nSET\r\n$16\r\nkey:000000000001\r\n$3\r\nxxx\r\n"
 	in := []byte(strings.Repeat(one, 16))
 	rd := bytes.NewReader(in)
-	r := NewReader(rd, 4096, DefaultLimits)
+	r := NewReader(rd, 4096, DefaultLimits())
 	var c Command
 	b.ReportAllocs()
 	b.SetBytes(int64(len(in)))
@@ -203,7 +203,7 @@ func TestBufferShrinksAfterHugeFrame(t *testing.T) {
 		pw.Write([]byte("*1\r\n$4\r\nPING\r\n"))
 		pw.Close()
 	}()
-	r := NewReader(pr, 4096, DefaultLimits)
+	r := NewReader(pr, 4096, DefaultLimits())
 	var c Command
 	if err := r.ReadCommand(&c); err != nil || len(c.Args[1]) != len(big) {
 		t.Fatalf("big command: %v", err)
@@ -236,7 +236,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 // one per connection would exhaust memory.
 func TestHugeBulkHeaderDoesNotAllocate(t *testing.T) {
 	for _, in := range []string{"*1\r\n$536870912\r\n" + strings.Repeat("x", 100), "$536870912\r\nabc"} {
-		r := NewReader(&chunkReader{data: []byte(in), n: 1 << 20}, 16<<10, DefaultLimits)
+		r := NewReader(&chunkReader{data: []byte(in), n: 1 << 20}, 16<<10, DefaultLimits())
 		var err error
 		if in[0] == '*' {
 			var c Command
@@ -259,7 +259,7 @@ func TestHugeBulkHeaderDoesNotAllocate(t *testing.T) {
 func TestLargeBulkStillReads(t *testing.T) {
 	val := bytes.Repeat([]byte("v"), 9<<20)
 	in := AppendArgs(nil, [][]byte{[]byte("SET"), []byte("k"), val})
-	r := NewReader(&chunkReader{data: in, n: 64 << 10}, 512, DefaultLimits)
+	r := NewReader(&chunkReader{data: in, n: 64 << 10}, 512, DefaultLimits())
 	var c Command
 	if err := r.ReadCommand(&c); err != nil {
 		t.Fatal(err)
