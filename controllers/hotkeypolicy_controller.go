@@ -98,12 +98,17 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.init(mgr); err != nil {
 		return err
 	}
+	opts := controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}
+	if r.SkipNameValidation {
+		// Only when asked: nil lets the manager's own setting apply.
+		opts.SkipNameValidation = ptr.To(true)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.HotKeyPolicy{}).
 		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		Watches(&v1alpha1.HotKeyReport{}, handler.EnqueueRequestsFromMapFunc(reportToPolicy)).
 		Named("hotkeypolicy").
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(r.SkipNameValidation), MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(opts).
 		Complete(r)
 }
 
