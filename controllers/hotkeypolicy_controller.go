@@ -1,7 +1,9 @@
 // Package controllers holds the manager's reconcilers. The HotKeyPolicy
 // reconciler turns detector reports into a published routing table: observe
-// (sum fresh reports) → decide (pure, package decide) → act in Redis (fold
-// retired shards, pre-warm replicas) → publish (routing ConfigMap) → status.
+// (sum fresh reports) → decide (pure, package decide) → fold retired shards
+// in Redis → publish (routing ConfigMap) → fill replicas in Redis → status.
+// Redis work has one deadline per pass and workers are several, so one
+// policy's slow Redis degrades that policy only.
 package controllers
 
 import (
