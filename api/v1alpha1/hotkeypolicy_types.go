@@ -625,8 +625,10 @@ type HotKeyPolicyStatus struct {
 	// +optional
 	ReportingNodes int32 `json:"reportingNodes,omitempty"`
 
-	// staleNodes is the number of nodes whose last report is older than three
-	// report intervals; their reports are ignored.
+	// staleNodes is the number of nodes whose last report still listed
+	// candidates but is older than three report intervals: the node stopped
+	// reporting while keys were hot, and its report is ignored. A node whose
+	// last report was empty is quiet, not stale.
 	// +optional
 	StaleNodes int32 `json:"staleNodes,omitempty"`
 
