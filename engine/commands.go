@@ -79,6 +79,7 @@ var commands = func() map[string]Command {
 	set(Command{first: keyMovable, Write: true, keys: keysNumkeys}, "EVAL", "EVALSHA", "FCALL", "LMPOP", "ZMPOP",
 		"BLMPOP", "BZMPOP", "ZUNION", "ZINTER", "ZDIFF")
 	set(Command{first: keyMovable, keys: keysNumkeys}, "EVAL_RO", "EVALSHA_RO", "FCALL_RO")
+	set(Command{first: keyMovable, Typed: true, keys: keysNumkeys}, "SINTERCARD") // SINTERCARD numkeys key...
 	set(Command{first: 1, Write: true, keys: keysStore}, "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE")
 	set(Command{first: keyMovable}, "XREAD")
 	set(Command{first: keyMovable, Write: true}, "XREADGROUP")
@@ -171,3 +172,48 @@ func (c Command) forEachKey(args [][]byte, f func(i int) bool) {
 }
 
 func eqFold(b []byte, s string) bool { return len(b) == len(s) && bytes.EqualFold(b, []byte(s)) }
+
+// Commands returns a copy of the keyed-command table, for a caller that
+// builds its own table on top of it: the proxy adds how each command uses
+// its connection, and takes key positions from here so both agree.
+func Commands() map[string]Command {
+	out := make(map[string]Command, len(commands))
+	for n, c := range commands {
+		out[n] = c
+	}
+	return out
+}
+
+// KeyAt is the shape of a read command whose key is argument i. It is for
+// routing commands that are not in the table by a key-like argument (the
+// proxy sends SSUBSCRIBE to its shard channel's slot); Classify never sees
+// it.
+func KeyAt(i int) Command { return Command{first: int8(i)} }
+
+// FirstIndex is the index in args of the first key: 0 when the command names
+// none, -1 when its position depends on other arguments.
+func (c Command) FirstIndex() int { return int(c.first) }
+
+// MultiKey reports whether the command may name keys beyond its first.
+func (c Command) MultiKey() bool { return c.keys != keysFirst }
+
+// FirstKey returns the command's first key, or nil if it names none. A fixed
+// position costs an index; only movable keys (EVAL, XREAD, ...) walk args.
+func (c Command) FirstKey(args [][]byte) []byte {
+	switch {
+	case c.first == 0:
+		return nil
+	case c.first > 0:
+		if int(c.first) < len(args) {
+			return args[c.first]
+		}
+		return nil
+	}
+	var key []byte
+	c.forEachKey(args, func(i int) bool { key = args[i]; return false })
+	return key
+}
+
+// ForEachKey calls f with the index of every key argument of this command in
+// args, in order, until f returns false (see the package-level ForEachKey).
+func (c Command) ForEachKey(args [][]byte, f func(i int) bool) { c.forEachKey(args, f) }

@@ -12,7 +12,7 @@ func keyIndexes(args ...string) []int {
 	}
 	info, _ := lookupCommand(b[0])
 	var out []int
-	forEachKey(info, b, func(i int) bool { out = append(out, i); return true })
+	info.ForEachKey(b, func(i int) bool { out = append(out, i); return true })
 	return out
 }
 
@@ -33,6 +33,7 @@ func TestForEachKey(t *testing.T) {
 		{[]string{"EVAL", "return 1", "-1", "a"}, nil},
 		{[]string{"ZUNION", "2", "a", "b", "WITHSCORES"}, []int{2, 3}},
 		{[]string{"ZUNIONSTORE", "d", "2", "a", "b"}, []int{1, 3, 4}},
+		{[]string{"SINTERCARD", "2", "a", "b", "LIMIT", "1"}, []int{2, 3}},
 		{[]string{"BLMPOP", "0", "1", "l", "LEFT"}, []int{3}},
 		{[]string{"XREAD", "COUNT", "1", "STREAMS", "s1", "s2", "0", "0"}, []int{4}},
 		{[]string{"PING"}, nil},
@@ -67,7 +68,7 @@ func FuzzForEachKey(f *testing.F) {
 			return
 		}
 		info, _ := lookupCommand(args[0])
-		forEachKey(info, args, func(i int) bool {
+		info.ForEachKey(args, func(i int) bool {
 			if i <= 0 || i >= len(args) {
 				t.Fatalf("%q: key index %d outside 1..%d", s, i, len(args)-1)
 			}

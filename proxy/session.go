@@ -210,12 +210,12 @@ func (s *session) handle() (done bool, err error) {
 		s.inTx = true
 	}
 
-	key := firstKey(info, args)
+	key := info.FirstKey(args)
 	if key != nil {
 		// Only a command naming a mitigated key does more than this: one
 		// map lookup, plus one per other key of a multi-key command when
 		// the table is not empty.
-		if e := s.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.keys != keysFirst && anyMitigated(e, info, args)) {
+		if e := s.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.MultiKey() && anyMitigated(e, info, args)) {
 			handled, iv := s.mitigated(info, args)
 			if handled {
 				return false, nil
@@ -224,7 +224,7 @@ func (s *session) handle() (done bool, err error) {
 		}
 		// Writes are reported here with their request size; reads once
 		// their reply (and so the value size) is known, in drain.
-		if o := s.p.cfg.Observer; o != nil && info.write {
+		if o := s.p.cfg.Observer; o != nil && info.Write {
 			o.Observe(s.p.cfg.Policy, string(key), 0, 1, uint32(len(s.cmd.Raw)))
 		}
 	}
@@ -277,7 +277,7 @@ func (s *session) handle() (done bool, err error) {
 		s.stickyState = true
 	}
 	var rk string
-	if s.p.cfg.Observer != nil && key != nil && !info.write {
+	if s.p.cfg.Observer != nil && key != nil && !info.Write {
 		rk = string(key)
 	}
 	if s.forward(node, s.cmd.Raw, false, rk) == nil && inval != nil {
@@ -616,7 +616,7 @@ func (s *session) subscribe(info cmdInfo) error {
 	if s.pinned >= 0 {
 		node = s.pinned
 	}
-	if s.p.cfg.Cluster && info.key == 1 && len(s.cmd.Args) > 1 {
+	if s.p.cfg.Cluster && info.FirstIndex() == 1 && len(s.cmd.Args) > 1 {
 		node = s.p.topo.nodeOf(slotOf(s.cmd.Args[1]))
 	}
 	raw := append([]byte(nil), s.cmd.Raw...)
