@@ -28,20 +28,31 @@ func anyMitigated(e Engine, _ cmdInfo, args [][]byte) bool {
 // mitigated handles a command that names at least one mitigated key: it is
 // served through the engine (handled), refused with an error reply
 // (handled), or left to be forwarded raw (not handled), in which case inval
-// lists the mitigated keys whose cached copy a raw write must drop. What
-// to do is engine.Classify's decision, the same the go-redis hook
-// (redishook) takes; see the compatibility table in docs/proxy.md.
+// lists the mitigated keys whose cached copy a raw write must drop.
 func (s *session) mitigated(_ cmdInfo, args [][]byte) (handled bool, inval []string) {
-	e := s.p.cfg.Engine
+	d, inval := classifyMitigated(s.p.cfg.Engine, args, s.inTx || s.pinPending)
+	if d.Op == engine.OpRaw || !s.execEngine(d, args) {
+		return false, inval
+	}
+	return true, nil
+}
+
+// classifyMitigated decides what to do with a command that names a
+// mitigated key: engine.Classify's decision, the same the go-redis hook
+// (redishook) takes (see the compatibility table in docs/proxy.md). A
+// command to forward raw has Op OpRaw; for a write, inval lists the
+// mitigated keys whose cached copy must be dropped once Redis applied it.
+func classifyMitigated(e Engine, args [][]byte, inTx bool) (d engine.Decision, inval []string) {
 	t := e.Table()
-	d := engine.Classify(args, func(k string) (*routing.Entry, bool) {
+	d = engine.Classify(args, func(k string) (*routing.Entry, bool) {
 		if !e.Lookup(k) {
 			return nil, false
 		}
 		return t.Lookup(k), true
-	}, s.inTx || s.pinPending)
+	}, inTx)
 	if d.Class == engine.ClassNone {
-		return false, nil
+		d.Op = engine.OpRaw
+		return d, nil
 	}
 	if d.Write {
 		engine.ForEachKey(args, func(i int) bool {
@@ -51,9 +62,17 @@ func (s *session) mitigated(_ cmdInfo, args [][]byte) (handled bool, inval []str
 			return true
 		})
 	}
+	return d, inval
+}
+
+// execEngine serves a command the engine handles (d.Op other than OpRaw),
+// appending its reply. It reports false when the command is to be
+// forwarded raw after all (malformed: Redis gives its own error and writes
+// nothing).
+func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
+	e := s.p.cfg.Engine
+	t := e.Table()
 	switch d.Op {
-	case engine.OpRaw:
-		return false, inval
 	case engine.OpRefuse:
 		s.localError(d.Err)
 	case engine.OpGet:
@@ -81,17 +100,13 @@ func (s *session) mitigated(_ cmdInfo, args [][]byte) (handled bool, inval []str
 	case engine.OpMSet:
 		s.mset(args)
 	case engine.OpSet:
-		if !s.engineSet(args) {
-			return false, inval // malformed: Redis gives its own error and writes nothing
-		}
+		return s.engineSet(args)
 	case engine.OpIncr:
-		if !s.engineIncr(args) {
-			return false, inval
-		}
+		return s.engineIncr(args)
 	default:
-		return false, inval
+		return false
 	}
-	return true, nil
+	return true
 }
 
 // engineCtx bounds one engine call by the proxy's reply timeout.

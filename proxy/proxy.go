@@ -89,6 +89,11 @@ type Config struct {
 	// connection state (SELECT n, MULTI, AUTH, blocking commands, ...) get a
 	// connection of their own instead. Negative disables multiplexing.
 	SharedConns int
+	// NoEventLoop serves every client with a session goroutine. By default
+	// (Linux, standalone, plaintext upstream, multiplexing on) one event
+	// loop serves the clients that send only stateless commands, and hands
+	// the others to sessions; see loop_linux.go.
+	NoEventLoop bool
 }
 
 // Proxy serves RESP clients. Create it with New, run it with Serve.
@@ -104,6 +109,8 @@ type Proxy struct {
 	wg       sync.WaitGroup
 	ready    atomic.Bool
 
+	// loop serves multiplexed clients (nil: sessions serve every client).
+	loop *loop
 	// pools of multiplexed upstream connections by RESP version (2, 3).
 	pools      [4]*pool
 	sessionSeq atomic.Uint64
@@ -170,6 +177,14 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			p.m.upstreamErrors.WithLabelValues("refresh").Inc()
 		}
 	}
+	if loopEligible(&p.cfg) {
+		if l, err := newLoop(p); err != nil {
+			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)
+		} else {
+			p.loop = l
+			l.start()
+		}
+	}
 	p.ready.Store(true)
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- p.accept(ln) }()
@@ -200,33 +215,52 @@ func (p *Proxy) accept(ln net.Listener) error {
 		if tc, ok := c.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
-		s := newSession(p, c)
-		p.mu.Lock()
-		if p.draining.Load() {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.sessions[s] = struct{}{}
-		p.wg.Add(1)
-		p.mu.Unlock()
 		p.m.accepted.Inc()
 		p.m.connections.Inc()
-		go func() {
-			defer p.wg.Done()
-			s.run()
-			p.mu.Lock()
-			delete(p.sessions, s)
-			p.mu.Unlock()
+		if p.loop != nil && p.loop.adopt(c) {
+			continue
+		}
+		if !p.startSession(newSession(p, c)) {
 			p.m.connections.Dec()
-		}()
+		}
 	}
+}
+
+// startSession serves s on a goroutine of its own; it reports false (and
+// closes the connection) when the proxy is draining.
+func (p *Proxy) startSession(s *session) bool {
+	p.mu.Lock()
+	if p.draining.Load() {
+		p.mu.Unlock()
+		s.conn.Close()
+		return false
+	}
+	p.sessions[s] = struct{}{}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		s.run()
+		p.mu.Lock()
+		delete(p.sessions, s)
+		p.mu.Unlock()
+		p.m.connections.Dec()
+	}()
+	return true
 }
 
 // shutdown wakes idle sessions (their blocking read of the next command
 // returns) and waits for all of them.
 func (p *Proxy) shutdown() error {
 	p.ready.Store(false)
+	t := time.NewTimer(p.cfg.DrainTimeout)
+	defer t.Stop()
+	loopClean := true
+	if p.loop != nil {
+		// First, so that no client is handed to a session once the
+		// sessions are being waited for.
+		loopClean = p.loop.shutdown(t.C)
+	}
 	p.mu.Lock()
 	p.draining.Store(true)
 	for s := range p.sessions {
@@ -235,11 +269,12 @@ func (p *Proxy) shutdown() error {
 	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
-	t := time.NewTimer(p.cfg.DrainTimeout)
-	defer t.Stop()
 	select {
 	case <-done:
 		p.closePools()
+		if !loopClean {
+			return fmt.Errorf("proxy: connections force-closed after the %s drain timeout", p.cfg.DrainTimeout)
+		}
 		return nil
 	case <-t.C:
 	}

@@ -100,6 +100,19 @@ func NewReader(rd io.Reader, size int, limits Limits) *Reader {
 // Reset makes the Reader read from rd, keeping its buffer.
 func (r *Reader) Reset(rd io.Reader) { r.rd, r.r, r.w, r.need = rd, 0, 0, 0 }
 
+// SetSource makes the Reader read from rd from now on, keeping the bytes
+// already buffered: a connection handed from one owner to another (an
+// event loop to a goroutine) loses none of the pipeline it had sent.
+func (r *Reader) SetSource(rd io.Reader) { r.rd = rd }
+
+// Offset is the position of the next unparsed byte; Rewind(Offset())
+// after a Try* call un-consumes what it parsed. Valid until the next Fill.
+func (r *Reader) Offset() int { return r.r }
+
+// Rewind moves the parse position back to off, an Offset taken since the
+// last Fill, so the frames after it are parsed again (by a new owner).
+func (r *Reader) Rewind(off int) { r.r = off }
+
 // Buffered is the number of bytes read from the connection and not yet
 // consumed. A proxy uses it to know whether more pipelined commands are
 // already here (batch them) or whether it should flush and wait.
@@ -382,6 +395,20 @@ func (r *Reader) ReadReply(p *Reply) error {
 			return err
 		}
 	}
+}
+
+// TryReply parses the next reply only if it is wholly buffered; it reports
+// false (and consumes nothing) otherwise. An event loop reads once per
+// readiness event, then takes every complete reply.
+func (r *Reader) TryReply(p *Reply) (bool, error) {
+	if r.r == r.w {
+		return false, nil
+	}
+	err := r.parseReply(p)
+	if err == errIncomplete {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (r *Reader) parseReply(p *Reply) error {

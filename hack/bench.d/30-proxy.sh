@@ -11,6 +11,13 @@
 # The machine's cores are shared (with Redis, the load generator and other
 # work), so every row is measured in ROUNDS interleaved rounds, rotating the
 # order of the targets, and the median is reported.
+# CPU placement: the load generator runs on CPU 0 and every server (Redis,
+# heatsink, twemproxy) on the other CPUs, the same for every target, as a
+# load test is run when the generator must not steal the servers' CPU
+# (PROXY_BENCH_PIN=0 turns it off). Left to the Linux scheduler, a 2-core
+# machine sometimes puts the proxy on the generator's core and sometimes on
+# Redis'; the main table is then bimodal from run to run, so a second table
+# shows depth 1 unpinned.
 # Prints one Markdown section to stdout; progress goes to stderr.
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -28,10 +35,26 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for b in redis-server redis-benchmark redis-cli nutcracker python3; do
+for b in redis-server redis-benchmark redis-cli nutcracker python3 taskset; do
   command -v "$b" >/dev/null || { echo "bench: $b not installed" >&2; exit 1; }
 done
 
+NCPU=$(nproc)
+PIN="${PROXY_BENCH_PIN:-1}"
+[[ ${NCPU} -ge 2 ]] || PIN=0
+GEN=()
+servers=() # pids of the servers to place
+# place pinned|unpinned: sets the servers' CPUs (every thread) and the
+# load generator's.
+place() {
+  local cpus="0-$((NCPU - 1))"
+  GEN=()
+  if [[ "$1" == pinned && "${PIN}" == 1 ]]; then
+    cpus="1-$((NCPU - 1))"
+    GEN=(taskset -c 0)
+  fi
+  for p in "${servers[@]}"; do taskset -a -pc "${cpus}" "$p" >/dev/null; done
+}
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 waitport() {
   for _ in $(seq 1 600); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.05; done
@@ -46,7 +69,7 @@ redis() { # PORT [extra args...]
   local port=$1; shift
   redis-server --port "${port}" --bind 127.0.0.1 --save '' --appendonly no --daemonize no --dir "${work}" \
     --dbfilename "dump-${port}.rdb" "$@" >"${work}/redis-${port}.log" 2>&1 &
-  pids+=($!)
+  pids+=($!); servers+=($!)
   waitport "${port}"
 }
 
@@ -55,7 +78,7 @@ go build -o "${work}/heatsink" ./cmd/heatsink
 heatsink() { # LOGNAME PORT [flags...]
   local name=$1 port=$2; shift 2
   "${work}/heatsink" proxy --listen "127.0.0.1:${port}" --http-address "127.0.0.1:$(freeport)" "$@" >"${work}/${name}.log" 2>&1 &
-  pids+=($!)
+  pids+=($!); servers+=($!)
   waitport "${port}"
 }
 
@@ -83,13 +106,14 @@ bench:
    - 127.0.0.1:${RPORT}:1
 YML
 nutcracker -c "${work}/nutcracker.yml" -s "$(freeport)" -o "${work}/nutcracker.log" &
-pids+=($!)
+pids+=($!); servers+=($!)
 waitport "${TPORT}"
+place pinned
 
 # bench PORT DEPTH ARGS... -> "rps p50 p99"
 bench() {
   local port=$1 depth=$2; shift 2
-  redis-benchmark -h 127.0.0.1 -p "${port}" -c "${CLIENTS}" -n "${REQUESTS}" -P "${depth}" --csv "$@" 2>/dev/null |
+  "${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "${port}" -c "${CLIENTS}" -n "${REQUESTS}" -P "${depth}" --csv "$@" 2>/dev/null |
     awk -F, 'NR>1 { gsub(/"/,""); print $2, $5, $7; exit }'
 }
 
@@ -121,7 +145,7 @@ done
 
 echo "## Proxy: direct Redis vs heatsink proxy vs twemproxy"
 echo
-echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per run, random keys (-r 1000000); each row is the median of ${ROUNDS} interleaved rounds (target order rotated each round) on the same machine ($(nproc) cores shared by Redis, the proxy, the load generator and whatever else runs). Latencies in ms. twemproxy: nutcracker, server_connections ${TWEMPROXY_CONNS:-4}. heatsink: default settings (GOMAXPROCS = cores, 2 multiplexed upstream connections)."
+echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per run, random keys (-r 1000000); each row is the median of ${ROUNDS} interleaved rounds (target order rotated each round) on the same machine ($(nproc) cores shared by Redis, the proxy, the load generator and whatever else runs). $(if [[ ${PIN} == 1 ]]; then echo "CPU placement: redis-benchmark on CPU 0, Redis and the proxy under test on CPUs 1-$((NCPU - 1)), the same for every target (PROXY_BENCH_PIN=0 turns it off; the unpinned table follows)."; else echo "No CPU pinning."; fi) Latencies in ms. twemproxy: nutcracker, server_connections ${TWEMPROXY_CONNS:-4}. heatsink: default settings (its event loop serves these clients; one upstream connection per RESP version)."
 echo
 echo "| test | depth | direct ops/s | heatsink ops/s | twemproxy ops/s | heatsink / direct | twemproxy / direct | direct p50/p99 | heatsink p50/p99 | twemproxy p50/p99 |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
@@ -136,6 +160,33 @@ done
 echo
 echo "Targets: heatsink / direct ≥ 90 % at depth 1 and ≥ 60 % at depth 16, ahead of twemproxy in every row."
 echo
+if [[ "${PIN}" == 1 ]]; then
+  # The same at depth 1 with every process left to the scheduler.
+  place unpinned
+  for test in get set incr; do
+    order=(direct heatsink twemproxy)
+    for round in $(seq 1 "${ROUNDS}"); do
+      echo "bench: unpinned ${test} -P 1 round ${round}" >&2
+      for target in "${order[@]}"; do
+        measure "${target}/u1/${test}" "${PORT[$target]}" 1 -r 1000000 -t "${test}"
+      done
+      order=("${order[@]:1}" "${order[0]}")
+    done
+    for target in direct heatsink twemproxy; do finish "${target}/u1/${test}"; done
+  done
+  place pinned
+  echo "**Unpinned, depth 1** (every process left to the Linux scheduler; medians of ${ROUNDS} interleaved rounds). With three busy processes on ${NCPU} cores the scheduler decides whether the proxy shares a core with Redis (then Redis gets its commands in batches) or with the load generator (then Redis answers one command per wakeup, as direct, and the proxy competes with the generator): runs land in either mode, so these ratios move a lot from run to run."
+  echo
+  echo "| test | direct ops/s | heatsink ops/s | twemproxy ops/s | heatsink / direct | twemproxy / direct | direct p50/p99 | heatsink p50/p99 | twemproxy p50/p99 |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  for test in get set incr; do
+    read -r dr dp50 dp99 <<<"${R[direct/u1/$test]}"
+    read -r hr hp50 hp99 <<<"${R[heatsink/u1/$test]}"
+    read -r tr tp50 tp99 <<<"${R[twemproxy/u1/$test]}"
+    echo "| ${test^^} | ${dr} | ${hr} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$tr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${tp50}/${tp99} |"
+  done
+  echo
+fi
 # Cost of reporting accesses to the detector.
 PORT[reports]=$OPORT
 for depth in 1 16; do
@@ -160,10 +211,10 @@ echo
 # Exactly one upstream command per client command on random keys.
 N=100000
 redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
-redis-benchmark -h 127.0.0.1 -p "${HPORT}" -c "${CLIENTS}" -n "${N}" -P 16 -r 1000000 -t get >/dev/null 2>&1
+"${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "${HPORT}" -c "${CLIENTS}" -n "${N}" -P 16 -r 1000000 -t get >/dev/null 2>&1
 one_gets=$(cmdcalls "${RPORT}" get); one_all=$(calls "${RPORT}")
 redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
-redis-benchmark -h 127.0.0.1 -p "${HPORT}" -c "${CLIENTS}" -n "${N}" -P 1 -r 1000000 -t set >/dev/null 2>&1
+"${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "${HPORT}" -c "${CLIENTS}" -n "${N}" -P 1 -r 1000000 -t set >/dev/null 2>&1
 one_sets=$(cmdcalls "${RPORT}" set); one_all2=$(calls "${RPORT}")
 
 echo "**One upstream command per client command** (random keys, nothing in the routing table; INFO commandstats on Redis): ${N} client GETs at depth 16 → ${one_gets:-0} upstream GETs, ${one_all} commands in all; ${N} client SETs at depth 1 → ${one_sets:-0} upstream SETs, ${one_all2} commands in all."
@@ -177,6 +228,7 @@ cat >"${work}/routing.json" <<'JSON'
 JSON
 EPORT=$(freeport)
 heatsink heatsink-engine "${EPORT}" --upstream "127.0.0.1:${RPORT}" --policy bench --namespace bench --routing-file "${work}/routing.json"
+place pinned
 redis-cli -p "${RPORT}" SET hot "$(head -c 100 /dev/zero | tr '\0' v)" >/dev/null
 # Wait until the table is loaded: 20 GETs through the proxy cost < 20 upstream.
 for _ in $(seq 1 100); do
@@ -221,10 +273,11 @@ for p in "${CPORTS[@]}"; do
 done
 SPORT=$(freeport)
 heatsink heatsink-cluster "${SPORT}" --cluster --upstream "127.0.0.1:${CPORTS[0]}" --policy bench --namespace bench --routing-file "${work}/routing.json"
+place pinned
 spread() { # KEY -> "ops/s per master..." and max/mean
   for p in "${CPORTS[@]}"; do redis-cli -p "$p" CONFIG RESETSTAT >/dev/null; done
   local t0 t1; t0=$(date +%s.%N)
-  redis-benchmark -h 127.0.0.1 -p "${SPORT}" -c "${CLIENTS}" -n "${REQUESTS}" -P 1 INCR "$1" >/dev/null 2>&1
+  "${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "${SPORT}" -c "${CLIENTS}" -n "${REQUESTS}" -P 1 INCR "$1" >/dev/null 2>&1
   t1=$(date +%s.%N)
   local counts=()
   for p in "${CPORTS[@]}"; do counts+=("$(calls "$p")"); done

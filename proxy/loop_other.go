@@ -1,0 +1,23 @@
+//go:build !linux
+
+package proxy
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// The event loop is Linux only (epoll); elsewhere every client gets a
+// session goroutine.
+type loop struct{}
+
+func loopEligible(*Config) bool { return false }
+
+func newLoop(*Proxy) (*loop, error) {
+	return nil, errors.New("event loop: not supported on this platform")
+}
+
+func (l *loop) start()                         {}
+func (l *loop) adopt(net.Conn) bool            { return false }
+func (l *loop) shutdown(<-chan time.Time) bool { return true }
