@@ -298,6 +298,25 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 	}
 }
 
+// Cached returns key's value from the local cache without any I/O. ok is
+// false when the key has no fresh cached value (or no local cache in
+// force); the caller then uses Get. It lets an event loop, which must never
+// block, answer cache hits inline.
+func (e *Engine) Cached(key string) (val []byte, found, ok bool) {
+	p := e.plan(key)
+	if p == nil || p.entry.LocalCache == nil {
+		return nil, false, false
+	}
+	now := e.clock.Now()
+	if !p.entry.Active(now) {
+		return nil, false, false
+	}
+	if val, found, ok = e.cache.get(key, now); ok {
+		e.m.cacheHits.Inc()
+	}
+	return val, found, ok
+}
+
 // ttl is a local-cache TTL shortened by a random jitter of up to
 // JitterPercent, so entries filled together do not expire together and no
 // entry outlives TTLMillis.

@@ -139,7 +139,7 @@ type loop struct {
 	rep resp.Reply
 	buf [8]byte
 
-	nFwd, nBatches, nLocal float64
+	nFwd, nBatches, nLocal, nEng float64
 }
 
 // fdIO reads a non-blocking descriptor; EAGAIN comes back as an error.
@@ -484,7 +484,7 @@ func (l *loop) command(c *lclient, off int) {
 		if e := l.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.MultiKey() && anyMitigated(e, info, args)) {
 			d, iv := classifyMitigated(e, args, false)
 			if d.Op != engine.OpRaw {
-				if !l.waitDrain(c, off) {
+				if !l.waitDrain(c, off) && !l.cacheHit(c, d, args) {
 					l.runEngine(c, d, iv)
 				}
 				return
@@ -500,6 +500,35 @@ func (l *loop) command(c *lclient, off int) {
 		rk = string(key)
 	}
 	l.forward(c, l.cmd.Raw, rk, inval)
+}
+
+// cacheHit answers a GET from the engine's local cache, inline, when the
+// value is cached (the client owes no reply, so none of its own writes is
+// in flight).
+func (l *loop) cacheHit(c *lclient, d engine.Decision, args [][]byte) bool {
+	cr, ok := l.p.cfg.Engine.(cachedReader)
+	if !ok || d.Op != engine.OpGet {
+		return false
+	}
+	val, found, ok := cr.Cached(unsafeString(args[1]))
+	if !ok {
+		return false
+	}
+	if found {
+		c.out = resp.AppendBulk(c.out, val)
+	} else {
+		c.out = resp.AppendNull(c.out, c.proto)
+	}
+	if o := l.p.cfg.Observer; o != nil {
+		o.Observe(l.p.cfg.Policy, string(args[1]), 1, 0, uint32(len(val)))
+	}
+	l.nEng++
+	return true
+}
+
+// cachedReader is implemented by *engine.Engine: a cache hit without I/O.
+type cachedReader interface {
+	Cached(key string) (val []byte, found, ok bool)
 }
 
 // waitDrain reports true (and un-parses the command) when the client still
@@ -809,7 +838,10 @@ func (l *loop) flushMetrics() {
 	if l.nLocal > 0 {
 		m.local.Add(l.nLocal)
 	}
-	l.nFwd, l.nBatches, l.nLocal = 0, 0, 0
+	if l.nEng > 0 {
+		m.engine.Add(l.nEng)
+	}
+	l.nFwd, l.nBatches, l.nLocal, l.nEng = 0, 0, 0, 0
 }
 
 // flushClient writes the client's replies; false means it was closed.
