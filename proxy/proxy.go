@@ -3,13 +3,20 @@
 // accesses to the node's detector and hands the commands on mitigated keys
 // to the routing engine.
 //
-// Design for throughput on a shared core: each client connection gets its
-// own goroutine and its own upstream connection per Redis node. The session
-// reads every command the client has already sent (a pipeline), forwards
-// their raw bytes in one write per node, reads the replies and answers the
-// client with one write. No command is copied or re-encoded on that path and
-// nothing allocates per command; per-connection state (SELECT, MULTI, WATCH,
-// AUTH) stays correct because the upstream connection is the client's own.
+// Two ways of serving a client, chosen per connection:
+//
+//   - The event loop (loop_linux.go; standalone Redis, plaintext upstream)
+//     serves every client that sends only commands leaving no connection
+//     state. One OS thread waits on one epoll set holding the clients and
+//     the upstream connections; each round, the commands of every client
+//     that sent something go to Redis in one write, and each client gets its
+//     replies in one write. Forwarding copies a command's bytes once and
+//     never re-encodes them.
+//   - A session (session.go) is a goroutine per client. It serves cluster
+//     mode, TLS upstreams, and the clients the loop hands over: those that
+//     touch connection state (SELECT, MULTI, WATCH, AUTH, CLIENT SETNAME),
+//     block (BLPOP), or subscribe. A session that touched state gets its
+//     own upstream connection per node, so that state stays the client's.
 package proxy
 
 import (

@@ -51,6 +51,9 @@ type Config struct {
 	TLS *tls.Config
 	// Limits bound client frames (proxy.Config.Limits).
 	Limits resp.Limits
+	// NoEventLoop serves every client with a goroutine of its own
+	// (proxy.Config.NoEventLoop).
+	NoEventLoop bool
 	// HTTPAddress serves /metrics, /healthz, /readyz; empty disables it.
 	HTTPAddress string
 	// HTTPListener, if set, is used instead of listening on HTTPAddress.
@@ -82,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 	pcfg := proxy.Config{
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
-		TLS: cfg.TLS, Limits: cfg.Limits,
+		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 	}
 	if cfg.Detector != "" {
 		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{})
