@@ -92,9 +92,11 @@ type Config struct {
 	// Limits bound client frames (DefaultClientLimits if zero).
 	Limits resp.Limits
 	// SharedConns is the number of multiplexed upstream connections per
-	// RESP version in standalone mode (default 2); clients that touch
+	// RESP version that sessions share in standalone mode (default 2; the
+	// event loop has its own, one per RESP version). Clients that touch
 	// connection state (SELECT n, MULTI, AUTH, blocking commands, ...) get a
-	// connection of their own instead. Negative disables multiplexing.
+	// connection of their own instead. Negative disables multiplexing, and
+	// with it the event loop.
 	SharedConns int
 	// NoEventLoop serves every client with a session goroutine. By default
 	// (Linux, standalone, plaintext upstream, multiplexing on) one event
