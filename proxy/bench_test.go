@@ -18,19 +18,27 @@ import (
 )
 
 // BenchmarkForward measures the forwarding path (a pipeline of 12 GETs and 4
-// three-key MGETs per op, on keys not in the routing table, through the proxy to a real Redis) for allocations: the client side
-// below allocates nothing per op, so allocs/op is the proxy's. Throughput
+// three-key MGETs per op, on keys not in the routing table, through the
+// proxy to a real Redis) for allocations, through the event loop and
+// through sessions: the client side below allocates nothing per op, so
+// allocs/op is the proxy's. Throughput
 // comparisons with direct Redis and twemproxy live in hack/bench.d.
 func BenchmarkForward(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
 		shared int
+		noLoop bool
 		table  int // -1: no engine; n: an engine with n entries, none of them the keys sent
-	}{{"shared=0", 0, -1}, {"shared=-1", -1, -1}, {"shared=0/engine-empty-table", 0, 0}, {"shared=0/engine-1000-entries", 0, 1000}} {
-		shared := tc.shared
+	}{
+		{"loop", 0, false, -1},
+		{"sessions-shared", 0, true, -1},
+		{"sessions-dedicated", -1, true, -1},
+		{"loop/engine-empty-table", 0, false, 0},
+		{"loop/engine-1000-entries", 0, false, 1000},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Standalone(b)
-			cfg := proxy.Config{Upstreams: []string{srv.Addr}, SharedConns: shared}
+			cfg := proxy.Config{Upstreams: []string{srv.Addr}, SharedConns: tc.shared, NoEventLoop: tc.noLoop}
 			if tc.table >= 0 {
 				ec := redis.NewClient(&redis.Options{Addr: srv.Addr})
 				defer ec.Close()

@@ -125,6 +125,11 @@ type loop struct {
 	wakefd int
 	// deadline is the wait's deadline in force: a stall check is due.
 	deadline time.Time
+	// pollFn is l.poll; pollEvents, pollN and pollErr its input and output.
+	pollFn     func(fd uintptr) bool
+	pollEvents []unix.EpollEvent
+	pollN      int
+	pollErr    error
 
 	mu      sync.Mutex
 	inbox   []func()
@@ -205,6 +210,7 @@ func newLoop(p *Proxy) (*loop, error) {
 		return nil, err
 	}
 	l.eprc = rc
+	l.pollFn = l.poll
 	return l, nil
 }
 
@@ -353,31 +359,33 @@ func (l *loop) runInbox() (stop bool) {
 // wait returns the next events, parking the goroutine (not its thread)
 // until there are some or a stall check is due.
 func (l *loop) wait(events []unix.EpollEvent) (int, error) {
+	l.armDeadline()
+	l.pollEvents, l.pollN, l.pollErr = events, 0, nil
+	err := l.eprc.Read(l.pollFn)
+	switch {
+	case l.pollErr != nil:
+		return 0, l.pollErr
+	case err == nil:
+		return l.pollN, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// A stall check is due: clear the passed deadline and return no
+		// events, so that the caller runs it.
+		l.deadline = time.Time{}
+		l.epf.SetReadDeadline(l.deadline)
+		return 0, nil
+	default:
+		return 0, err
+	}
+}
+
+// poll takes the events ready now; false parks the loop until the epoll
+// set is readable. (A method value made once: a closure per wait would
+// allocate.)
+func (l *loop) poll(fd uintptr) bool {
 	for {
-		l.armDeadline()
-		n := 0
-		var werr error
-		err := l.eprc.Read(func(fd uintptr) bool {
-			for {
-				n, werr = unix.EpollWait(int(fd), events, 0)
-				if werr != unix.EINTR {
-					return n > 0 || werr != nil
-				}
-			}
-		})
-		switch {
-		case werr != nil:
-			return 0, werr
-		case err == nil:
-			return n, nil
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			// A stall check is due: clear the passed deadline and return
-			// no events, so that the caller runs it.
-			l.deadline = time.Time{}
-			l.epf.SetReadDeadline(l.deadline)
-			return 0, nil
-		default:
-			return 0, err
+		l.pollN, l.pollErr = unix.EpollWait(int(fd), l.pollEvents, 0)
+		if l.pollErr != unix.EINTR {
+			return l.pollN > 0 || l.pollErr != nil
 		}
 	}
 }
