@@ -55,7 +55,32 @@ place() {
   fi
   for p in "${servers[@]}"; do taskset -a -pc "${cpus}" "$p" >/dev/null; done
 }
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# freeport [cluster]: a free loopback port; for a cluster node, one whose
+# cluster bus port (port + 10000) is a valid port and free too.
+freeport() {
+  python3 - "$@" <<'PY'
+import socket, sys
+cluster = len(sys.argv) > 1
+while True:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    ok = True
+    if cluster:
+        ok = p + 10000 <= 65535
+        if ok:
+            b = socket.socket()
+            try:
+                b.bind(("127.0.0.1", p + 10000))
+            except OSError:
+                ok = False
+            b.close()
+    s.close()
+    if ok:
+        print(p)
+        break
+PY
+}
 waitport() {
   for _ in $(seq 1 600); do redis-cli -p "$1" PING >/dev/null 2>&1 && return 0; sleep 0.05; done
   echo "bench: port $1 not answering" >&2; return 1
@@ -264,7 +289,7 @@ echo
 # (the same load on "likes", split in 6 shards by the table).
 CPORTS=()
 for _ in 1 2 3; do
-  p=$(freeport); CPORTS+=("$p")
+  p=$(freeport cluster); CPORTS+=("$p")
   redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf"
 done
 redis-cli --cluster create "${CPORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"${work}/cluster.log" 2>&1
