@@ -189,3 +189,39 @@ func TestLoopEngineCommandsKeepPipelineOrder(t *testing.T) {
 	ec.FlushAll(context.Background())
 	sameReplies(t, direct, exchange(t, addr, script...))
 }
+
+// When Redis drops the proxy's upstream connection, the commands in flight
+// get an error reply and the next ones go over a new connection.
+func TestLoopReconnectsAfterUpstreamLoss(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}})
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		// Every connection but this one: the proxy's upstream connections.
+		killed, err := direct.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Result()
+		if err != nil || killed == 0 {
+			t.Fatalf("round %d: CLIENT KILL: %d, %v", round, killed, err)
+		}
+		var got string
+		for attempt := 0; got != "v"; attempt++ {
+			if attempt == 100 {
+				t.Fatalf("round %d: no successful GET after the upstream connection was lost", round)
+			}
+			v, err := c.Get(ctx, "k").Result()
+			switch {
+			case err == nil:
+				got = v
+			case !strings.Contains(err.Error(), "heatsink proxy: upstream"):
+				t.Fatalf("round %d: GET after the connection loss: %v, want a heatsink proxy error or the value", round, err)
+			}
+		}
+	}
+}
