@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -19,9 +20,10 @@ import (
 	"github.com/heatsink-dev/heatsink/resp"
 )
 
-// The event loop serves the multiplexed standalone path: every client that
-// only sends commands leaving no connection state, all on one OS thread
-// around one epoll set that holds the clients and the upstream connections.
+// The event loop serves every client that only sends commands leaving no
+// connection state, standalone or cluster, from one goroutine around one
+// epoll set that holds the clients and the upstream connections (one per
+// node and RESP version).
 //
 // Why not a goroutine per client (the session): at pipeline depth 1 each
 // command then costs two goroutine hand-offs and a read that finds nothing
@@ -38,7 +40,9 @@ import (
 // has sent, to a session goroutine (connection state, blocking commands,
 // pub/sub, HELLO the loop cannot answer); commands on mitigated keys run
 // the engine on a goroutine and the client's next commands wait for it, so
-// a pipeline's order and effects hold exactly as in a session.
+// a pipeline's order and effects hold exactly as in a session. In cluster
+// mode a pipeline may span nodes: each reply carries the client's sequence
+// number and replies that come early wait for the ones before them.
 
 // loopMaxOut bounds the replies waiting for a slow client before the loop
 // stops reading its commands.
@@ -72,8 +76,8 @@ type lclient struct {
 	out   []byte
 	woff  int
 	proto int
-	// sent and recv count the commands forwarded and the replies that came
-	// back; the client owes no reply when they are equal.
+	// sent and recv count the commands forwarded and the replies delivered
+	// (in order); the client owes no reply when they are equal.
 	sent, recv uint64
 	state      cstate
 	final      []byte
@@ -81,27 +85,37 @@ type lclient struct {
 	dirty      bool
 	// wblocked: the last write found the socket buffer full.
 	wblocked bool
+	// ooo holds replies that came before earlier ones (cluster mode: a
+	// pipeline spread over several nodes), by sequence number.
+	ooo map[uint64][]byte
 }
 
 func (c *lclient) owed() uint64 { return c.sent - c.recv }
 
 // fent is one reply an upstream connection owes, in order.
 type fent struct {
-	c     *lclient
-	key   string   // reads, for the Observer: reported with the reply size
-	inval []string // mitigated keys whose cached copy the write drops
+	c   *lclient
+	seq uint64 // the client's sequence number of the command
+	// off and end locate the raw command in the connection's rawlog
+	// (cluster mode: a MOVED or ASK reply sends it again elsewhere).
+	off, end int32
+	key      string   // reads, for the Observer: reported with the reply size
+	inval    []string // mitigated keys whose cached copy the write drops
 }
 
 type lupstream struct {
+	node  int
 	proto int
-	fd    int
-	up    bool // dialed; false while dialing
-	r     *resp.Reader
-	wbuf  []byte
-	woff  int
-	fifo  []fent
-	head  int
-	hello []byte
+	// rawlog holds the commands in flight, in cluster mode.
+	rawlog []byte
+	fd     int
+	up     bool // dialed; false while dialing
+	r      *resp.Reader
+	wbuf   []byte
+	woff   int
+	fifo   []fent
+	head   int
+	hello  []byte
 	// waiting are the clients whose HELLO waits for this connection to open.
 	waiting []*lclient
 	// since is the last sign of progress while replies are owed; a stall
@@ -138,7 +152,7 @@ type loop struct {
 
 	owners   []owner // by fd
 	clients  int
-	ups      [4]*lupstream // by RESP version (2, 3)
+	ups      [][4]*lupstream // by node, then RESP version (2, 3)
 	dirty    []*lclient
 	now      time.Time
 	draining bool
@@ -171,9 +185,9 @@ func (f fdIO) Read(b []byte) (int, error) {
 }
 
 // loopEligible reports whether the configuration lets the event loop serve
-// clients: standalone, plaintext upstream, multiplexing on.
+// clients: plaintext upstream, multiplexing on.
 func loopEligible(cfg *Config) bool {
-	return !cfg.Cluster && cfg.TLS == nil && cfg.SharedConns >= 0 && !cfg.NoEventLoop
+	return cfg.TLS == nil && cfg.SharedConns >= 0 && !cfg.NoEventLoop
 }
 
 func newLoop(p *Proxy) (*loop, error) {
@@ -219,7 +233,7 @@ func newLoop(p *Proxy) (*loop, error) {
 // first client (RESP3 is opened on the first HELLO 3).
 func (l *loop) start() {
 	go l.run()
-	l.post(func() { l.dial(2) })
+	l.post(func() { l.up(0, 2) })
 }
 
 // post runs f on the loop's thread; it reports false when the loop has
@@ -398,14 +412,14 @@ func (l *loop) armDeadline() {
 		return
 	}
 	var due time.Time
-	for _, u := range l.ups {
-		if u == nil || !u.up || u.owed() == 0 {
-			continue
+	l.eachUp(func(u *lupstream) {
+		if !u.up || u.owed() == 0 {
+			return
 		}
 		if t := u.since.Add(l.p.cfg.Timeout); due.IsZero() || t.Before(due) {
 			due = t
 		}
-	}
+	})
 	if !due.IsZero() {
 		l.deadline = due
 		l.epf.SetReadDeadline(due)
@@ -413,11 +427,34 @@ func (l *loop) armDeadline() {
 }
 
 func (l *loop) checkStalls() {
-	for _, u := range l.ups {
-		if u != nil && u.up && u.owed() > 0 && l.now.Sub(u.since) > l.p.cfg.Timeout {
+	l.eachUp(func(u *lupstream) {
+		if u.up && u.owed() > 0 && l.now.Sub(u.since) > l.p.cfg.Timeout {
 			l.failUp(u, os.ErrDeadlineExceeded)
 		}
+	})
+}
+
+// eachUp calls f for every upstream connection, open or being opened.
+func (l *loop) eachUp(f func(u *lupstream)) {
+	for i := range l.ups {
+		for _, u := range l.ups[i] {
+			if u != nil {
+				f(u)
+			}
+		}
 	}
+}
+
+// up returns the upstream connection to node for RESP version v, opening
+// one when there is none.
+func (l *loop) up(node, v int) *lupstream {
+	for len(l.ups) <= node {
+		l.ups = append(l.ups, [4]*lupstream{})
+	}
+	if u := l.ups[node][v]; u != nil {
+		return u
+	}
+	return l.dial(node, v)
 }
 
 func (l *loop) markDirty(c *lclient) {
@@ -499,10 +536,7 @@ func (l *loop) command(c *lclient, off int) {
 		if l.waitDrain(c, off) {
 			return
 		}
-		u := l.ups[v]
-		if u == nil {
-			u = l.dial(v)
-		}
+		u := l.up(0, v)
 		if !u.up {
 			// Being opened: the HELLO is taken again once it is (or goes
 			// to a session, which reports the error, if it fails).
@@ -541,6 +575,11 @@ func (l *loop) command(c *lclient, off int) {
 	case !known || !info.shareable || isBlocking(info, args):
 		l.handoff(c, off)
 		return
+	case info.kind == kClusterWide && l.p.cfg.Cluster:
+		if !l.waitDrain(c, off) {
+			l.localReply(c, resp.AppendError(nil, "ERR heatsink proxy: "+upper(args[0])+" acts on every node of a cluster; run it against each node directly"))
+		}
+		return
 	}
 	key := info.FirstKey(args)
 	var inval []string
@@ -563,7 +602,11 @@ func (l *loop) command(c *lclient, off int) {
 	if l.p.cfg.Observer != nil && key != nil && !info.Write {
 		rk = string(key)
 	}
-	l.forward(c, l.cmd.Raw, rk, inval)
+	node := 0
+	if l.p.cfg.Cluster && key != nil {
+		node = l.p.topo.nodeOf(slotOf(key))
+	}
+	l.forward(c, node, l.cmd.Raw, rk, inval)
 }
 
 // cacheHit answers a GET from the engine's local cache, inline, when the
@@ -618,18 +661,49 @@ func (l *loop) handoff(c *lclient, off int) {
 	c.state = cHandoff
 }
 
-func (l *loop) forward(c *lclient, raw []byte, key string, inval []string) {
-	u := l.ups[c.proto]
-	if u == nil {
-		u = l.dial(c.proto)
-	}
+func (l *loop) forward(c *lclient, node int, raw []byte, key string, inval []string) {
+	u := l.up(node, c.proto)
 	if u.owed() == 0 {
 		u.since = l.now
 	}
 	u.wbuf = append(u.wbuf, raw...)
-	u.fifo = append(u.fifo, fent{c: c, key: key, inval: inval})
+	f := fent{c: c, seq: c.sent, key: key, inval: inval}
+	if l.p.cfg.Cluster {
+		f.off = int32(len(u.rawlog))
+		u.rawlog = append(u.rawlog, raw...)
+		f.end = int32(len(u.rawlog))
+	}
+	u.fifo = append(u.fifo, f)
 	c.sent++
 	l.nFwd++
+}
+
+// deliver hands the client the reply to its command seq: at once if it is
+// the next one owed, else kept until the ones before it came.
+func (l *loop) deliver(c *lclient, seq uint64, b []byte) {
+	if c.state == cClosed {
+		c.recv++ // nobody reads it; keep the count
+		return
+	}
+	if seq != c.recv {
+		if c.ooo == nil {
+			c.ooo = map[uint64][]byte{}
+		}
+		c.ooo[seq] = append([]byte(nil), b...)
+		return
+	}
+	c.out = append(c.out, b...)
+	c.recv++
+	for len(c.ooo) > 0 {
+		next, ok := c.ooo[c.recv]
+		if !ok {
+			break
+		}
+		delete(c.ooo, c.recv)
+		c.out = append(c.out, next...)
+		c.recv++
+	}
+	l.markDirty(c)
 }
 
 // runEngine serves an engine command on a goroutine with a session of its
@@ -646,6 +720,10 @@ func (l *loop) runEngine(c *lclient, d engine.Decision, inval []string) {
 	go func() {
 		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
 			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1))}
+		if proto == 3 && p.cfg.Cluster {
+			s.prelude.set(slotHello, hello3)
+		}
+		defer s.closeUpstreams() // cluster mode: its own node connections
 		if !s.execEngine(d, args) {
 			s.forward(0, raw, false, "")
 			s.pend[len(s.pend)-1].invalidate = inval
@@ -671,12 +749,12 @@ func (l *loop) engineDone(c *lclient, out []byte) {
 
 // dial opens the upstream connection for RESP version v on a goroutine;
 // commands queue meanwhile.
-func (l *loop) dial(v int) *lupstream {
-	u := &lupstream{proto: v, fd: -1}
-	l.ups[v] = u
+func (l *loop) dial(node, v int) *lupstream {
+	u := &lupstream{node: node, proto: v, fd: -1}
+	l.ups[node][v] = u
 	p := l.p
 	go func() {
-		fd, hello, err := p.dialLoopUpstream(v)
+		fd, hello, err := p.dialLoopUpstream(node, v)
 		if !l.post(func() { l.dialed(u, fd, hello, err) }) && err == nil {
 			unix.Close(fd)
 		}
@@ -696,10 +774,11 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 		}
 	}
 	if err != nil {
-		if l.ups[u.proto] == u {
-			l.ups[u.proto] = nil
+		l.forgetUp(u)
+		if l.p.cfg.Cluster {
+			l.p.topo.refreshAsync() // the node may have failed over
 		}
-		l.failOwed(u, "ERR heatsink proxy: upstream "+l.p.topo.addr(0)+" unreachable: "+err.Error())
+		l.failOwed(u, "ERR heatsink proxy: upstream "+l.p.topo.addr(u.node)+" unreachable: "+err.Error())
 		for _, c := range u.waiting {
 			if c.state == cWaitUp {
 				c.state = cHandoff
@@ -725,10 +804,10 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 
 // dialLoopUpstream connects and authenticates (dialRaw), opens the
 // connection in RESP version v, and returns its descriptor.
-func (p *Proxy) dialLoopUpstream(v int) (fd int, hello []byte, err error) {
+func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
 	defer cancel()
-	u, err := p.dialRaw(ctx, p.topo.addr(0))
+	u, err := p.dialRaw(ctx, p.topo.addr(node))
 	if err != nil {
 		return -1, nil, err
 	}
@@ -787,12 +866,11 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 		f := u.fifo[u.head]
 		u.fifo[u.head] = fent{}
 		u.head++
-		c := f.c
-		c.recv++
-		if c.state != cClosed {
-			c.out = append(c.out, l.rep.Raw...)
-			l.markDirty(c)
+		if l.p.cfg.Cluster && isRedirect(&l.rep) && f.c.state != cClosed {
+			l.redirect(f, u.rawlog[f.off:f.end])
+			continue
 		}
+		l.deliver(f.c, f.seq, l.rep.Raw)
 		for _, k := range f.inval {
 			e.Invalidate(k)
 		}
@@ -802,8 +880,41 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 	}
 	u.since = l.now
 	if u.head == len(u.fifo) {
-		u.fifo, u.head = u.fifo[:0], 0
+		u.fifo, u.head, u.rawlog = u.fifo[:0], 0, u.rawlog[:0]
 	}
+}
+
+// isRedirect reports a cluster MOVED or ASK reply.
+func isRedirect(r *resp.Reply) bool {
+	return r.IsError() && (bytes.HasPrefix(r.Line, []byte("MOVED ")) || bytes.HasPrefix(r.Line, []byte("ASK ")))
+}
+
+// redirect follows a MOVED or ASK reply (after a resharding or a failover;
+// rare) on a goroutine, as a session does, on a one-shot connection; the
+// client's later replies wait in order.
+func (l *loop) redirect(f fent, raw []byte) {
+	raw = append([]byte(nil), raw...)
+	line := append([]byte(nil), l.rep.Line...)
+	proto := f.c.proto
+	p := l.p
+	go func() {
+		s := &session{p: p, proto: proto, pinned: -1, cw: resp.NewWriter(nil, 512)}
+		if proto == 3 {
+			s.prelude.set(slotHello, hello3)
+		}
+		s.rep.Line = line
+		s.redirect(raw)
+		out := s.cw.Buf
+		l.post(func() {
+			l.deliver(f.c, f.seq, out)
+			for _, k := range f.inval {
+				p.cfg.Engine.Invalidate(k)
+			}
+			if f.key != "" {
+				p.cfg.Observer.Observe(p.cfg.Policy, f.key, 1, 0, uint32(len(out)))
+			}
+		})
+	}()
 }
 
 // failUp closes an upstream connection and answers every reply it owed
@@ -823,21 +934,32 @@ func (l *loop) failUp(u *lupstream, err error) {
 		u.fd = -1
 	}
 	u.up = false
-	if l.ups[u.proto] == u {
-		l.ups[u.proto] = nil
+	l.forgetUp(u)
+	if l.p.cfg.Cluster {
+		l.p.topo.refreshAsync() // the node may have failed over
 	}
-	l.failOwed(u, "ERR heatsink proxy: upstream "+l.p.topo.addr(0)+": "+errText(err))
+	l.failOwed(u, "ERR heatsink proxy: upstream "+l.p.topo.addr(u.node)+": "+errText(err))
 }
 
+// forgetUp drops u from the connections in use: the next command for its
+// node dials again.
+func (l *loop) forgetUp(u *lupstream) {
+	if u.node < len(l.ups) && l.ups[u.node][u.proto] == u {
+		l.ups[u.node][u.proto] = nil
+	}
+}
+
+// failOwed answers every reply u owed with the error msg. A write among
+// them may have been applied, so cached copies of its keys go.
 func (l *loop) failOwed(u *lupstream, msg string) {
+	reply := resp.AppendError(nil, msg)
 	for _, f := range u.fifo[u.head:] {
-		f.c.recv++
-		if f.c.state != cClosed {
-			f.c.out = resp.AppendError(f.c.out, msg)
-			l.markDirty(f.c)
+		l.deliver(f.c, f.seq, reply)
+		for _, k := range f.inval {
+			l.p.cfg.Engine.Invalidate(k)
 		}
 	}
-	u.fifo, u.head, u.wbuf, u.woff = nil, 0, nil, 0
+	u.fifo, u.head, u.wbuf, u.woff, u.rawlog = nil, 0, nil, 0, nil
 }
 
 // endOfRound writes what the round produced: clients that may take more
@@ -853,11 +975,11 @@ func (l *loop) endOfRound() {
 			l.parse(c)
 		}
 	}
-	for _, u := range l.ups {
-		if u != nil && u.up && len(u.wbuf) > u.woff && !u.wblocked {
+	l.eachUp(func(u *lupstream) {
+		if u.up && len(u.wbuf) > u.woff && !u.wblocked {
 			l.flushUp(u)
 		}
-	}
+	})
 	for _, c := range l.dirty {
 		c.dirty = false
 		if c.state == cClosed {
@@ -1020,6 +1142,10 @@ func (l *loop) toSession(c *lclient) {
 	c.r.SetSource(nc)
 	s.cr = c.r
 	s.proto = proto
+	if proto == 3 && l.p.cfg.Cluster {
+		// A cluster session opens its node connections with its prelude.
+		s.prelude.set(slotHello, hello3)
+	}
 	if !l.p.startSession(s) {
 		l.p.m.connections.Dec()
 	}
@@ -1052,12 +1178,12 @@ func (l *loop) stop() {
 	if l.ep < 0 {
 		return
 	}
-	for _, u := range l.ups {
-		if u != nil && u.fd >= 0 {
+	l.eachUp(func(u *lupstream) {
+		if u.fd >= 0 {
 			unix.Close(u.fd)
 			u.fd = -1
 		}
-	}
+	})
 	l.epf.Close()
 	l.ep = -1
 	l.mu.Lock()

@@ -225,3 +225,38 @@ func TestLoopReconnectsAfterUpstreamLoss(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline spread over the three masters of a cluster: the replies come
+// back from each node in its own time, and the client gets them in the
+// order it sent the commands.
+func TestLoopClusterPipelineKeepsOrderAcrossNodes(t *testing.T) {
+	skipShort(t)
+	cl := redistest.Cluster(t)
+	addr, _ := start(t, proxy.Config{Upstreams: cl.Addrs()[:1], Cluster: true})
+	const n = 3000
+	var script [][]any
+	var want []string
+	for i := range n {
+		k := fmt.Sprint("spread:", i)
+		script = append(script, []any{"SET", k, i}, []any{"APPEND", k, "x"}, []any{"GET", k})
+		v := fmt.Sprint(i, "x")
+		want = append(want, "+OK\r\n", fmt.Sprintf(":%d\r\n", len(v)), fmt.Sprintf("$%d\r\n%s\r\n", len(v), v))
+	}
+	got := replies(t, exchange(t, addr, script...))
+	if len(got) != len(want) {
+		t.Fatalf("%d replies, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("reply %d = %q, want %q", i, got[i], want[i])
+		}
+	}
+	for _, a := range cl.Addrs() {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		n, err := c.DBSize(context.Background()).Result()
+		c.Close()
+		if err != nil || n == 0 {
+			t.Fatalf("master %s holds %d keys (%v): the pipeline did not span every node", a, n, err)
+		}
+	}
+}

@@ -177,7 +177,7 @@ func (s *session) handle() (done bool, err error) {
 			s.dedicated = true
 			s.p.m.dedicated.Inc()
 			if s.proto == 3 { // HELLO 3 was answered from the shared pool
-				s.prelude.set(slotHello, []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"))
+				s.prelude.set(slotHello, hello3)
 			}
 		}
 	}
@@ -287,6 +287,9 @@ func (s *session) handle() (done bool, err error) {
 }
 
 func (s *session) unpin() { s.pinned = -1 }
+
+// hello3 opens a connection in RESP3.
+var hello3 = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
 
 // invalidate drops the cached copies of the mitigated keys a raw write
 // named.

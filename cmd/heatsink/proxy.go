@@ -61,7 +61,7 @@ func runProxy(args []string) error {
 	fs.BoolVar(&tlsOpts.InsecureSkipVerify, "tls-insecure-skip-verify", envBool("HEATSINK_TLS_INSECURE_SKIP_VERIFY"), "do not verify Redis' certificate (HEATSINK_TLS_INSECURE_SKIP_VERIFY)")
 	c.Limits = proxy.DefaultClientLimits()
 	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes (HEATSINK_MAX_BULK)")
-	eventLoop := fs.Bool("event-loop", !envBool("HEATSINK_NO_EVENT_LOOP"), "serve stateless clients from one epoll event loop (Linux, standalone, plaintext); false gives every client a goroutine (HEATSINK_NO_EVENT_LOOP=true)")
+	eventLoop := fs.Bool("event-loop", !envBool("HEATSINK_NO_EVENT_LOOP"), "serve stateless clients from one epoll event loop (Linux, plaintext upstream); false gives every client a goroutine (HEATSINK_NO_EVENT_LOOP=true)")
 	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz (HEATSINK_HTTP_ADDRESS)")
 	if err := fs.Parse(args); err != nil {
 		return err
