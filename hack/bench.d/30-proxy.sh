@@ -7,7 +7,9 @@
 #  3. a hot key read through the engine's local cache (upstream GETs per
 #     client GET), and SET on that cached key vs direct;
 #  4. a write-hot counter on a 3-master cluster, before and after split:
-#     busiest master's ops over the mean of the three.
+#     busiest master's ops over the mean of the three;
+#  5. cluster mode: the proxy against redis-benchmark --cluster straight to
+#     the three masters.
 # The machine's cores are shared (with Redis, the load generator and other
 # work), so every row is measured in ROUNDS interleaved rounds, rotating the
 # order of the targets, and the median is reported.
@@ -139,7 +141,7 @@ place pinned
 bench() {
   local port=$1 depth=$2; shift 2
   "${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "${port}" -c "${CLIENTS}" -n "${REQUESTS}" -P "${depth}" --csv "$@" 2>/dev/null |
-    awk -F, 'NR>1 { gsub(/"/,""); print $2, $5, $7; exit }'
+    awk -F, '/^"/ && !/^"test"/ { gsub(/"/,""); print $2, $5, $7; exit }'
 }
 
 # rows TARGETS... : fills R[target/depth/test] with median "rps p50 p99"
@@ -330,4 +332,40 @@ echo "| plain key (before) | ${before%%|*} | ${before##*| } |"
 echo "| split in 6 shards (after) | ${after%%|*} | ${after##*| } |"
 echo
 echo "Target: busiest / mean ≤ 1.5 after the split. The split counter's logical value read back through the proxy: ${total}."
+echo
+# Cluster mode: the proxy (one port, slot-aware) against redis-benchmark's
+# own cluster mode straight to the three masters. twemproxy has no Redis
+# Cluster support, so it has no row here.
+cbench() { # PORT DEPTH TEST [--cluster] -> "rps p50 p99"
+  local port=$1 depth=$2 test=$3; shift 3
+  "${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "${port}" -c "${CLIENTS}" -n "${REQUESTS}" -P "${depth}" -r 1000000 -t "${test}" --csv "$@" 2>/dev/null |
+    awk -F, '/^"/ && !/^"test"/ { gsub(/"/,""); print $2, $5, $7; exit }'
+}
+rm -f "${work}"/m.*
+for depth in 1 16; do
+  for test in get set; do
+    for round in $(seq 1 "${ROUNDS}"); do
+      echo "bench: cluster ${test} -P ${depth} round ${round}" >&2
+      if (( round % 2 )); then
+        cbench "${CPORTS[0]}" "${depth}" "${test}" --cluster >>"${work}/m.cdirect_${depth}_${test}"
+        cbench "${SPORT}" "${depth}" "${test}" >>"${work}/m.cproxy_${depth}_${test}"
+      else
+        cbench "${SPORT}" "${depth}" "${test}" >>"${work}/m.cproxy_${depth}_${test}"
+        cbench "${CPORTS[0]}" "${depth}" "${test}" --cluster >>"${work}/m.cdirect_${depth}_${test}"
+      fi
+    done
+    finish "cdirect/${depth}/${test}"; finish "cproxy/${depth}/${test}"
+  done
+done
+echo "**Redis Cluster, 3 masters** (random keys; direct is \`redis-benchmark --cluster\` to the masters, heatsink is the proxy in cluster mode; medians of ${ROUNDS} interleaved rounds, same CPU placement as the main table):"
+echo
+echo "| test | depth | direct ops/s | heatsink ops/s | heatsink / direct | direct p50/p99 | heatsink p50/p99 |"
+echo "|---|---|---|---|---|---|---|"
+for depth in 1 16; do
+  for test in get set; do
+    read -r dr dp50 dp99 <<<"${R[cdirect/$depth/$test]}"
+    read -r hr hp50 hp99 <<<"${R[cproxy/$depth/$test]}"
+    echo "| ${test^^} | ${depth} | ${dr} | ${hr} | $(ratio "$hr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} |"
+  done
+done
 echo
