@@ -40,6 +40,34 @@ func (c *connState) set(slot int, raw []byte) {
 
 func (c *connState) reset() { *c = connState{} }
 
+// undo is what set replaced, to restore when Redis refuses the command
+// (a failed AUTH must not be replayed on the next connection: the client's
+// connection is still authenticated as before).
+type undo struct {
+	active bool
+	slot   int8
+	seq    uint64 // the seq set gave; a later set of the slot wins
+	prev   []byte
+	pseq   uint64
+	proto  int // the session's protocol before a HELLO
+}
+
+// setUndoable is set, returning how to take it back.
+func (c *connState) setUndoable(slot int, raw []byte, proto int) undo {
+	u := undo{active: true, slot: int8(slot), prev: c.cmds[slot], pseq: c.seq[slot], proto: proto}
+	c.set(slot, raw)
+	u.seq = c.seq[slot]
+	return u
+}
+
+// undo takes back a set whose command Redis refused, unless the slot has
+// been set again since.
+func (c *connState) undo(u undo) {
+	if c.seq[u.slot] == u.seq {
+		c.cmds[u.slot], c.seq[u.slot] = u.prev, u.pseq
+	}
+}
+
 // len is the number of commands a replay sends.
 func (c *connState) len() int {
 	n := 0

@@ -25,3 +25,25 @@ func TestConnStateKeepsLatestInOrder(t *testing.T) {
 		t.Fatal("reset kept state")
 	}
 }
+
+func TestConnStateUndoRestoresUnlessSetAgain(t *testing.T) {
+	var c connState
+	c.set(slotAuth, []byte("AUTH good"))
+	c.set(slotSelect, []byte("SELECT 1"))
+	bad := c.setUndoable(slotAuth, []byte("AUTH bad"), 2)
+	c.undo(bad)
+	var got []string
+	c.each(func(b []byte) { got = append(got, string(b)) })
+	if d := cmp.Diff([]string{"AUTH good", "SELECT 1"}, got); d != "" {
+		t.Fatalf("after undo (-want +got):\n%s", d)
+	}
+	// A later AUTH (pipelined behind the refused one) is not taken back.
+	bad = c.setUndoable(slotAuth, []byte("AUTH bad"), 2)
+	c.set(slotAuth, []byte("AUTH later"))
+	c.undo(bad)
+	got = got[:0]
+	c.each(func(b []byte) { got = append(got, string(b)) })
+	if d := cmp.Diff([]string{"SELECT 1", "AUTH later"}, got); d != "" {
+		t.Fatalf("undo after a later set (-want +got):\n%s", d)
+	}
+}

@@ -34,6 +34,9 @@ type pend struct {
 	// engine drops their cached copies once Redis has applied the write (not
 	// before, or a concurrent read could cache the old value again).
 	invalidate []string
+	// undo takes back the remembered AUTH, HELLO or SELECT this command
+	// set, if Redis refuses it.
+	undo undo
 }
 
 type session struct {
@@ -288,6 +291,13 @@ func (s *session) handle() (done bool, err error) {
 
 func (s *session) unpin() { s.pinned = -1 }
 
+// undoState takes back a remembered AUTH, HELLO or SELECT that Redis (or
+// the proxy, for an unreachable upstream) refused.
+func (s *session) undoState(u undo) {
+	s.prelude.undo(u)
+	s.proto = u.proto
+}
+
 // hello3 opens a connection in RESP3.
 var hello3 = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
 
@@ -435,6 +445,9 @@ func (s *session) drain() {
 		if pd.swallow {
 			continue
 		}
+		if pd.undo.active && s.rep.IsError() {
+			s.undoState(pd.undo)
+		}
 		if s.p.cfg.Cluster && s.pinned < 0 && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
 			s.redirect(s.rawlog[pd.off:pd.end])
 			continue
@@ -580,26 +593,31 @@ func splitFields(s string) []string {
 func (s *session) sessionCommand() error {
 	args := s.cmd.Args
 	raw := append([]byte(nil), s.cmd.Raw...)
+	var un undo // how to take the remembered state back if Redis refuses
 	if eqFold(args[0], "RESET") {
 		s.prelude.reset()
 		s.stickyState = false
 		s.proto = 2
 		s.pinned, s.pinPending, s.inTx, s.watching = -1, false, false, false
 	} else {
+		un = s.prelude.setUndoable(stateSlot(args[0]), raw, s.proto)
 		if eqFold(args[0], "HELLO") && len(args) > 1 {
 			if v, err := strconv.Atoi(string(args[1])); err == nil && (v == 2 || v == 3) {
 				s.proto = v
 			}
 		}
-		s.prelude.set(stateSlot(args[0]), raw)
 	}
 	home := 0
 	if s.pinned >= 0 {
 		home = s.pinned
 	}
 	if err := s.forward(home, raw, false, ""); err != nil {
+		if un.active {
+			s.undoState(un)
+		}
 		return nil
 	}
+	s.pend[len(s.pend)-1].undo = un
 	if s.p.cfg.Cluster {
 		for i, u := range s.ups {
 			if i != home && u != nil {

@@ -185,3 +185,32 @@ func TestClientBulkLimit(t *testing.T) {
 		t.Fatalf("connection still open after a protocol error: %v", err)
 	}
 }
+
+// A refused AUTH leaves the connection authenticated as before, in Redis;
+// the proxy must not replay it on the next upstream connection.
+func TestRefusedAuthIsNotReplayed(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}})
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	ctx := context.Background()
+	if err := direct.Do(ctx, "ACL", "SETUSER", "alice", "on", ">pw", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc := dialRaw(t, addr)
+	rc.must("AUTH", "alice", "pw")
+	if v, err := rc.do("AUTH", "alice", "wrong"); err != nil {
+		t.Fatal(err)
+	} else if _, refused := v.(resp.Error); !refused {
+		t.Fatalf("AUTH with a wrong password: %v, want an error reply", v)
+	}
+	if v, _ := rc.must("ACL", "WHOAMI").([]byte); string(v) != "alice" {
+		t.Fatalf("ACL WHOAMI after a refused AUTH = %q, want alice (Redis keeps the user)", v)
+	}
+	killUpstream(t, rc, direct)
+	_, _ = rc.do("PING") // in flight when the connection died: an error or a reply
+	if v, _ := rc.must("ACL", "WHOAMI").([]byte); string(v) != "alice" {
+		t.Fatalf("ACL WHOAMI after reconnecting = %q, want alice: the refused AUTH was replayed", v)
+	}
+}
