@@ -91,15 +91,46 @@ type Result struct {
 	Moved int64
 }
 
+// credit is step 2. The sequence number of a shard lives in the ledger
+// (field seq:S) while its generation is folded; Retire moves it out to a
+// key of its own that expires after the ack key (KEYS[3]), and a credit
+// after that (a stale folder, a late writer's increments) goes on from it,
+// so a number is never reused while an ack key could hold it.
 var credit = redis.NewScript(`
 local p = redis.call('HGET', KEYS[2], ARGV[1])
 if p then return p end
 redis.call('INCRBY', KEYS[1], ARGV[2])
-local n = redis.call('HINCRBY', KEYS[2], 'seq:' .. ARGV[1], 1)
+local f = 'seq:' .. ARGV[1]
+local n = redis.call('HINCRBY', KEYS[2], f, 1)
+if n == 1 then
+  local retired = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if retired > 0 then
+    n = retired + 1
+    redis.call('HSET', KEYS[2], f, n)
+  end
+end
 local rec = ARGV[2] .. ' ' .. n
 redis.call('HSET', KEYS[2], ARGV[1], rec)
 return rec
 `)
+
+// retireSeq moves a folded shard's sequence number out of the ledger into
+// its own key, which expires after ARGV[2] ms: the ledger does not grow with
+// every generation ever folded. A pending record keeps it in place.
+var retireSeq = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local f = 'seq:' .. ARGV[1]
+local n = redis.call('HGET', KEYS[1], f)
+if not n then return 0 end
+local kept = tonumber(redis.call('GET', KEYS[2]) or '0')
+if kept < tonumber(n) then kept = tonumber(n) end
+redis.call('SET', KEYS[2], kept, 'PX', ARGV[2])
+redis.call('HDEL', KEYS[1], f)
+return 1
+`)
+
+// seqKey is where Retire keeps a shard's sequence number.
+func seqKey(key, shard string) string { return routing.SameSlotKey(key, "foldseq:"+shard) }
 
 var debit = redis.NewScript(`
 local a = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -161,7 +192,7 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 		if err := f.fault(StepCredit); err != nil {
 			return false, err
 		}
-		rec, err := credit.Run(ctx, f.client, []string{key, ledger}, shard, v).Text()
+		rec, err := credit.Run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, shard, v).Text()
 		if err != nil {
 			return false, fmt.Errorf("fold: credit base key: %w", err)
 		}
@@ -207,15 +238,19 @@ func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Res
 // Redis deadline, seconds) and every sidecar writing through a table older
 // than the grace period (the routing ConfigMap propagation, seconds to a
 // minute). A day is far beyond both, and bounds the growth of Redis per
-// generation. The ledger's seq fields stay: a hash field TTL needs Redis
-// 7.4 (HEXPIRE), and a seq reset under a live ack key would skip a debit.
+// generation. The shards' sequence numbers leave the ledger for keys that
+// live twice as long (a hash field TTL would need Redis 7.4): a sequence
+// number must outlive the ack key that holds it, or a later move could
+// reuse it and skip its debit.
 const RetiredTTL = 24 * time.Hour
 
-// Retire sets ttl on every shard of gen of key and on its ack key. Call it
-// only after the generation was folded (Result.Done) and removed from the
-// routing table: after that no reader sums the shards, and an increment a
-// very late writer still sends there is lost either way (see package doc).
-// A ttl shorter than the bound above could let a stale folder debit twice.
+// Retire sets ttl on every shard of gen of key and on its ack key, and
+// moves the shards' sequence numbers out of the ledger into keys that
+// expire after 2×ttl. Call it only after the generation was folded
+// (Result.Done) and removed from the routing table: after that no reader
+// sums the shards, and an increment a very late writer still sends there is
+// lost either way (see package doc). A ttl shorter than the bound above
+// could let a stale folder debit twice.
 func (f *Folder) Retire(ctx context.Context, key string, gen routing.Generation, ttl time.Duration) error {
 	_, err := f.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, shard := range routing.ShardKeys(key, gen) {
@@ -226,6 +261,13 @@ func (f *Folder) Retire(ctx context.Context, key string, gen routing.Generation,
 	})
 	if err != nil {
 		return fmt.Errorf("fold: expire retired shards: %w", err)
+	}
+	ledger := routing.SameSlotKey(key, "fold")
+	for _, shard := range routing.ShardKeys(key, gen) {
+		keys := []string{ledger, seqKey(key, shard)}
+		if err := retireSeq.Run(ctx, f.client, keys, shard, (2 * ttl).Milliseconds()).Err(); err != nil {
+			return fmt.Errorf("fold: retire sequence number: %w", err)
+		}
 	}
 	return nil
 }

@@ -119,6 +119,32 @@ func TestRetire(t *testing.T) {
 	if v, _ := c.Get(ctx, key).Int64(); v != 7 {
 		t.Errorf("base = %d, want 7", v)
 	}
+	// The ledger keeps nothing of a retired generation; each shard's
+	// sequence number waits in a key that outlives its ack key.
+	ledger := routing.SameSlotKey(key, "fold")
+	if fields := c.HKeys(ctx, ledger).Val(); len(fields) != 0 {
+		t.Errorf("ledger fields after Retire = %q, want none", fields)
+	}
+	for _, s := range routing.ShardKeys(key, gen) {
+		k := seqKey(key, s)
+		if ttl := c.TTL(ctx, k).Val(); ttl <= RetiredTTL || ttl > 2*RetiredTTL {
+			t.Errorf("TTL of %s = %v, want in (%v, %v]", k, ttl, RetiredTTL, 2*RetiredTTL)
+		}
+	}
+	// A late writer's increment on a retired shard, folded by a stale
+	// folder: the move gets a number above the ack key's, so its debit
+	// applies and nothing is counted twice.
+	shard := routing.ShardKeys(key, gen)[0]
+	c.IncrBy(ctx, shard, 5)
+	if _, err := folder.Generation(ctx, key, gen); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := c.Get(ctx, key).Int64(); v != 12 {
+		t.Errorf("base after folding a late increment = %d, want 12", v)
+	}
+	if v, _ := c.Get(ctx, shard).Int64(); v != 0 {
+		t.Errorf("shard after folding its late increment = %d, want 0 (debit skipped?)", v)
+	}
 }
 
 // TestFoldInvariantCluster is the invariant of DESIGN.md on a real 3-master
