@@ -160,7 +160,6 @@ type loop struct {
 
 	cmd resp.Command
 	rep resp.Reply
-	buf [8]byte
 
 	nFwd, nBatches, nLocal, nEng float64
 }
@@ -236,7 +235,7 @@ func (l *loop) start() {
 	l.post(func() { l.up(0, 2) })
 }
 
-// post runs f on the loop's thread; it reports false when the loop has
+// post runs f on the loop's goroutine; it reports false when the loop has
 // stopped (f will never run).
 func (l *loop) post(f func()) bool {
 	l.mu.Lock()
