@@ -192,6 +192,9 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if prev.terminating {
+		return r.routingDeleted(ctx, policy)
+	}
 	evs, schedErrs := schedule.Events(now, spec.Schedules)
 	out := decide.Decide(decide.Input{
 		Now: now, Spec: spec, Observations: agg.Keys, State: prev.State,

@@ -22,6 +22,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -626,6 +627,60 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		unsplitThenFolded(f, "del", "likes:del", g)
 		f.eventually("ConfigMap and policy gone", gone(f, "del"))
 		folded(t, rc, "likes:del", g)
+	})
+
+	t.Run("foreground cascading deletion keeps the routing table until the drain is done", func(t *testing.T) {
+		f := newFlow(t)
+		f.policy("fg", withRedis)
+		g := splitInEffect(f, "fg", "likes:fg", rc)
+		key := client.ObjectKey{Namespace: f.ns, Name: "fg"}
+		p := &v1alpha1.HotKeyPolicy{}
+		p.Namespace, p.Name = key.Namespace, key.Name
+		if err := f.c.Delete(ctx, p, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("draining", func() error {
+			c := meta.FindStatusCondition(f.status("fg").Conditions, v1alpha1.ConditionReady)
+			if c == nil || c.Reason != ReasonDraining {
+				return fmt.Errorf("ready %+v", c)
+			}
+			return nil
+		})
+		// What the garbage collector does meanwhile (envtest runs none): it
+		// deletes the dependents, the routing ConfigMap among them.
+		cm := &corev1.ConfigMap{}
+		cm.Namespace, cm.Name = f.ns, routing.ConfigMapName("fg")
+		if err := f.c.Delete(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		// The table stays readable (held by the manager's finalizer) while
+		// the split is unsplit and folded.
+		unsplitThenFolded(f, "fg", "likes:fg", g)
+		f.eventually("ConfigMap gone, policy released", func() error {
+			if _, _, err := f.table("fg"); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("routing ConfigMap: %v", err)
+			}
+			p := &v1alpha1.HotKeyPolicy{}
+			if err := f.c.Get(ctx, key, p); err != nil {
+				return err
+			}
+			if controllerutil.ContainsFinalizer(p, Finalizer) {
+				return fmt.Errorf("policy finalizers %v", p.Finalizers)
+			}
+			return nil
+		})
+		folded(t, rc, "likes:fg", g)
+		// The garbage collector's last step: with the dependents gone it
+		// removes its own finalizer and the policy goes.
+		if err := f.c.Get(ctx, key, p); err != nil {
+			t.Fatal(err)
+		}
+		orig := p.DeepCopy()
+		p.Finalizers = nil
+		if err := f.c.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("policy gone", gone(f, "fg"))
 	})
 
 	t.Run("switching to Observe unsplits and folds published splits", func(t *testing.T) {

@@ -62,9 +62,7 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 	} else if res, done, err := r.drainForDeletion(ctx, policy); !done || err != nil {
 		return res, err
 	}
-	cm := &corev1.ConfigMap{}
-	cm.Namespace, cm.Name = policy.Namespace, routingName(policy)
-	if err := r.Client.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+	if err := r.releaseRouting(ctx, policy, true); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.redis.forget(client.ObjectKeyFromObject(policy))
@@ -72,6 +70,48 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 	r.Metrics.forget(policy.Namespace, policy.Name)
 	controllerutil.RemoveFinalizer(policy, Finalizer)
 	return ctrl.Result{}, r.Client.Update(ctx, policy)
+}
+
+// releaseRouting removes Finalizer from the routing ConfigMap and, with
+// remove, deletes it. Without remove it only lets a deletion in progress
+// complete (the next pass publishes a new one).
+func (r *HotKeyPolicyReconciler) releaseRouting(ctx context.Context, policy *v1alpha1.HotKeyPolicy, remove bool) error {
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: policy.Namespace, Name: routingName(policy)}, cm)
+	if err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if controllerutil.ContainsFinalizer(cm, Finalizer) {
+		orig := cm.DeepCopy()
+		controllerutil.RemoveFinalizer(cm, Finalizer)
+		patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+		if err := r.Client.Patch(ctx, cm, patch, client.FieldOwner(FieldOwner)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("release routing ConfigMap: %w", err)
+		}
+	}
+	if remove && cm.DeletionTimestamp.IsZero() {
+		if err := r.Client.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete routing ConfigMap: %w", err)
+		}
+	}
+	return nil
+}
+
+// routingDeleted handles a routing ConfigMap being deleted while its policy
+// lives (someone deleted it by hand): it is released, and the next pass
+// publishes it again. Released only once the API server (not the cache,
+// which may not have seen the policy's deletion yet) says the policy
+// lives: a foreground deletion of the policy deletes the ConfigMap first,
+// and it must stay until the drain is done.
+func (r *HotKeyPolicyReconciler) routingDeleted(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (ctrl.Result, error) {
+	live := &v1alpha1.HotKeyPolicy{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(policy), live); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !live.DeletionTimestamp.IsZero() {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // the cache catches up
+	}
+	return ctrl.Result{}, r.releaseRouting(ctx, policy, false)
 }
 
 // drainForDeletion unsplits every split key of the published table at the

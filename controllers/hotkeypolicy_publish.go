@@ -13,6 +13,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -53,6 +54,11 @@ type published struct {
 	tableJSON string
 	stateJSON string
 	exists    bool
+	// held: the ConfigMap carries Finalizer, so that a foreground cascading
+	// deletion cannot remove it before the policy's split keys are drained.
+	held bool
+	// terminating: the ConfigMap is being deleted (held until released).
+	terminating bool
 }
 
 // decided is the table the previous decision produced, which the next one
@@ -101,6 +107,8 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 		return nil, fmt.Errorf("get routing ConfigMap: %w", err)
 	}
 	p.exists = true
+	p.held = controllerutil.ContainsFinalizer(cm, Finalizer)
+	p.terminating = !cm.DeletionTimestamp.IsZero()
 	p.tableJSON, p.stateJSON = cm.Data[routing.ConfigMapKey], cm.Data[StateKey]
 	if c, ok := r.parsed.get(client.ObjectKeyFromObject(policy), cm.ResourceVersion); ok {
 		p.Table, p.State, p.Observe = c.Table, c.State, c.Observe
@@ -227,7 +235,7 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 	if spec.Mode == v1alpha1.ModeObserve {
 		draining = len(entries)
 	}
-	if prev.exists && string(tableJSON) == prev.tableJSON && string(stateJSON) == prev.stateJSON {
+	if prev.exists && prev.held && string(tableJSON) == prev.tableJSON && string(stateJSON) == prev.stateJSON {
 		return publishResult{version: t.Version, draining: draining}
 	}
 	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).
@@ -239,6 +247,10 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 			WithUID(policy.UID).
 			WithController(true).
 			WithBlockOwnerDeletion(true)).
+		// Held until the policy's split keys are drained: a foreground
+		// cascading deletion deletes dependents first, and without the
+		// table the drain would not know the splits.
+		WithFinalizers(Finalizer).
 		WithData(map[string]string{routing.ConfigMapKey: string(tableJSON), StateKey: string(stateJSON)})
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return publishResult{version: prev.Version, err: fmt.Errorf("apply routing ConfigMap: %w", err)}
