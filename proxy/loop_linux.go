@@ -520,17 +520,10 @@ func (l *loop) command(c *lclient, off int) {
 	info, known := lookupCommand(args[0])
 	switch {
 	case eqFold(args[0], "HELLO") && len(args) <= 2:
-		v := c.proto
-		if len(args) == 2 {
-			switch string(args[1]) {
-			case "2":
-				v = 2
-			case "3":
-				v = 3
-			default:
-				l.handoff(c, off)
-				return
-			}
+		v, ok := helloVersion(args, c.proto)
+		if !ok {
+			l.handoff(c, off)
+			return
 		}
 		if l.waitDrain(c, off) {
 			return

@@ -13,11 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heatsink-dev/heatsink/engine"
 	"github.com/heatsink-dev/heatsink/internal/redistest"
 	"github.com/heatsink-dev/heatsink/proxy"
 	"github.com/heatsink-dev/heatsink/resp"
-	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // These tests aim at the event loop that serves standalone clients (on
@@ -172,13 +170,7 @@ func TestLoopSlowReaderDoesNotStallOthers(t *testing.T) {
 func TestLoopEngineCommandsKeepPipelineOrder(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
-	ec := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer ec.Close()
-	eng := engine.New(ec, engine.Options{})
-	defer eng.Close()
-	eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
-		{Key: "hot", Source: routing.SourceDetected, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60000}},
-	}})
+	eng, ec := cachedHot(t, srv.Addr)
 	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng})
 	var script [][]any
 	for i := range 200 {

@@ -314,16 +314,23 @@ func commandCalls(t *testing.T, c *redis.Client, cmd string) int {
 	return 0
 }
 
-func TestEngineServesMitigatedKeys(t *testing.T) {
-	skipShort(t)
-	srv := redistest.Standalone(t)
-	ec := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer ec.Close()
+// cachedHot returns an engine on srvAddr, closed with the test, whose table
+// caches the key "hot" for a minute, and a client of srvAddr.
+func cachedHot(t *testing.T, srvAddr string) (*engine.Engine, *redis.Client) {
+	t.Helper()
+	ec := redis.NewClient(&redis.Options{Addr: srvAddr})
 	eng := engine.New(ec, engine.Options{})
-	defer eng.Close()
+	t.Cleanup(func() { eng.Close(); ec.Close() })
 	eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
 		{Key: "hot", Source: routing.SourceDetected, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60000}},
 	}})
+	return eng, ec
+}
+
+func TestEngineServesMitigatedKeys(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	eng, ec := cachedHot(t, srv.Addr)
 	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng})
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()

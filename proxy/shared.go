@@ -293,6 +293,21 @@ func (s *session) drainShared() {
 	s.blocking = false
 }
 
+// helloVersion is the protocol a HELLO with at most a version asks for
+// (cur when it names none); ok is false for any version but 2 and 3.
+func helloVersion(args [][]byte, cur int) (v int, ok bool) {
+	if len(args) < 2 {
+		return cur, true
+	}
+	switch string(args[1]) {
+	case "2":
+		return 2, true
+	case "3":
+		return 3, true
+	}
+	return 0, false
+}
+
 // sharedLocal answers, in multiplexed mode, the connection-setup commands
 // that would otherwise force a dedicated connection: HELLO with only a
 // protocol version (answered with the shared connection's own HELLO reply;
@@ -302,16 +317,9 @@ func (s *session) drainShared() {
 func (s *session) sharedLocal(info cmdInfo, args [][]byte) bool {
 	switch {
 	case eqFold(args[0], "HELLO") && len(args) <= 2:
-		v := s.proto
-		if len(args) == 2 {
-			switch string(args[1]) {
-			case "2":
-				v = 2
-			case "3":
-				v = 3
-			default:
-				return false
-			}
+		v, ok := helloVersion(args, s.proto)
+		if !ok {
+			return false
 		}
 		s.drain() // what came before goes in the previous protocol
 		c, err := s.p.pool(v).get(s.poolSlot)
