@@ -717,7 +717,11 @@ func (l *loop) runEngine(c *lclient, d engine.Decision, inval []string) {
 		}
 		defer s.closeUpstreams() // cluster mode: its own node connections
 		if !s.execEngine(d, args) {
-			s.forward(0, raw, false, "")
+			node := 0 // malformed for the engine: Redis gives its own error
+			if p.cfg.Cluster && len(args) > 1 {
+				node = p.topo.nodeOf(slotOf(args[1]))
+			}
+			s.forward(node, raw, false, "")
 			s.pend[len(s.pend)-1].invalidate = inval
 			s.drain()
 		}
