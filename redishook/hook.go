@@ -232,29 +232,29 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engi
 		}
 		switch {
 		case d.Op == engine.OpStrlen:
-			return setInt(cmd, int64(len(v)), nil)
+			return setVal(cmd, int64(len(v)), nil)
 		case d.Op == engine.OpType && found:
-			return setStatus(cmd, "string")
+			return setVal(cmd, "string", nil)
 		case d.Op == engine.OpType:
-			return setStatus(cmd, "none")
+			return setVal(cmd, "none", nil)
 		case !found:
 			return fail(redis.Nil)
 		}
-		return setString(cmd, string(v), nil)
+		return setVal(cmd, string(v), nil)
 	case engine.OpMGet:
 		vals, err := h.mget(ctx, args[1:], raw)
 		if err != nil {
 			return fail(err)
 		}
-		return setSlice(cmd, vals)
+		return setVal(cmd, vals, nil)
 	case engine.OpExists, engine.OpDel:
 		n, err := h.perKeyCount(ctx, name, args[1:], d.Op == engine.OpExists, raw)
-		return setInt(cmd, n, err)
+		return setVal(cmd, n, err)
 	case engine.OpMSet:
 		if err := h.mset(ctx, args, raw); err != nil {
 			return fail(err)
 		}
-		return setStatus(cmd, "OK")
+		return setVal(cmd, "OK", nil)
 	case engine.OpSet:
 		rest := make([]any, len(args)-2)
 		for i, a := range args[2:] {
@@ -267,7 +267,11 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engi
 		ok, err := h.e.Set(ectx, string(args[1]), []byte(val.(string)), opts...)
 		if name == "setnx" {
 			if c, isCmd := cmd.(*redis.Cmd); isCmd {
-				return setInt(c, map[bool]int64{true: 1, false: 0}[ok], err)
+				var n int64 // SETNX answers 1 or 0
+				if ok {
+					n = 1
+				}
+				return setVal(c, n, err)
 			}
 		}
 		return setSet(cmd, ok, err)
@@ -288,7 +292,7 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engi
 			n = -n
 		}
 		v, err := h.e.IncrBy(ectx, string(args[1]), n)
-		return setInt(cmd, v, err)
+		return setVal(cmd, v, err)
 	}
 	err := raw(ctx, []redis.Cmder{cmd})
 	h.invalidate(args, d)
@@ -427,53 +431,16 @@ func (h *Hook) mset(ctx context.Context, args [][]byte, raw func(context.Context
 	return nil
 }
 
-func setStatus(cmd redis.Cmder, v string) error {
-	switch c := cmd.(type) {
-	case *redis.StatusCmd:
-		c.SetVal(v)
-	case *redis.Cmd:
-		c.SetVal(v)
-	default:
-		return unexpected(cmd)
-	}
-	return nil
-}
-
-func setSlice(cmd redis.Cmder, v []any) error {
-	switch c := cmd.(type) {
-	case *redis.SliceCmd:
-		c.SetVal(v)
-	case *redis.Cmd:
-		c.SetVal(v)
-	default:
-		return unexpected(cmd)
-	}
-	return nil
-}
-
-func setString(cmd redis.Cmder, v string, err error) error {
+// setVal stores a reply of type T in cmd: its typed Cmd (StringCmd,
+// IntCmd, ...) or a generic *redis.Cmd (Do). A non-nil err is stored
+// instead.
+func setVal[T any](cmd redis.Cmder, v T, err error) error {
 	if err != nil {
 		cmd.SetErr(err)
 		return err
 	}
 	switch c := cmd.(type) {
-	case *redis.StringCmd:
-		c.SetVal(v)
-	case *redis.Cmd:
-		c.SetVal(v)
-	default:
-		return unexpected(cmd)
-	}
-	return nil
-}
-
-func setInt(cmd redis.Cmder, v int64, err error) error {
-	if err != nil {
-		cmd.SetErr(err)
-		return err
-	}
-	switch c := cmd.(type) {
-	case *redis.IntCmd:
+	case interface{ SetVal(T) }:
 		c.SetVal(v)
 	case *redis.Cmd:
 		c.SetVal(v)
