@@ -172,6 +172,23 @@ func (f *flow) gens(policy, key string, want []routing.Generation) *routing.Tabl
 	return tbl
 }
 
+// stateUntil waits until the manager state published for policy satisfies
+// ok.
+func (f *flow) stateUntil(what, policy string, ok func(stateDoc) bool) {
+	f.t.Helper()
+	f.eventually(what, func() error {
+		_, cm, err := f.table(policy)
+		if err != nil {
+			return err
+		}
+		var doc stateDoc
+		if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || !ok(doc) {
+			return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
+		}
+		return nil
+	})
+}
+
 func (f *flow) status(policy string) v1alpha1.HotKeyPolicyStatus {
 	p := &v1alpha1.HotKeyPolicy{}
 	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: policy}, p); err != nil {
@@ -236,17 +253,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			}
 			return nil
 		})
-		f.eventually("key pending in the manager state", func() error {
-			_, cm, err := f.table("likes")
-			if err != nil {
-				return err
-			}
-			var doc stateDoc
-			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 || doc.Keys[0].WriteOverSince == nil {
-				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
-			}
-			return nil
-		})
+		f.stateUntil("key pending in the manager state", "likes", func(doc stateDoc) bool { return len(doc.Keys) == 1 && doc.Keys[0].WriteOverSince != nil })
 		f.step(2*time.Second, "likes") // sustainFor; now 12s into epoch 1000
 		tbl := f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 1, Shards: 4}})
 		v1 := tbl.Version
@@ -305,17 +312,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		// the key leaves the table once its shards are folded.
 		f.report("likes", "n1")
 		f.report("likes", "n2")
-		f.eventually("cooldown started", func() error {
-			_, cm, err := f.table("likes")
-			if err != nil {
-				return err
-			}
-			var doc stateDoc
-			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 || doc.Keys[0].WriteUnderSince == nil {
-				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
-			}
-			return nil
-		})
+		f.stateUntil("cooldown started", "likes", func(doc stateDoc) bool { return len(doc.Keys) == 1 && doc.Keys[0].WriteUnderSince != nil })
 		f.step(time.Minute, "likes") // cooldown over; 12s into e0+3
 		f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 2, Shards: 8}, {FromEpoch: e0 + 4, Shards: 0}})
 		f.step(time.Minute, "likes") // 12s into e0+4
@@ -362,17 +359,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f := newFlow(t)
 		f.policy("dry", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = v1alpha1.ModeObserve })
 		f.report("dry", "n1", cand("likes:2", 0, 50000))
-		f.eventually("pending", func() error {
-			_, cm, err := f.table("dry")
-			if err != nil {
-				return err
-			}
-			var doc stateDoc
-			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 {
-				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
-			}
-			return nil
-		})
+		f.stateUntil("pending", "dry", func(doc stateDoc) bool { return len(doc.Keys) == 1 })
 		f.step(2*time.Second, "dry")
 		f.eventually("status shows the decision", func() error {
 			st := f.status("dry")
@@ -542,17 +529,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	splitInEffect := func(f *flow, policy, key string, rc *redis.Client) routing.Generation {
 		f.t.Helper()
 		f.report(policy, "n1", cand(key, 0, 50000))
-		f.eventually("pending", func() error {
-			_, cm, err := f.table(policy)
-			if err != nil {
-				return err
-			}
-			var doc stateDoc
-			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) != 1 || doc.Keys[0].WriteOverSince == nil {
-				return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
-			}
-			return nil
-		})
+		f.stateUntil("pending", policy, func(doc stateDoc) bool { return len(doc.Keys) == 1 && doc.Keys[0].WriteOverSince != nil })
 		f.clk.Step(2 * time.Second) // sustainFor
 		g := routing.Generation{FromEpoch: decide.AnnounceEpoch(f.clk.Now(), 60000, margin), Shards: 4}
 		f.report(policy, "n1", cand(key, 0, 50000))
@@ -856,17 +833,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 // pending waits until policy's manager state holds a key not yet mitigated.
 func pending(f *flow, policy string) {
 	f.t.Helper()
-	f.eventually("pending", func() error {
-		_, cm, err := f.table(policy)
-		if err != nil {
-			return err
-		}
-		var doc stateDoc
-		if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Keys) == 0 {
-			return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
-		}
-		return nil
-	})
+	f.stateUntil("pending", policy, func(doc stateDoc) bool { return len(doc.Keys) > 0 })
 }
 
 // stallServer accepts Redis connections and never answers until released:
