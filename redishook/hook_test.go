@@ -25,6 +25,21 @@ type target struct {
 	nodes       []*redis.Client
 }
 
+// hook puts an engine with a table of entries (validated) on tg's
+// application client, as an application would; closed with the test.
+func (tg target) hook(t *testing.T, entries ...routing.Entry) *engine.Engine {
+	t.Helper()
+	e := engine.New(tg.app, engine.Options{})
+	t.Cleanup(func() { e.Close() })
+	tg.app.AddHook(redishook.New(e))
+	tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: entries}
+	if err := tbl.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e.SetTable(tbl)
+	return e
+}
+
 func targets(t *testing.T) []target {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
@@ -79,20 +94,12 @@ func TestHookAppliesRouting(t *testing.T) {
 	for _, tg := range targets(t) {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			e := engine.New(tg.app, engine.Options{})
-			defer e.Close()
-			tg.app.AddHook(redishook.New(e))
 			const counter, page, profile, plain = "{user:1}:likes", "product:1", "profile:1", "plain:1"
 			split := &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}
-			tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: []routing.Entry{
-				{Key: page, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60_000}},
-				{Key: profile, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 30_000}},
-				{Key: counter, Split: split},
-			}}
-			if err := tbl.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			e.SetTable(tbl)
+			tg.hook(t,
+				routing.Entry{Key: page, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60_000}},
+				routing.Entry{Key: profile, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 30_000}},
+				routing.Entry{Key: counter, Split: split})
 
 			// Split: 50 writers through the application's client.
 			var acked atomic.Int64
@@ -257,15 +264,11 @@ func TestHookDecidesLikeTheProxy(t *testing.T) {
 	for _, tg := range targets(t) {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			e := engine.New(tg.app, engine.Options{})
-			defer e.Close()
-			tg.app.AddHook(redishook.New(e))
 			const counter, profile, plain = "{cls:1}:likes", "cls:profile", "cls:plain"
 			split := &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}
-			e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: []routing.Entry{
-				{Key: profile, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 30_000}},
-				{Key: counter, Split: split},
-			}})
+			tg.hook(t,
+				routing.Entry{Key: profile, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 30_000}},
+				routing.Entry{Key: counter, Split: split})
 			shardsHold := func() int64 {
 				var sum int64
 				for _, k := range append(routing.ShardKeys(counter, split.Generations[0]), counter) {
@@ -363,14 +366,10 @@ func TestHookPipelineKeepsOrder(t *testing.T) {
 	for _, tg := range targets(t) {
 		t.Run(tg.name, func(t *testing.T) {
 			ctx := context.Background()
-			e := engine.New(tg.app, engine.Options{})
-			defer e.Close()
-			tg.app.AddHook(redishook.New(e))
 			const counter, profile, plain = "{ord:1}:n", "ord:profile", "ord:plain"
-			e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: []routing.Entry{
-				{Key: profile, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 30_000}},
-				{Key: counter, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}},
-			}})
+			tg.hook(t,
+				routing.Entry{Key: profile, Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 30_000}},
+				routing.Entry{Key: counter, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}})
 			cmds, err := tg.app.Pipelined(ctx, func(p redis.Pipeliner) error {
 				p.Set(ctx, plain, "1", 0)                 // raw
 				p.MGet(ctx, plain, counter)               // engine: sees plain=1
