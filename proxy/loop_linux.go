@@ -712,9 +712,6 @@ func (l *loop) runEngine(c *lclient, d engine.Decision, inval []string) {
 	go func() {
 		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
 			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1))}
-		if proto == 3 && p.cfg.Cluster {
-			s.prelude.set(slotHello, hello3)
-		}
 		defer s.closeUpstreams() // cluster mode: its own node connections
 		if !s.execEngine(d, args) {
 			node := 0 // malformed for the engine: Redis gives its own error
@@ -895,9 +892,6 @@ func (l *loop) redirect(f fent, raw []byte) {
 	p := l.p
 	go func() {
 		s := &session{p: p, proto: proto, pinned: -1, cw: resp.NewWriter(nil, 512)}
-		if proto == 3 {
-			s.prelude.set(slotHello, hello3)
-		}
 		s.rep.Line = line
 		s.redirect(raw)
 		out := s.cw.Buf
@@ -1138,10 +1132,6 @@ func (l *loop) toSession(c *lclient) {
 	c.r.SetSource(nc)
 	s.cr = c.r
 	s.proto = proto
-	if proto == 3 && l.p.cfg.Cluster {
-		// A cluster session opens its node connections with its prelude.
-		s.prelude.set(slotHello, hello3)
-	}
 	if !l.p.startSession(s) {
 		l.p.m.connections.Dec()
 	}

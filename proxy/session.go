@@ -179,9 +179,6 @@ func (s *session) handle() (done bool, err error) {
 			s.drain()
 			s.dedicated = true
 			s.p.m.dedicated.Inc()
-			if s.proto == 3 { // HELLO 3 was answered from the shared pool
-				s.prelude.set(slotHello, hello3)
-			}
 		}
 	}
 	switch info.kind {
@@ -298,6 +295,16 @@ func (s *session) undoState(u undo) {
 	s.proto = u.proto
 }
 
+// keepProto makes the state replayed on a new upstream connection open it
+// in the client's protocol: a client that switched to RESP3 with a HELLO
+// the proxy answered itself (the event loop, the shared pool) has no HELLO
+// of its own to replay.
+func (s *session) keepProto() {
+	if s.proto == 3 && s.prelude.cmds[slotHello] == nil {
+		s.prelude.set(slotHello, hello3)
+	}
+}
+
 // hello3 opens a connection in RESP3.
 var hello3 = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
 
@@ -363,6 +370,7 @@ func (s *session) upstream(node int) (*upstream, error) {
 		return nil, err
 	}
 	u.node = node
+	s.keepProto()
 	if n := s.prelude.len(); n > 0 {
 		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
 		s.prelude.each(func(c []byte) { u.w.Write(c) })
@@ -545,6 +553,7 @@ func (s *session) redirect(raw []byte) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.DialTimeout)
 		u, err := s.p.dialRaw(ctx, f[2])
 		cancel()
+		s.keepProto()
 		if err != nil {
 			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: redirect to "+f[2]+": "+err.Error())
 			return
