@@ -109,7 +109,6 @@ type lupstream struct {
 	// rawlog holds the commands in flight, in cluster mode.
 	rawlog []byte
 	fd     int
-	up     bool // dialed; false while dialing
 	r      *resp.Reader
 	wbuf   []byte
 	woff   int
@@ -126,6 +125,9 @@ type lupstream struct {
 }
 
 func (u *lupstream) owed() int { return len(u.fifo) - u.head }
+
+// open reports a connection dialed and not failed (not while dialing).
+func (u *lupstream) open() bool { return u.fd >= 0 }
 
 type owner struct {
 	c *lclient
@@ -412,7 +414,7 @@ func (l *loop) armDeadline() {
 	}
 	var due time.Time
 	l.eachUp(func(u *lupstream) {
-		if !u.up || u.owed() == 0 {
+		if !u.open() || u.owed() == 0 {
 			return
 		}
 		if t := u.since.Add(l.p.cfg.Timeout); due.IsZero() || t.Before(due) {
@@ -427,7 +429,7 @@ func (l *loop) armDeadline() {
 
 func (l *loop) checkStalls() {
 	l.eachUp(func(u *lupstream) {
-		if u.up && u.owed() > 0 && l.now.Sub(u.since) > l.p.cfg.Timeout {
+		if u.open() && u.owed() > 0 && l.now.Sub(u.since) > l.p.cfg.Timeout {
 			l.failUp(u, os.ErrDeadlineExceeded)
 		}
 	})
@@ -529,7 +531,7 @@ func (l *loop) command(c *lclient, off int) {
 			return
 		}
 		u := l.up(0, v)
-		if !u.up {
+		if !u.open() {
 			// Being opened: the HELLO is taken again once it is (or goes
 			// to a session, which reports the error, if it fails).
 			c.r.Rewind(off)
@@ -781,7 +783,7 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 		u.waiting = nil
 		return
 	}
-	u.fd, u.up, u.hello, u.events = fd, true, hello, unix.EPOLLIN
+	u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
 	u.r = resp.NewReader(fdIO(fd), 64<<10, resp.DefaultLimits())
 	u.since = l.now
 	l.own(fd, owner{u: u})
@@ -923,7 +925,6 @@ func (l *loop) failUp(u *lupstream, err error) {
 		unix.Close(u.fd)
 		u.fd = -1
 	}
-	u.up = false
 	l.forgetUp(u)
 	if l.p.cfg.Cluster {
 		l.p.topo.refreshAsync() // the node may have failed over
@@ -966,7 +967,7 @@ func (l *loop) endOfRound() {
 		}
 	}
 	l.eachUp(func(u *lupstream) {
-		if u.up && len(u.wbuf) > u.woff && !u.wblocked {
+		if u.open() && len(u.wbuf) > u.woff && !u.wblocked {
 			l.flushUp(u)
 		}
 	})
