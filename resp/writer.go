@@ -55,16 +55,12 @@ func AppendArrayHeader(b []byte, n int) []byte {
 }
 
 // AppendBulk appends a bulk string.
-func AppendBulk(b, v []byte) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(v)), 10)
-	b = append(b, '\r', '\n')
-	b = append(b, v...)
-	return append(b, '\r', '\n')
-}
+func AppendBulk(b, v []byte) []byte { return appendBulk(b, v) }
 
 // AppendBulkString appends a bulk string.
-func AppendBulkString(b []byte, v string) []byte {
+func AppendBulkString(b []byte, v string) []byte { return appendBulk(b, v) }
+
+func appendBulk[T string | []byte](b []byte, v T) []byte {
 	b = append(b, '$')
 	b = strconv.AppendInt(b, int64(len(v)), 10)
 	b = append(b, '\r', '\n')

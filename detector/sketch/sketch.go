@@ -26,6 +26,7 @@
 package sketch
 
 import (
+	"cmp"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -81,36 +82,16 @@ func (c *Config) defaults() error {
 	if c.K <= 0 {
 		return fmt.Errorf("sketch: K must be positive, got %d", c.K)
 	}
-	if c.MemoryBytes == 0 {
-		c.MemoryBytes = 64 << 10
-	}
-	if c.Window == 0 {
-		c.Window = 10 * time.Second
-	}
-	if c.Slots == 0 {
-		c.Slots = 10
-	}
-	if c.ReadWeight == 0 {
-		c.ReadWeight = 1
-	}
-	if c.WriteWeight == 0 {
-		c.WriteWeight = 1
-	}
-	if c.MinSpan == 0 {
-		c.MinSpan = c.Window / time.Duration(c.Slots) / 4
-	}
-	if c.FadePercent == 0 {
-		c.FadePercent = 50
-	}
-	if c.AvgKeyLen == 0 {
-		c.AvgKeyLen = 24
-	}
-	if c.StoreFactor == 0 {
-		c.StoreFactor = 150
-	}
-	if c.Rows == 0 {
-		c.Rows = 2
-	}
+	c.MemoryBytes = cmp.Or(c.MemoryBytes, 64<<10)
+	c.Window = cmp.Or(c.Window, 10*time.Second)
+	c.Slots = cmp.Or(c.Slots, 10)
+	c.ReadWeight = cmp.Or(c.ReadWeight, 1)
+	c.WriteWeight = cmp.Or(c.WriteWeight, 1)
+	c.MinSpan = cmp.Or(c.MinSpan, c.Window/time.Duration(c.Slots)/4)
+	c.FadePercent = cmp.Or(c.FadePercent, 50)
+	c.AvgKeyLen = cmp.Or(c.AvgKeyLen, 24)
+	c.StoreFactor = cmp.Or(c.StoreFactor, 150)
+	c.Rows = cmp.Or(c.Rows, 2)
 	switch {
 	case c.Slots < 1 || c.Slots > 600:
 		return fmt.Errorf("sketch: Slots must be in [1, 600], got %d", c.Slots)
