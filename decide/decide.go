@@ -289,12 +289,7 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 			*overSince = nil
 			return time.Time{}
 		}
-		if *overSince == nil {
-			t := now
-			*overSince = &t
-		}
-		due := (*overSince).Add(sustain)
-		if now.Before(due) {
+		if due, ok := held(overSince, now, sustain); !ok {
 			return due
 		}
 		if !room {
@@ -308,12 +303,7 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 		*underSince = nil
 		return time.Time{}
 	}
-	if *underSince == nil {
-		t := now
-		*underSince = &t
-	}
-	due := (*underSince).Add(cooldown)
-	if now.Before(due) {
+	if due, ok := held(underSince, now, cooldown); !ok {
 		return due
 	}
 	*hot, *underSince = false, nil
@@ -565,4 +555,15 @@ func Prune(now time.Time, epochMillis int64, entries []routing.Entry, folded map
 		}
 	}
 	return out
+}
+
+// held starts *since at now when unset and reports whether the condition it
+// marks has held for d; if not, due is when it will have.
+func held(since **time.Time, now time.Time, d time.Duration) (due time.Time, ok bool) {
+	if *since == nil {
+		t := now
+		*since = &t
+	}
+	due = (*since).Add(d)
+	return due, !now.Before(due)
 }
