@@ -93,11 +93,16 @@ func run(t *testing.T, c *redis.Conn, steps []step) []string {
 
 func TestCommandMatrixStandalone(t *testing.T) {
 	skipShort(t)
-	for _, protocol := range []int{2, 3} {
-		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) {
+	// The event loop, and sessions alone (--event-loop=false).
+	for _, tc := range []struct {
+		protocol int
+		noLoop   bool
+	}{{2, false}, {3, false}, {2, true}, {3, true}} {
+		protocol := tc.protocol
+		t.Run(fmt.Sprintf("RESP%d/sessions-only=%v", protocol, tc.noLoop), func(t *testing.T) {
 			viaProxy := redistest.Standalone(t)
 			direct := redistest.Standalone(t)
-			addr, _ := start(t, proxy.Config{Upstreams: []string{viaProxy.Addr}})
+			addr, _ := start(t, proxy.Config{Upstreams: []string{viaProxy.Addr}, NoEventLoop: tc.noLoop})
 			pc := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol})
 			dc := redis.NewClient(&redis.Options{Addr: direct.Addr, Protocol: protocol})
 			t.Cleanup(func() { pc.Close(); dc.Close() })

@@ -170,23 +170,21 @@ func (c *shared) readLoop() {
 	li := 0
 	var rep resp.Reply
 	var err error
+	// take swaps in the waiters queued since; with none owed, the
+	// connection is idle and loses its deadline, so that it is kept.
 	take := func() {
 		c.mu.Lock()
 		local, c.waiters = c.waiters, local[:0]
 		li = 0
+		if len(local) == 0 && !c.deadline.IsZero() {
+			c.deadline = time.Time{}
+			c.u.conn.SetDeadline(c.deadline)
+		}
 		c.mu.Unlock()
 	}
 	for {
 		if li == len(local) {
-			c.mu.Lock()
-			local, c.waiters = c.waiters, local[:0]
-			li = 0
-			if len(local) == 0 && !c.deadline.IsZero() {
-				// Idle: no deadline, so that an idle connection is kept.
-				c.deadline = time.Time{}
-				c.u.conn.SetDeadline(c.deadline)
-			}
-			c.mu.Unlock()
+			take()
 		}
 		err = c.u.r.ReadReply(&rep)
 		if err != nil {
