@@ -172,6 +172,22 @@ func (f *flow) gens(policy, key string, want []routing.Generation) *routing.Tabl
 	return tbl
 }
 
+// tableUntil waits until the routing table published for policy satisfies
+// ok.
+func (f *flow) tableUntil(what, policy string, ok func(*routing.Table) bool) {
+	f.t.Helper()
+	f.eventually(what, func() error {
+		tbl, _, err := f.table(policy)
+		if err != nil {
+			return err
+		}
+		if !ok(tbl) {
+			return fmt.Errorf("entries %+v", tbl.Entries)
+		}
+		return nil
+	})
+}
+
 // stateUntil waits until the manager state published for policy satisfies
 // ok.
 func (f *flow) stateUntil(what, policy string, ok func(stateDoc) bool) {
@@ -429,16 +445,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			return nil
 		})
 		f.step(41*time.Minute, "bf") // past the end
-		f.eventually("withdrawn", func() error {
-			tbl, _, err := f.table("bf")
-			if err != nil {
-				return err
-			}
-			if len(tbl.Entries) != 0 {
-				return fmt.Errorf("entries after the event: %+v", tbl.Entries)
-			}
-			return nil
-		})
+		f.tableUntil("withdrawn", "bf", func(tbl *routing.Table) bool { return len(tbl.Entries) == 0 })
 	})
 
 	t.Run("version never goes backwards when the ConfigMap is lost", func(t *testing.T) {
@@ -673,16 +680,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			return nil
 		})
 		unsplitThenFolded(f, "obs", "likes:obs", g)
-		f.eventually("table empty", func() error {
-			tbl, _, err := f.table("obs")
-			if err != nil {
-				return err
-			}
-			if len(tbl.Entries) != 0 {
-				return fmt.Errorf("entries %+v", tbl.Entries)
-			}
-			return nil
-		})
+		f.tableUntil("table empty", "obs", func(tbl *routing.Table) bool { return len(tbl.Entries) == 0 })
 		folded(t, rc, "likes:obs", g)
 	})
 
@@ -727,15 +725,9 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f.report("stalled", "n1", cand("page:stalled", 100000, 0))
 		pending(f, "stalled")
 		f.step(2*time.Second, "stalled")
-		f.eventually("replicated key published before its fill", func() error {
-			tbl, _, err := f.table("stalled")
-			if err != nil {
-				return err
-			}
-			if e := tbl.Lookup("page:stalled"); e == nil || e.Replicate == nil {
-				return fmt.Errorf("entries %+v", tbl.Entries)
-			}
-			return nil
+		f.tableUntil("replicated key published before its fill", "stalled", func(tbl *routing.Table) bool {
+			e := tbl.Lookup("page:stalled")
+			return e != nil && e.Replicate != nil
 		})
 		f.eventually("the fill stuck in Redis", func() error {
 			if stall.accepted() == 0 {
@@ -748,16 +740,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f.report("other", "n1", cand("likes:other", 0, 50000))
 		pending(f, "other")
 		f.step(2*time.Second, "other")
-		f.eventually("other policy published", func() error {
-			tbl, _, err := f.table("other")
-			if err != nil {
-				return err
-			}
-			if e := tbl.Lookup("likes:other"); e == nil || e.Split == nil {
-				return fmt.Errorf("entries %+v", tbl.Entries)
-			}
-			return nil
-		})
+		f.tableUntil("other policy published", "other", func(tbl *routing.Table) bool { e := tbl.Lookup("likes:other"); return e != nil && e.Split != nil })
 		// The stalled pass had not finished: it would have written
 		// Degraded/RedisUnavailable.
 		if c := meta.FindStatusCondition(f.status("stalled").Conditions, v1alpha1.ConditionDegraded); c != nil && c.Reason == v1alpha1.ReasonRedisUnavailable {
