@@ -101,7 +101,8 @@ $(HEATSINK):
 
 .PHONY: demo
 demo: setup ## Run the local end-to-end demo: a hot key detected and relieved.
-	$(HEATSINK) demo $(DEMO_FLAGS)
+	go build -o $(LOCALBIN)/heatsink-demo ./demo/heatsink-demo
+	$(LOCALBIN)/heatsink-demo $(DEMO_FLAGS)
 
 IMG ?= ghcr.io/heatsink-dev/heatsink:dev
 .PHONY: docker-build

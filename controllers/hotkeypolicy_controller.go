@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/decide"
-	"github.com/heatsink-dev/heatsink/schedule"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
 )
 
 // Finalizer holds a deleted policy until its split keys are unsplit and

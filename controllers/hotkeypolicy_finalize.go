@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/decide"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 )
 
 // AnnotationSkipFold, set to "true" on a deleted policy, lets its deletion

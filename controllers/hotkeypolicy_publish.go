@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/decide"
-	"github.com/heatsink-dev/heatsink/keyfilter"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 

@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/decide"
-	"github.com/heatsink-dev/heatsink/fold"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/controllers/fold"
 	"github.com/heatsink-dev/heatsink/routing"
-	"github.com/heatsink-dev/heatsink/schedule"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
 )
 
 // Credentials are the Redis ACL user and password of a target.

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/decide"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/routing"
-	"github.com/heatsink-dev/heatsink/schedule"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
 )
 
 // ReasonInvalidSchedule: a schedule cannot be evaluated (bad cron or time

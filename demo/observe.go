@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/internal/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -50,7 +50,7 @@ type observer struct {
 
 func newObserver(cfg *rest.Config, ns, policy string, readT, writeT int64) (*observer, error) {
 	c, err := cache.New(cfg, cache.Options{
-		Scheme:            controlplane.Scheme(),
+		Scheme:            scheme.New(),
 		DefaultNamespaces: map[string]cache.Config{ns: {}},
 	})
 	if err != nil {

@@ -34,7 +34,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/detector/wire"
-	"github.com/heatsink-dev/heatsink/internal/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/scheme"
 )
 
 // The detector's least privilege: read policies, manage its own reports.
@@ -171,7 +171,7 @@ func (d *Detector) Tracks(policy string) bool {
 func (d *Detector) Run(ctx context.Context) error {
 	defer d.conn.Close()
 	mgr, err := ctrl.NewManager(d.opts.Config, ctrl.Options{
-		Scheme:                 controlplane.Scheme(),
+		Scheme:                 scheme.New(),
 		Metrics:                metricsserver.Options{BindAddress: d.opts.MetricsAddr},
 		HealthProbeBindAddress: d.opts.ProbeAddr,
 		Logger:                 d.log,

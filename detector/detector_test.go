@@ -18,8 +18,8 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/detector/report"
 	"github.com/heatsink-dev/heatsink/detector/wire"
-	"github.com/heatsink-dev/heatsink/internal/controlplane"
-	"github.com/heatsink-dev/heatsink/internal/testenv"
+	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/detector/sketch/sketchtest"
 	"github.com/heatsink-dev/heatsink/detector/wire"
-	"github.com/heatsink-dev/heatsink/keyfilter"
+	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 )
 
 // offline is a detector that is never Run: enough to drive handle.

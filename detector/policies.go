@@ -20,7 +20,7 @@ import (
 	"github.com/heatsink-dev/heatsink/detector/report"
 	"github.com/heatsink-dev/heatsink/detector/sketch"
 	"github.com/heatsink-dev/heatsink/detector/wire"
-	"github.com/heatsink-dev/heatsink/keyfilter"
+	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 )
 
 // policyState is what the detector keeps for one policy. mu guards the

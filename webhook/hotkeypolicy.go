@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/keyfilter"
+	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 )
 
 // +kubebuilder:webhook:path=/validate-heatsink-dev-v1alpha1-hotkeypolicy,mutating=false,failurePolicy=fail,sideEffects=None,groups=heatsink.dev,resources=hotkeypolicies,verbs=create;update,versions=v1alpha1,name=vhotkeypolicy.heatsink.dev,admissionReviewVersions=v1

@@ -1,6 +1,6 @@
 // Command heatsink is the one binary of heatsink; its subcommands are the
-// components: manager (control plane), detector (per node), proxy (sidecar)
-// and demo (everything on this machine).
+// components: manager (control plane), detector (per node) and proxy
+// (sidecar). The demo has its own binary (demo/heatsink-demo).
 package main
 
 import (
@@ -14,14 +14,13 @@ func subcommands() map[string]func(args []string) error {
 		"manager":  runManager,
 		"detector": runDetector,
 		"proxy":    runProxy,
-		"demo":     runDemo,
 	}
 }
 
 func main() {
 	cmds := subcommands()
 	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
-		fmt.Fprintf(os.Stderr, "usage: heatsink <manager|detector|proxy|demo> [flags]\n")
+		fmt.Fprintf(os.Stderr, "usage: heatsink <manager|detector|proxy> [flags]\n")
 		os.Exit(2)
 	}
 	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {

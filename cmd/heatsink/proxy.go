@@ -11,8 +11,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/heatsink-dev/heatsink/proxy"
-	"github.com/heatsink-dev/heatsink/proxy/sidecar"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 )
 
 // runProxy runs the sidecar. Every flag defaults to its HEATSINK_*

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/heatsink-dev/heatsink/internal/certs"
-	"github.com/heatsink-dev/heatsink/internal/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/scheme"
 	hswebhook "github.com/heatsink-dev/heatsink/webhook"
 )
 
@@ -146,7 +146,7 @@ func newRotator(cfg *rest.Config, c *webhookConfig) (*certs.Rotator, error) {
 	if ns == "" {
 		return nil, errors.New("self-signed webhook certificates need the manager's namespace: set --webhook-namespace or POD_NAMESPACE")
 	}
-	cl, err := client.New(cfg, client.Options{Scheme: controlplane.Scheme()})
+	cl, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, err
 	}

@@ -18,8 +18,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/internal/controlplane"
-	"github.com/heatsink-dev/heatsink/internal/testenv"
+	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	hswebhook "github.com/heatsink-dev/heatsink/webhook"
 )
 

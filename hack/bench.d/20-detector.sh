@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Detector benchmarks: the heavy-hitter sketch side by side with an exact map,
 # go-kratos/aegis HeavyKeeper and BoomFilters' Count-Min top-K on one Zipf(1.0)
-# stream (bench/cmd/detectorbench, a separate module holding the comparison-only
+# stream (bench/detectorbench, a separate module holding the comparison-only
 # dependencies), the memory-budget curve, a flood of unique keys, ingest
 # (decode + filter + sketch) throughput, and the reaction time of a real
 # detector writing to a real API server. One-core numbers: GOMAXPROCS=1.
@@ -14,7 +14,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "${tmp}"' EXIT
 
 echo "bench: detector: building detectorbench" >&2
-(cd bench && go build -o "${tmp}/detectorbench" ./cmd/detectorbench)
+(cd bench && go build -o "${tmp}/detectorbench" ./detectorbench)
 # shellcheck disable=SC2086
 GOMAXPROCS=1 "${tmp}/detectorbench" ${DETECTOR_BENCH_FLAGS:-}
 

@@ -13,7 +13,7 @@ cd "${ROOT}"
 BENCHTIME="${ENGINE_BENCHTIME:-50000x}"
 COUNT="${ENGINE_BENCH_COUNT:-3}"
 echo "bench: engine benchmarks (-benchtime=${BENCHTIME})" >&2
-raw="$(go test -run '^$' -bench '^Benchmark(Lookup|Get|Incr|HookUnmitigatedGet)$' -benchtime="${BENCHTIME}" -count="${COUNT}" ./engine/ ./redishook/ 2>&1)" || {
+raw="$(go test -run '^$' -bench '^Benchmark(Lookup|Get|Incr|HookUnmitigatedGet)$' -benchtime="${BENCHTIME}" -count="${COUNT}" ./dataplane/engine/ ./dataplane/redishook/ 2>&1)" || {
   echo "${raw}" >&2
   exit 1
 }

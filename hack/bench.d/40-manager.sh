@@ -21,7 +21,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a/b; else
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 echo "bench: manager: aggregate+decide" >&2
-go test -run '^$' -bench '^BenchmarkAggregateDecide$' -benchtime "${N}x" ./decide >"${work}/decide.txt" 2>&2
+go test -run '^$' -bench '^BenchmarkAggregateDecide$' -benchtime "${N}x" ./controllers/decide >"${work}/decide.txt" 2>&2
 echo "bench: manager: reconcile against envtest" >&2
 go test -run '^$' -bench '^BenchmarkReconcile$' -benchtime "${N}x" ./controllers >"${work}/reconcile.txt" 2>"${work}/reconcile.log" ||
   { tail -50 "${work}/reconcile.log" >&2; exit 1; }

@@ -4,7 +4,7 @@
 # Printed as a Markdown table from `go test -bench` output.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-pkgs=(./resp/ ./detector/wire/ ./detector/sketch/ ./proxy/)
+pkgs=(./dataplane/resp/ ./detector/wire/ ./detector/sketch/ ./dataplane/proxy/)
 echo "## Go micro-benchmarks"
 echo
 echo "\`go test -run '^\$' -bench . -benchmem -benchtime 1s ${pkgs[*]}\` (one run; the machine is shared, read ratios, not absolutes)."

@@ -17,8 +17,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/heatsink-dev/heatsink/internal/certs"
-	"github.com/heatsink-dev/heatsink/internal/controlplane"
-	"github.com/heatsink-dev/heatsink/internal/testenv"
+	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 )
 
 const (

@@ -1,0 +1,443 @@
+// Package proxy is the heatsink sidecar: a RESP proxy that forwards an
+// application's commands to Redis (standalone or Cluster), reports key
+// accesses to the node's detector and hands the commands on mitigated keys
+// to the routing engine.
+//
+// Two ways of serving a client, chosen per connection:
+//
+//   - The event loop (loop_linux.go; plaintext upstream, standalone or
+//     cluster) serves every client that sends only commands leaving no
+//     connection state. One goroutine waits on one epoll set holding the
+//     clients and the upstream connections; each round, the commands of
+//     every client that sent something go to each Redis node in one write,
+//     and each client gets its replies in one write. Forwarding copies a
+//     command's bytes once and never re-encodes them.
+//   - A session (session.go) is a goroutine per client. It serves TLS
+//     upstreams and the clients the loop hands over: those that touch
+//     connection state (SELECT, MULTI, WATCH, AUTH, CLIENT SETNAME), block
+//     (BLPOP), or subscribe. A session that touched state gets its own
+//     upstream connection per node, so that state stays the client's.
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// Engine is the part of the routing engine (package engine) the proxy uses.
+// *engine.Engine implements it.
+type Engine interface {
+	// Lookup reports whether key is mitigated. It must be cheap: the proxy
+	// calls it for every keyed command.
+	Lookup(key string) bool
+	Get(ctx context.Context, key string) (val []byte, found bool, err error)
+	Set(ctx context.Context, key string, val []byte, args ...any) (ok bool, err error)
+	IncrBy(ctx context.Context, key string, n int64) (int64, error)
+	Del(ctx context.Context, key string) (int64, error)
+	// Invalidate is called after a raw write on a mitigated key.
+	Invalidate(key string)
+	// Table is the routing table in force (never nil).
+	Table() *routing.Table
+}
+
+// Observer receives key accesses (the detector client, detector/wire).
+// Observe must not block.
+type Observer interface {
+	Observe(policy, key string, reads, writes, bytes uint32)
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// Upstreams are the Redis addresses (host:port); in cluster mode, seeds.
+	Upstreams []string
+	// Cluster selects Redis Cluster (slot-aware routing, MOVED/ASK).
+	Cluster bool
+	// Username and Password authenticate every upstream connection.
+	Username, Password string
+	// TLS, if set, wraps every upstream connection in TLS (see ClientTLS);
+	// nil means plaintext. Credentials are sent only after the handshake.
+	TLS *tls.Config
+	// Policy is "<namespace>/<name>" reported with each access.
+	Policy string
+	// Engine, if set, serves commands on mitigated keys.
+	Engine Engine
+	// Observer, if set, receives every keyed command's access.
+	Observer Observer
+	// DialTimeout bounds connecting to Redis (default 2s).
+	DialTimeout time.Duration
+	// Timeout bounds waiting for a reply from Redis (default 5s), except for
+	// blocking commands, which wait as long as the client asked. The check is
+	// armed lazily, so a stall is detected after between Timeout/2 and
+	// Timeout.
+	Timeout time.Duration
+	// DrainTimeout bounds graceful shutdown (default 10s).
+	DrainTimeout time.Duration
+	// Registerer, if set, receives the proxy's metrics.
+	Registerer prometheus.Registerer
+	// Logger logs connection-level events; never Redis keys or values.
+	Logger *slog.Logger
+	// Limits bound client frames (DefaultClientLimits if zero).
+	Limits resp.Limits
+	// SharedConns is the number of multiplexed upstream connections per
+	// RESP version that sessions share in standalone mode (default 2; the
+	// event loop has its own, one per RESP version). Clients that touch
+	// connection state (SELECT n, MULTI, AUTH, blocking commands, ...) get a
+	// connection of their own instead. Negative disables multiplexing, and
+	// with it the event loop.
+	SharedConns int
+	// NoEventLoop serves every client with a session goroutine. By default
+	// (Linux, plaintext upstream, multiplexing on) one event loop serves the
+	// clients that send only stateless commands, and hands the others to
+	// sessions; see loop_linux.go.
+	NoEventLoop bool
+}
+
+// Proxy serves RESP clients. Create it with New, run it with Serve.
+type Proxy struct {
+	cfg  Config
+	topo *topology
+	m    *metrics
+	log  *slog.Logger
+
+	draining atomic.Bool
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	wg       sync.WaitGroup
+	ready    atomic.Bool
+
+	// loop serves multiplexed clients (nil: sessions serve every client).
+	loop *loop
+	// pools of multiplexed upstream connections by RESP version (2, 3).
+	pools      [4]*pool
+	sessionSeq atomic.Uint64
+}
+
+func (p *Proxy) pool(proto int) *pool {
+	if proto == 3 {
+		return p.pools[3]
+	}
+	return p.pools[2]
+}
+
+// New validates cfg and returns a proxy. It does not connect yet.
+func New(cfg Config) (*Proxy, error) {
+	if len(cfg.Upstreams) == 0 {
+		return nil, errors.New("proxy: no upstream address")
+	}
+	for _, a := range cfg.Upstreams {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("proxy: upstream %q: %w", a, err)
+		}
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Limits.MaxDepth == 0 {
+		cfg.Limits = DefaultClientLimits()
+	}
+	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
+	if cfg.SharedConns == 0 {
+		cfg.SharedConns = 2
+	}
+	p.cfg = cfg
+	p.pools[2], p.pools[3] = newPool(p, 2, max(cfg.SharedConns, 1)), newPool(p, 3, max(cfg.SharedConns, 1))
+	p.topo = newTopology(cfg.Upstreams, cfg.Cluster)
+	p.topo.dial = p.dialRaw
+	p.topo.timeout = p.cfg.Timeout
+	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
+	return p, nil
+}
+
+// Serve accepts clients on ln until ctx ends, then drains: it stops
+// accepting, lets every session finish the pipeline it is serving, closes
+// idle connections, and force-closes whatever remains after DrainTimeout.
+// It returns nil after a graceful drain.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	if p.cfg.Cluster {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout*2)
+		err := p.topo.refresh(rctx)
+		cancel()
+		if err != nil {
+			// Keep serving: sessions route to the seed and follow MOVED, and
+			// the map is retried on the first redirect.
+			p.log.Warn("initial cluster slot map failed; following redirects", "err", err)
+			p.m.upstreamErrors.WithLabelValues("refresh").Inc()
+		}
+	}
+	if loopEligible(&p.cfg) {
+		if l, err := newLoop(p); err != nil {
+			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)
+		} else {
+			p.loop = l
+			l.start()
+		}
+	}
+	p.ready.Store(true)
+	acceptDone := make(chan error, 1)
+	go func() { acceptDone <- p.accept(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-acceptDone:
+		p.shutdown()
+		return err
+	}
+	ln.Close()
+	<-acceptDone
+	return p.shutdown()
+}
+
+func (p *Proxy) accept(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if p.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		p.m.accepted.Inc()
+		p.m.connections.Inc()
+		if p.loop != nil && p.loop.adopt(c) {
+			continue
+		}
+		if !p.startSession(newSession(p, c)) {
+			p.m.connections.Dec()
+		}
+	}
+}
+
+// startSession serves s on a goroutine of its own; it reports false (and
+// closes the connection) when the proxy is draining.
+func (p *Proxy) startSession(s *session) bool {
+	p.mu.Lock()
+	if p.draining.Load() {
+		p.mu.Unlock()
+		s.conn.Close()
+		return false
+	}
+	p.sessions[s] = struct{}{}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		s.run()
+		p.mu.Lock()
+		delete(p.sessions, s)
+		p.mu.Unlock()
+		p.m.connections.Dec()
+	}()
+	return true
+}
+
+// shutdown wakes idle sessions (their blocking read of the next command
+// returns) and waits for all of them.
+func (p *Proxy) shutdown() error {
+	p.ready.Store(false)
+	t := time.NewTimer(p.cfg.DrainTimeout)
+	defer t.Stop()
+	loopClean := true
+	if p.loop != nil {
+		// First, so that no client is handed to a session once the
+		// sessions are being waited for.
+		loopClean = p.loop.shutdown(t.C)
+	}
+	p.mu.Lock()
+	p.draining.Store(true)
+	for s := range p.sessions {
+		s.conn.SetReadDeadline(time.Now())
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		p.closePools()
+		if !loopClean {
+			return fmt.Errorf("proxy: connections force-closed after the %s drain timeout", p.cfg.DrainTimeout)
+		}
+		return nil
+	case <-t.C:
+	}
+	p.mu.Lock()
+	n := len(p.sessions)
+	for s := range p.sessions {
+		s.conn.Close()
+		s.closeUpstreams()
+	}
+	p.mu.Unlock()
+	<-done
+	p.closePools()
+	return fmt.Errorf("proxy: %d connections force-closed after the %s drain timeout", n, p.cfg.DrainTimeout)
+}
+
+func (p *Proxy) closePools() {
+	p.pools[2].close()
+	p.pools[3].close()
+}
+
+// Ready reports whether the proxy is serving and can reach Redis (a PING on
+// a fresh connection to the first upstream).
+func (p *Proxy) Ready(ctx context.Context) error {
+	if !p.ready.Load() {
+		return errors.New("not serving")
+	}
+	u, err := p.dialRaw(ctx, p.topo.addr(0))
+	if err != nil {
+		return err
+	}
+	defer u.close()
+	defer bound(ctx, u.conn, p.cfg.Timeout)()
+	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("PING")})
+	if err := u.w.Flush(); err != nil {
+		return err
+	}
+	var r resp.Reply
+	if err := u.r.ReadReply(&r); err != nil {
+		return err
+	}
+	if r.IsError() {
+		return fmt.Errorf("redis: %s", r.Line)
+	}
+	return nil
+}
+
+// dialRaw connects to addr and authenticates with the configured
+// credentials. The connection's deadlines are cleared on success.
+func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
+	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	var c net.Conn
+	var err error
+	if p.cfg.TLS != nil {
+		// tls.Dialer checks the certificate against the host of addr
+		// unless the configuration names the server, and completes the
+		// handshake (bounded by DialTimeout) before AUTH is written.
+		td := tls.Dialer{NetDialer: &d, Config: p.cfg.TLS}
+		c, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		p.m.upstreamErrors.WithLabelValues("dial").Inc()
+		return nil, err
+	}
+	setNoDelay(c)
+	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.DefaultLimits()), w: resp.NewWriter(c, 16<<10)}
+	if p.cfg.Password != "" {
+		args := [][]byte{[]byte("AUTH"), []byte(p.cfg.Password)}
+		if p.cfg.Username != "" {
+			args = [][]byte{[]byte("AUTH"), []byte(p.cfg.Username), []byte(p.cfg.Password)}
+		}
+		c.SetDeadline(time.Now().Add(p.cfg.Timeout))
+		u.w.Buf = resp.AppendArgs(u.w.Buf, args)
+		var r resp.Reply
+		if err := u.w.Flush(); err == nil {
+			err = u.r.ReadReply(&r)
+		}
+		if err != nil {
+			c.Close()
+			p.m.upstreamErrors.WithLabelValues("dial").Inc()
+			return nil, err
+		}
+		if r.IsError() {
+			c.Close()
+			p.m.upstreamErrors.WithLabelValues("auth").Inc()
+			return nil, fmt.Errorf("upstream AUTH: %s", strings.TrimSpace(string(r.Line)))
+		}
+		c.SetDeadline(time.Time{})
+	}
+	return u, nil
+}
+
+// metrics of the proxy. No label carries a key.
+type metrics struct {
+	connections    prometheus.Gauge
+	accepted       prometheus.Counter
+	dedicated      prometheus.Counter
+	forwarded      prometheus.Counter
+	engine         prometheus.Counter
+	local          prometheus.Counter
+	batches        prometheus.Counter
+	protocolErrors prometheus.Counter
+	upstreamErrors *prometheus.CounterVec
+	redirects      *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "heatsink", "proxy"
+	cmds := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "commands_total",
+		Help: "Client commands by path: forwarded raw, served by the engine (mitigated keys), or answered by the proxy itself (refusals, QUIT)."}, []string{"path"})
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections", Help: "Open client connections."}),
+		accepted:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "accepted_connections_total", Help: "Client connections accepted."}),
+		dedicated: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "dedicated_sessions_total",
+			Help: "Client connections moved off the multiplexed upstream connections onto their own because they touched connection state."}),
+		forwarded: cmds.WithLabelValues("forwarded"),
+		engine:    cmds.WithLabelValues("engine"),
+		local:     cmds.WithLabelValues("local"),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "batches_total",
+			Help: "Pipelines forwarded (commands_total / batches_total is the mean pipeline depth)."}),
+		protocolErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "protocol_errors_total",
+			Help: "Client connections closed because of a malformed RESP frame."}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "upstream_errors_total",
+			Help: "Upstream failures by kind (dial, auth, io, timeout, refresh)."}, []string{"kind"}),
+		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "redirects_total",
+			Help: "Redis Cluster redirections followed (moved, ask)."}, []string{"kind"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.connections, m.accepted, m.dedicated, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects} {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+// setNoDelay turns Nagle off on c (under TLS, on its TCP connection): the
+// proxy writes whole pipelines and wants them on the wire at once.
+func setNoDelay(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+}
+
+// DefaultClientLimits are the limits on client frames: Redis' own, except
+// bulk strings, capped at 64 MiB rather than 512 MiB. A sidecar holds a
+// whole command in memory before forwarding it, per connection, so a value
+// of hundreds of MiB from an application is far likelier a bug or an
+// attack than a need; --max-bulk raises it.
+func DefaultClientLimits() resp.Limits {
+	l := resp.DefaultLimits()
+	l.MaxBulk = 64 << 20
+	return l
+}

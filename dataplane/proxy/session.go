@@ -1,0 +1,715 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// maxBatch bounds how many commands one pipeline round forwards before
+// reading replies, so that a client streaming without pause still gets
+// answers and memory stays bounded.
+const maxBatch = 1024
+
+// pend is one reply owed to the client, in order.
+type pend struct {
+	node int32
+	// off/end locate the raw command in rawlog (cluster mode, for redirects).
+	off, end int32
+	// swallow drops the reply (a MULTI sent late, session state replayed on
+	// another node).
+	swallow bool
+	// key is set for reads when an Observer wants their reply size.
+	key string
+	// invalidate lists the mitigated keys of a command written raw: the
+	// engine drops their cached copies once Redis has applied the write (not
+	// before, or a concurrent read could cache the old value again).
+	invalidate []string
+	// undo takes back the remembered AUTH, HELLO or SELECT this command
+	// set, if Redis refuses it.
+	undo undo
+}
+
+type session struct {
+	p    *Proxy
+	conn net.Conn
+	cr   *resp.Reader
+	cw   *resp.Writer
+	cmd  resp.Command
+	rep  resp.Reply
+
+	ups     []*upstream // by node index
+	pend    []pend
+	rawlog  []byte
+	prelude connState // AUTH/HELLO/SELECT, replayed on new upstreams
+	// stickyState is set once the client sent a command leaving state the
+	// proxy cannot replay (CLIENT SETNAME, CLIENT TRACKING, READONLY, ...);
+	// RESET clears it. With it (or inside MULTI/WATCH) a lost upstream
+	// connection loses the client's state, so stateLost ends the session
+	// instead of reconnecting silently.
+	stickyState bool
+	stateLost   bool
+	proto       int
+	// blocking is set when the current batch holds a blocking command.
+	blocking bool
+
+	// cluster transaction pinning
+	pinned     int
+	pinPending bool
+	inTx       bool
+	watching   bool
+
+	nFwd, nEng, nLocal float64
+
+	// Multiplexed mode (standalone, until the client touches connection
+	// state): commands collect in sbuf and go through a shared connection;
+	// the replies land in cw.Buf, their lengths in rlens, then wake fires.
+	dedicated bool
+	sbuf      []byte
+	rlens     []int32
+	wake      chan struct{}
+	poolSlot  int
+	sh        *shared // the shared connection last used
+}
+
+func newSession(p *Proxy, c net.Conn) *session {
+	return &session{
+		p: p, conn: c,
+		cr:        resp.NewReader(c, 16<<10, p.cfg.Limits),
+		cw:        resp.NewWriter(c, 16<<10),
+		proto:     2,
+		pinned:    -1,
+		wake:      make(chan struct{}, 1),
+		dedicated: p.cfg.SharedConns < 0,
+		poolSlot:  int(p.sessionSeq.Add(1)),
+	}
+}
+
+func (s *session) closeUpstreams() {
+	for _, u := range s.ups {
+		u.close()
+	}
+}
+
+// run serves the connection until the client leaves, sends a malformed
+// frame, or the proxy drains.
+func (s *session) run() {
+	defer s.conn.Close()
+	defer s.closeUpstreams()
+	for {
+		err := s.cr.ReadCommand(&s.cmd)
+		for err == nil {
+			var done bool
+			done, err = s.handle()
+			if done || err != nil {
+				break
+			}
+			if s.cr.Buffered() == 0 || len(s.pend) >= maxBatch {
+				break
+			}
+			var ok bool
+			ok, err = s.cr.TryCommand(&s.cmd)
+			if !ok {
+				break
+			}
+		}
+		s.drain()
+		if resp.IsProtocolError(err) {
+			s.p.m.protocolErrors.Inc()
+			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR "+err.Error())
+			s.p.log.Info("closing client connection after a malformed frame", "remote", s.conn.RemoteAddr().String(), "err", err)
+		}
+		if ferr := s.cw.Flush(); ferr != nil && err == nil {
+			err = ferr
+		}
+		s.flushMetrics()
+		if err != nil || s.p.draining.Load() {
+			return
+		}
+		if s.stateLost {
+			// The client's errors are written; closing tells it its
+			// connection state is gone, as a direct connection's loss would.
+			s.p.log.Info("closing client connection: upstream connection with its state lost", "remote", s.conn.RemoteAddr().String())
+			return
+		}
+	}
+}
+
+func (s *session) flushMetrics() {
+	m := s.p.m
+	if s.nFwd > 0 {
+		m.forwarded.Add(s.nFwd)
+		m.batches.Inc()
+	}
+	if s.nEng > 0 {
+		m.engine.Add(s.nEng)
+	}
+	if s.nLocal > 0 {
+		m.local.Add(s.nLocal)
+	}
+	s.nFwd, s.nEng, s.nLocal = 0, 0, 0
+}
+
+// errQuit ends the session after the pending replies are written.
+var errQuit = errors.New("quit")
+
+// handle processes s.cmd: forwards it, or answers it. done ends the batch
+// early (the session goes on); a non-nil error ends the session.
+func (s *session) handle() (done bool, err error) {
+	args := s.cmd.Args
+	info, known := lookupCommand(args[0])
+	cluster := s.p.cfg.Cluster
+	var inval []string
+	if !cluster && !s.dedicated {
+		if handled := s.sharedLocal(info, args); handled {
+			return false, nil
+		}
+		if (!known || !info.shareable || isBlocking(info, args)) && info.kind != kQuit && info.kind != kRefuse {
+			// The command changes or depends on connection state: from now
+			// on this client gets its own upstream connection.
+			s.drain()
+			s.dedicated = true
+			s.p.m.dedicated.Inc()
+		}
+	}
+	switch info.kind {
+	case kQuit:
+		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
+		return true, errQuit
+	case kRefuse:
+		s.localError("ERR heatsink proxy: " + upper(args[0]) + " is not supported through the proxy (it turns the connection into a replication stream)")
+		return false, nil
+	case kClusterWide:
+		if cluster {
+			s.localError("ERR heatsink proxy: " + upper(args[0]) + " acts on every node of a cluster; run it against each node directly")
+			return false, nil
+		}
+	case kSubscribe:
+		return true, s.subscribe(info)
+	case kSession:
+		return false, s.sessionCommand()
+	case kMulti:
+		if cluster && s.pinned < 0 {
+			if s.pinPending {
+				s.localError("ERR MULTI calls can not be nested")
+				return false, nil
+			}
+			s.pinPending, s.inTx = true, true
+			s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
+			return false, nil
+		}
+		s.inTx = true
+	}
+
+	key := info.FirstKey(args)
+	if key != nil {
+		// Only a command naming a mitigated key does more than this: one
+		// map lookup, plus one per other key of a multi-key command when
+		// the table is not empty.
+		if e := s.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.MultiKey() && anyMitigated(e, info, args)) {
+			handled, iv := s.mitigated(info, args)
+			if handled {
+				return false, nil
+			}
+			inval = iv
+		}
+		// Writes are reported here with their request size; reads once
+		// their reply (and so the value size) is known, in drain.
+		if o := s.p.cfg.Observer; o != nil && info.Write {
+			o.Observe(s.p.cfg.Policy, string(key), 0, 1, uint32(len(s.cmd.Raw)))
+		}
+	}
+	if isBlocking(info, args) {
+		s.blocking = true
+	}
+
+	node := 0
+	if cluster {
+		switch {
+		case s.pinned >= 0:
+			node = s.pinned
+		case key != nil:
+			node = s.p.topo.nodeOf(slotOf(key))
+		}
+		if s.pinPending {
+			// The transaction goes to the node of its first keyed command.
+			s.pinPending = false
+			s.pinned = node
+			if err := s.forward(node, []byte("*1\r\n$5\r\nMULTI\r\n"), true, ""); err != nil {
+				return false, nil
+			}
+		}
+		switch info.kind {
+		case kWatch:
+			s.watching = true
+			if s.pinned < 0 {
+				s.pinned = node
+			}
+		case kUnwatch:
+			s.watching = false
+			if !s.inTx {
+				defer s.unpin()
+			}
+		case kEndTx:
+			s.inTx, s.watching = false, false
+			defer s.unpin()
+		}
+	} else {
+		switch info.kind {
+		case kWatch:
+			s.watching = true
+		case kUnwatch:
+			s.watching = false
+		case kEndTx:
+			s.inTx, s.watching = false, false
+		}
+	}
+	if !s.stickyState && (cluster || s.dedicated) && info.kind == kForward && leavesState(info, args) {
+		s.stickyState = true
+	}
+	var rk string
+	if s.p.cfg.Observer != nil && key != nil && !info.Write {
+		rk = string(key)
+	}
+	if s.forward(node, s.cmd.Raw, false, rk) == nil && inval != nil {
+		s.pend[len(s.pend)-1].invalidate = inval
+	}
+	return false, nil
+}
+
+func (s *session) unpin() { s.pinned = -1 }
+
+// undoState takes back a remembered AUTH, HELLO or SELECT that Redis (or
+// the proxy, for an unreachable upstream) refused.
+func (s *session) undoState(u undo) {
+	s.prelude.undo(u)
+	s.proto = u.proto
+}
+
+// keepProto makes the state replayed on a new upstream connection open it
+// in the client's protocol: a client that switched to RESP3 with a HELLO
+// the proxy answered itself (the event loop, the shared pool) has no HELLO
+// of its own to replay.
+func (s *session) keepProto() {
+	if s.proto == 3 && s.prelude.cmds[slotHello] == nil {
+		s.prelude.set(slotHello, hello3)
+	}
+}
+
+// hello3 opens a connection in RESP3.
+var hello3 = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+
+// invalidate drops the cached copies of the mitigated keys a raw write
+// named.
+func (s *session) invalidate(pd *pend) {
+	for _, k := range pd.invalidate {
+		s.p.cfg.Engine.Invalidate(k)
+	}
+}
+
+// forward queues raw for node. On a dial failure the client gets an error
+// reply in order.
+func (s *session) forward(node int, raw []byte, swallow bool, key string) error {
+	if !s.p.cfg.Cluster && !s.dedicated {
+		s.sbuf = append(s.sbuf, raw...)
+		s.pend = append(s.pend, pend{key: key})
+		s.nFwd++
+		return nil
+	}
+	u, err := s.upstream(node)
+	if err != nil {
+		if !swallow {
+			s.localError("ERR heatsink proxy: upstream " + s.p.topo.addr(node) + " unreachable: " + err.Error())
+		}
+		return err
+	}
+	u.w.Write(raw)
+	u.queued++
+	pd := pend{node: int32(node), swallow: swallow, key: key}
+	if s.p.cfg.Cluster {
+		pd.off = int32(len(s.rawlog))
+		s.rawlog = append(s.rawlog, raw...)
+		pd.end = int32(len(s.rawlog))
+	}
+	s.pend = append(s.pend, pd)
+	if !swallow {
+		s.nFwd++
+	}
+	return nil
+}
+
+// upstream returns the session's connection to node, dialing it and
+// replaying the session's state on first use.
+func (s *session) upstream(node int) (*upstream, error) {
+	for len(s.ups) <= node {
+		s.ups = append(s.ups, nil)
+	}
+	if u := s.ups[node]; u != nil {
+		return u, nil
+	}
+	if s.stateLost {
+		return nil, errStateLost
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.DialTimeout)
+	defer cancel()
+	u, err := s.p.dialRaw(ctx, s.p.topo.addr(node))
+	if err != nil {
+		if s.p.cfg.Cluster {
+			// The node may have failed over: reload the slot map.
+			s.p.topo.refreshAsync()
+		}
+		return nil, err
+	}
+	u.node = node
+	s.keepProto()
+	if n := s.prelude.len(); n > 0 {
+		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
+		s.prelude.each(func(c []byte) { u.w.Write(c) })
+		err := u.w.Flush()
+		for i := 0; err == nil && i < n; i++ {
+			err = u.r.ReadReply(&s.rep)
+		}
+		if err != nil {
+			u.close()
+			s.p.m.upstreamErrors.WithLabelValues("io").Inc()
+			return nil, err
+		}
+		u.conn.SetDeadline(time.Time{})
+	}
+	s.ups[node] = u
+	return u, nil
+}
+
+// local appends a reply produced by the proxy, after every reply owed
+// before it.
+func (s *session) local(f func([]byte) []byte) {
+	s.drain()
+	s.cw.Buf = f(s.cw.Buf)
+	s.nLocal++
+}
+
+func (s *session) localError(msg string) {
+	s.local(func(b []byte) []byte { return resp.AppendError(b, msg) })
+}
+
+// drain sends every queued command and copies the replies to the client
+// buffer in order. An upstream that fails is closed; every reply it owed
+// becomes an error reply, so the client never hangs.
+func (s *session) drain() {
+	if len(s.pend) == 0 {
+		return
+	}
+	if !s.p.cfg.Cluster && !s.dedicated {
+		s.drainShared()
+		return
+	}
+	var now time.Time
+	for _, u := range s.ups {
+		if u == nil || u.queued == 0 {
+			continue
+		}
+		if s.blocking {
+			u.deadline = time.Time{}
+			u.conn.SetDeadline(u.deadline)
+		} else {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			u.armDeadline(now, s.p.cfg.Timeout)
+		}
+		if err := u.w.Flush(); err != nil {
+			s.fail(u, err)
+		}
+	}
+	for i := range s.pend {
+		pd := &s.pend[i]
+		u := s.ups[pd.node]
+		if u == nil || u.conn == nil {
+			if !pd.swallow {
+				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream connection lost")
+			}
+			continue
+		}
+		err := s.readReply(u)
+		if err != nil {
+			s.invalidate(pd) // the write may have been applied
+			s.fail(u, err)
+			if !pd.swallow {
+				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(int(pd.node))+": "+errText(err))
+			}
+			continue
+		}
+		u.queued--
+		s.invalidate(pd)
+		if pd.swallow {
+			continue
+		}
+		if pd.undo.active && s.rep.IsError() {
+			s.undoState(pd.undo)
+		}
+		if s.p.cfg.Cluster && s.pinned < 0 && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
+			s.redirect(s.rawlog[pd.off:pd.end])
+			continue
+		}
+		if pd.key != "" {
+			s.p.cfg.Observer.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(len(s.rep.Raw)))
+		}
+		s.cw.Write(s.rep.Raw)
+	}
+	for i, u := range s.ups {
+		if u != nil && u.conn == nil {
+			s.ups[i] = nil
+		}
+	}
+	s.pend = s.pend[:0]
+	s.rawlog = s.rawlog[:0]
+	s.blocking = false
+}
+
+// readReply reads the next reply of u into s.rep, passing RESP3 pushes
+// (client-side caching invalidations) straight to the client.
+func (s *session) readReply(u *upstream) error {
+	for {
+		if err := u.r.ReadReply(&s.rep); err != nil {
+			return err
+		}
+		if !s.rep.IsPush() {
+			return nil
+		}
+		s.cw.Write(s.rep.Raw)
+	}
+}
+
+// fail closes a broken upstream; drain clears it from s.ups afterwards and
+// the next command on that node dials again (replaying AUTH/HELLO/SELECT),
+// unless the connection carried state that cannot be replayed: then the
+// session ends after this batch's replies (see stateLost).
+func (s *session) fail(u *upstream, err error) {
+	if u.conn == nil {
+		return
+	}
+	kind := "io"
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		kind = "timeout"
+	}
+	s.p.m.upstreamErrors.WithLabelValues(kind).Inc()
+	u.conn.Close()
+	u.conn = nil
+	if s.stickyState || s.inTx || s.watching {
+		s.stateLost = true
+	}
+}
+
+// errStateLost refuses to open a new upstream connection for a session
+// whose connection state went with the old one.
+var errStateLost = errors.New("connection state lost with the upstream connection; reconnect")
+
+func errText(err error) string {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return "timeout waiting for a reply"
+	}
+	if errors.Is(err, io.EOF) {
+		return "connection closed by Redis"
+	}
+	return err.Error()
+}
+
+// armDeadline sets the read/write deadline only when the one set before is
+// more than half used: setting a deadline costs a timer update, and most
+// batches take microseconds.
+func (u *upstream) armDeadline(now time.Time, timeout time.Duration) {
+	if u.deadline.IsZero() || u.deadline.Sub(now) < timeout/2 {
+		u.deadline = now.Add(timeout)
+		u.conn.SetDeadline(u.deadline)
+	}
+}
+
+// redirect follows MOVED/ASK for one command (after a resharding; rare) on
+// a one-shot connection, since the session's connection to the target may
+// still owe replies of this batch. It writes the final reply.
+func (s *session) redirect(raw []byte) {
+	for hop := 0; hop < 5; hop++ {
+		line := string(s.rep.Line)
+		ask := line[0] == 'A'
+		f := splitFields(line)
+		if len(f) != 3 {
+			break
+		}
+		if ask {
+			s.p.m.redirects.WithLabelValues("ask").Inc()
+		} else {
+			s.p.m.redirects.WithLabelValues("moved").Inc()
+			s.p.topo.refreshAsync()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.DialTimeout)
+		u, err := s.p.dialRaw(ctx, f[2])
+		cancel()
+		s.keepProto()
+		if err != nil {
+			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: redirect to "+f[2]+": "+err.Error())
+			return
+		}
+		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
+		n := 1 + s.prelude.len()
+		s.prelude.each(func(c []byte) { u.w.Write(c) })
+		if ask {
+			u.w.Write([]byte("*1\r\n$6\r\nASKING\r\n"))
+			n++
+		}
+		u.w.Write(raw)
+		err = u.w.Flush()
+		for i := 0; err == nil && i < n; i++ {
+			err = u.r.ReadReply(&s.rep)
+		}
+		if err != nil {
+			u.close()
+			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: redirect to "+f[2]+": "+errText(err))
+			return
+		}
+		if !(s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK ")))) {
+			s.cw.Write(s.rep.Raw)
+			u.close()
+			return
+		}
+		// Copy the reply line before the connection (and its buffer) goes.
+		s.rep.Line = append([]byte(nil), s.rep.Line...)
+		u.close()
+	}
+	s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: too many cluster redirections")
+}
+
+func splitFields(s string) []string {
+	var out []string
+	for _, f := range bytes.Fields([]byte(s)) {
+		out = append(out, string(f))
+	}
+	return out
+}
+
+// sessionCommand forwards AUTH/SELECT/HELLO/RESET and remembers it so that
+// upstream connections opened later (another cluster node, a reconnect)
+// get the same state. In cluster mode it also goes to every node
+// connection already open; the client sees the first node's reply.
+func (s *session) sessionCommand() error {
+	args := s.cmd.Args
+	raw := append([]byte(nil), s.cmd.Raw...)
+	var un undo // how to take the remembered state back if Redis refuses
+	if eqFold(args[0], "RESET") {
+		s.prelude.reset()
+		s.stickyState = false
+		s.proto = 2
+		s.pinned, s.pinPending, s.inTx, s.watching = -1, false, false, false
+	} else {
+		un = s.prelude.setUndoable(stateSlot(args[0]), raw, s.proto)
+		if eqFold(args[0], "HELLO") && len(args) > 1 {
+			if v, err := strconv.Atoi(string(args[1])); err == nil && (v == 2 || v == 3) {
+				s.proto = v
+			}
+		}
+	}
+	home := 0
+	if s.pinned >= 0 {
+		home = s.pinned
+	}
+	if err := s.forward(home, raw, false, ""); err != nil {
+		if un.active {
+			s.undoState(un)
+		}
+		return nil
+	}
+	s.pend[len(s.pend)-1].undo = un
+	if s.p.cfg.Cluster {
+		for i, u := range s.ups {
+			if i != home && u != nil {
+				s.forward(i, raw, true, "")
+			}
+		}
+	}
+	return nil
+}
+
+// subscribe turns the session into a raw pipe to one upstream connection:
+// pub/sub and MONITOR replies arrive unasked, so the proxy stops framing.
+// In cluster mode SUBSCRIBE goes to the first node (Redis Cluster
+// propagates PUBLISH to every node) and SSUBSCRIBE to its channel's node.
+func (s *session) subscribe(info cmdInfo) error {
+	node := 0
+	if s.pinned >= 0 {
+		node = s.pinned
+	}
+	if s.p.cfg.Cluster && info.FirstIndex() == 1 && len(s.cmd.Args) > 1 {
+		node = s.p.topo.nodeOf(slotOf(s.cmd.Args[1]))
+	}
+	raw := append([]byte(nil), s.cmd.Raw...)
+	s.drain()
+	if err := s.cw.Flush(); err != nil {
+		return err
+	}
+	u, err := s.upstream(node)
+	if err != nil {
+		s.localError("ERR heatsink proxy: upstream " + s.p.topo.addr(node) + " unreachable: " + err.Error())
+		return errQuit
+	}
+	u.conn.SetDeadline(time.Time{})
+	u.w.Write(raw)
+	u.w.Write(s.cr.Take())
+	if err := u.w.Flush(); err != nil {
+		return err
+	}
+	if rest := u.r.Take(); len(rest) > 0 {
+		if _, err := s.conn.Write(rest); err != nil {
+			return err
+		}
+	}
+	s.nFwd++
+	done := make(chan struct{}, 2)
+	go func() {
+		io.Copy(u.conn, s.conn)
+		// Half-close so Redis sees the client's EOF; TCP and TLS
+		// connections both can.
+		if cw, ok := u.conn.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			u.conn.Close()
+		}
+		done <- struct{}{}
+	}()
+	go func() { io.Copy(s.conn, u.conn); s.conn.Close(); done <- struct{}{} }()
+	<-done
+	s.conn.Close()
+	u.conn.Close()
+	<-done
+	return errQuit
+}
+
+// slotOf is the cluster slot of key (routing.SlotBytes: the same function
+// the control plane uses, without converting the key to a string).
+func slotOf(key []byte) uint16 { return routing.SlotBytes(key) }
+
+// unsafeString views b as a string for a lookup that does not keep it.
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+func upper(b []byte) string {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		out[i] = c
+	}
+	return string(out)
+}

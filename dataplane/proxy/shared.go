@@ -1,0 +1,341 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+)
+
+// shared is one upstream connection multiplexed by many sessions
+// (standalone mode, sessions that never touched connection state).
+//
+// Why: with one upstream connection per client, every client command costs
+// Redis a read and a write system call of its own, on top of the proxy's
+// own four; on a machine where Redis, the proxy and the clients share two
+// cores, that halves throughput. Funnelling the sessions' pipelines into a
+// few connections lets one write carry the commands of many clients, and
+// Redis answer them all with one read and one write.
+//
+// Writes are combined: the session that finds no write in progress becomes
+// the writer and also sends whatever other sessions append meanwhile. One
+// reader goroutine per connection hands each reply to its session, in the
+// order the commands were written (Redis answers a connection in order).
+type shared struct {
+	p     *Proxy
+	slot  int
+	proto int
+	// gone mirrors dead for lock-free checks by sessions.
+	gone atomic.Bool
+
+	mu      sync.Mutex
+	u       *upstream
+	dead    bool
+	writing bool
+	wbuf    []byte
+	spare   []byte
+	waiters []waiter
+	// deadline is the connection deadline armed while replies are owed.
+	deadline time.Time
+	// hello is the raw reply to the HELLO this connection was opened with
+	// (nil if Redis has no HELLO), given to clients that send the same.
+	hello []byte
+}
+
+// waiter is one session's batch: n replies owed.
+type waiter struct {
+	s *session
+	n int
+}
+
+// pool holds the shared connections; sessions pick one by a stable hash.
+type pool struct {
+	p     *Proxy
+	proto int
+	mu    sync.Mutex
+	conns []*shared
+}
+
+func newPool(p *Proxy, proto, n int) *pool {
+	return &pool{p: p, proto: proto, conns: make([]*shared, n)}
+}
+
+// get returns a live shared connection for slot i, dialing a new one when
+// the last one failed.
+func (pl *pool) get(i int) (*shared, error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	i %= len(pl.conns)
+	if c := pl.conns[i]; c != nil {
+		c.mu.Lock()
+		dead := c.dead
+		c.mu.Unlock()
+		if !dead {
+			return c, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pl.p.cfg.DialTimeout)
+	defer cancel()
+	u, err := pl.p.dialRaw(ctx, pl.p.topo.addr(0))
+	if err != nil {
+		return nil, err
+	}
+	c := &shared{p: pl.p, slot: i, u: u, proto: pl.proto}
+	// Open the connection in the pool's protocol and keep HELLO's reply.
+	u.conn.SetDeadline(time.Now().Add(pl.p.cfg.Timeout))
+	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("HELLO"), []byte{byte('0' + pl.proto)}})
+	var rep resp.Reply
+	if err = u.w.Flush(); err == nil {
+		err = u.r.ReadReply(&rep)
+	}
+	if err != nil {
+		u.close()
+		return nil, err
+	}
+	if !rep.IsError() {
+		c.hello = append([]byte(nil), rep.Raw...)
+	} else if pl.proto == 3 {
+		u.close()
+		return nil, errors.New("upstream does not speak RESP3: " + string(rep.Line))
+	}
+	u.conn.SetDeadline(time.Time{})
+	pl.conns[i] = c
+	go c.readLoop()
+	return c, nil
+}
+
+func (pl *pool) close() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, c := range pl.conns {
+		if c != nil {
+			c.u.close()
+		}
+	}
+}
+
+var errSharedDead = errors.New("upstream connection lost")
+
+// submit queues a session's batch (n commands in data) and writes it,
+// together with what other sessions queue meanwhile, unless another
+// session is already writing. The replies arrive in s.cw.Buf and s.wake
+// is signalled once all n are there.
+func (c *shared) submit(s *session, data []byte, n int) error {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return errSharedDead
+	}
+	c.wbuf = append(c.wbuf, data...)
+	c.waiters = append(c.waiters, waiter{s: s, n: n})
+	if s.blocking {
+		c.deadline = time.Time{}
+		c.u.conn.SetDeadline(c.deadline)
+	} else if now := time.Now(); c.deadline.IsZero() || c.deadline.Sub(now) < c.p.cfg.Timeout/2 {
+		c.deadline = now.Add(c.p.cfg.Timeout)
+		c.u.conn.SetDeadline(c.deadline)
+	}
+	if c.writing {
+		c.mu.Unlock()
+		return nil
+	}
+	c.writing = true
+	for len(c.wbuf) > 0 && !c.dead {
+		buf := c.wbuf
+		c.wbuf = c.spare[:0]
+		c.mu.Unlock()
+		_, err := c.u.conn.Write(buf)
+		c.mu.Lock()
+		c.spare = buf[:0]
+		if err != nil {
+			// The reader sees the closed connection and fails every waiter.
+			c.u.conn.Close()
+			break
+		}
+	}
+	c.writing = false
+	c.mu.Unlock()
+	return nil
+}
+
+// readLoop hands replies to their sessions until the connection fails,
+// then answers every owed reply with an error so that no session hangs.
+func (c *shared) readLoop() {
+	// local holds the waiters taken from c.waiters, served from index li;
+	// the two slices are swapped (not re-sliced) so neither reallocates.
+	var local []waiter
+	li := 0
+	var rep resp.Reply
+	var err error
+	// take swaps in the waiters queued since; with none owed, the
+	// connection is idle and loses its deadline, so that it is kept.
+	take := func() {
+		c.mu.Lock()
+		local, c.waiters = c.waiters, local[:0]
+		li = 0
+		if len(local) == 0 && !c.deadline.IsZero() {
+			c.deadline = time.Time{}
+			c.u.conn.SetDeadline(c.deadline)
+		}
+		c.mu.Unlock()
+	}
+	for {
+		if li == len(local) {
+			take()
+		}
+		err = c.u.r.ReadReply(&rep)
+		if err != nil {
+			if li == len(local) && isTimeout(err) {
+				c.mu.Lock()
+				idle := len(c.waiters) == 0
+				c.mu.Unlock()
+				if idle {
+					continue // the deadline fired as the last replies arrived
+				}
+			}
+			break
+		}
+		if rep.IsPush() {
+			continue
+		}
+		if li == len(local) {
+			// The read started while nothing was owed; the batch this
+			// reply answers was queued since.
+			take()
+			if len(local) == 0 {
+				err = errors.New("reply without a request")
+				break
+			}
+		}
+		w := &local[li]
+		w.s.cw.Buf = append(w.s.cw.Buf, rep.Raw...)
+		w.s.rlens = append(w.s.rlens, int32(len(rep.Raw)))
+		w.n--
+		if w.n == 0 {
+			w.s.wake <- struct{}{}
+			w.s = nil
+			li++
+		}
+	}
+	local = local[li:]
+	c.mu.Lock()
+	c.dead = true
+	c.gone.Store(true)
+	local = append(local, c.waiters...)
+	c.waiters = nil
+	c.mu.Unlock()
+	c.u.conn.Close()
+	if !c.p.draining.Load() { // at shutdown the pool closes its connections
+		kind := "io"
+		if isTimeout(err) {
+			kind = "timeout"
+		}
+		c.p.m.upstreamErrors.WithLabelValues(kind).Inc()
+	}
+	msg := "ERR heatsink proxy: upstream " + c.p.topo.addr(0) + ": " + errText(err)
+	for _, w := range local {
+		for ; w.n > 0; w.n-- {
+			w.s.cw.Buf = resp.AppendError(w.s.cw.Buf, msg)
+			w.s.rlens = append(w.s.rlens, 0)
+		}
+		w.s.wake <- struct{}{}
+	}
+}
+
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+// drainShared sends the session's multiplexed batch and waits for its
+// replies (the shared connection's reader always answers, with errors if
+// the connection fails).
+func (s *session) drainShared() {
+	n := len(s.pend)
+	s.rlens = s.rlens[:0]
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		c := s.sh
+		if c == nil || c.proto != s.proto || c.gone.Load() {
+			if c, err = s.p.pool(s.proto).get(s.poolSlot); err != nil {
+				break
+			}
+			s.sh = c
+		}
+		if err = c.submit(s, s.sbuf, n); err == nil {
+			<-s.wake
+			break
+		}
+	}
+	if err != nil {
+		for range n {
+			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(0)+" unreachable: "+err.Error())
+			s.rlens = append(s.rlens, 0)
+		}
+	}
+	e, o := s.p.cfg.Engine, s.p.cfg.Observer
+	for i := range s.pend {
+		pd := &s.pend[i]
+		for _, k := range pd.invalidate {
+			e.Invalidate(k)
+		}
+		if pd.key != "" {
+			o.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(s.rlens[i]))
+		}
+	}
+	s.pend = s.pend[:0]
+	s.sbuf = s.sbuf[:0]
+	s.blocking = false
+}
+
+// helloVersion is the protocol a HELLO with at most a version asks for
+// (cur when it names none); ok is false for any version but 2 and 3.
+func helloVersion(args [][]byte, cur int) (v int, ok bool) {
+	if len(args) < 2 {
+		return cur, true
+	}
+	switch string(args[1]) {
+	case "2":
+		return 2, true
+	case "3":
+		return 3, true
+	}
+	return 0, false
+}
+
+// sharedLocal answers, in multiplexed mode, the connection-setup commands
+// that would otherwise force a dedicated connection: HELLO with only a
+// protocol version (answered with the shared connection's own HELLO reply;
+// RESP3 clients use a pool of RESP3 connections) and CLIENT SETINFO
+// (library name and version, informational only), and refuses CLIENT
+// MAINT_NOTIFICATIONS.
+func (s *session) sharedLocal(info cmdInfo, args [][]byte) bool {
+	switch {
+	case eqFold(args[0], "HELLO") && len(args) <= 2:
+		v, ok := helloVersion(args, s.proto)
+		if !ok {
+			return false
+		}
+		s.drain() // what came before goes in the previous protocol
+		c, err := s.p.pool(v).get(s.poolSlot)
+		if err != nil || c.hello == nil {
+			return false
+		}
+		s.proto = v
+		s.local(func(b []byte) []byte { return append(b, c.hello...) })
+		return true
+	case eqFold(args[0], "CLIENT") && len(args) == 4 && eqFold(args[1], "SETINFO"):
+		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
+		return true
+	case eqFold(args[0], "CLIENT") && len(args) >= 2 && eqFold(args[1], "MAINT_NOTIFICATIONS"):
+		// Push notifications of server maintenance are per connection; the
+		// proxy handles upstream reconnections itself. Clients (go-redis
+		// probes this by default) treat the error as "not supported".
+		s.localError("ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy")
+		return true
+	}
+	return false
+}

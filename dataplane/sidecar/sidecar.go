@@ -1,0 +1,182 @@
+// Package sidecar wires the heatsink sidecar together: the RESP proxy, the
+// routing engine on a go-redis client, the routing table watcher, the
+// detector client and the HTTP endpoint (/metrics, /healthz, /readyz). The
+// `heatsink proxy` command only parses flags into a Config and calls Run.
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/watch"
+)
+
+// Config is the sidecar's configuration (flags / HEATSINK_* variables).
+type Config struct {
+	// Listen is the client address; ignored when Listener is set.
+	Listen string
+	// Listener, if set, is served instead of listening on Listen (for
+	// in-process use).
+	Listener    net.Listener
+	Upstreams   []string
+	Cluster     bool
+	Policy      string
+	Namespace   string
+	RoutingFile string
+	// Detector is host:port of the node's detector; empty disables reports.
+	Detector string
+	Username string
+	Password string
+	// TLS, if set, is used for every connection to Redis (the proxy's and
+	// the engine's); build it with proxy.ClientTLS. nil means plaintext.
+	TLS *tls.Config
+	// Limits bound client frames (proxy.Config.Limits).
+	Limits resp.Limits
+	// NoEventLoop serves every client with a goroutine of its own
+	// (proxy.Config.NoEventLoop).
+	NoEventLoop bool
+	// HTTPAddress serves /metrics, /healthz, /readyz; empty disables it.
+	HTTPAddress string
+	// HTTPListener, if set, is used instead of listening on HTTPAddress.
+	HTTPListener net.Listener
+	// Kube, if set, is used to follow the routing ConfigMap through the API
+	// server; nil tries the in-cluster configuration and otherwise follows
+	// the file only.
+	Kube   kubernetes.Interface
+	Logger *slog.Logger
+}
+
+// Run serves until ctx ends, then drains.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	rc := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
+		TLSConfig: cfg.TLS,
+	})
+	defer rc.Close()
+	eng := engine.New(rc, engine.Options{Registerer: reg})
+	defer eng.Close()
+
+	pcfg := proxy.Config{
+		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
+		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
+		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
+	}
+	if cfg.Detector != "" {
+		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{})
+		if err != nil {
+			return fmt.Errorf("detector client: %w", err)
+		}
+		defer dc.Close()
+		pcfg.Observer = dc
+	}
+	p, err := proxy.New(pcfg)
+	if err != nil {
+		return err
+	}
+
+	if err := startWatcher(ctx, cfg, eng, log); err != nil {
+		return err
+	}
+
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return err
+		}
+	}
+	if hl := cfg.HTTPListener; hl != nil || cfg.HTTPAddress != "" {
+		srv := &http.Server{Handler: Handler(p, reg), ReadHeaderTimeout: 5 * time.Second}
+		if hl == nil {
+			if hl, err = net.Listen("tcp", cfg.HTTPAddress); err != nil {
+				ln.Close()
+				return err
+			}
+		}
+		go srv.Serve(hl)
+		defer srv.Close()
+	}
+	log.Info("heatsink proxy serving", "listen", ln.Addr().String(), "upstreams", cfg.Upstreams, "cluster", cfg.Cluster)
+	return p.Serve(ctx, ln)
+}
+
+// startWatcher follows the routing table into the engine. Without a policy
+// there is nothing to follow and the proxy only forwards and reports.
+func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, log *slog.Logger) error {
+	if cfg.Policy == "" {
+		log.Info("no policy configured: routing table not followed")
+		return nil
+	}
+	kc := cfg.Kube
+	if kc == nil {
+		if rcfg, err := rest.InClusterConfig(); err == nil {
+			if c, err := kubernetes.NewForConfig(rcfg); err == nil {
+				kc = c
+			}
+		}
+	}
+	opts := watch.Options{
+		Client: kc, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
+		OnTable: func(t *routing.Table) { eng.SetTable(t) },
+		OnReject: func(src watch.Source, err error) {
+			log.Warn("routing table rejected; keeping the last good one", "source", string(src), "err", err)
+		},
+		Log: logr.FromSlogHandler(log.Handler()),
+	}
+	if kc == nil && cfg.RoutingFile == "" {
+		return errors.New("no API server and no routing file: cannot follow the routing table")
+	}
+	w, err := watch.New(opts)
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("routing watcher stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Handler serves /metrics, /healthz (the process is up) and /readyz (the
+// proxy serves and reaches Redis).
+func Handler(p *proxy.Proxy, g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := p.Ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}

@@ -1,0 +1,69 @@
+// Command heatsink-demo runs the whole of heatsink on this machine (a real
+// kube-apiserver and etcd, a 3-master Redis Cluster, the manager, detectors
+// and sidecars) and shows a hot key detected and relieved. It is a separate
+// binary so that the demo and its harnesses never reach the shipped image.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/term"
+
+	"github.com/heatsink-dev/heatsink/demo"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "heatsink-demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run runs everything on this machine and shows a hot key detected and
+// relieved (see package demo). Ctrl-C stops it early; either way every
+// process it started is stopped before it returns.
+func run(args []string) error {
+	cfg := demo.Default()
+	fs := flag.NewFlagSet("heatsink-demo", flag.ContinueOnError)
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long traffic runs")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the key choice and the Zipf traffic")
+	fs.IntVar(&cfg.BackgroundRate, "background-rate", cfg.BackgroundRate, "Zipf background traffic, ops/s (80% GET, 20% SET)")
+	fs.IntVar(&cfg.ViralReadRate, "read-rate", cfg.ViralReadRate, "GETs/s of the viral read key")
+	fs.DurationVar(&cfg.ViralReadAt, "read-at", cfg.ViralReadAt, "when the viral read key's spike starts")
+	fs.IntVar(&cfg.ViralWriteRate, "write-rate", cfg.ViralWriteRate, "INCRs/s of the viral counter")
+	fs.DurationVar(&cfg.ViralWriteAt, "write-at", cfg.ViralWriteAt, "when the viral counter's spike starts")
+	fs.IntVar(&cfg.EventRate, "event-rate", cfg.EventRate, "GETs/s of the scheduled event's keys while it runs")
+	fs.DurationVar(&cfg.EventStart, "event-at", cfg.EventStart, "when the scheduled event starts")
+	fs.DurationVar(&cfg.EventLead, "event-lead", cfg.EventLead, "how long before the event its keys are prepared")
+	fs.Int64Var(&cfg.ReadsPerSecond, "reads-threshold", cfg.ReadsPerSecond, "policy: reads/s over which a key is read-hot")
+	fs.Int64Var(&cfg.WritesPerSecond, "writes-threshold", cfg.WritesPerSecond, "policy: writes/s over which a key is write-hot")
+	fs.DurationVar(&cfg.Epoch, "epoch", cfg.Epoch, "policy: split epoch (at least 1s)")
+	fs.StringVar(&cfg.OutDir, "out", "demo-out", "directory for the PNG chart and the components' log")
+	plain := fs.Bool("plain", false, "print one line per second instead of redrawing the screen")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.Out = os.Stdout
+	cfg.Live = !*plain && term.IsTerminal(int(os.Stdout.Fd()))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := demo.Run(ctx, cfg)
+	if errors.Is(err, context.Canceled) {
+		fmt.Println("\nheatsink demo: interrupted; everything it started is stopped")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.Unavailable) > 0 {
+		return fmt.Errorf("ran without: %v", res.Unavailable)
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+// Package redistest starts real redis-server processes for tests and stops
+// them when the test ends.
+package redistest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
+)
+
+// Standalone starts a redis-server for the test and stops it at cleanup.
+func Standalone(tb testing.TB, extraArgs ...string) *redisproc.Server {
+	tb.Helper()
+	s, err := redisproc.Start(context.Background(), redisproc.Options{ExtraArgs: extraArgs})
+	if err != nil {
+		tb.Fatalf("start redis-server: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Cluster starts a 3-master Redis Cluster for the test and stops it at cleanup.
+func Cluster(tb testing.TB) *redisproc.Cluster {
+	tb.Helper()
+	c, err := redisproc.StartCluster(context.Background(), 3)
+	if err != nil {
+		tb.Fatalf("start redis cluster: %v", err)
+	}
+	tb.Cleanup(c.Stop)
+	return c
+}
