@@ -15,6 +15,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -91,17 +92,11 @@ func BenchmarkReconcile(b *testing.B) {
 		b.Fatalf("setup: %d hot keys, %v", st.Status.HotKeyCount, err)
 	}
 	waitCache := func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		eventually.True(b, 30*time.Second, "the cache catches up", func() bool {
 			cached := &v1alpha1.HotKeyPolicy{}
-			if err := mgr.GetClient().Get(ctx, req.NamespacedName, cached); err == nil && cached.ResourceVersion == st.ResourceVersion {
-				return
-			}
-			if time.Now().After(deadline) {
-				b.Fatal("cache did not catch up")
-			}
-			time.Sleep(10 * time.Millisecond) // polling interval
-		}
+			err := mgr.GetClient().Get(ctx, req.NamespacedName, cached)
+			return err == nil && cached.ResourceVersion == st.ResourceVersion
+		})
 	}
 	waitCache()
 	for range 3 { // warm up: first passes pay for lazily built caches

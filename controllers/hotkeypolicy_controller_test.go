@@ -29,6 +29,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/fold"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/routing"
@@ -127,17 +128,12 @@ func (f *flow) step(d time.Duration, policy string) {
 // eventually polls cond until it returns nil, failing after 20s.
 func (f *flow) eventually(what string, cond func() error) {
 	f.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
+	eventually.Succeeds(f.t, 20*time.Second, func() error {
+		if err := cond(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for a condition
-	}
+		return nil
+	})
 }
 
 // table reads the published routing table of policy.

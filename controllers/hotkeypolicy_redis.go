@@ -22,8 +22,8 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/fold"
-	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Credentials are the Redis ACL user and password of a target.

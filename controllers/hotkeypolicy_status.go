@@ -14,8 +14,8 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // ReasonInvalidSchedule: a schedule cannot be evaluated (bad cron or time

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,16 +27,6 @@ const (
 	ns   = "shop"
 	node = "node-a"
 )
-
-// eventually polls cond every 10ms until it holds or 20s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("timed out waiting: %s", what)
-	}
-}
 
 func testPolicy(name string, include, exclude []string) *v1alpha1.HotKeyPolicy {
 	p := &v1alpha1.HotKeyPolicy{
@@ -108,7 +99,7 @@ func start(t *testing.T, cp *controlplane.ControlPlane) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.c.Close() })
-	eventually(t, "report loop ticker registered", h.clk.HasWaiters)
+	eventually.True(t, 20*time.Second, "report loop ticker registered", h.clk.HasWaiters)
 	return h
 }
 
@@ -118,7 +109,7 @@ func (h *harness) send() {
 	sent := h.c.Stats().Batches
 	h.c.Flush()
 	want := before + h.c.Stats().Batches - sent
-	eventually(h.t, "batches ingested", func() bool {
+	eventually.True(h.t, 20*time.Second, "batches ingested", func() bool {
 		return h.d.Stats().Batches+uint64(counter(h.t, h.reg, "heatsink_detector_batches_total", "unknown_policy")) >= want
 	})
 }
@@ -128,7 +119,7 @@ func (h *harness) send() {
 func (h *harness) step() {
 	before := h.d.Stats().Evaluations
 	h.clk.Step(100 * time.Millisecond)
-	eventually(h.t, "report evaluation", func() bool { return h.d.Stats().Evaluations > before })
+	eventually.True(h.t, 20*time.Second, "report evaluation", func() bool { return h.d.Stats().Evaluations > before })
 }
 
 func (h *harness) report(policy string) *v1alpha1.HotKeyReport {
@@ -165,8 +156,8 @@ func TestDetectorWritesReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := start(t, cp)
-	eventually(t, "policy tracked", func() bool { return h.d.Tracks("shop/checkout") })
-	eventually(t, "orphan report deleted", func() bool {
+	eventually.True(t, 20*time.Second, "policy tracked", func() bool { return h.d.Tracks("shop/checkout") })
+	eventually.True(t, 20*time.Second, "orphan report deleted", func() bool {
 		err := cp.Client.Get(ctx, client.ObjectKeyFromObject(orphan), &v1alpha1.HotKeyReport{})
 		return apierrors.IsNotFound(err)
 	})
@@ -241,7 +232,7 @@ func TestDetectorWritesReports(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, "drops counted", func() bool {
+		eventually.True(t, 20*time.Second, "drops counted", func() bool {
 			return counter(t, h.reg, "heatsink_detector_batches_total", "bad_magic") == 1 &&
 				counter(t, h.reg, "heatsink_detector_batches_total", "unknown_version") == 1 &&
 				counter(t, h.reg, "heatsink_detector_batches_total", "truncated") == 1
@@ -262,6 +253,6 @@ func TestDetectorWritesReports(t *testing.T) {
 		if err := cp.Client.Delete(ctx, pol); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "report deleted", func() bool { return h.report("checkout") == nil && !h.d.Tracks("shop/checkout") })
+		eventually.True(t, 20*time.Second, "report deleted", func() bool { return h.report("checkout") == nil && !h.d.Tracks("shop/checkout") })
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -220,16 +220,15 @@ func TestFoldInvariantCluster(t *testing.T) {
 	progress := func(n int64) {
 		t.Helper()
 		want := acked.Load() + n
-		deadline := time.Now().Add(30 * time.Second)
-		for acked.Load() < want {
+		eventually.Succeeds(t, 30*time.Second, func() error {
 			if err := writeErr.Load(); err != nil {
-				t.Fatalf("writer: %v", err)
+				return eventually.Permanent(fmt.Errorf("writer: %v", err))
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("writers made no progress")
+			if acked.Load() < want {
+				return errors.New("writers made no progress")
 			}
-			runtime.Gosched()
-		}
+			return nil
+		})
 	}
 	used := map[routing.Generation]bool{}
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+
 	"github.com/redis/go-redis/v9"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -143,7 +145,7 @@ func TestSplitExactUnderConcurrentWriters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 5*time.Second, func() error {
+			eventually.Succeeds(t, 5*time.Second, func() error {
 				n, err = e.IncrBy(ctx, k, 0)
 				if err != nil || n != want+1 {
 					return errors.New("estimate " + strconv.FormatInt(n, 10) + " not yet exact")
@@ -509,14 +511,14 @@ func TestPreAggregateFlush(t *testing.T) {
 	if got := rawSum(t, tg.client, en); got != 0 {
 		t.Fatalf("before the flush Redis holds %d, want 0", got)
 	}
-	eventually(t, 5*time.Second, func() error {
+	eventually.Succeeds(t, 5*time.Second, func() error {
 		if !clk.HasWaiters() {
 			return errors.New("flush timer not armed")
 		}
 		return nil
 	})
 	clk.Step(100 * time.Millisecond)
-	eventually(t, 5*time.Second, func() error {
+	eventually.Succeeds(t, 5*time.Second, func() error {
 		if got := rawSum(t, tg.client, en); got != 10 {
 			return errors.New("flushed total " + strconv.FormatInt(got, 10))
 		}
@@ -529,7 +531,7 @@ func TestPreAggregateFlush(t *testing.T) {
 	plain := en
 	plain.PreAggregate = nil
 	e.SetTable(table(plain))
-	eventually(t, 5*time.Second, func() error {
+	eventually.Succeeds(t, 5*time.Second, func() error {
 		if got := rawSum(t, tg.client, en); got != 13 {
 			return errors.New("total " + strconv.FormatInt(got, 10))
 		}
@@ -639,7 +641,7 @@ func TestTrackingInvalidatesOnWritesFromElsewhere(t *testing.T) {
 			if err := tg.client.Set(ctx, k, "v2", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 5*time.Second, func() error {
+			eventually.Succeeds(t, 5*time.Second, func() error {
 				if v := get(); v != "v2" {
 					return errors.New("still " + v)
 				}
@@ -649,7 +651,7 @@ func TestTrackingInvalidatesOnWritesFromElsewhere(t *testing.T) {
 			if err := tg.client.Del(ctx, k).Err(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 5*time.Second, func() error {
+			eventually.Succeeds(t, 5*time.Second, func() error {
 				if _, found, _ := e.Get(ctx, k); found {
 					return errors.New("still cached")
 				}
@@ -659,7 +661,7 @@ func TestTrackingInvalidatesOnWritesFromElsewhere(t *testing.T) {
 			if err := tg.client.Set(ctx, k, "v3", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 5*time.Second, func() error {
+			eventually.Succeeds(t, 5*time.Second, func() error {
 				if v := get(); v != "v3" {
 					return errors.New("still " + v)
 				}
@@ -671,7 +673,7 @@ func TestTrackingInvalidatesOnWritesFromElsewhere(t *testing.T) {
 			if err := tg.client.Set(ctx, k, "v4", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 5*time.Second, func() error {
+			eventually.Succeeds(t, 5*time.Second, func() error {
 				if v := get(); v != "v4" {
 					return errors.New("still " + v)
 				}

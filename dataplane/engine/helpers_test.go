@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -143,22 +142,6 @@ func table(entries ...routing.Entry) *routing.Table {
 		panic(err)
 	}
 	return t
-}
-
-// eventually polls cond until it returns nil or the deadline passes.
-func eventually(t *testing.T, d time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", d, err)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval, not a wait for a condition
-	}
 }
 
 func key(t *testing.T, suffix string) string {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
 
 // stalled is a Redis that accepted the connection and then never answers:
@@ -82,13 +84,7 @@ func TestSlotRefreshGivesUpOnAStalledRedis(t *testing.T) {
 	}
 	// The background refresh (started on MOVED) ends and lets the next one run.
 	p.topo.refreshAsync()
-	deadline := time.Now().Add(30 * time.Second)
-	for p.topo.refreshing.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("background slot refresh never ended")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, 30*time.Second, "the background slot refresh ends", func() bool { return !p.topo.refreshing.Load() })
 	if !p.topo.refreshing.CompareAndSwap(false, true) {
 		t.Fatal("refreshing flag still set")
 	}

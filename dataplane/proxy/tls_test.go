@@ -19,8 +19,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
 // testPKI writes a CA and a server certificate for 127.0.0.1 and
@@ -168,19 +169,16 @@ func TestTLSUpstreamVerifiesTheServer(t *testing.T) {
 // before), then returns Ready's verdict on the upstream.
 func readyOnceServing(t *testing.T, p *proxy.Proxy) error {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var verdict error
+	eventually.Succeeds(t, 10*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := p.Ready(ctx)
-		cancel()
-		if err == nil || err.Error() != "not serving" {
-			return err
+		defer cancel()
+		if verdict = p.Ready(ctx); verdict != nil && verdict.Error() == "not serving" {
+			return verdict
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("proxy never started serving")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return verdict
 }
 
 func TestClientTLSRejectsBadCAFile(t *testing.T) {

@@ -13,8 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
 func listen(t *testing.T) net.Listener {
@@ -76,18 +77,15 @@ func TestSidecarFollowsRoutingFile(t *testing.T) {
 	defer direct.Close()
 	// Once the table is loaded, reads of "hot" come from the local cache:
 	// a write behind the proxy's back is not seen.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.True(t, 10*time.Second, "the routing table from the file applies", func() bool {
 		c.Get(bg, "hot")
 		direct.Set(bg, "hot", "behind", 0)
 		if v := c.Get(bg, "hot").Val(); v != "behind" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("routing table from the file never applied")
+			return true
 		}
 		direct.Set(bg, "hot", "v1", 0)
-	}
+		return false
+	})
 	if code, body := get(t, base+"/healthz"); code != 200 {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}

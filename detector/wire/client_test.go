@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -63,13 +64,7 @@ func TestClientAggregatesAndFlushesOnTick(t *testing.T) {
 	c.Observe("ns/p", "cold", 0, 1, 5)
 	c.Observe("ns/q", "hot", 2, 0, 0)
 	// The flush loop must have its ticker registered before we step.
-	deadline := time.Now().Add(5 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("the client's flush loop never registered its ticker")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, 5*time.Second, "the client's flush loop registers its ticker", clk.HasWaiters)
 	clk.Step(100 * time.Millisecond)
 	got := receive(t, pc, 3)
 	want := map[string][3]uint32{"ns/p hot": {1000, 0, 10000}, "ns/p cold": {0, 1, 5}, "ns/q hot": {2, 0, 0}}
@@ -79,10 +74,7 @@ func TestClientAggregatesAndFlushesOnTick(t *testing.T) {
 		}
 	}
 	// The receiver can read a datagram before the sender counts it.
-	deadline = time.Now().Add(5 * time.Second)
-	for c.Stats().Batches < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually.True(t, 5*time.Second, "two batches counted", func() bool { return c.Stats().Batches >= 2 })
 	if s := c.Stats(); s.Observed != 1002 || s.Dropped != 0 || s.Batches != 2 {
 		t.Errorf("stats = %+v", s)
 	}
@@ -137,11 +129,11 @@ func TestClientDetectorAway(t *testing.T) {
 	}
 	// Loopback reports the refused port on a later send; keep sending until
 	// it does, which proves failures are counted and never block or panic.
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Stats().SendErrors == 0 && time.Now().Before(deadline) {
+	eventually.True(t, 5*time.Second, "a send error counted", func() bool {
 		c.Observe("ns/p", "k", 1, 0, 0)
 		c.Flush()
-	}
+		return c.Stats().SendErrors > 0
+	})
 	if s := c.Stats(); s.SendErrors == 0 || s.LostEntries == 0 {
 		t.Errorf("stats = %+v, want send errors counted", s)
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -102,17 +104,6 @@ func (r *recorder) last() (int64, int) {
 	return r.versions[len(r.versions)-1], len(r.rejects)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval
-	}
-}
-
 func TestWatcherFollowsConfigMapAndKeepsLastGood(t *testing.T) {
 	cp := testenv.Start(t, controlplane.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -159,7 +150,7 @@ func TestWatcherFollowsConfigMapAndKeepsLastGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "version 1", func() bool { v, _ := rec.last(); return v == 1 })
+	eventually.True(t, 20*time.Second, "version 1", func() bool { v, _ := rec.last(); return v == 1 })
 
 	publish := func(data string) {
 		t.Helper()
@@ -169,7 +160,7 @@ func TestWatcherFollowsConfigMapAndKeepsLastGood(t *testing.T) {
 		}
 	}
 	publish(tableJSON(t, 2, 1, "product:1", "product:2"))
-	waitFor(t, "version 2", func() bool { v, _ := rec.last(); return v == 2 })
+	eventually.True(t, 20*time.Second, "version 2", func() bool { v, _ := rec.last(); return v == 2 })
 
 	// Bad publications are refused one by one; version 2 stays.
 	for i, bad := range []string{
@@ -178,13 +169,13 @@ func TestWatcherFollowsConfigMapAndKeepsLastGood(t *testing.T) {
 		tableJSON(t, 1, 1, "a"),
 	} {
 		publish(bad)
-		waitFor(t, fmt.Sprintf("reject %d", i+1), func() bool { _, r := rec.last(); return r == i+1 })
+		eventually.True(t, 20*time.Second, fmt.Sprintf("reject %d", i+1), func() bool { _, r := rec.last(); return r == i+1 })
 		if v, _ := rec.last(); v != 2 || w.Current().Version != 2 {
 			t.Fatalf("after bad table %d current version = %d", i, v)
 		}
 	}
 	publish(tableJSON(t, 3, 1, "product:3"))
-	waitFor(t, "version 3", func() bool { v, _ := rec.last(); return v == 3 })
+	eventually.True(t, 20*time.Second, "version 3", func() bool { v, _ := rec.last(); return v == 3 })
 
 	// The API server goes away: the table stays, and the mounted file
 	// still brings newer tables (and only newer ones).
@@ -197,11 +188,11 @@ func TestWatcherFollowsConfigMapAndKeepsLastGood(t *testing.T) {
 	if err := os.WriteFile(file, []byte(tableJSON(t, 2, 1, "old")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "stale file refused", func() bool { _, r := rec.last(); return r == rejects+1 })
+	eventually.True(t, 20*time.Second, "stale file refused", func() bool { _, r := rec.last(); return r == rejects+1 })
 	if err := os.WriteFile(file, []byte(tableJSON(t, 4, 1, "product:4")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "version 4 from the file", func() bool { v, _ := rec.last(); return v == 4 })
+	eventually.True(t, 20*time.Second, "version 4 from the file", func() bool { v, _ := rec.last(); return v == 4 })
 	if got := w.Current().Entries[0].Key; got != "product:4" {
 		t.Fatalf("current entry = %q", got)
 	}
@@ -220,7 +211,7 @@ func TestWatcherFileOnlyStartsWithMountedTable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	waitFor(t, "the mounted table", func() bool { v, _ := rec.last(); return v == 7 })
+	eventually.True(t, 20*time.Second, "the mounted table", func() bool { v, _ := rec.last(); return v == 7 })
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
 
 // ErrMissing is returned when redis-server or redis-cli is not installed.
@@ -118,25 +120,20 @@ func launch(ctx context.Context, dir string, port int, cluster bool, extra []str
 	}
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := ping(s.Addr); err == nil {
-			return s, nil
-		}
+	err := eventually.Poll(ctx, 10*time.Second, func() error {
 		select {
 		case <-s.done:
 			log, _ := os.ReadFile(filepath.Join(pdir, "redis.log"))
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, tail(string(log)))
-		case <-ctx.Done():
-			s.Stop()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+			return eventually.Permanent(fmt.Errorf("redis-server on port %d exited: %s", port, tail(string(log))))
+		default:
+			return ping(s.Addr)
 		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s", port)
-		}
+	})
+	if err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("redis-server on port %d: %w", port, err)
 	}
+	return s, nil
 }
 
 // Stop kills the server and waits for it to exit. Safe to call twice.
@@ -197,24 +194,22 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 		c.Stop()
 		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, tail(string(out)))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, s := range c.Servers {
-		for {
+	// One deadline for the whole cluster, as a client would wait for it.
+	err = eventually.Poll(ctx, 30*time.Second, func() error {
+		for _, s := range c.Servers {
 			info, err := command(s.Addr, "CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
+			if err != nil {
+				return fmt.Errorf("cluster node %s: %w", s.Addr, err)
 			}
-			if time.Now().After(deadline) {
-				c.Stop()
-				return nil, fmt.Errorf("cluster node %s not ok within 30s: %v %s", s.Addr, err, info)
-			}
-			select {
-			case <-ctx.Done():
-				c.Stop()
-				return nil, ctx.Err()
-			case <-time.After(50 * time.Millisecond):
+			if !strings.Contains(info, "cluster_state:ok") {
+				return fmt.Errorf("cluster node %s not ok: %s", s.Addr, info)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		c.Stop()
+		return nil, err
 	}
 	return c, nil
 }

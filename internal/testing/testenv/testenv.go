@@ -8,12 +8,14 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
 
 // Start starts a control plane for the test and stops it at cleanup.
@@ -57,7 +59,7 @@ func RunManager(tb testing.TB, cp *controlplane.ControlPlane, setup func(manager
 	})
 	if len(cp.Env.WebhookInstallOptions.ValidatingWebhooks)+len(cp.Env.WebhookInstallOptions.MutatingWebhooks) > 0 {
 		checker := mgr.GetWebhookServer().StartedChecker()
-		if err := waitFor(ctx, func() error { return checker(nil) }); err != nil {
+		if err := eventually.Poll(ctx, 30*time.Second, func() error { return checker(nil) }); err != nil {
 			tb.Fatalf("webhook server not serving: %v", err)
 		}
 	}
