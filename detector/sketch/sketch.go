@@ -117,7 +117,8 @@ type entry struct {
 	since  int64 // admission time, ns
 	last   int64 // last update, ns
 	sinceS int64 // admission slot number
-	hpos   int32
+	hpos   int32 // place in the heap; -1 while pinned
+	pinned bool
 }
 
 type slot struct{ reads, writes, nbytes uint32 }
@@ -155,6 +156,10 @@ type Sketch struct {
 	imask uint64
 	heap  []int32
 	free  []int32
+	// pinned holds the entries that are counted whatever their score: kept
+	// out of the heap, so never evicted nor dropped when their window
+	// empties (see Pin).
+	pinned []int32
 
 	cur     int64 // current slot number
 	ring    int   // cur % Slots: the current slot's place in each ring
@@ -248,16 +253,18 @@ func (s *Sketch) UpdateHashed(key string, h uint64, reads, writes, nbytes uint32
 		e := &s.ents[x-1]
 		if e.hash == h && e.key == key {
 			s.add(x-1, e, reads, writes, nbytes, w)
-			s.down(int(e.hpos))
+			if !e.pinned {
+				s.down(int(e.hpos))
+			}
 			return
 		}
 	}
 	est := s.filter(h, w)
-	if len(s.heap) < s.m {
+	if len(s.heap)+len(s.pinned) < s.m {
 		s.admit(key, h, est, reads, writes, nbytes, w)
 		return
 	}
-	if min := &s.ents[s.heap[0]]; est > min.score {
+	if len(s.heap) > 0 && est > s.ents[s.heap[0]].score {
 		s.evict(s.heap[0])
 		s.admit(key, h, est, reads, writes, nbytes, w)
 	}
@@ -457,13 +464,15 @@ func (s *Sketch) Advance(now time.Time) {
 	S := int64(s.cfg.Slots)
 	for k := int64(1); k <= steps; k++ {
 		r := int((s.cur + k) % S)
-		for _, x := range s.heap {
-			e := &s.ents[x]
-			sl := &s.slots[int(x)*s.cfg.Slots+r]
-			e.reads -= uint64(sl.reads)
-			e.writes -= uint64(sl.writes)
-			e.nbytes -= uint64(sl.nbytes)
-			*sl = slot{}
+		for _, set := range [2][]int32{s.heap, s.pinned} {
+			for _, x := range set {
+				e := &s.ents[x]
+				sl := &s.slots[int(x)*s.cfg.Slots+r]
+				e.reads -= uint64(sl.reads)
+				e.writes -= uint64(sl.writes)
+				e.nbytes -= uint64(sl.nbytes)
+				*sl = slot{}
+			}
 		}
 		s.fade()
 	}
@@ -489,12 +498,135 @@ func (s *Sketch) Advance(now time.Time) {
 		}
 		i++
 	}
+	for _, x := range s.pinned {
+		e := &s.ents[x]
+		if e.sinceS <= s.cur-S {
+			e.base = 0
+		}
+		e.score = e.base + e.reads*uint64(s.cfg.ReadWeight) + e.writes*uint64(s.cfg.WriteWeight)
+	}
 	for i := range s.heap {
 		s.ents[s.heap[i]].hpos = int32(i)
 	}
 	for i := len(s.heap)/2 - 1; i >= 0; i-- {
 		s.down(i)
 	}
+}
+
+// MaxPinned is the most keys Pin keeps at once: half the store, so pins
+// never crowd out the keys the sketch finds by itself.
+func (s *Sketch) MaxPinned() int { return s.m / 2 }
+
+// Pin makes the sketch count key exactly from now on (or keep counting it,
+// if it has been stored for longer than the window) and never evict it, whatever its traffic, until
+// Unpin. Pinned keys are listed by Top with Pinned set, even with no
+// traffic. The manager pins the keys near a threshold so that its sum over
+// every node is exact rather than bounded. It returns false, and pins
+// nothing, when MaxPinned keys are pinned already.
+func (s *Sketch) Pin(key string) bool {
+	h := maphash.String(s.seed, key)
+	if x, ok := s.lookup(key, h); ok {
+		e := &s.ents[x]
+		if e.pinned {
+			return true
+		}
+		if len(s.pinned) >= s.MaxPinned() {
+			return false
+		}
+		s.heapRemove(int(e.hpos))
+		e.pinned, e.hpos = true, -1
+		s.pinned = append(s.pinned, x)
+		if e.sinceS > s.cur-int64(s.cfg.Slots) {
+			// Admitted within the window: its counts start with the batch
+			// that admitted it, and a key is admitted when it arrives, so for
+			// a key with few arrivals per slot they read high (by about one
+			// batch over the span). Summed over many nodes that bias adds up;
+			// counting from the pin, a moment independent of the key's
+			// arrivals, does not have it.
+			clear(s.slots[int(x)*s.cfg.Slots : int(x+1)*s.cfg.Slots])
+			e.reads, e.writes, e.nbytes, e.base, e.score = 0, 0, 0, 0, 0
+			e.since, e.last, e.sinceS = s.now, s.now, s.cur
+		}
+		return true
+	}
+	if len(s.pinned) >= s.MaxPinned() {
+		return false
+	}
+	if len(s.heap)+len(s.pinned) >= s.m {
+		s.evict(s.heap[0])
+	}
+	x := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	s.ents[x] = entry{key: strings.Clone(key), hash: h, since: s.now, last: s.now, sinceS: s.cur, hpos: -1, pinned: true}
+	s.keyLen += len(key)
+	for i := h & s.imask; ; i = (i + 1) & s.imask {
+		if s.index[i] == 0 {
+			s.index[i] = x + 1
+			break
+		}
+	}
+	s.pinned = append(s.pinned, x)
+	return true
+}
+
+// Unpin returns key to the sketch's own ranking: it stays stored while its
+// window holds counts and can be evicted like any other.
+func (s *Sketch) Unpin(key string) {
+	x, ok := s.lookup(key, maphash.String(s.seed, key))
+	if !ok || !s.ents[x].pinned {
+		return
+	}
+	i := slices.Index(s.pinned, x)
+	s.pinned = slices.Delete(s.pinned, i, i+1)
+	e := &s.ents[x]
+	e.pinned = false
+	if e.score == 0 {
+		s.unindex(e.hash, x)
+		s.keyLen -= len(e.key)
+		*e = entry{}
+		s.free = append(s.free, x)
+		return
+	}
+	e.hpos = int32(len(s.heap))
+	s.heap = append(s.heap, x)
+	s.up(len(s.heap) - 1)
+}
+
+// Pinned returns the pinned keys, in no particular order.
+func (s *Sketch) Pinned() []string {
+	out := make([]string, len(s.pinned))
+	for i, x := range s.pinned {
+		out[i] = s.ents[x].key
+	}
+	return out
+}
+
+func (s *Sketch) lookup(key string, h uint64) (int32, bool) {
+	for i := h & s.imask; ; i = (i + 1) & s.imask {
+		x := s.index[i]
+		if x == 0 {
+			return 0, false
+		}
+		if e := &s.ents[x-1]; e.hash == h && e.key == key {
+			return x - 1, true
+		}
+	}
+}
+
+// Tracking returns the rates below which a key the store does not hold
+// lies, read and write apart: zero while the store has room (every key that
+// came is stored), otherwise the weighted rate of the store's weakest key
+// turned into a read rate and a write rate. A key outside the store would
+// have displaced that key had its estimate been higher, so this bounds it as
+// closely as the filter's admission rule does (HeavyKeeper underestimates,
+// never overestimates, so the bound holds in practice, not by proof).
+func (s *Sketch) Tracking() (reads, writes float64) {
+	if len(s.heap)+len(s.pinned) < s.m || len(s.heap) == 0 {
+		return 0, 0
+	}
+	it := s.item(s.heap[0])
+	w := it.ReadRate*float64(s.cfg.ReadWeight) + it.WriteRate*float64(s.cfg.WriteWeight)
+	return w / float64(s.cfg.ReadWeight), w / float64(s.cfg.WriteWeight)
 }
 
 // fade scales the filter's counts by FadePercent at each slot boundary. The
@@ -523,6 +655,17 @@ type Item struct {
 	Reads, Writes, Bytes uint64
 	// ReadRate, WriteRate and ByteRate are per second; see Top.
 	ReadRate, WriteRate, ByteRate float64
+	// ReadAvg, WriteAvg and ByteAvg are the window averages alone, and
+	// ReadRecent and WriteRecent the one-slot rates alone (see Top). Each is
+	// an unbiased estimate; their maximum (ReadRate...) is not: for a key
+	// with few counts per slot the one-slot rate is noisy, and the larger of
+	// two noisy values overestimates. A sum over many nodes must therefore
+	// add each apart and take the larger of the sums (fleet.KeyRates).
+	ReadAvg, WriteAvg, ByteAvg float64
+	ReadRecent, WriteRecent    float64
+	// Pinned is set for keys held by Pin: their counts are exact since the
+	// key was stored (pinned, or earlier).
+	Pinned bool
 }
 
 // Top returns up to n items, highest score first. Rates are the larger of
@@ -534,7 +677,7 @@ type Item struct {
 // its window average to catch up. Falling rates thus fade with the window,
 // which suits hysteresis.
 func (s *Sketch) Top(n int) []Item {
-	order := slices.Clone(s.heap)
+	order := slices.Concat(s.heap, s.pinned)
 	slices.SortFunc(order, func(a, b int32) int {
 		ea, eb := &s.ents[a], &s.ents[b]
 		switch {
@@ -549,38 +692,56 @@ func (s *Sketch) Top(n int) []Item {
 		order = order[:n]
 	}
 	out := make([]Item, len(order))
-	S := int64(s.cfg.Slots)
-	window := s.cfg.Window.Nanoseconds()
-	curStart := s.cur * s.slotDur
-	inCur := min(max(s.now-curStart, 0), s.slotDur)
 	for i, x := range order {
-		e := &s.ents[x]
-		// Counts reach up to the key's last batch; once it misses a batch
-		// (quiet for more than Lead) the span runs on with the clock, so
-		// the rate of a key that stopped falls.
-		end := max(e.last, s.now-int64(s.cfg.Lead))
-		span := min(max(end-e.since+int64(s.cfg.Lead), int64(s.cfg.MinSpan)), window)
-		avg := func(v uint64) float64 { return float64(v) * 1e9 / float64(span) }
-		c := s.slots[int(x)*s.cfg.Slots+int(s.cur%S)]
-		var p slot
-		if e.sinceS < s.cur && S > 1 {
-			p = s.slots[int(x)*s.cfg.Slots+int((s.cur-1)%S)]
-		}
-		// A one-slot sliding window: the current partial slot plus the
-		// share of the previous slot that is still within one slot of now.
-		prevShare := float64(s.slotDur-inCur) / float64(s.slotDur)
-		recent := func(a, b uint32) float64 {
-			return (float64(a) + float64(b)*prevShare) * 1e9 / float64(s.slotDur)
-		}
-		out[i] = Item{
-			Key: e.key, Score: e.score, Reads: e.reads, Writes: e.writes, Bytes: e.nbytes,
-			ReadRate:  max(avg(e.reads), recent(c.reads, p.reads)),
-			WriteRate: max(avg(e.writes), recent(c.writes, p.writes)),
-			ByteRate:  max(avg(e.nbytes), recent(c.nbytes, p.nbytes)),
-		}
+		out[i] = s.item(x)
 	}
 	return out
 }
 
-// Len is the number of keys stored.
-func (s *Sketch) Len() int { return len(s.heap) }
+// item computes entry x's counts and rates (see Top).
+func (s *Sketch) item(x int32) Item {
+	S := int64(s.cfg.Slots)
+	window := s.cfg.Window.Nanoseconds()
+	curStart := s.cur * s.slotDur
+	inCur := min(max(s.now-curStart, 0), s.slotDur)
+	e := &s.ents[x]
+	// Counts reach up to the key's last batch; once it misses a batch
+	// (quiet for more than Lead) the span runs on with the clock, so the
+	// rate of a key that stopped falls.
+	end := max(e.last, s.now-int64(s.cfg.Lead))
+	// The window's counts cover S-1 whole slots and the current one so far;
+	// dividing them by the whole window would read 1/S low.
+	// Each batch also carries the Lead before it arrived.
+	covered := (S-1)*s.slotDur + inCur + int64(s.cfg.Lead)
+	span := min(max(end-e.since+int64(s.cfg.Lead), int64(s.cfg.MinSpan)), window+int64(s.cfg.Lead), covered)
+	avg := func(v uint64) float64 { return float64(v) * 1e9 / float64(span) }
+	c := s.slots[int(x)*s.cfg.Slots+int(s.cur%S)]
+	var p slot
+	if e.sinceS < s.cur && S > 1 {
+		p = s.slots[int(x)*s.cfg.Slots+int((s.cur-1)%S)]
+	}
+	// A one-slot sliding window: the current partial slot plus the share of
+	// the previous slot that is still within one slot of the data's end
+	// (end, as for the average: the key's last batch, or Lead ago). The
+	// current slot's batches carry traffic from Lead before they arrived, so
+	// the current slot covers its time up to end plus Lead, and the previous
+	// slot contributes the rest of one slot.
+	inData := min(max(end-curStart, 0), s.slotDur)
+	prevShare := max(float64(s.slotDur-inData-int64(s.cfg.Lead)), 0) / float64(s.slotDur)
+	recentSpan := float64(max(s.slotDur, inData+int64(s.cfg.Lead)))
+	recent := func(a, b uint32) float64 {
+		return (float64(a) + float64(b)*prevShare) * 1e9 / recentSpan
+	}
+	it := Item{
+		Key: e.key, Score: e.score, Reads: e.reads, Writes: e.writes, Bytes: e.nbytes, Pinned: e.pinned,
+		ReadAvg: avg(e.reads), WriteAvg: avg(e.writes), ByteAvg: avg(e.nbytes),
+		ReadRecent: recent(c.reads, p.reads), WriteRecent: recent(c.writes, p.writes),
+	}
+	it.ReadRate = max(it.ReadAvg, it.ReadRecent)
+	it.WriteRate = max(it.WriteAvg, it.WriteRecent)
+	it.ByteRate = max(it.ByteAvg, recent(c.nbytes, p.nbytes))
+	return it
+}
+
+// Len is the number of keys stored, pinned ones included.
+func (s *Sketch) Len() int { return len(s.heap) + len(s.pinned) }

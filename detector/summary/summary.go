@@ -1,0 +1,102 @@
+// Package summary holds the node agent's pure decisions about what it tells
+// the manager: which keys a policy's summary lists, the bound on every key
+// it leaves out, and when a summary is worth sending before its interval is
+// up. They take the sketch's view and the manager's directive as arguments,
+// so they are table-tested without a clock, a socket or a manager.
+package summary
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/detector/sketch"
+	"github.com/heatsink-dev/heatsink/fleet"
+)
+
+// Build lists, from the sketch's items, every pinned key and every key at
+// or above floor in either direction (by the larger of its average and
+// recent rates), hottest first (by rate relative to
+// floor), at most maxKeys of them, and returns the bound on every key it
+// does not list: the floor, the sketch's tracking level when that is higher
+// (a key the sketch does not hold is below it), and the rates of the first
+// key cut by maxKeys. Pinned keys are always listed and never cut.
+func Build(items []sketch.Item, floor, tracking fleet.Rates, maxKeys int) (keys []fleet.KeyRates, unseen fleet.Rates) {
+	unseen = fleet.Rates{Reads: max(floor.Reads, tracking.Reads), Writes: max(floor.Writes, tracking.Writes)}
+	heat := func(it *sketch.Item) float64 {
+		return max(it.ReadRate/max(floor.Reads, 1e-9), it.WriteRate/max(floor.Writes, 1e-9))
+	}
+	var listed []*sketch.Item
+	pinned := 0
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.Pinned:
+			pinned++
+			listed = append(listed, it)
+		case (it.ReadRate > 0 && it.ReadRate >= floor.Reads) || (it.WriteRate > 0 && it.WriteRate >= floor.Writes):
+			listed = append(listed, it)
+		}
+	}
+	slices.SortFunc(listed, func(a, b *sketch.Item) int {
+		if a.Pinned != b.Pinned { // pinned first: never cut
+			if a.Pinned {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(heat(b), heat(a)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	limit := max(maxKeys, pinned)
+	if len(listed) > limit {
+		for _, it := range listed[limit:] {
+			unseen.Reads = max(unseen.Reads, it.ReadRate)
+			unseen.Writes = max(unseen.Writes, it.WriteRate)
+		}
+		listed = listed[:limit]
+	}
+	keys = make([]fleet.KeyRates, len(listed))
+	for i, it := range listed {
+		keys[i] = fleet.KeyRates{Key: it.Key, Reads: it.ReadAvg, Writes: it.WriteAvg,
+			RecentReads: it.ReadRecent, RecentWrites: it.WriteRecent, Bytes: it.ByteRate, Pinned: it.Pinned}
+	}
+	return keys, unseen
+}
+
+// Urgent reports whether a summary should go before its interval is up: a
+// key now listed at or above alert (either direction) was not at or above
+// it in the summary last sent. alert is the manager's estimate of a key's
+// share of the warm band on one node (threshold × (1 − hysteresis) ÷
+// nodes), so a key turning hot is sent at once from every node that sees its
+// share of it, whether it is spread over one node or a thousand; keys that
+// stay hot do not make summaries urgent again.
+func Urgent(last, now []fleet.KeyRates, alert fleet.Rates) bool {
+	over := func(k *fleet.KeyRates) bool {
+		return (alert.Reads > 0 && k.Reads >= alert.Reads) || (alert.Writes > 0 && k.Writes >= alert.Writes)
+	}
+	was := make(map[string]bool, len(last))
+	for i := range last {
+		if over(&last[i]) {
+			was[last[i].Key] = true
+		}
+	}
+	for i := range now {
+		if over(&now[i]) && !was[now[i].Key] {
+			return true
+		}
+	}
+	return false
+}
+
+// Due reports whether a summary is due at now: its interval has passed
+// since the last one, or it is urgent and at least minGap has.
+func Due(now, last time.Time, interval, minGap time.Duration, urgent bool) bool {
+	if last.IsZero() {
+		return true
+	}
+	age := now.Sub(last)
+	return age >= interval || (urgent && age >= minGap)
+}

@@ -1,0 +1,114 @@
+package summary
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/heatsink-dev/heatsink/detector/sketch"
+	"github.com/heatsink-dev/heatsink/fleet"
+)
+
+func TestBuild(t *testing.T) {
+	items := []sketch.Item{
+		{Key: "hot", ReadRate: 100, ReadAvg: 90, ReadRecent: 100, ByteRate: 800},
+		{Key: "writes", WriteRate: 3, WriteAvg: 3},
+		{Key: "cold", ReadRate: 0.5, ReadAvg: 0.5},
+		{Key: "pinned-idle", Pinned: true},
+		{Key: "warm", ReadRate: 20, ReadAvg: 20},
+	}
+	for name, tc := range map[string]struct {
+		floor, tracking fleet.Rates
+		max             int
+		wantKeys        []string
+		wantUnseen      fleet.Rates
+	}{
+		"floor lists keys at or over it, pinned always": {
+			floor: fleet.Rates{Reads: 1, Writes: 1}, max: 100,
+			wantKeys: []string{"pinned-idle", "hot", "warm", "writes"}, wantUnseen: fleet.Rates{Reads: 1, Writes: 1},
+		},
+		"tracking above the floor raises the bound": {
+			floor: fleet.Rates{Reads: 1, Writes: 1}, tracking: fleet.Rates{Reads: 4, Writes: 2}, max: 100,
+			wantKeys: []string{"pinned-idle", "hot", "warm", "writes"}, wantUnseen: fleet.Rates{Reads: 4, Writes: 2},
+		},
+		"cut keys raise the bound to their rates": {
+			floor: fleet.Rates{Reads: 1, Writes: 1}, max: 2,
+			wantKeys: []string{"pinned-idle", "hot"}, wantUnseen: fleet.Rates{Reads: 20, Writes: 3},
+		},
+		"pinned keys survive any cut": {
+			floor: fleet.Rates{Reads: 1, Writes: 1}, max: 0,
+			wantKeys: []string{"pinned-idle"}, wantUnseen: fleet.Rates{Reads: 100, Writes: 3},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			keys, unseen := Build(items, tc.floor, tc.tracking, tc.max)
+			var got []string
+			for _, k := range keys {
+				got = append(got, k.Key)
+			}
+			if d := cmp.Diff(tc.wantKeys, got); d != "" {
+				t.Errorf("keys (-want +got):\n%s", d)
+			}
+			if unseen != tc.wantUnseen {
+				t.Errorf("unseen = %+v, want %+v", unseen, tc.wantUnseen)
+			}
+		})
+	}
+	keys, _ := Build(items, fleet.Rates{Reads: 1, Writes: 1}, fleet.Rates{}, 10)
+	if k := keys[1]; k.Key != "hot" || k.Reads != 90 || k.RecentReads != 100 || k.Bytes != 800 || k.Pinned {
+		t.Errorf("hot listed as %+v", k)
+	}
+	if !keys[0].Pinned {
+		t.Errorf("pinned key listed as %+v", keys[0])
+	}
+}
+
+func TestUrgent(t *testing.T) {
+	alert := fleet.Rates{Reads: 10, Writes: 2}
+	k := func(key string, r, w float64) fleet.KeyRates { return fleet.KeyRates{Key: key, Reads: r, Writes: w} }
+	for name, tc := range map[string]struct {
+		last, now []fleet.KeyRates
+		want      bool
+	}{
+		"nothing over alert":       {now: []fleet.KeyRates{k("a", 9, 1)}},
+		"a key crosses":            {last: []fleet.KeyRates{k("a", 9, 0)}, now: []fleet.KeyRates{k("a", 11, 0)}, want: true},
+		"a new key over alert":     {now: []fleet.KeyRates{k("b", 0, 2)}, want: true},
+		"still over: not again":    {last: []fleet.KeyRates{k("a", 12, 0)}, now: []fleet.KeyRates{k("a", 30, 0)}},
+		"falls below: not urgent":  {last: []fleet.KeyRates{k("a", 12, 0)}, now: []fleet.KeyRates{k("a", 3, 0)}},
+		"writes cross, reads stay": {last: []fleet.KeyRates{k("a", 12, 0)}, now: []fleet.KeyRates{k("a", 12, 5)}},
+		"no alert level: never":    {now: []fleet.KeyRates{k("a", 1e9, 1e9)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := alert
+			if name == "no alert level: never" {
+				a = fleet.Rates{}
+			}
+			if got := Urgent(tc.last, tc.now, a); got != tc.want {
+				t.Fatalf("Urgent = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDue(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for name, tc := range map[string]struct {
+		last   time.Time
+		age    time.Duration
+		urgent bool
+		want   bool
+	}{
+		"first":                 {want: true},
+		"interval passed":       {last: t0, age: time.Second, want: true},
+		"not yet":               {last: t0, age: 500 * time.Millisecond},
+		"urgent after min gap":  {last: t0, age: 100 * time.Millisecond, urgent: true, want: true},
+		"urgent within min gap": {last: t0, age: 50 * time.Millisecond, urgent: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := Due(t0.Add(tc.age), tc.last, time.Second, 100*time.Millisecond, tc.urgent); got != tc.want {
+				t.Fatalf("Due = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
