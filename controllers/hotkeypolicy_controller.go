@@ -196,10 +196,11 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return r.routingDeleted(ctx, policy)
 	}
 	evs, schedErrs := schedule.Events(now, spec.Schedules)
+	scheduled := decide.ScheduledKeys(spec.Schedules, evs)
 	out := decide.Decide(decide.Input{
 		Now: now, Spec: spec, Observations: agg.Keys, State: prev.State,
 		Current:   decide.Rescale(prev.decided(spec.Mode), spec.Mitigations.Split.Epoch.Milliseconds()),
-		Scheduled: scheduledKeys(spec, evs), Margin: r.Margin,
+		Scheduled: scheduled, Margin: r.Margin,
 	})
 
 	enforced := r.enforced(spec, prev, &out, now)
@@ -212,7 +213,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	rp.fold(rctx, spec, enforced)
 	pub := r.publish(ctx, policy, spec, prev, &out, enforced)
 	if pub.err == nil {
-		rp.fill(rctx, r.fills(req.NamespacedName, spec, prev, enforced, evs, now))
+		rp.fill(rctx, r.fills(req.NamespacedName, prev, enforced, scheduled, now))
 	}
 	act := rp.res
 

@@ -15,7 +15,6 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/fold"
-	"github.com/heatsink-dev/heatsink/controllers/schedule"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -33,16 +32,6 @@ type actResult struct {
 	// failed): retry after the margin.
 	retryAt time.Time
 	filled  int
-}
-
-// fill is one key whose replicas are filled from the base value.
-type fill struct {
-	key      string
-	replicas int
-	ttl      time.Duration
-	// refill marks the second fill of a key, once the table that replicates
-	// it has reached every sidecar (see refillBook); it is not repeated.
-	refill bool
 }
 
 // redisPass is the Redis side of one reconcile pass: one client, opened on
@@ -126,7 +115,7 @@ func (p *redisPass) fold(ctx context.Context, spec *v1alpha1.HotKeyPolicySpec, o
 	gens := make(map[decide.GenRef]routing.Generation)
 	folder := fold.New(cl, fold.Options{})
 	for _, ref := range out.Folds {
-		g, ok := generation(out.Entries, ref)
+		g, ok := decide.Generation(out.Entries, ref)
 		if !ok {
 			continue
 		}
@@ -155,7 +144,7 @@ func (p *redisPass) fold(ctx context.Context, spec *v1alpha1.HotKeyPolicySpec, o
 		if p.stopped() {
 			return
 		}
-		if _, still := generation(out.Entries, ref); still {
+		if _, still := decide.Generation(out.Entries, ref); still {
 			continue
 		}
 		if err := folder.Retire(ctx, ref.Key, g, fold.RetiredTTL); err != nil {
@@ -168,7 +157,7 @@ func (p *redisPass) fold(ctx context.Context, spec *v1alpha1.HotKeyPolicySpec, o
 // routing entries do not wait for it (readers fall back to the base key on a
 // replica miss), and the refill a margin later catches the writes that went
 // through the previous table to the base key only.
-func (p *redisPass) fill(ctx context.Context, fills []fill) {
+func (p *redisPass) fill(ctx context.Context, fills []decide.Fill) {
 	if len(fills) == 0 {
 		return
 	}
@@ -183,7 +172,7 @@ func (p *redisPass) fill(ctx context.Context, fills []fill) {
 			// The table already replicates these keys, so the next pass
 			// would not see them as new: keep them as refills to retry.
 			for _, rest := range fills[i:] {
-				rest.refill = false
+				rest.Refill = false
 				p.r.refills.filled(key, rest, p.res.retryAt)
 			}
 			return
@@ -203,66 +192,19 @@ func (r *HotKeyPolicyReconciler) actInRedis(ctx context.Context, policy *v1alpha
 	return p.res
 }
 
-func generation(entries []routing.Entry, ref decide.GenRef) (routing.Generation, bool) {
-	t := routing.Table{Entries: entries}
-	e := t.Lookup(ref.Key)
-	if e == nil || e.Split == nil {
-		return routing.Generation{}, false
-	}
-	for _, g := range e.Split.Generations {
-		if g.FromEpoch == ref.FromEpoch {
-			return g, true
-		}
-	}
-	return routing.Generation{}, false
-}
-
-// fills lists the replica fills this pass must do: keys whose replication
-// is new or resized, keys pre-warming for a schedule, and due refills of
-// keys still replicated alike.
-func (r *HotKeyPolicyReconciler) fills(key types.NamespacedName, spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, evs []schedule.Event, now time.Time) []fill {
-	due := r.refills.due(key, now)
-	prewarming := map[string]bool{}
-	for _, ev := range evs {
-		if !now.Before(ev.PrewarmAt) && !now.After(ev.Start.Add(r.Margin)) {
-			for i := range spec.Schedules {
-				if spec.Schedules[i].Name == ev.Name {
-					for _, k := range spec.Schedules[i].Keys {
-						prewarming[k] = true
-					}
-				}
-			}
-		}
-	}
-	var out2 []fill
-	for _, e := range out.Entries {
-		if e.Replicate == nil {
-			continue
-		}
-		changed := true
-		if prev.Table != nil {
-			if pe := prev.Table.Lookup(e.Key); pe != nil && pe.Replicate != nil && *pe.Replicate == *e.Replicate {
-				changed = false
-			}
-		}
-		f := fill{key: e.Key, replicas: int(e.Replicate.Replicas), ttl: time.Duration(e.Replicate.TTLMillis) * time.Millisecond}
-		switch {
-		case changed || prewarming[e.Key]:
-			out2 = append(out2, f)
-		case due[e.Key] == f.replicas:
-			f.refill = true
-			out2 = append(out2, f)
-		}
-	}
+// fills lists the replica fills of this pass (see decide.Fills) and
+// forgets the booked refills of keys no longer replicated alike.
+func (r *HotKeyPolicyReconciler) fills(key types.NamespacedName, prev *published, out *decide.Output, scheduled []decide.ScheduledKey, now time.Time) []decide.Fill {
+	fills := decide.Fills(now, r.Margin, prev.Table, out.Entries, scheduled, r.refills.due(key, now))
 	r.refills.drop(key, out.Entries)
-	return out2
+	return fills
 }
 
 // fillReplicas copies the base value into every replica with the replica
 // TTL. A missing base key leaves the replicas alone (readers fall back to
 // the base key); a non-string value is skipped, not an error of the policy.
-func fillReplicas(ctx context.Context, cl redis.UniversalClient, f fill) error {
-	v, err := cl.Get(ctx, f.key).Result()
+func fillReplicas(ctx context.Context, cl redis.UniversalClient, f decide.Fill) error {
+	v, err := cl.Get(ctx, f.Key).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil
 	}
@@ -273,8 +215,8 @@ func fillReplicas(ctx context.Context, cl redis.UniversalClient, f fill) error {
 		return fmt.Errorf("pre-warm: read base key: %w", err)
 	}
 	_, err = cl.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range routing.ReplicaKeys(f.key, f.replicas) {
-			p.Set(ctx, k, v, f.ttl)
+		for _, k := range routing.ReplicaKeys(f.Key, f.Replicas) {
+			p.Set(ctx, k, v, f.TTL)
 		}
 		return nil
 	})
@@ -282,21 +224,4 @@ func fillReplicas(ctx context.Context, cl redis.UniversalClient, f fill) error {
 		return fmt.Errorf("pre-warm: write replicas: %w", err)
 	}
 	return nil
-}
-
-// scheduledKeys expands events in or before their window into keys.
-func scheduledKeys(spec *v1alpha1.HotKeyPolicySpec, evs []schedule.Event) []decide.ScheduledKey {
-	var out []decide.ScheduledKey
-	for _, ev := range evs {
-		for i := range spec.Schedules {
-			s := &spec.Schedules[i]
-			if s.Name != ev.Name {
-				continue
-			}
-			for _, k := range s.Keys {
-				out = append(out, decide.ScheduledKey{Key: k, Schedule: s.Name, PrewarmAt: ev.PrewarmAt, Start: ev.Start, End: ev.End, Mitigation: s.Mitigation})
-			}
-		}
-	}
-	return out
 }

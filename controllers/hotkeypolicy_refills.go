@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -29,11 +30,11 @@ type refillAt struct {
 }
 
 // filled records a fill of f; a first fill schedules its refill at at.
-func (b *refillBook) filled(key types.NamespacedName, f fill, at time.Time) {
+func (b *refillBook) filled(key types.NamespacedName, f decide.Fill, at time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if f.refill {
-		delete(b.m[key], f.key)
+	if f.Refill {
+		delete(b.m[key], f.Key)
 		return
 	}
 	if b.m == nil {
@@ -42,7 +43,7 @@ func (b *refillBook) filled(key types.NamespacedName, f fill, at time.Time) {
 	if b.m[key] == nil {
 		b.m[key] = make(map[string]refillAt)
 	}
-	b.m[key][f.key] = refillAt{at: at, replicas: f.replicas}
+	b.m[key][f.Key] = refillAt{at: at, replicas: f.Replicas}
 }
 
 // due returns the keys whose refill is due, with their replica counts.
