@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -78,21 +76,6 @@ func (p *published) decided(mode v1alpha1.PolicyMode) *routing.Table {
 }
 
 func routingName(p *v1alpha1.HotKeyPolicy) string { return routing.ConfigMapName(p.Name) }
-
-// observe sums the fresh reports of the policy's nodes.
-func (r *HotKeyPolicyReconciler) observe(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) (decide.Aggregate, error) {
-	var list v1alpha1.HotKeyReportList
-	if err := r.Client.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingLabels{v1alpha1.LabelPolicy: policy.Name},
-		// Read-only use: skip copying 500 reports out of the cache.
-		client.UnsafeDisableDeepCopy); err != nil {
-		return decide.Aggregate{}, fmt.Errorf("list reports: %w", err)
-	}
-	filter, err := keyfilter.Compile(spec.Keys.Include, spec.Keys.Exclude)
-	if err != nil {
-		return decide.Aggregate{}, fmt.Errorf("spec.keys: %w", err)
-	}
-	return decide.AggregateReports(now, spec.Detection.ReportInterval.Duration, list.Items, filter), nil
-}
 
 // loadPublished reads the routing ConfigMap. An unreadable table or state is
 // logged and treated as absent, except for its version, which only grows.
