@@ -104,14 +104,21 @@ func truncate(s string) string {
 	return s
 }
 
-// recordTransitions emits one Event per condition whose status or reason
-// changed, with the condition's reason as the Event reason.
-func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy, old, next *v1alpha1.HotKeyPolicyStatus) {
-	if r.Recorder == nil {
-		return
-	}
-	for _, c := range next.Conditions {
-		prev := meta.FindStatusCondition(old.Conditions, c.Type)
+// transition is one Event a condition change is worth.
+type transition struct {
+	eventType, reason, action, message string
+}
+
+// transitions lists one Event per condition of next whose status or reason
+// differs from old (a new message alone is no transition, so a pass that
+// only updates a count emits nothing): the condition's reason as the
+// Event's reason and its type as the action, Warning when it turned bad
+// (Degraded True, Ready False). A condition that first appears False is not
+// news.
+func transitions(old, next []metav1.Condition) []transition {
+	var out []transition
+	for _, c := range next {
+		prev := meta.FindStatusCondition(old, c.Type)
 		if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
 			continue
 		}
@@ -122,7 +129,19 @@ func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy
 		if (c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse) {
 			typ = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(policy, nil, typ, c.Reason, c.Type, "%s", c.Message)
+		out = append(out, transition{eventType: typ, reason: c.Reason, action: c.Type, message: c.Message})
+	}
+	return out
+}
+
+// recordTransitions emits the Events of the condition changes from old to
+// next (see transitions).
+func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy, old, next *v1alpha1.HotKeyPolicyStatus) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, t := range transitions(old.Conditions, next.Conditions) {
+		r.Recorder.Eventf(policy, nil, t.eventType, t.reason, t.action, "%s", t.message)
 	}
 }
 
