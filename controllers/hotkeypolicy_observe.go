@@ -17,9 +17,10 @@ import (
 // The observe step is the one place the reconciler learns how hot keys
 // are: observe produces the decide.Aggregate a pass decides on (summed
 // rates per key, node health for status, and NextStale for the requeue),
-// and reportToPolicy is the watch that brings a pass when reports change.
-// Nothing else reads HotKeyReports, so another source of the same
-// aggregate replaces these two and nothing beyond this file.
+// and reportToPolicy maps a changed report to its policy for the
+// HotKeyReport watch of SetupWithManager. Nothing else reads HotKeyReports,
+// so another source of the same aggregate replaces this file, that watch
+// and its RBAC marker, and leaves the rest of the pass as it is.
 
 // observe sums the fresh reports of the policy's nodes.
 func (r *HotKeyPolicyReconciler) observe(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) (decide.Aggregate, error) {
