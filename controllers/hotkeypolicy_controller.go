@@ -26,11 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/controllers/schedule"
 )
 
 // Finalizer holds a deleted policy until its split keys are unsplit and
@@ -147,29 +144,17 @@ func (r *HotKeyPolicyReconciler) init(mgr ctrl.Manager) error {
 	return mgr.Add(r.redis) // closes clients at shutdown
 }
 
-// reportToPolicy maps a report to its policy through the policy label.
-func reportToPolicy(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[v1alpha1.LabelPolicy]
-	if name == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
-}
-
-// Reconcile runs one observe → decide → fold → publish → fill → status pass.
+// Reconcile runs one pass over a policy: observe the keys' rates, load
+// the published routing ConfigMap, decide, enact (fold → publish → fill),
+// then write the status if it changed and requeue for when the outcome
+// changes by itself. A deleted policy is drained instead (finalize).
 func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	began := time.Now() // wall time: this measures the reconcile itself
 	defer func() { r.Metrics.reconcileDuration.Observe(time.Since(began).Seconds()) }()
 
-	policy := &v1alpha1.HotKeyPolicy{}
-	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.redis.forget(req.NamespacedName)
-			r.parsed.forget(req.NamespacedName)
-			r.refills.forget(req.NamespacedName)
-			r.Metrics.forget(req.Namespace, req.Name)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	policy, err := r.getPolicy(ctx, req.NamespacedName)
+	if policy == nil {
+		return ctrl.Result{}, err
 	}
 	if !policy.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, policy)
@@ -180,54 +165,53 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 	}
 
-	spec := policy.Spec.DeepCopy()
-	v1alpha1.SetDefaults(spec)
-	now := r.Clock.Now()
-
-	agg, err := r.observe(ctx, policy, spec, now)
-	if err != nil {
+	p := r.newPass(policy)
+	if p.agg, err = r.observe(ctx, policy, p.spec, p.now); err != nil {
 		return ctrl.Result{}, err
 	}
-	prev, err := r.loadPublished(ctx, policy)
-	if err != nil {
+	if p.prev, err = r.loadPublished(ctx, policy); err != nil {
 		return ctrl.Result{}, err
 	}
-	if prev.terminating {
+	if p.prev.terminating {
 		return r.routingDeleted(ctx, policy)
 	}
-	evs, schedErrs := schedule.Events(now, spec.Schedules)
-	out := decide.Decide(decide.Input{
-		Now: now, Spec: spec, Observations: agg.Keys, State: prev.State,
-		Current:   decide.Rescale(prev.decided(spec.Mode), spec.Mitigations.Split.Epoch.Milliseconds()),
-		Scheduled: scheduledKeys(spec, evs), Margin: r.Margin,
-	})
+	p.decide(r.Margin)
+	r.enact(ctx, p)
 
-	enforced := r.enforced(spec, prev, &out, now)
-	// Redis work has one deadline per pass and stops at the first failure;
-	// folds must precede publication (a generation leaves the table only
-	// once folded), replica fills follow it so the table never waits on them.
-	rctx, cancel := r.redisContext(ctx)
-	defer cancel()
-	rp := r.newRedisPass(policy, now)
-	rp.fold(rctx, spec, enforced)
-	pub := r.publish(ctx, policy, spec, prev, &out, enforced)
-	if pub.err == nil {
-		rp.fill(rctx, r.fills(req.NamespacedName, spec, prev, enforced, evs, now))
-	}
-	act := rp.res
-
-	status := r.buildStatus(policy, spec, now, agg, evs, schedErrs, &out, act, pub)
+	status := buildStatus(p)
 	r.recordTransitions(policy, &policy.Status, status)
-	r.Metrics.observe(policy, spec, now, &out)
+	r.Metrics.observe(policy, p.spec, p.now, &p.out)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return ctrl.Result{}, err
 	}
-	if pub.err != nil {
-		return ctrl.Result{}, pub.err
+	if p.pub.err != nil {
+		return ctrl.Result{}, p.pub.err
 	}
-	next := earliest(out.NextCheck, enforced.NextCheck, agg.NextStale, schedule.NextChange(now, evs), act.retryAt, r.refills.next(req.NamespacedName))
-	log.FromContext(ctx).V(1).Info("reconciled", "hotKeys", len(out.Keys), "routingVersion", pub.version, "next", next)
-	return requeueAt(now, next), nil
+	next := p.next(r.refills.next(p.key))
+	log.FromContext(ctx).V(1).Info("reconciled", "hotKeys", len(p.out.Keys), "routingVersion", p.pub.version, "next", next)
+	return requeueAt(p.now, next), nil
+}
+
+// getPolicy reads the policy. Once it is gone it returns nil and no error,
+// and what the reconciler kept for it is forgotten.
+func (r *HotKeyPolicyReconciler) getPolicy(ctx context.Context, key types.NamespacedName) (*v1alpha1.HotKeyPolicy, error) {
+	policy := &v1alpha1.HotKeyPolicy{}
+	if err := r.Client.Get(ctx, key, policy); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(key)
+		}
+		return nil, client.IgnoreNotFound(err)
+	}
+	return policy, nil
+}
+
+// forget drops what the reconciler keeps in memory for a policy: its Redis
+// client, parsed routing ConfigMap, booked refills and metric series.
+func (r *HotKeyPolicyReconciler) forget(key types.NamespacedName) {
+	r.redis.forget(key)
+	r.parsed.forget(key)
+	r.refills.forget(key)
+	r.Metrics.forget(key.Namespace, key.Name)
 }
 
 // requeueAt converts the next check time into a RequeueAfter.

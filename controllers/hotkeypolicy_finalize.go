@@ -35,22 +35,6 @@ const ReasonDraining = "Draining"
 // exponential per-object backoff.
 var errDrainBlocked = errors.New("deletion waits for split keys to be folded")
 
-// enforced is what this pass enforces: the decision itself in Enforce mode.
-// In Observe mode the decision is only shown, and the splits still published
-// (from before a switch to Observe) are drained like after a cooldown, so
-// Observe never strands shard values; generations that were only decided
-// never took writes and are dropped when retired.
-func (r *HotKeyPolicyReconciler) enforced(spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, now time.Time) *decide.Output {
-	if spec.Mode != v1alpha1.ModeObserve {
-		return out
-	}
-	em := spec.Mitigations.Split.Epoch.Milliseconds()
-	out.Entries = decide.Prune(now, em, out.Entries, decide.Folded(out.Folds))
-	out.Folds = nil
-	d := decide.Drain(now, em, r.Margin, decide.Rescale(prev.Table, em))
-	return &d
-}
-
 // finalize runs for a deleted policy: drain its split keys, then remove the
 // routing ConfigMap and the finalizer.
 func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (ctrl.Result, error) {
@@ -65,9 +49,7 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 	if err := r.releaseRouting(ctx, policy, true); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.redis.forget(client.ObjectKeyFromObject(policy))
-	r.parsed.forget(client.ObjectKeyFromObject(policy))
-	r.Metrics.forget(policy.Namespace, policy.Name)
+	r.forget(client.ObjectKeyFromObject(policy))
 	controllerutil.RemoveFinalizer(policy, Finalizer)
 	return ctrl.Result{}, r.Client.Update(ctx, policy)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -79,101 +77,116 @@ func (p *published) decided(mode v1alpha1.PolicyMode) *routing.Table {
 
 func routingName(p *v1alpha1.HotKeyPolicy) string { return routing.ConfigMapName(p.Name) }
 
-// observe sums the fresh reports of the policy's nodes.
-func (r *HotKeyPolicyReconciler) observe(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) (decide.Aggregate, error) {
-	var list v1alpha1.HotKeyReportList
-	if err := r.Client.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingLabels{v1alpha1.LabelPolicy: policy.Name},
-		// Read-only use: skip copying 500 reports out of the cache.
-		client.UnsafeDisableDeepCopy); err != nil {
-		return decide.Aggregate{}, fmt.Errorf("list reports: %w", err)
-	}
-	filter, err := keyfilter.Compile(spec.Keys.Include, spec.Keys.Exclude)
-	if err != nil {
-		return decide.Aggregate{}, fmt.Errorf("spec.keys: %w", err)
-	}
-	return decide.AggregateReports(now, spec.Detection.ReportInterval.Duration, list.Items, filter), nil
-}
-
 // loadPublished reads the routing ConfigMap. An unreadable table or state is
 // logged and treated as absent, except for its version, which only grows.
 func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (*published, error) {
-	p := &published{Version: policy.Status.RoutingVersion}
 	cm := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: policy.Namespace, Name: routingName(policy)}, cm)
 	if apierrors.IsNotFound(err) {
-		return p, nil
+		return newPublished(policy.Status.RoutingVersion, nil, routingDoc{}), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get routing ConfigMap: %w", err)
 	}
-	p.exists = true
-	p.held = controllerutil.ContainsFinalizer(cm, Finalizer)
-	p.terminating = !cm.DeletionTimestamp.IsZero()
-	p.tableJSON, p.stateJSON = cm.Data[routing.ConfigMapKey], cm.Data[StateKey]
-	if c, ok := r.parsed.get(client.ObjectKeyFromObject(policy), cm.ResourceVersion); ok {
-		p.Table, p.State, p.Observe = c.Table, c.State, c.Observe
-		if p.Table != nil {
-			p.Version = max(p.Version, p.Table.Version)
+	key := client.ObjectKeyFromObject(policy)
+	doc, ok := r.parsed.get(key, cm.ResourceVersion)
+	if !ok {
+		var tableErr, stateErr error
+		doc, tableErr, stateErr = parseRouting(cm.Data)
+		if tableErr != nil {
+			log.FromContext(ctx).Error(tableErr, "published routing table unreadable; starting over")
 		}
-		return p, nil
+		if stateErr != nil {
+			log.FromContext(ctx).Error(stateErr, "manager state unreadable; hysteresis timers restart")
+		}
+		r.parsed.put(key, cm.ResourceVersion, doc)
 	}
-	defer func() { r.parsed.put(client.ObjectKeyFromObject(policy), cm.ResourceVersion, p) }()
-	if p.tableJSON != "" {
-		t, err := routing.Parse([]byte(p.tableJSON))
-		if err != nil {
-			log.FromContext(ctx).Error(err, "published routing table unreadable; starting over")
+	return newPublished(policy.Status.RoutingVersion, cm, doc), nil
+}
+
+// routingDoc is the parsed data of a routing ConfigMap. parsedCache shares
+// it between passes: decisions never mutate it.
+type routingDoc struct {
+	table *routing.Table // nil when absent or unreadable
+	// tableVersion is the table's version, read even from a table too
+	// broken to use: the next one must still be greater.
+	tableVersion int64
+	state        decide.State
+	observe      []routing.Entry
+}
+
+// parseRouting parses a routing ConfigMap's data. A table or state that
+// cannot be read is left out and its error returned, so the caller can say
+// so; the version of a table that is JSON but invalid is kept.
+func parseRouting(data map[string]string) (doc routingDoc, tableErr, stateErr error) {
+	if raw := data[routing.ConfigMapKey]; raw != "" {
+		doc.table, tableErr = routing.Parse([]byte(raw))
+		if tableErr == nil {
+			doc.tableVersion = doc.table.Version
+		} else {
 			var v struct {
 				Version int64 `json:"version"`
 			}
-			_ = json.Unmarshal([]byte(p.tableJSON), &v)
-			p.Version = max(p.Version, v.Version)
-		} else {
-			p.Table = t
-			p.Version = max(p.Version, t.Version)
+			_ = json.Unmarshal([]byte(raw), &v)
+			doc.tableVersion = v.Version
 		}
 	}
-	if p.stateJSON != "" {
-		var doc stateDoc
-		if err := json.Unmarshal([]byte(p.stateJSON), &doc); err != nil {
-			log.FromContext(ctx).Error(err, "manager state unreadable; hysteresis timers restart")
-		} else {
-			p.State = decide.State{Keys: doc.Keys}
-			p.Observe = doc.Observed
+	if raw := data[StateKey]; raw != "" {
+		var sd stateDoc
+		if stateErr = json.Unmarshal([]byte(raw), &sd); stateErr == nil {
+			doc.state = decide.State{Keys: sd.Keys}
+			doc.observe = sd.Observed
 		}
 	}
-	return p, nil
+	return doc, tableErr, stateErr
+}
+
+// newPublished is what the routing ConfigMap cm (nil if there is none),
+// parsed as doc, holds for a policy whose status says statusVersion. Its
+// Version is the greater of the table's and statusVersion, so a table
+// deleted by hand, or a status write that was lost, never sends the version
+// back.
+func newPublished(statusVersion int64, cm *corev1.ConfigMap, doc routingDoc) *published {
+	p := &published{Version: max(statusVersion, doc.tableVersion), Table: doc.table, State: doc.state, Observe: doc.observe}
+	if cm != nil {
+		p.exists = true
+		p.held = controllerutil.ContainsFinalizer(cm, Finalizer)
+		p.terminating = !cm.DeletionTimestamp.IsZero()
+		p.tableJSON, p.stateJSON = cm.Data[routing.ConfigMapKey], cm.Data[StateKey]
+	}
+	return p
 }
 
 // parsedCache keeps the last parsed routing ConfigMap of each policy by
 // resourceVersion: a 1,000-entry table costs milliseconds to parse and
-// validate, and most passes find it unchanged. Decisions never mutate it.
+// validate, and most passes find it unchanged.
 type parsedCache struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]parsedEntry
 }
 
 type parsedEntry struct {
-	rv string
-	p  *published
+	rv  string
+	doc routingDoc
 }
 
-func (c *parsedCache) get(key types.NamespacedName, rv string) (*published, bool) {
+func (c *parsedCache) get(key types.NamespacedName, rv string) (routingDoc, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
 	if !ok || e.rv != rv || rv == "" {
-		return nil, false
+		return routingDoc{}, false
 	}
-	return e.p, true
+	return e.doc, true
 }
 
-func (c *parsedCache) put(key types.NamespacedName, rv string, p *published) {
+func (c *parsedCache) put(key types.NamespacedName, rv string, doc routingDoc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = make(map[types.NamespacedName]parsedEntry)
 	}
-	c.m[key] = parsedEntry{rv: rv, p: p}
+	c.m[key] = parsedEntry{rv: rv, doc: doc}
 }
 
 func (c *parsedCache) forget(key types.NamespacedName) {
@@ -192,11 +205,19 @@ type publishResult struct {
 	draining int
 }
 
-// publish writes the routing ConfigMap with server-side apply, only when its
-// content changes. The version grows by one whenever the entries change. The
-// table holds enforced's entries; in Observe mode those are only the splits
-// still draining, and the decided entries (out) go to the state.
-func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out, enforced *decide.Output) publishResult {
+// routingContent is the data the routing ConfigMap must hold after a pass.
+type routingContent struct {
+	tableJSON, stateJSON string
+	version              int64
+	// draining: see publishResult.
+	draining int
+}
+
+// newRoutingContent computes the routing ConfigMap's data. The table holds
+// enforced's entries; in Observe mode those are only the splits still
+// draining, and the decided entries (out) go to the state. The table's
+// version is prev's, plus one if its bytes change (see versioned).
+func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out, enforced *decide.Output) (routingContent, error) {
 	entries := []routing.Entry{}
 	doc := stateDoc{Keys: out.State.Keys}
 	if spec.Mode == v1alpha1.ModeObserve {
@@ -211,32 +232,59 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 	t := &routing.Table{
 		SchemaVersion: routing.SchemaVersion,
 		Policy:        policy.Namespace + "/" + policy.Name,
-		Version:       prev.Version,
 		EpochMillis:   spec.Mitigations.Split.Epoch.Milliseconds(),
 		Entries:       entries,
 	}
-	// Same entries and epoch length serialise to the same bytes at the same
-	// version: compare bytes, and bump the version only on a difference.
-	tableJSON, err := t.Marshal()
+	tableJSON, err := versioned(t, prev)
 	if err != nil {
-		return publishResult{version: prev.Version, err: fmt.Errorf("routing table: %w", err)}
-	}
-	if prev.Table == nil || prev.Version == 0 || string(tableJSON) != prev.tableJSON {
-		t.Version = prev.Version + 1
-		if tableJSON, err = t.Marshal(); err != nil {
-			return publishResult{version: prev.Version, err: fmt.Errorf("routing table: %w", err)}
-		}
+		return routingContent{}, fmt.Errorf("routing table: %w", err)
 	}
 	stateJSON, err := json.Marshal(doc)
 	if err != nil {
+		return routingContent{}, err
+	}
+	c := routingContent{tableJSON: string(tableJSON), stateJSON: string(stateJSON), version: t.Version}
+	if spec.Mode == v1alpha1.ModeObserve {
+		c.draining = len(entries)
+	}
+	return c, nil
+}
+
+// versioned sets t's version and serialises it. Same entries and epoch
+// length serialise to the same bytes at the same version, so t is first
+// serialised at prev.Version (the greatest version ever published) and
+// keeps it if those are the bytes already published; otherwise (or when no
+// readable table or no version was ever published) it takes the next
+// version. The version thus grows by one at each change and never goes
+// back.
+func versioned(t *routing.Table, prev *published) ([]byte, error) {
+	t.Version = prev.Version
+	b, err := t.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if prev.Table != nil && prev.Version != 0 && string(b) == prev.tableJSON {
+		return b, nil
+	}
+	t.Version = prev.Version + 1
+	return t.Marshal()
+}
+
+// unchanged reports whether the routing ConfigMap already holds c and the
+// finalizer, so that nothing needs writing.
+func (c routingContent) unchanged(prev *published) bool {
+	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.stateJSON == prev.stateJSON
+}
+
+// publish writes the routing ConfigMap (see newRoutingContent) with
+// server-side apply, only when its content changes.
+func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out, enforced *decide.Output) publishResult {
+	c, err := newRoutingContent(policy, spec, prev, out, enforced)
+	if err != nil {
 		return publishResult{version: prev.Version, err: err}
 	}
-	draining := 0
-	if spec.Mode == v1alpha1.ModeObserve {
-		draining = len(entries)
-	}
-	if prev.exists && prev.held && string(tableJSON) == prev.tableJSON && string(stateJSON) == prev.stateJSON {
-		return publishResult{version: t.Version, draining: draining}
+	if c.unchanged(prev) {
+		return publishResult{version: c.version, draining: c.draining}
 	}
 	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).
 		WithLabels(map[string]string{LabelManagedBy: "heatsink", v1alpha1.LabelPolicy: policy.Name}).
@@ -251,12 +299,12 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		// cascading deletion deletes dependents first, and without the
 		// table the drain would not know the splits.
 		WithFinalizers(Finalizer).
-		WithData(map[string]string{routing.ConfigMapKey: string(tableJSON), StateKey: string(stateJSON)})
+		WithData(map[string]string{routing.ConfigMapKey: c.tableJSON, StateKey: c.stateJSON})
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return publishResult{version: prev.Version, err: fmt.Errorf("apply routing ConfigMap: %w", err)}
 	}
-	if t.Version != prev.Version {
+	if c.version != prev.Version {
 		r.Metrics.publications.Inc()
 	}
-	return publishResult{version: t.Version, wrote: true, draining: draining}
+	return publishResult{version: c.version, wrote: true, draining: c.draining}
 }

@@ -13,8 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/controllers/schedule"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -28,18 +26,18 @@ const maxStatusHotKeys = 50
 // maxStatusEvents is the schema's cap on status.nextEvents.
 const maxStatusEvents = 32
 
-// buildStatus computes the next status from this pass's results. Conditions
-// keep their lastTransitionTime unless their status changes.
-func (r *HotKeyPolicyReconciler) buildStatus(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time, agg decide.Aggregate, evs []schedule.Event, schedErrs []error, out *decide.Output, act actResult, pub publishResult) *v1alpha1.HotKeyPolicyStatus {
-	st := policy.Status.DeepCopy()
-	st.ObservedGeneration = policy.Generation
-	st.Epoch = routing.EpochAt(now, spec.Mitigations.Split.Epoch.Milliseconds())
-	st.RoutingConfigMap = routingName(policy)
-	st.RoutingVersion = max(st.RoutingVersion, pub.version)
-	st.ReportingNodes, st.StaleNodes = int32(agg.FreshNodes), int32(agg.StaleNodes)
-	st.HotKeyCount = int32(len(out.Keys))
+// buildStatus computes the next status from what the pass found and did.
+// Conditions keep their lastTransitionTime unless their status changes.
+func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
+	st := p.policy.Status.DeepCopy()
+	st.ObservedGeneration = p.policy.Generation
+	st.Epoch = routing.EpochAt(p.now, p.spec.Mitigations.Split.Epoch.Milliseconds())
+	st.RoutingConfigMap = routingName(p.policy)
+	st.RoutingVersion = max(st.RoutingVersion, p.pub.version)
+	st.ReportingNodes, st.StaleNodes = int32(p.agg.FreshNodes), int32(p.agg.StaleNodes)
+	st.HotKeyCount = int32(len(p.out.Keys))
 	st.HotKeys = nil
-	for i, k := range out.Keys {
+	for i, k := range p.out.Keys {
 		if i == maxStatusHotKeys {
 			break
 		}
@@ -52,7 +50,7 @@ func (r *HotKeyPolicyReconciler) buildStatus(policy *v1alpha1.HotKeyPolicy, spec
 		st.HotKeys = append(st.HotKeys, hk)
 	}
 	st.NextEvents = nil
-	for i, ev := range evs {
+	for i, ev := range p.evs {
 		if i == maxStatusEvents {
 			break
 		}
@@ -60,39 +58,39 @@ func (r *HotKeyPolicyReconciler) buildStatus(policy *v1alpha1.HotKeyPolicy, spec
 			Start: metav1.NewTime(ev.Start), End: metav1.NewTime(ev.End), PrewarmAt: metav1.NewTime(ev.PrewarmAt)})
 	}
 
-	gen := policy.Generation
+	gen := p.policy.Generation
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
 	switch {
-	case pub.err != nil:
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, pub.err.Error())
-	case spec.Mode == v1alpha1.ModeObserve && pub.draining > 0:
+	case p.pub.err != nil:
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, p.pub.err.Error())
+	case p.spec.Mode == v1alpha1.ModeObserve && p.pub.draining > 0:
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, fmt.Sprintf(
-			"decisions are computed and shown in status; %d keys split before the switch to Observe stay published until unsplit and folded", pub.draining))
-	case spec.Mode == v1alpha1.ModeObserve:
+			"decisions are computed and shown in status; %d keys split before the switch to Observe stay published until unsplit and folded", p.pub.draining))
+	case p.spec.Mode == v1alpha1.ModeObserve:
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, "decisions are computed and shown in status; nothing is published")
 	default:
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("routing table version %d published", st.RoutingVersion))
 	}
-	if len(out.Keys) > 0 {
-		msg := fmt.Sprintf("%d keys mitigated", len(out.Keys))
-		if out.Capped > 0 {
-			msg += fmt.Sprintf("; %d more left out by capacity.maxMitigatedKeys", out.Capped)
+	if len(p.out.Keys) > 0 {
+		msg := fmt.Sprintf("%d keys mitigated", len(p.out.Keys))
+		if p.out.Capped > 0 {
+			msg += fmt.Sprintf("; %d more left out by capacity.maxMitigatedKeys", p.out.Capped)
 		}
 		set(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, msg)
 	} else {
 		set(v1alpha1.ConditionMitigating, metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys, "no key is mitigated")
 	}
 	switch {
-	case act.reason != "":
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, act.reason, truncate(act.message))
-	case len(schedErrs) > 0:
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(schedErrs...).Error()))
-	case agg.StaleNodes > 0:
+	case p.act.reason != "":
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, p.act.reason, truncate(p.act.message))
+	case len(p.schedErrs) > 0:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(p.schedErrs...).Error()))
+	case p.agg.StaleNodes > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
 			fmt.Sprintf("%d of %d nodes stopped reporting for 3 report intervals while listing candidates; their reports are ignored",
-				agg.StaleNodes, agg.StaleNodes+agg.FreshNodes+agg.QuietNodes))
+				p.agg.StaleNodes, p.agg.StaleNodes+p.agg.FreshNodes+p.agg.QuietNodes))
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}
@@ -106,14 +104,21 @@ func truncate(s string) string {
 	return s
 }
 
-// recordTransitions emits one Event per condition whose status or reason
-// changed, with the condition's reason as the Event reason.
-func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy, old, next *v1alpha1.HotKeyPolicyStatus) {
-	if r.Recorder == nil {
-		return
-	}
-	for _, c := range next.Conditions {
-		prev := meta.FindStatusCondition(old.Conditions, c.Type)
+// transition is one Event a condition change is worth.
+type transition struct {
+	eventType, reason, action, message string
+}
+
+// transitions lists one Event per condition of next whose status or reason
+// differs from old (a new message alone is no transition, so a pass that
+// only updates a count emits nothing): the condition's reason as the
+// Event's reason and its type as the action, Warning when it turned bad
+// (Degraded True, Ready False). A condition that first appears False is not
+// news.
+func transitions(old, next []metav1.Condition) []transition {
+	var out []transition
+	for _, c := range next {
+		prev := meta.FindStatusCondition(old, c.Type)
 		if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason {
 			continue
 		}
@@ -124,7 +129,19 @@ func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy
 		if (c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse) {
 			typ = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(policy, nil, typ, c.Reason, c.Type, "%s", c.Message)
+		out = append(out, transition{eventType: typ, reason: c.Reason, action: c.Type, message: c.Message})
+	}
+	return out
+}
+
+// recordTransitions emits the Events of the condition changes from old to
+// next (see transitions).
+func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy, old, next *v1alpha1.HotKeyPolicyStatus) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, t := range transitions(old.Conditions, next.Conditions) {
+		r.Recorder.Eventf(policy, nil, t.eventType, t.reason, t.action, "%s", t.message)
 	}
 }
 

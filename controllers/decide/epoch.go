@@ -24,6 +24,22 @@ type GenRef struct {
 	FromEpoch int64
 }
 
+// Generation finds the split generation ref names among entries; ok is
+// false once the key is unsplit or the generation has left the table.
+func Generation(entries []routing.Entry, ref GenRef) (routing.Generation, bool) {
+	t := routing.Table{Entries: entries}
+	e := t.Lookup(ref.Key)
+	if e == nil || e.Split == nil {
+		return routing.Generation{}, false
+	}
+	for _, g := range e.Split.Generations {
+		if g.FromEpoch == ref.FromEpoch {
+			return g, true
+		}
+	}
+	return routing.Generation{}, false
+}
+
 // planGenerations moves a key's split generations toward desired shards
 // (0 = unsplit). Announced generations are never changed once their start is
 // closer than margin, because a sidecar may already write to them; a future

@@ -1,0 +1,25 @@
+package decide
+
+import (
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
+)
+
+// ScheduledKeys expands the events of schedules (schedule.Events: those in
+// or before their window) into one ScheduledKey per key of the event's
+// schedule, in the order of the events and then of the keys.
+func ScheduledKeys(schedules []v1alpha1.Schedule, evs []schedule.Event) []ScheduledKey {
+	var out []ScheduledKey
+	for _, ev := range evs {
+		for i := range schedules {
+			s := &schedules[i]
+			if s.Name != ev.Name {
+				continue
+			}
+			for _, k := range s.Keys {
+				out = append(out, ScheduledKey{Key: k, Schedule: s.Name, PrewarmAt: ev.PrewarmAt, Start: ev.Start, End: ev.End, Mitigation: s.Mitigation})
+			}
+		}
+	}
+	return out
+}

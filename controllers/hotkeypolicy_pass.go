@@ -1,0 +1,105 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
+)
+
+// pass is what one reconcile pass of a live policy computes, carried from
+// step to step: each step reads the fields of the steps before it and fills
+// in its own. It is plain data, so the pure steps (decide, buildStatus,
+// next) are tested on a literal, without an API server or Redis.
+type pass struct {
+	policy *v1alpha1.HotKeyPolicy
+	key    types.NamespacedName
+	// spec is a defaulted copy of policy.Spec.
+	spec *v1alpha1.HotKeyPolicySpec
+	// now is the one instant every decision of the pass is taken at.
+	now time.Time
+
+	// agg is what observe saw: the summed rates of the policy's keys and
+	// the health of the nodes that report them.
+	agg decide.Aggregate
+	// prev is the routing ConfigMap as loaded (table, state, version).
+	prev *published
+
+	// Filled in by decide.
+	evs       []schedule.Event
+	schedErrs []error
+	scheduled []decide.ScheduledKey
+	// out is the decision; enforced is what this pass enforces of it (see
+	// enforced).
+	out      decide.Output
+	enforced *decide.Output
+
+	// Filled in by enact: what happened in Redis and in the ConfigMap.
+	act actResult
+	pub publishResult
+}
+
+func (r *HotKeyPolicyReconciler) newPass(policy *v1alpha1.HotKeyPolicy) *pass {
+	spec := policy.Spec.DeepCopy()
+	v1alpha1.SetDefaults(spec)
+	return &pass{policy: policy, key: client.ObjectKeyFromObject(policy), spec: spec, now: r.Clock.Now()}
+}
+
+// decide takes the pass's decision from what observe and load found: the
+// schedule events due, the next routing decision (pure, decide.Decide) and
+// what of it is enforced.
+func (p *pass) decide(margin time.Duration) {
+	p.evs, p.schedErrs = schedule.Events(p.now, p.spec.Schedules)
+	p.scheduled = decide.ScheduledKeys(p.spec.Schedules, p.evs)
+	p.out = decide.Decide(decide.Input{
+		Now: p.now, Spec: p.spec, Observations: p.agg.Keys, State: p.prev.State,
+		Current:   decide.Rescale(p.prev.decided(p.spec.Mode), p.spec.Mitigations.Split.Epoch.Milliseconds()),
+		Scheduled: p.scheduled, Margin: margin,
+	})
+	p.enforced = enforced(p.spec, p.prev, &p.out, p.now, margin)
+}
+
+// enforced is what this pass enforces: the decision itself in Enforce mode.
+// In Observe mode the decision is only shown, and the splits still published
+// (from before a switch to Observe) are drained like after a cooldown, so
+// Observe never strands shard values; generations that were only decided
+// never took writes and are dropped when retired.
+func enforced(spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, now time.Time, margin time.Duration) *decide.Output {
+	if spec.Mode != v1alpha1.ModeObserve {
+		return out
+	}
+	em := spec.Mitigations.Split.Epoch.Milliseconds()
+	out.Entries = decide.Prune(now, em, out.Entries, decide.Folded(out.Folds))
+	out.Folds = nil
+	d := decide.Drain(now, em, margin, decide.Rescale(prev.Table, em))
+	return &d
+}
+
+// enact carries the decision out: fold in Redis, publish the routing
+// ConfigMap, fill replicas in Redis. Folds must precede publication (a
+// generation leaves the table only once folded); replica fills follow it so
+// the table never waits on them. The Redis work has one deadline and stops
+// at the first failure (see redisPass).
+func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
+	rctx, cancel := r.redisContext(ctx)
+	defer cancel()
+	rp := r.newRedisPass(p.policy, p.now)
+	rp.fold(rctx, p.spec, p.enforced)
+	p.pub = r.publish(ctx, p.policy, p.spec, p.prev, &p.out, p.enforced)
+	if p.pub.err == nil {
+		rp.fill(rctx, r.fills(p.key, p.prev, p.enforced, p.scheduled, p.now))
+	}
+	p.act = rp.res
+}
+
+// next is when the pass's outcome changes by itself: the decision's next
+// check, a report turning stale, a schedule phase change, a fold or fill
+// retry, or refill (the policy's next due refill); zero if never.
+func (p *pass) next(refill time.Time) time.Time {
+	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, refill)
+}

@@ -1,0 +1,182 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// publishFixture is policy ns/p in Enforce mode with one-minute epochs.
+func publishFixture() (*v1alpha1.HotKeyPolicy, *v1alpha1.HotKeyPolicySpec) {
+	policy := &v1alpha1.HotKeyPolicy{}
+	policy.Namespace, policy.Name = "ns", "p"
+	spec := policy.Spec.DeepCopy()
+	spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
+	v1alpha1.SetDefaults(spec)
+	return policy, spec
+}
+
+// routingCM is a routing ConfigMap of ns/p holding table (and the
+// finalizer when held).
+func routingCM(t *testing.T, table string, held bool) *corev1.ConfigMap {
+	t.Helper()
+	cm := &corev1.ConfigMap{Data: map[string]string{routing.ConfigMapKey: table, StateKey: "{}"}}
+	if held {
+		cm.Finalizers = []string{Finalizer}
+	}
+	return cm
+}
+
+// tableJSON is the serialised table of ns/p at version with entries.
+func tableJSON(t *testing.T, version, epochMillis int64, entries []routing.Entry) string {
+	t.Helper()
+	if entries == nil {
+		entries = []routing.Entry{}
+	}
+	b, err := (&routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "ns/p", Version: version, EpochMillis: epochMillis, Entries: entries}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+var (
+	entriesA  = []routing.Entry{{Key: "a", Coalesce: true}}
+	entriesAB = []routing.Entry{{Key: "a", Coalesce: true}, {Key: "b", Coalesce: true}}
+)
+
+// TestPublishVersion: the version starts from the greater of the published
+// table's version and status.routingVersion, stays while the serialised
+// table is the same and grows by one when it changes.
+func TestPublishVersion(t *testing.T) {
+	for name, tc := range map[string]struct {
+		// cm is the routing ConfigMap's table (nil: no ConfigMap).
+		cm            func(t *testing.T) *corev1.ConfigMap
+		statusVersion int64
+		entries       []routing.Entry
+		wantVersion   int64
+		wantTableErr  bool
+		// wantUnchanged: nothing needs writing.
+		wantUnchanged bool
+	}{
+		"first publication": {entries: entriesA, wantVersion: 1},
+		"a ConfigMap deleted by hand: on from status.routingVersion": {statusVersion: 7, entries: entriesA, wantVersion: 8},
+		"the same table keeps its version": {statusVersion: 5, entries: entriesA, wantVersion: 5, wantUnchanged: true,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, tableJSON(t, 5, 60000, entriesA), true) }},
+		"the same table without the finalizer: written, same version": {statusVersion: 5, entries: entriesA, wantVersion: 5,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, tableJSON(t, 5, 60000, entriesA), false) }},
+		"changed entries: one more": {statusVersion: 5, entries: entriesAB, wantVersion: 6,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, tableJSON(t, 5, 60000, entriesA), true) }},
+		"changed epoch length: one more": {statusVersion: 5, entries: entriesA, wantVersion: 6,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, tableJSON(t, 5, 30000, entriesA), true) }},
+		"status ahead of the table: on from the status": {statusVersion: 5, entries: entriesA, wantVersion: 6,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, tableJSON(t, 3, 60000, entriesA), true) }},
+		"table ahead of the status: on from the table": {statusVersion: 5, entries: entriesA, wantVersion: 9, wantUnchanged: true,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, tableJSON(t, 9, 60000, entriesA), true) }},
+		"an invalid table's version still counts": {statusVersion: 5, entries: entriesA, wantVersion: 13, wantTableErr: true,
+			cm: func(t *testing.T) *corev1.ConfigMap {
+				return routingCM(t, `{"schemaVersion":99,"version":12,"epochMillis":60000,"entries":[]}`, true)
+			}},
+		"a table that is not JSON: on from the status": {statusVersion: 5, entries: entriesA, wantVersion: 6, wantTableErr: true,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, "{not json", true) }},
+		"a table published at version 0 is republished at 1": {entries: entriesA, wantVersion: 1,
+			cm: func(t *testing.T) *corev1.ConfigMap { return routingCM(t, tableJSON(t, 0, 60000, entriesA), true) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			policy, spec := publishFixture()
+			var cm *corev1.ConfigMap
+			var doc routingDoc
+			var tableErr error
+			if tc.cm != nil {
+				cm = tc.cm(t)
+				doc, tableErr, _ = parseRouting(cm.Data)
+			}
+			if (tableErr != nil) != tc.wantTableErr {
+				t.Errorf("table error %v, want one: %v", tableErr, tc.wantTableErr)
+			}
+			prev := newPublished(tc.statusVersion, cm, doc)
+			c, err := newRoutingContent(policy, spec, prev, &decide.Output{}, &decide.Output{Entries: tc.entries})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.version != tc.wantVersion {
+				t.Errorf("version %d, want %d", c.version, tc.wantVersion)
+			}
+			if want := tableJSON(t, tc.wantVersion, 60000, tc.entries); c.tableJSON != want {
+				t.Errorf("table\n%s\nwant\n%s", c.tableJSON, want)
+			}
+			if got := c.unchanged(prev); got != tc.wantUnchanged {
+				t.Errorf("unchanged = %v, want %v", got, tc.wantUnchanged)
+			}
+		})
+	}
+}
+
+// TestPublishVersionSequence publishes a run of tables, each pass starting
+// from what the last one wrote: the version grows by one exactly when the
+// serialised table changes and never goes back, also when the ConfigMap is
+// deleted or a status write is lost.
+func TestPublishVersionSequence(t *testing.T) {
+	type step struct {
+		entries []routing.Entry
+		// deleteCM: the ConfigMap is deleted by hand before this pass.
+		deleteCM bool
+		// statusLost: this pass's status write fails.
+		statusLost  bool
+		wantVersion int64
+	}
+	for name, steps := range map[string][]step{
+		"changes and repeats": {
+			{entries: entriesA, wantVersion: 1}, {entries: entriesA, wantVersion: 1},
+			{entries: entriesAB, wantVersion: 2}, {entries: entriesAB, wantVersion: 2},
+			{entries: entriesA, wantVersion: 3}, {wantVersion: 4}, {wantVersion: 4}, {entries: entriesA, wantVersion: 5}},
+		"the ConfigMap deleted by hand": {
+			{entries: entriesA, wantVersion: 1}, {entries: entriesAB, wantVersion: 2},
+			{entries: entriesAB, deleteCM: true, wantVersion: 3}, {entries: entriesAB, wantVersion: 3}},
+		"status writes lost": {
+			{entries: entriesA, statusLost: true, wantVersion: 1}, {entries: entriesAB, statusLost: true, wantVersion: 2},
+			{entries: entriesAB, wantVersion: 2}, {entries: entriesA, wantVersion: 3}},
+		// The one gap: with the greatest version in neither the status nor a
+		// ConfigMap, the next table takes that version again. Harmless when
+		// it is the same table, as here.
+		"status write lost, then the ConfigMap deleted: the version is reused": {
+			{entries: entriesA, wantVersion: 1}, {entries: entriesAB, statusLost: true, wantVersion: 2},
+			{entries: entriesAB, deleteCM: true, wantVersion: 2}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			policy, spec := publishFixture()
+			var cm *corev1.ConfigMap
+			var status int64
+			for i, s := range steps {
+				if s.deleteCM {
+					cm = nil
+				}
+				var doc routingDoc
+				if cm != nil {
+					doc, _, _ = parseRouting(cm.Data)
+				}
+				prev := newPublished(status, cm, doc)
+				c, err := newRoutingContent(policy, spec, prev, &decide.Output{}, &decide.Output{Entries: s.entries})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.version != s.wantVersion {
+					t.Errorf("pass %d: version %d, want %d", i, c.version, s.wantVersion)
+				}
+				if c.version < status {
+					t.Errorf("pass %d: version %d went back from %d", i, c.version, status)
+				}
+				cm = routingCM(t, c.tableJSON, true)
+				if !s.statusLost {
+					status = max(status, c.version) // as buildStatus does
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,159 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+)
+
+// Credentials are the Redis ACL user and password of a target.
+type Credentials struct {
+	Username string
+	Password string
+	// CA is the PEM bundle of RedisTLS.caSecretRef, if any.
+	CA []byte
+}
+
+// RedisDialer opens a client to a policy's target. Tests may substitute one;
+// production uses DialRedis.
+type RedisDialer func(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error)
+
+// DialRedis opens a go-redis client (cluster or standalone) to target. It
+// does not connect until first use.
+func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
+	var tc *tls.Config
+	if target.TLS != nil {
+		tc = &tls.Config{ServerName: target.TLS.ServerName, MinVersion: tls.VersionTLS12}
+		if len(creds.CA) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(creds.CA) {
+				return nil, errors.New("redis TLS: ca.crt holds no PEM certificate")
+			}
+			tc.RootCAs = pool
+		}
+	}
+	// ContextTimeoutEnabled makes every op honour the pass deadline (see
+	// DefaultRedisTimeout) on top of the per-op timeouts, retries included.
+	const timeout = 2 * time.Second
+	if target.Cluster {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: target.Addresses, Username: creds.Username, Password: creds.Password,
+			TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
+	}
+	if len(target.Addresses) == 0 {
+		return nil, errors.New("redis target has no address")
+	}
+	return redis.NewClient(&redis.Options{Addr: target.Addresses[0], Username: creds.Username, Password: creds.Password,
+		TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
+}
+
+// redisClients keeps one client per policy, replaced when the target or the
+// credentials change, closed when the policy goes or the manager stops.
+type redisClients struct {
+	dial RedisDialer
+	mu   sync.Mutex
+	m    map[types.NamespacedName]redisClient
+}
+
+type redisClient struct {
+	fingerprint string
+	client      redis.UniversalClient
+}
+
+func newRedisClients(dial RedisDialer) *redisClients {
+	return &redisClients{dial: dial, m: make(map[types.NamespacedName]redisClient)}
+}
+
+func (c *redisClients) get(key types.NamespacedName, target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %v %v %q %q %q", target.Addresses, target.Cluster, target.TLS, creds.Username, creds.Password, creds.CA)
+	fp := hex.EncodeToString(h.Sum(nil))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rc, ok := c.m[key]; ok {
+		if rc.fingerprint == fp {
+			return rc.client, nil
+		}
+		_ = rc.client.Close()
+		delete(c.m, key)
+	}
+	cl, err := c.dial(target, creds)
+	if err != nil {
+		return nil, err
+	}
+	c.m[key] = redisClient{fingerprint: fp, client: cl}
+	return cl, nil
+}
+
+func (c *redisClients) forget(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rc, ok := c.m[key]; ok {
+		_ = rc.client.Close()
+		delete(c.m, key)
+	}
+}
+
+// Start implements manager.Runnable: it closes every client at shutdown.
+func (c *redisClients) Start(ctx context.Context) error {
+	<-ctx.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, rc := range c.m {
+		_ = rc.client.Close()
+		delete(c.m, k)
+	}
+	return nil
+}
+
+var errCredentials = errors.New("credentials missing")
+
+// credentials reads the policy's credentials Secret (and TLS CA Secret).
+func (r *HotKeyPolicyReconciler) credentials(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (Credentials, error) {
+	var creds Credentials
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	read := func(name string) (*corev1.Secret, error) {
+		s := &corev1.Secret{}
+		err := reader.Get(ctx, client.ObjectKey{Namespace: policy.Namespace, Name: name}, s)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: Secret %q not found", errCredentials, name)
+		}
+		return s, err
+	}
+	t := policy.Spec.Target
+	if ref := t.CredentialsSecretRef; ref != nil {
+		s, err := read(ref.Name)
+		if err != nil {
+			return creds, err
+		}
+		pw, ok := s.Data["password"]
+		if !ok {
+			return creds, fmt.Errorf("%w: Secret %q has no key \"password\"", errCredentials, ref.Name)
+		}
+		creds.Username, creds.Password = string(s.Data["username"]), string(pw)
+	}
+	if t.TLS != nil && t.TLS.CASecretRef != nil {
+		s, err := read(t.TLS.CASecretRef.Name)
+		if err != nil {
+			return creds, err
+		}
+		creds.CA = s.Data["ca.crt"]
+	}
+	return creds, nil
+}

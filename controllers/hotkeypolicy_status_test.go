@@ -1,0 +1,327 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// These are unit tests of the controller's own decisions: no API server, no
+// Redis. A pass is plain data, so each case is a pass literal.
+
+// statusNow is 5s into epoch 1000 of the one-minute epochs of statusPass.
+var statusNow = routing.EpochStart(1000, 60000).Add(5 * time.Second)
+
+// statusPass is a pass of policy ns/p (generation 4) in Enforce mode that
+// published version 5 with three nodes reporting and nothing hot.
+func statusPass(mut ...func(*pass)) *pass {
+	policy := &v1alpha1.HotKeyPolicy{}
+	policy.Namespace, policy.Name, policy.Generation = "ns", "p", 4
+	spec := policy.Spec.DeepCopy()
+	spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
+	v1alpha1.SetDefaults(spec)
+	p := &pass{policy: policy, spec: spec, now: statusNow, agg: decide.Aggregate{FreshNodes: 3}, pub: publishResult{version: 5}}
+	for _, m := range mut {
+		m(p)
+	}
+	return p
+}
+
+func cond(typ string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: 4}
+}
+
+var (
+	published5 = cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "routing table version 5 published")
+	notHot     = cond(v1alpha1.ConditionMitigating, metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys, "no key is mitigated")
+	healthy    = cond(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
+)
+
+// wantStatus is the status of statusPass as is, changed by mut.
+func wantStatus(mut ...func(*v1alpha1.HotKeyPolicyStatus)) *v1alpha1.HotKeyPolicyStatus {
+	st := &v1alpha1.HotKeyPolicyStatus{ObservedGeneration: 4, Epoch: 1000, RoutingConfigMap: routing.ConfigMapName("p"),
+		RoutingVersion: 5, ReportingNodes: 3, Conditions: []metav1.Condition{published5, notHot, healthy}}
+	for _, m := range mut {
+		m(st)
+	}
+	return st
+}
+
+func hotKeys(n int) []decide.KeyDecision {
+	out := make([]decide.KeyDecision, n)
+	for i := range out {
+		out[i] = decide.KeyDecision{Key: fmt.Sprintf("k%02d", i), WritesPerSecond: 5000, Shards: 4,
+			Mitigations: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, Source: v1alpha1.SourceDetected}
+	}
+	return out
+}
+
+func keyStatus(d decide.KeyDecision) v1alpha1.HotKeyStatus {
+	return v1alpha1.HotKeyStatus{Key: d.Key, WritesPerSecond: d.WritesPerSecond, Shards: d.Shards, Mitigations: d.Mitigations, Source: d.Source}
+}
+
+func TestBuildStatus(t *testing.T) {
+	events := func(n int) []schedule.Event {
+		out := make([]schedule.Event, n)
+		for i := range out {
+			start := statusNow.Add(time.Duration(i+1) * time.Hour)
+			out[i] = schedule.Event{Name: fmt.Sprintf("e%02d", i), PrewarmAt: start.Add(-time.Minute), Start: start, End: start.Add(time.Minute)}
+		}
+		return out
+	}
+	eventStatus := func(ev schedule.Event) v1alpha1.ScheduledEventStatus {
+		return v1alpha1.ScheduledEventStatus{Name: ev.Name, PrewarmAt: metav1.NewTime(ev.PrewarmAt), Start: metav1.NewTime(ev.Start), End: metav1.NewTime(ev.End)}
+	}
+	degraded := func(reason, msg string) func(*v1alpha1.HotKeyPolicyStatus) {
+		return func(st *v1alpha1.HotKeyPolicyStatus) {
+			st.Conditions[2] = cond(v1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+		}
+	}
+	long := strings.Repeat("x", 2000)
+	for name, tc := range map[string]struct {
+		pass *pass
+		want *v1alpha1.HotKeyPolicyStatus
+	}{
+		"published, nothing hot, healthy": {pass: statusPass(), want: wantStatus()},
+		"the routing version never goes backwards": {
+			pass: statusPass(func(p *pass) { p.policy.Status.RoutingVersion = 9 }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.RoutingVersion = 9
+				st.Conditions[0].Message = "routing table version 9 published"
+			})},
+		"publication failed": {
+			pass: statusPass(func(p *pass) { p.pub.err = errors.New("apply routing ConfigMap: conflict") }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.Conditions[0] = cond(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, "apply routing ConfigMap: conflict")
+			})},
+		"Observe mode": {
+			pass: statusPass(func(p *pass) { p.spec.Mode = v1alpha1.ModeObserve }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.Conditions[0] = cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving,
+					"decisions are computed and shown in status; nothing is published")
+			})},
+		"Observe mode still draining splits from before": {
+			pass: statusPass(func(p *pass) { p.spec.Mode, p.pub.draining = v1alpha1.ModeObserve, 2 }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.Conditions[0] = cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving,
+					"decisions are computed and shown in status; 2 keys split before the switch to Observe stay published until unsplit and folded")
+			})},
+		"keys mitigated": {
+			pass: statusPass(func(p *pass) { p.out.Keys = hotKeys(2) }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.HotKeyCount = 2
+				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), keyStatus(hotKeys(2)[1])}
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
+			})},
+		"keys left out by the cap are counted": {
+			pass: statusPass(func(p *pass) { p.out.Keys, p.out.Capped = hotKeys(1), 3 }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.HotKeyCount = 1
+				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(1)[0])}
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys,
+					"1 keys mitigated; 3 more left out by capacity.maxMitigatedKeys")
+			})},
+		"status lists the first 50 hot keys and counts them all": {
+			pass: statusPass(func(p *pass) { p.out.Keys = hotKeys(51) }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.HotKeyCount = 51
+				for _, k := range hotKeys(50) {
+					st.HotKeys = append(st.HotKeys, keyStatus(k))
+				}
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "51 keys mitigated")
+			})},
+		"since is shown in UTC whole seconds": {
+			pass: statusPass(func(p *pass) {
+				since := time.Date(2030, 1, 2, 3, 4, 5, 600_000_000, time.FixedZone("CET", 3600))
+				p.out.Keys = hotKeys(1)
+				p.out.Keys[0].Since = &since
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				since := metav1.NewTime(time.Date(2030, 1, 2, 2, 4, 5, 0, time.UTC))
+				st.HotKeyCount = 1
+				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(1)[0])}
+				st.HotKeys[0].Since = &since
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "1 keys mitigated")
+			})},
+		"the last pass's hot keys and events are replaced, not kept": {
+			pass: statusPass(func(p *pass) {
+				p.policy.Status.HotKeys = []v1alpha1.HotKeyStatus{{Key: "gone"}}
+				p.policy.Status.HotKeyCount = 1
+				p.policy.Status.NextEvents = []v1alpha1.ScheduledEventStatus{{Name: "over"}}
+			}),
+			want: wantStatus()},
+		"the first 32 schedule events": {
+			pass: statusPass(func(p *pass) { p.evs = events(33) }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				for _, ev := range events(32) {
+					st.NextEvents = append(st.NextEvents, eventStatus(ev))
+				}
+			})},
+		"a Redis failure is the first thing Degraded says": {
+			pass: statusPass(func(p *pass) {
+				p.act = actResult{reason: v1alpha1.ReasonRedisUnavailable, message: "dial tcp: refused"}
+				p.schedErrs = []error{errors.New("schedule bf: bad cron")}
+				p.agg.StaleNodes = 1
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.StaleNodes = 1 },
+				degraded(v1alpha1.ReasonRedisUnavailable, "dial tcp: refused"))},
+		"then invalid schedules, every one": {
+			pass: statusPass(func(p *pass) {
+				p.schedErrs = []error{errors.New("schedule bf: bad cron"), errors.New("schedule x: unknown time zone")}
+				p.agg.StaleNodes = 1
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.StaleNodes = 1 },
+				degraded(ReasonInvalidSchedule, "schedule bf: bad cron\nschedule x: unknown time zone"))},
+		"then stale reports, out of every node": {
+			pass: statusPass(func(p *pass) { p.agg.StaleNodes, p.agg.QuietNodes = 1, 2 }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.StaleNodes = 1 },
+				degraded(v1alpha1.ReasonStaleReports,
+					"1 of 6 nodes stopped reporting for 3 report intervals while listing candidates; their reports are ignored"))},
+		"quiet nodes are healthy": {
+			pass: statusPass(func(p *pass) { p.agg.QuietNodes = 2 }),
+			want: wantStatus()},
+		"a long Degraded message is cut at 1024 bytes": {
+			pass: statusPass(func(p *pass) { p.act = actResult{reason: v1alpha1.ReasonRedisUnavailable, message: long} }),
+			want: wantStatus(degraded(v1alpha1.ReasonRedisUnavailable, long[:1024]))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := tc.pass.policy.Status.DeepCopy()
+			got := buildStatus(tc.pass)
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, &tc.pass.policy.Status); diff != "" {
+				t.Errorf("the policy's status was changed (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestBuildStatusTransitionTimes: a condition keeps its lastTransitionTime
+// while its status holds, whatever its message says.
+func TestBuildStatusTransitionTimes(t *testing.T) {
+	then := metav1.NewTime(statusNow.Add(-time.Hour).Truncate(time.Second))
+	old := func(c metav1.Condition) metav1.Condition { c.LastTransitionTime = then; return c }
+	p := statusPass(func(p *pass) {
+		p.pub.version = 6                                          // Ready's message changes, its status does not
+		p.out.Keys = hotKeys(1)                                    // Mitigating turns True
+		p.act = actResult{reason: v1alpha1.ReasonRedisUnavailable} // Degraded turns True
+		p.policy.Status.Conditions = []metav1.Condition{old(published5), old(notHot), old(healthy)}
+	})
+	got := buildStatus(p)
+	for typ, wantKept := range map[string]bool{v1alpha1.ConditionReady: true, v1alpha1.ConditionMitigating: false, v1alpha1.ConditionDegraded: false} {
+		var c *metav1.Condition
+		for i := range got.Conditions {
+			if got.Conditions[i].Type == typ {
+				c = &got.Conditions[i]
+			}
+		}
+		if c == nil {
+			t.Fatalf("no %s condition in %+v", typ, got.Conditions)
+		}
+		if kept := c.LastTransitionTime.Equal(&then); kept != wantKept || c.LastTransitionTime.IsZero() {
+			t.Errorf("%s: lastTransitionTime %v, kept = %v, want kept = %v", typ, c.LastTransitionTime, kept, wantKept)
+		}
+	}
+}
+
+func TestTransitions(t *testing.T) {
+	ready := func(s metav1.ConditionStatus, reason string) metav1.Condition {
+		return cond(v1alpha1.ConditionReady, s, reason, "ready says "+reason)
+	}
+	mitigating := func(s metav1.ConditionStatus, reason string) metav1.Condition {
+		return cond(v1alpha1.ConditionMitigating, s, reason, "mitigating says "+reason)
+	}
+	degraded := func(s metav1.ConditionStatus, reason string) metav1.Condition {
+		return cond(v1alpha1.ConditionDegraded, s, reason, "degraded says "+reason)
+	}
+	steady := []metav1.Condition{ready(metav1.ConditionTrue, v1alpha1.ReasonPublished),
+		mitigating(metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys), degraded(metav1.ConditionFalse, v1alpha1.ReasonHealthy)}
+	with := func(cs ...metav1.Condition) []metav1.Condition {
+		out := append([]metav1.Condition(nil), steady...)
+		for _, c := range cs {
+			for i := range out {
+				if out[i].Type == c.Type {
+					out[i] = c
+				}
+			}
+		}
+		return out
+	}
+	ev := func(typ string, c metav1.Condition) transition {
+		return transition{eventType: typ, reason: c.Reason, action: c.Type, message: c.Message}
+	}
+	for name, tc := range map[string]struct {
+		old, next []metav1.Condition
+		want      []transition
+	}{
+		"first pass of a healthy policy: only Ready is news": {next: steady,
+			want: []transition{ev(corev1.EventTypeNormal, steady[0])}},
+		"first pass, degraded from the start": {next: with(degraded(metav1.ConditionTrue, v1alpha1.ReasonCredentialsMissing)),
+			want: []transition{ev(corev1.EventTypeNormal, steady[0]), ev(corev1.EventTypeWarning, degraded(metav1.ConditionTrue, v1alpha1.ReasonCredentialsMissing))}},
+		"nothing changed":        {old: steady, next: steady},
+		"only a message changed": {old: steady, next: with(cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "routing table version 7 published"))},
+		"keys became hot": {old: steady, next: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys)),
+			want: []transition{ev(corev1.EventTypeNormal, mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys))}},
+		"a new reason with the same status": {old: steady, next: with(ready(metav1.ConditionTrue, v1alpha1.ReasonObserving)),
+			want: []transition{ev(corev1.EventTypeNormal, ready(metav1.ConditionTrue, v1alpha1.ReasonObserving))}},
+		"Degraded turns True: a Warning": {old: steady, next: with(degraded(metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable)),
+			want: []transition{ev(corev1.EventTypeWarning, degraded(metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable))}},
+		"Degraded changes reason: another Warning": {
+			old:  with(degraded(metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable)),
+			next: with(degraded(metav1.ConditionTrue, v1alpha1.ReasonStaleReports)),
+			want: []transition{ev(corev1.EventTypeWarning, degraded(metav1.ConditionTrue, v1alpha1.ReasonStaleReports))}},
+		"Degraded recovers": {old: with(degraded(metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable)), next: steady,
+			want: []transition{ev(corev1.EventTypeNormal, steady[2])}},
+		"Ready turns False: a Warning": {old: steady, next: with(ready(metav1.ConditionFalse, v1alpha1.ReasonPublishFailed)),
+			want: []transition{ev(corev1.EventTypeWarning, ready(metav1.ConditionFalse, v1alpha1.ReasonPublishFailed))}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := transitions(tc.old, tc.next)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(transition{})); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDrainStatus(t *testing.T) {
+	policy := &v1alpha1.HotKeyPolicy{}
+	policy.Name, policy.Generation = "p", 4
+	policy.Status.RoutingVersion = 7
+	draining := cond(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonDraining,
+		"policy deleted: 2 split keys are unsplit and folded before the routing table is removed")
+	for name, tc := range map[string]struct {
+		pub  publishResult
+		act  actResult
+		want *v1alpha1.HotKeyPolicyStatus
+	}{
+		"draining": {pub: publishResult{version: 8},
+			want: &v1alpha1.HotKeyPolicyStatus{RoutingVersion: 8, Conditions: []metav1.Condition{draining, healthy}}},
+		"the routing version never goes backwards": {pub: publishResult{version: 6},
+			want: &v1alpha1.HotKeyPolicyStatus{RoutingVersion: 7, Conditions: []metav1.Condition{draining, healthy}}},
+		"blocked by Redis": {pub: publishResult{version: 8}, act: actResult{reason: v1alpha1.ReasonRedisUnavailable, message: "dial tcp: refused"},
+			want: &v1alpha1.HotKeyPolicyStatus{RoutingVersion: 8, Conditions: []metav1.Condition{draining,
+				cond(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable,
+					"deletion blocked: 2 split keys cannot be folded (dial tcp: refused); it retries with backoff. Annotate heatsink.dev/skip-fold=true to delete without folding (shard values stay in Redis, unread)")}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := drainStatus(policy, tc.pub, tc.act, 2)
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
