@@ -42,7 +42,6 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook manifests, and c
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
-	$(CONTROLLER_GEN) rbac:roleName=heatsink-detector paths="./detector/..." output:rbac:artifacts:config=config/detector/rbac
 	hack/sync-chart-crds.sh
 	hack/sync-chart-rbac.sh
 

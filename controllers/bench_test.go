@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
@@ -21,10 +22,10 @@ import (
 )
 
 // BenchmarkReconcile measures one steady-state Reconcile of a policy with
-// 1,000 hot keys (half read-hot, half write-hot and split) from 500 node
-// reports of 200 candidates each, against a real API server:
-//   - cached: reports and the routing ConfigMap read from the manager's
-//     informer cache (how the manager runs);
+// 1,000 hot keys (half read-hot, half write-hot and split) from 500 nodes'
+// summaries of 200 keys each in the fleet hub, against a real API server:
+//   - cached: the routing ConfigMap read from the manager's informer cache
+//     (how the manager runs);
 //   - uncached: the same reconcile reading straight from the API server,
 //     the peer a reconciler without informers would be.
 //
@@ -48,28 +49,28 @@ func BenchmarkReconcile(b *testing.B) {
 	if err := cp.Client.Create(ctx, p); err != nil {
 		b.Fatal(err)
 	}
+	// 500 node agents' summaries of 200 keys each, as the hub receives them.
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "bench", Clock: clk, WarmUp: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for n := range 500 {
 		node := fmt.Sprintf("node-%03d", n)
-		r := &v1alpha1.HotKeyReport{}
-		r.Namespace, r.Name = ns, "bench-"+node
-		r.Labels = map[string]string{v1alpha1.LabelPolicy: "bench", v1alpha1.LabelNode: node}
-		r.Spec = v1alpha1.HotKeyReportSpec{NodeName: node, PolicyName: "bench", Window: metav1.Duration{Duration: 10 * time.Second},
-			GeneratedAt: metav1.NewTime(clk.Now())}
+		h.UpsertPod(ns+"/pod-"+node, node, fleet.Pod{IP: fmt.Sprintf("198.18.%d.%d", n/250, n%250+1), Policy: ns + "/bench"})
+		ps := fleet.PolicySummary{Policy: ns + "/bench"}
 		for i := range 200 {
 			k := (n*200 + i) % 1000
-			c := v1alpha1.Candidate{Key: fmt.Sprintf("product:%06d", k)}
+			kr := fleet.KeyRates{Key: fmt.Sprintf("product:%06d", k)}
 			if k%2 == 0 {
-				c.ReadsPerSecond = 1000 // × 100 nodes = 100k reads/s
+				kr.Reads = 1000 // × 100 nodes = 100k reads/s
 			} else {
-				c.WritesPerSecond = 500 // × 100 nodes = 50k writes/s
+				kr.Writes = 500 // × 100 nodes = 50k writes/s
 			}
-			r.Spec.Candidates = append(r.Spec.Candidates, c)
+			ps.Keys = append(ps.Keys, kr)
 		}
-		if err := cp.Client.Create(ctx, r); err != nil {
-			b.Fatal(err)
-		}
+		h.Ingest(&fleet.Summary{Node: node, Session: 1, Seq: 1, Policies: []fleet.PolicySummary{ps}})
 	}
-	r := &HotKeyPolicyReconciler{Clock: clk}
+	r := &HotKeyPolicyReconciler{Clock: clk, Fleet: h}
 	mgr := testenv.RunManager(b, cp, func(m manager.Manager) error { return r.init(m) })
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		b.Fatal("cache not synced")

@@ -8,6 +8,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,12 +23,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 )
 
 // Finalizer holds a deleted policy until its split keys are unsplit and
@@ -71,9 +75,18 @@ type HotKeyPolicyReconciler struct {
 	// tests run with -count=2 set it; production leaves it false.
 	SkipNameValidation bool
 
-	redis   *redisClients
-	parsed  parsedCache
-	refills refillBook
+	// Fleet is the hub node agents stream their counts to; the reconciler
+	// observes through it and hands it every published table. Required.
+	Fleet *hub.Hub
+	// ReportInterval bounds how often the aggregated HotKeyReport of a
+	// policy is rewritten (DefaultReportInterval if 0).
+	ReportInterval time.Duration
+
+	triggers chan event.GenericEvent
+	reports  reportBook
+	redis    *redisClients
+	parsed   parsedCache
+	refills  refillBook
 }
 
 // DefaultMaxConcurrentReconciles is the default number of reconcile workers.
@@ -87,7 +100,6 @@ const DefaultMaxConcurrentReconciles = 4
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/finalizers,verbs=update
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -105,7 +117,9 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.HotKeyPolicy{}).
 		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		Watches(&v1alpha1.HotKeyReport{}, handler.EnqueueRequestsFromMapFunc(reportToPolicy)).
+		// The hub asks for a pass when a key's estimate crosses a band, so
+		// reaction does not wait for a periodic requeue.
+		WatchesRawSource(source.Channel(r.triggers, &handler.EnqueueRequestForObject{})).
 		Named("hotkeypolicy").
 		WithOptions(opts).
 		Complete(r)
@@ -141,7 +155,19 @@ func (r *HotKeyPolicyReconciler) init(mgr ctrl.Manager) error {
 		r.Metrics = NewMetrics(metrics.Registry)
 	}
 	r.redis = newRedisClients(r.Redis)
-	return mgr.Add(r.redis) // closes clients at shutdown
+	if err := mgr.Add(r.redis); err != nil { // closes clients at shutdown
+		return err
+	}
+	if r.Fleet == nil {
+		return errors.New("HotKeyPolicyReconciler: Fleet (the hub node agents report to) is required")
+	}
+	// Room for a trigger per policy: the hub sends at most one per policy
+	// until its next pass.
+	r.triggers = make(chan event.GenericEvent, 4096)
+	if err := r.setupFleet(context.Background(), mgr); err != nil {
+		return err
+	}
+	return mgr.Add(r.Fleet)
 }
 
 // Reconcile runs one pass over a policy: observe the keys' rates, load
@@ -166,17 +192,23 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	p := r.newPass(policy)
-	if p.agg, err = r.observe(ctx, policy, p.spec, p.now); err != nil {
-		return ctrl.Result{}, err
-	}
 	if p.prev, err = r.loadPublished(ctx, policy); err != nil {
 		return ctrl.Result{}, err
 	}
 	if p.prev.terminating {
 		return r.routingDeleted(ctx, policy)
 	}
+	if warm, at, err := r.observe(p); err != nil || !warm {
+		// Not heard from every node yet (a new leader): decide nothing, so
+		// the published table stands untouched until the view is complete.
+		return requeueAt(p.now, at), err
+	}
 	p.decide(r.Margin)
 	r.enact(ctx, p)
+	if p.pub.err == nil {
+		r.Fleet.SetRouting(policyID(p.key), p.pub.version, []byte(p.pub.table), p.pub.keys)
+	}
+	r.writeReport(ctx, p)
 
 	status := buildStatus(p)
 	r.recordTransitions(policy, &policy.Status, status)
@@ -211,7 +243,9 @@ func (r *HotKeyPolicyReconciler) forget(key types.NamespacedName) {
 	r.redis.forget(key)
 	r.parsed.forget(key)
 	r.refills.forget(key)
+	r.reports.forget(key)
 	r.Metrics.forget(key.Namespace, key.Name)
+	r.Fleet.RemovePolicy(policyID(key))
 }
 
 // requeueAt converts the next check time into a RequeueAfter.

@@ -28,6 +28,8 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/fold"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
@@ -42,6 +44,8 @@ type flow struct {
 	c   client.Client
 	clk *clocktesting.FakeClock
 	ns  string
+	hub *hub.Hub
+	seq uint64
 }
 
 func (f *flow) policy(name string, mut ...func(*v1alpha1.HotKeyPolicy)) *v1alpha1.HotKeyPolicy {
@@ -61,26 +65,29 @@ func (f *flow) policy(name string, mut ...func(*v1alpha1.HotKeyPolicy)) *v1alpha
 	return p
 }
 
-// report creates or updates node's report for policy, generated now.
+// report is node's agent sending its summary for policy now: the node
+// hosts a pod of the policy (as the pod informer would tell the hub) and
+// lists the candidates with exact rates (no unseen traffic).
 func (f *flow) report(policy, node string, c ...v1alpha1.Candidate) {
 	f.t.Helper()
-	r := &v1alpha1.HotKeyReport{}
-	r.Namespace, r.Name = f.ns, policy+"-"+node
-	err := f.c.Get(f.ctx, client.ObjectKeyFromObject(r), r)
-	if err != nil && !apierrors.IsNotFound(err) {
-		f.t.Fatal(err)
+	id := f.ns + "/" + policy
+	f.hub.UpsertPod(id+"-"+node, node, fleet.Pod{IP: podIP(node), Policy: id})
+	ps := fleet.PolicySummary{Policy: id}
+	for _, k := range c {
+		r, w := float64(k.ReadsPerSecond), float64(k.WritesPerSecond)
+		ps.Keys = append(ps.Keys, fleet.KeyRates{Key: k.Key, Reads: r, Writes: w, RecentReads: r, RecentWrites: w})
 	}
-	r.Labels = map[string]string{v1alpha1.LabelPolicy: policy, v1alpha1.LabelNode: node}
-	r.Spec = v1alpha1.HotKeyReportSpec{NodeName: node, PolicyName: policy, Window: metav1.Duration{Duration: 10 * time.Second},
-		GeneratedAt: metav1.NewTime(f.clk.Now()), Candidates: c}
-	if apierrors.IsNotFound(err) {
-		err = f.c.Create(f.ctx, r)
-	} else {
-		err = f.c.Update(f.ctx, r)
+	f.seq++
+	f.hub.Ingest(&fleet.Summary{Node: node, Session: 1, Seq: f.seq, Policies: []fleet.PolicySummary{ps}})
+}
+
+// podIP is a made-up address for a node's pod (only its uniqueness matters).
+func podIP(node string) string {
+	h := 0
+	for _, c := range node {
+		h = h*31 + int(c)
 	}
-	if err != nil {
-		f.t.Fatalf("write report: %v", err)
-	}
+	return fmt.Sprintf("198.18.%d.%d", (h>>8)&0xff, h&0xff)
 }
 
 // poke makes the manager reconcile policy now: the fake clock does not
@@ -122,6 +129,18 @@ func (f *flow) modify(policy string, mut func(*v1alpha1.HotKeyPolicy)) {
 func (f *flow) step(d time.Duration, policy string) {
 	f.t.Helper()
 	f.clk.Step(d)
+	f.poke(policy)
+}
+
+// stepAlive steps the clock as step does, with the agents of nodes alive:
+// each sends an empty summary (what a live agent with no traffic sends
+// every interval) before the pass.
+func (f *flow) stepAlive(d time.Duration, policy string, nodes ...string) {
+	f.t.Helper()
+	f.clk.Step(d)
+	for _, n := range nodes {
+		f.report(policy, n)
+	}
 	f.poke(policy)
 }
 
@@ -231,8 +250,12 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	// A pass's Redis work may take a minute here, so that only the order of
 	// the work and the concurrency of the workers, not the pass deadline,
 	// let other policies through while one Redis stalls.
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "test", Clock: clk, WarmUp: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, RedisTimeout: time.Minute, SkipNameValidation: true,
-		Redis: stall.dialer(DialRedis)}
+		Redis: stall.dialer(DialRedis), Fleet: h}
 	testenv.RunManager(t, cp, r.SetupWithManager)
 	ctx := context.Background()
 	n := 0
@@ -242,7 +265,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		if err := cp.CreateNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
-		return &flow{t: t, ctx: ctx, c: cp.Client, clk: clk, ns: ns}
+		return &flow{t: t, ctx: ctx, c: cp.Client, clk: clk, ns: ns, hub: h}
 	}
 	withRedis := func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{srv.Addr} }
 
@@ -321,34 +344,33 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 
 		// Traffic stops: after the cooldown an unsplit is announced, then
-		// the key leaves the table once its shards are folded.
+		// the key leaves the table once its shards are folded. The agents
+		// stay alive and send (empty) summaries every interval.
 		f.report("likes", "n1")
 		f.report("likes", "n2")
 		f.stateUntil("cooldown started", "likes", func(doc stateDoc) bool { return len(doc.Keys) == 1 && doc.Keys[0].WriteUnderSince != nil })
-		f.step(time.Minute, "likes") // cooldown over; 12s into e0+3
+		f.stepAlive(time.Minute, "likes", "n1", "n2") // cooldown over; 12s into e0+3
 		f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 2, Shards: 8}, {FromEpoch: e0 + 4, Shards: 0}})
-		f.step(time.Minute, "likes") // 12s into e0+4
+		f.stepAlive(time.Minute, "likes", "n1", "n2") // 12s into e0+4
 		f.gens("likes", "likes:1", nil)
 		f.eventually("not mitigating", func() error {
 			st := f.status("likes")
 			if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionMitigating) || st.HotKeyCount != 0 {
 				return fmt.Errorf("status %+v", st)
 			}
-			// The empty reports generated 2 minutes ago are old, but a
-			// detector writes nothing while no key is hot: quiet, healthy.
-			if st.StaleNodes != 0 || st.ReportingNodes != 0 || meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDegraded) {
-				return fmt.Errorf("quiet nodes reported as stale: %+v", st)
+			// Nothing is hot, but the agents are alive: healthy.
+			if st.StaleNodes != 0 || st.ReportingNodes != 2 || meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDegraded) {
+				return fmt.Errorf("live agents reported as stale: %+v", st)
 			}
 			return nil
 		})
-		// A node that goes silent while its last report still lists
-		// candidates is stale: that is worth a Degraded condition.
-		f.report("likes", "n1", cand("likes:1", 1, 1))
-		f.step(time.Minute, "likes")
+		// A node whose agent goes silent while it hosts the policy's pods
+		// is stale: its traffic is not counted, worth a Degraded condition.
+		f.stepAlive(time.Minute, "likes", "n2")
 		f.eventually("stale node reported", func() error {
 			st := f.status("likes")
 			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded)
-			if st.StaleNodes != 1 || c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonStaleReports {
+			if st.StaleNodes != 1 || st.ReportingNodes != 1 || c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonStaleReports {
 				return fmt.Errorf("stale node not reported: %+v", st)
 			}
 			return nil

@@ -1,47 +1,52 @@
 package controllers
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 )
 
 // The observe step is the one place the reconciler learns how hot keys
-// are: observe produces the decide.Aggregate a pass decides on (summed
-// rates per key, node health for status, and NextStale for the requeue),
-// and reportToPolicy maps a changed report to its policy for the
-// HotKeyReport watch of SetupWithManager. Nothing else reads HotKeyReports,
-// so another source of the same aggregate replaces this file, that watch
-// and its RBAC marker, and leaves the rest of the pass as it is.
+// are: the fleet hub (package hub) holds every node's latest summary for
+// the policy and turns them into one estimate per key (the exact sum for
+// pinned keys, the upper bound otherwise), the node health for status, and
+// when a node turns stale. observe hands the hub the policy's current
+// detection parameters first, so node agents count with them.
 
-// observe sums the fresh reports of the policy's nodes.
-func (r *HotKeyPolicyReconciler) observe(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) (decide.Aggregate, error) {
-	var list v1alpha1.HotKeyReportList
-	if err := r.Client.List(ctx, &list, client.InNamespace(policy.Namespace), client.MatchingLabels{v1alpha1.LabelPolicy: policy.Name},
-		// Read-only use: skip copying 500 reports out of the cache.
-		client.UnsafeDisableDeepCopy); err != nil {
-		return decide.Aggregate{}, fmt.Errorf("list reports: %w", err)
+// observe fills p.agg and p.fleet from the hub and reports whether the view
+// can be decided on: a manager that has just been elected has not heard
+// from every node yet, and must not take "not heard" for "cold"; it then
+// returns false and the time to look again.
+func (r *HotKeyPolicyReconciler) observe(p *pass) (warm bool, warmAt time.Time, err error) {
+	id := policyID(p.key)
+	r.Fleet.SetPolicy(id, hub.ParamsFromSpec(p.spec))
+	snap, st := r.Fleet.Snapshot(id)
+	switch {
+	case !st.Serving:
+		// The fleet server starts with this manager's leadership, maybe
+		// just after this pass: look again shortly.
+		return false, p.now.Add(time.Second), nil
+	case !st.Warm:
+		return false, st.WarmAt, nil
 	}
-	filter, err := keyfilter.Compile(spec.Keys.Include, spec.Keys.Exclude)
+	filter, err := keyfilter.Compile(p.spec.Keys.Include, p.spec.Keys.Exclude)
 	if err != nil {
-		return decide.Aggregate{}, fmt.Errorf("spec.keys: %w", err)
+		return false, time.Time{}, err
 	}
-	return decide.AggregateReports(now, spec.Detection.ReportInterval.Duration, list.Items, filter), nil
+	// Keys counted under the policy's previous globs may linger in the view
+	// for one window; they are not the policy's any more.
+	for k := range snap.Keys {
+		if !filter.Match(k) {
+			delete(snap.Keys, k)
+			delete(snap.Estimates, k)
+		}
+	}
+	p.agg, p.fleet = snap.Aggregate, snap
+	return true, time.Time{}, nil
 }
 
-// reportToPolicy maps a report to its policy through the policy label.
-func reportToPolicy(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[v1alpha1.LabelPolicy]
-	if name == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
-}
+// policyID is the policy's name on the fleet stream: "<namespace>/<name>".
+func policyID(key types.NamespacedName) string { return key.Namespace + "/" + key.Name }

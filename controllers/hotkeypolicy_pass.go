@@ -9,6 +9,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
 )
 
@@ -24,9 +25,11 @@ type pass struct {
 	// now is the one instant every decision of the pass is taken at.
 	now time.Time
 
-	// agg is what observe saw: the summed rates of the policy's keys and
-	// the health of the nodes that report them.
-	agg decide.Aggregate
+	// agg is what observe saw: the cluster-wide rates of the policy's keys
+	// and the health of the nodes that count them; fleet is the hub's whole
+	// view (bounds, exactness) for the report.
+	agg   decide.Aggregate
+	fleet hub.Snapshot
 	// prev is the routing ConfigMap as loaded (table, state, version).
 	prev *published
 
@@ -98,7 +101,7 @@ func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
 }
 
 // next is when the pass's outcome changes by itself: the decision's next
-// check, a report turning stale, a schedule phase change, a fold or fill
+// check, a node turning stale, a schedule phase change, a fold or fill
 // retry, or refill (the policy's next due refill); zero if never.
 func (p *pass) next(refill time.Time) time.Time {
 	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, refill)

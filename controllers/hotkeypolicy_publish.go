@@ -198,8 +198,12 @@ func (c *parsedCache) forget(key types.NamespacedName) {
 // publishResult says what publish did.
 type publishResult struct {
 	version int64
-	wrote   bool
-	err     error
+	// table is the routing.json in force after the pass (written or
+	// unchanged), and keys its keys: the hub pushes it to node agents.
+	table string
+	keys  []string
+	wrote bool
+	err   error
 	// draining counts the split keys published in Observe mode: splits from
 	// before the switch, published until folded.
 	draining int
@@ -283,8 +287,12 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 	if err != nil {
 		return publishResult{version: prev.Version, err: err}
 	}
+	keys := make([]string, len(enforced.Entries))
+	for i, e := range enforced.Entries {
+		keys[i] = e.Key
+	}
 	if c.unchanged(prev) {
-		return publishResult{version: c.version, draining: c.draining}
+		return publishResult{version: c.version, table: c.tableJSON, keys: keys, draining: c.draining}
 	}
 	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).
 		WithLabels(map[string]string{LabelManagedBy: "heatsink", v1alpha1.LabelPolicy: policy.Name}).
@@ -306,5 +314,5 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 	if c.version != prev.Version {
 		r.Metrics.publications.Inc()
 	}
-	return publishResult{version: c.version, wrote: true, draining: c.draining}
+	return publishResult{version: c.version, table: c.tableJSON, keys: keys, wrote: true, draining: c.draining}
 }

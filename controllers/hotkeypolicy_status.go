@@ -89,8 +89,8 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(p.schedErrs...).Error()))
 	case p.agg.StaleNodes > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
-			fmt.Sprintf("%d of %d nodes stopped reporting for 3 report intervals while listing candidates; their reports are ignored",
-				p.agg.StaleNodes, p.agg.StaleNodes+p.agg.FreshNodes+p.agg.QuietNodes))
+			fmt.Sprintf("%d of %d nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted",
+				p.agg.StaleNodes, p.agg.StaleNodes+p.agg.FreshNodes))
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}

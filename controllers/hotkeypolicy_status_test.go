@@ -184,14 +184,11 @@ func TestBuildStatus(t *testing.T) {
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.StaleNodes = 1 },
 				degraded(ReasonInvalidSchedule, "schedule bf: bad cron\nschedule x: unknown time zone"))},
-		"then stale reports, out of every node": {
-			pass: statusPass(func(p *pass) { p.agg.StaleNodes, p.agg.QuietNodes = 1, 2 }),
+		"then stale nodes, out of every node hosting pods": {
+			pass: statusPass(func(p *pass) { p.agg.StaleNodes = 1 }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.StaleNodes = 1 },
 				degraded(v1alpha1.ReasonStaleReports,
-					"1 of 6 nodes stopped reporting for 3 report intervals while listing candidates; their reports are ignored"))},
-		"quiet nodes are healthy": {
-			pass: statusPass(func(p *pass) { p.agg.QuietNodes = 2 }),
-			want: wantStatus()},
+					"1 of 4 nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted"))},
 		"a long Degraded message is cut at 1024 bytes": {
 			pass: statusPass(func(p *pass) { p.act = actResult{reason: v1alpha1.ReasonRedisUnavailable, message: long} }),
 			want: wantStatus(degraded(v1alpha1.ReasonRedisUnavailable, long[:1024]))},

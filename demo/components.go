@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/heatsink-dev/heatsink/controllers"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 )
 
 // errStageUnavailable marks a part of heatsink that this build does not
@@ -22,10 +23,11 @@ var errStageUnavailable = errors.New("not available in this build")
 func missingStages() []string { return nil }
 
 // managerCache is the manager's cache: like `heatsink manager`, it caches
-// only the ConfigMaps heatsink manages.
+// only the ConfigMaps heatsink manages and the injected pods.
 func managerCache() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
+		&corev1.Pod{}:       controllers.PodCacheOptions(),
 	}}
 }
 
@@ -34,12 +36,17 @@ func managerCache() cache.Options {
 // demo's sidecars run on this machine and receive a table within
 // milliseconds, so a short margin is safe here where a cluster needs the
 // default's room for propagation and clock skew.
-func setupReconciler(mgr manager.Manager, margin time.Duration) error {
+func setupReconciler(mgr manager.Manager, margin time.Duration) (*hub.Hub, error) {
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: fleetToken, Log: mgr.GetLogger().WithName("fleet")})
+	if err != nil {
+		return nil, err
+	}
 	r := &controllers.HotKeyPolicyReconciler{
 		Margin: margin,
+		Fleet:  h,
 		// A private registry: the e2e test may run the demo more than once
 		// in one process.
 		Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
 	}
-	return r.SetupWithManager(mgr)
+	return h, r.SetupWithManager(mgr)
 }

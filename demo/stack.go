@@ -13,11 +13,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
-	"k8s.io/client-go/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 	"github.com/heatsink-dev/heatsink/detector"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
@@ -31,8 +33,17 @@ const (
 	PolicyName = "catalogue"
 )
 
-// nodes are the simulated nodes; each has one detector and two proxies.
+// nodes are the simulated nodes; each has one node agent (detector) and
+// two proxies.
 var nodes = []string{"node-a", "node-b"}
+
+// fleetToken authenticates the demo's node agents to its manager.
+const fleetToken = "demo-fleet-token"
+
+// podAddr is the loopback address of proxy i's simulated pod: each pod
+// sends its counts and reads its routing from an address of its own, as
+// pods do, so the node agent can tell which pod is which.
+func podAddr(i int) string { return fmt.Sprintf("127.0.1.%d", i+1) }
 
 // stack is every running part of the demo. stop stops them all, in reverse
 // order of start, and waits for each.
@@ -46,7 +57,8 @@ type stack struct {
 	// Unavailable lists the stages that could not run, with the reason.
 	unavailable []string
 
-	detectors []string // ingest addresses, one per node
+	hub       string   // the manager's fleet server
+	detectors []string // node agent addresses, one per node
 	proxies   []string // listen addresses, two per node
 	metrics   []string // /metrics URLs of the proxies
 	proxyNode []int    // node index of each proxy
@@ -171,7 +183,8 @@ func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
 	if err := hswebhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
 		return err
 	}
-	if err := setupReconciler(mgr, margin); err != nil {
+	h, err := setupReconciler(mgr, margin)
+	if err != nil {
 		if !errors.Is(err, errStageUnavailable) {
 			return err
 		}
@@ -179,15 +192,25 @@ func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
 	}
 	s.goRun("manager", mgr.Start)
 	checker := mgr.GetWebhookServer().StartedChecker()
-	return poll(ctx, 30*time.Second, func() error { return checker(nil) })
+	if err := poll(ctx, 30*time.Second, func() error { return checker(nil) }); err != nil {
+		return err
+	}
+	if h != nil {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if s.hub, err = h.Addr(actx); err != nil {
+			return fmt.Errorf("fleet server: %w", err)
+		}
+	}
+	return nil
 }
 
-// startDetectors starts one detector per simulated node on a free loopback
-// UDP port.
+// startDetectors starts one node agent per simulated node on a free
+// loopback port, connected to the manager's fleet server.
 func (s *stack) startDetectors() error {
 	for _, node := range nodes {
 		l := s.log.WithName("detector").WithValues("node", node)
-		d, err := detector.New(detector.Options{Config: s.cp.Config, NodeName: node, ListenAddr: "127.0.0.1:0", Logger: &l})
+		d, err := detector.New(detector.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: s.hub, Token: fleetToken, Logger: &l})
 		if err != nil {
 			return err
 		}
@@ -197,13 +220,11 @@ func (s *stack) startDetectors() error {
 	return nil
 }
 
-// startProxies starts two sidecar proxies per node, each reporting to its
-// node's detector and following the routing table through the API server.
+// startProxies starts two sidecar proxies per node, each a simulated pod
+// (a Pod object, as the injector would have labelled it, with its own
+// address) reporting to its node's agent and following the routing table
+// through it.
 func (s *stack) startProxies(ctx context.Context) error {
-	kube, err := kubernetes.NewForConfig(s.cp.Config)
-	if err != nil {
-		return err
-	}
 	for n := range nodes {
 		for i := 0; i < 2; i++ {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -221,10 +242,16 @@ func (s *stack) startProxies(ctx context.Context) error {
 			if n < len(s.detectors) {
 				det = s.detectors[n]
 			}
+			src := podAddr(len(s.proxies))
+			if err := s.registerPod(ctx, fmt.Sprintf("app-%d", len(s.proxies)), nodes[n], src); err != nil {
+				ln.Close()
+				hl.Close()
+				return err
+			}
 			cfg := sidecar.Config{
 				Listener: ln, HTTPListener: hl, Upstreams: s.redis.Addrs(), Cluster: true,
-				Policy: PolicyName, Namespace: Namespace, Detector: det,
-				Kube: kube, Logger: s.slog.With("proxy", strconv.Itoa(len(s.proxies))),
+				Policy: PolicyName, Namespace: Namespace, Detector: det, SourceAddr: src,
+				Logger: s.slog.With("proxy", strconv.Itoa(len(s.proxies))),
 			}
 			s.goRun("proxy "+addr, func(ctx context.Context) error { return sidecar.Run(ctx, cfg) })
 			s.proxies = append(s.proxies, addr)
@@ -311,4 +338,23 @@ func progress(out io.Writer, live bool, what string, fn func() error) error {
 		fmt.Fprintf(out, "  • %s: %s (%.1fs)\n", what, status, time.Since(start).Seconds())
 	}
 	return err
+}
+
+// registerPod creates the Pod object of a simulated pod on node with
+// address ip, labelled for the demo's policy as the injector labels the
+// pods it injects, and sets its status as a kubelet would: the manager
+// watches such pods and tells the node's agent to accept counts from ip.
+func (s *stack) registerPod(ctx context.Context, name, node, ip string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name, Labels: map[string]string{v1alpha1.LabelPolicy: PolicyName}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "demo/app"}}},
+	}
+	if err := s.cp.Client.Create(ctx, pod); err != nil {
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	if err := s.cp.Client.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("pod %s status: %w", name, err)
+	}
+	return nil
 }

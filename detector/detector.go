@@ -1,126 +1,150 @@
-// Package detector is heatsink's per-node hot-key detector: it receives the
-// sidecars' access counts over UDP (package wire), keeps one windowed
-// heavy-hitter sketch per HotKeyPolicy (package sketch) and writes one
-// HotKeyReport per policy for its node (package report decides when).
+// Package detector is heatsink's node agent, run as a DaemonSet (one per
+// node, `heatsink detector`). It
 //
-// It runs as a DaemonSet (cmd/heatsink detector) and can be embedded, one
-// per simulated node, by the demo and tests: New binds the ingest socket,
-// Run serves until the context ends.
+//   - receives the access counts of the sidecars on its node over UDP
+//     (package wire), accepting a pod's counts only for the policy the pod
+//     was injected for and at a bounded rate per pod;
+//   - keeps one windowed heavy-hitter sketch per policy (package sketch) and
+//     every tick decides what to tell the elected manager (package summary):
+//     the keys at or above the floor the manager set, with a bound on every
+//     key it leaves out, exact counts for the keys the manager pinned;
+//   - holds a stream from the manager (package fleet) that tells it the
+//     policies, the pods of its node and the routing tables, and serves those
+//     tables to its node's sidecars (so sidecars need no API credentials and
+//     the API server sees one reader, the manager, not one per pod).
+//
+// It makes no call to the API server: everything comes from the manager,
+// whose address is a name that resolves to every manager replica; the agent
+// talks to whichever holds the leader lease.
+//
+// New binds the sockets; Run serves until the context ends. Several agents
+// (simulated nodes) can live in one process.
 package detector
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/rest"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/detector/wire"
-	"github.com/heatsink-dev/heatsink/internal/scheme"
 )
 
-// The detector's least privilege: read policies, manage its own reports.
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=list;watch;create;patch;delete
+// Defaults of Options.
+const (
+	DefaultTick            = 100 * time.Millisecond
+	DefaultMemoryPerPolicy = 256 << 10
+	// DefaultSourceRate is how many entries per second one pod may send.
+	// A sidecar sends one entry per distinct key per 100 ms, so this is a
+	// pod touching 20,000 distinct keys every 100 ms, sustained.
+	DefaultSourceRate = 200_000
+	// DefaultMaxKeysPerSummary bounds one policy's listed keys per summary.
+	DefaultMaxKeysPerSummary = 2048
+)
 
 // Options configure a Detector.
 type Options struct {
-	// Config reaches the API server. Required.
-	Config *rest.Config
-	// NodeName is the node whose sidecars send to this detector. Required.
+	// NodeName is the node whose sidecars send to this agent. Required.
 	NodeName string
-	// ListenAddr is the UDP ingest address. Default ":7946".
+	// ListenAddr is the UDP ingest address, and the TCP address of the
+	// routing server for the node's sidecars (same port). Default ":7946".
 	ListenAddr string
-	// Clock is the detector's time: windows, rate limits and generatedAt.
-	// Default: the real clock.
+	// Manager is "host:port" of the managers' fleet endpoint; the host may
+	// resolve to several addresses (a headless Service): each is tried until
+	// the leader answers. Required.
+	Manager string
+	// Resolve looks up Manager's host; default net.DefaultResolver.
+	Resolve func(ctx context.Context, host string) ([]string, error)
+	// Token authenticates the agent to the manager. Required.
+	Token string
+	// TLS, if set, is used to reach the manager; nil is plaintext.
+	TLS *tls.Config
+	// Clock is the agent's time: windows, rates, summary timing.
 	Clock clock.WithTicker
-	// Tick is how often reports are evaluated. Default 100ms, a tenth of the
-	// default report interval, so a report is at most one tick late.
+	// Tick is how often summaries are computed (and sent when due).
 	Tick time.Duration
-	// MemoryPerPolicy is each policy's sketch budget in bytes. Default 64 KiB.
+	// MemoryPerPolicy is each policy's sketch budget in bytes.
 	MemoryPerPolicy int
-	// CandidateFraction of a threshold a key must reach on this node to be
-	// reported. Default 0.1.
-	CandidateFraction float64
-	// Registerer receives the detector's metrics. Default: a private
-	// registry (so several detectors can live in one process).
+	// SourceRate is the entries per second one pod may send (burst: one
+	// second's worth); excess batches are dropped and counted.
+	SourceRate float64
+	// MaxKeysPerSummary bounds one policy's listed keys per summary.
+	MaxKeysPerSummary int
+	// Registerer receives the agent's metrics; default a private registry
+	// (several agents can live in one process). Gatherer serves them on
+	// MetricsAddr; default Registerer if it is one.
 	Registerer prometheus.Registerer
-	// MetricsAddr and ProbeAddr are the manager's metrics and health
-	// endpoints. Default "0": disabled.
+	Gatherer   prometheus.Gatherer
+	// MetricsAddr and ProbeAddr serve /metrics and /healthz, /readyz;
+	// "0" or empty disables them.
 	MetricsAddr, ProbeAddr string
 	// Logger. Default: controller-runtime's.
 	Logger *logr.Logger
 }
 
-// Detector is one node's detector.
+// Detector is one node's agent.
 type Detector struct {
 	opts    Options
-	conn    net.PacketConn
+	conn    *net.UDPConn
+	routeLn net.Listener
 	metrics *metrics
 	log     logr.Logger
+	session uint64
+	client  *http.Client
 
 	mu       sync.RWMutex
 	policies map[string]*policyState // by "<namespace>/<name>"
 
-	client client.Client // set by Run
-	ready  atomic.Bool
+	sources *sources
+	routes  *routes
+	up      *uplinkState
 
-	batches, observations, evaluations atomic.Uint64
+	batches, observations, summaries atomic.Uint64
 }
 
-// New validates opts and binds the ingest socket, so Addr is known before
-// Run (useful with port 0).
+// New validates opts and binds the ingest socket and the routing listener,
+// so Addr is known before Run (useful with port 0).
 func New(opts Options) (*Detector, error) {
-	if opts.Config == nil {
-		return nil, errors.New("detector: Config is required")
-	}
-	if opts.NodeName == "" {
+	switch {
+	case opts.NodeName == "":
 		return nil, errors.New("detector: NodeName is required")
+	case opts.Manager == "":
+		return nil, errors.New("detector: Manager (the managers' fleet address) is required")
+	case opts.Token == "":
+		return nil, errors.New("detector: Token (shared with the manager) is required")
 	}
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = fmt.Sprintf(":%d", wire.DefaultPort)
 	}
+	if opts.Resolve == nil {
+		opts.Resolve = net.DefaultResolver.LookupHost
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.Tick <= 0 {
-		opts.Tick = 100 * time.Millisecond
-	}
-	if opts.MemoryPerPolicy == 0 {
-		opts.MemoryPerPolicy = 64 << 10
-	}
-	if opts.CandidateFraction == 0 {
-		opts.CandidateFraction = 0.1
-	}
-	if opts.CandidateFraction < 0 || opts.CandidateFraction > 1 {
-		return nil, fmt.Errorf("detector: CandidateFraction %v is not in (0, 1]", opts.CandidateFraction)
-	}
+	opts.Tick = cmpOr(opts.Tick, DefaultTick)
+	opts.MemoryPerPolicy = cmpOr(opts.MemoryPerPolicy, DefaultMemoryPerPolicy)
+	opts.SourceRate = cmpOr(opts.SourceRate, DefaultSourceRate)
+	opts.MaxKeysPerSummary = cmpOr(opts.MaxKeysPerSummary, DefaultMaxKeysPerSummary)
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	if opts.MetricsAddr == "" {
-		opts.MetricsAddr = "0"
-	}
-	if opts.ProbeAddr == "" {
-		opts.ProbeAddr = "0"
+	if opts.Gatherer == nil {
+		opts.Gatherer, _ = opts.Registerer.(prometheus.Gatherer)
 	}
 	log := ctrl.Log.WithName("detector").WithValues("node", opts.NodeName)
 	if opts.Logger != nil {
@@ -130,35 +154,69 @@ func New(opts Options) (*Detector, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := net.ListenPacket("udp", opts.ListenAddr)
+	pc, err := net.ListenPacket("udp", opts.ListenAddr)
 	if err != nil {
-		return nil, fmt.Errorf("detector: listen on %s: %w", opts.ListenAddr, err)
+		return nil, fmt.Errorf("detector: listen on %s/udp: %w", opts.ListenAddr, err)
 	}
+	conn := pc.(*net.UDPConn)
 	// A large receive buffer absorbs bursts of batches from many sidecars
 	// while the reader is descheduled; the kernel caps it at rmem_max.
-	if uc, ok := conn.(*net.UDPConn); ok {
-		_ = uc.SetReadBuffer(4 << 20)
+	_ = conn.SetReadBuffer(4 << 20)
+	// The routing server takes the same port over TCP (the UDP port may
+	// have been chosen by the kernel).
+	ln, err := net.Listen("tcp", conn.LocalAddr().String())
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("detector: listen on %s/tcp: %w", conn.LocalAddr(), err)
 	}
-	return &Detector{opts: opts, conn: conn, metrics: m, log: log, policies: map[string]*policyState{}}, nil
+	var sess [8]byte
+	_, _ = rand.Read(sess[:])
+	d := &Detector{
+		opts: opts, conn: conn, routeLn: ln, metrics: m, log: log,
+		session:  binary.LittleEndian.Uint64(sess[:]) | 1,
+		policies: map[string]*policyState{},
+		sources:  newSources(opts.SourceRate),
+		routes:   newRoutes(),
+		up:       &uplinkState{},
+	}
+	d.client = &http.Client{Transport: &http.Transport{
+		TLSClientConfig: opts.TLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
+		ForceAttemptHTTP2: false,
+	}}
+	return d, nil
 }
 
-// Addr is the bound ingest address.
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Addr is the bound ingest address (UDP); the routing server listens on the
+// same address over TCP.
 func (d *Detector) Addr() net.Addr { return d.conn.LocalAddr() }
 
-// Stats are counters for tests and the demo.
+// RoutingAddr is the routing server's address.
+func (d *Detector) RoutingAddr() net.Addr { return d.routeLn.Addr() }
+
+// Stats are counters for tests, the demo and the simulator.
 type Stats struct {
 	// Batches accepted and Observations (entries) counted.
 	Batches, Observations uint64
-	// Evaluations of the report loop.
-	Evaluations uint64
+	// Summaries sent to the manager.
+	Summaries uint64
+	// Connected: the agent holds a stream from the manager.
+	Connected bool
 }
 
-// Stats returns the detector's counters.
+// Stats returns the agent's counters.
 func (d *Detector) Stats() Stats {
-	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Evaluations: d.evaluations.Load()}
+	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Summaries: d.summaries.Load(), Connected: d.up.connected()}
 }
 
-// Tracks reports whether the detector knows policy "<namespace>/<name>".
+// Tracks reports whether the agent knows policy "<namespace>/<name>".
 func (d *Detector) Tracks(policy string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -166,50 +224,73 @@ func (d *Detector) Tracks(policy string) bool {
 	return ok
 }
 
-// Run watches policies, ingests batches and writes reports until ctx ends.
-// It closes the ingest socket on return.
+// Run ingests batches, follows the manager, sends summaries and serves
+// routing tables until ctx ends. It closes its sockets on return.
 func (d *Detector) Run(ctx context.Context) error {
 	defer d.conn.Close()
-	mgr, err := ctrl.NewManager(d.opts.Config, ctrl.Options{
-		Scheme:                 scheme.New(),
-		Metrics:                metricsserver.Options{BindAddress: d.opts.MetricsAddr},
-		HealthProbeBindAddress: d.opts.ProbeAddr,
-		Logger:                 d.log,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only this node's reports: a detector never reads others'.
-			&v1alpha1.HotKeyReport{}: {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelNode: d.opts.NodeName})},
-		}},
-		// Several detectors (simulated nodes) may share a process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	routeSrv := &http.Server{Handler: d.routes.handler(d), ReadHeaderTimeout: 5 * time.Second}
+	run(func(context.Context) {
+		if err := routeSrv.Serve(d.routeLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error(err, "routing server stopped")
+		}
 	})
-	if err != nil {
-		return fmt.Errorf("detector: manager: %w", err)
+	for _, s := range d.endpoints() {
+		run(s)
 	}
-	d.client = mgr.GetClient()
-	if err := d.setupPolicyController(mgr); err != nil {
-		return err
-	}
-	if err := mgr.Add(manager.RunnableFunc(d.ingest)); err != nil {
-		return err
-	}
-	if err := mgr.Add(manager.RunnableFunc(d.reportLoop)); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("readyz", func(*http.Request) error {
-		if !d.ready.Load() {
-			return errors.New("policies not synced yet")
+	run(d.ingest)
+	run(d.uplink)
+	run(d.summaryLoop)
+	<-ctx.Done()
+	shut, cancelShut := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelShut()
+	_ = routeSrv.Shutdown(shut)
+	d.routes.closeAll()
+	d.client.CloseIdleConnections()
+	wg.Wait()
+	return nil
+}
+
+// endpoints returns the metrics and probe servers to run, if configured.
+func (d *Detector) endpoints() []func(context.Context) {
+	var out []func(context.Context)
+	serve := func(addr string, h http.Handler) {
+		if addr == "" || addr == "0" {
+			return
 		}
-		return nil
-	}); err != nil {
-		return err
+		out = append(out, func(ctx context.Context) {
+			srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+			go func() { <-ctx.Done(); _ = srv.Close() }()
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error(err, "endpoint stopped", "addr", addr)
+			}
+		})
 	}
-	go func() {
-		if mgr.GetCache().WaitForCacheSync(ctx) {
-			d.ready.Store(true)
-		}
-	}()
-	return mgr.Start(ctx)
+	if d.opts.Gatherer != nil {
+		serve(d.opts.MetricsAddr, promhttp.HandlerFor(d.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	probes := http.NewServeMux()
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+	probes.HandleFunc("/healthz", ok)
+	// Ready once the sockets are bound (they are, by New): the agent serves
+	// its node's sidecars with the last tables it has even while the
+	// manager is away, so the manager's absence must not fail readiness
+	// (it would stall every DaemonSet rollout during a failover).
+	probes.HandleFunc("/readyz", ok)
+	serve(d.opts.ProbeAddr, probes)
+	return out
+}
+
+// addrPort turns a net.Addr into a netip.AddrPort (zero if it is not IP).
+func addrPort(a net.Addr) netip.AddrPort {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap
+	}
+	return netip.AddrPort{}
 }

@@ -4,15 +4,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the detector's Prometheus metrics. Labels are reasons,
-// results and policy names, never a Redis key.
+// metrics are the agent's Prometheus metrics. Labels are reasons, results
+// and policy names (namespace, policy), never a Redis key.
 type metrics struct {
-	batches      *prometheus.CounterVec // result: accepted or a drop reason
-	observations *prometheus.CounterVec // result: counted, filtered
-	sketchBytes  *prometheus.GaugeVec   // policy
-	sketchKeys   *prometheus.GaugeVec   // policy
-	reportWrites *prometheus.CounterVec // result: written, deleted, error
-	policies     prometheus.Gauge
+	batches         *prometheus.CounterVec // result: accepted or a drop reason
+	observations    *prometheus.CounterVec // result: counted, filtered
+	sketchBytes     *prometheus.GaugeVec   // namespace, policy
+	sketchKeys      *prometheus.GaugeVec   // namespace, policy
+	summaries       *prometheus.CounterVec // result: sent, error, no_manager, superseded
+	routingRequests *prometheus.CounterVec // result: served, not_modified, unknown_source, unentitled
+	routingWaiters  prometheus.Gauge
+	connected       prometheus.Gauge
+	connects        prometheus.Counter
+	pinsRefused     prometheus.Counter
+	policies        prometheus.Gauge
+	pods            prometheus.Gauge
 
 	// Pre-resolved children for the ingest path.
 	accepted, counted, filtered prometheus.Counter
@@ -22,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heatsink_detector_batches_total",
-			Help: "Batches received from sidecars, by result: accepted, or the reason they were dropped (truncated, bad_magic, unknown_version, unknown_flags, oversized, malformed, unknown_policy).",
+			Help: "Batches received from sidecars, by result: accepted, or why they were dropped (truncated, bad_magic, unknown_version, unknown_flags, oversized, malformed: undecodable; unknown_source: not from a pod the manager named; unentitled: naming another policy than the pod's; rate_limited: over the pod's rate; unknown_policy: a policy the agent has no directive for).",
 		}, []string{"result"}),
 		observations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heatsink_detector_observations_total",
@@ -31,21 +37,46 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sketchBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "heatsink_detector_sketch_bytes",
 			Help: "Memory held by a policy's sketch, keys included.",
-		}, []string{"policy"}),
+		}, []string{"namespace", "policy"}),
 		sketchKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "heatsink_detector_sketch_keys",
 			Help: "Keys tracked in a policy's sketch store.",
-		}, []string{"policy"}),
-		reportWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "heatsink_detector_report_writes_total",
-			Help: "HotKeyReport writes, by result: written, deleted, error.",
+		}, []string{"namespace", "policy"}),
+		summaries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "heatsink_detector_summaries_total",
+			Help: "Summaries for the manager, by result: sent, error, no_manager (not connected), superseded (replaced by a newer one before it was sent).",
 		}, []string{"result"}),
+		routingRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "heatsink_detector_routing_requests_total",
+			Help: "Routing table requests from sidecars, by result: served, not_modified, unknown_source, unentitled.",
+		}, []string{"result"}),
+		routingWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "heatsink_detector_routing_waiters",
+			Help: "Sidecar requests waiting for a newer routing table.",
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "heatsink_detector_manager_connected",
+			Help: "1 while the agent holds a stream from the elected manager.",
+		}),
+		connects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "heatsink_detector_manager_connects_total",
+			Help: "Streams from the manager established (a failover adds one).",
+		}),
+		pinsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "heatsink_detector_pins_refused_total",
+			Help: "Keys the manager asked to count exactly that did not fit the sketch's pin budget.",
+		}),
 		policies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "heatsink_detector_policies",
-			Help: "HotKeyPolicies the detector tracks.",
+			Help: "HotKeyPolicies the agent tracks (those with pods on its node).",
+		}),
+		pods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "heatsink_detector_pods",
+			Help: "Pods of this node the agent accepts counts from.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.observations, m.sketchBytes, m.sketchKeys, m.reportWrites, m.policies} {
+	for _, c := range []prometheus.Collector{m.batches, m.observations, m.sketchBytes, m.sketchKeys, m.summaries,
+		m.routingRequests, m.routingWaiters, m.connected, m.connects, m.pinsRefused, m.policies, m.pods} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -54,4 +85,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.counted = m.observations.WithLabelValues("counted")
 	m.filtered = m.observations.WithLabelValues("filtered")
 	return m, nil
+}
+
+// forget drops a removed policy's series.
+func (m *metrics) forget(id string) {
+	for i := range len(id) {
+		if id[i] == '/' {
+			m.sketchBytes.DeleteLabelValues(id[:i], id[i+1:])
+			m.sketchKeys.DeleteLabelValues(id[:i], id[i+1:])
+			return
+		}
+	}
 }

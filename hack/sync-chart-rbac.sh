@@ -15,5 +15,5 @@ copy() { # src dst
   { echo "# Generated from ${1#"${ROOT}/"} by hack/sync-chart-rbac.sh. DO NOT EDIT."; cat "$1"; } >"$2"
 }
 copy "${ROOT}/config/rbac/role.yaml" "${dst}/rbac/manager.yaml"
-copy "${ROOT}/config/detector/rbac/role.yaml" "${dst}/rbac/detector.yaml"
+
 copy "${ROOT}/config/webhook/manifests.yaml" "${dst}/webhook/manifests.yaml"

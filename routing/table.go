@@ -116,8 +116,15 @@ type PreAggregate struct {
 	FlushMillis int64 `json:"flushMillis"`
 }
 
+// MaxTableBytes bounds a published table: a ConfigMap holds at most 1 MiB,
+// so no larger table can be published, and a reader refuses one.
+const MaxTableBytes = 1 << 20
+
 // Parse decodes and validates a published table.
 func Parse(data []byte) (*Table, error) {
+	if len(data) > MaxTableBytes {
+		return nil, fmt.Errorf("routing table: %d bytes, more than %d", len(data), MaxTableBytes)
+	}
 	var t Table
 	if err := json.Unmarshal(data, &t); err != nil {
 		return nil, fmt.Errorf("routing table: %w", err)

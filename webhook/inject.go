@@ -65,6 +65,14 @@ const (
 	TLSMountPath  = "/etc/heatsink/tls/"
 	// RoutingFile is the routing table file the proxy watches.
 	RoutingFile = RoutingMountPath + "/routing.json"
+	// NoTokenVolumeName is an empty directory mounted over the proxy's
+	// service account token path: the proxy gets routing tables from its
+	// node agent and must hold no API credentials, whatever the pod's
+	// automountServiceAccountToken says (the token is mounted into every
+	// container that has nothing at that path).
+	NoTokenVolumeName = "heatsink-no-api-token"
+	// ServiceAccountTokenPath is where Kubernetes mounts a pod's API token.
+	ServiceAccountTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// ProxyListen is where the proxy accepts the application's connections.
 	ProxyListen = "127.0.0.1:6380"
 	// ProxyHTTPAddress serves the proxy's metrics and health.
@@ -86,12 +94,18 @@ type InjectorConfig struct {
 	PullPolicy corev1.PullPolicy
 	// Resources are the proxy's requests and limits.
 	Resources corev1.ResourceRequirements
-	// DetectorAddress is where the proxy sends its access counts
-	// (HEATSINK_DETECTOR): the detector Service with internalTrafficPolicy
-	// Local (e.g. heatsink-detector.heatsink-system.svc:7946), which delivers
-	// only to the detector on the sender's node. Empty means the detector's
-	// hostPort on the pod's node, $(HEATSINK_NODE_IP):7946.
+	// DetectorAddress is the node agent the proxy sends its access counts
+	// to (UDP) and reads routing tables from (TCP), HEATSINK_DETECTOR: the
+	// detector Service with internalTrafficPolicy Local (e.g.
+	// heatsink-detector.heatsink-system.svc:7946), which delivers only to
+	// the agent on the sender's node. Empty means the agent's hostPort on the
+	// pod's node, $(HEATSINK_NODE_IP):7946.
 	DetectorAddress string
+	// RoutingFile mounts the policy's routing ConfigMap into the pod as a
+	// fallback for when the node agent is away. Off by default: each
+	// node's kubelet then watches that ConfigMap through the API server, a
+	// cost that grows with the nodes running the policy's pods.
+	RoutingFile bool
 }
 
 // DefaultProxyResources are the proxy's requests and limits unless configured:
@@ -141,6 +155,12 @@ func (in *Injector) Handle(ctx context.Context, req admission.Request) admission
 	if !ok || hasProxy(pod) {
 		// Not asked for, or already injected (re-invocation): untouched.
 		return admission.Allowed("")
+	}
+	if pod.Spec.HostNetwork {
+		// Its 127.0.0.1:6380 would be the node's, shared with every other
+		// host-network pod, and its counts would come from the node's
+		// address, which the node agent cannot attribute to one pod.
+		return admission.Denied(fmt.Sprintf("annotation %s: heatsink cannot inject a pod with hostNetwork: true (its proxy would listen on the node's loopback, and its counts could not be told apart from other host-network pods')", InjectAnnotation))
 	}
 	if msgs := validation.IsDNS1123Subdomain(policyName); len(msgs) > 0 {
 		return admission.Denied(fmt.Sprintf("annotation %s=%q is not a HotKeyPolicy name: %s", InjectAnnotation, policyName, strings.Join(msgs, "; ")))
@@ -202,7 +222,7 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		ImagePullPolicy: cfg.PullPolicy,
 		Args:            []string{"proxy"},
 		RestartPolicy:   &always,
-		Env:             proxyEnv(policy, cfg.DetectorAddress),
+		Env:             proxyEnv(policy, cfg),
 		Ports: []corev1.ContainerPort{
 			{Name: "hs-proxy-http", ContainerPort: 9091, Protocol: corev1.ProtocolTCP},
 		},
@@ -215,9 +235,12 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 			FailureThreshold: 30,
 		},
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: RoutingVolumeName, MountPath: RoutingMountPath, ReadOnly: true},
+			{Name: NoTokenVolumeName, MountPath: ServiceAccountTokenPath, ReadOnly: true},
 		},
 		SecurityContext: proxySecurityContext(),
+	}
+	if cfg.RoutingFile {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: RoutingVolumeName, MountPath: RoutingMountPath, ReadOnly: true})
 	}
 	caSecret := ""
 	if t := policy.Spec.Target.TLS; t != nil && t.CASecretRef != nil && t.CASecretRef.Name != "" {
@@ -225,7 +248,13 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TLSVolumeName, MountPath: TLSMountPath, ReadOnly: true})
 	}
 	pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
-	if !hasVolume(pod, RoutingVolumeName) {
+	if !hasVolume(pod, NoTokenVolumeName) {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+			Name:         NoTokenVolumeName,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+		})
+	}
+	if cfg.RoutingFile && !hasVolume(pod, RoutingVolumeName) {
 		optional := true
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
 			Name: RoutingVolumeName,
@@ -254,6 +283,13 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[InjectedAnnotation] = policy.Name
+	// The manager watches pods with this label and tells the node agent of
+	// the pod's node that the pod's address may send counts, and read
+	// routing, for this policy and no other.
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[v1alpha1.LabelPolicy] = policy.Name
 }
 
 func hasVolume(pod *corev1.Pod, name string) bool {
@@ -267,7 +303,8 @@ func hasVolume(pod *corev1.Pod, name string) bool {
 
 // proxyEnv is the proxy's environment. Order matters: a $(VAR) reference
 // expands only variables defined before it.
-func proxyEnv(policy *v1alpha1.HotKeyPolicy, detector string) []corev1.EnvVar {
+func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar {
+	detector := cfg.DetectorAddress
 	if detector == "" {
 		detector = fmt.Sprintf("$(HEATSINK_NODE_IP):%d", DetectorPort)
 	}
@@ -282,9 +319,14 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, detector string) []corev1.EnvVar {
 		{Name: "HEATSINK_UPSTREAM", Value: strings.Join(policy.Spec.Target.Addresses, ",")},
 		{Name: "HEATSINK_CLUSTER", Value: fmt.Sprintf("%t", policy.Spec.Target.Cluster)},
 		{Name: "HEATSINK_LISTEN", Value: ProxyListen},
-		{Name: "HEATSINK_ROUTING_FILE", Value: RoutingFile},
 		{Name: "HEATSINK_HTTP_ADDRESS", Value: ProxyHTTPAddress},
 	}
+	routingFile := ""
+	if cfg.RoutingFile {
+		routingFile = RoutingFile
+	}
+	// Set even when empty: the proxy's default is the mounted path.
+	env = append(env, corev1.EnvVar{Name: "HEATSINK_ROUTING_FILE", Value: routingFile})
 	if ref := policy.Spec.Target.CredentialsSecretRef; ref != nil && ref.Name != "" {
 		optional := true
 		secretKey := func(key string) *corev1.EnvVarSource {

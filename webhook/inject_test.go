@@ -69,6 +69,24 @@ func TestInjectIsCompleteAndIdempotent(t *testing.T) {
 	checkProxy(t, pod)
 }
 
+func TestInjectRoutingFileOnRequest(t *testing.T) {
+	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
+	webhook.Inject(pod, testPolicy("shop", "catalogue"), webhook.InjectorConfig{Image: testImage, RoutingFile: true})
+	proxy := pod.Spec.InitContainers[0]
+	if got := envOf(proxy)["HEATSINK_ROUTING_FILE"]; got != webhook.RoutingFile {
+		t.Errorf("HEATSINK_ROUTING_FILE = %q, want %q", got, webhook.RoutingFile)
+	}
+	var vol *corev1.Volume
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == webhook.RoutingVolumeName {
+			vol = &pod.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != "catalogue-routing" || vol.ConfigMap.Optional == nil || !*vol.ConfigMap.Optional {
+		t.Errorf("routing volume: %+v", vol)
+	}
+}
+
 func TestInjectDetectorService(t *testing.T) {
 	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
 	cfg := webhook.InjectorConfig{Image: testImage, DetectorAddress: "heatsink-detector.heatsink-system.svc:7946"}
@@ -98,7 +116,7 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 		"HEATSINK_UPSTREAM":       "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
 		"HEATSINK_CLUSTER":        "true",
 		"HEATSINK_LISTEN":         "127.0.0.1:6380",
-		"HEATSINK_ROUTING_FILE":   "/etc/heatsink/routing/routing.json",
+		"HEATSINK_ROUTING_FILE":   "",
 		"HEATSINK_HTTP_ADDRESS":   ":9091",
 		"HEATSINK_REDIS_USERNAME": "secret:redis-auth/username",
 		"HEATSINK_REDIS_PASSWORD": "secret:redis-auth/password",
@@ -121,17 +139,25 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 	if proxy.Resources.Requests.Cpu().IsZero() || proxy.Resources.Limits.Memory().IsZero() {
 		t.Errorf("proxy has no requests/limits: %+v", proxy.Resources)
 	}
-	var vol *corev1.Volume
+	// No API credential reaches the proxy: an empty directory covers the
+	// token path, and no routing ConfigMap is mounted unless asked for.
+	var noToken *corev1.Volume
 	for i := range pod.Spec.Volumes {
-		if pod.Spec.Volumes[i].Name == webhook.RoutingVolumeName {
-			vol = &pod.Spec.Volumes[i]
+		switch pod.Spec.Volumes[i].Name {
+		case webhook.NoTokenVolumeName:
+			noToken = &pod.Spec.Volumes[i]
+		case webhook.RoutingVolumeName:
+			t.Errorf("routing ConfigMap mounted by default: %+v", pod.Spec.Volumes[i])
 		}
 	}
-	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != "catalogue-routing" || vol.ConfigMap.Optional == nil || !*vol.ConfigMap.Optional {
-		t.Errorf("routing volume: %+v", vol)
+	if noToken == nil || noToken.EmptyDir == nil {
+		t.Errorf("no empty volume over the token path: %+v", pod.Spec.Volumes)
 	}
-	if len(proxy.VolumeMounts) != 1 || proxy.VolumeMounts[0].MountPath != "/etc/heatsink/routing" {
-		t.Errorf("routing mount: %+v", proxy.VolumeMounts)
+	if len(proxy.VolumeMounts) != 1 || proxy.VolumeMounts[0].MountPath != webhook.ServiceAccountTokenPath || proxy.VolumeMounts[0].Name != webhook.NoTokenVolumeName {
+		t.Errorf("proxy mounts: %+v", proxy.VolumeMounts)
+	}
+	if pod.Labels[v1alpha1.LabelPolicy] != "catalogue" {
+		t.Errorf("label %s = %q, want catalogue", v1alpha1.LabelPolicy, pod.Labels[v1alpha1.LabelPolicy])
 	}
 	if pod.Annotations[webhook.InjectedAnnotation] != "catalogue" {
 		t.Errorf("annotation %s = %q", webhook.InjectedAnnotation, pod.Annotations[webhook.InjectedAnnotation])
@@ -267,6 +293,14 @@ func TestInjectionWebhook(t *testing.T) {
 		_, err := create(testPod(ns, "orphan", map[string]string{webhook.InjectAnnotation: "nope"}))
 		if err == nil || !strings.Contains(err.Error(), `no HotKeyPolicy "nope" in namespace "shop"`) {
 			t.Fatalf("want a refusal naming the missing policy, got %v", err)
+		}
+	})
+	t.Run("a host-network pod is refused with the cause", func(t *testing.T) {
+		pod := testPod(ns, "hostnet", map[string]string{webhook.InjectAnnotation: "catalogue"})
+		pod.Spec.HostNetwork = true
+		_, err := create(pod)
+		if err == nil || !strings.Contains(err.Error(), "hostNetwork: true") {
+			t.Fatalf("want a refusal naming hostNetwork, got %v", err)
 		}
 	})
 	t.Run("bad policy name is refused", func(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package v1alpha1 contains the heatsink.dev/v1alpha1 API: HotKeyPolicy, which
-// users write, and HotKeyReport, which detectors write.
+// users write, and HotKeyReport, which the manager writes for people to read.
 //
 // +kubebuilder:object:generate=true
 // +groupName=heatsink.dev

@@ -4,37 +4,53 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Labels that detectors put on their reports, so the manager can list one
-// policy's reports and a detector can find its own.
+// Labels of heatsink's objects.
 const (
-	// LabelPolicy holds the name of the policy a report is for.
+	// LabelPolicy holds the name of the policy an object is for: on the
+	// manager's report and routing ConfigMap, and on every pod the injector
+	// gave a sidecar (the manager tells each node agent which pods may send
+	// counts for which policy by it).
 	LabelPolicy = "heatsink.dev/policy"
-	// LabelNode holds the name of the node whose detector wrote the report.
+	// LabelNode marked the reports single detectors wrote before the fleet
+	// stream; the manager deletes reports that carry it.
 	LabelNode = "heatsink.dev/node"
 )
 
-// HotKeyReportSpec is one detector's view of one policy's hottest keys.
+// HotKeyReportSpec is the manager's cluster-wide view of one policy's
+// hottest keys, summed over every node.
 type HotKeyReportSpec struct {
-	// nodeName is the node whose sidecars' traffic this report counts.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	NodeName string `json:"nodeName"`
-
 	// policyName is the HotKeyPolicy, in the report's namespace, it is for.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	PolicyName string `json:"policyName"`
 
+	// nodeName is empty in the manager's aggregated report. Reports of
+	// single nodes (written by detectors before the fleet stream) carried it;
+	// the manager deletes them.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	NodeName string `json:"nodeName,omitempty"`
+
 	// window is the sliding window the rates were measured over.
 	// +required
 	Window metav1.Duration `json:"window"`
 
-	// generatedAt is when the detector computed the candidates. The manager
-	// ignores a report older than three report intervals.
+	// generatedAt is when the manager computed the view.
 	// +required
 	GeneratedAt metav1.Time `json:"generatedAt"`
+
+	// nodes is how many nodes' agents contributed (sent a summary recently).
+	// +optional
+	Nodes int32 `json:"nodes,omitempty"`
+
+	// unseenReadsPerSecond and unseenWritesPerSecond bound the estimation
+	// error: a key's estimate (when not exact) exceeds its true cluster-wide
+	// rate by at most this much. See docs/detector.md.
+	// +optional
+	UnseenReadsPerSecond int64 `json:"unseenReadsPerSecond,omitempty"`
+	// +optional
+	UnseenWritesPerSecond int64 `json:"unseenWritesPerSecond,omitempty"`
 
 	// candidates are the keys near or over a threshold, hottest first.
 	// +optional
@@ -43,35 +59,40 @@ type HotKeyReportSpec struct {
 	Candidates []Candidate `json:"candidates,omitempty"`
 }
 
-// Candidate is one key's rates on one node.
+// Candidate is one key's estimated cluster-wide rates.
 type Candidate struct {
 	// key is the logical key.
 	// +kubebuilder:validation:MaxLength=512
 	Key string `json:"key"`
-	// readsPerSecond is the key's read rate on this node.
+	// readsPerSecond is the key's read rate.
 	// +optional
 	ReadsPerSecond int64 `json:"readsPerSecond,omitempty"`
-	// writesPerSecond is the key's write rate on this node.
+	// writesPerSecond is the key's write rate.
 	// +optional
 	WritesPerSecond int64 `json:"writesPerSecond,omitempty"`
 	// bytesPerSecond is the value bytes read and written per second.
 	// +optional
 	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+	// exact is true when every node counted the key exactly (the manager
+	// pinned it); otherwise the rates are an upper bound.
+	// +optional
+	Exact bool `json:"exact,omitempty"`
 }
 
-// HotKeyReport is written by the detector of one node for one policy. Users
-// do not write reports; the manager reads them.
+// HotKeyReport is the manager's view of one policy's hottest keys across
+// every node, for people (kubectl get hotkeyreports). The manager writes one
+// per policy, named like the policy, at a bounded rate; it does not read
+// them back (node agents stream their counts to it directly).
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:categories=heatsink
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policyName`
-// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.spec.nodes`
 // +kubebuilder:printcolumn:name="Generated",type=date,JSONPath=`.spec.generatedAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type HotKeyReport struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec is the report.
 	// +required
 	Spec HotKeyReportSpec `json:"spec"`
 }

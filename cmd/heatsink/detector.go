@@ -1,10 +1,14 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -12,17 +16,23 @@ import (
 
 	"github.com/heatsink-dev/heatsink/detector"
 	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/fleet"
 )
 
-// runDetector runs one node's detector (the DaemonSet's container).
+// runDetector runs one node's agent (the DaemonSet's container). It makes
+// no API call: policies, pods and routing tables come from the manager.
 func runDetector(args []string) error {
 	fs := flag.NewFlagSet("detector", flag.ContinueOnError)
-	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the node this detector serves (default $NODE_NAME, from the downward API)")
-	listen := fs.String("listen", fmt.Sprintf(":%d", wire.DefaultPort), "UDP address sidecars send their batches to")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the node this agent serves (default $NODE_NAME, from the downward API)")
+	listen := fs.String("listen", fmt.Sprintf(":%d", wire.DefaultPort), "address sidecars send their counts to (UDP) and read routing tables from (TCP)")
+	manager := fs.String("manager-address", fmt.Sprintf("heatsink-fleet.heatsink-system.svc:%d", fleet.DefaultPort), "host:port of the managers' fleet server; a host that resolves to every manager (a headless Service): the agent stays with the leader")
+	tokenFile := fs.String("token-file", "/var/run/heatsink/fleet/token", "file holding the fleet token (the mounted Secret the manager created)")
+	caFile := fs.String("tls-ca-file", "/var/run/heatsink/fleet-ca/ca-bundle.crt", "PEM bundle of the CAs of the manager's fleet certificate; empty: plaintext")
+	serverName := fs.String("tls-server-name", "", "name to verify in the manager's certificate; empty: the host of --manager-address")
 	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	memory := fs.Int("memory-per-policy", 64<<10, "sketch memory budget per policy, in bytes")
-	fraction := fs.Float64("candidate-fraction", 0.1, "share of a policy threshold a key must reach on this node to be reported")
+	memory := fs.Int("memory-per-policy", detector.DefaultMemoryPerPolicy, "sketch memory budget per policy, in bytes")
+	sourceRate := fs.Float64("source-rate", detector.DefaultSourceRate, "entries per second one pod may send; excess batches are dropped and counted")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -31,20 +41,80 @@ func runDetector(args []string) error {
 	if *nodeName == "" {
 		return errors.New("--node-name or $NODE_NAME is required")
 	}
+	token, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return fmt.Errorf("fleet token: %w", err)
+	}
+	var tlsCfg *tls.Config
+	if *caFile != "" {
+		name := *serverName
+		if name == "" {
+			if name, _, err = net.SplitHostPort(*manager); err != nil {
+				return fmt.Errorf("--manager-address: %w", err)
+			}
+		}
+		if _, err := loadCAs(*caFile); err != nil {
+			return err
+		}
+		tlsCfg = reloadingTLS(*caFile, name)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	ctx := ctrl.SetupSignalHandler()
 	d, err := detector.New(detector.Options{
-		Config:            ctrl.GetConfigOrDie(),
-		NodeName:          *nodeName,
-		ListenAddr:        *listen,
-		MemoryPerPolicy:   *memory,
-		CandidateFraction: *fraction,
-		Registerer:        ctrlmetrics.Registry,
-		MetricsAddr:       *metricsAddr,
-		ProbeAddr:         *probeAddr,
+		NodeName:        *nodeName,
+		ListenAddr:      *listen,
+		Manager:         *manager,
+		Token:           strings.TrimSpace(string(token)),
+		TLS:             tlsCfg,
+		MemoryPerPolicy: *memory,
+		SourceRate:      *sourceRate,
+		Registerer:      ctrlmetrics.Registry,
+		MetricsAddr:     *metricsAddr,
+		ProbeAddr:       *probeAddr,
 	})
 	if err != nil {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// loadCAs reads a PEM bundle of CA certificates.
+func loadCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("fleet CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("fleet CA: no certificate in %s", file)
+	}
+	return pool, nil
+}
+
+// reloadingTLS verifies the manager's certificate against the CA file as it
+// is at each handshake: the file is a mounted Secret that the kubelet
+// updates in place when the manager rotates its CA, so a long-running agent
+// follows the rotation without a restart. The standard verification is
+// replaced, not skipped: VerifyConnection checks the chain and the name.
+func reloadingTLS(caFile, serverName string) *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         serverName,
+		InsecureSkipVerify: true, // verified by VerifyConnection, with fresh roots
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("fleet: the manager presented no certificate")
+			}
+			roots, err := loadCAs(caFile)
+			if err != nil {
+				return err
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: serverName})
+			return err
+		},
+	}
 }

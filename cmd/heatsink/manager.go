@@ -27,6 +27,7 @@ func runManager(args []string) error {
 	workers := fs.Int("max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many policies reconcile at once, so that one policy's slow Redis does not hold back the others")
 	redisTimeout := fs.Duration("redis-timeout", controllers.DefaultRedisTimeout, "bound on all the Redis work (folds, replica fills) of one reconcile pass")
 	wh := bindWebhookFlags(fs)
+	fc := bindFleetFlags(fs)
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -36,7 +37,11 @@ func runManager(args []string) error {
 	ctx := ctrl.SetupSignalHandler()
 	cfg := ctrl.GetConfigOrDie()
 
-	whServer, err := prepareWebhookServer(ctx, cfg, wh)
+	whServer, err := prepareWebhookServer(ctx, cfg, wh, fc)
+	if err != nil {
+		return err
+	}
+	fleetHub, err := prepareHub(ctx, cfg, fc, wh)
 	if err != nil {
 		return err
 	}
@@ -51,6 +56,8 @@ func runManager(args []string) error {
 		// every ConfigMap of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
+			// Only injected pods, stripped to what the fleet hub needs.
+			&corev1.Pod{}: controllers.PodCacheOptions(),
 		}},
 	})
 	if err != nil {
@@ -59,7 +66,7 @@ func runManager(args []string) error {
 	if err := setupWebhooks(mgr, wh); err != nil {
 		return err
 	}
-	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout}); err != nil {
+	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

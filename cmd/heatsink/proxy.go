@@ -48,8 +48,8 @@ func runProxy(args []string) error {
 	fs.BoolVar(&c.Cluster, "cluster", envBool("HEATSINK_CLUSTER"), "upstream is a Redis Cluster (HEATSINK_CLUSTER)")
 	fs.StringVar(&c.Policy, "policy", env("HEATSINK_POLICY", ""), "HotKeyPolicy name whose routing table to follow (HEATSINK_POLICY)")
 	fs.StringVar(&c.Namespace, "namespace", env("HEATSINK_NAMESPACE", ""), "namespace of the policy (HEATSINK_NAMESPACE)")
-	fs.StringVar(&c.RoutingFile, "routing-file", env("HEATSINK_ROUTING_FILE", "/etc/heatsink/routing/routing.json"), "mounted routing table, the fallback when the API server is away (HEATSINK_ROUTING_FILE)")
-	fs.StringVar(&c.Detector, "detector", env("HEATSINK_DETECTOR", ""), "host:port of the node's detector; empty disables reports (HEATSINK_DETECTOR)")
+	fs.StringVar(&c.RoutingFile, "routing-file", env("HEATSINK_ROUTING_FILE", "/etc/heatsink/routing/routing.json"), "mounted routing table, the fallback when the node agent is away; empty: none (HEATSINK_ROUTING_FILE)")
+	fs.StringVar(&c.Detector, "detector", env("HEATSINK_DETECTOR", ""), "host:port of the node agent: counts go to it over UDP, routing tables come from it over TCP; empty: no reports, routing from the file only (HEATSINK_DETECTOR)")
 	fs.StringVar(&c.Username, "redis-username", env("HEATSINK_REDIS_USERNAME", ""), "upstream ACL user (HEATSINK_REDIS_USERNAME)")
 	// The password comes from the environment only: a flag would show it
 	// in ps and in the pod's command line.

@@ -56,6 +56,7 @@ type webhookConfig struct {
 	proxyCPULimit      string
 	proxyMemoryLimit   string
 	detectorAddress    string
+	routingFile        bool
 
 	// rotator is set by prepareWebhookServer with self-signed certificates.
 	rotator *certs.Rotator
@@ -77,7 +78,8 @@ func bindWebhookFlags(fs *flag.FlagSet) *webhookConfig {
 	fs.BoolVar(&c.inject, "enable-sidecar-injection", true, "serve the sidecar injection webhook for pods annotated heatsink.dev/inject")
 	fs.StringVar(&c.proxyImage, "proxy-image", "ghcr.io/heatsink-dev/heatsink:dev", "image of the injected proxy sidecar (runs `heatsink proxy`)")
 	fs.StringVar(&c.proxyPullPolicy, "proxy-image-pull-policy", "", "pull policy of the injected sidecar: Always, IfNotPresent, Never; empty for the API default")
-	fs.StringVar(&c.detectorAddress, "detector-address", "", "detector address the injected sidecar reports to, e.g. the node-local detector Service heatsink-detector.heatsink-system.svc:7946; empty: the detector's hostPort on the pod's node")
+	fs.StringVar(&c.detectorAddress, "detector-address", "", "node agent address the injected sidecar sends counts to (UDP) and reads routing tables from (TCP), e.g. the node-local Service heatsink-detector.heatsink-system.svc:7946; empty: the agent's hostPort on the pod's node")
+	fs.BoolVar(&c.routingFile, "inject-routing-file", false, "also mount each policy's routing ConfigMap into injected pods, as a fallback for when the node agent is away (each node's kubelet then watches it)")
 	d := hswebhook.DefaultProxyResources()
 	fs.StringVar(&c.proxyCPURequest, "proxy-cpu-request", d.Requests.Cpu().String(), "CPU request of the injected sidecar")
 	fs.StringVar(&c.proxyMemoryRequest, "proxy-memory-request", d.Requests.Memory().String(), "memory request of the injected sidecar")
@@ -102,7 +104,7 @@ func podNamespace() string {
 // prepareWebhookServer builds the webhook server and, with self-signed
 // certificates, loads (or creates) its certificate before the manager starts,
 // so that the server never starts without one.
-func prepareWebhookServer(ctx context.Context, cfg *rest.Config, c *webhookConfig) (webhook.Server, error) {
+func prepareWebhookServer(ctx context.Context, cfg *rest.Config, c *webhookConfig, fc *fleetConfig) (webhook.Server, error) {
 	tlsOpts := []func(*tls.Config){func(t *tls.Config) { t.MinVersion = tls.VersionTLS12 }}
 	switch c.certSource {
 	case certSourceDir:
@@ -110,7 +112,7 @@ func prepareWebhookServer(ctx context.Context, cfg *rest.Config, c *webhookConfi
 		if !c.enabled {
 			break
 		}
-		r, err := newRotator(cfg, c)
+		r, err := newRotator(cfg, c, fc)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +140,7 @@ func prepareWebhookServer(ctx context.Context, cfg *rest.Config, c *webhookConfi
 	}), nil
 }
 
-func newRotator(cfg *rest.Config, c *webhookConfig) (*certs.Rotator, error) {
+func newRotator(cfg *rest.Config, c *webhookConfig, fc *fleetConfig) (*certs.Rotator, error) {
 	ns := c.namespace
 	if ns == "" {
 		ns = podNamespace()
@@ -152,6 +154,11 @@ func newRotator(cfg *rest.Config, c *webhookConfig) (*certs.Rotator, error) {
 	}
 	svc := c.serviceName + "." + ns + ".svc"
 	names := []string{svc, svc + ".cluster.local"}
+	if fc != nil && fc.serviceName != "" {
+		// The fleet server presents the same certificate.
+		fsvc := fc.serviceName + "." + ns + ".svc"
+		names = append(names, fsvc, fsvc+".cluster.local")
+	}
 	for _, n := range strings.Split(c.certExtraNames, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			names = append(names, n)
@@ -202,7 +209,7 @@ func (c *webhookConfig) injectorConfig() (hswebhook.InjectorConfig, error) {
 	default:
 		return hswebhook.InjectorConfig{}, fmt.Errorf("--proxy-image-pull-policy=%q: want Always, IfNotPresent or Never", p)
 	}
-	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, DetectorAddress: c.detectorAddress}, nil
+	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, DetectorAddress: c.detectorAddress, RoutingFile: c.routingFile}, nil
 }
 
 // setupWebhooks registers the admission webhooks and, with self-signed

@@ -78,7 +78,7 @@ func TestSelfSignedWebhookWiring(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := prepareWebhookServer(ctx, cp.Config, wh)
+	srv, err := prepareWebhookServer(ctx, cp.Config, wh, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,48 +5,33 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// benchReports builds nodes reports of perNode candidates each, spread over
-// keys distinct keys, every key hot once summed (even keys for reads, odd
-// keys for writes).
-func benchReports(now time.Time, nodes, perNode, keys int) []v1alpha1.HotKeyReport {
-	out := make([]v1alpha1.HotKeyReport, nodes)
-	for n := range out {
-		r := &out[n]
-		node := fmt.Sprintf("node-%03d", n)
-		r.Name = "bench-" + node
-		r.Labels = map[string]string{v1alpha1.LabelPolicy: "bench", v1alpha1.LabelNode: node}
-		r.Spec = v1alpha1.HotKeyReportSpec{NodeName: node, PolicyName: "bench", Window: metav1.Duration{Duration: 10 * time.Second},
-			GeneratedAt: metav1.NewTime(now)}
-		for i := range perNode {
-			k := (n*perNode + i) % keys
-			c := v1alpha1.Candidate{Key: fmt.Sprintf("product:%06d", k)}
-			if k%2 == 0 {
-				c.ReadsPerSecond = 1000
-			} else {
-				c.WritesPerSecond = 500
-			}
-			r.Spec.Candidates = append(r.Spec.Candidates, c)
+// benchObservations are keys distinct keys, all hot (even keys for reads,
+// odd keys for writes), as the hub would estimate them.
+func benchObservations(keys int) map[string]Observation {
+	out := make(map[string]Observation, keys)
+	for k := range keys {
+		o := Observation{}
+		if k%2 == 0 {
+			o.ReadsPerSecond = 100_000
+		} else {
+			o.WritesPerSecond = 50_000
 		}
+		out[fmt.Sprintf("product:%06d", k)] = o
 	}
 	return out
 }
 
-// BenchmarkAggregateDecide is the manager's pure path for one reconcile of a
-// policy with 1,000 hot keys from 500 node reports (200 candidates each):
-// sum the reports, then decide against the previous state and table.
-func BenchmarkAggregateDecide(b *testing.B) {
+// BenchmarkDecide is the manager's pure decision for one reconcile of a
+// policy with 1,000 hot keys, against the previous state and table. (The
+// cluster-wide estimates it takes are the hub's: BenchmarkSnapshot.)
+func BenchmarkDecide(b *testing.B) {
 	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) { s.Capacity.MaxMitigatedKeys = 1000 })
 	now := t0
-	reports := benchReports(now, 500, 200, 1000)
-	in := Input{Now: now, Spec: spec, Margin: 10 * time.Second}
-	agg := AggregateReports(now, time.Second, reports, nil)
-	in.Observations = agg.Keys
+	in := Input{Now: now, Spec: spec, Margin: 10 * time.Second, Observations: benchObservations(1000)}
 	out := Decide(in)
 	in.Now, in.State = now.Add(2*time.Second), out.State
 	out = Decide(in)
@@ -56,8 +41,6 @@ func BenchmarkAggregateDecide(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		agg := AggregateReports(in.Now, time.Second, reports, nil)
-		in.Observations = agg.Keys
 		_ = Decide(in)
 	}
 }

@@ -6,11 +6,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -158,42 +156,6 @@ func TestPlanGenerations(t *testing.T) {
 				t.Errorf("next = %v, want %v", next, tc.wantNext)
 			}
 		})
-	}
-}
-
-func TestAggregateReports(t *testing.T) {
-	now := t0
-	report := func(node string, age time.Duration, c ...v1alpha1.Candidate) v1alpha1.HotKeyReport {
-		r := v1alpha1.HotKeyReport{}
-		r.Labels = map[string]string{v1alpha1.LabelNode: node}
-		r.Spec.NodeName = node
-		r.Spec.GeneratedAt = metav1.NewTime(now.Add(-age))
-		r.Spec.Candidates = c
-		return r
-	}
-	cand := func(k string, r, w int64) v1alpha1.Candidate {
-		return v1alpha1.Candidate{Key: k, ReadsPerSecond: r, WritesPerSecond: w}
-	}
-	f, err := keyfilter.Compile([]string{"*"}, []string{"session:*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := AggregateReports(now, time.Second, []v1alpha1.HotKeyReport{
-		report("a", 0, cand("likes", 10, 100), cand("session:1", 1000, 0)),
-		report("b", 2*time.Second, cand("likes", 5, 50), cand("page", 7000, 0)),
-		report("c", 4*time.Second, cand("likes", 1e6, 1e6)),
-		// d's last report is old and empty: quiet, not stale.
-		report("d", time.Minute),
-		// An older report of node a is superseded by the newer one.
-		report("a", 500*time.Millisecond, cand("likes", 1e6, 0)),
-	}, f)
-	want := Aggregate{
-		Keys:       map[string]Observation{"likes": {15, 150}, "page": {7000, 0}},
-		FreshNodes: 2, StaleNodes: 1, QuietNodes: 1,
-		NextStale: now.Add(time.Second + time.Nanosecond), // b's report, 2s old, stale after 3s
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
@@ -16,7 +15,6 @@ import (
 // mitigated keys through it.
 func Example() {
 	ctx := context.Background()
-	var kube kubernetes.Interface // e.g. from rest.InClusterConfig()
 
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"redis:6379"}})
 	eng := engine.New(rdb, engine.Options{Tracking: true})
@@ -24,7 +22,11 @@ func Example() {
 	rdb.AddHook(redishook.New(eng))
 
 	w, err := watch.New(watch.Options{
-		Client: kube, Namespace: "shop", Policy: "checkout",
+		// The node agent of the pod's node (the detector DaemonSet's
+		// Service with internalTrafficPolicy: Local): it serves the tables
+		// the manager pushes, to pods injected for the policy, and the pod
+		// needs no API credentials.
+		Agent: "heatsink-detector.heatsink-system.svc:7946", Namespace: "shop", Policy: "checkout",
 		File:    "/etc/heatsink/routing/routing.json", // the mounted ConfigMap, if any
 		OnTable: eng.SetTable,
 	})

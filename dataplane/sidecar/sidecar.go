@@ -19,8 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
@@ -58,11 +56,12 @@ type Config struct {
 	HTTPAddress string
 	// HTTPListener, if set, is used instead of listening on HTTPAddress.
 	HTTPListener net.Listener
-	// Kube, if set, is used to follow the routing ConfigMap through the API
-	// server; nil tries the in-cluster configuration and otherwise follows
-	// the file only.
-	Kube   kubernetes.Interface
-	Logger *slog.Logger
+	// SourceAddr, if set, is the local IP the sidecar talks to its node
+	// agent from (counts and routing). In a pod the kernel uses the pod's
+	// address, which is how the agent knows the pod; several simulated pods
+	// on one host (the demo) each need their own.
+	SourceAddr string
+	Logger     *slog.Logger
 }
 
 // Run serves until ctx ends, then drains.
@@ -88,7 +87,7 @@ func Run(ctx context.Context, cfg Config) error {
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 	}
 	if cfg.Detector != "" {
-		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{})
+		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{LocalAddr: cfg.SourceAddr})
 		if err != nil {
 			return fmt.Errorf("detector client: %w", err)
 		}
@@ -125,31 +124,33 @@ func Run(ctx context.Context, cfg Config) error {
 	return p.Serve(ctx, ln)
 }
 
-// startWatcher follows the routing table into the engine. Without a policy
-// there is nothing to follow and the proxy only forwards and reports.
+// startWatcher follows the routing table into the engine: from the node
+// agent (the detector address, over TCP), and from the mounted file. The
+// sidecar holds no API credentials. Without a policy there is nothing to
+// follow and the proxy only forwards and reports.
 func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, log *slog.Logger) error {
 	if cfg.Policy == "" {
 		log.Info("no policy configured: routing table not followed")
 		return nil
 	}
-	kc := cfg.Kube
-	if kc == nil {
-		if rcfg, err := rest.InClusterConfig(); err == nil {
-			if c, err := kubernetes.NewForConfig(rcfg); err == nil {
-				kc = c
-			}
-		}
+	if cfg.Detector == "" && cfg.RoutingFile == "" {
+		return errors.New("no node agent and no routing file: cannot follow the routing table")
 	}
 	opts := watch.Options{
-		Client: kc, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
+		Agent: cfg.Detector, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
 		OnTable: func(t *routing.Table) { eng.SetTable(t) },
 		OnReject: func(src watch.Source, err error) {
 			log.Warn("routing table rejected; keeping the last good one", "source", string(src), "err", err)
 		},
 		Log: logr.FromSlogHandler(log.Handler()),
 	}
-	if kc == nil && cfg.RoutingFile == "" {
-		return errors.New("no API server and no routing file: cannot follow the routing table")
+	if cfg.SourceAddr != "" {
+		ip := net.ParseIP(cfg.SourceAddr)
+		if ip == nil {
+			return fmt.Errorf("SourceAddr %q is not an IP address", cfg.SourceAddr)
+		}
+		d := &net.Dialer{Timeout: watch.AgentDialTimeout, LocalAddr: &net.TCPAddr{IP: ip}}
+		opts.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	}
 	w, err := watch.New(opts)
 	if err != nil {

@@ -29,6 +29,10 @@ type ClientOptions struct {
 	MaxDatagram int
 	// Clock drives the flush ticker. Default: the real clock.
 	Clock clock.WithTicker
+	// LocalAddr, if set, is the IP batches are sent from. In a pod the
+	// kernel picks the pod's address, which is what the node agent checks;
+	// several simulated pods on one host (the demo) each need their own.
+	LocalAddr string
 }
 
 // Stats are the client's counters since it started.
@@ -107,7 +111,15 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	conn, err := net.Dial("udp", addr)
+	d := net.Dialer{}
+	if opts.LocalAddr != "" {
+		ip := net.ParseIP(opts.LocalAddr)
+		if ip == nil {
+			return nil, fmt.Errorf("wire: LocalAddr %q is not an IP address", opts.LocalAddr)
+		}
+		d.LocalAddr = &net.UDPAddr{IP: ip}
+	}
+	conn, err := d.Dial("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: detector address %q: %w", addr, err)
 	}

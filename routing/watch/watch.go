@@ -1,17 +1,18 @@
 // Package watch follows a policy's published routing table and hands every
 // newer good table to a callback (the engine's SetTable).
 //
-// It has two sources: the ConfigMap "<policy>-routing" through the API
-// server (a client-go informer restricted to that one name, so changes
-// arrive within a watch event, well under a second), and, as a fallback, the
-// same ConfigMap mounted as a file and polled, which keeps working when the
-// API server is away. Both feed one acceptance rule (Accept): a table is
-// taken only if it parses, its schemaVersion is one this build reads, and its
+// It has two sources, and needs no credentials for the API server: the
+// node agent of the sidecar's node (the detector DaemonSet), which the
+// manager pushes every table to and which answers a long poll as soon as it
+// holds a newer one (well under a second), and, as a fallback, the routing
+// ConfigMap mounted as a file and polled, which keeps working when the node
+// agent is away. Both feed one acceptance rule (Accept): a table is taken
+// only if it parses, its schemaVersion is one this build reads, and its
 // version is greater than the current one. Anything else is reported and
 // ignored, so the data path keeps the last good table.
 //
 // It lives apart from package routing so that importers of the table types
-// (the go-redis hook in an application) do not pull in client-go.
+// (the go-redis hook in an application) do not pull in an HTTP client loop.
 package watch
 
 import (
@@ -19,17 +20,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/heatsink-dev/heatsink/routing"
@@ -39,17 +39,23 @@ import (
 type Source string
 
 const (
-	// SourceAPI is the ConfigMap read through the API server.
-	SourceAPI Source = "api"
+	// SourceAgent is the node agent's routing server.
+	SourceAgent Source = "agent"
 	// SourceFile is the mounted ConfigMap file.
 	SourceFile Source = "file"
 )
 
 // Options configures a Watcher. OnTable is required, and at least one of
-// Client or File.
+// Agent or File.
 type Options struct {
-	// Client reads the ConfigMap through the API server; nil for file only.
-	Client kubernetes.Interface
+	// Agent is "host:port" of the node agent's routing server; empty for
+	// file only.
+	Agent string
+	// HTTPClient reaches the agent; default a client with no overall
+	// timeout (the poll is long) that dials in AgentDialTimeout.
+	HTTPClient *http.Client
+	// Wait is how long one poll may wait for a newer table (default 30s).
+	Wait time.Duration
 	// Namespace and Policy name the policy whose table is followed.
 	Namespace, Policy string
 	// File is the path of the mounted ConfigMap key (…/routing.json); empty
@@ -77,6 +83,10 @@ type Watcher struct {
 	mu       sync.Mutex
 	current  *routing.Table
 	lastFile []byte
+	// served is the newest version the agent served, accepted or not: the
+	// next poll waits for a newer one, so a refused table is not fetched
+	// again and again.
+	served int64
 }
 
 // New returns a watcher; it does nothing until Run.
@@ -84,11 +94,20 @@ func New(opts Options) (*Watcher, error) {
 	if opts.OnTable == nil {
 		return nil, errors.New("watch: OnTable is required")
 	}
-	if opts.Client == nil && opts.File == "" {
-		return nil, errors.New("watch: need a Client, a File or both")
+	if opts.Agent == "" && opts.File == "" {
+		return nil, errors.New("watch: need an Agent, a File or both")
 	}
-	if opts.Client != nil && (opts.Namespace == "" || opts.Policy == "") {
-		return nil, errors.New("watch: Namespace and Policy are required with a Client")
+	if opts.Agent != "" && (opts.Namespace == "" || opts.Policy == "") {
+		return nil, errors.New("watch: Namespace and Policy are required with an Agent")
+	}
+	if opts.Wait <= 0 {
+		opts.Wait = 30 * time.Second
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Transport: &http.Transport{
+			DialContext:       (&net.Dialer{Timeout: AgentDialTimeout}).DialContext,
+			ForceAttemptHTTP2: false,
+		}}
 	}
 	if opts.FilePoll <= 0 {
 		opts.FilePoll = time.Second
@@ -157,8 +176,8 @@ func (w *Watcher) rejectLocked(src Source, err error) {
 }
 
 // Run follows the table until ctx ends. The file, if any, is read once
-// before Run waits for the informer, so a sidecar starting while the API
-// server is away starts with the mounted table.
+// before the first poll of the agent, so a sidecar starting while its node
+// agent is away starts with the mounted table.
 func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if w.opts.File != "" {
@@ -169,8 +188,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.runFile(ctx)
 		}()
 	}
-	if w.opts.Client != nil {
-		w.runInformer(ctx)
+	if w.opts.Agent != "" {
+		w.runAgent(ctx)
 	}
 	wg.Wait()
 	return nil
@@ -208,34 +227,81 @@ func (w *Watcher) pollFile() {
 	}
 }
 
-func (w *Watcher) runInformer(ctx context.Context) {
-	name := routing.ConfigMapName(w.opts.Policy)
-	factory := informers.NewSharedInformerFactoryWithOptions(w.opts.Client, 0,
-		informers.WithNamespace(w.opts.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}))
-	inf := factory.Core().V1().ConfigMaps().Informer()
-	handle := func(obj any) {
-		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok || cm.Name != name {
+// HeaderVersion carries the version of the table the agent served.
+const HeaderVersion = "X-Heatsink-Routing-Version"
+
+// AgentDialTimeout bounds a connection attempt to the node agent.
+const AgentDialTimeout = 2 * time.Second
+
+// Poll backoff after a failed poll: from minBackoff to maxBackoff, doubling,
+// jittered by ±50% so that a node's sidecars do not retry in step.
+const (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// runAgent long-polls the node agent for a table newer than the current
+// one until ctx ends. A failed poll (agent away, restarting) keeps the last
+// good table and retries with backoff.
+func (w *Watcher) runAgent(ctx context.Context) {
+	url := "http://" + w.opts.Agent + "/routing/v1/" + w.opts.Namespace + "/" + w.opts.Policy
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		err := w.pollAgent(ctx, url)
+		if err == nil {
+			backoff = minBackoff
+			continue
+		}
+		if ctx.Err() != nil {
 			return
 		}
-		data, ok := cm.Data[routing.ConfigMapKey]
-		if !ok {
-			w.reject(SourceAPI, fmt.Errorf("ConfigMap %s/%s has no key %q", cm.Namespace, cm.Name, routing.ConfigMapKey))
+		w.opts.Log.V(1).Info("node agent poll failed; keeping the last table", "agent", w.opts.Agent, "reason", err.Error())
+		select {
+		case <-ctx.Done():
 			return
+		case <-w.opts.Clock.After(time.Duration(float64(backoff) * (0.5 + rand.Float64()))):
 		}
-		w.offer(SourceAPI, []byte(data))
+		backoff = min(2*backoff, maxBackoff)
 	}
-	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    handle,
-		UpdateFunc: func(_, obj any) { handle(obj) },
-		// A deleted ConfigMap leaves the last table in force: dropping it
-		// would stop reads from summing split shards that still hold data.
-		// The manager publishes an emptied table when mitigations end.
-	})
-	factory.Start(ctx.Done())
-	<-ctx.Done()
-	factory.Shutdown()
+}
+
+// pollAgent makes one long poll and offers what it gets.
+func (w *Watcher) pollAgent(ctx context.Context, url string) error {
+	w.mu.Lock()
+	after := w.served
+	if w.current != nil {
+		after = max(after, w.current.Version)
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, w.opts.Wait+10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("%s?after=%d&wait=%s", url, after, w.opts.Wait), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := w.opts.HTTPClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		data, err := io.ReadAll(io.LimitReader(resp.Body, routing.MaxTableBytes+1))
+		if err != nil {
+			return err
+		}
+		if v, err := strconv.ParseInt(resp.Header.Get(HeaderVersion), 10, 64); err == nil {
+			w.mu.Lock()
+			w.served = max(w.served, v)
+			w.mu.Unlock()
+		}
+		w.offer(SourceAgent, data)
+		return nil
+	case http.StatusNotModified:
+		return nil
+	default:
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("node agent answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+	}
 }

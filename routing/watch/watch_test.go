@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,15 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/detector"
+	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-
-	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
-	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/routing/watch"
 )
@@ -104,31 +99,73 @@ func (r *recorder) last() (int64, int) {
 	return r.versions[len(r.versions)-1], len(r.rejects)
 }
 
-func TestWatcherFollowsConfigMapAndKeepsLastGood(t *testing.T) {
-	cp := testenv.Start(t, controlplane.Options{})
+// fleetUnderTest is a real fleet hub and one real node agent connected to
+// it, as a sidecar's node has them; the sidecar's pod is 127.0.0.1.
+type fleetUnderTest struct {
+	hub   *hub.Hub
+	agent string // the agent's routing address
+	stop  func() // stops the agent
+}
+
+const testPolicy = "shop/checkout"
+
+func startFleet(t *testing.T) *fleetUnderTest {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.Start(ctx) }()
+	addr, err := h.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &v1alpha1.HotKeyPolicySpec{}
+	v1alpha1.SetDefaults(spec)
+	h.SetPolicy(testPolicy, hub.ParamsFromSpec(spec))
+	h.UpsertPod("shop/app-0", "node-a", fleet.Pod{IP: "127.0.0.1", Policy: testPolicy})
+	f := &fleetUnderTest{hub: h}
+	f.agent, f.stop = startAgent(t, addr, "127.0.0.1:0")
+	return f
+}
+
+// startAgent runs a node agent for node-a on listen until stop.
+func startAgent(t *testing.T, manager, listen string) (routingAddr string, stop func()) {
+	t.Helper()
+	d, err := detector.New(detector.Options{NodeName: "node-a", ListenAddr: listen, Manager: manager, Token: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	eventually.True(t, 20*time.Second, "the agent connects to the manager", func() bool { return d.Stats().Connected })
+	return d.RoutingAddr().String(), stop
+}
+
+func (f *fleetUnderTest) publish(t *testing.T, version int64, data string) {
+	t.Helper()
+	f.hub.SetRouting(testPolicy, version, []byte(data), nil)
+}
+
+// TestWatcherFollowsItsNodeAgentAndKeepsLastGood: the sidecar follows the
+// tables the manager pushes through the node's agent, with no API
+// credentials; a bad table is refused and the last good one stays; when the
+// agent is away the table stays and the mounted file still brings newer
+// ones; a restarted agent serves again.
+func TestWatcherFollowsItsNodeAgentAndKeepsLastGood(t *testing.T) {
+	f := startFleet(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const ns, policy = "shop", "checkout"
-	if err := cp.CreateNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	// The watcher reaches the API server through a TCP relay the test can
-	// cut, to take the API server away without stopping it.
-	relay := newRelay(t, cp.Config.Host)
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.Host = relay.url
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	file := filepath.Join(t.TempDir(), routing.ConfigMapKey)
 	rec := &recorder{}
 	w, err := watch.New(watch.Options{
-		Client: cs, Namespace: ns, Policy: policy,
+		Agent: f.agent, Namespace: "shop", Policy: "checkout", Wait: 2 * time.Second,
 		File: file, FilePoll: 20 * time.Millisecond,
 		OnTable: rec.table, OnReject: rec.reject,
 	})
@@ -139,63 +176,94 @@ func TestWatcherFollowsConfigMapAndKeepsLastGood(t *testing.T) {
 	go func() { _ = w.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	cms := admin.CoreV1().ConfigMaps(ns)
-	// Another ConfigMap in the namespace is not looked at.
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other-routing"},
-		Data: map[string]string{routing.ConfigMapKey: tableJSON(t, 99, 1, "x")}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: routing.ConfigMapName(policy)},
-		Data: map[string]string{routing.ConfigMapKey: tableJSON(t, 1, 1, "product:1")}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Another policy's table is not this sidecar's.
+	f.hub.SetRouting("shop/other", 99, []byte(tableJSON(t, 99, 1, "x")), nil)
+	f.publish(t, 1, tableJSON(t, 1, 1, "product:1"))
 	eventually.True(t, 20*time.Second, "version 1", func() bool { v, _ := rec.last(); return v == 1 })
-
-	publish := func(data string) {
-		t.Helper()
-		cm.Data[routing.ConfigMapKey] = data
-		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish(tableJSON(t, 2, 1, "product:1", "product:2"))
+	f.publish(t, 2, tableJSON(t, 2, 1, "product:1", "product:2"))
 	eventually.True(t, 20*time.Second, "version 2", func() bool { v, _ := rec.last(); return v == 2 })
 
-	// Bad publications are refused one by one; version 2 stays.
+	// Bad publications are refused one by one (each once); version 2 stays.
 	for i, bad := range []string{
-		"{not json",
-		tableJSON(t, 3, routing.SchemaVersion+1, "a"),
+		`[1, 2]`,
+		tableJSON(t, 4, routing.SchemaVersion+1, "a"),
 		tableJSON(t, 1, 1, "a"),
 	} {
-		publish(bad)
+		f.publish(t, int64(3+i), bad)
 		eventually.True(t, 20*time.Second, fmt.Sprintf("reject %d", i+1), func() bool { _, r := rec.last(); return r == i+1 })
 		if v, _ := rec.last(); v != 2 || w.Current().Version != 2 {
 			t.Fatalf("after bad table %d current version = %d", i, v)
 		}
 	}
-	publish(tableJSON(t, 3, 1, "product:3"))
-	eventually.True(t, 20*time.Second, "version 3", func() bool { v, _ := rec.last(); return v == 3 })
+	f.publish(t, 6, tableJSON(t, 6, 1, "product:3"))
+	eventually.True(t, 20*time.Second, "version 6", func() bool { v, _ := rec.last(); return v == 6 })
+	if _, r := rec.last(); r != 3 {
+		t.Fatalf("%d rejections, want each bad table refused once", r)
+	}
 
-	// The API server goes away: the table stays, and the mounted file
-	// still brings newer tables (and only newer ones).
-	relay.cut()
-	publish(tableJSON(t, 5, 1, "unreachable"))
-	if got := w.Current(); got == nil || got.Version != 3 {
-		t.Fatalf("after the API server stopped current = %+v", got)
+	// The agent goes away: the table stays, and the mounted file still
+	// brings newer tables (and only newer ones).
+	f.stop()
+	f.publish(t, 8, tableJSON(t, 8, 1, "unreachable"))
+	if got := w.Current(); got == nil || got.Version != 6 {
+		t.Fatalf("after the agent stopped current = %+v", got)
 	}
 	_, rejects := rec.last()
 	if err := os.WriteFile(file, []byte(tableJSON(t, 2, 1, "old")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	eventually.True(t, 20*time.Second, "stale file refused", func() bool { _, r := rec.last(); return r == rejects+1 })
-	if err := os.WriteFile(file, []byte(tableJSON(t, 4, 1, "product:4")), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(tableJSON(t, 7, 1, "product:4")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, 20*time.Second, "version 4 from the file", func() bool { v, _ := rec.last(); return v == 4 })
+	eventually.True(t, 20*time.Second, "version 7 from the file", func() bool { v, _ := rec.last(); return v == 7 })
 	if got := w.Current().Entries[0].Key; got != "product:4" {
 		t.Fatalf("current entry = %q", got)
 	}
+
+	// The agent comes back on its address: it gets the manager's tables
+	// again and the sidecar follows.
+	startAgent(t, mustAddr(t, f.hub), f.agent)
+	eventually.True(t, 20*time.Second, "version 8 through the restarted agent", func() bool { v, _ := rec.last(); return v == 8 })
+}
+
+// TestAgentServesOnlyEntitledPods: a pod may read only the routing of the
+// policy it was injected for; an address the manager did not name, none.
+func TestAgentServesOnlyEntitledPods(t *testing.T) {
+	f := startFleet(t)
+	f.publish(t, 1, tableJSON(t, 1, 1, "product:1"))
+	for path, want := range map[string]int{
+		"/routing/v1/shop/checkout?after=0&wait=1s": http.StatusOK,
+		"/routing/v1/shop/other?after=0&wait=1s":    http.StatusForbidden,
+		"/routing/v1/other/checkout?after=0":        http.StatusForbidden,
+		"/routing/v1/shop":                          http.StatusNotFound,
+	} {
+		resp, err := http.Get("http://" + f.agent + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	// From another address (a pod the manager did not name): refused.
+	port := f.agent[strings.LastIndex(f.agent, ":")+1:]
+	if resp, err := http.Get("http://127.0.0.2:" + port + "/routing/v1/shop/checkout?after=0"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET from an unnamed address = %d, want 403", resp.StatusCode)
+		}
+	}
+}
+
+func mustAddr(t *testing.T, h *hub.Hub) string {
+	t.Helper()
+	a, err := h.Addr(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func TestWatcherFileOnlyStartsWithMountedTable(t *testing.T) {
@@ -219,56 +287,4 @@ func TestWatcherFileOnlyStartsWithMountedTable(t *testing.T) {
 	if _, err := watch.New(watch.Options{OnTable: rec.table}); err == nil {
 		t.Fatal("New without a source: want an error")
 	}
-}
-
-// relay forwards TCP connections to the API server until cut.
-type relay struct {
-	url   string
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newRelay(t *testing.T, host string) *relay {
-	t.Helper()
-	u, err := url.Parse(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{ln: ln, url: u.Scheme + "://" + ln.Addr().String()}
-	t.Cleanup(r.cut)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, up)
-			r.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
-	return r
-}
-
-// cut closes the listener and every relayed connection.
-func (r *relay) cut() {
-	_ = r.ln.Close()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		_ = c.Close()
-	}
-	r.conns = nil
 }

@@ -78,6 +78,14 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
+{{- define "heatsink.fleetService" -}}
+{{ include "heatsink.fullname" . }}-fleet
+{{- end }}
+
+{{- define "heatsink.fleetTokenSecret" -}}
+{{ include "heatsink.fullname" . }}-fleet-token
+{{- end }}
+
 {{- define "heatsink.detectorService" -}}
 {{ include "heatsink.fullname" . }}-detector
 {{- end }}

@@ -1,0 +1,193 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
+)
+
+// DefaultReportInterval is the least time between two writes of a policy's
+// aggregated HotKeyReport. The report is for people; the manager decides on
+// the hub's view, so its write rate can be bounded per policy, whatever the
+// number of nodes.
+const DefaultReportInterval = 10 * time.Second
+
+// reportBook remembers each policy's last written report.
+type reportBook struct {
+	mu   sync.Mutex
+	last map[types.NamespacedName]reportState
+}
+
+type reportState struct {
+	at    time.Time
+	nodes int32
+	cands []v1alpha1.Candidate
+}
+
+func (b *reportBook) get(k types.NamespacedName) reportState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last[k]
+}
+
+func (b *reportBook) set(k types.NamespacedName, s reportState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last == nil {
+		b.last = map[types.NamespacedName]reportState{}
+	}
+	b.last[k] = s
+}
+
+func (b *reportBook) forget(k types.NamespacedName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.last, k)
+}
+
+// reportCandidates picks the keys a report shows: those at or above half
+// of the warm band (threshold × (1 − hysteresis) ÷ 2) in either direction,
+// hottest first (rate relative to threshold), at most limit.
+func reportCandidates(snap hub.Snapshot, th hub.Thresholds, limit int) []v1alpha1.Candidate {
+	heat := func(e hub.Estimate) float64 {
+		v := e.Upper
+		if e.Exact {
+			v = e.Lower
+		}
+		return max(v.Reads/float64(max(th.Reads, 1)), v.Writes/float64(max(th.Writes, 1)))
+	}
+	type kv struct {
+		key  string
+		e    hub.Estimate
+		heat float64
+	}
+	var ks []kv
+	for k, e := range snap.Estimates {
+		if h := heat(e); h >= (1-th.Hysteresis)/2 {
+			ks = append(ks, kv{k, e, h})
+		}
+	}
+	slices.SortFunc(ks, func(a, b kv) int {
+		if c := cmp.Compare(b.heat, a.heat); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	ks = ks[:min(len(ks), limit)]
+	out := make([]v1alpha1.Candidate, len(ks))
+	for i, k := range ks {
+		v := k.e.Upper
+		if k.e.Exact {
+			v = k.e.Lower
+		}
+		out[i] = v1alpha1.Candidate{Key: k.key, ReadsPerSecond: round(v.Reads), WritesPerSecond: round(v.Writes),
+			BytesPerSecond: round(k.e.Bytes), Exact: k.e.Exact}
+	}
+	return out
+}
+
+// reportDue says whether the report should be written at now: never within
+// interval of the last write, and then only when what it would say changed
+// materially (a key came or went, a rate moved by more than a fifth, the
+// number of nodes changed by more than a tenth) or it was never written.
+func reportDue(now time.Time, last reportState, nodes int32, cands []v1alpha1.Candidate, interval time.Duration) bool {
+	if last.at.IsZero() {
+		return true
+	}
+	if now.Sub(last.at) < interval {
+		return false
+	}
+	return materialChange(last.cands, cands) || moved(int64(last.nodes), int64(nodes), 0.1)
+}
+
+// materialChange reports whether the candidates differ materially.
+func materialChange(old, new []v1alpha1.Candidate) bool {
+	if len(old) != len(new) {
+		return true
+	}
+	prev := make(map[string]v1alpha1.Candidate, len(old))
+	for _, c := range old {
+		prev[c.Key] = c
+	}
+	for _, c := range new {
+		p, ok := prev[c.Key]
+		if !ok || moved(p.ReadsPerSecond, c.ReadsPerSecond, 0.2) || moved(p.WritesPerSecond, c.WritesPerSecond, 0.2) || p.Exact != c.Exact {
+			return true
+		}
+	}
+	return false
+}
+
+func moved(a, b int64, frac float64) bool {
+	return math.Abs(float64(a-b)) > frac*float64(max(a, 1))
+}
+
+func round(f float64) int64 {
+	if f >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(math.Round(f))
+}
+
+// writeReport writes the policy's aggregated HotKeyReport when it is due. A
+// failure is logged and retried at the next pass: the report is for people
+// and nothing depends on it.
+func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
+	th := hub.ParamsFromSpec(p.spec).Thresholds
+	cands := reportCandidates(p.fleet, th, int(p.spec.Detection.TopK))
+	nodes := int32(p.fleet.FreshNodes)
+	last := r.reports.get(p.key)
+	if !reportDue(p.now, last, nodes, cands, cmp.Or(r.ReportInterval, DefaultReportInterval)) {
+		return
+	}
+	rep := &v1alpha1.HotKeyReport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.policy.Namespace, Name: p.policy.Name,
+			Labels: map[string]string{v1alpha1.LabelPolicy: p.policy.Name}},
+		Spec: v1alpha1.HotKeyReportSpec{
+			PolicyName: p.policy.Name, Window: p.spec.Detection.Window, GeneratedAt: metav1.NewTime(p.now),
+			Nodes: nodes, UnseenReadsPerSecond: round(p.fleet.Unseen.Reads), UnseenWritesPerSecond: round(p.fleet.Unseen.Writes),
+			Candidates: cands,
+		},
+	}
+	if err := r.upsertReport(ctx, p.policy, rep); err != nil {
+		log.FromContext(ctx).Error(err, "writing the aggregated report")
+		return
+	}
+	r.reports.set(p.key, reportState{at: p.now, nodes: nodes, cands: cands})
+}
+
+// upsertReport creates the report, owned by the policy (so it goes with
+// it), or replaces its spec with a merge patch: the manager is its only
+// writer, so no resourceVersion is needed.
+func (r *HotKeyPolicyReconciler) upsertReport(ctx context.Context, policy *v1alpha1.HotKeyPolicy, rep *v1alpha1.HotKeyReport) error {
+	spec := rep.Spec
+	if spec.Candidates == nil {
+		spec.Candidates = []v1alpha1.Candidate{} // "[]": the patch must clear the list
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": rep.Labels}, "spec": spec})
+	if err != nil {
+		return err
+	}
+	err = r.Client.Patch(ctx, rep.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
+	if apierrors.IsNotFound(err) {
+		if err = controllerutil.SetControllerReference(policy, rep, r.Scheme); err != nil {
+			return err
+		}
+		err = r.Client.Create(ctx, rep)
+	}
+	return err
+}

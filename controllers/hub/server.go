@@ -1,0 +1,361 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/fleet"
+)
+
+// agentStream is one node agent's event stream: encoded lines queued for the
+// goroutine that writes them.
+type agentStream struct {
+	out  chan []byte
+	done chan struct{}
+}
+
+// streamQueue bounds the events queued for one agent. An agent that falls
+// this far behind is disconnected; it reconnects and gets a fresh snapshot,
+// which is never larger than what it missed.
+const streamQueue = 1024
+
+func (h *Hub) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+fleet.PathSummary, h.serveSummary)
+	mux.HandleFunc("GET "+fleet.PathWatch, h.serveWatch)
+	return mux
+}
+
+// serveSummary takes one node's summary.
+func (h *Hub) serveSummary(w http.ResponseWriter, r *http.Request) {
+	if !fleet.Authorized(r, h.opts.Token) {
+		h.metrics.summaries.WithLabelValues("unauthorized").Inc()
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, fleet.MaxSummaryBytes+1))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s, err := fleet.UnmarshalSummary(body)
+	if err != nil {
+		h.metrics.summaries.WithLabelValues("malformed").Inc()
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	h.Ingest(s)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Ingest takes a node's summary as if it had been posted (the server calls
+// it; in-process tests may too). Policies the node does not host are
+// ignored: a node speaks only for the pods the manager knows are on it.
+func (h *Hub) Ingest(s *fleet.Summary) {
+	now := h.opts.Clock.Now()
+	h.mu.RLock()
+	type job struct {
+		p  *policy
+		ps *fleet.PolicySummary
+	}
+	jobs := make([]job, 0, len(s.Policies))
+	ignored := 0
+	for i := range s.Policies {
+		ps := &s.Policies[i]
+		p := h.policies[ps.Policy]
+		if p == nil || p.nodes[s.Node] == 0 {
+			ignored++
+			continue
+		}
+		jobs = append(jobs, job{p, ps})
+	}
+	h.mu.RUnlock()
+	h.metrics.summaries.WithLabelValues("accepted").Inc()
+	if ignored > 0 {
+		h.metrics.policySummaries.WithLabelValues("ignored").Add(float64(ignored))
+	}
+	for _, j := range jobs {
+		j.p.vmu.Lock()
+		touched := j.p.view.apply(now, s.Node, s.Session, s.Seq, j.ps)
+		changed := h.rebandLocked(j.p, touched)
+		j.p.vmu.Unlock()
+		h.metrics.policySummaries.WithLabelValues("applied").Inc()
+		if changed {
+			h.trigger(j.p)
+		}
+	}
+}
+
+// rebandLocked re-estimates keys and reports whether any crossed a band
+// (cold, warm, hot; reads or writes). p.vmu must be held.
+func (h *Hub) rebandLocked(p *policy, keys []string) bool {
+	if !p.hasParams || len(keys) == 0 {
+		return false
+	}
+	th := p.params.Thresholds
+	minDir := p.view.minDirective()
+	changed := false
+	for _, k := range keys {
+		var b uint8
+		if s := p.view.keys[k]; s != nil {
+			val := p.view.estimate(k, s, minDir).value()
+			b = uint8(band(val.Reads, th.Reads, th.Hysteresis)*3 + band(val.Writes, th.Writes, th.Hysteresis))
+		}
+		if p.bands[k] != b {
+			changed = true
+			if b == 0 {
+				delete(p.bands, k)
+			} else {
+				p.bands[k] = b
+			}
+		}
+	}
+	return changed
+}
+
+func (h *Hub) trigger(p *policy) {
+	if h.onTrigger != nil && p.triggered.CompareAndSwap(false, true) {
+		h.metrics.triggers.Inc()
+		if !h.onTrigger(p.id) {
+			p.triggered.Store(false) // the next band change tries again
+		}
+	}
+}
+
+// serveWatch holds a node agent's event stream: a snapshot of everything
+// about its node, then changes as they happen, and heartbeats.
+func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
+	if !fleet.Authorized(r, h.opts.Token) {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	nodeName := r.URL.Query().Get("node")
+	if nodeName == "" || len(nodeName) > fleet.MaxNodeLen {
+		http.Error(w, "query parameter node is required", http.StatusBadRequest)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	st := &agentStream{out: make(chan []byte, streamQueue), done: make(chan struct{})}
+	h.attach(nodeName, st)
+	defer h.detach(nodeName, st)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	heartbeat := h.opts.Clock.NewTicker(fleet.HeartbeatInterval)
+	defer heartbeat.Stop()
+	hb, _ := json.Marshal(fleet.Event{Type: fleet.TypeHeartbeat})
+	hb = append(hb, '\n')
+	write := func(line []byte) bool {
+		if _, err := bw.Write(line); err != nil {
+			return false
+		}
+		// Write what is queued together, then flush once.
+		for more := true; more; {
+			select {
+			case l := <-st.out:
+				if _, err := bw.Write(l); err != nil {
+					return false
+				}
+			default:
+				more = false
+			}
+		}
+		if bw.Flush() != nil {
+			return false
+		}
+		flusher.Flush()
+		return true
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-st.done:
+			return
+		case line := <-st.out:
+			if !write(line) {
+				return
+			}
+		case <-heartbeat.C():
+			if !write(hb) {
+				return
+			}
+		}
+	}
+}
+
+// attach registers a node's stream (replacing an older one) and queues its
+// snapshot.
+func (h *Hub) attach(nodeName string, st *agentStream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.nodes[nodeName]
+	if n == nil {
+		n = &node{pods: map[string]fleet.Pod{}}
+		h.nodes[nodeName] = n
+	}
+	if n.stream != nil {
+		close(n.stream.done)
+	}
+	n.stream = st
+	h.metrics.agents.Set(float64(h.connectedLocked()))
+	h.metrics.connects.Inc()
+	for _, p := range h.policies {
+		if p.nodes[nodeName] > 0 {
+			h.sendPolicy(nodeName, p)
+		}
+	}
+	h.sendPods(nodeName)
+	h.send(nodeName, fleet.Event{Type: fleet.TypeSynced})
+}
+
+func (h *Hub) detach(nodeName string, st *agentStream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.nodes[nodeName]
+	if n == nil || n.stream != st {
+		return
+	}
+	n.stream = nil
+	if len(n.pods) == 0 {
+		delete(h.nodes, nodeName)
+	}
+	h.metrics.agents.Set(float64(h.connectedLocked()))
+}
+
+func (h *Hub) connectedLocked() int {
+	c := 0
+	for _, n := range h.nodes {
+		if n.stream != nil {
+			c++
+		}
+	}
+	return c
+}
+
+// send queues an event for a node's agent, if connected; h.mu must be held.
+// An agent whose queue is full is disconnected (it reconnects and resyncs).
+func (h *Hub) send(nodeName string, ev fleet.Event) {
+	n := h.nodes[nodeName]
+	if n == nil || n.stream == nil {
+		return
+	}
+	line, err := json.Marshal(ev)
+	if err != nil {
+		h.opts.Log.Error(err, "encoding fleet event")
+		return
+	}
+	line = append(line, '\n')
+	select {
+	case n.stream.out <- line:
+		h.metrics.events.Inc()
+	default:
+		h.metrics.streamDrops.Inc()
+		close(n.stream.done)
+		n.stream = nil
+	}
+}
+
+func (h *Hub) closeStreams() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.nodes {
+		if n.stream != nil {
+			close(n.stream.done)
+			n.stream = nil
+		}
+	}
+	h.metrics.agents.Set(0)
+}
+
+// sweepLoop expires silent nodes, re-checks bands (upper bounds move when
+// any node's Unseen does) and refreshes directives (pins) every Sweep.
+func (h *Hub) sweepLoop(ctx context.Context) {
+	t := h.opts.Clock.NewTicker(h.opts.Sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			h.sweep()
+		}
+	}
+}
+
+func (h *Hub) sweep() {
+	now := h.opts.Clock.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.policies {
+		if !p.hasParams {
+			continue
+		}
+		maxAge := StaleAfterIntervals * p.params.ReportInterval
+		p.vmu.Lock()
+		touched := p.view.expire(now, maxAge)
+		all := make([]string, 0, len(p.view.keys)+len(p.bands))
+		for k := range p.view.keys {
+			all = append(all, k)
+		}
+		for k := range p.bands {
+			all = append(all, k)
+		}
+		changed := h.rebandLocked(p, append(touched, all...))
+		snap := p.view.snapshot(now, maxAge, maxAge)
+		limit := 2 * int(max(p.params.TopK, 8))
+		pins := p.view.pinCandidates(&snap, p.mitigated, p.params.Thresholds, limit)
+		p.vmu.Unlock()
+		if changed {
+			h.trigger(p)
+		}
+		h.refreshDirective(p, pins, false)
+	}
+}
+
+// Status says whether a policy's view can be decided on.
+type Status struct {
+	// Warm: the hub has served for long enough (one and a half report
+	// intervals) that every live node has sent a summary. A new leader's
+	// views start empty; deciding on them would mistake "not heard yet"
+	// for "cold".
+	Warm bool
+	// WarmAt is when the view becomes warm (if not yet).
+	WarmAt time.Time
+	// Serving: this manager runs the fleet server (it is the leader).
+	Serving bool
+}
+
+// Snapshot returns a policy's cluster-wide view at now and re-arms its
+// trigger.
+func (h *Hub) Snapshot(id string) (Snapshot, Status) {
+	now := h.opts.Clock.Now()
+	h.mu.RLock()
+	p := h.policies[id]
+	since := h.leaderSince
+	h.mu.RUnlock()
+	st := Status{Serving: !since.IsZero()}
+	if p == nil || !p.hasParams || since.IsZero() {
+		return Snapshot{}, st
+	}
+	warmUp := h.opts.WarmUp
+	if warmUp == 0 {
+		warmUp = p.params.ReportInterval * 3 / 2
+	}
+	st.WarmAt = since.Add(max(warmUp, 0))
+	st.Warm = !now.Before(st.WarmAt)
+	p.triggered.Store(false)
+	maxAge := StaleAfterIntervals * p.params.ReportInterval
+	p.vmu.Lock()
+	defer p.vmu.Unlock()
+	snap := p.view.snapshot(now, maxAge, maxAge)
+	return snap, st
+}

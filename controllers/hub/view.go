@@ -1,0 +1,382 @@
+package hub
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/fleet"
+)
+
+// view is the manager's picture of one policy's traffic across the fleet,
+// kept current summary by summary: each node's last summary, and per key the
+// sums the estimates need, so that a snapshot costs O(keys), not
+// O(nodes × keys).
+//
+// The estimate of a key (see docs/detector.md, "The guarantee"):
+//   - lower = Σ rates of the nodes that listed it (the larger of the sum of
+//     window averages and the sum of recent rates);
+//   - upper = lower + Σ Unseen of the fresh nodes that did not list it (each
+//     such node saw it below its Unseen bound);
+//   - a pinned key is counted exactly by every node that applied the
+//     directive pinning it, so once every fresh node has, upper = lower.
+//
+// Decisions use the upper bound (a key whose cluster-wide rate reaches its
+// threshold is never missed) and pins make it exact for the keys near a
+// threshold (nothing below threshold × (1 − hysteresis) is mitigated for
+// estimation error once its pin is applied).
+//
+// A view is not safe for concurrent use; the hub guards it.
+type view struct {
+	nodes map[string]*nodeState
+	keys  map[string]*keySum
+	// unseen is Σ Unseen over the nodes in nodes.
+	unseen fleet.Rates
+	// expected are the nodes hosting pods of the policy, with when each
+	// started to: a node is stale when it is expected, has been for the
+	// grace period, and sends nothing.
+	expected map[string]time.Time
+	// pins maps each pinned key to the directive version that pinned it.
+	pins map[string]uint64
+}
+
+type nodeState struct {
+	session, seq uint64
+	lastSeen     time.Time
+	directive    uint64
+	unseen       fleet.Rates
+	total        fleet.Rates
+	keys         []fleet.KeyRates
+}
+
+type keySum struct {
+	// reads and writes sum the nodes' window averages, rreads and rwrites
+	// their recent rates (fleet.KeyRates).
+	reads, writes, bytes float64
+	rreads, rwrites      float64
+	// unseenR and unseenW are Σ Unseen of the nodes that listed the key.
+	unseenR, unseenW float64
+	reporters        int
+}
+
+func newView() *view {
+	return &view{nodes: map[string]*nodeState{}, keys: map[string]*keySum{}, expected: map[string]time.Time{}, pins: map[string]uint64{}}
+}
+
+// apply takes one node's summary for this policy, received at now. A summary
+// older than the last one of the same agent session is ignored; a new session
+// (the agent restarted) replaces the node's counts. It returns the keys whose
+// sums changed.
+func (v *view) apply(now time.Time, node string, session, seq uint64, ps *fleet.PolicySummary) []string {
+	old := v.nodes[node]
+	if old != nil && old.session == session && seq <= old.seq {
+		return nil
+	}
+	var touched []string
+	if old != nil {
+		touched = v.subtract(old, touched)
+	}
+	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys}
+	v.nodes[node] = n
+	v.unseen.Reads += n.unseen.Reads
+	v.unseen.Writes += n.unseen.Writes
+	for i := range n.keys {
+		k := &n.keys[i]
+		s := v.keys[k.Key]
+		if s == nil {
+			s = &keySum{}
+			v.keys[k.Key] = s
+		}
+		s.reads += k.Reads
+		s.writes += k.Writes
+		s.rreads += k.RecentReads
+		s.rwrites += k.RecentWrites
+		s.bytes += k.Bytes
+		s.unseenR += n.unseen.Reads
+		s.unseenW += n.unseen.Writes
+		s.reporters++
+		touched = append(touched, k.Key)
+	}
+	return touched
+}
+
+// subtract removes a node's contributions, appending the keys it listed.
+func (v *view) subtract(n *nodeState, touched []string) []string {
+	v.unseen.Reads -= n.unseen.Reads
+	v.unseen.Writes -= n.unseen.Writes
+	for i := range n.keys {
+		k := &n.keys[i]
+		s := v.keys[k.Key]
+		if s == nil {
+			continue
+		}
+		s.reporters--
+		if s.reporters <= 0 {
+			// Dropping the entry also drops the float error its additions
+			// and subtractions accumulated.
+			delete(v.keys, k.Key)
+		} else {
+			s.reads -= k.Reads
+			s.writes -= k.Writes
+			s.rreads -= k.RecentReads
+			s.rwrites -= k.RecentWrites
+			s.bytes -= k.Bytes
+			s.unseenR -= n.unseen.Reads
+			s.unseenW -= n.unseen.Writes
+		}
+		touched = append(touched, k.Key)
+	}
+	return touched
+}
+
+// forget removes a node (its agent went away, or it hosts no more pods of
+// the policy).
+func (v *view) forget(node string) []string {
+	n := v.nodes[node]
+	if n == nil {
+		return nil
+	}
+	delete(v.nodes, node)
+	return v.subtract(n, nil)
+}
+
+// expire forgets every node whose last summary is older than maxAge and
+// returns the keys that changed. Sums are then rebuilt from the remaining
+// nodes' summaries so rounding error never accumulates across the view's
+// life.
+func (v *view) expire(now time.Time, maxAge time.Duration) (touched []string) {
+	for node, n := range v.nodes {
+		if now.Sub(n.lastSeen) > maxAge {
+			touched = append(touched, v.forget(node)...)
+		}
+	}
+	v.unseen = fleet.Rates{}
+	for _, n := range v.nodes {
+		v.unseen.Reads += n.unseen.Reads
+		v.unseen.Writes += n.unseen.Writes
+	}
+	return touched
+}
+
+// setExpected replaces the set of nodes that host pods of the policy. A
+// node no longer expected is forgotten at once: its pods are gone.
+func (v *view) setExpected(now time.Time, nodes map[string]bool) (touched []string) {
+	for n := range v.expected {
+		if !nodes[n] {
+			delete(v.expected, n)
+			touched = append(touched, v.forget(n)...)
+		}
+	}
+	for n := range nodes {
+		if _, ok := v.expected[n]; !ok {
+			v.expected[n] = now
+		}
+	}
+	return touched
+}
+
+// estimate is one key's rates as the manager knows them.
+type estimate struct {
+	lower, upper fleet.Rates
+	bytes        float64
+	// exact: the key is pinned and every fresh node applied the pin, so
+	// lower is the exact sum and upper equals it.
+	exact bool
+}
+
+// value is what decisions take: the exact sum when there is one, otherwise
+// the upper bound.
+func (e estimate) value() fleet.Rates {
+	if e.exact {
+		return e.lower
+	}
+	return e.upper
+}
+
+// minDirective is the oldest directive applied by a node in the view; a pin
+// made at or before it has reached every node that is sending.
+func (v *view) minDirective() uint64 {
+	m := uint64(math.MaxUint64)
+	for _, n := range v.nodes {
+		m = min(m, n.directive)
+	}
+	return m
+}
+
+func (v *view) estimate(key string, s *keySum, minDir uint64) estimate {
+	e := estimate{
+		lower: fleet.Rates{Reads: max(s.reads, s.rreads, 0), Writes: max(s.writes, s.rwrites, 0)},
+		bytes: max(s.bytes, 0),
+	}
+	e.upper = fleet.Rates{
+		Reads:  e.lower.Reads + max(v.unseen.Reads-s.unseenR, 0),
+		Writes: e.lower.Writes + max(v.unseen.Writes-s.unseenW, 0),
+	}
+	if pv, ok := v.pins[key]; ok && pv <= minDir {
+		e.exact, e.upper = true, e.lower
+	}
+	return e
+}
+
+// Snapshot is a view's content at one moment, what a reconcile pass takes.
+type Snapshot struct {
+	// Aggregate is what the decisions take: per key the exact sum or the
+	// upper bound (see view), fresh and stale node counts.
+	decide.Aggregate
+	// Estimates has each key's bounds, for status and the aggregated report.
+	Estimates map[string]Estimate
+	// Unseen is Σ Unseen over fresh nodes: the most any key can be
+	// underestimated by (its upper bound exceeds its true rate by at most
+	// this much). The guarantee holds while it stays below the threshold
+	// (docs/detector.md).
+	Unseen fleet.Rates
+	// Total is the policy's counted traffic over the fresh nodes.
+	Total fleet.Rates
+	// Pinned counts pinned keys, Exact those whose pin every node applied.
+	Pinned, Exact int
+}
+
+// Estimate is one key's bounds.
+type Estimate struct {
+	Lower, Upper fleet.Rates
+	Bytes        float64
+	Exact        bool
+}
+
+// snapshot computes the view at now; nodes silent for more than maxAge are
+// not counted (expire forgets them) and grace is how long a node may be
+// expected before its silence counts as stale.
+func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
+	minDir := v.minDirective()
+	snap := Snapshot{
+		Aggregate: decide.Aggregate{Keys: make(map[string]decide.Observation, len(v.keys))},
+		Estimates: make(map[string]Estimate, len(v.keys)),
+		Unseen:    fleet.Rates{Reads: max(v.unseen.Reads, 0), Writes: max(v.unseen.Writes, 0)},
+		Pinned:    len(v.pins),
+	}
+	for k, s := range v.keys {
+		e := v.estimate(k, s, minDir)
+		val := e.value()
+		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes)}
+		snap.Estimates[k] = Estimate{Lower: e.lower, Upper: e.upper, Bytes: e.bytes, Exact: e.exact}
+		if e.exact {
+			snap.Exact++
+		}
+	}
+	for node, n := range v.nodes {
+		if now.Sub(n.lastSeen) > maxAge {
+			continue
+		}
+		snap.FreshNodes++
+		snap.Total.Reads += n.total.Reads
+		snap.Total.Writes += n.total.Writes
+		if t := n.lastSeen.Add(maxAge).Add(time.Nanosecond); snap.NextStale.IsZero() || t.Before(snap.NextStale) {
+			snap.NextStale = t
+		}
+		_ = node
+	}
+	for node, since := range v.expected {
+		if n := v.nodes[node]; n != nil && now.Sub(n.lastSeen) <= maxAge {
+			continue
+		}
+		if now.Sub(since) >= grace {
+			snap.StaleNodes++
+		}
+	}
+	return snap
+}
+
+func round(f float64) int64 {
+	if f >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(math.Round(f))
+}
+
+// band places a rate against a threshold with hysteresis h (a fraction): 0
+// cold (below T·(1−h)), 1 warm, 2 hot (over T, as decide counts it).
+func band(rate float64, threshold int64, h float64) int {
+	t := float64(threshold)
+	switch {
+	case rate > t:
+		return 2
+	case rate >= t*(1-h):
+		return 1
+	}
+	return 0
+}
+
+// pinCandidates chooses the keys to pin: the mitigated keys (their cooling
+// must be measured exactly), then every key in the warm or hot band, hottest
+// first, up to limit. A key already pinned stays while it is at least half
+// way to the warm band, so pins do not churn around the band's edge.
+func (v *view) pinCandidates(snap *Snapshot, mitigated []string, th Thresholds, limit int) []string {
+	type cand struct {
+		key  string
+		heat float64
+	}
+	var cs []cand
+	seen := map[string]bool{}
+	for _, k := range mitigated {
+		if !seen[k] {
+			seen[k] = true
+			cs = append(cs, cand{k, math.Inf(1)})
+		}
+	}
+	for k, e := range snap.Estimates {
+		if seen[k] {
+			continue
+		}
+		val := e.Upper
+		if e.Exact {
+			val = e.Lower
+		}
+		heat := max(val.Reads/float64(max(th.Reads, 1)), val.Writes/float64(max(th.Writes, 1)))
+		keep := heat >= 1-th.Hysteresis
+		if _, pinned := v.pins[k]; pinned && heat >= (1-th.Hysteresis)/2 {
+			keep = true
+		}
+		if keep {
+			seen[k] = true
+			cs = append(cs, cand{k, heat})
+		}
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		if c := cmp.Compare(b.heat, a.heat); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	out := make([]string, 0, min(len(cs), limit))
+	for _, c := range cs[:min(len(cs), limit)] {
+		out = append(out, c.key)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// setPins replaces the pin set: keys already pinned keep their version, new
+// ones take version. It reports whether the set changed.
+func (v *view) setPins(keys []string, version uint64) bool {
+	changed := len(keys) != len(v.pins)
+	next := make(map[string]uint64, len(keys))
+	for _, k := range keys {
+		if pv, ok := v.pins[k]; ok {
+			next[k] = pv
+		} else {
+			next[k] = version
+			changed = true
+		}
+	}
+	v.pins = next
+	return changed
+}
+
+// Thresholds are what the hub needs of a policy's spec.
+type Thresholds struct {
+	Reads, Writes int64
+	// Hysteresis is spec.thresholds.hysteresisPercent as a fraction.
+	Hysteresis float64
+}

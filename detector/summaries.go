@@ -1,0 +1,177 @@
+package detector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/detector/summary"
+	"github.com/heatsink-dev/heatsink/fleet"
+)
+
+// summaryLoop computes every policy's summary each tick and sends the node's
+// summary to the manager when it is due: each report interval, or at once
+// when a key newly reaches its alert level (summary.Urgent). Sending happens
+// on another goroutine, the latest summary replacing one not sent yet, so a
+// slow manager never delays counting.
+func (d *Detector) summaryLoop(ctx context.Context) {
+	t := d.opts.Clock.NewTicker(d.opts.Tick)
+	defer t.Stop()
+	out := make(chan []byte, 1)
+	go d.sendSummaries(ctx, out)
+	var last time.Time
+	var seq uint64
+	var buf []byte
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		now := d.opts.Clock.Now()
+		s, commit, urgent, interval := d.summarize(now)
+		if !summary.Due(now, last, interval, d.opts.Tick, urgent) || !d.up.connected() {
+			continue
+		}
+		seq++
+		s.Seq = seq
+		var err error
+		if buf, err = fleet.MarshalSummary(buf[:0], s); err != nil {
+			d.log.Error(err, "encoding summary")
+			continue
+		}
+		commit()
+		last = now
+		msg := bytes.Clone(buf)
+		select {
+		case out <- msg:
+		default:
+			select { // replace the unsent one: only the newest matters
+			case <-out:
+				d.metrics.summaries.WithLabelValues("superseded").Inc()
+			default:
+			}
+			out <- msg
+		}
+	}
+}
+
+// summarize builds the node's summary at now. commit records what it listed
+// as sent (call it only if it is). interval is the shortest report interval
+// of the policies.
+func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), urgent bool, interval time.Duration) {
+	s = &fleet.Summary{Node: d.opts.NodeName, Session: d.session}
+	interval = time.Second
+	first := true
+	var commits []func()
+	d.mu.RLock()
+	ps := make([]*policyState, 0, len(d.policies))
+	for _, p := range d.policies {
+		ps = append(ps, p)
+	}
+	d.mu.RUnlock()
+	for _, p := range ps {
+		p.mu.Lock()
+		p.sk.Advance(now)
+		items := p.sk.Top(p.sk.Capacity())
+		tr, tw := p.sk.Tracking()
+		keys, unseen := summary.Build(items, p.dir.Floor, fleet.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
+		if summary.Urgent(p.lastSent, keys, p.dir.Alert) {
+			urgent = true
+		}
+		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
+		total := p.total.update(now, p.reads, p.writes, window)
+		if iv := time.Duration(p.dir.ReportIntervalMillis) * time.Millisecond; iv > 0 && (first || iv < interval) {
+			interval, first = iv, false
+		}
+		s.Policies = append(s.Policies, fleet.PolicySummary{
+			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
+		})
+		d.metrics.sketchBytes.WithLabelValues(p.namespace, p.name).Set(float64(p.sk.Bytes()))
+		d.metrics.sketchKeys.WithLabelValues(p.namespace, p.name).Set(float64(p.sk.Len()))
+		p.mu.Unlock()
+		commits = append(commits, func() {
+			p.mu.Lock()
+			p.lastSent = keys
+			p.mu.Unlock()
+		})
+	}
+	return s, func() {
+		for _, c := range commits {
+			c()
+		}
+	}, urgent, interval
+}
+
+// sendSummaries POSTs each summary to the manager the uplink is connected
+// to. A failure is counted; the next summary is complete, so nothing is
+// retried.
+func (d *Detector) sendSummaries(ctx context.Context, in <-chan []byte) {
+	for {
+		var body []byte
+		select {
+		case <-ctx.Done():
+			return
+		case body = <-in:
+		}
+		base := d.up.manager()
+		if base == "" {
+			d.metrics.summaries.WithLabelValues("no_manager").Inc()
+			continue
+		}
+		if err := d.post(ctx, base, body); err != nil {
+			d.metrics.summaries.WithLabelValues("error").Inc()
+			d.log.V(1).Info("summary not delivered", "err", err.Error())
+			continue
+		}
+		d.summaries.Add(1)
+		d.metrics.summaries.WithLabelValues("sent").Inc()
+	}
+}
+
+func (d *Detector) post(ctx context.Context, base string, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+fleet.PathSummary, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", fleet.ContentTypeSummary)
+	fleet.SetToken(req, d.opts.Token)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("manager answered %s", resp.Status)
+	}
+	return nil
+}
+
+// totalRate smooths a policy's counted traffic into per-second rates.
+type totalRate struct {
+	at            time.Time
+	reads, writes uint64
+	rate          fleet.Rates
+}
+
+// update takes the counters at now and returns the smoothed rates: an
+// exponential average whose time constant is the window.
+func (t *totalRate) update(now time.Time, reads, writes uint64, window time.Duration) fleet.Rates {
+	if t.at.IsZero() || !now.After(t.at) {
+		if t.at.IsZero() {
+			t.at, t.reads, t.writes = now, reads, writes
+		}
+		return t.rate
+	}
+	dt := now.Sub(t.at).Seconds()
+	a := 1 - math.Exp(-dt/max(window.Seconds(), dt))
+	t.rate.Reads += a * (float64(reads-t.reads)/dt - t.rate.Reads)
+	t.rate.Writes += a * (float64(writes-t.writes)/dt - t.rate.Writes)
+	t.at, t.reads, t.writes = now, reads, writes
+	return t.rate
+}

@@ -1,0 +1,221 @@
+package detector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/fleet"
+)
+
+// uplinkState is which manager the agent follows, if any.
+type uplinkState struct {
+	mu   sync.Mutex
+	base string // "http(s)://host:port" of the manager holding our stream
+}
+
+func (u *uplinkState) connected() bool { return u.manager() != "" }
+
+func (u *uplinkState) manager() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.base
+}
+
+func (u *uplinkState) set(base string) {
+	u.mu.Lock()
+	u.base = base
+	u.mu.Unlock()
+}
+
+// Reconnect backoff after every manager address failed: from min to max,
+// doubling, each wait jittered by ±50% so that 1,000 agents that lost their
+// manager at once do not come back in step.
+const (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// uplink follows the elected manager until ctx ends. It resolves the
+// manager's name, tries each address in random order until one accepts the
+// stream (only the leader serves it), and starts over when the stream ends.
+// Everything the agent learnt (policies, pods, routing tables) stays in force
+// while it is away, so sidecars keep their tables and counting goes on.
+func (d *Detector) uplink(ctx context.Context) {
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		synced := false
+		for _, addr := range d.managerAddrs(ctx) {
+			ok, err := d.watch(ctx, addr)
+			if ctx.Err() != nil {
+				return
+			}
+			if ok {
+				synced = true
+				d.log.Info("manager stream ended; reconnecting", "manager", addr, "err", errString(err))
+				break
+			}
+			d.log.V(1).Info("manager address refused the stream", "manager", addr, "err", errString(err))
+		}
+		if synced {
+			backoff = minBackoff
+		}
+		wait := time.Duration(float64(backoff) * (0.5 + rand.Float64()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.opts.Clock.After(wait):
+		}
+		if !synced {
+			backoff = min(2*backoff, maxBackoff)
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// managerAddrs resolves Manager into "host:port" addresses, shuffled.
+func (d *Detector) managerAddrs(ctx context.Context) []string {
+	host, port, err := net.SplitHostPort(d.opts.Manager)
+	if err != nil {
+		d.log.Error(err, "bad manager address", "manager", d.opts.Manager)
+		return nil
+	}
+	var hosts []string
+	if ip := net.ParseIP(host); ip != nil {
+		hosts = []string{host}
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		hosts, err = d.opts.Resolve(rctx, host)
+		cancel()
+		if err != nil {
+			d.log.V(1).Info("manager name did not resolve", "manager", host, "err", err.Error())
+			return nil
+		}
+	}
+	out := make([]string, len(hosts))
+	for i, h := range hosts {
+		out[i] = net.JoinHostPort(h, port)
+	}
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// watch holds the event stream of the manager at addr until it ends. It
+// reports whether the stream got as far as its snapshot (the address is the
+// leader), and why it ended.
+func (d *Detector) watch(ctx context.Context, addr string) (synced bool, err error) {
+	scheme := "http"
+	if d.opts.TLS != nil {
+		scheme = "https"
+	}
+	base := scheme + "://" + addr
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+fleet.PathWatch+"?node="+url.QueryEscape(d.opts.NodeName), nil)
+	if err != nil {
+		return false, err
+	}
+	fleet.SetToken(req, d.opts.Token)
+	// The connection attempt is bounded; the stream itself is not (the
+	// watchdog below ends a silent one).
+	connectTimer := time.AfterFunc(3*time.Second, cancel)
+	resp, err := d.client.Do(req)
+	connectTimer.Stop()
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("manager answered %s", resp.Status)
+	}
+	// Watchdog: the manager writes at least a heartbeat every
+	// HeartbeatInterval; three missed ones mean it is gone.
+	events := make(chan struct{}, 1)
+	go func() {
+		idle := 3 * fleet.HeartbeatInterval
+		t := d.opts.Clock.NewTimer(idle)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-events:
+				if !t.Stop() {
+					select {
+					case <-t.C():
+					default:
+					}
+				}
+				t.Reset(idle)
+			case <-t.C():
+				cancel()
+				return
+			}
+		}
+	}()
+	defer d.up.set("")
+	defer d.metrics.connected.Set(0)
+	dec := json.NewDecoder(resp.Body)
+	seen := map[string]bool{}
+	for {
+		var ev fleet.Event
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+				err = errors.New("stream idle or closed")
+			}
+			return synced, err
+		}
+		select {
+		case events <- struct{}{}:
+		default:
+		}
+		switch ev.Type {
+		case fleet.TypePolicy:
+			if ev.Directive == nil {
+				continue
+			}
+			seen[ev.Directive.Policy] = true
+			if err := d.applyDirective(ev.Directive); err != nil {
+				d.log.Error(err, "directive refused")
+			}
+		case fleet.TypePolicyRemoved:
+			d.removePolicy(ev.Removed)
+			d.routes.remove(ev.Removed)
+		case fleet.TypePods:
+			d.sources.set(ev.Pods)
+			d.metrics.pods.Set(float64(len(ev.Pods)))
+		case fleet.TypeRouting:
+			if ev.Routing != nil {
+				d.routes.update(ev.Routing.Policy, ev.Routing.Version, ev.Routing.Table)
+			}
+		case fleet.TypeSynced:
+			if !synced {
+				// The snapshot is complete: what it did not name is gone.
+				for _, id := range d.policyIDs() {
+					if !seen[id] {
+						d.removePolicy(id)
+					}
+				}
+				d.routes.keepOnly(seen)
+				synced = true
+				d.up.set(base)
+				d.metrics.connected.Set(1)
+				d.metrics.connects.Inc()
+			}
+		case fleet.TypeHeartbeat:
+		}
+	}
+}
