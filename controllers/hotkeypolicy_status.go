@@ -36,6 +36,10 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.RoutingVersion = max(st.RoutingVersion, p.pub.version)
 	st.ReportingNodes, st.StaleNodes = int32(p.agg.FreshNodes), int32(p.agg.StaleNodes)
 	st.HotKeyCount = int32(len(p.out.Keys))
+	shown := make(map[string]v1alpha1.HotKeyStatus, len(st.HotKeys))
+	for _, hk := range st.HotKeys {
+		shown[hk.Key] = hk
+	}
 	st.HotKeys = nil
 	for i, k := range p.out.Keys {
 		if i == maxStatusHotKeys {
@@ -43,6 +47,12 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 		}
 		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
 			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source}
+		// Rates are shown, not decided on: a rate that moved by less than a
+		// fifth keeps its shown value, so the status (and its write to the
+		// API server) changes only when something did.
+		if old, ok := shown[k.Key]; ok && !moved(old.ReadsPerSecond, hk.ReadsPerSecond, 0.2) && !moved(old.WritesPerSecond, hk.WritesPerSecond, 0.2) {
+			hk.ReadsPerSecond, hk.WritesPerSecond = old.ReadsPerSecond, old.WritesPerSecond
+		}
 		if k.Since != nil {
 			t := metav1.NewTime(k.Since.UTC().Truncate(time.Second))
 			hk.Since = &t

@@ -162,6 +162,21 @@ func TestBuildStatus(t *testing.T) {
 				p.policy.Status.NextEvents = []v1alpha1.ScheduledEventStatus{{Name: "over"}}
 			}),
 			want: wantStatus()},
+		"shown rates move only when they moved by more than a fifth": {
+			pass: statusPass(func(p *pass) {
+				p.out.Keys = hotKeys(2)
+				prev := []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), keyStatus(hotKeys(2)[1])}
+				p.policy.Status.HotKeys = prev
+				p.out.Keys[0].WritesPerSecond = prev[0].WritesPerSecond*6/5 - 1 // +19.98%: kept
+				p.out.Keys[1].WritesPerSecond = prev[1].WritesPerSecond*6/5 + 2 // over +20%: shown
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.HotKeyCount = 2
+				k1 := keyStatus(hotKeys(2)[1])
+				k1.WritesPerSecond = k1.WritesPerSecond*6/5 + 2
+				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
+			})},
 		"the first 32 schedule events": {
 			pass: statusPass(func(p *pass) { p.evs = events(33) }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
