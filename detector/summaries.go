@@ -32,6 +32,9 @@ func (d *Detector) summaryLoop(ctx context.Context) {
 		case <-t.C():
 		}
 		now := d.opts.Clock.Now()
+		if d.up.takeFresh() {
+			last = time.Time{} // a (new) manager: tell it now
+		}
 		s, commit, urgent, interval := d.summarize(now)
 		if !summary.Due(now, last, interval, d.opts.Tick, urgent) || !d.up.connected() {
 			continue

@@ -19,6 +19,19 @@ import (
 type uplinkState struct {
 	mu   sync.Mutex
 	base string // "http(s)://host:port" of the manager holding our stream
+	// fresh is set when a stream (re)connects: the next tick sends a
+	// summary at once, so a newly elected manager hears from every node
+	// within a tick of its reconnection and can decide again.
+	fresh bool
+}
+
+// takeFresh reports and clears fresh.
+func (u *uplinkState) takeFresh() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	f := u.fresh
+	u.fresh = false
+	return f
 }
 
 func (u *uplinkState) connected() bool { return u.manager() != "" }
@@ -32,15 +45,19 @@ func (u *uplinkState) manager() string {
 func (u *uplinkState) set(base string) {
 	u.mu.Lock()
 	u.base = base
+	u.fresh = base != ""
 	u.mu.Unlock()
 }
 
 // Reconnect backoff after every manager address failed: from min to max,
 // doubling, each wait jittered by ±50% so that 1,000 agents that lost their
-// manager at once do not come back in step.
+// manager at once do not come back in step. The cap is short: during a
+// failover every address refuses until the standby holds the lease, a
+// refused connection costs nothing, and the agent must find the new leader
+// within a report interval of its election.
 const (
 	minBackoff = 250 * time.Millisecond
-	maxBackoff = 5 * time.Second
+	maxBackoff = time.Second
 )
 
 // uplink follows the elected manager until ctx ends. It resolves the

@@ -356,6 +356,12 @@ func (h *Hub) Snapshot(id string) (Snapshot, Status) {
 	maxAge := StaleAfterIntervals * p.params.ReportInterval
 	p.vmu.Lock()
 	defer p.vmu.Unlock()
+	if !st.Warm && p.view.heardFromAll(since) {
+		// Every node hosting the policy's pods has reported to this
+		// manager (agents send at once when they connect): nothing more
+		// to wait for.
+		st.Warm = true
+	}
 	snap := p.view.snapshot(now, maxAge, maxAge)
 	return snap, st
 }

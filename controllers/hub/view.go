@@ -177,6 +177,21 @@ func (v *view) setExpected(now time.Time, nodes map[string]bool) (touched []stri
 	return touched
 }
 
+// heardFromAll reports whether every node expected to send (hosting the
+// policy's pods) has sent a summary since since, and there is at least one.
+func (v *view) heardFromAll(since time.Time) bool {
+	if len(v.expected) == 0 {
+		return false
+	}
+	for node := range v.expected {
+		n := v.nodes[node]
+		if n == nil || n.lastSeen.Before(since) {
+			return false
+		}
+	}
+	return true
+}
+
 // estimate is one key's rates as the manager knows them.
 type estimate struct {
 	lower, upper fleet.Rates
