@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"encoding/json"
 	"image/png"
 	"math"
 	"os"
@@ -13,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/webhook"
 )
@@ -187,22 +188,24 @@ func TestMitigations(t *testing.T) {
 }
 
 func TestObserverTimes(t *testing.T) {
-	o := &observer{ns: Namespace, policy: PolicyName, readT: 100, writeT: 50, reports: map[string]*v1alpha1.HotKeyReport{}, keys: map[string]*KeyTimes{}}
-	rep := func(node string, c ...v1alpha1.Candidate) *v1alpha1.HotKeyReport {
-		return &v1alpha1.HotKeyReport{Spec: v1alpha1.HotKeyReportSpec{NodeName: node, PolicyName: PolicyName, Candidates: c}}
+	o := &observer{ns: Namespace, policy: PolicyName, readT: 100, writeT: 50, keys: map[string]*KeyTimes{}}
+	over := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	state := func(ks ...decide.KeyState) string {
+		b, err := json.Marshal(decide.State{Keys: ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
-	// Each node alone is under the read threshold; their sum is over it.
-	o.onReport(rep("a", v1alpha1.Candidate{Key: "k", ReadsPerSecond: 60}))
-	if !o.snapshot().Keys["k"].Detected.IsZero() {
-		t.Fatal("detected with 60 reads/s of 100")
+	// The manager's state says when it first saw the key over a threshold.
+	o.detectedLocked(state(decide.KeyState{Key: "k", ReadOverSince: &over}))
+	if got := o.snapshot().Keys["k"].Detected; !got.Equal(over) {
+		t.Fatalf("detected %v, want the manager's %v", got, over)
 	}
-	o.onReport(rep("b", v1alpha1.Candidate{Key: "k", ReadsPerSecond: 60}))
-	if o.snapshot().Keys["k"].Detected.IsZero() {
-		t.Fatal("not detected with 120 reads/s summed over two nodes")
-	}
-	o.onReport(&v1alpha1.HotKeyReport{Spec: v1alpha1.HotKeyReportSpec{NodeName: "c", PolicyName: "other", Candidates: []v1alpha1.Candidate{{Key: "x", WritesPerSecond: 1000}}}})
-	if _, ok := o.snapshot().Keys["x"]; ok {
-		t.Error("another policy's report was counted")
+	later := over.Add(time.Second)
+	o.detectedLocked(state(decide.KeyState{Key: "k", ReadHot: true, Since: &later}))
+	if got := o.snapshot().Keys["k"].Detected; !got.Equal(over) {
+		t.Fatalf("detected moved to %v once hot, want it kept at %v", got, over)
 	}
 
 	table := func(v int64, e ...routing.Entry) *corev1.ConfigMap {

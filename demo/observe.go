@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -21,8 +24,8 @@ import (
 // through the API server (watch events arrive within milliseconds of the
 // write).
 type KeyTimes struct {
-	// Detected is when the detectors' reports, summed over nodes, first put
-	// the key over a threshold.
+	// Detected is when the manager first saw the key over a threshold (the
+	// start of sustainFor), from the state it publishes with the table.
 	Detected time.Time
 	// Routed is when the routing table first listed the key.
 	Routed time.Time
@@ -33,19 +36,17 @@ type KeyTimes struct {
 	Entry *routing.Entry
 }
 
-// observer follows the demo namespace's HotKeyReports, routing ConfigMap
-// and HotKeyPolicy, and remembers when each key was detected and routed.
+// observer follows the demo namespace's routing ConfigMap and HotKeyPolicy,
+// and remembers when each key was detected and routed.
 type observer struct {
-	ns, policy     string
-	readT, writeT  int64
-	cache          cache.Cache
-	mu             sync.Mutex
-	reports        map[string]*v1alpha1.HotKeyReport // by node
-	keys           map[string]*KeyTimes
-	table          *routing.Table
-	tableErr       error
-	status         v1alpha1.HotKeyPolicyStatus
-	reportsWritten int
+	ns, policy    string
+	readT, writeT int64
+	cache         cache.Cache
+	mu            sync.Mutex
+	keys          map[string]*KeyTimes
+	table         *routing.Table
+	tableErr      error
+	status        v1alpha1.HotKeyPolicyStatus
 }
 
 func newObserver(cfg *rest.Config, ns, policy string, readT, writeT int64) (*observer, error) {
@@ -56,8 +57,7 @@ func newObserver(cfg *rest.Config, ns, policy string, readT, writeT int64) (*obs
 	if err != nil {
 		return nil, err
 	}
-	return &observer{ns: ns, policy: policy, readT: readT, writeT: writeT, cache: c,
-		reports: map[string]*v1alpha1.HotKeyReport{}, keys: map[string]*KeyTimes{}}, nil
+	return &observer{ns: ns, policy: policy, readT: readT, writeT: writeT, cache: c, keys: map[string]*KeyTimes{}}, nil
 }
 
 // start runs the informers and waits for their first list.
@@ -72,7 +72,6 @@ func (o *observer) start(ctx context.Context) error {
 		obj client.Object
 		on  func(any)
 	}{
-		{&v1alpha1.HotKeyReport{}, o.onReport},
 		{&corev1.ConfigMap{}, o.onConfigMap},
 		{&v1alpha1.HotKeyPolicy{}, o.onPolicy},
 	} {
@@ -100,33 +99,6 @@ func (o *observer) key(k string) *KeyTimes {
 	return kt
 }
 
-func (o *observer) onReport(obj any) {
-	r, ok := obj.(*v1alpha1.HotKeyReport)
-	if !ok || r.Spec.PolicyName != o.policy {
-		return
-	}
-	now := time.Now()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.reportsWritten++
-	o.reports[r.Spec.NodeName] = r.DeepCopy()
-	// Sum the latest report of every node, as the manager does.
-	reads, writes := map[string]int64{}, map[string]int64{}
-	for _, rep := range o.reports {
-		for _, c := range rep.Spec.Candidates {
-			reads[c.Key] += c.ReadsPerSecond
-			writes[c.Key] += c.WritesPerSecond
-		}
-	}
-	for k := range reads {
-		if reads[k] >= o.readT || writes[k] >= o.writeT {
-			if kt := o.key(k); kt.Detected.IsZero() {
-				kt.Detected = now
-			}
-		}
-	}
-}
-
 func (o *observer) onConfigMap(obj any) {
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok || cm.Name != routing.ConfigMapName(o.policy) {
@@ -141,6 +113,7 @@ func (o *observer) onConfigMap(obj any) {
 		return
 	}
 	o.table, o.tableErr = t, nil
+	o.detectedLocked(cm.Data[controllers.StateKey])
 	for k, kt := range o.keys {
 		if t.Lookup(k) == nil {
 			kt.Entry = nil
@@ -164,6 +137,26 @@ func (o *observer) onConfigMap(obj any) {
 	}
 }
 
+// detectedLocked notes, from the manager's published state, when it first
+// saw each key over a threshold: a key over it but not yet hot carries the
+// time (readOverSince / writeOverSince) until sustainFor has passed.
+func (o *observer) detectedLocked(state string) {
+	var st decide.State
+	if state == "" || json.Unmarshal([]byte(state), &st) != nil {
+		return
+	}
+	for _, ks := range st.Keys {
+		for _, at := range []*time.Time{ks.ReadOverSince, ks.WriteOverSince, ks.Since} {
+			if at == nil {
+				continue
+			}
+			if kt := o.key(ks.Key); kt.Detected.IsZero() || at.Before(kt.Detected) {
+				kt.Detected = *at
+			}
+		}
+	}
+}
+
 func (o *observer) onPolicy(obj any) {
 	p, ok := obj.(*v1alpha1.HotKeyPolicy)
 	if !ok || p.Name != o.policy {
@@ -176,18 +169,17 @@ func (o *observer) onPolicy(obj any) {
 
 // snapshot is a consistent copy of what the observer knows.
 type snapshot struct {
-	Keys    map[string]KeyTimes
-	Table   *routing.Table
-	Status  v1alpha1.HotKeyPolicyStatus
-	Reports int
-	// Nodes is the number of nodes that wrote a report.
+	Keys   map[string]KeyTimes
+	Table  *routing.Table
+	Status v1alpha1.HotKeyPolicyStatus
+	// Nodes is the number of nodes whose agents the manager hears from.
 	Nodes int
 }
 
 func (o *observer) snapshot() snapshot {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s := snapshot{Keys: make(map[string]KeyTimes, len(o.keys)), Table: o.table, Status: *o.status.DeepCopy(), Reports: o.reportsWritten, Nodes: len(o.reports)}
+	s := snapshot{Keys: make(map[string]KeyTimes, len(o.keys)), Table: o.table, Status: *o.status.DeepCopy(), Nodes: int(o.status.ReportingNodes)}
 	for k, v := range o.keys {
 		s.Keys[k] = *v
 	}

@@ -32,7 +32,12 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 		what string
 		mo   Moments
 	}{{"viral read", r.ViralRead}, {"viral counter", r.Counter}} {
-		row(fmt.Sprintf("%s %s: detection → routing", m.what, m.mo.Key), dur(m.mo.DetectionToRouting()))
+		d := m.mo.DetectionToRouting()
+		pipeline := ""
+		if d > 0 {
+			pipeline = fmt.Sprintf(" (sustainFor %s + %s)", dur(cfg.SustainFor), dur(max(d-cfg.SustainFor, 0)))
+		}
+		row(fmt.Sprintf("%s %s: detection → routing", m.what, m.mo.Key), dur(d)+pipeline)
 		row(fmt.Sprintf("%s %s: spike → routed / relief", m.what, m.mo.Key), dur(m.mo.SpikeToRouted())+" / "+dur(m.mo.SpikeToRelief()))
 	}
 	switch {

@@ -49,7 +49,7 @@ func (v *view) draw(samples []Sample, snap snapshot, c Counts) {
 	var b strings.Builder
 	b.WriteString("\x1b[H\x1b[2J")
 	el := now.Sub(v.start).Truncate(time.Second)
-	fmt.Fprintf(&b, "\x1b[1mheatsink demo\x1b[0m  t=%s / %s   epoch %d   routing v%d   reports from %d node(s)\n\n",
+	fmt.Fprintf(&b, "\x1b[1mheatsink demo\x1b[0m  t=%s / %s   epoch %d   routing v%d   counts from %d node(s)\n\n",
 		el, v.cfg.Duration, snap.Status.Epoch, tableVersion(snap.Table), snap.Nodes)
 	fmt.Fprintf(&b, "\x1b[1mRedis masters\x1b[0m (ops/s measured by Redis: INFO total_commands_processed)\n")
 	top := 1.0
