@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -31,7 +32,11 @@ const maxStatusEvents = 32
 func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st := p.policy.Status.DeepCopy()
 	st.ObservedGeneration = p.policy.Generation
-	st.Epoch = routing.EpochAt(p.now, p.spec.Mitigations.Split.Epoch.Milliseconds())
+	// The epoch matters only to split keys; following the clock while
+	// nothing is split would rewrite the status every epoch for nothing.
+	if hasSplit(p.enforced) || st.Epoch == 0 {
+		st.Epoch = routing.EpochAt(p.now, p.spec.Mitigations.Split.Epoch.Milliseconds())
+	}
 	st.RoutingConfigMap = routingName(p.policy)
 	st.RoutingVersion = max(st.RoutingVersion, p.pub.version)
 	st.ReportingNodes, st.StaleNodes = int32(p.agg.FreshNodes), int32(p.agg.StaleNodes)
@@ -105,6 +110,19 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}
 	return st
+}
+
+// hasSplit reports whether a table has a split key.
+func hasSplit(out *decide.Output) bool {
+	if out == nil {
+		return false
+	}
+	for _, e := range out.Entries {
+		if e.Split != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func truncate(s string) string {

@@ -177,6 +177,15 @@ func TestBuildStatus(t *testing.T) {
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
 			})},
+		"the epoch stays while nothing is split (no write per epoch)": {
+			pass: statusPass(func(p *pass) { p.policy.Status.Epoch = 999 }),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.Epoch = 999 })},
+		"the epoch follows the clock while a key is split": {
+			pass: statusPass(func(p *pass) {
+				p.policy.Status.Epoch = 999
+				p.enforced = &decide.Output{Entries: []routing.Entry{{Key: "k", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 999, Shards: 4}}}}}}
+			}),
+			want: wantStatus()},
 		"the first 32 schedule events": {
 			pass: statusPass(func(p *pass) { p.evs = events(33) }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
