@@ -115,7 +115,6 @@ type policy struct {
 
 	vmu       sync.Mutex // guards view and bands
 	view      *view
-	bands     map[string]uint8
 	triggered atomic.Bool
 }
 
@@ -241,7 +240,7 @@ func (h *Hub) nextVersion() uint64 {
 func (h *Hub) policy(id string) *policy {
 	p := h.policies[id]
 	if p == nil {
-		p = &policy{id: id, nodes: map[string]int{}, view: newView(), bands: map[string]uint8{}}
+		p = &policy{id: id, nodes: map[string]int{}, view: newView()}
 		h.policies[id] = p
 	}
 	return p
@@ -257,6 +256,9 @@ func (h *Hub) SetPolicy(id string, params Params) {
 		return
 	}
 	p.params, p.hasParams = params, true
+	p.vmu.Lock()
+	p.view.th = params.Thresholds
+	p.vmu.Unlock()
 	h.refreshDirective(p, nil, true)
 }
 

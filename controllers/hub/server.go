@@ -80,41 +80,14 @@ func (h *Hub) Ingest(s *fleet.Summary) {
 	}
 	for _, j := range jobs {
 		j.p.vmu.Lock()
-		touched := j.p.view.apply(now, s.Node, s.Session, s.Seq, j.ps)
-		changed := h.rebandLocked(j.p, touched)
+		j.p.view.apply(now, s.Node, s.Session, s.Seq, j.ps)
+		changed := j.p.view.takeBandChange()
 		j.p.vmu.Unlock()
 		h.metrics.policySummaries.WithLabelValues("applied").Inc()
 		if changed {
 			h.trigger(j.p)
 		}
 	}
-}
-
-// rebandLocked re-estimates keys and reports whether any crossed a band
-// (cold, warm, hot; reads or writes). p.vmu must be held.
-func (h *Hub) rebandLocked(p *policy, keys []string) bool {
-	if !p.hasParams || len(keys) == 0 {
-		return false
-	}
-	th := p.params.Thresholds
-	minDir := p.view.minDirective()
-	changed := false
-	for _, k := range keys {
-		var b uint8
-		if s := p.view.keys[k]; s != nil {
-			val := p.view.estimate(k, s, minDir).value()
-			b = uint8(band(val.Reads, th.Reads, th.Hysteresis)*3 + band(val.Writes, th.Writes, th.Hysteresis))
-		}
-		if p.bands[k] != b {
-			changed = true
-			if b == 0 {
-				delete(p.bands, k)
-			} else {
-				p.bands[k] = b
-			}
-		}
-	}
-	return changed
 }
 
 func (h *Hub) trigger(p *policy) {
@@ -301,15 +274,9 @@ func (h *Hub) sweep() {
 		}
 		maxAge := StaleAfterIntervals * p.params.ReportInterval
 		p.vmu.Lock()
-		touched := p.view.expire(now, maxAge)
-		all := make([]string, 0, len(p.view.keys)+len(p.bands))
-		for k := range p.view.keys {
-			all = append(all, k)
-		}
-		for k := range p.bands {
-			all = append(all, k)
-		}
-		changed := h.rebandLocked(p, append(touched, all...))
+		p.view.expire(now, maxAge)
+		p.view.rebandAll()
+		changed := p.view.takeBandChange()
 		snap := p.view.snapshot(now, maxAge, maxAge)
 		limit := 2 * int(max(p.params.TopK, 8))
 		pins := p.view.pinCandidates(&snap, p.mitigated, p.params.Thresholds, limit)

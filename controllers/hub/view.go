@@ -38,8 +38,19 @@ type view struct {
 	// started to: a node is stale when it is expected, has been for the
 	// grace period, and sends nothing.
 	expected map[string]time.Time
-	// pins maps each pinned key to the directive version that pinned it.
+	// pins maps each pinned key to the directive version that pinned it
+	// (mirrored in each key's keySum.pin, so the hot path looks up once).
 	pins map[string]uint64
+	// th are the thresholds a key's band is placed against (Hub.SetPolicy).
+	th Thresholds
+	// bandChanged records that a key crossed a band (takeBandChange).
+	bandChanged bool
+	// stamp numbers apply calls, to re-band each touched key once.
+	stamp   uint64
+	scratch []*keySum
+	// minDir caches minDirective while minDirOK.
+	minDir   uint64
+	minDirOK bool
 }
 
 type nodeState struct {
@@ -59,6 +70,11 @@ type keySum struct {
 	// unseenR and unseenW are Σ Unseen of the nodes that listed the key.
 	unseenR, unseenW float64
 	reporters        int
+	// pin is the directive version that pinned the key (0: not pinned),
+	// band its last band (see band), stamp the apply that last touched it.
+	pin   uint64
+	band  uint8
+	stamp uint64
 }
 
 func newView() *view {
@@ -67,26 +83,29 @@ func newView() *view {
 
 // apply takes one node's summary for this policy, received at now. A summary
 // older than the last one of the same agent session is ignored; a new session
-// (the agent restarted) replaces the node's counts. It returns the keys whose
-// sums changed.
-func (v *view) apply(now time.Time, node string, session, seq uint64, ps *fleet.PolicySummary) []string {
+// (the agent restarted) replaces the node's counts. Every key the summary or
+// the node's previous one listed is re-placed in its band, once; a change is
+// recorded for takeBandChange.
+func (v *view) apply(now time.Time, node string, session, seq uint64, ps *fleet.PolicySummary) {
 	old := v.nodes[node]
 	if old != nil && old.session == session && seq <= old.seq {
-		return nil
-	}
-	var touched []string
-	if old != nil {
-		touched = v.subtract(old, touched)
+		return
 	}
 	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys}
 	v.nodes[node] = n
+	if old == nil || old.directive != n.directive {
+		v.minDirOK = false
+	}
+	v.stamp++
+	// Add the new summary first, so that keys in both stay alive.
 	v.unseen.Reads += n.unseen.Reads
 	v.unseen.Writes += n.unseen.Writes
+	touched := v.scratch[:0]
 	for i := range n.keys {
 		k := &n.keys[i]
 		s := v.keys[k.Key]
 		if s == nil {
-			s = &keySum{}
+			s = &keySum{pin: v.pins[k.Key]}
 			v.keys[k.Key] = s
 		}
 		s.reads += k.Reads
@@ -97,13 +116,22 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *fleet.
 		s.unseenR += n.unseen.Reads
 		s.unseenW += n.unseen.Writes
 		s.reporters++
-		touched = append(touched, k.Key)
+		s.stamp = v.stamp
+		touched = append(touched, s)
 	}
-	return touched
+	if old != nil {
+		v.subtract(old, true)
+	}
+	for _, s := range touched {
+		v.reband(s)
+	}
+	v.scratch = touched[:0]
 }
 
-// subtract removes a node's contributions, appending the keys it listed.
-func (v *view) subtract(n *nodeState, touched []string) []string {
+// subtract removes a node's contributions. With reband, a key left with no
+// reporter counts as leaving its band, and a remaining key the current
+// apply did not touch is re-placed.
+func (v *view) subtract(n *nodeState, reband bool) {
 	v.unseen.Reads -= n.unseen.Reads
 	v.unseen.Writes -= n.unseen.Writes
 	for i := range n.keys {
@@ -116,40 +144,74 @@ func (v *view) subtract(n *nodeState, touched []string) []string {
 		if s.reporters <= 0 {
 			// Dropping the entry also drops the float error its additions
 			// and subtractions accumulated.
+			if s.band != 0 {
+				v.bandChanged = true
+			}
 			delete(v.keys, k.Key)
-		} else {
-			s.reads -= k.Reads
-			s.writes -= k.Writes
-			s.rreads -= k.RecentReads
-			s.rwrites -= k.RecentWrites
-			s.bytes -= k.Bytes
-			s.unseenR -= n.unseen.Reads
-			s.unseenW -= n.unseen.Writes
+			continue
 		}
-		touched = append(touched, k.Key)
+		s.reads -= k.Reads
+		s.writes -= k.Writes
+		s.rreads -= k.RecentReads
+		s.rwrites -= k.RecentWrites
+		s.bytes -= k.Bytes
+		s.unseenR -= n.unseen.Reads
+		s.unseenW -= n.unseen.Writes
+		if reband && s.stamp != v.stamp {
+			s.stamp = v.stamp
+			v.reband(s)
+		}
 	}
-	return touched
+}
+
+// reband places a key in its band (cold, warm, hot; reads and writes) and
+// records a change.
+func (v *view) reband(s *keySum) {
+	if v.th.Reads == 0 && v.th.Writes == 0 {
+		return
+	}
+	val := v.estimate(s).value()
+	b := uint8(band(val.Reads, v.th.Reads, v.th.Hysteresis)*3 + band(val.Writes, v.th.Writes, v.th.Hysteresis))
+	if b != s.band {
+		s.band = b
+		v.bandChanged = true
+	}
+}
+
+// rebandAll re-places every key: an upper bound moves whenever any node's
+// Unseen does, not only when the key is listed.
+func (v *view) rebandAll() {
+	for _, s := range v.keys {
+		v.reband(s)
+	}
+}
+
+// takeBandChange reports whether a key crossed a band since the last call.
+func (v *view) takeBandChange() bool {
+	c := v.bandChanged
+	v.bandChanged = false
+	return c
 }
 
 // forget removes a node (its agent went away, or it hosts no more pods of
 // the policy).
-func (v *view) forget(node string) []string {
+func (v *view) forget(node string) {
 	n := v.nodes[node]
 	if n == nil {
-		return nil
+		return
 	}
 	delete(v.nodes, node)
-	return v.subtract(n, nil)
+	v.minDirOK = false
+	v.subtract(n, false)
 }
 
-// expire forgets every node whose last summary is older than maxAge and
-// returns the keys that changed. Sums are then rebuilt from the remaining
-// nodes' summaries so rounding error never accumulates across the view's
-// life.
-func (v *view) expire(now time.Time, maxAge time.Duration) (touched []string) {
+// expire forgets every node whose last summary is older than maxAge. The
+// unseen total is then rebuilt from the remaining nodes, so rounding error
+// never accumulates across the view's life. (Bands: see rebandAll.)
+func (v *view) expire(now time.Time, maxAge time.Duration) {
 	for node, n := range v.nodes {
 		if now.Sub(n.lastSeen) > maxAge {
-			touched = append(touched, v.forget(node)...)
+			v.forget(node)
 		}
 	}
 	v.unseen = fleet.Rates{}
@@ -157,16 +219,15 @@ func (v *view) expire(now time.Time, maxAge time.Duration) (touched []string) {
 		v.unseen.Reads += n.unseen.Reads
 		v.unseen.Writes += n.unseen.Writes
 	}
-	return touched
 }
 
 // setExpected replaces the set of nodes that host pods of the policy. A
 // node no longer expected is forgotten at once: its pods are gone.
-func (v *view) setExpected(now time.Time, nodes map[string]bool) (touched []string) {
+func (v *view) setExpected(now time.Time, nodes map[string]bool) {
 	for n := range v.expected {
 		if !nodes[n] {
 			delete(v.expected, n)
-			touched = append(touched, v.forget(n)...)
+			v.forget(n)
 		}
 	}
 	for n := range nodes {
@@ -174,7 +235,6 @@ func (v *view) setExpected(now time.Time, nodes map[string]bool) (touched []stri
 			v.expected[n] = now
 		}
 	}
-	return touched
 }
 
 // heardFromAll reports whether every node expected to send (hosting the
@@ -213,14 +273,17 @@ func (e estimate) value() fleet.Rates {
 // minDirective is the oldest directive applied by a node in the view; a pin
 // made at or before it has reached every node that is sending.
 func (v *view) minDirective() uint64 {
-	m := uint64(math.MaxUint64)
-	for _, n := range v.nodes {
-		m = min(m, n.directive)
+	if !v.minDirOK {
+		v.minDir = math.MaxUint64
+		for _, n := range v.nodes {
+			v.minDir = min(v.minDir, n.directive)
+		}
+		v.minDirOK = true
 	}
-	return m
+	return v.minDir
 }
 
-func (v *view) estimate(key string, s *keySum, minDir uint64) estimate {
+func (v *view) estimate(s *keySum) estimate {
 	e := estimate{
 		lower: fleet.Rates{Reads: max(s.reads, s.rreads, 0), Writes: max(s.writes, s.rwrites, 0)},
 		bytes: max(s.bytes, 0),
@@ -229,7 +292,7 @@ func (v *view) estimate(key string, s *keySum, minDir uint64) estimate {
 		Reads:  e.lower.Reads + max(v.unseen.Reads-s.unseenR, 0),
 		Writes: e.lower.Writes + max(v.unseen.Writes-s.unseenW, 0),
 	}
-	if pv, ok := v.pins[key]; ok && pv <= minDir {
+	if s.pin != 0 && s.pin <= v.minDirective() {
 		e.exact, e.upper = true, e.lower
 	}
 	return e
@@ -264,7 +327,6 @@ type Estimate struct {
 // not counted (expire forgets them) and grace is how long a node may be
 // expected before its silence counts as stale.
 func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
-	minDir := v.minDirective()
 	snap := Snapshot{
 		Aggregate: decide.Aggregate{Keys: make(map[string]decide.Observation, len(v.keys))},
 		Estimates: make(map[string]Estimate, len(v.keys)),
@@ -272,7 +334,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 		Pinned:    len(v.pins),
 	}
 	for k, s := range v.keys {
-		e := v.estimate(k, s, minDir)
+		e := v.estimate(s)
 		val := e.value()
 		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes)}
 		snap.Estimates[k] = Estimate{Lower: e.lower, Upper: e.upper, Bytes: e.bytes, Exact: e.exact}
@@ -383,6 +445,18 @@ func (v *view) setPins(keys []string, version uint64) bool {
 		} else {
 			next[k] = version
 			changed = true
+		}
+	}
+	for k, ver := range next {
+		if s := v.keys[k]; s != nil {
+			s.pin = ver
+		}
+	}
+	for k := range v.pins {
+		if _, still := next[k]; !still {
+			if s := v.keys[k]; s != nil {
+				s.pin = 0
+			}
 		}
 	}
 	v.pins = next
