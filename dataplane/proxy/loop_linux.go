@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
@@ -519,18 +520,14 @@ func (l *loop) parse(c *lclient) {
 // command handles l.cmd, parsed from offset off of the client's buffer.
 func (l *loop) command(c *lclient, off int) {
 	args := l.cmd.Args
-	info, known := lookupCommand(args[0])
-	switch {
-	case eqFold(args[0], "HELLO") && len(args) <= 2:
-		v, ok := helloVersion(args, c.proto)
-		if !ok {
-			l.handoff(c, off)
-			return
-		}
+	info, known := command.Lookup(args[0])
+	r := decide(info, known, args, mode{shared: true, cluster: l.p.cfg.Cluster, proto: c.proto})
+	switch r.op {
+	case opHello:
 		if l.waitDrain(c, off) {
 			return
 		}
-		u := l.up(0, v)
+		u := l.up(0, r.proto)
 		if !u.open() {
 			// Being opened: the HELLO is taken again once it is (or goes
 			// to a session, which reports the error, if it fails).
@@ -543,50 +540,40 @@ func (l *loop) command(c *lclient, off int) {
 			l.handoff(c, off)
 			return
 		}
-		c.proto = v
+		c.proto = r.proto
 		l.localReply(c, u.hello)
 		return
-	case eqFold(args[0], "CLIENT") && len(args) == 4 && eqFold(args[1], "SETINFO"):
+	case opOK:
 		if !l.waitDrain(c, off) {
 			l.localReply(c, resp.AppendStatus(nil, "OK"))
 		}
 		return
-	case eqFold(args[0], "CLIENT") && len(args) >= 2 && eqFold(args[1], "MAINT_NOTIFICATIONS"):
+	case opRefuse:
 		if !l.waitDrain(c, off) {
-			l.localReply(c, resp.AppendError(nil, "ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy"))
+			l.localReply(c, resp.AppendError(nil, r.err))
 		}
 		return
-	case info.kind == kQuit:
+	case opQuit:
 		c.state = cClosing
 		c.final = resp.AppendStatus(nil, "OK")
 		l.nLocal++
 		return
-	case info.kind == kRefuse:
-		if !l.waitDrain(c, off) {
-			l.localReply(c, resp.AppendError(nil, "ERR heatsink proxy: "+upper(args[0])+" is not supported through the proxy (it turns the connection into a replication stream)"))
-		}
-		return
-	case !known || !info.shareable || isBlocking(info, args):
+	case opOwnConn, opPipe, opState:
 		l.handoff(c, off)
-		return
-	case info.kind == kClusterWide && l.p.cfg.Cluster:
-		if !l.waitDrain(c, off) {
-			l.localReply(c, resp.AppendError(nil, "ERR heatsink proxy: "+upper(args[0])+" acts on every node of a cluster; run it against each node directly"))
-		}
 		return
 	}
 	key := info.FirstKey(args)
 	var inval []string
 	if key != nil {
-		if e := l.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.MultiKey() && anyMitigated(e, info, args)) {
-			d, iv := classifyMitigated(e, args, false)
+		if e := l.p.cfg.Engine; e != nil && e.Names(info, args, key) {
+			d := e.Decide(args, false)
 			if d.Op != engine.OpRaw {
 				if !l.waitDrain(c, off) && !l.cacheHit(c, d, args) {
-					l.runEngine(c, d, iv)
+					l.runEngine(c, d, invalidates(e, args, d))
 				}
 				return
 			}
-			inval = iv
+			inval = invalidates(e, args, d)
 		}
 		if o := l.p.cfg.Observer; o != nil && info.Write {
 			o.Observe(l.p.cfg.Policy, string(key), 0, 1, uint32(len(l.cmd.Raw)))
@@ -607,11 +594,10 @@ func (l *loop) command(c *lclient, off int) {
 // value is cached (the client owes no reply, so none of its own writes is
 // in flight).
 func (l *loop) cacheHit(c *lclient, d engine.Decision, args [][]byte) bool {
-	cr, ok := l.p.cfg.Engine.(cachedReader)
-	if !ok || d.Op != engine.OpGet {
+	if d.Op != engine.OpGet {
 		return false
 	}
-	val, found, ok := cr.Cached(unsafeString(args[1]))
+	val, found, ok := l.p.cfg.Engine.Cached(unsafeString(args[1]))
 	if !ok {
 		return false
 	}
@@ -625,11 +611,6 @@ func (l *loop) cacheHit(c *lclient, d engine.Decision, args [][]byte) bool {
 	}
 	l.nEng++
 	return true
-}
-
-// cachedReader is implemented by *engine.Engine: a cache hit without I/O.
-type cachedReader interface {
-	Cached(key string) (val []byte, found, ok bool)
 }
 
 // waitDrain reports true (and un-parses the command) when the client still
@@ -773,7 +754,7 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 		if l.p.cfg.Cluster {
 			l.p.topo.refreshAsync() // the node may have failed over
 		}
-		l.failOwed(u, "ERR heatsink proxy: upstream "+l.p.topo.addr(u.node)+" unreachable: "+err.Error())
+		l.failOwed(u, errUnreachable(l.p.topo.addr(u.node), err))
 		for _, c := range u.waiting {
 			if c.state == cWaitUp {
 				c.state = cHandoff
@@ -929,7 +910,7 @@ func (l *loop) failUp(u *lupstream, err error) {
 	if l.p.cfg.Cluster {
 		l.p.topo.refreshAsync() // the node may have failed over
 	}
-	l.failOwed(u, "ERR heatsink proxy: upstream "+l.p.topo.addr(u.node)+": "+errText(err))
+	l.failOwed(u, errUpstream(l.p.topo.addr(u.node), err))
 }
 
 // forgetUp drops u from the connections in use: the next command for its

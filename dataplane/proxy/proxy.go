@@ -33,25 +33,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
-	"github.com/heatsink-dev/heatsink/routing"
 )
-
-// Engine is the part of the routing engine (package engine) the proxy uses.
-// *engine.Engine implements it.
-type Engine interface {
-	// Lookup reports whether key is mitigated. It must be cheap: the proxy
-	// calls it for every keyed command.
-	Lookup(key string) bool
-	Get(ctx context.Context, key string) (val []byte, found bool, err error)
-	Set(ctx context.Context, key string, val []byte, args ...any) (ok bool, err error)
-	IncrBy(ctx context.Context, key string, n int64) (int64, error)
-	Del(ctx context.Context, key string) (int64, error)
-	// Invalidate is called after a raw write on a mitigated key.
-	Invalidate(key string)
-	// Table is the routing table in force (never nil).
-	Table() *routing.Table
-}
 
 // Observer receives key accesses (the detector client, detector/wire).
 // Observe must not block.
@@ -73,7 +57,7 @@ type Config struct {
 	// Policy is "<namespace>/<name>" reported with each access.
 	Policy string
 	// Engine, if set, serves commands on mitigated keys.
-	Engine Engine
+	Engine *engine.Engine
 	// Observer, if set, receives every keyed command's access.
 	Observer Observer
 	// DialTimeout bounds connecting to Redis (default 2s).

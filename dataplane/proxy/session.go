@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -166,38 +167,39 @@ var errQuit = errors.New("quit")
 // early (the session goes on); a non-nil error ends the session.
 func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
-	info, known := lookupCommand(args[0])
+	info, known := command.Lookup(args[0])
 	cluster := s.p.cfg.Cluster
-	var inval []string
-	if !cluster && !s.dedicated {
-		if handled := s.sharedLocal(info, args); handled {
-			return false, nil
-		}
-		if (!known || !info.shareable || isBlocking(info, args)) && info.kind != kQuit && info.kind != kRefuse {
-			// The command changes or depends on connection state: from now
-			// on this client gets its own upstream connection.
-			s.drain()
-			s.dedicated = true
-			s.p.m.dedicated.Inc()
-		}
+	r := decide(info, known, args, s.mode())
+	if r.op == opHello && !s.helloShared(r.proto) {
+		r.op = opOwnConn // the shared connection cannot answer it: Redis will
 	}
-	switch info.kind {
-	case kQuit:
+	if r.op == opOwnConn {
+		// The command changes or depends on connection state: from now on
+		// this client gets its own upstream connection.
+		s.drain()
+		s.dedicated = true
+		s.p.m.dedicated.Inc()
+		r = decide(info, known, args, s.mode())
+	}
+	switch r.op {
+	case opQuit:
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
 		return true, errQuit
-	case kRefuse:
-		s.localError("ERR heatsink proxy: " + upper(args[0]) + " is not supported through the proxy (it turns the connection into a replication stream)")
+	case opRefuse:
+		s.localError(r.err)
 		return false, nil
-	case kClusterWide:
-		if cluster {
-			s.localError("ERR heatsink proxy: " + upper(args[0]) + " acts on every node of a cluster; run it against each node directly")
-			return false, nil
-		}
-	case kSubscribe:
+	case opHello:
+		return false, nil // answered by helloShared
+	case opOK:
+		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
+		return false, nil
+	case opPipe:
 		return true, s.subscribe(info)
-	case kSession:
+	case opState:
 		return false, s.sessionCommand()
-	case kMulti:
+	}
+	var inval []string
+	if info.Kind == command.Multi {
 		if cluster && s.pinned < 0 {
 			if s.pinPending {
 				s.localError("ERR MULTI calls can not be nested")
@@ -215,8 +217,8 @@ func (s *session) handle() (done bool, err error) {
 		// Only a command naming a mitigated key does more than this: one
 		// map lookup, plus one per other key of a multi-key command when
 		// the table is not empty.
-		if e := s.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.MultiKey() && anyMitigated(e, info, args)) {
-			handled, iv := s.mitigated(info, args)
+		if e := s.p.cfg.Engine; e != nil && e.Names(info, args, key) {
+			handled, iv := s.mitigated(args)
 			if handled {
 				return false, nil
 			}
@@ -228,7 +230,7 @@ func (s *session) handle() (done bool, err error) {
 			o.Observe(s.p.cfg.Policy, string(key), 0, 1, uint32(len(s.cmd.Raw)))
 		}
 	}
-	if isBlocking(info, args) {
+	if info.IsBlocking(args) {
 		s.blocking = true
 	}
 
@@ -248,32 +250,32 @@ func (s *session) handle() (done bool, err error) {
 				return false, nil
 			}
 		}
-		switch info.kind {
-		case kWatch:
+		switch info.Kind {
+		case command.Watch:
 			s.watching = true
 			if s.pinned < 0 {
 				s.pinned = node
 			}
-		case kUnwatch:
+		case command.Unwatch:
 			s.watching = false
 			if !s.inTx {
 				defer s.unpin()
 			}
-		case kEndTx:
+		case command.EndTx:
 			s.inTx, s.watching = false, false
 			defer s.unpin()
 		}
 	} else {
-		switch info.kind {
-		case kWatch:
+		switch info.Kind {
+		case command.Watch:
 			s.watching = true
-		case kUnwatch:
+		case command.Unwatch:
 			s.watching = false
-		case kEndTx:
+		case command.EndTx:
 			s.inTx, s.watching = false, false
 		}
 	}
-	if !s.stickyState && (cluster || s.dedicated) && info.kind == kForward && leavesState(info, args) {
+	if !s.stickyState && (cluster || s.dedicated) && info.Kind == command.Plain && leavesState(args) {
 		s.stickyState = true
 	}
 	var rk string
@@ -284,6 +286,11 @@ func (s *session) handle() (done bool, err error) {
 		s.pend[len(s.pend)-1].invalidate = inval
 	}
 	return false, nil
+}
+
+// mode is what decide needs to know of this session.
+func (s *session) mode() mode {
+	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto}
 }
 
 func (s *session) unpin() { s.pinned = -1 }
@@ -328,7 +335,7 @@ func (s *session) forward(node int, raw []byte, swallow bool, key string) error 
 	u, err := s.upstream(node)
 	if err != nil {
 		if !swallow {
-			s.localError("ERR heatsink proxy: upstream " + s.p.topo.addr(node) + " unreachable: " + err.Error())
+			s.localError(errUnreachable(s.p.topo.addr(node), err))
 		}
 		return err
 	}
@@ -435,7 +442,7 @@ func (s *session) drain() {
 		u := s.ups[pd.node]
 		if u == nil || u.conn == nil {
 			if !pd.swallow {
-				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream connection lost")
+				s.cw.Buf = resp.AppendError(s.cw.Buf, errConnectionLost)
 			}
 			continue
 		}
@@ -444,7 +451,7 @@ func (s *session) drain() {
 			s.invalidate(pd) // the write may have been applied
 			s.fail(u, err)
 			if !pd.swallow {
-				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(int(pd.node))+": "+errText(err))
+				s.cw.Buf = resp.AppendError(s.cw.Buf, errUpstream(s.p.topo.addr(int(pd.node)), err))
 			}
 			continue
 		}
@@ -555,7 +562,7 @@ func (s *session) redirect(raw []byte) {
 		cancel()
 		s.keepProto()
 		if err != nil {
-			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: redirect to "+f[2]+": "+err.Error())
+			s.cw.Buf = resp.AppendError(s.cw.Buf, errRedirect(f[2], err))
 			return
 		}
 		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
@@ -572,7 +579,7 @@ func (s *session) redirect(raw []byte) {
 		}
 		if err != nil {
 			u.close()
-			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: redirect to "+f[2]+": "+errText(err))
+			s.cw.Buf = resp.AppendError(s.cw.Buf, errRedirect(f[2], err))
 			return
 		}
 		if !(s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK ")))) {
@@ -584,7 +591,7 @@ func (s *session) redirect(raw []byte) {
 		s.rep.Line = append([]byte(nil), s.rep.Line...)
 		u.close()
 	}
-	s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: too many cluster redirections")
+	s.cw.Buf = resp.AppendError(s.cw.Buf, errTooManyRedirects)
 }
 
 func splitFields(s string) []string {
@@ -603,14 +610,14 @@ func (s *session) sessionCommand() error {
 	args := s.cmd.Args
 	raw := append([]byte(nil), s.cmd.Raw...)
 	var un undo // how to take the remembered state back if Redis refuses
-	if eqFold(args[0], "RESET") {
+	if command.EqFold(args[0], "RESET") {
 		s.prelude.reset()
 		s.stickyState = false
 		s.proto = 2
 		s.pinned, s.pinPending, s.inTx, s.watching = -1, false, false, false
 	} else {
 		un = s.prelude.setUndoable(stateSlot(args[0]), raw, s.proto)
-		if eqFold(args[0], "HELLO") && len(args) > 1 {
+		if command.EqFold(args[0], "HELLO") && len(args) > 1 {
 			if v, err := strconv.Atoi(string(args[1])); err == nil && (v == 2 || v == 3) {
 				s.proto = v
 			}
@@ -641,7 +648,7 @@ func (s *session) sessionCommand() error {
 // pub/sub and MONITOR replies arrive unasked, so the proxy stops framing.
 // In cluster mode SUBSCRIBE goes to the first node (Redis Cluster
 // propagates PUBLISH to every node) and SSUBSCRIBE to its channel's node.
-func (s *session) subscribe(info cmdInfo) error {
+func (s *session) subscribe(info command.Info) error {
 	node := 0
 	if s.pinned >= 0 {
 		node = s.pinned
@@ -656,7 +663,7 @@ func (s *session) subscribe(info cmdInfo) error {
 	}
 	u, err := s.upstream(node)
 	if err != nil {
-		s.localError("ERR heatsink proxy: upstream " + s.p.topo.addr(node) + " unreachable: " + err.Error())
+		s.localError(errUnreachable(s.p.topo.addr(node), err))
 		return errQuit
 	}
 	u.conn.SetDeadline(time.Time{})
@@ -701,15 +708,4 @@ func unsafeString(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
-}
-
-func upper(b []byte) string {
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		out[i] = c
-	}
-	return string(out)
 }

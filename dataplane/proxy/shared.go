@@ -235,7 +235,7 @@ func (c *shared) readLoop() {
 		}
 		c.p.m.upstreamErrors.WithLabelValues(kind).Inc()
 	}
-	msg := "ERR heatsink proxy: upstream " + c.p.topo.addr(0) + ": " + errText(err)
+	msg := errUpstream(c.p.topo.addr(0), err)
 	for _, w := range local {
 		for ; w.n > 0; w.n-- {
 			w.s.cw.Buf = resp.AppendError(w.s.cw.Buf, msg)
@@ -272,7 +272,7 @@ func (s *session) drainShared() {
 	}
 	if err != nil {
 		for range n {
-			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(0)+" unreachable: "+err.Error())
+			s.cw.Buf = resp.AppendError(s.cw.Buf, errUnreachable(s.p.topo.addr(0), err))
 			s.rlens = append(s.rlens, 0)
 		}
 	}
@@ -291,51 +291,17 @@ func (s *session) drainShared() {
 	s.blocking = false
 }
 
-// helloVersion is the protocol a HELLO with at most a version asks for
-// (cur when it names none); ok is false for any version but 2 and 3.
-func helloVersion(args [][]byte, cur int) (v int, ok bool) {
-	if len(args) < 2 {
-		return cur, true
+// helloShared answers, in shared mode, a HELLO with at most a protocol
+// version v with the shared connection's own HELLO reply (RESP3 clients
+// use a pool of RESP3 connections), so that such a client keeps sharing.
+// It reports false when that connection cannot answer it: Redis will.
+func (s *session) helloShared(v int) bool {
+	s.drain() // what came before goes in the previous protocol
+	c, err := s.p.pool(v).get(s.poolSlot)
+	if err != nil || c.hello == nil {
+		return false
 	}
-	switch string(args[1]) {
-	case "2":
-		return 2, true
-	case "3":
-		return 3, true
-	}
-	return 0, false
-}
-
-// sharedLocal answers, in multiplexed mode, the connection-setup commands
-// that would otherwise force a dedicated connection: HELLO with only a
-// protocol version (answered with the shared connection's own HELLO reply;
-// RESP3 clients use a pool of RESP3 connections) and CLIENT SETINFO
-// (library name and version, informational only), and refuses CLIENT
-// MAINT_NOTIFICATIONS.
-func (s *session) sharedLocal(info cmdInfo, args [][]byte) bool {
-	switch {
-	case eqFold(args[0], "HELLO") && len(args) <= 2:
-		v, ok := helloVersion(args, s.proto)
-		if !ok {
-			return false
-		}
-		s.drain() // what came before goes in the previous protocol
-		c, err := s.p.pool(v).get(s.poolSlot)
-		if err != nil || c.hello == nil {
-			return false
-		}
-		s.proto = v
-		s.local(func(b []byte) []byte { return append(b, c.hello...) })
-		return true
-	case eqFold(args[0], "CLIENT") && len(args) == 4 && eqFold(args[1], "SETINFO"):
-		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
-		return true
-	case eqFold(args[0], "CLIENT") && len(args) >= 2 && eqFold(args[1], "MAINT_NOTIFICATIONS"):
-		// Push notifications of server maintenance are per connection; the
-		// proxy handles upstream reconnections itself. Clients (go-redis
-		// probes this by default) treat the error as "not supported".
-		s.localError("ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy")
-		return true
-	}
-	return false
+	s.proto = v
+	s.local(func(b []byte) []byte { return append(b, c.hello...) })
+	return true
 }
