@@ -82,6 +82,10 @@ type Config struct {
 	// connection of their own instead. Negative disables multiplexing, and
 	// with it the event loop.
 	SharedConns int
+	// OnSlotMap, if set, is called (cluster mode) after each reload that
+	// changed the slot map, so that another client following
+	// Proxy.ClusterSlots reloads too.
+	OnSlotMap func()
 	// NoEventLoop serves every client with a session goroutine. By default
 	// (Linux, plaintext upstream, multiplexing on) one event loop serves the
 	// clients that send only stateless commands, and hands the others to
@@ -151,7 +155,29 @@ func New(cfg Config) (*Proxy, error) {
 	p.topo.dial = p.dialRaw
 	p.topo.timeout = p.cfg.Timeout
 	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
+	p.topo.onChange = cfg.OnSlotMap
 	return p, nil
+}
+
+// slotMapMaxAge is how old a slot map may be when ClusterSlots is asked
+// for it: another client asks after a MOVED, and a map read earlier may
+// predate the move.
+const slotMapMaxAge = 100 * time.Millisecond
+
+// ClusterSlots returns the proxy's cluster slot map (reloaded first
+// unless it was read in the last 100 ms), for the sidecar's other Redis
+// client: the engine's go-redis ClusterClient takes it as its
+// ClusterOptions.ClusterSlots, so the sidecar keeps one slot map, and
+// OnSlotMap tells that client when the proxy's changed.
+func (p *Proxy) ClusterSlots(ctx context.Context) ([]SlotRange, error) {
+	if !p.cfg.Cluster {
+		return nil, errors.New("proxy: not in cluster mode")
+	}
+	m, err := p.topo.freshSlots(ctx, slotMapMaxAge)
+	if err != nil {
+		return nil, err
+	}
+	return p.topo.ranges(m), nil
 }
 
 // Serve accepts clients on ln until ctx ends, then drains: it stops

@@ -73,10 +73,9 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	rc := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
-		TLSConfig: cfg.TLS,
-	})
+	// p is set below, before the engine's client sends anything.
+	var p *proxy.Proxy
+	rc := engineClient(cfg, func() *proxy.Proxy { return p })
 	defer rc.Close()
 	eng := engine.New(rc, engine.Options{Registerer: reg})
 	defer eng.Close()
@@ -85,6 +84,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
+	}
+	if cc, ok := rc.(*redis.ClusterClient); ok {
+		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
 	}
 	if cfg.Detector != "" {
 		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{LocalAddr: cfg.SourceAddr})
@@ -122,6 +124,34 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("heatsink proxy serving", "listen", ln.Addr().String(), "upstreams", cfg.Upstreams, "cluster", cfg.Cluster)
 	return p.Serve(ctx, ln)
+}
+
+// engineClient is the go-redis client the engine sends its commands
+// through. In cluster mode it takes its slot map from the proxy
+// (ClusterOptions.ClusterSlots): the sidecar keeps one slot map, so the
+// proxy's raw connections and the engine never disagree about which node
+// serves a slot while the cluster is resharded.
+func engineClient(cfg Config, proxyOf func() *proxy.Proxy) redis.UniversalClient {
+	uo := &redis.UniversalOptions{
+		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
+		TLSConfig: cfg.TLS,
+	}
+	if !cfg.Cluster {
+		return redis.NewUniversalClient(uo)
+	}
+	co := uo.Cluster()
+	co.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		rs, err := proxyOf().ClusterSlots(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]redis.ClusterSlot, len(rs))
+		for i, r := range rs {
+			out[i] = redis.ClusterSlot{Start: r.From, End: r.To, Nodes: []redis.ClusterNode{{Addr: r.Addr}}}
+		}
+		return out, nil
+	}
+	return redis.NewClusterClient(co)
 }
 
 // startWatcher follows the routing table into the engine: from the node
