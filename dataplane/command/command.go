@@ -59,6 +59,11 @@ type Info struct {
 	// (BLPOP, WAIT, ...): they need a connection of their own. XREAD and
 	// XREADGROUP block only with BLOCK; see IsBlocking.
 	Blocking bool
+	// Scripting commands (EVAL, FCALL and their forms) run a script, which
+	// may keep Redis busy for as long as it runs: meanwhile Redis answers
+	// other connections BUSY, and only SCRIPT KILL or FUNCTION KILL sent on
+	// another connection stops it.
+	Scripting bool
 	// Shareable commands may go through an upstream connection shared with
 	// other clients: they leave no state on it, their reply depends on
 	// nothing but the command, they never block it, and they cannot keep
@@ -127,8 +132,8 @@ var table = func() map[string]Info {
 	set(Info{first: 1, Write: true, keys: keysTwo, Blocking: true}, "BLMOVE", "BRPOPLPUSH")
 	set(Info{first: keyMovable, Write: true, keys: keysNumkeys}, "LMPOP", "ZMPOP", "ZUNION", "ZINTER", "ZDIFF")
 	set(Info{first: keyMovable, Write: true, keys: keysNumkeys, Blocking: true}, "BLMPOP", "BZMPOP")
-	set(Info{first: keyMovable, Write: true, keys: keysNumkeys}, "EVAL", "EVALSHA", "FCALL")
-	set(Info{first: keyMovable, keys: keysNumkeys}, "EVAL_RO", "EVALSHA_RO", "FCALL_RO")
+	set(Info{first: keyMovable, Write: true, keys: keysNumkeys, Scripting: true}, "EVAL", "EVALSHA", "FCALL")
+	set(Info{first: keyMovable, keys: keysNumkeys, Scripting: true}, "EVAL_RO", "EVALSHA_RO", "FCALL_RO")
 	set(Info{first: keyMovable, Typed: true, keys: keysNumkeys}, "SINTERCARD") // SINTERCARD numkeys key...
 	set(Info{first: 1, Write: true, keys: keysStore}, "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE")
 	set(Info{first: keyMovable}, "XREAD")
@@ -145,14 +150,17 @@ var table = func() map[string]Info {
 	set(Info{Kind: EndTx}, "EXEC", "DISCARD")
 	set(Info{Kind: Watch, first: 1, keys: keysAll}, "WATCH")
 	set(Info{Kind: Unwatch}, "UNWATCH")
-	set(Info{Kind: PubSub}, "SUBSCRIBE", "PSUBSCRIBE", "MONITOR")
+	// UNSUBSCRIBE and PUNSUBSCRIBE count too: even on a connection that
+	// never subscribed, Redis answers them with one frame per channel (or
+	// one for none), pushes in RESP3.
+	set(Info{Kind: PubSub}, "SUBSCRIBE", "PSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "MONITOR")
 	// A shard channel is hashed like a key: SSUBSCRIBE goes to its slot.
-	set(Info{Kind: PubSub, first: 1}, "SSUBSCRIBE")
+	set(Info{Kind: PubSub, first: 1}, "SSUBSCRIBE", "SUNSUBSCRIBE")
 	set(Info{Kind: ClusterWide}, "KEYS", "SCAN", "DBSIZE", "RANDOMKEY", "FLUSHALL", "FLUSHDB", "SWAPDB")
 	set(Info{Kind: Replication}, "SYNC", "PSYNC", "REPLCONF")
 
 	for name, c := range m {
-		if (c.Kind == Plain && !c.Blocking) || c.Kind == ClusterWide {
+		if (c.Kind == Plain && !c.Blocking && !c.Scripting) || c.Kind == ClusterWide {
 			c.Shareable = true
 			m[name] = c
 		}

@@ -47,7 +47,9 @@ func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
 	if !ok {
 		return false
 	}
-	s.cw.Buf = appendReply(s.cw.Buf, r, s.proto)
+	if !s.quiet {
+		s.cw.Buf = appendReply(s.cw.Buf, r, s.proto)
+	}
 	if d.Op == engine.OpRefuse {
 		s.nLocal++
 	} else {
@@ -129,6 +131,9 @@ func appendReply(b []byte, r engine.Reply, proto int) []byte {
 // them go on to the client.
 func (s *session) roundTrip(cmds, keys [][]byte) []resp.Reply {
 	s.drain()
+	quiet, holding := s.quiet, s.holding
+	s.quiet, s.holding = false, true // these replies are read back, not sent
+	defer func() { s.quiet, s.holding = quiet, holding }()
 	if len(cmds) == 0 {
 		return nil
 	}

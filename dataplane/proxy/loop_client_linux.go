@@ -32,6 +32,10 @@ const (
 	cWaitUp
 	// cEngine: an engine command runs on a goroutine.
 	cEngine
+	// cBlocked: a blocking command or a script runs on a connection of its
+	// own (excl); the next commands wait for its reply, as Redis makes
+	// them wait. Only the client's closing is watched meanwhile.
+	cBlocked
 	// cHandoff: the client goes to a session goroutine once its replies
 	// are written.
 	cHandoff
@@ -59,9 +63,39 @@ type lclient struct {
 	// ooo holds replies that came before earlier ones (cluster mode: a
 	// pipeline spread over several nodes), by sequence number.
 	ooo map[uint64][]byte
+	// excl is the connection its blocking command or script runs on.
+	excl *lupstream
+	// avgReply is the running mean size of its replies.
+	avgReply uint32
 }
 
 func (c *lclient) owed() uint64 { return c.sent - c.recv }
+
+// pending is the reply bytes not yet written to the client.
+func (c *lclient) pending() int { return len(c.out) - c.woff }
+
+// maxOwed is how many commands the client may have in flight: as many as
+// replies of its usual size fit in loopClientBudget, between 1 and
+// maxBatch. A new client starts at 128.
+func (c *lclient) maxOwed() uint64 {
+	return uint64(min(max(loopClientBudget/max(int(c.avgReply), 16), 1), maxBatch))
+}
+
+// mayRead reports whether the loop may take more commands from c: it is
+// open, within its in-flight and buffered-reply bounds, and, under
+// pressure, keeping up (nothing owed, nothing unwritten).
+func (l *loop) mayRead(c *lclient) bool {
+	if c.state != cOpen || c.owed() >= c.maxOwed() || c.pending() >= loopMaxOut {
+		return false
+	}
+	return !l.pressure || c.owed() == 0 && c.pending() == 0
+}
+
+// appendOut adds b to c's replies.
+func (l *loop) appendOut(c *lclient, b []byte) {
+	c.out = append(c.out, b...)
+	l.outBytes += int64(len(b))
+}
 
 // adopt takes an accepted connection into the loop. It reports false when
 // the connection's descriptor cannot be taken (the caller serves it with a
@@ -84,7 +118,7 @@ func (l *loop) add(fd int) {
 		l.p.m.connections.Dec()
 		return
 	}
-	c := &lclient{fd: fd, r: resp.NewReader(fdIO(fd), 16<<10, l.p.cfg.Limits), proto: 2, events: unix.EPOLLIN}
+	c := &lclient{fd: fd, r: resp.NewReader(fdIO(fd), 16<<10, l.p.cfg.Limits), proto: 2, events: unix.EPOLLIN, avgReply: 2048}
 	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: c.events, Fd: int32(fd)}); err != nil {
 		unix.Close(fd)
 		l.p.m.connections.Dec()
@@ -95,7 +129,9 @@ func (l *loop) add(fd int) {
 }
 
 func (l *loop) clientEvent(c *lclient, ev uint32) {
-	if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+	if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 || ev&unix.EPOLLRDHUP != 0 && c.state == cBlocked {
+		// A blocked client that hangs up is gone, as Redis sees it: its
+		// command is cancelled with its connection.
 		l.closeClient(c)
 		return
 	}
@@ -126,7 +162,7 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 
 // parse takes every complete command the client has sent, while it may.
 func (l *loop) parse(c *lclient) {
-	for c.state == cOpen && c.owed() < maxBatch {
+	for l.mayRead(c) {
 		off := c.r.Offset()
 		ok, err := c.r.TryCommand(&l.cmd)
 		if err != nil {
@@ -171,11 +207,6 @@ func (l *loop) command(c *lclient, off int) {
 		c.proto = r.proto
 		l.localReply(c, u.hello)
 		return
-	case opOK:
-		if !l.waitDrain(c, off) {
-			l.localReply(c, resp.AppendStatus(nil, "OK"))
-		}
-		return
 	case opRefuse:
 		if !l.waitDrain(c, off) {
 			l.localReply(c, resp.AppendError(nil, r.err))
@@ -186,9 +217,15 @@ func (l *loop) command(c *lclient, off int) {
 		c.final = resp.AppendStatus(nil, "OK")
 		l.nLocal++
 		return
-	case opOwnConn, opPipe, opState:
+	case opOwnConn, opPipe, opState, opReplyMode:
 		l.handoff(c, off)
 		return
+	case opExclusive:
+		// Its effects must follow those of the client's earlier commands,
+		// which went on another connection.
+		if l.waitDrain(c, off) {
+			return
+		}
 	}
 	key := info.FirstKey(args)
 	var inval []string
@@ -215,6 +252,10 @@ func (l *loop) command(c *lclient, off int) {
 	if l.p.cfg.Cluster && key != nil {
 		node = l.p.topo.nodeOf(slotOf(key))
 	}
+	if r.op == opExclusive {
+		l.exclusive(c, node, l.cmd.Raw, rk, inval)
+		return
+	}
 	l.forward(c, node, l.cmd.Raw, rk, inval)
 }
 
@@ -229,11 +270,13 @@ func (l *loop) cacheHit(c *lclient, d engine.Decision, args [][]byte) bool {
 	if !ok {
 		return false
 	}
+	n := len(c.out)
 	if found {
 		c.out = resp.AppendBulk(c.out, val)
 	} else {
 		c.out = resp.AppendNull(c.out, c.proto)
 	}
+	l.outBytes += int64(len(c.out) - n)
 	if o := l.p.cfg.Observer; o != nil {
 		o.Observe(l.p.cfg.Policy, string(args[1]), 1, 0, uint32(len(val)))
 	}
@@ -253,7 +296,7 @@ func (l *loop) waitDrain(c *lclient, off int) bool {
 }
 
 func (l *loop) localReply(c *lclient, b []byte) {
-	c.out = append(c.out, b...)
+	l.appendOut(c, b)
 	l.nLocal++
 }
 
@@ -271,14 +314,16 @@ func (l *loop) deliver(c *lclient, seq uint64, b []byte) {
 		c.recv++ // nobody reads it; keep the count
 		return
 	}
+	c.avgReply = uint32((uint64(c.avgReply)*7 + uint64(len(b))) / 8)
 	if seq != c.recv {
 		if c.ooo == nil {
 			c.ooo = map[uint64][]byte{}
 		}
 		c.ooo[seq] = append([]byte(nil), b...)
+		l.outBytes += int64(len(b))
 		return
 	}
-	c.out = append(c.out, b...)
+	l.appendOut(c, b)
 	c.recv++
 	for len(c.ooo) > 0 {
 		next, ok := c.ooo[c.recv]
@@ -286,8 +331,11 @@ func (l *loop) deliver(c *lclient, seq uint64, b []byte) {
 			break
 		}
 		delete(c.ooo, c.recv)
-		c.out = append(c.out, next...)
+		c.out = append(c.out, next...) // counted when it came
 		c.recv++
+	}
+	if len(c.ooo) == 0 {
+		c.ooo = nil // maps keep their buckets: let a burst's go
 	}
 	l.markDirty(c)
 }
@@ -305,7 +353,7 @@ func (l *loop) runEngine(c *lclient, d engine.Decision, inval []string) {
 	p := l.p
 	go func() {
 		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
-			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1))}
+			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1)), holding: true}
 		defer s.closeUpstreams() // cluster mode: its own node connections
 		if !s.execEngine(d, args) {
 			node := 0 // malformed for the engine: Redis gives its own error
@@ -326,7 +374,7 @@ func (l *loop) engineDone(c *lclient, out []byte) {
 	if c.state != cEngine {
 		return // closed meanwhile
 	}
-	c.out = append(c.out, out...)
+	l.appendOut(c, out)
 	c.state = cOpen
 	if l.draining {
 		c.state = cClosing
@@ -337,8 +385,13 @@ func (l *loop) engineDone(c *lclient, out []byte) {
 func (l *loop) forget(c *lclient) {
 	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, nil)
 	l.owners[c.fd] = owner{}
+	l.dropExclusive(c)
 	c.state = cClosed
-	c.out, c.final = nil, nil
+	l.outBytes -= int64(c.pending())
+	for _, b := range c.ooo {
+		l.outBytes -= int64(len(b))
+	}
+	c.out, c.final, c.ooo, c.woff = nil, nil, nil, 0
 	l.clients--
 }
 

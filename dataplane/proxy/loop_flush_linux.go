@@ -23,7 +23,7 @@ func (l *loop) markDirty(c *lclient) {
 func (l *loop) endOfRound() {
 	for i := 0; i < len(l.dirty); i++ {
 		c := l.dirty[i]
-		if c.state == cWaitDrain && c.owed() == 0 {
+		if (c.state == cWaitDrain || c.state == cBlocked) && c.owed() == 0 {
 			c.state = cOpen
 		}
 		if c.state == cOpen && c.r.Buffered() > 0 {
@@ -37,37 +37,82 @@ func (l *loop) endOfRound() {
 	})
 	for _, c := range l.dirty {
 		c.dirty = false
-		if c.state == cClosed {
-			continue
+		l.finishClient(c)
+		// Writing its replies may let it send more: the commands it has
+		// already sent are taken next round (no event would wake the loop
+		// for bytes it has read).
+		if c.state == cOpen && c.r.Buffered() > 0 && l.mayRead(c) {
+			l.again = append(l.again, c)
 		}
-		if len(c.out) > c.woff && !c.wblocked && !l.flushClient(c) {
-			continue
-		}
-		if c.owed() == 0 && len(c.out) == c.woff {
-			switch c.state {
-			case cHandoff:
-				l.toSession(c)
-				continue
-			case cClosing:
-				if c.final != nil {
-					c.out, c.final = c.final, nil
-					c.woff = 0
-					if !l.flushClient(c) {
-						continue
-					}
-					if len(c.out) > c.woff {
-						l.rearm(c)
-						continue
-					}
-				}
-				l.closeClient(c)
-				continue
-			}
-		}
-		l.rearm(c)
 	}
 	l.dirty = l.dirty[:0]
+	l.checkPressure()
 	l.flushMetrics()
+	if len(l.again) > 0 {
+		one := [8]byte{1}
+		unix.Write(l.wakefd, one[:])
+	}
+}
+
+// finishClient writes c's replies and, once it owes nothing, hands it to a
+// session or closes it as its state says; otherwise it re-arms its events.
+func (l *loop) finishClient(c *lclient) {
+	if c.state == cClosed {
+		return
+	}
+	if len(c.out) > c.woff && !c.wblocked && !l.flushClient(c) {
+		return
+	}
+	if c.owed() == 0 && len(c.out) == c.woff {
+		switch c.state {
+		case cHandoff:
+			l.toSession(c)
+			return
+		case cClosing:
+			if c.final != nil {
+				l.outBytes += int64(len(c.final) - c.pending())
+				c.out, c.final = c.final, nil
+				c.woff = 0
+				if !l.flushClient(c) {
+					return
+				}
+				if len(c.out) > c.woff {
+					l.rearm(c)
+					return
+				}
+			}
+			l.closeClient(c)
+			return
+		}
+	}
+	l.rearm(c)
+}
+
+// checkPressure turns pressure on when the replies held for clients, the
+// commands not yet written upstream and the commands in flight pass their
+// bounds, and off again below half of them. Under pressure the loop reads
+// only clients that owe nothing and hold nothing (see mayRead), so the
+// clients that keep up are served while those that do not stop being
+// read, and memory stays bounded whatever clients do.
+func (l *loop) checkPressure() {
+	held := l.outBytes
+	l.eachUp(func(u *lupstream) { held += int64(len(u.wbuf) - u.woff) })
+	limit := l.p.cfg.MaxBuffered
+	on := held > limit || l.inflight > maxInflight
+	off := held < limit/2 && l.inflight < maxInflight/2
+	if on == l.pressure || !on && !off {
+		return
+	}
+	l.pressure = on
+	if on {
+		l.p.m.pressure.Inc()
+	}
+	// Every client's reading changes: re-arm them all, once per change.
+	for _, o := range l.owners {
+		if c := o.c; c != nil && c.state != cClosed {
+			l.rearm(c)
+		}
+	}
 }
 
 func (l *loop) flushMetrics() {
@@ -101,9 +146,10 @@ func (l *loop) flushClient(c *lclient) bool {
 			return false
 		}
 		c.woff += n
+		l.outBytes -= int64(n)
 	}
-	if cap(c.out) > 4<<20 {
-		c.out = nil
+	if cap(c.out) > 64<<10 {
+		c.out = nil // a burst is over: give its memory back
 	} else {
 		c.out = c.out[:0]
 	}
@@ -127,13 +173,19 @@ func (l *loop) flushUp(u *lupstream) {
 		}
 		u.woff += n
 	}
-	if u.woff == len(u.wbuf) {
-		if cap(u.wbuf) > 4<<20 {
-			u.wbuf = nil
+	switch {
+	case u.woff == len(u.wbuf):
+		if cap(u.wbuf) > 256<<10 {
+			u.wbuf = nil // a burst is over: give its memory back
 		} else {
 			u.wbuf = u.wbuf[:0]
 		}
 		u.woff = 0
+	case u.woff >= 64<<10 && u.woff >= len(u.wbuf)/2:
+		// Redis takes the commands slower than they come: reclaim what
+		// it took, or the buffer would only ever grow.
+		n := copy(u.wbuf, u.wbuf[u.woff:])
+		u.wbuf, u.woff = u.wbuf[:n], 0
 	}
 	want := uint32(unix.EPOLLIN)
 	if u.wblocked {
@@ -149,8 +201,11 @@ func (l *loop) flushUp(u *lupstream) {
 // send more, and writability while replies are stuck.
 func (l *loop) rearm(c *lclient) {
 	var want uint32
-	if c.state == cOpen && c.owed() < maxBatch && len(c.out)-c.woff < loopMaxOut {
+	switch {
+	case l.mayRead(c):
 		want |= unix.EPOLLIN
+	case c.state == cBlocked:
+		want |= unix.EPOLLRDHUP // its hanging up cancels its command
 	}
 	if c.wblocked {
 		want |= unix.EPOLLOUT

@@ -40,7 +40,16 @@ import (
 
 // loopMaxOut bounds the replies waiting for a slow client before the loop
 // stops reading its commands.
-const loopMaxOut = 1 << 20
+const loopMaxOut = 256 << 10
+
+// loopClientBudget bounds the replies one client may have in flight: its
+// commands in flight are capped at this over the mean size of its replies
+// (at most maxBatch), so a client that asks for large values and does not
+// read them cannot make the loop hold more than about loopMaxOut plus this.
+const loopClientBudget = 256 << 10
+
+// maxInflight bounds the commands in flight on all upstream connections.
+const maxInflight = 1 << 17
 
 type owner struct {
 	c *lclient
@@ -72,6 +81,24 @@ type loop struct {
 	now      time.Time
 	draining bool
 	done     chan struct{}
+
+	// spares are idle connections for blocking commands and scripts, by
+	// node and RESP version (sparing: being dialled); excls are those in
+	// use, each by one client.
+	spares  [][4][]*lupstream
+	sparing [][4]int
+	excls   []*lupstream
+
+	// outBytes are the replies held for clients (not yet written to them,
+	// or waiting for earlier ones); inflight the commands sent upstream
+	// and not answered. Above Config.MaxBuffered (or maxInflight) the loop
+	// is under pressure: it reads only clients that are keeping up.
+	outBytes int64
+	inflight int
+	pressure bool
+	// again are clients with commands read and not yet taken, to take in
+	// the next round.
+	again []*lclient
 
 	cmd resp.Command
 	rep resp.Reply
@@ -128,7 +155,7 @@ func newLoop(p *Proxy) (*loop, error) {
 // first client (RESP3 is opened on the first HELLO 3).
 func (l *loop) start() {
 	go l.run()
-	l.post(func() { l.up(0, 2) })
+	l.post(func() { l.up(0, 2); l.fillSpares(0, 2) })
 }
 
 // post runs f on the loop's goroutine; it reports false when the loop has
@@ -165,6 +192,12 @@ func (l *loop) run() {
 			return
 		}
 		l.now = time.Now()
+		for _, c := range l.again {
+			if c.state != cClosed {
+				l.markDirty(c)
+			}
+		}
+		l.again = l.again[:0]
 		for i := 0; i < n; i++ {
 			ev := events[i]
 			fd := int(ev.Fd)
@@ -245,12 +278,12 @@ func (l *loop) poll(fd uintptr) bool {
 // armDeadline makes the wait end when the oldest owed reply would be a
 // stall. A deadline that passes too early costs one check and is set again.
 func (l *loop) armDeadline() {
-	if !l.deadline.IsZero() {
+	if !l.deadline.IsZero() || l.p.cfg.Timeout <= 0 {
 		return
 	}
 	var due time.Time
 	l.eachUp(func(u *lupstream) {
-		if !u.open() || u.owed() == 0 {
+		if u.excl != nil || !u.open() || u.owed() == 0 {
 			return
 		}
 		if t := u.since.Add(l.p.cfg.Timeout); due.IsZero() || t.Before(due) {
@@ -264,14 +297,18 @@ func (l *loop) armDeadline() {
 }
 
 func (l *loop) checkStalls() {
+	if l.p.cfg.Timeout <= 0 {
+		return
+	}
 	l.eachUp(func(u *lupstream) {
-		if u.open() && u.owed() > 0 && l.now.Sub(u.since) > l.p.cfg.Timeout {
+		if u.excl == nil && u.open() && u.owed() > 0 && l.now.Sub(u.since) > l.p.cfg.Timeout {
 			l.failUp(u, os.ErrDeadlineExceeded)
 		}
 	})
 }
 
-// eachUp calls f for every upstream connection, open or being opened.
+// eachUp calls f for every upstream connection in use, open or being
+// opened: the shared ones and those serving one client's command.
 func (l *loop) eachUp(f func(u *lupstream)) {
 	for i := range l.ups {
 		for _, u := range l.ups[i] {
@@ -280,6 +317,9 @@ func (l *loop) eachUp(f func(u *lupstream)) {
 			}
 		}
 	}
+	for _, u := range l.excls {
+		f(u)
+	}
 }
 
 // drain stops taking commands: every client gets the replies it is owed,
@@ -287,9 +327,24 @@ func (l *loop) eachUp(f func(u *lupstream)) {
 func (l *loop) drain() {
 	l.draining = true
 	for _, o := range l.owners {
-		if c := o.c; c != nil && c.state != cEngine {
+		c := o.c
+		switch {
+		case c == nil || c.state == cEngine:
+		case c.state == cBlocked:
+			// Blocked for as long as it asked: closed now, as Redis closes
+			// its clients when it shuts down.
+			l.closeClient(c)
+		default:
 			c.state = cClosing
 			l.markDirty(c)
+		}
+	}
+	for _, bySpare := range l.spares {
+		for v := range bySpare {
+			for _, u := range bySpare[v] {
+				l.closeUp(u)
+			}
+			bySpare[v] = nil
 		}
 	}
 }
@@ -315,6 +370,16 @@ func (l *loop) stop() {
 			u.fd = -1
 		}
 	})
+	for _, bySpare := range l.spares {
+		for _, list := range bySpare {
+			for _, u := range list {
+				if u.fd >= 0 {
+					unix.Close(u.fd)
+					u.fd = -1
+				}
+			}
+		}
+	}
 	l.epf.Close()
 	l.ep = -1
 	l.mu.Lock()

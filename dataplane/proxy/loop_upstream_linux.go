@@ -31,6 +31,10 @@ type fent struct {
 type lupstream struct {
 	node  int
 	proto int
+	// spare: a connection for one client's blocking command or script at
+	// a time (excl), idle in the loop's spares in between.
+	spare bool
+	excl  *lclient
 	// rawlog holds the commands in flight, in cluster mode.
 	rawlog []byte
 	fd     int
@@ -42,6 +46,11 @@ type lupstream struct {
 	hello  []byte
 	// waiting are the clients whose HELLO waits for this connection to open.
 	waiting []*lclient
+	// filling: a spare being dialled to refill the idle spares.
+	filling bool
+	// dead: closed while its dial was in flight; the dial's descriptor is
+	// closed when it comes.
+	dead bool
 	// since is the last sign of progress while replies are owed; a stall
 	// longer than Config.Timeout fails the connection.
 	since    time.Time
@@ -50,6 +59,10 @@ type lupstream struct {
 }
 
 func (u *lupstream) owed() int { return len(u.fifo) - u.head }
+
+// loopSpares is how many idle spare connections the loop keeps open per
+// node and RESP version, for blocking commands and scripts.
+const loopSpares = 2
 
 // open reports a connection dialed and not failed (not while dialing).
 func (u *lupstream) open() bool { return u.fd >= 0 }
@@ -67,7 +80,11 @@ func (l *loop) up(node, v int) *lupstream {
 }
 
 func (l *loop) forward(c *lclient, node int, raw []byte, key string, inval []string) {
-	u := l.up(node, c.proto)
+	l.forwardOn(l.up(node, c.proto), c, raw, key, inval)
+}
+
+// forwardOn queues raw on u, to be written at the end of the round.
+func (l *loop) forwardOn(u *lupstream, c *lclient, raw []byte, key string, inval []string) {
 	if u.owed() == 0 {
 		u.since = l.now
 	}
@@ -80,7 +97,87 @@ func (l *loop) forward(c *lclient, node int, raw []byte, key string, inval []str
 	}
 	u.fifo = append(u.fifo, f)
 	c.sent++
+	l.inflight++
 	l.nFwd++
+}
+
+// exclusive forwards a blocking command or a script on a spare connection
+// of its own, taken in the order the loop reads commands, so two clients'
+// blocking commands reach Redis in the order they came and a long script
+// holds no shared connection (the other clients get Redis' own BUSY, and
+// SCRIPT KILL reaches Redis). The client's next commands wait for its
+// reply, as Redis would make them wait.
+func (l *loop) exclusive(c *lclient, node int, raw []byte, key string, inval []string) {
+	u := l.takeSpare(node, c.proto)
+	u.excl = c
+	c.excl = u
+	c.state = cBlocked
+	l.excls = append(l.excls, u)
+	l.forwardOn(u, c, raw, key, inval)
+	if u.open() {
+		l.flushUp(u) // ahead of the commands read after it, sent at the round's end
+	}
+}
+
+// takeSpare returns an idle spare connection to node in RESP version v,
+// or one being dialled for the caller when none is idle, and dials
+// replacements behind it.
+func (l *loop) takeSpare(node, v int) *lupstream {
+	l.growSpares(node)
+	var u *lupstream
+	if list := l.spares[node][v]; len(list) > 0 {
+		u = list[len(list)-1]
+		l.spares[node][v] = list[:len(list)-1]
+	} else {
+		u = &lupstream{node: node, proto: v, fd: -1, spare: true}
+		l.dialUp(u)
+	}
+	l.fillSpares(node, v)
+	return u
+}
+
+func (l *loop) growSpares(node int) {
+	for len(l.spares) <= node {
+		l.spares = append(l.spares, [4][]*lupstream{})
+		l.sparing = append(l.sparing, [4]int{})
+	}
+}
+
+// fillSpares dials the idle spares node and v lack.
+func (l *loop) fillSpares(node, v int) {
+	if l.draining {
+		return
+	}
+	l.growSpares(node)
+	for len(l.spares[node][v])+l.sparing[node][v] < loopSpares {
+		l.sparing[node][v]++
+		l.dialUp(&lupstream{node: node, proto: v, fd: -1, spare: true, filling: true})
+	}
+}
+
+// release returns an exclusive connection whose reply came to the idle
+// spares (it carries no state: blocking commands and scripts leave none),
+// or closes it when there are enough.
+func (l *loop) release(u *lupstream) {
+	l.unExcl(u)
+	l.growSpares(u.node)
+	if !u.open() || l.draining || len(l.spares[u.node][u.proto]) >= loopSpares {
+		l.closeUp(u)
+		return
+	}
+	l.spares[u.node][u.proto] = append(l.spares[u.node][u.proto], u)
+}
+
+// closeUp closes u, which owes nothing (or nothing anyone waits for).
+func (l *loop) closeUp(u *lupstream) {
+	u.dead = true
+	if u.fd >= 0 {
+		unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, u.fd, nil)
+		l.owners[u.fd] = owner{}
+		unix.Close(u.fd)
+		u.fd = -1
+	}
+	l.forgetUp(u)
 }
 
 // dial opens the upstream connection for RESP version v on a goroutine;
@@ -88,17 +185,46 @@ func (l *loop) forward(c *lclient, node int, raw []byte, key string, inval []str
 func (l *loop) dial(node, v int) *lupstream {
 	u := &lupstream{node: node, proto: v, fd: -1}
 	l.ups[node][v] = u
+	l.dialUp(u)
+	return u
+}
+
+// dialUp opens u's connection on a goroutine.
+func (l *loop) dialUp(u *lupstream) {
 	p := l.p
 	go func() {
-		fd, hello, err := p.dialLoopUpstream(node, v)
+		fd, hello, err := p.dialLoopUpstream(u.node, u.proto)
 		if !l.post(func() { l.dialed(u, fd, hello, err) }) && err == nil {
 			unix.Close(fd)
 		}
 	}()
-	return u
 }
 
 func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
+	if u.dead {
+		if err == nil {
+			unix.Close(fd)
+		}
+		return
+	}
+	if u.filling {
+		u.filling = false
+		l.growSpares(u.node)
+		l.sparing[u.node][u.proto]--
+		if err == nil && l.ep >= 0 && !l.draining {
+			if err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err == nil {
+				u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
+				u.r = resp.NewReader(fdIO(fd), 4<<10, resp.ReplyLimits())
+				l.own(fd, owner{u: u})
+				l.spares[u.node][u.proto] = append(l.spares[u.node][u.proto], u)
+				return
+			}
+		}
+		if err == nil {
+			unix.Close(fd)
+		}
+		return // the next take dials on demand (dialRaw backs off)
+	}
 	if err == nil && l.draining && u.owed() == 0 {
 		unix.Close(fd)
 		err = errors.New("proxy shutting down")
@@ -115,6 +241,7 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 			l.p.topo.refreshAsync() // the node may have failed over
 		}
 		l.failOwed(u, errUnreachable(l.p.topo.addr(u.node), err))
+		l.unExcl(u)
 		for _, c := range u.waiting {
 			if c.state == cWaitUp {
 				c.state = cHandoff
@@ -125,7 +252,11 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 		return
 	}
 	u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
-	u.r = resp.NewReader(fdIO(fd), 64<<10, resp.DefaultLimits())
+	size := 64 << 10
+	if u.spare {
+		size = 4 << 10
+	}
+	u.r = resp.NewReader(fdIO(fd), size, resp.ReplyLimits())
 	u.since = l.now
 	l.own(fd, owner{u: u})
 	// The clients waiting on this dial go on at the end of the round.
@@ -136,6 +267,9 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 		}
 	}
 	u.waiting = nil
+	if u.excl != nil {
+		l.flushUp(u)
+	}
 }
 
 // dialLoopUpstream connects and authenticates (dialRaw), opens the
@@ -147,7 +281,7 @@ func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) 
 	if err != nil {
 		return -1, nil, err
 	}
-	u.conn.SetDeadline(time.Now().Add(p.cfg.Timeout))
+	u.conn.SetDeadline(time.Now().Add(p.controlTimeout()))
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("HELLO"), {byte('0' + v)}})
 	var rep resp.Reply
 	if err = u.w.Flush(); err == nil {
@@ -202,6 +336,7 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 		f := u.fifo[u.head]
 		u.fifo[u.head] = fent{}
 		u.head++
+		l.inflight--
 		if l.p.cfg.Cluster && isRedirect(&l.rep) && f.c.state != cClosed {
 			l.redirect(f, u.rawlog[f.off:f.end])
 			continue
@@ -215,8 +350,47 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 		}
 	}
 	u.since = l.now
+	u.compact()
+	if u.excl != nil && u.owed() == 0 {
+		l.release(u)
+	}
+}
+
+// compact reclaims the front of u's queue of owed replies (and of the
+// commands kept for redirects) once the replies there have come: under a
+// steady load the queue never empties, and without this it would only
+// ever grow. Half the queue at least is reclaimed each time, so the copy
+// costs O(1) per reply.
+func (u *lupstream) compact() {
 	if u.head == len(u.fifo) {
-		u.fifo, u.head, u.rawlog = u.fifo[:0], 0, u.rawlog[:0]
+		if cap(u.fifo) > 4096 {
+			u.fifo = nil // a burst is over: give its memory back
+		} else {
+			u.fifo = u.fifo[:0]
+		}
+		u.head = 0
+		if cap(u.rawlog) > 64<<10 {
+			u.rawlog = nil
+		} else {
+			u.rawlog = u.rawlog[:0]
+		}
+		return
+	}
+	if u.head < 256 || u.head < len(u.fifo)/2 {
+		return
+	}
+	n := copy(u.fifo, u.fifo[u.head:])
+	clear(u.fifo[n:])
+	u.fifo = u.fifo[:n]
+	u.head = 0
+	if len(u.rawlog) > 0 {
+		base := u.fifo[0].off
+		m := copy(u.rawlog, u.rawlog[base:])
+		u.rawlog = u.rawlog[:m]
+		for i := range u.fifo {
+			u.fifo[i].off -= base
+			u.fifo[i].end -= base
+		}
 	}
 }
 
@@ -234,7 +408,7 @@ func (l *loop) redirect(f fent, raw []byte) {
 	proto := f.c.proto
 	p := l.p
 	go func() {
-		s := &session{p: p, proto: proto, pinned: -1, cw: resp.NewWriter(nil, 512)}
+		s := &session{p: p, proto: proto, pinned: -1, cw: resp.NewWriter(nil, 512), holding: true}
 		s.rep.Line = line
 		s.redirect(raw)
 		out := s.cw.Buf
@@ -271,13 +445,54 @@ func (l *loop) failUp(u *lupstream, err error) {
 		l.p.topo.refreshAsync() // the node may have failed over
 	}
 	l.failOwed(u, errUpstream(l.p.topo.addr(u.node), err))
+	l.unExcl(u)
 }
 
-// forgetUp drops u from the connections in use: the next command for its
-// node dials again.
+// unExcl ends u's use by one client.
+func (l *loop) unExcl(u *lupstream) {
+	c := u.excl
+	if c == nil {
+		return
+	}
+	c.excl, u.excl = nil, nil
+	for i, x := range l.excls {
+		if x == u {
+			last := len(l.excls) - 1
+			l.excls[i], l.excls[last] = l.excls[last], nil
+			l.excls = l.excls[:last]
+			break
+		}
+	}
+}
+
+// dropExclusive closes the exclusive connection of a client that went
+// away: Redis then unblocks its command, as it does for a direct client
+// that disconnects, rather than hand an element to nobody.
+func (l *loop) dropExclusive(c *lclient) {
+	u := c.excl
+	if u == nil {
+		return
+	}
+	l.unExcl(u)
+	l.inflight -= u.owed()
+	u.fifo, u.head, u.wbuf, u.woff, u.rawlog = nil, 0, nil, 0, nil
+	l.closeUp(u)
+}
+
+// forgetUp drops u from the connections in use and the idle spares: the
+// next command for its node dials again.
 func (l *loop) forgetUp(u *lupstream) {
 	if u.node < len(l.ups) && l.ups[u.node][u.proto] == u {
 		l.ups[u.node][u.proto] = nil
+	}
+	if u.spare && u.node < len(l.spares) {
+		list := l.spares[u.node][u.proto]
+		for i, x := range list {
+			if x == u {
+				l.spares[u.node][u.proto] = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
 	}
 }
 
@@ -285,6 +500,7 @@ func (l *loop) forgetUp(u *lupstream) {
 // them may have been applied, so cached copies of its keys go.
 func (l *loop) failOwed(u *lupstream, msg string) {
 	reply := resp.AppendError(nil, msg)
+	l.inflight -= u.owed()
 	for _, f := range u.fifo[u.head:] {
 		l.deliver(f.c, f.seq, reply)
 		for _, k := range f.inval {

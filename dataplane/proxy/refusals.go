@@ -23,6 +23,11 @@ func refuseClusterWide(name []byte) string {
 // supported".
 const refuseMaintNotifications = "ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy"
 
+// refuseClientKill: the connections Redis sees are the proxy's, shared by
+// many clients; killing one would cut off others (and a client's own
+// address or id is not what Redis knows).
+const refuseClientKill = "ERR heatsink proxy: CLIENT KILL is not supported through the proxy (the connections Redis sees are the proxy's); run it against Redis directly"
+
 // Errors that stand for a reply Redis could not give.
 
 func errUnreachable(addr string, err error) string {

@@ -20,12 +20,19 @@ const (
 	// event loop hands the client to a session, a shared session becomes
 	// dedicated; then the command is decided again).
 	opOwnConn
+	// opExclusive: the command leaves no state but may hold its connection
+	// for long (a blocking command, a script), so it goes on a connection
+	// of its own for this one command, taken from a warm pool in the order
+	// the commands came (decided only in shared mode; a shared session
+	// becomes dedicated instead).
+	opExclusive
+	// opReplyMode is CLIENT REPLY ON, OFF or SKIP: the proxy itself stops
+	// (or resumes) sending replies to the client, as Redis would, on every
+	// upstream connection of the client.
+	opReplyMode
 	// opHello answers HELLO with at most a protocol version from the
 	// shared connection of that version (shared mode): route.proto.
 	opHello
-	// opOK answers +OK without sending anything (CLIENT SETINFO in shared
-	// mode: library name and version, informational only).
-	opOK
 	// opRefuse answers route.err without sending anything.
 	opRefuse
 	// opQuit answers +OK and closes the connection after the replies owed.
@@ -70,6 +77,8 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 		return route{op: opRefuse, err: refuseClusterWide(args[0])}
 	case isClientSub(args, "MAINT_NOTIFICATIONS", 2):
 		return route{op: opRefuse, err: refuseMaintNotifications}
+	case isClientSub(args, "KILL", 2):
+		return route{op: opRefuse, err: refuseClientKill}
 	}
 	if m.shared {
 		switch {
@@ -79,11 +88,18 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 			}
 			return route{op: opOwnConn}
 		case isClientSub(args, "SETINFO", 4) && len(args) == 4:
-			return route{op: opOK}
-		case !known || !c.Shareable || c.IsBlocking(args):
+			// Informational only (library name and version): sent on the
+			// shared connection, so the client gets Redis' own answer.
+			return route{op: opForward}
+		case c.Kind == command.Plain && known && (c.IsBlocking(args) || c.Scripting):
+			return route{op: opExclusive}
+		case !known || !c.Shareable:
 			return route{op: opOwnConn}
 		}
 		return route{op: opForward}
+	}
+	if replyMode(args) != 0 {
+		return route{op: opReplyMode}
 	}
 	switch c.Kind {
 	case command.PubSub:
@@ -112,4 +128,28 @@ func helloVersion(args [][]byte, cur int) (v int, ok bool) {
 		return 3, true
 	}
 	return 0, false
+}
+
+// Reply modes of CLIENT REPLY.
+const (
+	replyOn = iota + 1
+	replyOff
+	replySkip
+)
+
+// replyMode is the mode CLIENT REPLY ON|OFF|SKIP sets, 0 for any other
+// command (a malformed CLIENT REPLY goes to Redis for its own error).
+func replyMode(args [][]byte) int {
+	if len(args) != 3 || !isClientSub(args, "REPLY", 3) {
+		return 0
+	}
+	switch {
+	case command.EqFold(args[2], "ON"):
+		return replyOn
+	case command.EqFold(args[2], "OFF"):
+		return replyOff
+	case command.EqFold(args[2], "SKIP"):
+		return replySkip
+	}
+	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -20,6 +21,17 @@ import (
 // reading replies, so that a client streaming without pause still gets
 // answers and memory stays bounded.
 const maxBatch = 1024
+
+// sessionBatch is maxBatch for sessions: a session holds the replies of its
+// batch until it writes them, so its batch bounds what a client that does
+// not read can make it hold.
+const sessionBatch = 256
+
+// flushAbove is how much of a batch's replies a dedicated session holds
+// before it writes them to the client: a client that does not read then
+// stops the session (and its upstream connection) instead of filling the
+// proxy's memory.
+const flushAbove = 64 << 10
 
 // pend is one reply owed to the client, in order.
 type pend struct {
@@ -62,6 +74,17 @@ type session struct {
 	proto       int
 	// blocking is set when the current batch holds a blocking command.
 	blocking bool
+	// replyOff and skipNext are the client's CLIENT REPLY mode, applied by
+	// the proxy (Redis never sees CLIENT REPLY); quiet is set while the
+	// command being handled must get no reply.
+	replyOff, skipNext, quiet bool
+	// holding: replies are being collected to be read back (roundTrip),
+	// so drain must not write them to the client.
+	holding bool
+	// tracking: the client turned CLIENT TRACKING on, so Redis may push
+	// invalidations on its connection at any time (RESP3): they are
+	// relayed while the session waits for the client's next command.
+	tracking bool
 
 	// cluster transaction pinning
 	pinned     int
@@ -106,15 +129,25 @@ func (s *session) closeUpstreams() {
 func (s *session) run() {
 	defer s.conn.Close()
 	defer s.closeUpstreams()
+	if len(s.pend) > 0 {
+		// Commands the event loop sent on this session's behalf before
+		// handing the client over (in the order it read them).
+		s.drain()
+		if err := s.cw.Flush(); err != nil {
+			return
+		}
+	}
 	for {
+		stop := s.relayPushes()
 		err := s.cr.ReadCommand(&s.cmd)
+		stop()
 		for err == nil {
 			var done bool
 			done, err = s.handle()
 			if done || err != nil {
 				break
 			}
-			if s.cr.Buffered() == 0 || len(s.pend) >= maxBatch {
+			if s.cr.Buffered() == 0 || len(s.pend) >= sessionBatch {
 				break
 			}
 			var ok bool
@@ -173,15 +206,22 @@ func (s *session) handle() (done bool, err error) {
 	if r.op == opHello && !s.helloShared(r.proto) {
 		r.op = opOwnConn // the shared connection cannot answer it: Redis will
 	}
-	if r.op == opOwnConn {
-		// The command changes or depends on connection state: from now on
-		// this client gets its own upstream connection.
+	if r.op == opOwnConn || r.op == opExclusive {
+		// The command changes or depends on connection state, or holds its
+		// connection: from now on this client gets its own upstream
+		// connection.
 		s.drain()
 		s.dedicated = true
 		s.p.m.dedicated.Inc()
 		r = decide(info, known, args, s.mode())
 	}
+	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.
+	s.quiet = s.replyOff || s.skipNext
+	s.skipNext = false
 	switch r.op {
+	case opReplyMode:
+		s.setReplyMode(replyMode(args))
+		return false, nil
 	case opQuit:
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
 		return true, errQuit
@@ -190,9 +230,6 @@ func (s *session) handle() (done bool, err error) {
 		return false, nil
 	case opHello:
 		return false, nil // answered by helloShared
-	case opOK:
-		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
-		return false, nil
 	case opPipe:
 		return true, s.subscribe(info)
 	case opState:
@@ -278,6 +315,9 @@ func (s *session) handle() (done bool, err error) {
 	if !s.stickyState && (cluster || s.dedicated) && info.Kind == command.Plain && leavesState(args) {
 		s.stickyState = true
 	}
+	if isClientSub(args, "TRACKING", 3) {
+		s.tracking = command.EqFold(args[2], "ON")
+	}
 	var rk string
 	if s.p.cfg.Observer != nil && key != nil && !info.Write {
 		rk = string(key)
@@ -326,6 +366,9 @@ func (s *session) invalidate(pd *pend) {
 // forward queues raw for node. On a dial failure the client gets an error
 // reply in order.
 func (s *session) forward(node int, raw []byte, swallow bool, key string) error {
+	if s.quiet {
+		swallow = true
+	}
 	if !s.p.cfg.Cluster && !s.dedicated {
 		s.sbuf = append(s.sbuf, raw...)
 		s.pend = append(s.pend, pend{key: key})
@@ -354,8 +397,10 @@ func (s *session) forward(node int, raw []byte, swallow bool, key string) error 
 	return nil
 }
 
-// upstream returns the session's connection to node, dialing it and
-// replaying the session's state on first use.
+// upstream returns the session's connection to node: one taken from the
+// warm pool (or dialled when the pool has none ready), with the session's
+// state (AUTH, HELLO, SELECT) queued ahead of the first command as
+// replies to swallow, so nothing waits for a round trip here.
 func (s *session) upstream(node int) (*upstream, error) {
 	for len(s.ups) <= node {
 		s.ups = append(s.ups, nil)
@@ -366,9 +411,7 @@ func (s *session) upstream(node int) (*upstream, error) {
 	if s.stateLost {
 		return nil, errStateLost
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.DialTimeout)
-	defer cancel()
-	u, err := s.p.dialRaw(ctx, s.p.topo.addr(node))
+	u, err := s.p.warm.take(node)
 	if err != nil {
 		if s.p.cfg.Cluster {
 			// The node may have failed over: reload the slot map.
@@ -377,22 +420,13 @@ func (s *session) upstream(node int) (*upstream, error) {
 		return nil, err
 	}
 	u.node = node
-	s.keepProto()
-	if n := s.prelude.len(); n > 0 {
-		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
-		s.prelude.each(func(c []byte) { u.w.Write(c) })
-		err := u.w.Flush()
-		for i := 0; err == nil && i < n; i++ {
-			err = u.r.ReadReply(&s.rep)
-		}
-		if err != nil {
-			u.close()
-			s.p.m.upstreamErrors.WithLabelValues("io").Inc()
-			return nil, err
-		}
-		u.conn.SetDeadline(time.Time{})
-	}
 	s.ups[node] = u
+	s.keepProto()
+	s.prelude.each(func(c []byte) {
+		u.w.Write(c)
+		u.queued++
+		s.pend = append(s.pend, pend{node: int32(node), swallow: true})
+	})
 	return u, nil
 }
 
@@ -400,8 +434,92 @@ func (s *session) upstream(node int) (*upstream, error) {
 // before it.
 func (s *session) local(f func([]byte) []byte) {
 	s.drain()
-	s.cw.Buf = f(s.cw.Buf)
+	if !s.quiet {
+		s.cw.Buf = f(s.cw.Buf)
+	}
 	s.nLocal++
+}
+
+// relayPushes passes what Redis pushes on the session's connections
+// (RESP3 client-tracking invalidations) to the client while the session
+// waits for the client's next command, as a direct connection delivers
+// them at once: a client-side cache that checks for invalidations before
+// serving a value must see them without sending anything. The returned
+// func stops the relay before the session uses its connections again.
+func (s *session) relayPushes() (stop func()) {
+	if !s.tracking || s.proto != 3 || len(s.pend) > 0 {
+		return func() {}
+	}
+	var ups []*upstream
+	for _, u := range s.ups {
+		if u != nil && u.conn != nil {
+			ups = append(ups, u)
+		}
+	}
+	if len(ups) == 0 {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex // client writes
+	failed := make([]error, len(ups))
+	for i, u := range ups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rep resp.Reply
+			for {
+				if err := u.r.ReadReply(&rep); err != nil {
+					if !isTimeout(err) {
+						failed[i] = err
+					}
+					return
+				}
+				if !rep.IsPush() {
+					failed[i] = errors.New("reply without a request")
+					return
+				}
+				mu.Lock()
+				_, err := s.conn.Write(rep.Raw)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		for _, u := range ups {
+			u.conn.SetReadDeadline(time.Unix(1, 0))
+		}
+		wg.Wait()
+		for i, u := range ups {
+			u.conn.SetReadDeadline(time.Time{})
+			if failed[i] != nil {
+				s.fail(u, failed[i])
+			}
+		}
+		for i, u := range s.ups {
+			if u != nil && u.conn == nil {
+				s.ups[i] = nil
+			}
+		}
+	}
+}
+
+// setReplyMode applies CLIENT REPLY ON, OFF or SKIP as Redis does: ON
+// answers OK; OFF and SKIP answer nothing, and SKIP (unless OFF is in
+// force) silences the next command.
+func (s *session) setReplyMode(m int) {
+	switch m {
+	case replyOn:
+		s.replyOff = false
+		s.quiet = false
+		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
+	case replyOff:
+		s.replyOff = true
+	case replySkip:
+		s.skipNext = !s.replyOff
+	}
 }
 
 func (s *session) localError(msg string) {
@@ -424,10 +542,12 @@ func (s *session) drain() {
 		if u == nil || u.queued == 0 {
 			continue
 		}
-		if s.blocking {
+		switch {
+		case s.p.cfg.Timeout <= 0: // no proxy-made timeout: Redis has none
+		case s.blocking:
 			u.deadline = time.Time{}
 			u.conn.SetDeadline(u.deadline)
-		} else {
+		default:
 			if now.IsZero() {
 				now = time.Now()
 			}
@@ -471,6 +591,11 @@ func (s *session) drain() {
 			s.p.cfg.Observer.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(len(s.rep.Raw)))
 		}
 		s.cw.Write(s.rep.Raw)
+		if len(s.cw.Buf) > flushAbove && !s.holding {
+			// A client that does not read stops this session here,
+			// before its replies fill the proxy's memory.
+			s.cw.Flush()
+		}
 	}
 	for i, u := range s.ups {
 		if u != nil && u.conn == nil {
@@ -565,7 +690,7 @@ func (s *session) redirect(raw []byte) {
 			s.cw.Buf = resp.AppendError(s.cw.Buf, errRedirect(f[2], err))
 			return
 		}
-		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
+		u.conn.SetDeadline(time.Now().Add(s.p.controlTimeout()))
 		n := 1 + s.prelude.len()
 		s.prelude.each(func(c []byte) { u.w.Write(c) })
 		if ask {
@@ -666,7 +791,18 @@ func (s *session) subscribe(info command.Info) error {
 		s.localError(errUnreachable(s.p.topo.addr(node), err))
 		return errQuit
 	}
+	s.drain() // the state replayed on a new connection
+	if u.conn == nil {
+		s.cw.Flush()
+		return errQuit
+	}
 	u.conn.SetDeadline(time.Time{})
+	// CLIENT REPLY is the proxy's until now; from here Redis applies it.
+	if s.replyOff {
+		u.w.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n"))
+	} else if s.quiet {
+		u.w.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n"))
+	}
 	u.w.Write(raw)
 	u.w.Write(s.cr.Take())
 	if err := u.w.Flush(); err != nil {

@@ -85,7 +85,7 @@ func (pl *pool) get(i int) (*shared, error) {
 	}
 	c := &shared{p: pl.p, slot: i, u: u, proto: pl.proto}
 	// Open the connection in the pool's protocol and keep HELLO's reply.
-	u.conn.SetDeadline(time.Now().Add(pl.p.cfg.Timeout))
+	u.conn.SetDeadline(time.Now().Add(pl.p.controlTimeout()))
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("HELLO"), []byte{byte('0' + pl.proto)}})
 	var rep resp.Reply
 	if err = u.w.Flush(); err == nil {
@@ -131,7 +131,9 @@ func (c *shared) submit(s *session, data []byte, n int) error {
 	}
 	c.wbuf = append(c.wbuf, data...)
 	c.waiters = append(c.waiters, waiter{s: s, n: n})
-	if s.blocking {
+	if c.p.cfg.Timeout <= 0 {
+		// No proxy-made timeout: Redis has none.
+	} else if s.blocking {
 		c.deadline = time.Time{}
 		c.u.conn.SetDeadline(c.deadline)
 	} else if now := time.Now(); c.deadline.IsZero() || c.deadline.Sub(now) < c.p.cfg.Timeout/2 {
