@@ -175,14 +175,19 @@ func replies(r *bufio.Reader, n int) (errs int, err error) {
 func pipelines(addr string, clients, depth, rounds int) string {
 	var wg sync.WaitGroup
 	var errReplies, failed atomic.Int64
+	var firstErr atomic.Value
+	fail := func(err error) {
+		failed.Add(1)
+		firstErr.CompareAndSwap(nil, err)
+	}
 	start := time.Now()
 	for i := 0; i < clients; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			c, err := net.DialTimeout("tcp", addr, 30*time.Second)
 			if err != nil {
-				failed.Add(1)
+				fail(err)
 				return
 			}
 			defer c.Close()
@@ -198,16 +203,23 @@ func pipelines(addr string, clients, depth, rounds int) string {
 				go func() { _, err := c.Write(req); werr <- err }()
 				n, err := replies(r, depth)
 				errReplies.Add(int64(n))
-				if err != nil || <-werr != nil {
-					failed.Add(1)
+				if werr := <-werr; err == nil {
+					err = werr
+				}
+				if err != nil {
+					fail(err)
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return fmt.Sprintf("%d×%d×%d SETs in %.1f s; %d error replies, %d clients failed", clients, depth, rounds,
+	out := fmt.Sprintf("%d×%d×%d SETs in %.1f s; %d error replies, %d clients failed", clients, depth, rounds,
 		time.Since(start).Seconds(), errReplies.Load(), failed.Load())
+	if err, _ := firstErr.Load().(error); err != nil {
+		out += " (" + err.Error() + ")"
+	}
+	return out
 }
 
 // nonReaders opens clients that send GETs of a 4 KB value as fast as the
@@ -237,8 +249,7 @@ func nonReaders(addr string, clients int, d time.Duration) string {
 		}()
 	}
 	wg.Wait()
-	return fmt.Sprintf("%d GETs sent (%.0f MiB of replies asked for) before the proxy stopped reading", sent.Load(),
-		float64(sent.Load())*4106/(1<<20))
+	return fmt.Sprintf("%d GETs written into the sockets in %s (the proxy reads only as much as it can hold)", sent.Load(), d)
 }
 
 // idleConns opens n connections, sends one PING on each, reads the PONG,

@@ -35,6 +35,11 @@ const (
 	// forms, MONITOR) may be answered by any number of frames, and put the
 	// connection in a mode where Redis sends frames nobody asked for.
 	PubSub
+	// Unsubscribe commands (UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE) on a
+	// connection that subscribed to nothing: Redis answers one frame per
+	// channel named (one when none is), pushes in RESP3, and the
+	// connection stays as it was.
+	Unsubscribe
 	// ClusterWide commands act on every node of a cluster (KEYS, SCAN,
 	// FLUSHALL, ...).
 	ClusterWide
@@ -140,9 +145,11 @@ var table = func() map[string]Info {
 	set(Info{first: keyMovable, Write: true}, "XREADGROUP")
 
 	// Keyless commands with one request and one reply.
-	set(Info{}, "PING", "ECHO", "INFO", "TIME", "LASTSAVE", "COMMAND", "CONFIG", "PUBLISH", "SPUBLISH",
+	set(Info{}, "PING", "ECHO", "INFO", "TIME", "LASTSAVE", "COMMAND", "CONFIG", "PUBLISH",
 		"SCRIPT", "FUNCTION", "LATENCY", "SLOWLOG", "LOLWUT", "ROLE")
 	set(Info{Blocking: true}, "WAIT", "WAITAOF")
+	// A shard channel is hashed like a key: SPUBLISH goes to its slot.
+	set(Info{first: 1}, "SPUBLISH")
 	// Connection state and transactions; WATCH names keys.
 	set(Info{Kind: State}, "AUTH", "SELECT", "HELLO", "RESET")
 	set(Info{Kind: Quit}, "QUIT")
@@ -150,12 +157,11 @@ var table = func() map[string]Info {
 	set(Info{Kind: EndTx}, "EXEC", "DISCARD")
 	set(Info{Kind: Watch, first: 1, keys: keysAll}, "WATCH")
 	set(Info{Kind: Unwatch}, "UNWATCH")
-	// UNSUBSCRIBE and PUNSUBSCRIBE count too: even on a connection that
-	// never subscribed, Redis answers them with one frame per channel (or
-	// one for none), pushes in RESP3.
-	set(Info{Kind: PubSub}, "SUBSCRIBE", "PSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "MONITOR")
+	set(Info{Kind: PubSub}, "SUBSCRIBE", "PSUBSCRIBE", "MONITOR")
+	set(Info{Kind: Unsubscribe}, "UNSUBSCRIBE", "PUNSUBSCRIBE")
 	// A shard channel is hashed like a key: SSUBSCRIBE goes to its slot.
-	set(Info{Kind: PubSub, first: 1}, "SSUBSCRIBE", "SUNSUBSCRIBE")
+	set(Info{Kind: PubSub, first: 1}, "SSUBSCRIBE")
+	set(Info{Kind: Unsubscribe, first: 1}, "SUNSUBSCRIBE")
 	set(Info{Kind: ClusterWide}, "KEYS", "SCAN", "DBSIZE", "RANDOMKEY", "FLUSHALL", "FLUSHDB", "SWAPDB")
 	set(Info{Kind: Replication}, "SYNC", "PSYNC", "REPLCONF")
 
@@ -314,3 +320,30 @@ func EqFold(b []byte, s string) bool {
 
 // Upper is name in upper case, for messages.
 func Upper(name []byte) string { return string(bytes.ToUpper(name)) }
+
+// Frames is how many frames Redis answers this invocation with on a
+// connection that subscribed to nothing: one, except for the Unsubscribe
+// commands (one per channel named, one when none is).
+func (c Info) Frames(args [][]byte) int {
+	if c.Kind == Unsubscribe && len(args) > 2 {
+		return len(args) - 1
+	}
+	return 1
+}
+
+// IsFanout reports a command that a Redis Cluster client sends to every
+// master: loading, flushing, deleting or killing scripts and functions
+// (scripts and functions must be known where the keys are, and a running
+// one is stopped on the node that runs it).
+func IsFanout(args [][]byte) bool {
+	if len(args) < 2 {
+		return false
+	}
+	switch {
+	case EqFold(args[0], "SCRIPT"):
+		return EqFold(args[1], "LOAD") || EqFold(args[1], "FLUSH") || EqFold(args[1], "KILL") || EqFold(args[1], "EXISTS")
+	case EqFold(args[0], "FUNCTION"):
+		return EqFold(args[1], "LOAD") || EqFold(args[1], "DELETE") || EqFold(args[1], "FLUSH") || EqFold(args[1], "KILL") || EqFold(args[1], "RESTORE")
+	}
+	return false
+}

@@ -140,7 +140,10 @@ func (s *session) roundTrip(cmds, keys [][]byte) []resp.Reply {
 	mark := len(s.cw.Buf)
 	for i, c := range cmds {
 		node := 0
-		if s.p.cfg.Cluster {
+		switch {
+		case s.roundTripTo != nil:
+			node = s.roundTripTo[i]
+		case s.p.cfg.Cluster:
 			node = s.p.topo.nodeOf(slotOf(keys[i]))
 		}
 		s.forward(node, c, false, "")

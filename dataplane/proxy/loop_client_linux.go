@@ -83,13 +83,26 @@ func (c *lclient) maxOwed() uint64 {
 
 // mayRead reports whether the loop may take more commands from c: it is
 // open, within its in-flight and buffered-reply bounds, and, under
-// pressure, keeping up (nothing owed, nothing unwritten).
+// pressure, keeping up (nothing unwritten) and within pressureOwed.
 func (l *loop) mayRead(c *lclient) bool {
-	if c.state != cOpen || c.owed() >= c.maxOwed() || c.pending() >= loopMaxOut {
+	if c.state != cOpen || c.pending() >= loopMaxOut {
 		return false
 	}
-	return !l.pressure || c.owed() == 0 && c.pending() == 0
+	limit := c.maxOwed()
+	if l.pressure {
+		// Only clients that keep up are read, a few commands at a time:
+		// one that turns out not to read its replies holds little.
+		if c.pending() > 0 {
+			return false
+		}
+		limit = min(limit, pressureOwed)
+	}
+	return c.owed() < limit
 }
+
+// pressureOwed is the most commands a client may have in flight while the
+// loop is under pressure.
+const pressureOwed = 16
 
 // appendOut adds b to c's replies.
 func (l *loop) appendOut(c *lclient, b []byte) {
@@ -139,8 +152,17 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 		c.wblocked = false
 		l.markDirty(c)
 	}
-	if ev&unix.EPOLLIN == 0 || c.state != cOpen {
+	if ev&unix.EPOLLIN == 0 || !l.mayRead(c) {
 		return
+	}
+	if c.r.Buffered() > 0 {
+		// Commands read earlier and not yet taken (the client was at its
+		// bound) go first: reading more before would grow its buffer.
+		l.parse(c)
+		l.markDirty(c)
+		if !l.mayRead(c) {
+			return
+		}
 	}
 	if err := c.r.Fill(); err != nil {
 		if errors.Is(err, unix.EAGAIN) {

@@ -47,3 +47,5 @@ func errRedirect(addr string, err error) string {
 const errTooManyRedirects = "ERR heatsink proxy: too many cluster redirections"
 
 const errUnreadable = "ERR heatsink proxy: unreadable upstream reply"
+
+const errNoMaster = "ERR heatsink proxy: no master known in the cluster's slot map"

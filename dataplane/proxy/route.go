@@ -44,6 +44,10 @@ const (
 	// opState forwards AUTH, SELECT, HELLO or RESET and remembers it for
 	// the upstream connections the client opens later.
 	opState
+	// opFanout sends a script or function management command to every
+	// master of a cluster, as a cluster client does, and answers one reply
+	// (mergeFanout).
+	opFanout
 )
 
 // route is the decision for one command.
@@ -80,8 +84,11 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 	case isClientSub(args, "KILL", 2):
 		return route{op: opRefuse, err: refuseClientKill}
 	}
+	fanout := m.cluster && command.IsFanout(args)
 	if m.shared {
 		switch {
+		case fanout:
+			return route{op: opOwnConn}
 		case command.EqFold(args[0], "HELLO") && len(args) <= 2:
 			if v, ok := helloVersion(args, m.proto); ok {
 				return route{op: opHello, proto: v}
@@ -100,6 +107,9 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 	}
 	if replyMode(args) != 0 {
 		return route{op: opReplyMode}
+	}
+	if fanout {
+		return route{op: opFanout}
 	}
 	switch c.Kind {
 	case command.PubSub:

@@ -50,6 +50,9 @@ type pend struct {
 	// undo takes back the remembered AUTH, HELLO or SELECT this command
 	// set, if Redis refuses it.
 	undo undo
+	// frames is the number of frames the command is answered with when it
+	// is not one (UNSUBSCRIBE naming channels); they may be RESP3 pushes.
+	frames int32
 }
 
 type session struct {
@@ -81,6 +84,8 @@ type session struct {
 	// holding: replies are being collected to be read back (roundTrip),
 	// so drain must not write them to the client.
 	holding bool
+	// roundTripTo, if set, names the node of each command of a roundTrip.
+	roundTripTo []int
 	// tracking: the client turned CLIENT TRACKING on, so Redis may push
 	// invalidations on its connection at any time (RESP3): they are
 	// relayed while the session waits for the client's next command.
@@ -234,6 +239,9 @@ func (s *session) handle() (done bool, err error) {
 		return true, s.subscribe(info)
 	case opState:
 		return false, s.sessionCommand()
+	case opFanout:
+		s.fanout()
+		return false, nil
 	}
 	var inval []string
 	if info.Kind == command.Multi {
@@ -322,8 +330,12 @@ func (s *session) handle() (done bool, err error) {
 	if s.p.cfg.Observer != nil && key != nil && !info.Write {
 		rk = string(key)
 	}
-	if s.forward(node, s.cmd.Raw, false, rk) == nil && inval != nil {
-		s.pend[len(s.pend)-1].invalidate = inval
+	if s.forward(node, s.cmd.Raw, false, rk) == nil {
+		pd := &s.pend[len(s.pend)-1]
+		pd.invalidate = inval
+		if info.Kind == command.Unsubscribe {
+			pd.frames = int32(info.Frames(args))
+		}
 	}
 	return false, nil
 }
@@ -557,6 +569,11 @@ func (s *session) drain() {
 			s.fail(u, err)
 		}
 	}
+	if s.blocking && s.conn != nil {
+		// While Redis holds a blocking command, a client that hangs up must
+		// cancel it, as it would directly.
+		defer s.watchClient()()
+	}
 	for i := range s.pend {
 		pd := &s.pend[i]
 		u := s.ups[pd.node]
@@ -564,6 +581,18 @@ func (s *session) drain() {
 			if !pd.swallow {
 				s.cw.Buf = resp.AppendError(s.cw.Buf, errConnectionLost)
 			}
+			continue
+		}
+		if pd.frames > 1 || pd.frames == 1 && s.proto == 3 {
+			// Its frames are its replies, pushes included.
+			if err := s.readFrames(u, int(pd.frames), pd.swallow); err != nil {
+				s.fail(u, err)
+				if !pd.swallow {
+					s.cw.Buf = resp.AppendError(s.cw.Buf, errUpstream(s.p.topo.addr(int(pd.node)), err))
+				}
+				continue
+			}
+			u.queued--
 			continue
 		}
 		err := s.readReply(u)
@@ -605,6 +634,49 @@ func (s *session) drain() {
 	s.pend = s.pend[:0]
 	s.rawlog = s.rawlog[:0]
 	s.blocking = false
+}
+
+// readFrames reads n frames of u, pushes or not, as the replies of one
+// command, and appends them unless swallow.
+func (s *session) readFrames(u *upstream, n int, swallow bool) error {
+	for ; n > 0; n-- {
+		if err := u.r.ReadReply(&s.rep); err != nil {
+			return err
+		}
+		if !swallow {
+			s.cw.Write(s.rep.Raw)
+		}
+	}
+	return nil
+}
+
+// watchClient reads ahead from the client while the session waits for a
+// blocking command: what the client sends is kept for later, and if it
+// hangs up, the session's upstream connections are closed, so Redis
+// cancels the command rather than hand an element to nobody. The returned
+// func stops the watch.
+func (s *session) watchClient() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s.cr.Buffered() < 64<<10 {
+			if err := s.cr.Fill(); err != nil {
+				if !isTimeout(err) {
+					for _, u := range s.ups {
+						if u != nil && u.conn != nil {
+							u.conn.Close()
+						}
+					}
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		s.conn.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		s.conn.SetReadDeadline(time.Time{})
+	}
 }
 
 // readReply reads the next reply of u into s.rep, passing RESP3 pushes

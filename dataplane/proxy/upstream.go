@@ -89,6 +89,24 @@ func (t *topology) addr(node int) string {
 	return t.addrs[node]
 }
 
+// masters are the nodes that serve slots (node 0 before the first
+// refresh), in the order of their first slot.
+func (t *topology) masters() []int {
+	m := t.slots.Load()
+	if m == nil {
+		return []int{0}
+	}
+	var out []int
+	seen := map[uint16]bool{}
+	for _, n := range m {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, int(n))
+		}
+	}
+	return out
+}
+
 // nodeOf is the node serving slot (node 0 before the first refresh).
 func (t *topology) nodeOf(slot uint16) int {
 	if m := t.slots.Load(); m != nil {

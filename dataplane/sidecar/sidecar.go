@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -52,6 +53,15 @@ type Config struct {
 	// NoEventLoop serves every client with a goroutine of its own
 	// (proxy.Config.NoEventLoop).
 	NoEventLoop bool
+	// ReplyTimeout, if set, bounds waiting for a Redis reply
+	// (proxy.Config.Timeout); zero waits as long as Redis takes.
+	ReplyTimeout time.Duration
+	// MaxMemory is the sidecar's memory ceiling: Go's soft memory limit
+	// (the garbage collector works harder and returns memory to the system
+	// as the heap nears it), and a quarter of it bounds what the proxy
+	// buffers for clients before it stops reading those that do not keep
+	// up. Zero means DefaultMaxMemory.
+	MaxMemory int64
 	// HTTPAddress serves /metrics, /healthz, /readyz; empty disables it.
 	HTTPAddress string
 	// HTTPListener, if set, is used instead of listening on HTTPAddress.
@@ -70,6 +80,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.MaxMemory <= 0 {
+		cfg.MaxMemory = DefaultMaxMemory()
+	}
+	debug.SetMemoryLimit(cfg.MaxMemory)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -84,6 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
+		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
 	}
 	if cc, ok := rc.(*redis.ClusterClient); ok {
 		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
