@@ -31,13 +31,42 @@ import (
 
 // Hook is a redis.Hook applying an engine's routing table.
 type Hook struct {
-	e *engine.Engine
+	e      *engine.Engine
+	obs    Observer
+	policy string
 }
 
 var _ redis.Hook = (*Hook)(nil)
 
+// Observer receives key accesses: the node's detector client
+// (detector/wire.Client, the one the sidecar uses). Observe must not
+// block.
+type Observer interface {
+	Observe(policy, key string, reads, writes, bytes uint32)
+}
+
+// Option configures a Hook.
+type Option func(*Hook)
+
+// WithObserver reports every keyed command's access to o, for policy
+// ("<namespace>/<name>"), exactly as the sidecar does: the first key of
+// every command, a write when the command may write (with its request's
+// size), a read otherwise (with its reply's size, once it came); for
+// commands the engine serves, every key it touched. Without it an
+// application that only uses the hook sends the detector nothing, and its
+// hot keys are never detected.
+func WithObserver(o Observer, policy string) Option {
+	return func(h *Hook) { h.obs, h.policy = o, policy }
+}
+
 // New returns a hook for e; add it with client.AddHook.
-func New(e *engine.Engine) *Hook { return &Hook{e: e} }
+func New(e *engine.Engine, opts ...Option) *Hook {
+	h := &Hook{e: e}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
 
 type bypassKey struct{}
 
@@ -58,19 +87,27 @@ func (h *Hook) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook routes one command.
 func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if bypassed(ctx) || h.idle() {
+		if bypassed(ctx) {
 			return next(ctx, cmd)
+		}
+		if h.idle() {
+			err := next(ctx, cmd)
+			h.report(cmd)
+			return err
 		}
 		args := wireArgs(cmd)
 		d := h.classify(args, false)
 		switch {
 		case d.Class == engine.ClassNone:
-			return next(ctx, cmd)
+			err := next(ctx, cmd)
+			h.report(cmd)
+			return err
 		case d.Op == engine.OpRaw:
 			// The base key alone is the truth: Redis answers; if the
 			// command wrote, the local cache must forget the keys.
 			err := next(ctx, cmd)
 			h.invalidate(args, d)
+			h.report(cmd)
 			return err
 		}
 		raw := func(ctx context.Context, cmds []redis.Cmder) error {
@@ -102,8 +139,13 @@ func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // without sending anything, otherwise.
 func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if bypassed(ctx) || h.idle() || len(cmds) == 0 {
+		if bypassed(ctx) || len(cmds) == 0 {
 			return next(ctx, cmds)
+		}
+		if h.idle() {
+			err := next(ctx, cmds)
+			h.reportAll(cmds)
+			return err
 		}
 		tx := cmds[0].Name() == "multi"
 		args := make([][][]byte, len(cmds))
@@ -117,7 +159,9 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			}
 		}
 		if !mitigated {
-			return next(ctx, cmds)
+			err := next(ctx, cmds)
+			h.reportAll(cmds)
+			return err
 		}
 		if tx {
 			for _, d := range ds {
@@ -133,6 +177,7 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			for i := range cmds {
 				h.invalidate(args[i], ds[i])
 			}
+			h.reportAll(cmds)
 			return err
 		}
 		var first error
@@ -151,6 +196,7 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			for _, i := range runIdx {
 				h.invalidate(args[i], ds[i])
 			}
+			h.reportAll(run)
 			run, runIdx = run[:0], runIdx[:0]
 		}
 		raw := func(ctx context.Context, cs []redis.Cmder) error { return next(ctx, cs) }
@@ -216,11 +262,16 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engi
 		}
 		return out
 	}
-	r, ok := h.e.Serve(bypass(ctx), d, args, raw, nil)
+	var obs engine.Observe
+	if h.obs != nil {
+		obs = func(key string, reads, writes uint32, n int) { h.obs.Observe(h.policy, key, reads, writes, uint32(n)) }
+	}
+	r, ok := h.e.Serve(bypass(ctx), d, args, raw, obs)
 	if !ok {
 		// Malformed: Redis rejects it and writes nothing.
 		err := send(ctx, []redis.Cmder{cmd})
 		h.invalidate(args, d)
+		h.report(cmd)
 		return err
 	}
 	return store(cmd, r)
