@@ -116,6 +116,15 @@ func (l *loop) appendOut(c *lclient, b []byte) {
 func (l *loop) adopt(c net.Conn) bool {
 	fd, err := takeFD(c)
 	if err != nil {
+		if isResourceError(err) {
+			// No descriptor to serve it with: answer as Redis does at
+			// maxclients, and close; the connections already held go on.
+			c.Write([]byte("-" + errMaxClients + "\r\n"))
+			c.Close()
+			l.p.m.connections.Dec()
+			l.p.log.Warn("closing a new client connection: out of file descriptors", "err", err)
+			return true
+		}
 		return false
 	}
 	if !l.post(func() { l.add(fd) }) {

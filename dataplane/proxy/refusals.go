@@ -28,6 +28,10 @@ const refuseMaintNotifications = "ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS
 // address or id is not what Redis knows).
 const refuseClientKill = "ERR heatsink proxy: CLIENT KILL is not supported through the proxy (the connections Redis sees are the proxy's); run it against Redis directly"
 
+// errMaxClients is Redis' own reply to a connection over maxclients, which
+// the proxy gives a connection it has no file descriptor to serve with.
+const errMaxClients = "ERR max number of clients reached"
+
 // Errors that stand for a reply Redis could not give.
 
 func errUnreachable(addr string, err error) string {
