@@ -235,6 +235,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			l.start()
 		}
 	}
+	// Connections of their own for the first clients that need one, ready
+	// before they ask (the event loop keeps spares of its own).
+	p.warm.fill(0)
 	p.ready.Store(true)
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- p.accept(ln) }()
