@@ -67,6 +67,9 @@ type lclient struct {
 	excl *lupstream
 	// avgReply is the running mean size of its replies.
 	avgReply uint32
+	// pausing is the upstream connection not read until c writes the large
+	// reply it streams.
+	pausing *lupstream
 }
 
 func (c *lclient) owed() uint64 { return c.sent - c.recv }
@@ -418,6 +421,9 @@ func (l *loop) forget(c *lclient) {
 	l.owners[c.fd] = owner{}
 	l.dropExclusive(c)
 	c.state = cClosed
+	if u := c.pausing; u != nil {
+		l.resumeLater(u)
+	}
 	l.outBytes -= int64(c.pending())
 	for _, b := range c.ooo {
 		l.outBytes -= int64(len(b))

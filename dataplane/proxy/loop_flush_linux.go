@@ -48,10 +48,19 @@ func (l *loop) endOfRound() {
 	l.dirty = l.dirty[:0]
 	l.checkPressure()
 	l.flushMetrics()
-	if len(l.again) > 0 {
+	if len(l.again) > 0 || len(l.resumes) > 0 {
 		one := [8]byte{1}
 		unix.Write(l.wakefd, one[:])
 	}
+}
+
+// resumeLater resumes u at the start of the next round (resuming hands out
+// replies, which must not happen while a round writes its clients).
+func (l *loop) resumeLater(u *lupstream) {
+	if c := u.paused; c != nil {
+		c.pausing = nil
+	}
+	l.resumes = append(l.resumes, u)
 }
 
 // finishClient writes c's replies and, once it owes nothing, hands it to a
@@ -148,12 +157,16 @@ func (l *loop) flushClient(c *lclient) bool {
 		c.woff += n
 		l.outBytes -= int64(n)
 	}
+
 	if cap(c.out) > 64<<10 {
 		c.out = nil // a burst is over: give its memory back
 	} else {
 		c.out = c.out[:0]
 	}
 	c.woff = 0
+	if u := c.pausing; u != nil {
+		l.resumeLater(u) // it has written what it held
+	}
 	return true
 }
 
@@ -187,14 +200,7 @@ func (l *loop) flushUp(u *lupstream) {
 		n := copy(u.wbuf, u.wbuf[u.woff:])
 		u.wbuf, u.woff = u.wbuf[:n], 0
 	}
-	want := uint32(unix.EPOLLIN)
-	if u.wblocked {
-		want |= unix.EPOLLOUT
-	}
-	if want != u.events {
-		u.events = want
-		unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, u.fd, &unix.EpollEvent{Events: want, Fd: int32(u.fd)})
-	}
+	l.upEvents(u)
 }
 
 // rearm sets the events the loop waits for on c: its commands while it may

@@ -97,8 +97,9 @@ type loop struct {
 	inflight int
 	pressure bool
 	// again are clients with commands read and not yet taken, to take in
-	// the next round.
-	again []*lclient
+	// the next round; resumes are upstream connections to read again.
+	again   []*lclient
+	resumes []*lupstream
 
 	cmd resp.Command
 	rep resp.Reply
@@ -198,6 +199,12 @@ func (l *loop) run() {
 			}
 		}
 		l.again = l.again[:0]
+		for _, u := range l.resumes {
+			if !u.dead {
+				l.resumeUp(u)
+			}
+		}
+		l.resumes = l.resumes[:0]
 		for i := 0; i < n; i++ {
 			ev := events[i]
 			fd := int(ev.Fd)

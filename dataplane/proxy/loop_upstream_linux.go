@@ -51,6 +51,10 @@ type lupstream struct {
 	// dead: closed while its dial was in flight; the dial's descriptor is
 	// closed when it comes.
 	dead bool
+	// paused: not read while this client writes a large reply it streams;
+	// streamed counts that reply's bytes already passed on.
+	paused   *lclient
+	streamed int
 	// since is the last sign of progress while replies are owed; a stall
 	// longer than Config.Timeout fails the connection.
 	since    time.Time
@@ -306,7 +310,7 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 	if ev&unix.EPOLLOUT != 0 {
 		u.wblocked = false
 	}
-	if ev&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) == 0 {
+	if ev&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) == 0 || u.paused != nil {
 		return
 	}
 	if err := u.r.Fill(); err != nil {
@@ -316,6 +320,12 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 		l.failUp(u, err)
 		return
 	}
+	l.upReplies(u)
+}
+
+// upReplies hands out every reply u has buffered, and streams the part of
+// a large one received so far to its client.
+func (l *loop) upReplies(u *lupstream) {
 	e, o := l.p.cfg.Engine, l.p.cfg.Observer
 	for {
 		ok, err := u.r.TryReply(&l.rep)
@@ -337,7 +347,9 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 		u.fifo[u.head] = fent{}
 		u.head++
 		l.inflight--
-		if l.p.cfg.Cluster && isRedirect(&l.rep) && f.c.state != cClosed {
+		size := len(l.rep.Raw) + u.streamed
+		u.streamed = 0
+		if l.p.cfg.Cluster && !l.rep.Partial && isRedirect(&l.rep) && f.c.state != cClosed {
 			l.redirect(f, u.rawlog[f.off:f.end])
 			continue
 		}
@@ -346,13 +358,76 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 			e.Invalidate(k)
 		}
 		if f.key != "" {
-			o.Observe(l.p.cfg.Policy, f.key, 1, 0, uint32(len(l.rep.Raw)))
+			o.Observe(l.p.cfg.Policy, f.key, 1, 0, uint32(size))
 		}
+	}
+	if u.r.Pending() >= streamAbove && u.head < len(u.fifo) {
+		l.stream(u, u.fifo[u.head])
 	}
 	u.since = l.now
 	u.compact()
 	if u.excl != nil && u.owed() == 0 {
 		l.release(u)
+	}
+}
+
+// streamAbove is the size from which the part of a reply received so far
+// is passed on before the rest arrives.
+const streamAbove = 256 << 10
+
+// stream passes the received part of the large reply at the head of u's
+// queue to its client, if that client is owed nothing before it, instead
+// of holding the whole reply (a value may be up to 512 MiB). While the
+// client has more than loopMaxOut unread, u is not read: its other
+// clients' replies come after this one anyway.
+func (l *loop) stream(u *lupstream, f fent) {
+	c := f.c
+	switch {
+	case c.state == cClosed:
+		u.streamed += len(u.r.TakePartial()) // nobody reads it: drop it as it comes
+		return
+	case f.seq != c.recv:
+		return // replies owed before it come first (cluster): it is held
+	}
+	chunk := u.r.TakePartial()
+	u.streamed += len(chunk)
+	l.appendOut(c, chunk)
+	l.markDirty(c)
+	if c.pending() > loopMaxOut {
+		l.pauseUp(u, c)
+	}
+}
+
+// pauseUp stops reading u until c has written most of what it holds.
+func (l *loop) pauseUp(u *lupstream, c *lclient) {
+	u.paused, c.pausing = c, u
+	l.upEvents(u)
+}
+
+// resumeUp reads u again, starting with what it has buffered.
+func (l *loop) resumeUp(u *lupstream) {
+	if c := u.paused; c != nil {
+		c.pausing = nil
+	}
+	u.paused = nil
+	if u.open() {
+		l.upEvents(u)
+		l.upReplies(u)
+	}
+}
+
+// upEvents sets the events the loop waits for on u.
+func (l *loop) upEvents(u *lupstream) {
+	var want uint32
+	if u.paused == nil {
+		want |= unix.EPOLLIN
+	}
+	if u.wblocked {
+		want |= unix.EPOLLOUT
+	}
+	if want != u.events && u.fd >= 0 {
+		u.events = want
+		unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, u.fd, &unix.EpollEvent{Events: want, Fd: int32(u.fd)})
 	}
 }
 
@@ -446,6 +521,9 @@ func (l *loop) failUp(u *lupstream, err error) {
 	}
 	l.failOwed(u, errUpstream(l.p.topo.addr(u.node), err))
 	l.unExcl(u)
+	if c := u.paused; c != nil {
+		c.pausing, u.paused = nil, nil
+	}
 }
 
 // unExcl ends u's use by one client.

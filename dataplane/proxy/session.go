@@ -107,19 +107,25 @@ type session struct {
 	rlens     []int32
 	wake      chan struct{}
 	poolSlot  int
-	sh        *shared // the shared connection last used
+	// partial carries the parts of a large reply the shared connection's
+	// reader passes on; partialDone says they are written.
+	partial     chan []byte
+	partialDone chan struct{}
+	sh          *shared // the shared connection last used
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
 	return &session{
 		p: p, conn: c,
-		cr:        resp.NewReader(c, 16<<10, p.cfg.Limits),
-		cw:        resp.NewWriter(c, 16<<10),
-		proto:     2,
-		pinned:    -1,
-		wake:      make(chan struct{}, 1),
-		dedicated: p.cfg.SharedConns < 0,
-		poolSlot:  int(p.sessionSeq.Add(1)),
+		cr:          resp.NewReader(c, 16<<10, p.cfg.Limits),
+		cw:          resp.NewWriter(c, 16<<10),
+		proto:       2,
+		pinned:      -1,
+		wake:        make(chan struct{}, 1),
+		partial:     make(chan []byte),
+		partialDone: make(chan struct{}),
+		dedicated:   p.cfg.SharedConns < 0,
+		poolSlot:    int(p.sessionSeq.Add(1)),
 	}
 }
 
@@ -595,7 +601,7 @@ func (s *session) drain() {
 			u.queued--
 			continue
 		}
-		err := s.readReply(u)
+		err := s.readReply(u, !pd.swallow)
 		if err != nil {
 			s.invalidate(pd) // the write may have been applied
 			s.fail(u, err)
@@ -612,7 +618,7 @@ func (s *session) drain() {
 		if pd.undo.active && s.rep.IsError() {
 			s.undoState(pd.undo)
 		}
-		if s.p.cfg.Cluster && s.pinned < 0 && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
+		if s.p.cfg.Cluster && s.pinned < 0 && !s.rep.Partial && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
 			s.redirect(s.rawlog[pd.off:pd.end])
 			continue
 		}
@@ -681,15 +687,30 @@ func (s *session) watchClient() (stop func()) {
 
 // readReply reads the next reply of u into s.rep, passing RESP3 pushes
 // (client-side caching invalidations) straight to the client.
-func (s *session) readReply(u *upstream) error {
+//
+// A large reply is passed on as it arrives (when it is the client's, not
+// read back by roundTrip), so a dedicated session holds at most about
+// streamAbove of it whatever its size.
+func (s *session) readReply(u *upstream, stream bool) error {
+	stream = stream && !s.holding && s.conn != nil
 	for {
-		if err := u.r.ReadReply(&s.rep); err != nil {
+		ok, err := u.r.TryReply(&s.rep)
+		switch {
+		case err != nil:
 			return err
-		}
-		if !s.rep.IsPush() {
+		case ok && s.rep.IsPush():
+			s.cw.Write(s.rep.Raw)
+			continue
+		case ok:
 			return nil
 		}
-		s.cw.Write(s.rep.Raw)
+		if stream && u.r.Pending() >= streamAbove {
+			s.cw.Write(u.r.TakePartial())
+			s.cw.Flush()
+		}
+		if err := u.r.Fill(); err != nil {
+			return err
+		}
 	}
 }
 

@@ -45,10 +45,12 @@ type shared struct {
 	hello []byte
 }
 
-// waiter is one session's batch: n replies owed.
+// waiter is one session's batch: n replies owed. stream: the session
+// writes a large reply's parts as they come (it has a client to write to).
 type waiter struct {
-	s *session
-	n int
+	s      *session
+	n      int
+	stream bool
 }
 
 // pool holds the shared connections; sessions pick one by a stable hash.
@@ -130,7 +132,7 @@ func (c *shared) submit(s *session, data []byte, n int) error {
 		return errSharedDead
 	}
 	c.wbuf = append(c.wbuf, data...)
-	c.waiters = append(c.waiters, waiter{s: s, n: n})
+	c.waiters = append(c.waiters, waiter{s: s, n: n, stream: !s.holding && s.conn != nil})
 	if c.p.cfg.Timeout <= 0 {
 		// No proxy-made timeout: Redis has none.
 	} else if s.blocking {
@@ -188,7 +190,18 @@ func (c *shared) readLoop() {
 		if li == len(local) {
 			take()
 		}
-		err = c.u.r.ReadReply(&rep)
+		err = c.readReply(&rep, func() {
+			// A large reply: its head waiter's session writes what has
+			// come while this reader waits (the connection's other
+			// replies come after it anyway).
+			if li == len(local) {
+				take()
+			}
+			if li < len(local) && local[li].stream {
+				local[li].s.partial <- c.u.r.TakePartial()
+				<-local[li].s.partialDone
+			}
+		})
 		if err != nil {
 			if li == len(local) && isTimeout(err) {
 				c.mu.Lock()
@@ -247,6 +260,24 @@ func (c *shared) readLoop() {
 	}
 }
 
+// readReply reads the next reply into rep; while a reply is incomplete and
+// large, stream is called to pass its received part on.
+func (c *shared) readReply(rep *resp.Reply, stream func()) error {
+	r := c.u.r
+	for {
+		ok, err := r.TryReply(rep)
+		if err != nil || ok {
+			return err
+		}
+		if r.Pending() >= streamAbove {
+			stream()
+		}
+		if err := r.Fill(); err != nil {
+			return err
+		}
+	}
+}
+
 func isTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
@@ -268,7 +299,7 @@ func (s *session) drainShared() {
 			s.sh = c
 		}
 		if err = c.submit(s, s.sbuf, n); err == nil {
-			<-s.wake
+			s.awaitShared()
 			break
 		}
 	}
@@ -291,6 +322,22 @@ func (s *session) drainShared() {
 	s.pend = s.pend[:0]
 	s.sbuf = s.sbuf[:0]
 	s.blocking = false
+}
+
+// awaitShared waits for the shared connection's reader to hand over the
+// batch's replies, writing meanwhile the parts of a large reply it passes
+// on (after the replies before it), so the session holds little of it.
+func (s *session) awaitShared() {
+	for {
+		select {
+		case <-s.wake:
+			return
+		case chunk := <-s.partial:
+			s.cw.Write(chunk)
+			s.cw.Flush()
+			s.partialDone <- struct{}{}
+		}
+	}
 }
 
 // helloShared answers, in shared mode, a HELLO with at most a protocol

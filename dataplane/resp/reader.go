@@ -91,6 +91,9 @@ type Reader struct {
 	initial int
 	// scan is the progress of the reply being parsed.
 	scan replyScan
+	// streaming: a reply is being released as it arrives (TakePartial),
+	// so Fill reads in bounded steps.
+	streaming bool
 }
 
 // shrinkAbove is the buffer size above which an empty buffer is given back.
@@ -98,6 +101,10 @@ const shrinkAbove = 1 << 20
 
 // growStep bounds how far the buffer grows ahead of the bytes received.
 const growStep = 1 << 20
+
+// streamStep is how much a Fill reads at most while a reply is released as
+// it arrives.
+const streamStep = 256 << 10
 
 // NewReader returns a Reader with an initial buffer of size bytes (grown on
 // demand up to the frame size the limits allow).
@@ -143,6 +150,9 @@ func (r *Reader) Fill() error {
 		}
 	}
 	want := r.need - (r.w - r.r) // bytes still missing from the frame
+	if r.streaming {
+		want = min(want, streamStep)
+	}
 	if want < 512 {
 		want = 512
 	}
@@ -590,6 +600,9 @@ type Reply struct {
 	// Line is the header line after the type byte (the status or error text,
 	// the number, the length).
 	Line []byte
+	// Partial: the reply's first bytes were released by TakePartial; Raw
+	// holds the rest.
+	Partial bool
 }
 
 // IsPush reports whether the reply is an out-of-band RESP3 push (which does
@@ -644,13 +657,33 @@ func (r *Reader) parseReply(p *Reply) error {
 			}
 			st.left, st.inValue, st.attr, st.valueAt = 1, true, b[st.pos] == '|', st.pos
 			if !st.attr {
-				st.typeAt = st.pos
+				st.typeAt, st.typed = st.pos, true
 			}
 		}
 		for st.left > 0 {
+			if st.bulkEnd != 0 {
+				// Inside a bulk payload whose header was scanned.
+				end := max(st.bulkEnd, 0)
+				if end > len(b) {
+					r.need = end
+					return errIncomplete
+				}
+				if end >= 2 && (b[end-2] != '\r' || b[end-1] != '\n') {
+					return protoErr("bulk string not terminated by CRLF")
+				}
+				st.pos, st.bulkEnd = end, 0
+				st.left--
+				continue
+			}
 			next, add, err := r.element(b, st.pos, st.attr && st.pos == st.valueAt)
 			if err != nil {
 				return err
+			}
+			if add < 0 {
+				// A bulk whose payload has not all come: resume inside it.
+				st.bulkEnd = int(-add)
+				st.pos = next
+				continue
 			}
 			st.left += add - 1
 			st.pos = next
@@ -660,20 +693,70 @@ func (r *Reader) parseReply(p *Reply) error {
 			continue
 		}
 		end := st.pos
-		line, _, _ := r.line(b, st.typeAt)
-		p.Type = b[st.typeAt]
-		p.Line = line[1:]
+		if st.saved {
+			p.Type, p.Line = st.typ, st.line
+		} else {
+			line, _, _ := r.line(b, st.typeAt)
+			p.Type, p.Line = b[st.typeAt], line[1:]
+		}
+		p.Partial = st.taken > 0
 		p.Raw = b[:end:end]
 		r.r += end
 		r.need = 0
 		r.scan = replyScan{}
+		r.streaming = false
 		return nil
 	}
 }
 
+// TakePartial releases the received part of the reply being read (after
+// TryReply reported it incomplete) that the scanner has gone past, so a
+// proxy can send a large reply on as it arrives instead of holding it
+// whole: the bytes returned are valid until the next Fill. The reply, once
+// complete, comes from TryReply or ReadReply with only its remaining bytes
+// in Raw and Partial set. Fill then reads in bounded steps rather than
+// growing the buffer to the reply's size.
+func (r *Reader) TakePartial() []byte {
+	st := &r.scan
+	if !st.inValue && st.pos == 0 {
+		return nil
+	}
+	safe := st.pos
+	if st.bulkEnd > 0 {
+		safe = min(st.bulkEnd, r.w-r.r)
+	}
+	if safe <= 0 {
+		return nil
+	}
+	b := r.buf[r.r : r.r+safe]
+	if st.typed && !st.saved && st.typeAt < safe {
+		// Keep the reply's type and header: they are about to be released.
+		if line, _, err := r.line(r.buf[r.r:r.w], st.typeAt); err == nil {
+			st.typ, st.line, st.saved = line[0], append([]byte(nil), line[1:]...), true
+		}
+	}
+	r.r += safe
+	st.pos -= safe
+	st.valueAt -= safe
+	st.typeAt -= safe
+	if st.bulkEnd > 0 {
+		st.bulkEnd -= safe
+		if st.bulkEnd == 0 {
+			st.bulkEnd = -1 // the payload is all released; its CRLF too
+		}
+	}
+	st.taken += safe
+	r.streaming = true
+	return b
+}
+
+// Pending is the number of bytes buffered for the reply being read.
+func (r *Reader) Pending() int { return r.w - r.r }
+
 // replyScan is the progress of a reply being scanned: a large reply that
 // arrives over many reads is scanned once, resumed where it stopped, not
-// once per read. Offsets are from the start of the reply (r.r).
+// once per read. Offsets are from the start of the reply's unreleased
+// bytes (r.r).
 type replyScan struct {
 	// pos is the offset of the next element to scan.
 	pos int
@@ -685,6 +768,18 @@ type replyScan struct {
 	// valueAt is where the top-level value being scanned began; typeAt is
 	// the offset of the reply's own first byte (after any attribute).
 	valueAt, typeAt int
+	// bulkEnd, when not 0, is where the payload (and CRLF) of the bulk
+	// being scanned ends (-1: all of it was released): its header is
+	// scanned, its bytes not all here.
+	bulkEnd int
+	// typed: typeAt is known (the reply itself has begun).
+	typed bool
+	// taken counts the bytes released by TakePartial; typ and line are the
+	// reply's type and header, saved when they were released.
+	taken int
+	saved bool
+	typ   byte
+	line  []byte
 }
 
 // maxAggregate and maxBulkReply bound what one reply header may claim,
@@ -730,8 +825,9 @@ func (r *Reader) element(b []byte, pos int, topAttr bool) (next int, add int64, 
 		}
 		end := pos + n + int(size)
 		if end+2 > len(b) {
-			r.need = end + 2
-			return 0, 0, errIncomplete
+			// The payload is not all here: the caller resumes inside it
+			// (a negative add carries where it ends).
+			return pos + n, -int64(end + 2), nil
 		}
 		if b[end] != '\r' || b[end+1] != '\n' {
 			return 0, 0, protoErr("bulk string not terminated by CRLF")

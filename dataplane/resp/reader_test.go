@@ -359,3 +359,52 @@ func TestReadReplyAnyDepthAndSize(t *testing.T) {
 		})
 	}
 }
+
+// A large reply can be released as it arrives (TakePartial): the pieces
+// and the rest, put together, are the reply, whatever the read sizes, and
+// the buffer stays small.
+func TestTakePartialStreamsALargeReply(t *testing.T) {
+	big := strings.Repeat("v", 3<<20)
+	replies := []string{
+		"$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n",
+		"*3\r\n:1\r\n$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n+tail\r\n",
+		"|1\r\n+ttl\r\n:3\r\n$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n",
+		"-ERR " + strings.Repeat("e", 1<<20) + "\r\n",
+	}
+	for i, want := range replies {
+		for _, chunk := range []int{1000, 64 << 10, 1 << 20} {
+			in := want + "+OK\r\n"
+			r := NewReader(&chunkReader{data: []byte(in), n: chunk}, 4096, ReplyLimits())
+			var got []byte
+			var p Reply
+			for {
+				ok, err := r.TryReply(&p)
+				if err != nil {
+					t.Fatalf("reply %d, chunk %d: %v", i, chunk, err)
+				}
+				if ok {
+					break
+				}
+				if r.Pending() > 256<<10 {
+					got = append(got, r.TakePartial()...)
+				}
+				if err := r.Fill(); err != nil {
+					t.Fatalf("reply %d, chunk %d: fill: %v", i, chunk, err)
+				}
+			}
+			got = append(got, p.Raw...)
+			if string(got) != want {
+				t.Fatalf("reply %d, chunk %d: %d bytes, want %d", i, chunk, len(got), len(want))
+			}
+			if p.Type != want[strings.IndexAny(want, "$*-")] && want[0] != '|' {
+				t.Fatalf("reply %d: type %q", i, p.Type)
+			}
+			if len(r.buf) > 2<<20 {
+				t.Fatalf("reply %d, chunk %d: buffer grew to %d", i, chunk, len(r.buf))
+			}
+			if err := r.ReadReply(&p); err != nil || string(p.Raw) != "+OK\r\n" || p.Partial {
+				t.Fatalf("reply after: %q %v %v", p.Raw, p.Partial, err)
+			}
+		}
+	}
+}
