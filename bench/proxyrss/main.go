@@ -37,6 +37,7 @@ func main() {
 	stalled := flag.Int("stalled-clients", 100, "clients that never read")
 	idle := flag.Int("idle", 5000, "idle connections")
 	keys := flag.Int("keys", 2_000_000, "distinct keys of the flood")
+	large := flag.Int("large-mib", 64, "size of the value the large-reply clients read, in MiB")
 	flag.Parse()
 	if *pid == 0 {
 		log.Fatal("-pid is required")
@@ -63,6 +64,14 @@ func main() {
 	if run("idle") {
 		m.scenario(fmt.Sprintf("%d idle connections", *idle), func() string {
 			return idleConns(*addr, *idle)
+		})
+	}
+	if run("large") && *redisAddr != "" {
+		if err := seedLarge(*redisAddr, "rss:large", *large); err != nil {
+			log.Fatal(err)
+		}
+		m.scenario(fmt.Sprintf("8 clients reading a %d MiB value at once", *large), func() string {
+			return largeReaders(*addr, 8, *large)
 		})
 	}
 	if run("flood") {
@@ -326,4 +335,57 @@ func flood(addr string, n int) string {
 		out += "; " + err.Error()
 	}
 	return out
+}
+
+// seedLarge writes a value of mib MiB directly to Redis, 1 MiB at a time.
+func seedLarge(addr, key string, mib int) error {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	piece := strings.Repeat("v", 1<<20)
+	r := bufio.NewReader(c)
+	fmt.Fprintf(c, "*2\r\n$3\r\nDEL\r\n$%d\r\n%s\r\n", len(key), key)
+	if _, err := r.ReadString('\n'); err != nil {
+		return err
+	}
+	for range mib {
+		fmt.Fprintf(c, "*3\r\n$6\r\nAPPEND\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", len(key), key, len(piece), piece)
+		if _, err := r.ReadString('\n'); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// largeReaders has clients GET the large value at once, reading it in
+// 64 KiB pieces, and checks its length.
+func largeReaders(addr string, clients, mib int) string {
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Minute))
+			fmt.Fprint(c, "*2\r\n$3\r\nGET\r\n$9\r\nrss:large\r\n")
+			r := bufio.NewReaderSize(c, 64<<10)
+			line, err := r.ReadString('\n')
+			if err != nil || line != fmt.Sprintf("$%d\r\n", mib<<20) {
+				return
+			}
+			if _, err := io.CopyN(io.Discard, r, int64(mib<<20)+2); err == nil {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return fmt.Sprintf("%d of %d clients read the %d MiB value whole in %.1f s", ok.Load(), clients, mib, time.Since(start).Seconds())
 }

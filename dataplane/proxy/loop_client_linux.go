@@ -240,6 +240,11 @@ func (l *loop) command(c *lclient, off int) {
 		}
 		c.proto = r.proto
 		l.localReply(c, u.hello)
+		if r.proto == 3 {
+			for _, node := range l.p.topo.masters() {
+				l.fillSpares(node, 3) // its blocking commands find a connection ready
+			}
+		}
 		return
 	case opRefuse:
 		if !l.waitDrain(c, off) {

@@ -156,7 +156,12 @@ func newLoop(p *Proxy) (*loop, error) {
 // first client (RESP3 is opened on the first HELLO 3).
 func (l *loop) start() {
 	go l.run()
-	l.post(func() { l.up(0, 2); l.fillSpares(0, 2) })
+	l.post(func() {
+		l.up(0, 2)
+		for _, node := range l.p.topo.masters() {
+			l.fillSpares(node, 2) // blocking commands find a connection ready
+		}
+	})
 }
 
 // post runs f on the loop's goroutine; it reports false when the loop has

@@ -2,7 +2,8 @@
 # Resident memory of the heatsink proxy (the sidecar) under the loads that
 # used to make it grow without bound: 1,000 clients × 10k-deep pipelines,
 # 100 clients that never read replies of 4 KB values, 5,000 idle
-# connections, a 2M-distinct-key flood (with detector reports on, so their
+# connections, 8 clients reading a 64 MiB value at once, a 2M-distinct-key
+# flood (with detector reports on, so their
 # aggregation is counted too). Once with the event loop (the default) and
 # once with sessions only (--event-loop=false). The load generator is
 # bench/proxyrss; RSS is read from /proc/<pid>/status every 20 ms.
