@@ -1,10 +1,14 @@
 package sidecar
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -59,4 +63,30 @@ func ParseMemory(s string) (int64, error) {
 		return 0, fmt.Errorf("%q: want at least 16Mi", s)
 	}
 	return n, nil
+}
+
+// trimIdle is how much free heap (memory Go holds but no longer uses) the
+// sidecar keeps before giving it back to the system.
+const trimIdle = 16 << 20
+
+// returnMemory gives memory freed after a burst (deep pipelines, slow
+// clients, large replies) back to the system every few seconds, instead of
+// leaving it to Go's background scavenger, which returns it slowly while
+// the heap is far below its limit: a sidecar's memory then comes back down
+// once the burst is over.
+func returnMemory(ctx context.Context, every time.Duration) {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		metrics.Read(s)
+		if s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > trimIdle {
+			debug.FreeOSMemory()
+		}
+	}
 }

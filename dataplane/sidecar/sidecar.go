@@ -84,6 +84,9 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.MaxMemory = DefaultMaxMemory()
 	}
 	debug.SetMemoryLimit(cfg.MaxMemory)
+	rctx, stopReturning := context.WithCancel(ctx)
+	defer stopReturning()
+	go returnMemory(rctx, 5*time.Second)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
