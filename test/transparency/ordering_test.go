@@ -65,7 +65,7 @@ func dial(t *testing.T, addr string) rawClient {
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Now().Add(time.Minute))
-	return rawClient{conn: c, r: resp.NewReader(c, 4096, resp.ReplyLimits())}
+	return rawClient{conn: c, r: resp.NewReader(c, 4096, replyLimits)}
 }
 
 func send(t *testing.T, c net.Conn, args ...string) {
