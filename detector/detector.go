@@ -154,20 +154,9 @@ func New(opts Options) (*Detector, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := net.ListenPacket("udp", opts.ListenAddr)
+	conn, ln, err := listen(opts.ListenAddr)
 	if err != nil {
-		return nil, fmt.Errorf("detector: listen on %s/udp: %w", opts.ListenAddr, err)
-	}
-	conn := pc.(*net.UDPConn)
-	// A large receive buffer absorbs bursts of batches from many sidecars
-	// while the reader is descheduled; the kernel caps it at rmem_max.
-	_ = conn.SetReadBuffer(4 << 20)
-	// The routing server takes the same port over TCP (the UDP port may
-	// have been chosen by the kernel).
-	ln, err := net.Listen("tcp", conn.LocalAddr().String())
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("detector: listen on %s/tcp: %w", conn.LocalAddr(), err)
+		return nil, err
 	}
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
@@ -184,6 +173,35 @@ func New(opts Options) (*Detector, error) {
 		ForceAttemptHTTP2: false,
 	}}
 	return d, nil
+}
+
+// listen binds the UDP ingest socket and the TCP routing listener on the
+// same port. With port 0 the kernel picks the UDP port, and the same number
+// may be taken over TCP; then another is tried.
+func listen(addr string) (*net.UDPConn, net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("detector: listen address %q: %w", addr, err)
+	}
+	for attempt := 0; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("detector: listen on %s/udp: %w", addr, err)
+		}
+		conn := pc.(*net.UDPConn)
+		// A large receive buffer absorbs bursts of batches from many
+		// sidecars while the reader is descheduled; the kernel caps it at
+		// rmem_max.
+		_ = conn.SetReadBuffer(4 << 20)
+		ln, err := net.Listen("tcp", conn.LocalAddr().String())
+		if err == nil {
+			return conn, ln, nil
+		}
+		conn.Close()
+		if port != "0" || attempt == 20 {
+			return nil, nil, fmt.Errorf("detector: listen on %s/tcp: %w", conn.LocalAddr(), err)
+		}
+	}
 }
 
 func cmpOr[T comparable](v, def T) T {
