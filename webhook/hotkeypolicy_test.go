@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -504,59 +501,4 @@ func TestAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-}
-
-// TestSamplesApplyWithKubectl applies config/samples with the real kubectl to
-// the test API server, twice: the second apply must change nothing, which is
-// what GitOps tools need (no drift from defaulting).
-func TestSamplesApplyWithKubectl(t *testing.T) {
-	cp := startAdmission(t)
-	ctx := context.Background()
-	for _, ns := range []string{"shop", "social"} {
-		if err := cp.CreateNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	assets, err := controlplane.AssetsDir(cp.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := filepath.Join(assets, "kubectl")
-	if _, err := os.Stat(kubectl); err != nil {
-		t.Fatalf("kubectl not built: run make envtest (%v)", err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.Kubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	apply := func() string {
-		t.Helper()
-		cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "--server-side", "--field-manager=gitops", "-k", filepath.Join(cp.Root, "config", "samples"))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl apply: %v\n%s", err, out)
-		}
-		return string(out)
-	}
-	apply()
-	list := &v1alpha1.HotKeyPolicyList{}
-	if err := cp.Client.List(ctx, list); err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 3 {
-		t.Fatalf("got %d policies from the samples, want 3", len(list.Items))
-	}
-	versions := map[string]string{}
-	for _, p := range list.Items {
-		versions[p.Namespace+"/"+p.Name] = p.ResourceVersion
-	}
-	apply()
-	if err := cp.Client.List(ctx, list); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range list.Items {
-		if versions[p.Namespace+"/"+p.Name] != p.ResourceVersion {
-			t.Errorf("re-applying %s/%s changed it (resourceVersion %s -> %s): defaulting causes drift", p.Namespace, p.Name, versions[p.Namespace+"/"+p.Name], p.ResourceVersion)
-		}
-	}
 }
