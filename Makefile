@@ -21,6 +21,10 @@ export K8S_VERSION ETCD_VERSION
 
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
+# VERSION is stamped into the binary (heatsink version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/heatsink-dev/heatsink/internal/version.Version=$(VERSION)
+
 .PHONY: all
 all: build
 
@@ -38,7 +42,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook manifests, and copy the CRDs into the chart.
-	$(CONTROLLER_GEN) crd rbac:roleName=heatsink-manager webhook paths="./api/..." paths="./controllers/..." paths="./webhook/..." \
+	$(CONTROLLER_GEN) crd rbac:roleName=heatsink-manager webhook paths="./api/..." paths="./controllers/..." paths="./webhook/..." paths="./cmd/heatsink/..." \
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
@@ -81,9 +85,10 @@ test: setup helm ## Run every test after doing all set-up on a fresh machine.
 test-short: ## Run unit tests only (no API server, no Redis).
 	go test -short -count=1 ./...
 
+FUZZTIME ?= 30s
 .PHONY: fuzz
-fuzz: ## Fuzz each parser for 30s.
-	hack/fuzz.sh 30s
+fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
+	hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
 bench: setup ## Run every benchmark and write bench-report.md.
@@ -96,7 +101,7 @@ build: $(HEATSINK) ## Build the heatsink binary (manager, detector, proxy subcom
 
 .PHONY: $(HEATSINK)
 $(HEATSINK):
-	CGO_ENABLED=0 go build -o $(HEATSINK) ./cmd/heatsink
+	CGO_ENABLED=0 go build -ldflags "$(LDFLAGS)" -o $(HEATSINK) ./cmd/heatsink
 
 .PHONY: demo
 demo: setup ## Run the local end-to-end demo: a hot key detected and relieved.
