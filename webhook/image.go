@@ -11,10 +11,7 @@ import (
 )
 
 // The manager reads its own Pod, once at start, to give the sidecar its own
-// image (OwnImage). namespace=heatsink-system is the install namespace, which
-// kustomize and the chart rewrite.
-//
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get,namespace=heatsink-system
+// image (OwnImage); its ClusterRole already gets pods (controllers/fleet.go).
 
 // OwnImage returns the image of container in the Pod namespace/name: the
 // manager's own image, which the injected sidecar runs by default, so that an

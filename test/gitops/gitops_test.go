@@ -23,6 +23,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
@@ -38,7 +39,11 @@ func startHeatsink(t *testing.T) *controlplane.ControlPlane {
 		if err := webhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
 			return err
 		}
-		r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second}
+		h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "test"})
+		if err != nil {
+			return err
+		}
+		r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h}
 		return r.SetupWithManager(mgr)
 	})
 	return cp
