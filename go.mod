@@ -13,6 +13,8 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
+require github.com/kylelemons/godebug v1.1.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

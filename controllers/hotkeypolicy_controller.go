@@ -214,6 +214,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	status := buildStatus(p)
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)
+	r.Metrics.health(policy, status)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -80,6 +80,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer rc.Close()
 	eng := engine.New(rc, engine.Options{Registerer: reg})
 	defer eng.Close()
+	sm := newSidecarMetrics(reg)
 
 	pcfg := proxy.Config{
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
@@ -93,13 +94,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer dc.Close()
 		pcfg.Observer = dc
+		registerDetectorStats(reg, dc)
 	}
 	p, err := proxy.New(pcfg)
 	if err != nil {
 		return err
 	}
 
-	if err := startWatcher(ctx, cfg, eng, log); err != nil {
+	if err := startWatcher(ctx, cfg, eng, sm, log); err != nil {
 		return err
 	}
 
@@ -128,7 +130,7 @@ func Run(ctx context.Context, cfg Config) error {
 // agent (the detector address, over TCP), and from the mounted file. The
 // sidecar holds no API credentials. Without a policy there is nothing to
 // follow and the proxy only forwards and reports.
-func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, log *slog.Logger) error {
+func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidecarMetrics, log *slog.Logger) error {
 	if cfg.Policy == "" {
 		log.Info("no policy configured: routing table not followed")
 		return nil
@@ -138,8 +140,9 @@ func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, log *slog
 	}
 	opts := watch.Options{
 		Agent: cfg.Detector, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
-		OnTable: func(t *routing.Table) { eng.SetTable(t) },
+		OnTable: func(t *routing.Table) { eng.SetTable(t); sm.table(t) },
 		OnReject: func(src watch.Source, err error) {
+			sm.reject(src)
 			log.Warn("routing table rejected; keeping the last good one", "source", string(src), "err", err)
 		},
 		Log: logr.FromSlogHandler(log.Handler()),
