@@ -642,6 +642,7 @@ type HotKeyPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Hot Keys",type=integer,JSONPath=`.status.hotKeyCount`
 // +kubebuilder:printcolumn:name="Mitigating",type=string,JSONPath=`.status.conditions[?(@.type=="Mitigating")].status`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`,priority=1
 // +kubebuilder:printcolumn:name="Routing",type=integer,JSONPath=`.status.routingVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -62,6 +62,15 @@ type Config struct {
 	// on one host (the demo) each need their own.
 	SourceAddr string
 	Logger     *slog.Logger
+	// Registry receives every metric of the sidecar and is what /metrics
+	// serves; a new registry if nil.
+	Registry Registry
+}
+
+// Registry is a Prometheus registry: collectors in, metrics out.
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
 }
 
 // Run serves until ctx ends, then drains.
@@ -70,7 +79,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	reg := prometheus.NewRegistry()
+	var reg Registry = prometheus.NewRegistry()
+	if cfg.Registry != nil {
+		reg = cfg.Registry
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	rc := redis.NewUniversalClient(&redis.UniversalOptions{
