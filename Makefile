@@ -5,18 +5,21 @@
 
 CONTROLLER_GEN_VERSION ?= v0.23.0
 HELM_VERSION           ?= v3.22.0
+PROMTOOL_VERSION       ?= v0.316.0
 K8S_VERSION            ?= 1.37.2
 ETCD_VERSION           ?= 3.6.16
 
 LOCALBIN       := $(CURDIR)/bin
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 HELM           := $(LOCALBIN)/helm-$(HELM_VERSION)
+PROMTOOL       := $(LOCALBIN)/promtool-$(PROMTOOL_VERSION)
 ENVTEST_DIR    := $(LOCALBIN)/k8s/$(K8S_VERSION)
 HEATSINK       := $(LOCALBIN)/heatsink
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 export HEATSINK_BIN := $(HEATSINK)
 export HELM_BIN := $(HELM)
+export PROMTOOL_BIN := $(PROMTOOL)
 export K8S_VERSION ETCD_VERSION
 
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
@@ -78,7 +81,7 @@ redis: ## Install redis-server, redis-tools and nutcracker when missing.
 	hack/setup-redis.sh
 
 .PHONY: test
-test: setup helm ## Run every test after doing all set-up on a fresh machine.
+test: setup helm promtool ## Run every test after doing all set-up on a fresh machine.
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-short
@@ -124,3 +127,8 @@ $(CONTROLLER_GEN):
 helm: $(HELM) ## Build helm into bin/.
 $(HELM):
 	hack/setup-helm.sh $(HELM_VERSION) $(HELM)
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build Prometheus' promtool into bin/ (checks the alert rules).
+$(PROMTOOL):
+	hack/setup-promtool.sh $(PROMTOOL_VERSION) $(PROMTOOL)
