@@ -81,7 +81,9 @@ type recorder struct {
 	names map[string]bool
 }
 
-func newRecorder() *recorder { return &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}} }
+func newRecorder() *recorder {
+	return &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}}
+}
 
 var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
