@@ -286,6 +286,14 @@ func TestAdmission(t *testing.T) {
 			}),
 			wantField: "spec", wantMsg: "mitigations.replicate.enabled is false",
 		},
+		"schedule coalesces while coalesce is disabled": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Mitigations.Coalesce.Enabled = ptr.To(false)
+				p.Spec.Mitigations.LocalCache.Enabled = ptr.To(true)
+				schedule()(p) // its mitigation is coalesce: true
+			},
+			wantField: "spec", wantMsg: "mitigations.coalesce.enabled is false",
+		},
 		"schedule replicas over maxReplicas": {
 			mutate: func(p *v1alpha1.HotKeyPolicy) {
 				p.Spec.Mitigations.Replicate.Enabled = ptr.To(true)
