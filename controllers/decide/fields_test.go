@@ -81,16 +81,22 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 			ticks: sustained(writes(2000)), probe: mitigated, want: "false",
 		},
 		"thresholds.sustainFor": {
-			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Thresholds.SustainFor = metav1.Duration{Duration: 5 * time.Second} },
+			field: func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Thresholds.SustainFor = metav1.Duration{Duration: 5 * time.Second}
+			},
 			ticks: sustained(reads(6000)), probe: mitigated, want: "false",
 		},
 		"thresholds.cooldown": {
-			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Thresholds.Cooldown = metav1.Duration{Duration: 10 * time.Second} },
+			field: func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Thresholds.Cooldown = metav1.Duration{Duration: 10 * time.Second}
+			},
 			ticks: []tick{{0, reads(6000)}, {2 * time.Second, reads(6000)}, {3 * time.Second, reads(100)}, {14 * time.Second, reads(100)}},
 			probe: mitigated, want: "false",
 		},
 		"thresholds.hysteresisPercent": {
-			base:  func(s *v1alpha1.HotKeyPolicySpec) { s.Thresholds.Cooldown = metav1.Duration{Duration: 10 * time.Second} },
+			base: func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Thresholds.Cooldown = metav1.Duration{Duration: 10 * time.Second}
+			},
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Thresholds.HysteresisPercent = 0 },
 			// 4500/s is under 5000 but inside a 20% band: it cools only without one.
 			ticks: []tick{{0, reads(6000)}, {2 * time.Second, reads(6000)}, {3 * time.Second, reads(4500)}, {14 * time.Second, reads(4500)}},
@@ -122,8 +128,10 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 			ticks: sustained(reads(6000)), probe: cache, want: "cached 2000ms ±10%",
 		},
 		"mitigations.localCache.ttl": {
-			base:  enable(func(m *v1alpha1.Mitigations) **bool { return &m.LocalCache.Enabled }),
-			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.LocalCache.TTL = metav1.Duration{Duration: 5 * time.Second} },
+			base: enable(func(m *v1alpha1.Mitigations) **bool { return &m.LocalCache.Enabled }),
+			field: func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Mitigations.LocalCache.TTL = metav1.Duration{Duration: 5 * time.Second}
+			},
 			ticks: sustained(reads(6000)), probe: cache, want: "cached 5000ms ±10%",
 		},
 		"mitigations.localCache.jitterPercent": {
@@ -140,7 +148,9 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 			ticks: sustained(reads(1_000_000)), probe: replicas, want: "4 replicas, ttl 300000ms",
 		},
 		"mitigations.replicate.replicaTTL": {
-			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Replicate.ReplicaTTL = metav1.Duration{Duration: time.Minute} },
+			field: func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Mitigations.Replicate.ReplicaTTL = metav1.Duration{Duration: time.Minute}
+			},
 			ticks: sustained(reads(100000)), probe: replicas, want: "3 replicas, ttl 60000ms",
 		},
 		"mitigations.split.enabled": {
@@ -153,7 +163,9 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 		},
 		"mitigations.split.epoch": {
 			// t0 is the start of epoch 1000 of 60s epochs, so of epoch 500 of 120s ones.
-			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Split.Epoch = metav1.Duration{Duration: 2 * time.Minute} },
+			field: func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Mitigations.Split.Epoch = metav1.Duration{Duration: 2 * time.Minute}
+			},
 			ticks: sustained(writes(100000)), probe: shards, want: "7 shards from epoch 501",
 		},
 		"mitigations.preAggregate.enabled": {
@@ -161,8 +173,10 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 			ticks: sustained(writes(2000)), probe: preagg, want: "pre-aggregated, flush 100ms",
 		},
 		"mitigations.preAggregate.flushInterval": {
-			base:  enable(func(m *v1alpha1.Mitigations) **bool { return &m.PreAggregate.Enabled }),
-			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.PreAggregate.FlushInterval = metav1.Duration{Duration: 250 * time.Millisecond} },
+			base: enable(func(m *v1alpha1.Mitigations) **bool { return &m.PreAggregate.Enabled }),
+			field: func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Mitigations.PreAggregate.FlushInterval = metav1.Duration{Duration: 250 * time.Millisecond}
+			},
 			ticks: sustained(writes(2000)), probe: preagg, want: "pre-aggregated, flush 250ms",
 		},
 	}
