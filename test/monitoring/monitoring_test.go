@@ -77,15 +77,19 @@ func TestAlertRules(t *testing.T) {
 // until its first use).
 type recorder struct {
 	*prometheus.Registry
-	mu    sync.Mutex
-	names map[string]bool
+	mu     sync.Mutex
+	names  map[string]bool
+	labels map[string][]string // metric -> variable label names
 }
 
 func newRecorder() *recorder {
-	return &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}}
+	return &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}, labels: map[string][]string{}}
 }
 
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+var (
+	fqName         = regexp.MustCompile(`fqName: "([^"]+)"`)
+	variableLabels = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+)
 
 func (r *recorder) Register(c prometheus.Collector) error {
 	ch := make(chan *prometheus.Desc, 64)
@@ -94,6 +98,9 @@ func (r *recorder) Register(c prometheus.Collector) error {
 		if m := fqName.FindStringSubmatch(d.String()); m != nil {
 			r.mu.Lock()
 			r.names[m[1]] = true
+			if l := variableLabels.FindStringSubmatch(d.String()); l != nil && l[1] != "" {
+				r.labels[m[1]] = strings.Split(l[1], ",")
+			}
 			r.mu.Unlock()
 		}
 	}
@@ -117,14 +124,28 @@ func (r *recorder) has(name string) bool {
 // exported collects the metric names every heatsink component registers:
 // the manager (reconciler, fleet hub), a node agent and a sidecar, each
 // built as it runs.
-func exported(t *testing.T) map[string]bool {
+func exported(t *testing.T) (map[string]bool, map[string][]string) {
 	t.Helper()
 	rec := newRecorder()
 	controllers.NewMetrics(rec)
 	if _, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t", Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := detector.New(detector.Options{NodeName: "n1", Manager: "127.0.0.1:1", Token: "t", ListenAddr: "127.0.0.1:0", Registerer: rec})
+	// The agent takes a kernel-chosen UDP port and the same port over TCP,
+	// which another process may hold: a few tries, each on a new port.
+	var d *detector.Detector
+	var err error
+	for range 5 {
+		d, err = detector.New(detector.Options{NodeName: "n1", Manager: "127.0.0.1:1", Token: "t", ListenAddr: "127.0.0.1:0", Registerer: rec})
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		rec = newRecorder() // the failed attempt registered its metrics
+		controllers.NewMetrics(rec)
+		if _, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t", Registerer: rec}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,13 +182,44 @@ func exported(t *testing.T) map[string]bool {
 	if err := <-done; err != nil {
 		t.Fatalf("sidecar: %v", err)
 	}
-	out := map[string]bool{}
+	out, labels := map[string]bool{}, map[string][]string{}
 	for _, r := range []*recorder{rec, side} {
 		for n := range r.names {
 			out[n] = true
 		}
+		for n, l := range r.labels {
+			labels[n] = l
+		}
 	}
-	return out
+	return out, labels
+}
+
+// TestOneLabelScheme checks the labels of every heatsink metric: a metric
+// about a policy carries namespace and policy (never "ns/name" in one
+// label), and no label can hold a Redis key.
+func TestOneLabelScheme(t *testing.T) {
+	names, labels := exported(t)
+	if len(names) < 30 {
+		t.Fatalf("only %d metrics recorded", len(names))
+	}
+	for n, ls := range labels {
+		if !strings.HasPrefix(n, "heatsink_") {
+			continue
+		}
+		has := map[string]bool{}
+		for _, l := range ls {
+			has[l] = true
+			switch l {
+			case "key", "redis_key", "logical_key":
+				t.Errorf("%s has a label %q: a Redis key must never be a label value", n, l)
+			case "policy_id", "id", "policy_name":
+				t.Errorf("%s labels its policy %q: use namespace and policy", n, l)
+			}
+		}
+		if has["policy"] != has["namespace"] {
+			t.Errorf("%s has labels %v: a policy is named by namespace and policy together", n, ls)
+		}
+	}
 }
 
 var metricName = regexp.MustCompile(`\bheatsink_[a-z0-9_]+\b`)
@@ -190,7 +242,7 @@ func used(exprs []string) map[string][]string {
 // component, so a renamed metric cannot leave a panel or an alert blind.
 func TestDashboardAndAlertsReadExportedMetrics(t *testing.T) {
 	r := root(t)
-	names := exported(t)
+	names, _ := exported(t)
 
 	var exprs []string
 	raw, err := os.ReadFile(filepath.Join(r, "config", "grafana", "heatsink.json"))
