@@ -35,11 +35,11 @@ func runDetector(args []string) error {
 	sourceRate := fs.Float64("source-rate", detector.DefaultSourceRate, "entries per second one pod may send; excess batches are dropped and counted")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "Runs a node's agent (DaemonSet): receives the sidecars' access counts, keeps a heavy-hitter sketch per policy, streams summaries to the manager and serves routing tables to the sidecars. It makes no API call."); err != nil {
 		return err
 	}
 	if *nodeName == "" {
-		return errors.New("--node-name or $NODE_NAME is required")
+		return usageError{errors.New("--node-name or $NODE_NAME is required")}
 	}
 	token, err := os.ReadFile(*tokenFile)
 	if err != nil {

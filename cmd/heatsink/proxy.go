@@ -63,15 +63,15 @@ func runProxy(args []string) error {
 	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes (HEATSINK_MAX_BULK)")
 	eventLoop := fs.Bool("event-loop", !envBool("HEATSINK_NO_EVENT_LOOP"), "serve stateless clients from one epoll event loop (Linux, plaintext upstream); false gives every client a goroutine (HEATSINK_NO_EVENT_LOOP=true)")
 	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz (HEATSINK_HTTP_ADDRESS)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "Runs the sidecar: a RESP proxy on 127.0.0.1 that forwards every command, counts key accesses for the node's detector and applies the policy's routing table. Every flag defaults to its HEATSINK_* variable, which the injector sets."); err != nil {
 		return err
 	}
 	if envErr != nil {
-		return envErr
+		return usageError{envErr}
 	}
 	c.NoEventLoop = !*eventLoop
 	if c.Limits.MaxBulk <= 0 {
-		return fmt.Errorf("--max-bulk must be positive, got %d", c.Limits.MaxBulk)
+		return usageError{fmt.Errorf("--max-bulk must be positive, got %d", c.Limits.MaxBulk)}
 	}
 	if *useTLS {
 		cfg, err := proxy.ClientTLS(tlsOpts)
