@@ -14,6 +14,7 @@ func subcommands() map[string]func(args []string) error {
 		"manager":  runManager,
 		"detector": runDetector,
 		"proxy":    runProxy,
+		"version":  runVersion,
 	}
 }
 
