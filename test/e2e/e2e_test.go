@@ -466,8 +466,8 @@ func checkSidecar(t *testing.T, p corev1.Pod) {
 
 type workloadStats struct {
 	Gets, GetErrors, ViralGets, ViralGetErrors, IncrAcked, IncrErrors int64
-	LastError, CounterReadError                                      string
-	CounterRead                                                      int64
+	LastError, CounterReadError                                       string
+	CounterRead                                                       int64
 }
 
 var httpClient = &http.Client{Timeout: 30 * time.Second}

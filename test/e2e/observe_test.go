@@ -28,12 +28,12 @@ import (
 // remembers when each key was first over a threshold and first routed, and
 // which keys the table ever dropped.
 type observer struct {
-	mu       sync.Mutex
-	policy   string
+	mu         sync.Mutex
+	policy     string
 	detectedAt map[string]time.Time
-	routedAt map[string]time.Time
-	latest   *routing.Table
-	lost     map[string]bool
+	routedAt   map[string]time.Time
+	latest     *routing.Table
+	lost       map[string]bool
 }
 
 // The policy's thresholds (policyYAML).

@@ -37,9 +37,9 @@ type stats struct {
 }
 
 type workload struct {
-	rdb                        *redis.Client
-	readKey, counter, bgPrefix string
-	bgKeys                     int
+	rdb                         *redis.Client
+	readKey, counter, bgPrefix  string
+	bgKeys                      int
 	bgRate, viralRate, incrRate float64
 
 	gets, getErrs, vgets, vgetErrs, acked, incrErrs atomic.Int64
