@@ -81,6 +81,10 @@ test: setup helm ## Run every test after doing all set-up on a fresh machine.
 test-short: ## Run unit tests only (no API server, no Redis).
 	go test -short -count=1 ./...
 
+.PHONY: e2e
+e2e: ## Install heatsink with Helm and kustomize into a real one-node Kubernetes on this machine (hack/cluster) and run the scenario; needs root.
+	hack/e2e.sh
+
 .PHONY: fuzz
 fuzz: ## Fuzz each parser for 30s.
 	hack/fuzz.sh 30s
