@@ -259,10 +259,12 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	// The webhooks serve once the manager's certificates are in place: a
 	// user's first apply may be refused until then, and so is retried.
 	rep.step(t, name+": kubectl apply HotKeyPolicy (until the webhook admits it)", func() {
-		eventually.Succeeds(t, 2*time.Minute, func() error {
+		if err := eventually.PollEvery(ctx, time.Second, 2*time.Minute, func() error {
 			_, err := runErr([]byte(policyYAML), "kubectl", "apply", "-f", "-")
 			return err
-		})
+		}); err != nil {
+			t.Fatal(err)
+		}
 	})
 	obs := newObserver(t, ctx, c, appNamespace, policyName)
 

@@ -258,13 +258,17 @@ func (s *sampler) atLeast(n int) error {
 	return fmt.Errorf("%d samples of %d (last error: %v)", len(s.samples), n, s.err)
 }
 
-// calm returns the start of the first run of n seconds after from whose
-// busiest master is within limit× the mean.
+// calm returns the start of the first run of n seconds whose busiest master
+// is within limit× the mean, after the first second past from that was not.
 func (s *sampler) calm(from time.Time, limit float64, n int) (time.Time, bool) {
 	smp := s.snapshot()
-	run := 0
+	run, hot := 0, false
 	for i, x := range smp {
 		if x.at.Before(from) {
+			continue
+		}
+		if !hot {
+			hot = x.ratio() > limit
 			continue
 		}
 		if x.ratio() <= limit {
