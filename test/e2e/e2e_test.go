@@ -31,10 +31,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
@@ -120,6 +122,7 @@ func TestE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	log.SetLogger(logr.Discard())
 	rep := &report{}
 	defer func() {
 		if err := os.MkdirAll(e.Out, 0o755); err == nil {
@@ -154,12 +157,12 @@ func redisCluster(t *testing.T, e env) []string {
 	for _, ip := range ips {
 		addrs = append(addrs, ip+":6379")
 	}
-	if info, _ := redisInfo(addrs[0], "cluster"); !strings.Contains(info, "cluster_state:ok") {
+	if info, _ := clusterInfo(addrs[0]); !strings.Contains(info, "cluster_state:ok") {
 		run(t, nil, "redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
 	}
 	eventually.Succeeds(t, 60*time.Second, func() error {
 		for _, a := range addrs {
-			info, err := redisInfo(a, "cluster")
+			info, err := clusterInfo(a)
 			if err != nil {
 				return err
 			}
@@ -172,12 +175,13 @@ func redisCluster(t *testing.T, e env) []string {
 	return addrs
 }
 
-func redisInfo(addr, section string) (string, error) {
+// clusterInfo is CLUSTER INFO on one node.
+func clusterInfo(addr string) (string, error) {
 	r := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, PoolSize: 1})
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	return r.Info(ctx, section).Result()
+	return r.ClusterInfo(ctx).Result()
 }
 
 // installer is how heatsink gets into the cluster.
@@ -314,7 +318,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 			return nil
 		})
 	})
-	eventually.Succeeds(t, time.Minute, func() error { return smp.atLeast(len(smp.snapshot()) + 10) })
+	waitSamples(t, smp, 10)
 	samples := smp.snapshot()
 	before, peak := ratios(samples[baseline:], spike, relief)
 	after, _ := ratios(samples, relief, time.Time{})
@@ -332,7 +336,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 
 	rep.step(t, name+": upgrade with a changed value, traffic on", func() { m.upgrade(t) })
 	// Traffic goes on for ten more seconds through the rolled components.
-	eventually.Succeeds(t, time.Minute, func() error { return smp.atLeast(len(smp.snapshot()) + 10) })
+	waitSamples(t, smp, 10)
 	if lost := obs.lostKeys(); len(lost) > 0 {
 		t.Errorf("the routing table lost %v during the upgrade", lost)
 	}
@@ -391,6 +395,13 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 		kubectl(t, nil, "delete", "namespace", appNamespace, "--wait", "--timeout=120s")
 	})
 	checkNothingLeft(t)
+}
+
+// waitSamples waits for n more seconds of samples.
+func waitSamples(t *testing.T, smp *sampler, n int) {
+	t.Helper()
+	want := len(smp.snapshot()) + n
+	eventually.Succeeds(t, time.Duration(n)*time.Second+time.Minute, func() error { return smp.atLeast(want) })
 }
 
 func sub(a, b time.Time) string {
