@@ -382,6 +382,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	}
 	rep.add("| %s: counter exactness | %s: %d = %d acknowledged INCRs |", name, exact, value, acked)
 	stopSampling()
+	writeSamples(t, filepath.Join(e.Out, "samples-"+name+".csv"), smp.snapshot(), spike)
 	rep.add("| %s: pod restarts | %s |", name, restarts(t, c))
 
 	rep.step(t, name+": Deployment deleted", func() {
@@ -395,6 +396,25 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 		kubectl(t, nil, "delete", "namespace", appNamespace, "--wait", "--timeout=120s")
 	})
 	checkNothingLeft(t)
+}
+
+// writeSamples writes the per-second load of every master, from the spike.
+func writeSamples(t *testing.T, file string, smp []sample, spike time.Time) {
+	var b strings.Builder
+	b.WriteString("seconds_since_spike,ops_per_master...,busiest_over_mean\n")
+	for _, x := range smp {
+		fmt.Fprintf(&b, "%.1f", x.at.Sub(spike).Seconds())
+		for _, v := range x.ops {
+			fmt.Fprintf(&b, ",%.0f", v)
+		}
+		fmt.Fprintf(&b, ",%.2f\n", x.ratio())
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitSamples waits for n more seconds of samples.
