@@ -384,6 +384,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	stopSampling()
 	writeSamples(t, filepath.Join(e.Out, "samples-"+name+".csv"), smp.snapshot(), spike)
 	rep.add("| %s: pod restarts | %s |", name, restarts(t, c))
+	rep.add("| %s: Warning events (out/e2e/%s-events.txt) | %d |", name, name, saveDiagnostics(t, e, name))
 
 	rep.step(t, name+": Deployment deleted", func() {
 		kubectl(t, nil, "-n", appNamespace, "delete", "deployment", "app", "--wait", "--timeout=120s")
@@ -396,6 +397,32 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 		kubectl(t, nil, "delete", "namespace", appNamespace, "--wait", "--timeout=120s")
 	})
 	checkNothingLeft(t)
+}
+
+// saveDiagnostics writes the Warning events and the logs of heatsink's
+// containers to E2E_OUT, and returns how many Warning events there were.
+func saveDiagnostics(t *testing.T, e env, name string) int {
+	events, _ := runErr(nil, "kubectl", "get", "events", "-A", "--field-selector", "type=Warning",
+		"-o", "custom-columns=NS:.metadata.namespace,OBJECT:.involvedObject.name,REASON:.reason,COUNT:.count,MESSAGE:.message", "--no-headers")
+	_ = os.WriteFile(filepath.Join(e.Out, name+"-events.txt"), []byte(events), 0o644)
+	for file, args := range map[string][]string{
+		"manager":  {"-n", systemNamespace, "logs", "deployment/heatsink-manager", "--all-containers"},
+		"detector": {"-n", systemNamespace, "logs", "daemonset/heatsink-detector", "--all-containers"},
+		"sidecar":  {"-n", appNamespace, "logs", "deployment/app", "-c", "heatsink-proxy"},
+	} {
+		out, err := runErr(nil, "kubectl", args...)
+		if err != nil {
+			out += "\n" + err.Error()
+		}
+		_ = os.WriteFile(filepath.Join(e.Out, name+"-"+file+".log"), []byte(out), 0o644)
+	}
+	n := 0
+	for _, l := range strings.Split(events, "\n") {
+		if strings.TrimSpace(l) != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // writeSamples writes the per-second load of every master, from the spike.
