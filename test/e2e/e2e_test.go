@@ -33,6 +33,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -334,7 +335,13 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	errsBefore := workloadErrors(t, pods)
 	tableBefore := obs.table()
 
+	upgradeStart := time.Now()
 	rep.step(t, name+": upgrade with a changed value, traffic on", func() { m.upgrade(t) })
+	// The new manager acts once it holds the leader lease; until then no
+	// policy is reconciled (the old one's lease has to be released or expire).
+	var led time.Time
+	rep.step(t, name+": new manager pod leads", func() { led = newLeader(t, c, upgradeStart) })
+	rep.add("| %s: upgrade start → new manager leads | %s |", name, led.Sub(upgradeStart).Round(100*time.Millisecond))
 	// Traffic goes on for ten more seconds through the rolled components.
 	waitSamples(t, smp, 10)
 	if lost := obs.lostKeys(); len(lost) > 0 {
@@ -397,6 +404,36 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 		kubectl(t, nil, "delete", "namespace", appNamespace, "--wait", "--timeout=120s")
 	})
 	checkNothingLeft(t)
+}
+
+// newLeader waits until a manager pod that exists now holds the leader lease
+// acquired after since, and returns when it was acquired.
+func newLeader(t *testing.T, c client.Client, since time.Time) time.Time {
+	var at time.Time
+	err := eventually.PollEvery(context.Background(), time.Second, 3*time.Minute, func() error {
+		var l coordinationv1.Lease
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: systemNamespace, Name: "heatsink-manager.heatsink.dev"}, &l); err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || l.Spec.AcquireTime == nil {
+			return fmt.Errorf("lease has no holder")
+		}
+		var pl corev1.PodList
+		if err := c.List(context.Background(), &pl, client.InNamespace(systemNamespace), client.MatchingLabels{"app.kubernetes.io/component": "manager"}); err != nil {
+			return err
+		}
+		for _, p := range pl.Items {
+			if p.DeletionTimestamp == nil && strings.HasPrefix(*l.Spec.HolderIdentity, p.Name+"_") && l.Spec.AcquireTime.Time.After(since.Add(-time.Second)) {
+				at = l.Spec.AcquireTime.Time
+				return nil
+			}
+		}
+		return fmt.Errorf("lease held by %s since %s", *l.Spec.HolderIdentity, l.Spec.AcquireTime.Time)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at
 }
 
 // saveDiagnostics writes the Warning events and the logs of heatsink's
