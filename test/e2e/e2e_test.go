@@ -306,13 +306,13 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 			return nil
 		})
 	})
-	// Relief as Redis sees it: the busiest master within 1.3x of the mean
-	// for five seconds in a row.
+	// Relief as Redis sees it: the busiest master within 1.4x of the mean
+	// for five seconds in a row (background keys alone give 1.05-1.2).
 	var relief time.Time
 	rep.step(t, name+": relief seen in Redis INFO", func() {
 		eventually.Succeeds(t, 3*time.Minute, func() error {
 			var ok bool
-			relief, ok = smp.calm(spike, 1.3, 5)
+			relief, ok = smp.calm(spike, 1.4, 5)
 			if !ok {
 				return fmt.Errorf("not calm yet; last ratios %v", smp.lastRatios(8))
 			}
@@ -327,7 +327,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	for _, k := range []string{readKey, counter} {
 		rep.add("| %s: %s spike → detected / routed | %s / %s |", name, k, sub(det[k], spike), sub(routed[k], spike))
 	}
-	rep.add("| %s: spike → relief in INFO (busiest ≤ 1.3× mean, 5 s) | %s |", name, relief.Sub(spike).Round(100*time.Millisecond))
+	rep.add("| %s: spike → relief in INFO (busiest ≤ 1.4× mean, 5 s) | %s |", name, relief.Sub(spike).Round(100*time.Millisecond))
 	rep.add("| %s: busiest master ÷ mean before relief (peak) / after | %.2f (%.2f) / %.2f |", name, before, peak, after)
 	if after >= before {
 		t.Errorf("no relief: busiest ÷ mean %.2f before, %.2f after", before, after)

@@ -73,7 +73,8 @@ spec:
     coalesce: {enabled: true}
     localCache: {enabled: true, ttl: 1s}
     replicate: {enabled: true, maxReplicas: 3}
-    split: {enabled: true, maxShards: 3, epoch: 5s}
+    # 300 INCR/s over 100 per shard: three shards, one per master.
+    split: {enabled: true, maxShards: 3, perShardWritesPerSecond: 100, epoch: 5s}
 `
 
 // appYAML is the application: opted in by one annotation, talking to the
