@@ -73,8 +73,9 @@ spec:
     coalesce: {enabled: true}
     localCache: {enabled: true, ttl: 1s}
     replicate: {enabled: true, maxReplicas: 3}
-    # 300 INCR/s over 100 per shard: three shards, one per master.
-    split: {enabled: true, maxShards: 3, perShardWritesPerSecond: 100, epoch: 5s}
+    split: {enabled: true, maxShards: 3, epoch: 5s}
+  # 300 INCR/s over 100 per shard: three shards (the most allowed), one per master.
+  capacity: {perShardWritesPerSecond: 100}
 `
 
 // appYAML is the application: opted in by one annotation, talking to the
