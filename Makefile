@@ -88,6 +88,10 @@ test: setup helm promtool ## Run every test after doing all set-up on a fresh ma
 test-short: ## Run unit tests only (no API server, no Redis).
 	go test -short -count=1 ./...
 
+.PHONY: e2e
+e2e: ## Install heatsink with Helm and kustomize into a real one-node Kubernetes on this machine (hack/cluster) and run the scenario; needs root.
+	hack/e2e.sh
+
 FUZZTIME ?= 30s
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
@@ -111,9 +115,24 @@ demo: setup ## Run the local end-to-end demo: a hot key detected and relieved.
 	go build -o $(LOCALBIN)/heatsink-demo ./demo/heatsink-demo
 	$(LOCALBIN)/heatsink-demo $(DEMO_FLAGS)
 
-IMG ?= ghcr.io/heatsink-dev/heatsink:dev
+# VERSION is the release the image and its binary are stamped with: the
+# chart's appVersion, so that the chart's default image is the one built.
+VERSION   ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/heatsink/Chart.yaml)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMG       ?= ghcr.io/heatsink-dev/heatsink:$(VERSION)
+IMAGE_DIR ?= $(CURDIR)/out/images
+VERSION_LDFLAGS := -X github.com/heatsink-dev/heatsink/internal/version.Version=$(VERSION)
+
+.PHONY: image
+image: ## Build the OCI image without a Docker engine into out/images/heatsink.tar (go-containerregistry, pinned base).
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(IMAGE_DIR)/heatsink ./cmd/heatsink
+	go run ./images/heatsink-image heatsink --binary $(IMAGE_DIR)/heatsink --version $(VERSION) \
+		--revision $(REVISION) --tag $(IMG) --out $(IMAGE_DIR)/heatsink.tar
+	HEATSINK_IMAGE_TAR=$(IMAGE_DIR)/heatsink.tar HEATSINK_IMAGE_REF=$(IMG) HEATSINK_VERSION=$(VERSION) \
+		HEATSINK_REVISION=$(REVISION) go test -count=1 -run TestBuiltImage ./images
+
 .PHONY: docker-build
-docker-build: ## Build the container image (needs a Docker engine).
+docker-build: ## Build the container image with a Docker engine (make image needs none).
 	docker build -t $(IMG) .
 
 ##@ Tools

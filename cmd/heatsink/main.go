@@ -29,7 +29,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"manager", "run the control plane: HotKeyPolicy reconciler and admission webhooks (Deployment)", runManager},
-		{"detector", "run a node's detector: heavy-hitter sketches, HotKeyReports (DaemonSet)", runDetector},
+		{"detector", "run a node agent: counts its node's traffic, streams summaries to the manager, serves routing to its sidecars (DaemonSet)", runDetector},
 		{"proxy", "run the sidecar RESP proxy beside an application (injected)", runProxy},
 		{"version", "print the version and exit", runVersion},
 		{"help", "print this help, or a command's with `heatsink help <command>`", nil},
