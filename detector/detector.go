@@ -69,8 +69,12 @@ type Options struct {
 	Manager string
 	// Resolve looks up Manager's host; default net.DefaultResolver.
 	Resolve func(ctx context.Context, host string) ([]string, error)
-	// Token authenticates the agent to the manager. Required.
-	Token string
+	// Token authenticates the agent to the manager; or TokenFile, a file
+	// holding it (the mounted Secret), read before each connection to the
+	// manager: the agent may start before the manager has created the Secret,
+	// and waits for it instead of failing. One of them is required.
+	Token     string
+	TokenFile string
 	// TLS, if set, is used to reach the manager; nil is plaintext.
 	TLS *tls.Config
 	// Clock is the agent's time: windows, rates, summary timing.
@@ -124,8 +128,8 @@ func New(opts Options) (*Detector, error) {
 		return nil, errors.New("detector: NodeName is required")
 	case opts.Manager == "":
 		return nil, errors.New("detector: Manager (the managers' fleet address) is required")
-	case opts.Token == "":
-		return nil, errors.New("detector: Token (shared with the manager) is required")
+	case opts.Token == "" && opts.TokenFile == "":
+		return nil, errors.New("detector: Token or TokenFile (shared with the manager) is required")
 	}
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = fmt.Sprintf(":%d", wire.DefaultPort)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -206,4 +208,37 @@ func TestAgentReportsToTheManager(t *testing.T) {
 		h.hub.RemovePolicy(policy)
 		eventually.True(t, 20*time.Second, "policy forgotten", func() bool { return !h.d.Tracks(policy) })
 	})
+}
+
+// TestAgentWaitsForItsToken: the agent starts before the manager has made
+// the token Secret (its volume is optional), keeps serving, and connects
+// once the kubelet mounts the token.
+func TestAgentWaitsForItsToken(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.Start(ctx) }()
+	addr, err := h.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "token")
+	d, err := New(Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, TokenFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	// No token yet: not connected (the agent retries, it does not exit).
+	if d.Stats().Connected {
+		t.Fatal("connected without a token")
+	}
+	if err := os.WriteFile(file, []byte("t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 20*time.Second, "the agent connects once the token is there", func() bool { return d.Stats().Connected })
 }

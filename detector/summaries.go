@@ -120,12 +120,12 @@ func (d *Detector) sendSummaries(ctx context.Context, in <-chan []byte) {
 			return
 		case body = <-in:
 		}
-		base := d.up.manager()
+		base, token := d.up.manager()
 		if base == "" {
 			d.metrics.summaries.WithLabelValues("no_manager").Inc()
 			continue
 		}
-		if err := d.post(ctx, base, body); err != nil {
+		if err := d.post(ctx, base, token, body); err != nil {
 			d.metrics.summaries.WithLabelValues("error").Inc()
 			d.log.V(1).Info("summary not delivered", "err", err.Error())
 			continue
@@ -135,7 +135,7 @@ func (d *Detector) sendSummaries(ctx context.Context, in <-chan []byte) {
 	}
 }
 
-func (d *Detector) post(ctx context.Context, base string, body []byte) error {
+func (d *Detector) post(ctx context.Context, base, token string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+fleet.PathSummary, bytes.NewReader(body))
@@ -143,7 +143,7 @@ func (d *Detector) post(ctx context.Context, base string, body []byte) error {
 		return err
 	}
 	req.Header.Set("Content-Type", fleet.ContentTypeSummary)
-	fleet.SetToken(req, d.opts.Token)
+	fleet.SetToken(req, token)
 	resp, err := d.client.Do(req)
 	if err != nil {
 		return err
