@@ -117,7 +117,7 @@ type Detector struct {
 	routes  *routes
 	up      *uplinkState
 
-	batches, observations, summaries atomic.Uint64
+	batches, observations, summaries, ticks atomic.Uint64
 }
 
 // New validates opts and binds the ingest socket and the routing listener,
@@ -231,11 +231,15 @@ type Stats struct {
 	Summaries uint64
 	// Connected: the agent holds a stream from the manager.
 	Connected bool
+	// Ticks counts the summary loop's ticks (tests step a fake clock by
+	// them).
+	Ticks uint64
 }
 
 // Stats returns the agent's counters.
 func (d *Detector) Stats() Stats {
-	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Summaries: d.summaries.Load(), Connected: d.up.connected()}
+	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Summaries: d.summaries.Load(),
+		Connected: d.up.connected(), Ticks: d.ticks.Load()}
 }
 
 // Tracks reports whether the agent knows policy "<namespace>/<name>".
