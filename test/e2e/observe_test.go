@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,14 +20,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
-	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// observer watches the policy's HotKeyReports and routing ConfigMap and
-// remembers when each key was first over a threshold and first routed, and
-// which keys the table ever dropped.
+// observer watches the policy's routing ConfigMap and remembers when each
+// key was first over a threshold (the manager's published state says when
+// it first saw it so), first routed, and which keys the table ever dropped.
 type observer struct {
 	mu         sync.Mutex
 	policy     string
@@ -35,9 +37,6 @@ type observer struct {
 	latest     *routing.Table
 	lost       map[string]bool
 }
-
-// The policy's thresholds (policyYAML).
-const readThreshold, writeThreshold = 200, 60
 
 func newObserver(t *testing.T, ctx context.Context, _ client.Client, ns, policy string) *observer {
 	cfg, err := config.GetConfig()
@@ -52,8 +51,7 @@ func newObserver(t *testing.T, ctx context.Context, _ client.Client, ns, policy 
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	for obj, on := range map[client.Object]func(any){
-		&v1alpha1.HotKeyReport{}: o.onReport,
-		&corev1.ConfigMap{}:      o.onConfigMap,
+		&corev1.ConfigMap{}: o.onConfigMap,
 	} {
 		inf, err := ca.GetInformer(ctx, obj)
 		if err != nil {
@@ -71,23 +69,6 @@ func newObserver(t *testing.T, ctx context.Context, _ client.Client, ns, policy 
 		t.Fatal("observer: caches did not sync")
 	}
 	return o
-}
-
-func (o *observer) onReport(obj any) {
-	r, ok := obj.(*v1alpha1.HotKeyReport)
-	if !ok || r.Spec.PolicyName != o.policy {
-		return
-	}
-	now := time.Now()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, c := range r.Spec.Candidates {
-		if c.ReadsPerSecond >= readThreshold || c.WritesPerSecond >= writeThreshold {
-			if _, seen := o.detectedAt[c.Key]; !seen {
-				o.detectedAt[c.Key] = now
-			}
-		}
-	}
 }
 
 func (o *observer) onConfigMap(obj any) {
@@ -110,6 +91,14 @@ func (o *observer) onConfigMap(obj any) {
 		}
 	}
 	o.latest = t
+	var st decide.State
+	if json.Unmarshal([]byte(cm.Data[controllers.StateKey]), &st) == nil {
+		for key, at := range st.FirstOver() {
+			if cur, seen := o.detectedAt[key]; !seen || at.Before(cur) {
+				o.detectedAt[key] = at
+			}
+		}
+	}
 	for _, e := range t.Entries {
 		if _, seen := o.routedAt[e.Key]; !seen {
 			o.routedAt[e.Key] = now

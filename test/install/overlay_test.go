@@ -38,14 +38,8 @@ func documentedOverlay(t *testing.T, root string) string {
 }
 
 // knownStale lists references to the install namespace that the overlay
-// cannot reach yet, each with why; the test fails on any other.
-var knownStale = map[string]string{
-	// Owned by the node agent's rework (issue 12): the agent's flag names the
-	// fleet Service with the namespace inside a string. The fix is the
-	// manager's: heatsink-fleet.$(POD_NAMESPACE).svc with POD_NAMESPACE from
-	// the downward API in the DaemonSet.
-	"--manager-address=heatsink-fleet.heatsink-system.svc:9444": "config/detector args (issue 12)",
-}
+// cannot reach yet, each with why; the test fails on any other. None now.
+var knownStale = map[string]string{}
 
 // checkOverlayReferences checks that every reference follows the overlay's
 // namespace and image: nothing names heatsink-system or the default image,

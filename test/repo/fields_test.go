@@ -33,9 +33,9 @@ var fieldTests = map[string]string{
 	"keys.include": "detector TestAgentReportsToTheManager/a key over its threshold reaches the manager at the next tick",
 	"keys.exclude": "detector TestAgentReportsToTheManager/a key over its threshold reaches the manager at the next tick",
 
-	"detection.window":         "pending: issue 12 (node agent): the agent's sketch takes it from the directive; no test varies it yet",
-	"detection.topK":           "pending: issue 12 (node agent): the agent and the hub take it from the directive; no test varies it yet",
-	"detection.reportInterval": "pending: issue 12 (node agent): summaries follow it (TestAgentReportsToTheManager runs it at 1s) but no test varies it yet",
+	"detection.window":         "detector TestDetectionFieldsTakeEffect/window sets how long a key's traffic counts",
+	"detection.topK":           "detector TestDetectionFieldsTakeEffect/topK sets how many keys a node tracks, at least 256",
+	"detection.reportInterval": "detector TestDetectionFieldsTakeEffect/reportInterval sets how often a node summarises",
 
 	"thresholds.readsPerSecond":    "controllers/decide TestEachSpecFieldChangesTheDecision/thresholds.readsPerSecond",
 	"thresholds.writesPerSecond":   "controllers/decide TestEachSpecFieldChangesTheDecision/thresholds.writesPerSecond",
