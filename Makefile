@@ -5,21 +5,28 @@
 
 CONTROLLER_GEN_VERSION ?= v0.23.0
 HELM_VERSION           ?= v3.22.0
+PROMTOOL_VERSION       ?= v0.316.0
 K8S_VERSION            ?= 1.37.2
 ETCD_VERSION           ?= 3.6.16
 
 LOCALBIN       := $(CURDIR)/bin
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 HELM           := $(LOCALBIN)/helm-$(HELM_VERSION)
+PROMTOOL       := $(LOCALBIN)/promtool-$(PROMTOOL_VERSION)
 ENVTEST_DIR    := $(LOCALBIN)/k8s/$(K8S_VERSION)
 HEATSINK       := $(LOCALBIN)/heatsink
 
 export KUBEBUILDER_ASSETS := $(ENVTEST_DIR)
 export HEATSINK_BIN := $(HEATSINK)
 export HELM_BIN := $(HELM)
+export PROMTOOL_BIN := $(PROMTOOL)
 export K8S_VERSION ETCD_VERSION
 
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
+
+# VERSION is stamped into the binary (heatsink version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/heatsink-dev/heatsink/internal/version.Version=$(VERSION)
 
 .PHONY: all
 all: build
@@ -38,7 +45,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook manifests, and copy the CRDs into the chart.
-	$(CONTROLLER_GEN) crd rbac:roleName=heatsink-manager webhook paths="./api/..." paths="./controllers/..." paths="./webhook/..." \
+	$(CONTROLLER_GEN) crd rbac:roleName=heatsink-manager webhook paths="./api/..." paths="./controllers/..." paths="./webhook/..." paths="./cmd/heatsink/..." \
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
@@ -74,16 +81,21 @@ redis: ## Install redis-server, redis-tools and nutcracker when missing.
 	hack/setup-redis.sh
 
 .PHONY: test
-test: setup helm ## Run every test after doing all set-up on a fresh machine.
+test: setup helm promtool ## Run every test after doing all set-up on a fresh machine.
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-short
 test-short: ## Run unit tests only (no API server, no Redis).
 	go test -short -count=1 ./...
 
+.PHONY: e2e
+e2e: ## Install heatsink with Helm and kustomize into a real one-node Kubernetes on this machine (hack/cluster) and run the scenario; needs root.
+	hack/e2e.sh
+
+FUZZTIME ?= 30s
 .PHONY: fuzz
-fuzz: ## Fuzz each parser for 30s.
-	hack/fuzz.sh 30s
+fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
+	hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: bench
 bench: setup ## Run every benchmark and write bench-report.md.
@@ -96,16 +108,31 @@ build: $(HEATSINK) ## Build the heatsink binary (manager, detector, proxy subcom
 
 .PHONY: $(HEATSINK)
 $(HEATSINK):
-	CGO_ENABLED=0 go build -o $(HEATSINK) ./cmd/heatsink
+	CGO_ENABLED=0 go build -ldflags "$(LDFLAGS)" -o $(HEATSINK) ./cmd/heatsink
 
 .PHONY: demo
 demo: setup ## Run the local end-to-end demo: a hot key detected and relieved.
 	go build -o $(LOCALBIN)/heatsink-demo ./demo/heatsink-demo
 	$(LOCALBIN)/heatsink-demo $(DEMO_FLAGS)
 
-IMG ?= ghcr.io/heatsink-dev/heatsink:dev
+# VERSION is the release the image and its binary are stamped with: the
+# chart's appVersion, so that the chart's default image is the one built.
+VERSION   ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/heatsink/Chart.yaml)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMG       ?= ghcr.io/heatsink-dev/heatsink:$(VERSION)
+IMAGE_DIR ?= $(CURDIR)/out/images
+VERSION_LDFLAGS := -X github.com/heatsink-dev/heatsink/internal/version.Version=$(VERSION)
+
+.PHONY: image
+image: ## Build the OCI image without a Docker engine into out/images/heatsink.tar (go-containerregistry, pinned base).
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(IMAGE_DIR)/heatsink ./cmd/heatsink
+	go run ./images/heatsink-image heatsink --binary $(IMAGE_DIR)/heatsink --version $(VERSION) \
+		--revision $(REVISION) --tag $(IMG) --out $(IMAGE_DIR)/heatsink.tar
+	HEATSINK_IMAGE_TAR=$(IMAGE_DIR)/heatsink.tar HEATSINK_IMAGE_REF=$(IMG) HEATSINK_VERSION=$(VERSION) \
+		HEATSINK_REVISION=$(REVISION) go test -count=1 -run TestBuiltImage ./images
+
 .PHONY: docker-build
-docker-build: ## Build the container image (needs a Docker engine).
+docker-build: ## Build the container image with a Docker engine (make image needs none).
 	docker build -t $(IMG) .
 
 ##@ Tools
@@ -119,3 +146,8 @@ $(CONTROLLER_GEN):
 helm: $(HELM) ## Build helm into bin/.
 $(HELM):
 	hack/setup-helm.sh $(HELM_VERSION) $(HELM)
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build Prometheus' promtool into bin/ (checks the alert rules).
+$(PROMTOOL):
+	hack/setup-promtool.sh $(PROMTOOL_VERSION) $(PROMTOOL)

@@ -93,11 +93,12 @@ type HotKeyPolicyReconciler struct {
 const DefaultMaxConcurrentReconciles = 4
 
 // RBAC is exactly what the code calls: policies are read through the cache
-// and Updated (finalizer); status is only merge-Patched; routing ConfigMaps
+// and their finalizers merge-Patched (never Updated: the manager never
+// writes spec); status is only merge-Patched; routing ConfigMaps
 // are server-side Applied (patch, plus create when the apply creates the
 // object), read through the cache and Deleted by the finalizer.
 //
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
@@ -185,8 +186,8 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !policy.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, policy)
 	}
-	if controllerutil.AddFinalizer(policy, Finalizer) {
-		if err := r.Client.Update(ctx, policy); err != nil {
+	if !controllerutil.ContainsFinalizer(policy, Finalizer) {
+		if err := r.patchFinalizers(ctx, policy, func() { controllerutil.AddFinalizer(policy, Finalizer) }); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -213,6 +214,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	status := buildStatus(p)
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)
+	r.Metrics.health(policy, status)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -50,8 +50,21 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 		return ctrl.Result{}, err
 	}
 	r.forget(client.ObjectKeyFromObject(policy))
-	controllerutil.RemoveFinalizer(policy, Finalizer)
-	return ctrl.Result{}, r.Client.Update(ctx, policy)
+	return ctrl.Result{}, r.patchFinalizers(ctx, policy, func() { controllerutil.RemoveFinalizer(policy, Finalizer) })
+}
+
+// patchFinalizers applies change (adding or removing Finalizer) to policy
+// with a merge patch of metadata.finalizers only. Never an Update: an Update
+// sends the whole object, so spec would come back re-serialised by Go
+// (5m becomes 5m0s), the generation would move with no user change, and the
+// manager would own spec fields, making the next server-side apply from Git
+// conflict. The optimistic lock keeps a concurrent change to the list
+// (another controller's finalizer) from being lost.
+func (r *HotKeyPolicyReconciler) patchFinalizers(ctx context.Context, policy *v1alpha1.HotKeyPolicy, change func()) error {
+	orig := policy.DeepCopy()
+	change()
+	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+	return r.Client.Patch(ctx, policy, patch, client.FieldOwner(FieldOwner))
 }
 
 // releaseRouting removes Finalizer from the routing ConfigMap and, with

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
@@ -21,6 +23,13 @@ type Metrics struct {
 	foldMoves         prometheus.Counter
 	publications      prometheus.Counter
 	reconcileDuration prometheus.Histogram
+
+	// Per policy, from its status: what the alerts and the dashboard read.
+	ready           *prometheus.GaugeVec
+	degraded        *prometheus.GaugeVec
+	staleNodes      *prometheus.GaugeVec
+	publishFailures *prometheus.CounterVec
+	routingVersion  *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics on reg. Registering twice on one registry
@@ -41,6 +50,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Routing tables published with a new version."}),
 		reconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "heatsink_manager_reconcile_duration_seconds",
 			Help: "Duration of one HotKeyPolicy reconcile.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_policy_ready",
+			Help: "1 when the policy's Ready condition is True (routing table published, or computed in Observe mode)."}, []string{"namespace", "policy"}),
+		degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_policy_degraded",
+			Help: "1 when the policy's Degraded condition is True (Redis unreachable, credentials missing, stale nodes...), by its reason."}, []string{"namespace", "policy", "reason"}),
+		staleNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_stale_nodes",
+			Help: "Nodes whose reports for the policy stopped while they listed candidates: their counts are ignored."}, []string{"namespace", "policy"}),
+		publishFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "heatsink_manager_routing_publish_failures_total",
+			Help: "Reconcile passes that could not write the policy's routing ConfigMap."}, []string{"namespace", "policy"}),
+		routingVersion: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_routing_version",
+			Help: "Version of the policy's last published routing table (status.routingVersion)."}, []string{"namespace", "policy"}),
 	}
 	m.mitigated = register(reg, m.mitigated)
 	m.decisions = register(reg, m.decisions)
@@ -49,6 +68,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.foldMoves = register(reg, m.foldMoves)
 	m.publications = register(reg, m.publications)
 	m.reconcileDuration = register(reg, m.reconcileDuration)
+	m.ready = register(reg, m.ready)
+	m.degraded = register(reg, m.degraded)
+	m.staleNodes = register(reg, m.staleNodes)
+	m.publishFailures = register(reg, m.publishFailures)
+	m.routingVersion = register(reg, m.routingVersion)
 	return m
 }
 
@@ -86,10 +110,41 @@ func (m *Metrics) observe(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPo
 	m.epoch.WithLabelValues(policy.Namespace, policy.Name).Set(float64(routing.EpochAt(now, spec.Mitigations.Split.Epoch.Milliseconds())))
 }
 
+// health exports what status says of the policy's health.
+func (m *Metrics) health(policy *v1alpha1.HotKeyPolicy, st *v1alpha1.HotKeyPolicyStatus) {
+	ns, name := policy.Namespace, policy.Name
+	ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+	m.ready.WithLabelValues(ns, name).Set(boolGauge(ready != nil && ready.Status == metav1.ConditionTrue))
+	if ready != nil && ready.Reason == v1alpha1.ReasonPublishFailed {
+		m.publishFailures.WithLabelValues(ns, name).Inc()
+	} else {
+		m.publishFailures.WithLabelValues(ns, name).Add(0) // the series exists from the start
+	}
+	m.degraded.DeletePartialMatch(prometheus.Labels{"namespace": ns, "policy": name})
+	if d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Status == metav1.ConditionTrue {
+		m.degraded.WithLabelValues(ns, name, d.Reason).Set(1)
+	} else {
+		m.degraded.WithLabelValues(ns, name, v1alpha1.ReasonHealthy).Set(0)
+	}
+	m.staleNodes.WithLabelValues(ns, name).Set(float64(st.StaleNodes))
+	m.routingVersion.WithLabelValues(ns, name).Set(float64(st.RoutingVersion))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // forget drops a deleted policy's series.
 func (m *Metrics) forget(namespace, name string) {
 	for _, t := range mitigationTypes {
 		m.mitigated.DeleteLabelValues(namespace, name, string(t))
 	}
 	m.epoch.DeleteLabelValues(namespace, name)
+	labels := prometheus.Labels{"namespace": namespace, "policy": name}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion} {
+		v.DeletePartialMatch(labels)
+	}
 }

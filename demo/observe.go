@@ -145,14 +145,9 @@ func (o *observer) detectedLocked(state string) {
 	if state == "" || json.Unmarshal([]byte(state), &st) != nil {
 		return
 	}
-	for _, ks := range st.Keys {
-		for _, at := range []*time.Time{ks.ReadOverSince, ks.WriteOverSince, ks.Since} {
-			if at == nil {
-				continue
-			}
-			if kt := o.key(ks.Key); kt.Detected.IsZero() || at.Before(kt.Detected) {
-				kt.Detected = *at
-			}
+	for key, at := range st.FirstOver() {
+		if kt := o.key(key); kt.Detected.IsZero() || at.Before(kt.Detected) {
+			kt.Detected = at
 		}
 	}
 }

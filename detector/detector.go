@@ -69,8 +69,12 @@ type Options struct {
 	Manager string
 	// Resolve looks up Manager's host; default net.DefaultResolver.
 	Resolve func(ctx context.Context, host string) ([]string, error)
-	// Token authenticates the agent to the manager. Required.
-	Token string
+	// Token authenticates the agent to the manager; or TokenFile, a file
+	// holding it (the mounted Secret), read before each connection to the
+	// manager: the agent may start before the manager has created the Secret,
+	// and waits for it instead of failing. One of them is required.
+	Token     string
+	TokenFile string
 	// TLS, if set, is used to reach the manager; nil is plaintext.
 	TLS *tls.Config
 	// Clock is the agent's time: windows, rates, summary timing.
@@ -113,7 +117,7 @@ type Detector struct {
 	routes  *routes
 	up      *uplinkState
 
-	batches, observations, summaries atomic.Uint64
+	batches, observations, summaries, ticks atomic.Uint64
 }
 
 // New validates opts and binds the ingest socket and the routing listener,
@@ -124,8 +128,8 @@ func New(opts Options) (*Detector, error) {
 		return nil, errors.New("detector: NodeName is required")
 	case opts.Manager == "":
 		return nil, errors.New("detector: Manager (the managers' fleet address) is required")
-	case opts.Token == "":
-		return nil, errors.New("detector: Token (shared with the manager) is required")
+	case opts.Token == "" && opts.TokenFile == "":
+		return nil, errors.New("detector: Token or TokenFile (shared with the manager) is required")
 	}
 	if opts.ListenAddr == "" {
 		opts.ListenAddr = fmt.Sprintf(":%d", wire.DefaultPort)
@@ -154,20 +158,9 @@ func New(opts Options) (*Detector, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := net.ListenPacket("udp", opts.ListenAddr)
+	conn, ln, err := listen(opts.ListenAddr)
 	if err != nil {
-		return nil, fmt.Errorf("detector: listen on %s/udp: %w", opts.ListenAddr, err)
-	}
-	conn := pc.(*net.UDPConn)
-	// A large receive buffer absorbs bursts of batches from many sidecars
-	// while the reader is descheduled; the kernel caps it at rmem_max.
-	_ = conn.SetReadBuffer(4 << 20)
-	// The routing server takes the same port over TCP (the UDP port may
-	// have been chosen by the kernel).
-	ln, err := net.Listen("tcp", conn.LocalAddr().String())
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("detector: listen on %s/tcp: %w", conn.LocalAddr(), err)
+		return nil, err
 	}
 	var sess [8]byte
 	_, _ = rand.Read(sess[:])
@@ -184,6 +177,35 @@ func New(opts Options) (*Detector, error) {
 		ForceAttemptHTTP2: false,
 	}}
 	return d, nil
+}
+
+// listen binds the UDP ingest socket and the TCP routing listener on the
+// same port. With port 0 the kernel picks the UDP port, and the same number
+// may be taken over TCP; then another is tried.
+func listen(addr string) (*net.UDPConn, net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("detector: listen address %q: %w", addr, err)
+	}
+	for attempt := 0; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("detector: listen on %s/udp: %w", addr, err)
+		}
+		conn := pc.(*net.UDPConn)
+		// A large receive buffer absorbs bursts of batches from many
+		// sidecars while the reader is descheduled; the kernel caps it at
+		// rmem_max.
+		_ = conn.SetReadBuffer(4 << 20)
+		ln, err := net.Listen("tcp", conn.LocalAddr().String())
+		if err == nil {
+			return conn, ln, nil
+		}
+		conn.Close()
+		if port != "0" || attempt == 20 {
+			return nil, nil, fmt.Errorf("detector: listen on %s/tcp: %w", conn.LocalAddr(), err)
+		}
+	}
 }
 
 func cmpOr[T comparable](v, def T) T {
@@ -209,11 +231,15 @@ type Stats struct {
 	Summaries uint64
 	// Connected: the agent holds a stream from the manager.
 	Connected bool
+	// Ticks counts the summary loop's ticks (tests step a fake clock by
+	// them).
+	Ticks uint64
 }
 
 // Stats returns the agent's counters.
 func (d *Detector) Stats() Stats {
-	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Summaries: d.summaries.Load(), Connected: d.up.connected()}
+	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Summaries: d.summaries.Load(),
+		Connected: d.up.connected(), Ticks: d.ticks.Load()}
 }
 
 // Tracks reports whether the agent knows policy "<namespace>/<name>".

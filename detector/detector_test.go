@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -59,6 +62,12 @@ type harness struct {
 
 func start(t *testing.T) *harness {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith is start with the policy's spec changed by mut (after defaults).
+func startWith(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec)) *harness {
+	t.Helper()
 	h := &harness{t: t, clk: clocktesting.NewFakeClock(time.Now().Truncate(time.Second))}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -73,6 +82,9 @@ func start(t *testing.T) *harness {
 	}
 	spec := &v1alpha1.HotKeyPolicySpec{Keys: v1alpha1.KeySelector{Include: []string{"product:*"}, Exclude: []string{"product:secret*"}}}
 	v1alpha1.SetDefaults(spec)
+	if mut != nil {
+		mut(spec)
+	}
 	h.hub.SetPolicy(policy, hub.ParamsFromSpec(spec))
 	h.hub.UpsertPod("shop/app-0", node, fleet.Pod{IP: "127.0.0.1", Policy: policy})
 	if h.d, err = New(Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: "t0ken", Clock: h.clk}); err != nil {
@@ -102,8 +114,14 @@ func (h *harness) send() {
 	eventually.True(h.t, 20*time.Second, "batches ingested", func() bool { return h.d.Stats().Batches >= want })
 }
 
-// step advances the fake clock by one tick.
-func (h *harness) step() { h.clk.Step(DefaultTick) }
+// step advances the fake clock by one tick and waits until the agent's
+// summary loop has taken it (a fake ticker drops what is not taken).
+func (h *harness) step() {
+	h.t.Helper()
+	before := h.d.Stats().Ticks
+	h.clk.Step(DefaultTick)
+	eventually.True(h.t, 20*time.Second, "the agent's tick", func() bool { return h.d.Stats().Ticks > before })
+}
 
 // reads is the hub's estimate of key's reads/s.
 func (h *harness) reads(key string) int64 {
@@ -205,5 +223,99 @@ func TestAgentReportsToTheManager(t *testing.T) {
 	t.Run("a policy the manager removes is forgotten", func(t *testing.T) {
 		h.hub.RemovePolicy(policy)
 		eventually.True(t, 20*time.Second, "policy forgotten", func() bool { return !h.d.Tracks(policy) })
+	})
+}
+
+// TestAgentWaitsForItsToken: the agent starts before the manager has made
+// the token Secret (its volume is optional), keeps serving, and connects
+// once the kubelet mounts the token.
+func TestAgentWaitsForItsToken(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.Start(ctx) }()
+	addr, err := h.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "token")
+	d, err := New(Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, TokenFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	// No token yet: not connected (the agent retries, it does not exit).
+	if d.Stats().Connected {
+		t.Fatal("connected without a token")
+	}
+	if err := os.WriteFile(file, []byte("t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 20*time.Second, "the agent connects once the token is there", func() bool { return d.Stats().Connected })
+}
+
+// TestDetectionFieldsTakeEffect: spec.detection reaches the node agents
+// through the manager's directive and changes what they do.
+func TestDetectionFieldsTakeEffect(t *testing.T) {
+	t.Run("reportInterval sets how often a node summarises", func(t *testing.T) {
+		for _, tc := range []struct {
+			interval time.Duration
+			want     uint64 // summaries in 6 s without anything urgent
+		}{{500 * time.Millisecond, 12}, {2 * time.Second, 3}} {
+			h := startWith(t, func(s *v1alpha1.HotKeyPolicySpec) {
+				s.Detection.ReportInterval = metav1.Duration{Duration: tc.interval}
+			})
+			eventually.True(t, 20*time.Second, "the first summary", func() bool { h.step(); return h.d.Stats().Summaries > 0 })
+			before := h.d.Stats().Summaries
+			for range 60 { // 6 s of ticks
+				h.step()
+			}
+			eventually.True(t, 20*time.Second, "summaries delivered", func() bool { return h.d.Stats().Summaries-before >= tc.want-1 })
+			if got := h.d.Stats().Summaries - before; got+1 < tc.want || got > tc.want+1 {
+				t.Errorf("interval %v: %d summaries in 6s, want %d", tc.interval, got, tc.want)
+			}
+		}
+	})
+	t.Run("window sets how long a key's traffic counts", func(t *testing.T) {
+		for _, tc := range []struct {
+			window time.Duration
+			gone   bool // after 4 s of silence
+		}{{2 * time.Second, true}, {20 * time.Second, false}} {
+			h := startWith(t, func(s *v1alpha1.HotKeyPolicySpec) { s.Detection.Window = metav1.Duration{Duration: tc.window} })
+			for range 10 {
+				h.c.Observe(policy, "product:burst", 500, 0, 0)
+				h.send()
+				h.step()
+			}
+			eventually.True(t, 20*time.Second, "the burst reaches the manager", func() bool { return h.reads("product:burst") > 0 })
+			for range 40 { // 4 s of silence
+				h.step()
+			}
+			h.step()
+			eventually.True(t, 20*time.Second, "a summary after the silence", func() bool {
+				h.step()
+				gone := h.reads("product:burst") == 0
+				return gone == tc.gone
+			})
+		}
+	})
+	t.Run("topK sets how many keys a node tracks, at least 256", func(t *testing.T) {
+		for _, tc := range []struct {
+			topK  int32
+			store int
+		}{{64, 256 * 3 / 2}, {600, 600 * 3 / 2}} {
+			h := startWith(t, func(s *v1alpha1.HotKeyPolicySpec) { s.Detection.TopK = tc.topK })
+			h.d.mu.RLock()
+			got := h.d.policies[policy].sk.Capacity()
+			h.d.mu.RUnlock()
+			if got != tc.store {
+				t.Errorf("topK %d: the node's store holds %d keys, want %d", tc.topK, got, tc.store)
+			}
+		}
 	})
 }

@@ -22,43 +22,55 @@ func (d *Detector) summaryLoop(ctx context.Context) {
 	defer t.Stop()
 	out := make(chan []byte, 1)
 	go d.sendSummaries(ctx, out)
-	var last time.Time
-	var seq uint64
-	var buf []byte
+	var st sendState
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 		}
-		now := d.opts.Clock.Now()
-		if d.up.takeFresh() {
-			last = time.Time{} // a (new) manager: tell it now
-		}
-		s, commit, urgent, interval := d.summarize(now)
-		if !summary.Due(now, last, interval, d.opts.Tick, urgent) || !d.up.connected() {
-			continue
-		}
-		seq++
-		s.Seq = seq
-		var err error
-		if buf, err = fleet.MarshalSummary(buf[:0], s); err != nil {
-			d.log.Error(err, "encoding summary")
-			continue
-		}
-		commit()
-		last = now
-		msg := bytes.Clone(buf)
-		select {
-		case out <- msg:
+		d.tick(&st, out)
+	}
+}
+
+// sendState is what the summary loop keeps from tick to tick.
+type sendState struct {
+	last time.Time // when the last summary went
+	seq  uint64
+	buf  []byte
+}
+
+// tick is one turn of the summary loop: summarise, and queue the summary
+// for sending if it is due.
+func (d *Detector) tick(st *sendState, out chan []byte) {
+	defer d.ticks.Add(1)
+	now := d.opts.Clock.Now()
+	if d.up.takeFresh() {
+		st.last = time.Time{} // a (new) manager: tell it now
+	}
+	s, commit, urgent, interval := d.summarize(now)
+	if !summary.Due(now, st.last, interval, d.opts.Tick, urgent) || !d.up.connected() {
+		return
+	}
+	st.seq++
+	s.Seq = st.seq
+	var err error
+	if st.buf, err = fleet.MarshalSummary(st.buf[:0], s); err != nil {
+		d.log.Error(err, "encoding summary")
+		return
+	}
+	commit()
+	st.last = now
+	msg := bytes.Clone(st.buf)
+	select {
+	case out <- msg:
+	default:
+		select { // replace the unsent one: only the newest matters
+		case <-out:
+			d.metrics.summaries.WithLabelValues("superseded").Inc()
 		default:
-			select { // replace the unsent one: only the newest matters
-			case <-out:
-				d.metrics.summaries.WithLabelValues("superseded").Inc()
-			default:
-			}
-			out <- msg
 		}
+		out <- msg
 	}
 }
 
@@ -120,12 +132,12 @@ func (d *Detector) sendSummaries(ctx context.Context, in <-chan []byte) {
 			return
 		case body = <-in:
 		}
-		base := d.up.manager()
+		base, token := d.up.manager()
 		if base == "" {
 			d.metrics.summaries.WithLabelValues("no_manager").Inc()
 			continue
 		}
-		if err := d.post(ctx, base, body); err != nil {
+		if err := d.post(ctx, base, token, body); err != nil {
 			d.metrics.summaries.WithLabelValues("error").Inc()
 			d.log.V(1).Info("summary not delivered", "err", err.Error())
 			continue
@@ -135,7 +147,7 @@ func (d *Detector) sendSummaries(ctx context.Context, in <-chan []byte) {
 	}
 }
 
-func (d *Detector) post(ctx context.Context, base string, body []byte) error {
+func (d *Detector) post(ctx context.Context, base, token string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+fleet.PathSummary, bytes.NewReader(body))
@@ -143,7 +155,7 @@ func (d *Detector) post(ctx context.Context, base string, body []byte) error {
 		return err
 	}
 	req.Header.Set("Content-Type", fleet.ContentTypeSummary)
-	fleet.SetToken(req, d.opts.Token)
+	fleet.SetToken(req, token)
 	resp, err := d.client.Do(req)
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,8 +19,9 @@ import (
 
 // uplinkState is which manager the agent follows, if any.
 type uplinkState struct {
-	mu   sync.Mutex
-	base string // "http(s)://host:port" of the manager holding our stream
+	mu    sync.Mutex
+	base  string // "http(s)://host:port" of the manager holding our stream
+	token string // the token the stream was opened with
 	// fresh is set when a stream (re)connects: the next tick sends a
 	// summary at once, so a newly elected manager hears from every node
 	// within a tick of its reconnection and can decide again.
@@ -34,17 +37,20 @@ func (u *uplinkState) takeFresh() bool {
 	return f
 }
 
-func (u *uplinkState) connected() bool { return u.manager() != "" }
-
-func (u *uplinkState) manager() string {
+func (u *uplinkState) manager() (base, token string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.base
+	return u.base, u.token
 }
 
-func (u *uplinkState) set(base string) {
+func (u *uplinkState) connected() bool {
+	base, _ := u.manager()
+	return base != ""
+}
+
+func (u *uplinkState) set(base, token string) {
 	u.mu.Lock()
-	u.base = base
+	u.base, u.token = base, token
 	u.fresh = base != ""
 	u.mu.Unlock()
 }
@@ -69,8 +75,15 @@ func (d *Detector) uplink(ctx context.Context) {
 	backoff := minBackoff
 	for ctx.Err() == nil {
 		synced := false
+		token, err := d.token()
+		if err != nil {
+			d.log.V(1).Info("no fleet token yet; waiting for it", "err", err.Error())
+		}
 		for _, addr := range d.managerAddrs(ctx) {
-			ok, err := d.watch(ctx, addr)
+			if token == "" {
+				break
+			}
+			ok, err := d.watch(ctx, addr, token)
 			if ctx.Err() != nil {
 				return
 			}
@@ -94,6 +107,24 @@ func (d *Detector) uplink(ctx context.Context) {
 			backoff = min(2*backoff, maxBackoff)
 		}
 	}
+}
+
+// token is the fleet token: Options.Token, or the content of TokenFile as
+// it is now (the Secret may be mounted, or rotated, after the agent
+// started).
+func (d *Detector) token() (string, error) {
+	if d.opts.Token != "" {
+		return d.opts.Token, nil
+	}
+	b, err := os.ReadFile(d.opts.TokenFile)
+	if err != nil {
+		return "", err
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("%s is empty", d.opts.TokenFile)
+	}
+	return t, nil
 }
 
 func errString(err error) string {
@@ -133,7 +164,7 @@ func (d *Detector) managerAddrs(ctx context.Context) []string {
 // watch holds the event stream of the manager at addr until it ends. It
 // reports whether the stream got as far as its snapshot (the address is the
 // leader), and why it ended.
-func (d *Detector) watch(ctx context.Context, addr string) (synced bool, err error) {
+func (d *Detector) watch(ctx context.Context, addr, token string) (synced bool, err error) {
 	scheme := "http"
 	if d.opts.TLS != nil {
 		scheme = "https"
@@ -145,7 +176,7 @@ func (d *Detector) watch(ctx context.Context, addr string) (synced bool, err err
 	if err != nil {
 		return false, err
 	}
-	fleet.SetToken(req, d.opts.Token)
+	fleet.SetToken(req, token)
 	// The connection attempt is bounded; the stream itself is not (the
 	// watchdog below ends a silent one).
 	connectTimer := time.AfterFunc(3*time.Second, cancel)
@@ -183,7 +214,7 @@ func (d *Detector) watch(ctx context.Context, addr string) (synced bool, err err
 			}
 		}
 	}()
-	defer d.up.set("")
+	defer d.up.set("", "")
 	defer d.metrics.connected.Set(0)
 	dec := json.NewDecoder(resp.Body)
 	seen := map[string]bool{}
@@ -228,7 +259,7 @@ func (d *Detector) watch(ctx context.Context, addr string) (synced bool, err err
 				}
 				d.routes.keepOnly(seen)
 				synced = true
-				d.up.set(base)
+				d.up.set(base, token)
 				d.metrics.connected.Set(1)
 				d.metrics.connects.Inc()
 			}

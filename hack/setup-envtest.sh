@@ -52,9 +52,18 @@ import (
 GO
   (cd "${dir}" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
   (cd "${dir}" && GOFLAGS=-mod=mod go get "k8s.io/kubernetes/cmd/kube-apiserver@v${K8S_VERSION}" >/dev/null)
+  # Stamp the version as Kubernetes' own build does: without it the API
+  # server reports v0.0.0-master, and clients that check the server's
+  # version (helm install of a chart with kubeVersion) refuse it.
+  local minor="${K8S_VERSION#1.}"
+  minor="${minor%%.*}"
+  local ldflags="-s"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X ${pkg}.gitVersion=v${K8S_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean"
+  done
   for cmd in "$@"; do
     echo "setup-envtest: building ${cmd} ${K8S_VERSION} (first time only; kube-apiserver takes ~6 min on 2 cores)" >&2
-    (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags=-s -o "${OUT}/${cmd}.tmp" "k8s.io/kubernetes/cmd/${cmd}")
+    (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags="${ldflags}" -o "${OUT}/${cmd}.tmp" "k8s.io/kubernetes/cmd/${cmd}")
     mv "${OUT}/${cmd}.tmp" "${OUT}/${cmd}"
   done
 }
@@ -87,6 +96,10 @@ GO
 
 missing=()
 for b in kube-apiserver kubectl; do [[ -x "${OUT}/${b}" ]] || missing+=("${b}"); done
+# An API server built before the version was stamped is rebuilt once.
+if [[ -x "${OUT}/kube-apiserver" ]] && ! "${OUT}/kube-apiserver" --version 2>/dev/null | grep -q "v${K8S_VERSION}"; then
+  missing+=(kube-apiserver)
+fi
 [[ -x "${OUT}/etcd" ]] || build_etcd
 ((${#missing[@]} == 0)) || build_kube "${missing[@]}"
 

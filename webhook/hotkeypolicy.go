@@ -1,56 +1,61 @@
-// Package webhook serves heatsink's admission webhooks: validation and
-// defaulting of HotKeyPolicy for what the CRD's OpenAPI and CEL rules cannot
-// express, and sidecar injection into pods that ask for it.
+// Package webhook serves heatsink's admission webhooks: validation of
+// HotKeyPolicy for what the CRD's OpenAPI and CEL rules cannot express, and
+// sidecar injection into pods that ask for it.
 package webhook
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/robfig/cron/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
 	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 )
 
 // +kubebuilder:webhook:path=/validate-heatsink-dev-v1alpha1-hotkeypolicy,mutating=false,failurePolicy=fail,sideEffects=None,groups=heatsink.dev,resources=hotkeypolicies,verbs=create;update,versions=v1alpha1,name=vhotkeypolicy.heatsink.dev,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/mutate-heatsink-dev-v1alpha1-hotkeypolicy,mutating=true,failurePolicy=fail,sideEffects=None,groups=heatsink.dev,resources=hotkeypolicies,verbs=create;update,versions=v1alpha1,name=mhotkeypolicy.heatsink.dev,admissionReviewVersions=v1
 
-// SetupHotKeyPolicyWebhook registers the HotKeyPolicy validating and defaulting
-// webhooks with the manager's webhook server.
+// There is no defaulting webhook: defaults live in the CRD schema only. A
+// mutating webhook runs before the schema's validation, so one that treated
+// 0 as "unset" replaced values the user wrote (readsPerSecond: 0 became
+// 5000) instead of letting the schema refuse them. Typed Go clients leave
+// unset durations out (omitzero) and get the schema's defaults too.
+
+// SetupHotKeyPolicyWebhook registers the HotKeyPolicy validating webhook with
+// the manager's webhook server.
 func SetupHotKeyPolicyWebhook(mgr ctrl.Manager) error {
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.HotKeyPolicy{}).
 		WithValidator(PolicyValidator{}).
-		WithDefaulter(PolicyDefaulter{}).
 		Complete()
 }
 
-// PolicyDefaulter fills unset fields with the same defaults as the schema.
-// For YAML clients the schema has already done so and it changes nothing (no
-// drift for GitOps tools). It matters for typed Go clients: a Go struct
-// always serialises a metav1.Duration, so an unset duration arrives as "0s"
-// and the schema default never applies; for every duration here zero means
-// "the default" (documented on each field).
-type PolicyDefaulter struct{}
+// MaxNameLength bounds a policy's name: it is the value of the label
+// heatsink.dev/policy on the routing ConfigMap and on reports, and a label
+// value holds at most 63 characters. A longer name would be admitted and
+// then never publish.
+const MaxNameLength = validation.LabelValueMaxLength
 
-// Default implements admission.Defaulter.
-func (PolicyDefaulter) Default(_ context.Context, p *v1alpha1.HotKeyPolicy) error {
-	v1alpha1.SetDefaults(&p.Spec)
-	return nil
-}
+// MaxSpecBytes bounds a policy's spec, serialised as JSON. Every list of the
+// schema is bounded, but their product is not: 32 schedules of 256 keys of
+// 512 bytes is 4 MiB, more than etcd takes in one request (1.5 MiB), and the
+// user would see "etcdserver: request is too large" with no field. 512 KiB
+// leaves room for status and metadata.
+const MaxSpecBytes = 512 << 10
 
 // PolicyValidator rejects policies whose fields are syntactically valid for
-// the schema but meaningless: bad host:port, glob, cron or time zone, and a
-// broken label selector.
+// the schema but meaningless or unusable: a name too long for a label, bad
+// host:port, Secret name, glob, cron or time zone, and a spec too large to
+// store. It runs after the schema (types, bounds, durations, CEL rules).
 type PolicyValidator struct{}
 
 // ValidateCreate implements admission.Validator.
@@ -70,10 +75,20 @@ func (PolicyValidator) ValidateDelete(context.Context, *v1alpha1.HotKeyPolicy) (
 
 func validate(p *v1alpha1.HotKeyPolicy) (admission.Warnings, error) {
 	errs, warnings := ValidateSpec(&p.Spec, field.NewPath("spec"))
+	errs = append(ValidateName(p.Name, field.NewPath("metadata", "name")), errs...)
 	if len(errs) == 0 {
 		return warnings, nil
 	}
 	return warnings, apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("HotKeyPolicy").GroupKind(), p.Name, errs)
+}
+
+// ValidateName refuses a policy name that cannot be a label value.
+func ValidateName(name string, path *field.Path) field.ErrorList {
+	if len(name) > MaxNameLength {
+		return field.ErrorList{field.Invalid(path, name, fmt.Sprintf(
+			"must be at most %d characters: the name is the value of the label %s on the policy's routing ConfigMap and reports", MaxNameLength, v1alpha1.LabelPolicy))}
+	}
+	return nil
 }
 
 // ValidateSpec is the webhook's validation as a pure function: it returns
@@ -83,15 +98,20 @@ func ValidateSpec(spec *v1alpha1.HotKeyPolicySpec, path *field.Path) (field.Erro
 	var errs field.ErrorList
 	var warnings admission.Warnings
 
+	if raw, err := json.Marshal(spec); err == nil && len(raw) > MaxSpecBytes {
+		errs = append(errs, field.Invalid(path, fmt.Sprintf("%d bytes of JSON", len(raw)), fmt.Sprintf(
+			"the spec is too large to store: at most %d KiB of JSON (etcd takes 1.5 MiB per object, status and metadata included); use fewer or shorter keys in schedules and keys", MaxSpecBytes>>10)))
+	}
 	for i, a := range spec.Target.Addresses {
 		if err := validateHostPort(a); err != nil {
 			errs = append(errs, field.Invalid(path.Child("target", "addresses").Index(i), a, err.Error()))
 		}
 	}
-	if spec.ClientSelector != nil {
-		if _, err := metav1.LabelSelectorAsSelector(spec.ClientSelector); err != nil {
-			errs = append(errs, field.Invalid(path.Child("clientSelector"), spec.ClientSelector, err.Error()))
-		}
+	if ref := spec.Target.CredentialsSecretRef; ref != nil {
+		errs = append(errs, secretName(path.Child("target", "credentialsSecretRef", "name"), ref.Name)...)
+	}
+	if t := spec.Target.TLS; t != nil && t.CASecretRef != nil {
+		errs = append(errs, secretName(path.Child("target", "tls", "caSecretRef", "name"), t.CASecretRef.Name)...)
 	}
 	for i, g := range spec.Keys.Include {
 		if err := keyfilter.Validate(g); err != nil {
@@ -103,36 +123,17 @@ func ValidateSpec(spec *v1alpha1.HotKeyPolicySpec, path *field.Path) (field.Erro
 			errs = append(errs, field.Invalid(path.Child("keys", "exclude").Index(i), g, err.Error()))
 		}
 	}
-	errs = append(errs, positive(path.Child("detection", "window"), spec.Detection.Window)...)
-	errs = append(errs, positive(path.Child("detection", "reportInterval"), spec.Detection.ReportInterval)...)
-	if spec.Mitigations.LocalCache.IsEnabled() {
-		errs = append(errs, positive(path.Child("mitigations", "localCache", "ttl"), spec.Mitigations.LocalCache.TTL)...)
-	}
-	if spec.Mitigations.Replicate.IsEnabled() {
-		errs = append(errs, positive(path.Child("mitigations", "replicate", "replicaTTL"), spec.Mitigations.Replicate.ReplicaTTL)...)
-	}
-	if spec.Mitigations.PreAggregate.IsEnabled() {
-		errs = append(errs, positive(path.Child("mitigations", "preAggregate", "flushInterval"), spec.Mitigations.PreAggregate.FlushInterval)...)
-	}
 	filter, ferr := keyfilter.Compile(spec.Keys.Include, spec.Keys.Exclude)
 	for i := range spec.Schedules {
 		s := &spec.Schedules[i]
 		sp := path.Child("schedules").Index(i)
-		if s.Cron != "" {
-			if _, err := cron.ParseStandard(s.Cron); err != nil {
-				errs = append(errs, field.Invalid(sp.Child("cron"), s.Cron, "not a five-field cron expression (minute hour day-of-month month day-of-week): "+err.Error()))
+		if _, _, err := schedule.Parse(s); err != nil {
+			var fe *schedule.FieldError
+			if errors.As(err, &fe) {
+				errs = append(errs, field.Invalid(sp.Child(fe.Field), fe.Value, fe.Detail))
+			} else {
+				errs = append(errs, field.Invalid(sp, s.Name, err.Error()))
 			}
-		}
-		if s.TimeZone != "" {
-			if s.Cron == "" {
-				errs = append(errs, field.Invalid(sp.Child("timeZone"), s.TimeZone, "timeZone applies to cron only; start carries its own offset"))
-			} else if _, err := time.LoadLocation(s.TimeZone); err != nil {
-				errs = append(errs, field.Invalid(sp.Child("timeZone"), s.TimeZone, "unknown IANA time zone"))
-			}
-		}
-		errs = append(errs, positive(sp.Child("duration"), s.Duration)...)
-		if s.Mitigation.LocalCache != nil && s.Mitigation.LocalCache.TTL != nil {
-			errs = append(errs, positive(sp.Child("mitigation", "localCache", "ttl"), *s.Mitigation.LocalCache.TTL)...)
 		}
 		if ferr == nil {
 			for j, k := range s.Keys {
@@ -145,9 +146,15 @@ func ValidateSpec(spec *v1alpha1.HotKeyPolicySpec, path *field.Path) (field.Erro
 	return errs, warnings
 }
 
-func positive(p *field.Path, d metav1.Duration) field.ErrorList {
-	if d.Duration <= 0 {
-		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be greater than zero")}
+// secretName refuses a reference that no Secret can have: the API server
+// would accept it and the policy would wait forever for a Secret that can
+// never be created.
+func secretName(p *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "the name of a Secret in the policy's namespace, such as redis-auth")}
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(p, name, "not a Secret name ("+strings.Join(msgs, "; ")+"), such as redis-auth")}
 	}
 	return nil
 }

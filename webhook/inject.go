@@ -81,8 +81,6 @@ const (
 	DetectorPort = 7946
 	// InjectPath is the path the injection webhook is served at.
 	InjectPath = "/mutate--v1-pod-heatsink-inject"
-	// proxyUID is the distroless "nonroot" user.
-	proxyUID = 65532
 )
 
 // InjectorConfig is what the injected container looks like beyond what the
@@ -353,14 +351,14 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar
 	return env
 }
 
-// proxySecurityContext is the restricted Pod Security profile.
+// proxySecurityContext is the restricted Pod Security profile. It sets no
+// user or group: the image runs as a non-root numeric user, and a platform
+// that assigns IDs to pods (OpenShift's restricted-v2 refuses a fixed
+// runAsUser outside the namespace's range) must be free to.
 func proxySecurityContext() *corev1.SecurityContext {
 	yes, no := true, false
-	uid := int64(proxyUID)
 	return &corev1.SecurityContext{
 		RunAsNonRoot:             &yes,
-		RunAsUser:                &uid,
-		RunAsGroup:               &uid,
 		ReadOnlyRootFilesystem:   &yes,
 		AllowPrivilegeEscalation: &no,
 		Privileged:               &no,

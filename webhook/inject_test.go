@@ -136,6 +136,9 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
 		t.Errorf("proxy security context is not restricted: %+v", sc)
 	}
+	if sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+		t.Errorf("the injector forces a user or group on the pod (%v, %v): platforms that assign IDs refuse it", sc.RunAsUser, sc.RunAsGroup)
+	}
 	if proxy.Resources.Requests.Cpu().IsZero() || proxy.Resources.Limits.Memory().IsZero() {
 		t.Errorf("proxy has no requests/limits: %+v", proxy.Resources)
 	}

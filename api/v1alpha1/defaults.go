@@ -7,10 +7,11 @@ import (
 )
 
 // Default values of HotKeyPolicySpec. They match the +kubebuilder:default
-// markers of the schema; SetDefaults exists so that code holding a policy
-// that did not pass through the API server (tests, the demo, a webhook
-// called before schema defaulting) sees the same values. TestDefaultsMatchSchema
-// keeps the two in step.
+// markers of the schema, which is where defaults are applied: the API server
+// stores every policy with them. SetDefaults exists so that code holding a
+// policy that did not pass through the API server (unit tests, the demo)
+// sees the same values; webhook's TestAdmission ("admits a minimal policy
+// with every default applied") keeps the two in step.
 const (
 	DefaultWindow            = 10 * time.Second
 	DefaultTopK              = 64

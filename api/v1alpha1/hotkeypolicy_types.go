@@ -18,8 +18,12 @@ const (
 )
 
 // HotKeyPolicySpec declares which Redis a policy protects, when a key counts as
-// hot, and which mitigations heatsink may apply to it. Every duration is a Go
-// duration string ("500ms", "2s", "5m"); a zero duration means its default.
+// hot, and which mitigations heatsink may apply to it. Every duration is a
+// positive duration string with a unit ("500ms", "2s", "5m"). Defaults live in
+// the schema: a field left out gets its default, and a value written (an
+// explicit 0 too) is validated, never replaced.
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Observe' || (!has(self.mitigations.coalesce) || !has(self.mitigations.coalesce.enabled) || self.mitigations.coalesce.enabled) || (!has(self.mitigations.localCache) || !has(self.mitigations.localCache.enabled) || self.mitigations.localCache.enabled) || (has(self.mitigations.replicate) && has(self.mitigations.replicate.enabled) && self.mitigations.replicate.enabled) || (has(self.mitigations.split) && has(self.mitigations.split.enabled) && self.mitigations.split.enabled) || (has(self.mitigations.preAggregate) && has(self.mitigations.preAggregate.enabled) && self.mitigations.preAggregate.enabled)",message="mode Enforce needs at least one mitigation enabled in spec.mitigations (mode Observe needs none)"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.coalesce) || !s.mitigation.coalesce || self.mitigations.coalesce.enabled)",message="a schedule asks for coalesce but mitigations.coalesce.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || self.mitigations.replicate.enabled)",message="a schedule asks for replicate but mitigations.replicate.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.localCache) || self.mitigations.localCache.enabled)",message="a schedule asks for localCache but mitigations.localCache.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || self.mitigations.split.enabled)",message="a schedule asks for split but mitigations.split.enabled is false"
@@ -35,12 +39,6 @@ type HotKeyPolicySpec struct {
 	// target is the Redis deployment whose keys this policy protects.
 	// +required
 	Target RedisTarget `json:"target"`
-
-	// clientSelector selects the pods, in the policy's namespace, whose sidecars
-	// obey this policy. Empty selects every pod that asks for this policy by
-	// annotation.
-	// +optional
-	ClientSelector *metav1.LabelSelector `json:"clientSelector,omitempty"`
 
 	// keys limits the policy to logical keys matching include and not exclude.
 	// +optional
@@ -136,15 +134,15 @@ type KeySelector struct {
 }
 
 // Detection tunes the detectors' sketches and reports.
-// +kubebuilder:validation:XValidation:rule="!has(self.reportInterval) || !has(self.window) || duration(self.reportInterval) <= duration(self.window)",message="detection.reportInterval must not be longer than detection.window"
+// +kubebuilder:validation:XValidation:rule="!has(self.reportInterval) || !has(self.window) || !self.reportInterval.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || !self.window.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.reportInterval) <= duration(self.window)",message="detection.reportInterval must not be longer than detection.window"
 type Detection struct {
 	// window is the sliding window over which rates are measured. Default: 10s.
 	// +optional
 	// +kubebuilder:default="10s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="detection.window must be a positive duration with a unit of ms, s, m or h, such as 10s"
 	// +kubebuilder:validation:MaxLength=32
-	Window metav1.Duration `json:"window,omitempty"`
+	Window metav1.Duration `json:"window,omitzero"`
 
 	// topK is how many keys each detector tracks per policy. Default: 64.
 	// +optional
@@ -158,13 +156,13 @@ type Detection struct {
 	// +optional
 	// +kubebuilder:default="1s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="detection.reportInterval must be a positive duration with a unit of ms, s, m or h, such as 1s"
 	// +kubebuilder:validation:MaxLength=32
-	ReportInterval metav1.Duration `json:"reportInterval,omitempty"`
+	ReportInterval metav1.Duration `json:"reportInterval,omitzero"`
 }
 
 // Thresholds say when a key becomes hot and when it stops being hot.
-// +kubebuilder:validation:XValidation:rule="!has(self.cooldown) || !has(self.sustainFor) || duration(self.cooldown) >= duration(self.sustainFor)",message="thresholds.cooldown must be at least thresholds.sustainFor, or mitigations would flap"
+// +kubebuilder:validation:XValidation:rule="!has(self.cooldown) || !has(self.sustainFor) || !self.cooldown.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || !self.sustainFor.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.cooldown) >= duration(self.sustainFor)",message="thresholds.cooldown must be at least thresholds.sustainFor, or mitigations would flap"
 type Thresholds struct {
 	// readsPerSecond is the read rate, summed over all nodes, above which a key
 	// is read-hot. Default: 5000.
@@ -185,18 +183,18 @@ type Thresholds struct {
 	// +optional
 	// +kubebuilder:default="2s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="thresholds.sustainFor must be a positive duration with a unit of ms, s, m or h, such as 2s"
 	// +kubebuilder:validation:MaxLength=32
-	SustainFor metav1.Duration `json:"sustainFor,omitempty"`
+	SustainFor metav1.Duration `json:"sustainFor,omitzero"`
 
 	// cooldown is how long a key must stay under threshold*(1-hysteresis)
 	// before its mitigation ends. Default: 5m.
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="thresholds.cooldown must be a positive duration with a unit of ms, s, m or h, such as 5m"
 	// +kubebuilder:validation:MaxLength=32
-	Cooldown metav1.Duration `json:"cooldown,omitempty"`
+	Cooldown metav1.Duration `json:"cooldown,omitzero"`
 
 	// hysteresisPercent lowers the threshold a mitigated key must fall under
 	// to cool down, in percent. Default: 20.
@@ -240,7 +238,6 @@ type Capacity struct {
 }
 
 // Mitigations lists what heatsink may do to a hot key.
-// +kubebuilder:validation:XValidation:rule="(!has(self.coalesce) || !has(self.coalesce.enabled) || self.coalesce.enabled) || (!has(self.localCache) || !has(self.localCache.enabled) || self.localCache.enabled) || (has(self.replicate) && has(self.replicate.enabled) && self.replicate.enabled) || (has(self.split) && has(self.split.enabled) && self.split.enabled) || (has(self.preAggregate) && has(self.preAggregate.enabled) && self.preAggregate.enabled)",message="at least one mitigation must be enabled"
 // +kubebuilder:validation:XValidation:rule="!(has(self.preAggregate) && has(self.preAggregate.enabled) && self.preAggregate.enabled) || (has(self.split) && has(self.split.enabled) && self.split.enabled)",message="mitigations.preAggregate needs mitigations.split.enabled: pre-aggregated increments are flushed to split shards"
 type Mitigations struct {
 	// coalesce merges concurrent identical reads into one upstream read.
@@ -289,9 +286,9 @@ type LocalCache struct {
 	// +optional
 	// +kubebuilder:default="2s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="mitigations.localCache.ttl must be a positive duration with a unit of ms, s, m or h, such as 2s"
 	// +kubebuilder:validation:MaxLength=32
-	TTL metav1.Duration `json:"ttl,omitempty"`
+	TTL metav1.Duration `json:"ttl,omitzero"`
 
 	// jitterPercent randomises each entry's TTL by up to this percent so
 	// sidecars do not refresh in lockstep. Default: 10.
@@ -339,9 +336,9 @@ type Replicate struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="mitigations.replicate.replicaTTL must be a positive duration with a unit of ms, s, m or h, such as 5m"
 	// +kubebuilder:validation:MaxLength=32
-	ReplicaTTL metav1.Duration `json:"replicaTTL,omitempty"`
+	ReplicaTTL metav1.Duration `json:"replicaTTL,omitzero"`
 }
 
 // Split configures counter splitting.
@@ -363,10 +360,9 @@ type Split struct {
 	// +optional
 	// +kubebuilder:default="60s"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) >= duration('1s')",message="mitigations.split.epoch must be a duration of at least 1s with a unit of ms, s, m or h, such as 60s"
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="mitigations.split.epoch must be at least 1s"
-	Epoch metav1.Duration `json:"epoch,omitempty"`
+	Epoch metav1.Duration `json:"epoch,omitzero"`
 }
 
 // PreAggregate configures sidecar-side summing of increments.
@@ -380,24 +376,25 @@ type PreAggregate struct {
 	// +optional
 	// +kubebuilder:default="100ms"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="mitigations.preAggregate.flushInterval must be a positive duration with a unit of ms, s, m or h, such as 100ms"
 	// +kubebuilder:validation:MaxLength=32
-	FlushInterval metav1.Duration `json:"flushInterval,omitempty"`
+	FlushInterval metav1.Duration `json:"flushInterval,omitzero"`
 }
 
 // Schedule is a known spike: its keys are prepared before it starts.
 // +kubebuilder:validation:XValidation:rule="has(self.start) != has(self.cron)",message="a schedule needs exactly one of start and cron"
-// +kubebuilder:validation:XValidation:rule="duration(self.leadTime) < duration(self.duration)",message="a schedule's leadTime must be shorter than its duration"
+// +kubebuilder:validation:XValidation:rule="!self.leadTime.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || !self.duration.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.leadTime) < duration(self.duration)",message="a schedule's leadTime must be shorter than its duration"
 // +kubebuilder:validation:XValidation:rule="has(self.mitigation.replicate) || has(self.mitigation.localCache) || has(self.mitigation.split) || (has(self.mitigation.coalesce) && self.mitigation.coalesce)",message="a schedule's mitigation must name at least one of replicate, localCache, split or coalesce"
 type Schedule struct {
 	// name identifies the event, e.g. black-friday.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="schedules[].name must be lowercase letters, digits and '-', starting and ending with a letter or digit, such as black-friday"
 	Name string `json:"name"`
 
-	// start is the RFC 3339 time of a one-off event.
+	// start is the RFC 3339 time of a one-off event, such as
+	// 2026-11-27T00:00:00Z or 2026-11-27T00:00:00+01:00.
 	// +optional
 	Start *metav1.Time `json:"start,omitempty"`
 
@@ -415,7 +412,7 @@ type Schedule struct {
 	// duration is how long the event lasts.
 	// +required
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="schedules[].duration must be a positive duration with a unit of ms, s, m or h, such as 6h"
 	// +kubebuilder:validation:MaxLength=32
 	Duration metav1.Duration `json:"duration"`
 
@@ -423,9 +420,9 @@ type Schedule struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="schedules[].leadTime must be a positive duration with a unit of ms, s, m or h, such as 10m"
 	// +kubebuilder:validation:MaxLength=32
-	LeadTime metav1.Duration `json:"leadTime,omitempty"`
+	LeadTime metav1.Duration `json:"leadTime,omitzero"`
 
 	// keys are the exact logical keys to prepare.
 	// +required
@@ -473,7 +470,7 @@ type ScheduledLocalCache struct {
 	// ttl overrides mitigations.localCache.ttl. Default: the policy's ttl.
 	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="schedules[].mitigation.localCache.ttl must be a positive duration with a unit of ms, s, m or h, such as 2s"
 	// +kubebuilder:validation:MaxLength=32
 	TTL *metav1.Duration `json:"ttl,omitempty"`
 }
@@ -646,6 +643,7 @@ type HotKeyPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Hot Keys",type=integer,JSONPath=`.status.hotKeyCount`
 // +kubebuilder:printcolumn:name="Mitigating",type=string,JSONPath=`.status.conditions[?(@.type=="Mitigating")].status`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`,priority=1
 // +kubebuilder:printcolumn:name="Routing",type=integer,JSONPath=`.status.routingVersion`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -5,8 +5,8 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -140,11 +140,6 @@ func (in *HotKeyPolicyList) DeepCopyObject() runtime.Object {
 func (in *HotKeyPolicySpec) DeepCopyInto(out *HotKeyPolicySpec) {
 	*out = *in
 	in.Target.DeepCopyInto(&out.Target)
-	if in.ClientSelector != nil {
-		in, out := &in.ClientSelector, &out.ClientSelector
-		*out = new(v1.LabelSelector)
-		(*in).DeepCopyInto(*out)
-	}
 	in.Keys.DeepCopyInto(&out.Keys)
 	out.Detection = in.Detection
 	out.Thresholds = in.Thresholds
@@ -174,7 +169,7 @@ func (in *HotKeyPolicyStatus) DeepCopyInto(out *HotKeyPolicyStatus) {
 	*out = *in
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
-		*out = make([]v1.Condition, len(*in))
+		*out = make([]metav1.Condition, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
@@ -401,7 +396,7 @@ func (in *RedisTLS) DeepCopyInto(out *RedisTLS) {
 	*out = *in
 	if in.CASecretRef != nil {
 		in, out := &in.CASecretRef, &out.CASecretRef
-		*out = new(corev1.LocalObjectReference)
+		*out = new(v1.LocalObjectReference)
 		**out = **in
 	}
 }
@@ -426,7 +421,7 @@ func (in *RedisTarget) DeepCopyInto(out *RedisTarget) {
 	}
 	if in.CredentialsSecretRef != nil {
 		in, out := &in.CredentialsSecretRef, &out.CredentialsSecretRef
-		*out = new(corev1.LocalObjectReference)
+		*out = new(v1.LocalObjectReference)
 		**out = **in
 	}
 	if in.TLS != nil {
@@ -517,7 +512,7 @@ func (in *ScheduledLocalCache) DeepCopyInto(out *ScheduledLocalCache) {
 	*out = *in
 	if in.TTL != nil {
 		in, out := &in.TTL, &out.TTL
-		*out = new(v1.Duration)
+		*out = new(metav1.Duration)
 		**out = **in
 	}
 }

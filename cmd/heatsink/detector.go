@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -26,7 +25,7 @@ func runDetector(args []string) error {
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the node this agent serves (default $NODE_NAME, from the downward API)")
 	listen := fs.String("listen", fmt.Sprintf(":%d", wire.DefaultPort), "address sidecars send their counts to (UDP) and read routing tables from (TCP)")
 	manager := fs.String("manager-address", fmt.Sprintf("heatsink-fleet.heatsink-system.svc:%d", fleet.DefaultPort), "host:port of the managers' fleet server; a host that resolves to every manager (a headless Service): the agent stays with the leader")
-	tokenFile := fs.String("token-file", "/var/run/heatsink/fleet/token", "file holding the fleet token (the mounted Secret the manager created)")
+	tokenFile := fs.String("token-file", "/var/run/heatsink/fleet/token", "file holding the fleet token (the mounted Secret the manager creates); read before each connection, so the agent may start before it exists")
 	caFile := fs.String("tls-ca-file", "/var/run/heatsink/fleet-ca/ca-bundle.crt", "PEM bundle of the CAs of the manager's fleet certificate; empty: plaintext")
 	serverName := fs.String("tls-server-name", "", "name to verify in the manager's certificate; empty: the host of --manager-address")
 	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
@@ -35,27 +34,23 @@ func runDetector(args []string) error {
 	sourceRate := fs.Float64("source-rate", detector.DefaultSourceRate, "entries per second one pod may send; excess batches are dropped and counted")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "Runs a node's agent (DaemonSet): receives the sidecars' access counts, keeps a heavy-hitter sketch per policy, streams summaries to the manager and serves routing tables to the sidecars. It makes no API call."); err != nil {
 		return err
 	}
 	if *nodeName == "" {
-		return errors.New("--node-name or $NODE_NAME is required")
-	}
-	token, err := os.ReadFile(*tokenFile)
-	if err != nil {
-		return fmt.Errorf("fleet token: %w", err)
+		return usageError{errors.New("--node-name or $NODE_NAME is required")}
 	}
 	var tlsCfg *tls.Config
 	if *caFile != "" {
 		name := *serverName
 		if name == "" {
+			var err error
 			if name, _, err = net.SplitHostPort(*manager); err != nil {
-				return fmt.Errorf("--manager-address: %w", err)
+				return usageError{fmt.Errorf("--manager-address: %w", err)}
 			}
 		}
-		if _, err := loadCAs(*caFile); err != nil {
-			return err
-		}
+		// Read at each handshake: the Secret may be mounted, or its CA
+		// rotated, after the agent started.
 		tlsCfg = reloadingTLS(*caFile, name)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
@@ -64,7 +59,7 @@ func runDetector(args []string) error {
 		NodeName:        *nodeName,
 		ListenAddr:      *listen,
 		Manager:         *manager,
-		Token:           strings.TrimSpace(string(token)),
+		TokenFile:       *tokenFile,
 		TLS:             tlsCfg,
 		MemoryPerPolicy: *memory,
 		SourceRate:      *sourceRate,

@@ -1,30 +1,147 @@
 // Command heatsink is the one binary of heatsink; its subcommands are the
 // components: manager (control plane), detector (per node) and proxy
-// (sidecar). The demo has its own binary (demo/heatsink-demo).
+// (sidecar), plus version and help. The demo has its own binary
+// (demo/heatsink-demo).
+//
+// Conventions: `heatsink help`, `heatsink --help` and `heatsink <command>
+// --help` print usage to stdout and exit 0; a usage error (unknown command or
+// flag) is printed once to stderr and exits 2; an error of a running command
+// is printed once to stderr and exits 1.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
+
+	"github.com/heatsink-dev/heatsink/internal/version"
 )
 
-// subcommands maps a name to its entry point, which parses its own flags.
-func subcommands() map[string]func(args []string) error {
-	return map[string]func([]string) error{
-		"manager":  runManager,
-		"detector": runDetector,
-		"proxy":    runProxy,
+// command is a subcommand; run parses its own flags with parseFlags.
+type command struct {
+	name, summary string
+	run           func(args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"manager", "run the control plane: HotKeyPolicy reconciler and admission webhooks (Deployment)", runManager},
+		{"detector", "run a node agent: counts its node's traffic, streams summaries to the manager, serves routing to its sidecars (DaemonSet)", runDetector},
+		{"proxy", "run the sidecar RESP proxy beside an application (injected)", runProxy},
+		{"version", "print the version and exit", runVersion},
+		{"help", "print this help, or a command's with `heatsink help <command>`", nil},
 	}
 }
 
-func main() {
-	cmds := subcommands()
-	if len(os.Args) < 2 || cmds[os.Args[1]] == nil {
-		fmt.Fprintf(os.Stderr, "usage: heatsink <manager|detector|proxy> [flags]\n")
-		os.Exit(2)
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is main without the exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
 	}
-	if err := cmds[os.Args[1]](os.Args[2:]); err != nil {
-		fmt.Fprintf(os.Stderr, "heatsink %s: %v\n", os.Args[1], err)
-		os.Exit(1)
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			usage(stdout)
+			return 0
+		}
+		name, rest = rest[0], []string{"--help"}
+	case "--version", "-version":
+		name = "version"
 	}
+	for _, c := range commands() {
+		if c.name != name || c.run == nil {
+			continue
+		}
+		err := c.run(rest)
+		var ue usageError
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "heatsink %s: %v\nRun 'heatsink %s --help' for usage.\n", name, ue.err, name)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "heatsink %s: %v\n", name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "heatsink: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "heatsink finds hot keys in Redis and spreads their load.\n\nUsage:\n  heatsink <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'heatsink <command> --help' for a command's flags.\n")
+}
+
+// usageError is a bad command line; run prints it once, with a hint.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+
+// parseFlags parses args into fs. The FlagSet prints nothing itself: --help
+// prints the flags to stdout and returns flag.ErrHelp; a bad flag returns a
+// usageError that run prints once.
+func parseFlags(fs *flag.FlagSet, args []string, summary string) error {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(os.Stdout, "Usage: heatsink %s [flags]\n\n%s\n\nFlags:\n", fs.Name(), summary)
+		printFlags(os.Stdout, fs)
+		return flag.ErrHelp
+	case err != nil:
+		return usageError{err}
+	case fs.NArg() > 0:
+		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	}
+	return nil
+}
+
+// printFlags lists fs's flags as --name (flag accepts one or two dashes; the
+// docs and manifests use two).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+func runVersion(args []string) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := parseFlags(fs, args, "Prints the version of this binary."); err != nil {
+		return err
+	}
+	fmt.Println(version.Get())
+	return nil
+}
+
+// summary is the one-line description of the named command.
+func summary(name string) string {
+	for _, c := range commands() {
+		if c.name == name {
+			return c.summary
+		}
+	}
+	return ""
 }

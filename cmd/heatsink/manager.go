@@ -1,13 +1,17 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
+	"fmt"
 
+	"github.com/heatsink-dev/heatsink/internal/metricsauth"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -16,28 +20,81 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 )
 
+// managerFlags are the manager's flags that are not about webhooks.
+type managerFlags struct {
+	metricsAddr    string
+	metricsSecure  bool
+	metricsCertDir string
+	probeAddr      string
+	leaderElect    bool
+	enableHTTP2    bool
+}
+
+func bindManagerFlags(fs *flag.FlagSet) *managerFlags {
+	f := &managerFlags{}
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint; 0 disables it")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview: get on the non-resource URL /metrics); false serves plain HTTP to anyone who can connect")
+	fs.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty: a self-signed certificate generated at start")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so that only one manager acts")
+	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve HTTP/2 on the webhook and metrics servers; off by default because of HTTP/2 rapid reset and stream cancellation attacks (CVE-2023-44487, CVE-2023-39325)")
+	return f
+}
+
+// tlsOptions are the TLS settings of the webhook and metrics servers.
+func (f *managerFlags) tlsOptions() []func(*tls.Config) {
+	opts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
+	if !f.enableHTTP2 {
+		opts = append(opts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	return opts
+}
+
+// The metrics filter asks the API server who a scraper is and whether it may
+// get /metrics.
+//
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serve metrics as kubebuilder v4 does: HTTPS, and only to a
+// caller whose bearer token the API server authenticates and who may get
+// /metrics. The manager is one or two pods, so the TokenReview and
+// SubjectAccessReview per scrape (cached for a minute) cost the API server
+// nothing; the node agents, one per node, do not do this (docs/install.md).
+func (f *managerFlags) metricsOptions() metricsserver.Options {
+	o := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.metricsSecure, CertDir: f.metricsCertDir, TLSOpts: f.tlsOptions()}
+	if f.metricsSecure {
+		o.FilterProvider = metricsauth.FilterProvider
+	}
+	return o
+}
+
+const managerSummary = "Runs the control plane: the HotKeyPolicy reconciler and the admission webhooks, leader-elected."
+
 // runManager runs the control plane: the HotKeyPolicy reconciler and the
 // admission webhooks, leader-elected.
 func runManager(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
-	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one manager acts")
+	mf := bindManagerFlags(fs)
 	margin := fs.Duration("epoch-margin", controllers.DefaultMargin, "how far ahead of an epoch boundary a split change is announced, and how long a replaced split generation waits for late writes before it is folded")
 	workers := fs.Int("max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many policies reconcile at once, so that one policy's slow Redis does not hold back the others")
 	redisTimeout := fs.Duration("redis-timeout", controllers.DefaultRedisTimeout, "bound on all the Redis work (folds, replica fills) of one reconcile pass")
 	wh := bindWebhookFlags(fs)
 	fc := bindFleetFlags(fs)
+	config.RegisterFlags(fs)
 	opts := zap.Options{}
 	opts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, managerSummary); err != nil {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
 	ctx := ctrl.SetupSignalHandler()
-	cfg := ctrl.GetConfigOrDie()
 
-	whServer, err := prepareWebhookServer(ctx, cfg, wh, fc)
+	whServer, err := prepareWebhookServer(ctx, cfg, wh, fc, mf.tlsOptions())
 	if err != nil {
 		return err
 	}
@@ -47,11 +104,16 @@ func runManager(args []string) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme.New(),
-		Metrics:                metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress: *probeAddr,
-		LeaderElection:         *leaderElect,
+		Metrics:                mf.metricsOptions(),
+		HealthProbeBindAddress: mf.probeAddr,
+		LeaderElection:         mf.leaderElect,
 		LeaderElectionID:       "heatsink-manager.heatsink.dev",
-		WebhookServer:          whServer,
+		// A manager that stops (a rollout, a drain) hands the lease over at
+		// once instead of leaving its successor to wait for it to expire
+		// (15-20 s without a leader on every upgrade, seen on a real
+		// cluster). Safe: the process exits as soon as Start returns.
+		LeaderElectionReleaseOnCancel: true,
+		WebhookServer:                 whServer,
 		// Watch only the ConfigMaps the manager writes (routing tables), not
 		// every ConfigMap of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -63,19 +125,30 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := setupWebhooks(mgr, wh); err != nil {
+	if err := setupWebhooks(ctx, mgr, wh); err != nil {
 		return err
 	}
 	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub}); err != nil {
 		return err
 	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := addHealthChecks(mgr, wh.enabled); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// addHealthChecks: alive once the process serves; ready once the webhook
+// server serves (when webhooks are on), so that a Service never sends an
+// admission request to a replica that cannot answer it: with failurePolicy
+// Fail that request would refuse an annotated pod.
+func addHealthChecks(mgr ctrl.Manager, webhooks bool) error {
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if webhooks {
+		return mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker())
+	}
+	return mgr.AddReadyzCheck("readyz", healthz.Ping)
 }
 
 // setupControllers registers the HotKeyPolicy reconciler r (tuned by the

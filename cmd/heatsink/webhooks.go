@@ -33,6 +33,10 @@ const (
 	certSourceDir = "dir"
 )
 
+// managerContainer is the name of the manager's container in its Pod (chart
+// and config/manager), whose image the sidecar gets by default.
+const managerContainer = "manager"
+
 // webhookConfig holds the manager's webhook flags.
 type webhookConfig struct {
 	enabled    bool
@@ -76,9 +80,9 @@ func bindWebhookFlags(fs *flag.FlagSet) *webhookConfig {
 	fs.StringVar(&c.certExtraNames, "webhook-cert-extra-names", "", "comma-separated extra DNS names for the self-signed serving certificate, for webhooks called by URL (e.g. a manager run outside the cluster)")
 	fs.DurationVar(&c.certCheckInterval, "webhook-cert-check-interval", 10*time.Minute, "how often the self-signed certificates are checked for renewal")
 	fs.BoolVar(&c.inject, "enable-sidecar-injection", true, "serve the sidecar injection webhook for pods annotated heatsink.dev/inject")
-	fs.StringVar(&c.proxyImage, "proxy-image", "ghcr.io/heatsink-dev/heatsink:dev", "image of the injected proxy sidecar (runs `heatsink proxy`)")
+	fs.StringVar(&c.proxyImage, "proxy-image", "", "image of the injected proxy sidecar (runs `heatsink proxy`); empty: the manager's own image, read from its Pod ($POD_NAME, container \"manager\"), so an image override of the install cannot leave the sidecars on another version")
 	fs.StringVar(&c.proxyPullPolicy, "proxy-image-pull-policy", "", "pull policy of the injected sidecar: Always, IfNotPresent, Never; empty for the API default")
-	fs.StringVar(&c.detectorAddress, "detector-address", "", "node agent address the injected sidecar sends counts to (UDP) and reads routing tables from (TCP), e.g. the node-local Service heatsink-detector.heatsink-system.svc:7946; empty: the agent's hostPort on the pod's node")
+	fs.StringVar(&c.detectorAddress, "detector-address", "", "node agent address the injected sidecar sends counts to (UDP) and reads routing tables from (TCP), e.g. the node-local Service heatsink-detector.heatsink-system.svc:7946 (in a manifest, heatsink-detector.$(POD_NAMESPACE).svc:7946 follows the install's namespace); empty: the agent's hostPort on the pod's node")
 	fs.BoolVar(&c.routingFile, "inject-routing-file", false, "also mount each policy's routing ConfigMap into injected pods, as a fallback for when the node agent is away (each node's kubelet then watches it)")
 	d := hswebhook.DefaultProxyResources()
 	fs.StringVar(&c.proxyCPURequest, "proxy-cpu-request", d.Requests.Cpu().String(), "CPU request of the injected sidecar")
@@ -104,8 +108,7 @@ func podNamespace() string {
 // prepareWebhookServer builds the webhook server and, with self-signed
 // certificates, loads (or creates) its certificate before the manager starts,
 // so that the server never starts without one.
-func prepareWebhookServer(ctx context.Context, cfg *rest.Config, c *webhookConfig, fc *fleetConfig) (webhook.Server, error) {
-	tlsOpts := []func(*tls.Config){func(t *tls.Config) { t.MinVersion = tls.VersionTLS12 }}
+func prepareWebhookServer(ctx context.Context, cfg *rest.Config, c *webhookConfig, fc *fleetConfig, tlsOpts []func(*tls.Config)) (webhook.Server, error) {
 	switch c.certSource {
 	case certSourceDir:
 	case certSourceSelfSigned:
@@ -214,7 +217,7 @@ func (c *webhookConfig) injectorConfig() (hswebhook.InjectorConfig, error) {
 
 // setupWebhooks registers the admission webhooks and, with self-signed
 // certificates, the rotator that keeps them current on every replica.
-func setupWebhooks(mgr ctrl.Manager, c *webhookConfig) error {
+func setupWebhooks(ctx context.Context, mgr ctrl.Manager, c *webhookConfig) error {
 	if !c.enabled {
 		return nil
 	}
@@ -232,6 +235,12 @@ func setupWebhooks(mgr ctrl.Manager, c *webhookConfig) error {
 	ic, err := c.injectorConfig()
 	if err != nil {
 		return err
+	}
+	if ic.Image == "" {
+		if ic.Image, err = hswebhook.OwnImage(ctx, mgr.GetAPIReader(), podNamespace(), os.Getenv("POD_NAME"), managerContainer); err != nil {
+			return fmt.Errorf("--proxy-image is empty and the manager's own image is unknown: %w", err)
+		}
+		ctrl.Log.Info("sidecar image: the manager's own", "image", ic.Image)
 	}
 	return hswebhook.SetupInjectionWebhook(mgr, ic)
 }

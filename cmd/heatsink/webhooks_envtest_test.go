@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,20 +82,24 @@ func TestSelfSignedWebhookWiring(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := prepareWebhookServer(ctx, cp.Config, wh, nil)
+	srv, err := prepareWebhookServer(ctx, cp.Config, wh, nil, (&managerFlags{}).tlsOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
+	probePort := freePort(t)
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme:                 cp.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
+		HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", probePort),
 		WebhookServer:          srv,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setupWebhooks(mgr, wh); err != nil {
+	if err := setupWebhooks(ctx, mgr, wh); err != nil {
+		t.Fatal(err)
+	}
+	if err := addHealthChecks(mgr, true); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -134,6 +142,27 @@ func TestSelfSignedWebhookWiring(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the API server never got through to the webhook over TLS: %v", err)
 	}
+	// Readiness is the webhook server's: a replica is in the Service only
+	// once it can answer admission requests.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", probePort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "[+]webhook ok") {
+		t.Errorf("readyz %d %q: want 200 with the webhook server's started check", resp.StatusCode, body)
+	}
+	// HTTP/2 is off on the webhook server.
+	conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
+		t.Errorf("the webhook server negotiated %q; HTTP/2 must be off by default", p)
+	}
+	conn.Close()
+
 	got := &corev1.Pod{}
 	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
 		t.Fatal(err)

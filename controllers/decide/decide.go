@@ -34,6 +34,24 @@ type KeyState struct {
 
 func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
 
+// FirstOver is, per key of the state, the earliest moment it records the
+// key over a threshold: while the key is pending (over, sustainFor not yet
+// passed) or since it became hot. Observers (the demo, the end-to-end test)
+// read it from the published state to date a detection.
+func (s State) FirstOver() map[string]time.Time {
+	out := make(map[string]time.Time, len(s.Keys))
+	for _, k := range s.Keys {
+		for _, at := range []*time.Time{k.ReadOverSince, k.WriteOverSince, k.Since} {
+			if at != nil {
+				if cur, ok := out[k.Key]; !ok || at.Before(cur) {
+					out[k.Key] = *at
+				}
+			}
+		}
+	}
+	return out
+}
+
 func (k *KeyState) idle() bool {
 	return !k.hot() && k.ReadOverSince == nil && k.WriteOverSince == nil
 }

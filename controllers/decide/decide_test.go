@@ -507,3 +507,19 @@ func TestShrinkNeedsTheHysteresisBand(t *testing.T) {
 		})
 	}
 }
+
+func TestStateFirstOver(t *testing.T) {
+	at := func(s int) *time.Time { v := t0.Add(time.Duration(s) * time.Second); return &v }
+	st := State{Keys: []KeyState{
+		{Key: "pending", ReadOverSince: at(5)},
+		{Key: "both", ReadOverSince: at(9), WriteOverSince: at(7)},
+		{Key: "hot", ReadHot: true, Since: at(3), WriteOverSince: at(8)},
+		{Key: "cooling", ReadHot: true, Since: at(1), ReadUnderSince: at(2)},
+		{Key: "idle"},
+	}}
+	got := st.FirstOver()
+	want := map[string]time.Time{"pending": *at(5), "both": *at(7), "hot": *at(3), "cooling": *at(1)}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("FirstOver (-want +got):\n%s", d)
+	}
+}

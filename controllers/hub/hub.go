@@ -109,6 +109,11 @@ type policy struct {
 	nodes   map[string]int
 	dir     fleet.Directive
 	routing *fleet.Routing
+	// dirLine and routingLine are dir and routing as stream lines, encoded
+	// once: sent to every node hosting the policy's pods.
+	dirLine, routingLine []byte
+	// pinsAt is when the sweep last chose the pins.
+	pinsAt time.Time
 	// mitigated are the keys of the published table (pinned: their cooling
 	// must be measured exactly).
 	mitigated []string
@@ -271,8 +276,9 @@ func (h *Hub) RemovePolicy(id string) {
 		return
 	}
 	delete(h.policies, id)
+	line := h.encode(fleet.Event{Type: fleet.TypePolicyRemoved, Removed: id})
 	for n := range p.nodes {
-		h.send(n, fleet.Event{Type: fleet.TypePolicyRemoved, Removed: id})
+		h.sendLine(n, line)
 	}
 }
 
@@ -294,9 +300,10 @@ func (h *Hub) SetRouting(id string, version int64, table []byte, mitigated []str
 	}
 	p.routing = &fleet.Routing{Policy: id, Version: version, Table: table}
 	p.mitigated = mitigated
-	ev := fleet.Event{Type: fleet.TypeRouting, Routing: p.routing}
+	// Encoded once, whatever the number of nodes it goes to.
+	p.routingLine = h.encode(fleet.Event{Type: fleet.TypeRouting, Routing: p.routing})
 	for n := range p.nodes {
-		h.send(n, ev)
+		h.sendLine(n, p.routingLine)
 	}
 	h.metrics.routingPushes.Inc()
 }
@@ -363,7 +370,7 @@ func (h *Hub) removePod(name string) {
 		p.nodes[nodeName]--
 		if p.nodes[nodeName] <= 0 {
 			delete(p.nodes, nodeName)
-			h.send(nodeName, fleet.Event{Type: fleet.TypePolicyRemoved, Removed: p.id})
+			h.sendLine(nodeName, h.encode(fleet.Event{Type: fleet.TypePolicyRemoved, Removed: p.id}))
 			h.refreshDirective(p, nil, false)
 			h.setExpected(p)
 		}
@@ -402,8 +409,9 @@ func (h *Hub) refreshDirective(p *policy, pins []string, force bool) {
 	p.vmu.Lock()
 	p.view.setPins(pins, next.Version)
 	p.vmu.Unlock()
+	p.dirLine = h.encode(fleet.Event{Type: fleet.TypePolicy, Directive: &p.dir})
 	for n := range p.nodes {
-		h.send(n, fleet.Event{Type: fleet.TypePolicy, Directive: &p.dir})
+		h.sendLine(n, p.dirLine)
 	}
 	h.metrics.directives.Inc()
 }
@@ -420,11 +428,11 @@ func pinsOf(v *view) []string {
 
 // sendPolicy sends a node everything about a policy it now hosts.
 func (h *Hub) sendPolicy(nodeName string, p *policy) {
-	if p.hasParams && p.dir.Version != 0 {
-		h.send(nodeName, fleet.Event{Type: fleet.TypePolicy, Directive: &p.dir})
+	if p.hasParams && p.dirLine != nil {
+		h.sendLine(nodeName, p.dirLine)
 	}
-	if p.routing != nil {
-		h.send(nodeName, fleet.Event{Type: fleet.TypeRouting, Routing: p.routing})
+	if p.routingLine != nil {
+		h.sendLine(nodeName, p.routingLine)
 	}
 }
 
@@ -437,5 +445,5 @@ func (h *Hub) sendPods(nodeName string) {
 			pods = append(pods, p)
 		}
 	}
-	h.send(nodeName, fleet.Event{Type: fleet.TypePods, Pods: pods})
+	h.sendLine(nodeName, h.encode(fleet.Event{Type: fleet.TypePods, Pods: pods}))
 }

@@ -187,7 +187,7 @@ func (h *Hub) attach(nodeName string, st *agentStream) {
 		}
 	}
 	h.sendPods(nodeName)
-	h.send(nodeName, fleet.Event{Type: fleet.TypeSynced})
+	h.sendLine(nodeName, h.encode(fleet.Event{Type: fleet.TypeSynced}))
 }
 
 func (h *Hub) detach(nodeName string, st *agentStream) {
@@ -214,19 +214,24 @@ func (h *Hub) connectedLocked() int {
 	return c
 }
 
-// send queues an event for a node's agent, if connected; h.mu must be held.
-// An agent whose queue is full is disconnected (it reconnects and resyncs).
-func (h *Hub) send(nodeName string, ev fleet.Event) {
-	n := h.nodes[nodeName]
-	if n == nil || n.stream == nil {
-		return
-	}
+// encode turns an event into a stream line.
+func (h *Hub) encode(ev fleet.Event) []byte {
 	line, err := json.Marshal(ev)
 	if err != nil {
 		h.opts.Log.Error(err, "encoding fleet event")
+		return nil
+	}
+	return append(line, '\n')
+}
+
+// sendLine queues an encoded event for a node's agent, if connected; h.mu
+// must be held. An agent whose queue is full is disconnected (it reconnects
+// and resyncs).
+func (h *Hub) sendLine(nodeName string, line []byte) {
+	n := h.nodes[nodeName]
+	if n == nil || n.stream == nil || line == nil {
 		return
 	}
-	line = append(line, '\n')
 	select {
 	case n.stream.out <- line:
 		h.metrics.events.Inc()
@@ -264,27 +269,53 @@ func (h *Hub) sweepLoop(ctx context.Context) {
 	}
 }
 
+// pinEvery is how often a policy's pins are chosen again: often enough
+// that a key entering the warm band is pinned well within sustainFor, rarely
+// enough that a thousand nodes' views are not snapshotted ten times a second.
+const pinEvery = 250 * time.Millisecond
+
 func (h *Hub) sweep() {
 	now := h.opts.Clock.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	type item struct {
+		p         *policy
+		params    Params
+		mitigated []string
+	}
+	h.mu.RLock()
+	items := make([]item, 0, len(h.policies))
 	for _, p := range h.policies {
-		if !p.hasParams {
-			continue
+		if p.hasParams {
+			items = append(items, item{p, p.params, p.mitigated})
 		}
-		maxAge := StaleAfterIntervals * p.params.ReportInterval
+	}
+	h.mu.RUnlock()
+	// Each policy under its own lock only: summaries of other policies go
+	// on being applied meanwhile.
+	for _, it := range items {
+		p := it.p
+		maxAge := StaleAfterIntervals * it.params.ReportInterval
 		p.vmu.Lock()
 		p.view.expire(now, maxAge)
 		p.view.rebandAll()
 		changed := p.view.takeBandChange()
-		snap := p.view.snapshot(now, maxAge, maxAge)
-		limit := 2 * int(max(p.params.TopK, 8))
-		pins := p.view.pinCandidates(&snap, p.mitigated, p.params.Thresholds, limit)
+		var pins []string
+		repin := now.Sub(p.pinsAt) >= pinEvery
+		if repin {
+			p.pinsAt = now
+			snap := p.view.snapshot(now, maxAge, maxAge)
+			pins = p.view.pinCandidates(&snap, it.mitigated, it.params.Thresholds, 2*int(max(it.params.TopK, 8)))
+		}
 		p.vmu.Unlock()
 		if changed {
 			h.trigger(p)
 		}
-		h.refreshDirective(p, pins, false)
+		if repin {
+			h.mu.Lock()
+			if h.policies[p.id] == p {
+				h.refreshDirective(p, pins, false)
+			}
+			h.mu.Unlock()
+		}
 	}
 }
 

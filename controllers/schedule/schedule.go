@@ -39,9 +39,9 @@ func Current(now time.Time, s *v1alpha1.Schedule) (ev Event, ok bool, err error)
 			return Event{}, false, nil
 		}
 	case s.Start == nil && s.Cron != "":
-		sched, loc, err := parse(s)
+		sched, loc, err := Parse(s)
 		if err != nil {
-			return Event{}, false, err
+			return Event{}, false, fmt.Errorf("schedule %q: %w", s.Name, err)
 		}
 		// The first start after now−duration is the first occurrence that
 		// has not ended by now.
@@ -56,21 +56,44 @@ func Current(now time.Time, s *v1alpha1.Schedule) (ev Event, ok bool, err error)
 	return Event{Name: s.Name, PrewarmAt: start.Add(-lead), Start: start, End: start.Add(dur)}, true, nil
 }
 
-func parse(s *v1alpha1.Schedule) (cron.Schedule, *time.Location, error) {
-	if strings.HasPrefix(strings.TrimSpace(s.Cron), "CRON_TZ=") || strings.HasPrefix(strings.TrimSpace(s.Cron), "TZ=") {
-		return nil, nil, fmt.Errorf("schedule %q: set the time zone in timeZone, not in cron", s.Name)
+// FieldError is a schedule field that cannot be evaluated: Field is its
+// name within the schedule (cron or timeZone), so the admission webhook can
+// point at it and the manager can name it in status.
+type FieldError struct {
+	Field  string
+	Value  string
+	Detail string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s %q: %s", e.Field, e.Value, e.Detail)
+}
+
+// Parse is the one parser of a schedule's cron and timeZone, used by the
+// admission webhook (to refuse what the manager could not evaluate) and by
+// the manager. A schedule with a start has neither. The error is a
+// *FieldError.
+func Parse(s *v1alpha1.Schedule) (cron.Schedule, *time.Location, error) {
+	if s.Cron == "" {
+		if s.TimeZone != "" {
+			return nil, nil, &FieldError{"timeZone", s.TimeZone, "timeZone applies to cron only; start carries its own offset, e.g. 2026-11-27T00:00:00+01:00"}
+		}
+		return nil, nil, nil
+	}
+	if c := strings.TrimSpace(s.Cron); strings.HasPrefix(c, "CRON_TZ=") || strings.HasPrefix(c, "TZ=") {
+		return nil, nil, &FieldError{"cron", s.Cron, "set the time zone in timeZone, not in cron"}
 	}
 	loc := time.UTC
 	if s.TimeZone != "" {
 		l, err := time.LoadLocation(s.TimeZone)
 		if err != nil {
-			return nil, nil, fmt.Errorf("schedule %q: timeZone %q: %w", s.Name, s.TimeZone, err)
+			return nil, nil, &FieldError{"timeZone", s.TimeZone, "unknown IANA time zone; use a name such as Europe/Paris or UTC"}
 		}
 		loc = l
 	}
 	sched, err := cron.ParseStandard(s.Cron)
 	if err != nil {
-		return nil, nil, fmt.Errorf("schedule %q: cron %q: %w", s.Name, s.Cron, err)
+		return nil, nil, &FieldError{"cron", s.Cron, "not a five-field cron expression (minute hour day-of-month month day-of-week), such as \"0 9 * * 1-5\": " + err.Error()}
 	}
 	return sched, loc, nil
 }

@@ -91,3 +91,39 @@ func FuzzCurrent(f *testing.F) {
 		}
 	})
 }
+
+// TestParseNamesTheField checks that the one schedule parser (used by the
+// admission webhook and the manager) says which field is wrong.
+func TestParseNamesTheField(t *testing.T) {
+	start := &metav1.Time{Time: time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)}
+	tests := map[string]struct {
+		s         v1alpha1.Schedule
+		wantField string // empty: valid
+	}{
+		"one-off":                 {s: v1alpha1.Schedule{Start: start}},
+		"cron in UTC":             {s: v1alpha1.Schedule{Cron: "0 9 * * 1-5"}},
+		"cron in a zone":          {s: v1alpha1.Schedule{Cron: "0 9 * * *", TimeZone: "Europe/Paris"}},
+		"six fields":              {s: v1alpha1.Schedule{Cron: "0 0 9 * * *"}, wantField: "cron"},
+		"minute 61":               {s: v1alpha1.Schedule{Cron: "61 * * * *"}, wantField: "cron"},
+		"CRON_TZ prefix":          {s: v1alpha1.Schedule{Cron: "CRON_TZ=UTC 0 9 * * *"}, wantField: "cron"},
+		"TZ prefix":               {s: v1alpha1.Schedule{Cron: "TZ=UTC 0 9 * * *"}, wantField: "cron"},
+		"unknown zone":            {s: v1alpha1.Schedule{Cron: "0 9 * * *", TimeZone: "Mars/Olympus_Mons"}, wantField: "timeZone"},
+		"zone on a one-off start": {s: v1alpha1.Schedule{Start: start, TimeZone: "Europe/Paris"}, wantField: "timeZone"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := Parse(&tc.s)
+			got := ""
+			if err != nil {
+				fe, ok := err.(*FieldError)
+				if !ok {
+					t.Fatalf("error %v is a %T, want *FieldError", err, err)
+				}
+				got = fe.Field
+			}
+			if got != tc.wantField {
+				t.Errorf("field = %q (err %v), want %q", got, err, tc.wantField)
+			}
+		})
+	}
+}

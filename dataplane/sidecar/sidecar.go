@@ -72,6 +72,15 @@ type Config struct {
 	// on one host (the demo) each need their own.
 	SourceAddr string
 	Logger     *slog.Logger
+	// Registry receives every metric of the sidecar and is what /metrics
+	// serves; a new registry if nil.
+	Registry Registry
+}
+
+// Registry is a Prometheus registry: collectors in, metrics out.
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
 }
 
 // Run serves until ctx ends, then drains.
@@ -87,7 +96,10 @@ func Run(ctx context.Context, cfg Config) error {
 	rctx, stopReturning := context.WithCancel(ctx)
 	defer stopReturning()
 	go returnMemory(rctx, 5*time.Second)
-	reg := prometheus.NewRegistry()
+	var reg Registry = prometheus.NewRegistry()
+	if cfg.Registry != nil {
+		reg = cfg.Registry
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// p is set below, before the engine's client sends anything.
@@ -96,6 +108,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer rc.Close()
 	eng := engine.New(rc, engine.Options{Registerer: reg})
 	defer eng.Close()
+	sm := newSidecarMetrics(reg)
 
 	pcfg := proxy.Config{
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
@@ -113,13 +126,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer dc.Close()
 		pcfg.Observer = dc
+		registerDetectorStats(reg, dc)
 	}
 	p, err := proxy.New(pcfg)
 	if err != nil {
 		return err
 	}
 
-	if err := startWatcher(ctx, cfg, eng, log); err != nil {
+	if err := startWatcher(ctx, cfg, eng, sm, log); err != nil {
 		return err
 	}
 
@@ -176,7 +190,7 @@ func engineClient(cfg Config, proxyOf func() *proxy.Proxy) redis.UniversalClient
 // agent (the detector address, over TCP), and from the mounted file. The
 // sidecar holds no API credentials. Without a policy there is nothing to
 // follow and the proxy only forwards and reports.
-func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, log *slog.Logger) error {
+func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidecarMetrics, log *slog.Logger) error {
 	if cfg.Policy == "" {
 		log.Info("no policy configured: routing table not followed")
 		return nil
@@ -186,8 +200,9 @@ func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, log *slog
 	}
 	opts := watch.Options{
 		Agent: cfg.Detector, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
-		OnTable: func(t *routing.Table) { eng.SetTable(t) },
+		OnTable: func(t *routing.Table) { eng.SetTable(t); sm.table(t) },
 		OnReject: func(src watch.Source, err error) {
+			sm.reject(src)
 			log.Warn("routing table rejected; keeping the last good one", "source", string(src), "err", err)
 		},
 		Log: logr.FromSlogHandler(log.Handler()),

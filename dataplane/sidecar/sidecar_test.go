@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,4 +102,60 @@ func TestSidecarFollowsRoutingFile(t *testing.T) {
 	if strings.Contains(metrics, "\"hot\"") {
 		t.Error("/metrics carries a Redis key as a label value")
 	}
+}
+
+// metricValue reads an unlabelled sample of the text exposition.
+func metricValue(metrics, name string) (float64, bool) {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestSidecarExportsRoutingVersionAndDrops checks the sidecar's own metrics:
+// the version of the routing table it obeys, and the counts it failed to
+// send to its node agent (here, none is listening).
+func TestSidecarExportsRoutingVersionAndDrops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	srv := redistest.Standalone(t)
+	file := filepath.Join(t.TempDir(), "routing.json")
+	table := `{"schemaVersion":1,"policy":"ns/p","version":7,"epochMillis":60000,"entries":[]}`
+	if err := os.WriteFile(file, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A loopback port nobody listens on, for UDP counts and TCP routing.
+	gone := listen(t)
+	agent := gone.Addr().String()
+	gone.Close()
+	ln, hl := listen(t), listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- sidecar.Run(ctx, sidecar.Config{
+			Listener: ln, HTTPListener: hl, Upstreams: []string{srv.Addr},
+			Policy: "p", Namespace: "ns", RoutingFile: file, Detector: agent,
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	defer c.Close()
+	base := "http://" + hl.Addr().String()
+	eventually.True(t, 20*time.Second, "routing version 7 and failed sends are exported", func() bool {
+		c.Get(context.Background(), "some:key") // an access to report
+		_, metrics := get(t, base+"/metrics")
+		v, ok := metricValue(metrics, "heatsink_proxy_routing_version")
+		errs, _ := metricValue(metrics, "heatsink_proxy_detector_send_errors_total")
+		_, dropped := metricValue(metrics, "heatsink_proxy_detector_observations_dropped_total")
+		return ok && v == 7 && errs > 0 && dropped
+	})
 }

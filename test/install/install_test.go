@@ -80,8 +80,11 @@ var valueSets = map[string][]string{
 	"default":           nil,
 	"ha-certmanager":    {"-f", "testdata/values-ha-certmanager.yaml"},
 	"minimal":           {"-f", "testdata/values-minimal.yaml"},
-	"two-replicas-set":  {"--set", "manager.replicas=2", "--set", "metrics.serviceMonitor.enabled=true"},
+	"one-replica":       {"--set", "manager.replicas=1", "--set", "metrics.serviceMonitor.enabled=true"},
 	"detector-hostport": {"--set", "detector.ingestMode=hostPort", "--set", "rbac.create=false"},
+	"monitoring":        {"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true"},
+	"secret-namespaces": {"--set", "rbac.secretNamespaces={shop,social}", "--set", "manager.metricsSecure=false"},
+	"openshift-style":   {"-f", "testdata/values-openshift.yaml"},
 }
 
 func helmTemplate(t *testing.T, tl tools, args []string) []byte {
@@ -174,8 +177,10 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 	}
 	run(t, ".", tl.kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "testdata/crds")
 	run(t, ".", tl.kubectl, "--kubeconfig", kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", "testdata/crds")
-	if err := cp.CreateNamespace(context.Background(), namespace); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{namespace, "shop", "social"} {
+		if err := cp.CreateNamespace(context.Background(), ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for name, args := range valueSets {
 		t.Run("helm/"+name, func(t *testing.T) {
@@ -199,47 +204,48 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 		}
 		dryRun(t, tl, kubeconfig, m)
 	})
-	t.Run("kustomize/with-certmanager-and-prometheus", func(t *testing.T) {
-		m := run(t, ".", tl.kubectl, "kustomize", optionalComponentsOverlay(t, tl.root))
+	t.Run("kustomize/documented-overlay", func(t *testing.T) {
+		// docs/install.md's overlay: another namespace, another image, every
+		// optional component (cert-manager, Prometheus, Grafana).
+		if err := cp.CreateNamespace(context.Background(), overlayNamespace); err != nil {
+			t.Fatal(err)
+		}
+		m := run(t, ".", tl.kubectl, "kustomize", documentedOverlay(t, tl.root))
 		objs := objects(t, m)
-		checkObjects(t, objs)
+		checkObjectsIn(t, objs, overlayNamespace)
+		checkOverlayReferences(t, m, objs)
 		kinds := summarize(t, objs).Kinds
-		if kinds["Certificate"] != 1 || kinds["Issuer"] != 1 || kinds["ServiceMonitor"] != 1 {
+		if kinds["Certificate"] != 1 || kinds["Issuer"] != 1 || kinds["ServiceMonitor"] != 2 || kinds["PodMonitor"] != 1 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 {
 			t.Errorf("components missing from the build: %v", kinds)
 		}
-		if !bytes.Contains(m, []byte("--webhook-cert-source=dir")) || !bytes.Contains(m, []byte("cert-manager.io/inject-ca-from: heatsink-system/heatsink-webhook")) {
+		if !bytes.Contains(m, []byte("--webhook-cert-source=dir")) {
 			t.Error("the certmanager component did not switch the manager to cert-manager's certificate")
 		}
 		dryRun(t, tl, kubeconfig, m)
 	})
 }
 
-// optionalComponentsOverlay writes an overlay of config/default with the
-// optional components enabled, as a user would, and returns its directory.
-func optionalComponentsOverlay(t *testing.T, root string) string {
-	t.Helper()
-	dir := t.TempDir()
-	// kustomize takes directories outside the overlay, but only by relative path.
-	rel := func(p ...string) string {
-		r, err := filepath.Rel(dir, filepath.Join(append([]string{root, "config"}, p...)...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	k := fmt.Sprintf("resources:\n- %s\ncomponents:\n- %s\n- %s\n", rel("default"), rel("certmanager"), rel("prometheus"))
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // checkObjects asserts what must hold of every install: workloads run
-// restricted, and nothing lands outside the install namespace.
+// restricted with no fixed user (OpenShift's restricted-v2 assigns one), on
+// Linux nodes; the manager is spread and, with replicas, kept through
+// drains; nothing lands outside the install namespace, except Roles a value
+// asks for in application namespaces.
 func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
+	checkObjectsIn(t, objs, namespace)
+}
+
+func checkObjectsIn(t *testing.T, objs []*unstructured.Unstructured, namespace string) {
+	t.Helper()
+	pdbs := map[string]bool{}
 	for _, o := range objs {
-		if ns := o.GetNamespace(); ns != "" && ns != namespace {
+		if o.GetKind() == "PodDisruptionBudget" {
+			sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+			pdbs[sel["app.kubernetes.io/component"]] = true
+		}
+	}
+	for _, o := range objs {
+		if ns := o.GetNamespace(); ns != "" && ns != namespace && !strings.HasSuffix(o.GetName(), "-manager-secrets") {
 			t.Errorf("%s %s in namespace %q, want %q", o.GetKind(), o.GetName(), ns, namespace)
 		}
 		switch o.GetKind() {
@@ -252,6 +258,24 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 		if psc["runAsNonRoot"] != true {
 			t.Errorf("%s: pod securityContext.runAsNonRoot is not true: %v", what, psc)
 		}
+		for _, fixed := range []string{"runAsUser", "runAsGroup", "fsGroup"} {
+			if _, ok := psc[fixed]; ok && !strings.HasPrefix(o.GetName(), "hs-") {
+				t.Errorf("%s: pod securityContext.%s is set: a fixed ID is refused by OpenShift's restricted-v2", what, fixed)
+			}
+		}
+		if os, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "nodeSelector", "kubernetes.io/os"); os != "linux" {
+			t.Errorf("%s: nodeSelector kubernetes.io/os is %q, want linux (the binary is Linux only)", what, os)
+		}
+		if o.GetKind() == "Deployment" {
+			spread, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "topologySpreadConstraints")
+			if len(spread) == 0 {
+				t.Errorf("%s: no topologySpreadConstraints", what)
+			}
+			replicas, _, _ := unstructured.NestedInt64(o.Object, "spec", "replicas")
+			if replicas > 1 && !pdbs["manager"] {
+				t.Errorf("%s: %d replicas and no PodDisruptionBudget", what, replicas)
+			}
+		}
 		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 		for _, c := range containers {
 			cm := c.(map[string]any)
@@ -259,6 +283,9 @@ func checkObjects(t *testing.T, objs []*unstructured.Unstructured) {
 			drop, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "drop")
 			if sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false || fmt.Sprint(drop) != "[ALL]" {
 				t.Errorf("%s container %v is not restricted: %v", what, cm["name"], sc)
+			}
+			if _, ok := sc["runAsUser"]; ok && !strings.HasPrefix(o.GetName(), "hs-") {
+				t.Errorf("%s container %v: securityContext.runAsUser is set", what, cm["name"])
 			}
 			if _, ok := cm["resources"].(map[string]any)["requests"]; !ok {
 				t.Errorf("%s container %v has no resource requests", what, cm["name"])

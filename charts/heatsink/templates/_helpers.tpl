@@ -57,27 +57,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "heatsink.mutatingWebhookConfiguration" -}}heatsink-mutating-webhook-configuration{{- end }}
 {{- define "heatsink.validatingWebhookConfiguration" -}}heatsink-validating-webhook-configuration{{- end }}
 
-{{/* Restricted Pod Security profile, for every pod and container. */}}
-{{- define "heatsink.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
-{{- end }}
-
-{{- define "heatsink.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-privileged: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: ["ALL"]
-seccompProfile:
-  type: RuntimeDefault
-{{- end }}
-
 {{- define "heatsink.fleetService" -}}
 {{ include "heatsink.fullname" . }}-fleet
 {{- end }}
@@ -93,7 +72,8 @@ seccompProfile:
 {{/* Where injected sidecars send their access counts. */}}
 {{- define "heatsink.detectorAddress" -}}
 {{- if eq .Values.detector.ingestMode "service" -}}
-{{ include "heatsink.detectorService" . }}.{{ .Release.Namespace }}.svc:{{ .Values.detector.ingestPort }}
+{{- /* $(POD_NAMESPACE): the kubelet expands it in the manager's args. */ -}}
+{{ include "heatsink.detectorService" . }}.$(POD_NAMESPACE).svc:{{ .Values.detector.ingestPort }}
 {{- else -}}
 {{- /* $$ escapes the reference in the manager's own args; the kubelet expands
      it in the sidecar, from HEATSINK_NODE_IP (status.hostIP). */ -}}

@@ -20,9 +20,15 @@ const Interval = 10 * time.Millisecond
 // returns an error made by Permanent (Poll returns that error at once),
 // timeout passes or ctx ends (Poll returns cond's last error, wrapped).
 func Poll(ctx context.Context, timeout time.Duration, cond func() error) error {
+	return PollEvery(ctx, Interval, timeout, cond)
+}
+
+// PollEvery is Poll with another interval, for a condition that is costly
+// to check (a request to a loaded API server, a process to run).
+func PollEvery(ctx context.Context, interval, timeout time.Duration, cond func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(Interval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		err := cond()

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the CLI tests run this test binary as the heatsink command:
+// with HEATSINK_CLI_SELF=1 it is main, with its real exit code and streams.
+func TestMain(m *testing.M) {
+	if os.Getenv("HEATSINK_CLI_SELF") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func heatsink(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "HEATSINK_CLI_SELF=1", "KUBECONFIG=", "HOME="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), out.String(), errb.String()
+		}
+		t.Fatal(err)
+	}
+	return 0, out.String(), errb.String()
+}
+
+// TestCLIConventions checks the command line as a user meets it: help exits
+// 0 on stdout and lists every command, every error is printed once on
+// stderr, usage errors exit 2 and runtime errors 1, there is a version and
+// a --kubeconfig.
+func TestCLIConventions(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")
+	tests := map[string]struct {
+		args       []string
+		wantCode   int
+		wantStdout []string // each must appear
+		wantStderr string   // must appear exactly once
+	}{
+		"--help":                  {args: []string{"--help"}, wantStdout: []string{"manager", "detector", "proxy", "version", "help"}},
+		"-h":                      {args: []string{"-h"}, wantStdout: []string{"manager", "detector", "proxy"}},
+		"help":                    {args: []string{"help"}, wantStdout: []string{"manager", "detector", "proxy", "version"}},
+		"help manager":            {args: []string{"help", "manager"}, wantStdout: []string{"--kubeconfig", "--metrics-secure", "--enable-http2", "--proxy-image"}},
+		"manager --help":          {args: []string{"manager", "--help"}, wantStdout: []string{"Usage: heatsink manager", "--kubeconfig", "--leader-elect"}},
+		"detector --help":         {args: []string{"detector", "--help"}, wantStdout: []string{"Usage: heatsink detector", "--node-name", "--manager-address"}},
+		"proxy --help":            {args: []string{"proxy", "--help"}, wantStdout: []string{"Usage: heatsink proxy", "--upstream"}},
+		"version":                 {args: []string{"version"}, wantStdout: []string{"heatsink ", "go1."}},
+		"--version":               {args: []string{"--version"}, wantStdout: []string{"heatsink "}},
+		"no command":              {wantCode: 2, wantStderr: "Usage:"},
+		"unknown command":         {args: []string{"frobnicate"}, wantCode: 2, wantStderr: `unknown command "frobnicate"`},
+		"unknown flag":            {args: []string{"manager", "--bogus"}, wantCode: 2, wantStderr: "flag provided but not defined: -bogus"},
+		"stray argument":          {args: []string{"version", "extra"}, wantCode: 2, wantStderr: "unexpected arguments: extra"},
+		"bad flag value":          {args: []string{"proxy", "--max-bulk=0"}, wantCode: 2, wantStderr: "--max-bulk must be positive"},
+		"detector without node":   {args: []string{"detector", "--node-name="}, wantCode: 2, wantStderr: "--node-name or $NODE_NAME is required"},
+		"manager, bad kubeconfig": {args: []string{"manager", "--kubeconfig=" + missing}, wantCode: 1, wantStderr: missing},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			code, stdout, stderr := heatsink(t, tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout, stderr)
+			}
+			for _, w := range tc.wantStdout {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout)
+				}
+			}
+			if tc.wantCode == 0 && stderr != "" {
+				t.Errorf("stderr is not empty on success:\n%s", stderr)
+			}
+			if tc.wantStderr != "" {
+				if n := strings.Count(stderr, tc.wantStderr); n != 1 {
+					t.Errorf("stderr holds %q %d times, want once:\n%s", tc.wantStderr, n, stderr)
+				}
+				if stdout != "" {
+					t.Errorf("an error wrote to stdout:\n%s", stdout)
+				}
+			}
+		})
+	}
+}

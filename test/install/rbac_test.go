@@ -1,0 +1,159 @@
+package install
+
+import (
+	"context"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
+)
+
+// applyRBAC creates the RBAC objects (and ServiceAccounts) of a rendered
+// chart, so the API server's authorizer decides with exactly those rules.
+func applyRBAC(t *testing.T, cp *controlplane.ControlPlane, manifest []byte) []*unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
+	var out []*unstructured.Unstructured
+	for _, o := range objects(t, manifest) {
+		switch o.GetKind() {
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount":
+		default:
+			continue
+		}
+		if ns := o.GetNamespace(); ns != "" {
+			if err := cp.CreateNamespace(ctx, ns); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cp.Client.Create(ctx, o); err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func can(t *testing.T, cp *controlplane.ControlPlane, user string, groups []string, attrs authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &attrs}}
+	if err := cp.Client.Create(context.Background(), sar); err != nil {
+		t.Fatal(err)
+	}
+	return sar.Status.Allowed
+}
+
+// TestAggregatedRolesLetTeamsWritePolicies checks the chart's ClusterRoles
+// for the built-in roles: labelled for aggregation into edit/admin and view,
+// and, bound in a namespace as the aggregation binds them, letting an
+// editor write policies and a viewer only read them. (The aggregation itself
+// is kube-controller-manager's, which a bare API server does not run.)
+func TestAggregatedRolesLetTeamsWritePolicies(t *testing.T) {
+	tl := findTools(t)
+	cp := testenv.Start(t, controlplane.Options{})
+	ctx := context.Background()
+	objs := applyRBAC(t, cp, helmTemplate(t, tl, nil))
+	labels := map[string]map[string]string{}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" {
+			labels[o.GetName()] = o.GetLabels()
+		}
+	}
+	if labels["heatsink-edit"]["rbac.authorization.k8s.io/aggregate-to-edit"] != "true" || labels["heatsink-edit"]["rbac.authorization.k8s.io/aggregate-to-admin"] != "true" {
+		t.Errorf("heatsink-edit is not aggregated into edit and admin: %v", labels["heatsink-edit"])
+	}
+	if labels["heatsink-view"]["rbac.authorization.k8s.io/aggregate-to-view"] != "true" {
+		t.Errorf("heatsink-view is not aggregated into view: %v", labels["heatsink-view"])
+	}
+	if err := cp.CreateNamespace(ctx, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	for user, role := range map[string]string{"alice": "heatsink-edit", "bob": "heatsink-view"} {
+		rb := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+			"metadata": map[string]any{"name": user, "namespace": "shop"},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+			"subjects": []any{map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}},
+		}}
+		if err := cp.Client.Create(ctx, rb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as := func(user string) client.Client {
+		cfg := rest.CopyConfig(cp.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		c, err := client.New(cfg, client.Options{Scheme: cp.Scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	newPolicy := func(name string) *v1alpha1.HotKeyPolicy {
+		p := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}}
+		p.Spec.Target.Addresses = []string{"redis.shop.svc:6379"}
+		return p
+	}
+	alice, bob := as("alice"), as("bob")
+	if err := alice.Create(ctx, newPolicy("catalogue")); err != nil {
+		t.Fatalf("an editor cannot create a policy: %v", err)
+	}
+	if err := bob.Create(ctx, newPolicy("other")); !apierrors.IsForbidden(err) {
+		t.Errorf("a viewer created a policy (err %v)", err)
+	}
+	got := &v1alpha1.HotKeyPolicy{}
+	if err := bob.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "catalogue"}, got); err != nil {
+		t.Errorf("a viewer cannot read a policy: %v", err)
+	}
+	if err := bob.List(ctx, &v1alpha1.HotKeyReportList{}, client.InNamespace("shop")); err != nil {
+		t.Errorf("a viewer cannot list reports: %v", err)
+	}
+	if err := alice.Delete(ctx, got); err != nil {
+		t.Errorf("an editor cannot delete a policy: %v", err)
+	}
+}
+
+// TestManagerSecretAccess checks what the manager may do with Secrets:
+// get, never list or watch; in every namespace by default, and only in the
+// listed ones with rbac.secretNamespaces.
+func TestManagerSecretAccess(t *testing.T) {
+	tl := findTools(t)
+	for name, tc := range map[string]struct {
+		args               []string
+		shopGet, socialGet bool
+	}{
+		"default: get in every namespace": {nil, true, true},
+		"narrowed to shop":                {[]string{"--set", "rbac.secretNamespaces={shop}"}, true, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cp := testenv.Start(t, controlplane.Options{})
+			applyRBAC(t, cp, helmTemplate(t, tl, tc.args))
+			const sa = "system:serviceaccount:" + namespace + ":heatsink-manager"
+			groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+			secret := func(ns, verb string) bool {
+				return can(t, cp, sa, groups, authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Resource: "secrets"})
+			}
+			if got := secret("shop", "get"); got != tc.shopGet {
+				t.Errorf("get secrets in shop: %v, want %v", got, tc.shopGet)
+			}
+			if got := secret("social", "get"); got != tc.socialGet {
+				t.Errorf("get secrets in social: %v, want %v", got, tc.socialGet)
+			}
+			for _, verb := range []string{"list", "watch"} {
+				if secret("shop", verb) {
+					t.Errorf("the manager may %s secrets in shop: it reads them by name only", verb)
+				}
+			}
+			// Its own namespace: the webhook certificate and fleet token.
+			if !secret(namespace, "create") {
+				t.Error("the manager cannot create its certificate Secret in its own namespace")
+			}
+		})
+	}
+}
