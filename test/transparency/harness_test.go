@@ -116,9 +116,10 @@ func play(t *testing.T, tg target, sc scenario, proto int) transcript {
 	// run names this play: pub/sub channels carry it, because in a
 	// cluster a message published in an earlier play can still be on its
 	// way over the cluster bus to another node. Recorded frames show it as
-	// "####" (the same length, so bulk lengths stay comparable).
+	// "####" (the same length, so bulk lengths stay comparable). The name
+	// starts with a letter so that no number in a reply can contain it.
 	plays++
-	run := fmt.Sprintf("%04d", plays%10000)
+	run := fmt.Sprintf("z%03d", plays%1000)
 	vars := map[string]string{"run": run}
 	out := transcript{}
 	record := func(name, frame string) {
@@ -393,11 +394,28 @@ func diffTranscripts(want, got transcript) string {
 			}
 			if wf != gf {
 				fmt.Fprintf(&b, "client %s frame %d:\n  direct: %q\n  proxy:  %q\n", n, i, trim(wf), trim(gf))
+				if at := firstDiff(wf, gf); at > 300 {
+					fmt.Fprintf(&b, "  first difference at byte %d:\n  direct: %q\n  proxy:  %q\n", at, around(wf, at), around(gf, at))
+				}
 				break
 			}
 		}
 	}
 	return b.String()
+}
+
+// firstDiff is the offset of the first byte where a and b differ.
+func firstDiff(a, b string) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// around is up to 60 bytes of s either side of at.
+func around(s string, at int) string {
+	return s[max(0, at-60):min(len(s), at+60)]
 }
 
 func trim(s string) string {
