@@ -238,6 +238,7 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 		Policy:        policy.Namespace + "/" + policy.Name,
 		EpochMillis:   spec.Mitigations.Split.Epoch.Milliseconds(),
 		Entries:       entries,
+		LocalCache:    cacheSettings(&spec.Mitigations.LocalCache),
 	}
 	tableJSON, err := versioned(t, prev)
 	if err != nil {
@@ -252,6 +253,16 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 		c.draining = len(entries)
 	}
 	return c, nil
+}
+
+// cacheSettings are the table-wide settings of every reader's local cache:
+// the policy's bounds and tracking, nil when the policy does not allow local
+// caching (no entry then asks a reader to cache).
+func cacheSettings(c *v1alpha1.LocalCache) *routing.CacheSettings {
+	if !c.IsEnabled() {
+		return nil
+	}
+	return &routing.CacheSettings{Tracking: c.Tracking, MaxEntries: int64(c.MaxEntries), MaxBytes: c.MaxBytes}
 }
 
 // versioned sets t's version and serialises it. Same entries and epoch

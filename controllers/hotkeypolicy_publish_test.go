@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,7 +40,9 @@ func tableJSON(t *testing.T, version, epochMillis int64, entries []routing.Entry
 	if entries == nil {
 		entries = []routing.Entry{}
 	}
-	b, err := (&routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "ns/p", Version: version, EpochMillis: epochMillis, Entries: entries}).Marshal()
+	_, spec := publishFixture()
+	b, err := (&routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "ns/p", Version: version, EpochMillis: epochMillis, Entries: entries,
+		LocalCache: cacheSettings(&spec.Mitigations.LocalCache)}).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +179,56 @@ func TestPublishVersionSequence(t *testing.T) {
 				if !s.statusLost {
 					status = max(status, c.version) // as buildStatus does
 				}
+			}
+		})
+	}
+}
+
+// TestTableCarriesCacheSettings: spec.mitigations.localCache's maxEntries,
+// maxBytes and tracking travel in the routing table, where every reader
+// applies them (dataplane/engine TestTableCacheSettings and
+// TestTableCacheBounds show a reader doing so), and changing one is a new
+// table version. A policy that forbids local caching sends none.
+func TestTableCarriesCacheSettings(t *testing.T) {
+	publishAt := func(t *testing.T, edit func(*v1alpha1.LocalCache), prev *published) (*routing.Table, routingContent) {
+		t.Helper()
+		policy, spec := publishFixture()
+		edit(&spec.Mitigations.LocalCache)
+		c, err := newRoutingContent(policy, spec, prev, &decide.Output{}, &decide.Output{Entries: entriesA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl, err := routing.Parse([]byte(c.tableJSON))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tbl, c
+	}
+	for name, tc := range map[string]struct {
+		edit func(*v1alpha1.LocalCache)
+		want *routing.CacheSettings
+	}{
+		"defaults": {edit: func(*v1alpha1.LocalCache) {},
+			want: &routing.CacheSettings{MaxEntries: v1alpha1.DefaultMaxEntries, MaxBytes: v1alpha1.DefaultMaxBytes}},
+		"mitigations.localCache.maxEntries": {edit: func(c *v1alpha1.LocalCache) { c.MaxEntries = 7 },
+			want: &routing.CacheSettings{MaxEntries: 7, MaxBytes: v1alpha1.DefaultMaxBytes}},
+		"mitigations.localCache.maxBytes": {edit: func(c *v1alpha1.LocalCache) { c.MaxBytes = 4096 },
+			want: &routing.CacheSettings{MaxEntries: v1alpha1.DefaultMaxEntries, MaxBytes: 4096}},
+		"mitigations.localCache.tracking": {edit: func(c *v1alpha1.LocalCache) { c.Tracking = true },
+			want: &routing.CacheSettings{Tracking: true, MaxEntries: v1alpha1.DefaultMaxEntries, MaxBytes: v1alpha1.DefaultMaxBytes}},
+		"local caching forbidden": {edit: func(c *v1alpha1.LocalCache) { c.Enabled = new(false) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			base, baseContent := publishAt(t, func(*v1alpha1.LocalCache) {}, newPublished(0, nil, routingDoc{}))
+			cm := routingCM(t, baseContent.tableJSON, true)
+			doc, _, _ := parseRouting(cm.Data)
+			tbl, c := publishAt(t, tc.edit, newPublished(base.Version, cm, doc))
+			if d := cmp.Diff(tc.want, tbl.LocalCache); d != "" {
+				t.Errorf("table's localCache (-want +got):\n%s", d)
+			}
+			changed := cmp.Diff(base.LocalCache, tbl.LocalCache) != ""
+			if wantVersion := base.Version + map[bool]int64{false: 0, true: 1}[changed]; c.version != wantVersion {
+				t.Errorf("version %d after a change %v, want %d", c.version, changed, wantVersion)
 			}
 		})
 	}

@@ -47,6 +47,25 @@ type Table struct {
 	EpochMillis int64 `json:"epochMillis"`
 	// Entries are the mitigated keys, sorted by Key, at most one per key.
 	Entries []Entry `json:"entries"`
+	// LocalCache holds the policy's settings for the local cache of every
+	// reader (sidecar or in-process hook), absent when the policy leaves
+	// them to the reader's defaults. Optional: a reader that predates it
+	// ignores it (JSON decoding skips unknown fields), which keeps the
+	// schema version at 1.
+	LocalCache *CacheSettings `json:"localCache,omitempty"`
+}
+
+// CacheSettings are the table-wide settings of the readers' local caches
+// (the policy's spec.mitigations.localCache).
+type CacheSettings struct {
+	// Tracking turns on server-assisted invalidation (CLIENT TRACKING) for
+	// cached keys: a write made anywhere drops the cached value within a
+	// network delay instead of at the end of its TTL.
+	Tracking bool `json:"tracking,omitempty"`
+	// MaxEntries and MaxBytes bound each reader's cache (0: the reader's
+	// own default).
+	MaxEntries int64 `json:"maxEntries,omitempty"`
+	MaxBytes   int64 `json:"maxBytes,omitempty"`
 }
 
 // Entry says how to treat one logical key. Several mitigations may be set
@@ -150,6 +169,9 @@ func (t *Table) Validate() error {
 	}
 	if t.EpochMillis <= 0 {
 		return errors.New("routing table: epochMillis must be positive")
+	}
+	if c := t.LocalCache; c != nil && (c.MaxEntries < 0 || c.MaxBytes < 0) {
+		return errors.New("routing table: localCache.maxEntries and maxBytes must not be negative")
 	}
 	for i := range t.Entries {
 		e := &t.Entries[i]

@@ -312,7 +312,9 @@ type LocalCache struct {
 	MaxBytes int64 `json:"maxBytes,omitempty"`
 
 	// tracking enables server-assisted invalidation (RESP3 CLIENT TRACKING) so
-	// a write from outside heatsink invalidates cached values. Default: false.
+	// a write from outside heatsink invalidates cached values within a network
+	// delay instead of at the end of their TTL. It costs one connection per
+	// Redis node per sidecar. Default: false.
 	// +optional
 	Tracking bool `json:"tracking,omitempty"`
 }

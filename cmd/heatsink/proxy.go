@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
@@ -63,11 +64,20 @@ func runProxy(args []string) error {
 	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes (HEATSINK_MAX_BULK)")
 	eventLoop := fs.Bool("event-loop", !envBool("HEATSINK_NO_EVENT_LOOP"), "serve stateless clients from one epoll event loop (Linux, plaintext upstream); false gives every client a goroutine (HEATSINK_NO_EVENT_LOOP=true)")
 	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz (HEATSINK_HTTP_ADDRESS)")
+	replyTimeout := fs.String("reply-timeout", env("HEATSINK_REPLY_TIMEOUT", "0"), "if set (e.g. 30s), the longest the proxy waits for a Redis reply before answering an error; 0, the default, waits as long as Redis takes, like a direct connection (HEATSINK_REPLY_TIMEOUT)")
+	maxMemory := fs.String("max-memory", env("HEATSINK_MAX_MEMORY", ""), "the sidecar's memory ceiling (bytes or a quantity such as 192Mi); empty: 75% of the container's memory limit, or 192Mi without one (HEATSINK_MAX_MEMORY)")
 	if err := parseFlags(fs, args, "Runs the sidecar: a RESP proxy on 127.0.0.1 that forwards every command, counts key accesses for the node's detector and applies the policy's routing table. Every flag defaults to its HEATSINK_* variable, which the injector sets."); err != nil {
 		return err
 	}
 	if envErr != nil {
 		return usageError{envErr}
+	}
+	var err error
+	if c.ReplyTimeout, err = time.ParseDuration(*replyTimeout); err != nil || c.ReplyTimeout < 0 {
+		return usageError{fmt.Errorf("--reply-timeout=%q: want a non-negative duration such as 30s or 0", *replyTimeout)}
+	}
+	if c.MaxMemory, err = sidecar.ParseMemory(*maxMemory); err != nil {
+		return usageError{fmt.Errorf("--max-memory: %w", err)}
 	}
 	c.NoEventLoop = !*eventLoop
 	if c.Limits.MaxBulk <= 0 {

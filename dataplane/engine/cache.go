@@ -67,11 +67,11 @@ func (c *cache) seq(key string) uint64 {
 // invalidated since. It reports whether the value was stored.
 func (c *cache) put(key string, seq uint64, val []byte, found bool, expires time.Time) bool {
 	size := int64(len(key) + len(val) + 64)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if size > c.maxBytes {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.seqs[key] != seq {
 		return false
 	}
@@ -137,6 +137,21 @@ func (c *cache) retain(keep func(key string) bool) {
 			// number moving rather than resetting it to zero.
 			c.seqs[k]++
 		}
+	}
+}
+
+// setLimits changes the bounds, evicting the oldest fills that no longer
+// fit.
+func (c *cache) setLimits(maxEntries int, maxBytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.maxEntries, c.maxBytes = maxEntries, maxBytes
+	for len(c.m) > c.maxEntries || c.bytes > c.maxBytes {
+		front := c.order.Front()
+		if front == nil {
+			break
+		}
+		c.removeLocked(front.Value.(*centry))
 	}
 }
 

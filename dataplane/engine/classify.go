@@ -4,6 +4,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -128,12 +129,12 @@ func Classify(args [][]byte, lookup func(key string) (*routing.Entry, bool), inT
 	if len(args) == 0 {
 		return Decision{}
 	}
-	c, ok := LookupCommand(args[0])
+	c, ok := command.Lookup(args[0])
 	if !ok {
 		return Decision{}
 	}
 	d := Decision{Write: c.Write}
-	c.forEachKey(args, func(i int) bool {
+	c.ForEachKey(args, func(i int) bool {
 		en, ok := lookup(unsafeString(args[i]))
 		if !ok {
 			return true
@@ -228,3 +229,5 @@ func unsafeString(b []byte) string {
 	}
 	return unsafe.String(&b[0], len(b))
 }
+
+func eqFold(b []byte, s string) bool { return command.EqFold(b, s) }

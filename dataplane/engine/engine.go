@@ -93,7 +93,12 @@ type Engine struct {
 	flight singleflight.Group
 	m      *metrics
 
-	track *trackers // nil unless Options.Tracking
+	// track holds the tracking connections while tracking is on (the
+	// table's localCache.tracking, or Options.Tracking for a table that
+	// does not say); nil while it is off.
+	track   atomic.Pointer[trackers]
+	closed  atomic.Bool
+	trackMu sync.Mutex // serialises turning tracking on and off
 
 	countersMu sync.Mutex
 	counters   map[string]*counter
@@ -120,9 +125,7 @@ func New(client redis.UniversalClient, opts Options) *Engine {
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
-	if opts.Tracking {
-		e.track = &trackers{e: e, m: map[string]*tracker{}}
-	}
+	e.setTracking(opts.Tracking)
 	e.table.Store(emptyIndex)
 	go e.flushLoop()
 	return e
@@ -191,6 +194,7 @@ func (e *Engine) SetTable(t *routing.Table) {
 		ix = &index{table: t, plans: map[string]*plan{}}
 	}
 	e.table.Store(ix)
+	e.applyCacheSettings(ix.table)
 	// Keys that lost their local cache are written raw from now on, and raw
 	// writes do not invalidate: drop what is cached for them.
 	e.cache.retain(func(key string) bool {
@@ -202,6 +206,43 @@ func (e *Engine) SetTable(t *routing.Table) {
 	default:
 	}
 }
+
+// applyCacheSettings applies a table's localCache settings: tracking on or
+// off, and the cache's bounds. A table without them leaves the Options'.
+func (e *Engine) applyCacheSettings(t *routing.Table) {
+	tracking, entries, bytes := e.opts.Tracking, e.opts.MaxCacheEntries, e.opts.MaxCacheBytes
+	if c := t.LocalCache; c != nil {
+		tracking = c.Tracking
+		if c.MaxEntries > 0 {
+			entries = int(c.MaxEntries)
+		}
+		if c.MaxBytes > 0 {
+			bytes = c.MaxBytes
+		}
+	}
+	e.cache.setLimits(entries, bytes)
+	e.setTracking(tracking)
+}
+
+// setTracking turns server-assisted invalidation on or off. Turning it off
+// closes the tracking connections, which drops every cached value (from
+// then on the TTL alone bounds staleness, as documented).
+func (e *Engine) setTracking(on bool) {
+	e.trackMu.Lock()
+	defer e.trackMu.Unlock()
+	cur := e.track.Load()
+	switch {
+	case e.closed.Load() || on == (cur != nil):
+	case on:
+		e.track.Store(&trackers{e: e, m: map[string]*tracker{}})
+	default:
+		e.track.Store(nil)
+		cur.closeAll()
+	}
+}
+
+// Tracking reports whether server-assisted invalidation is on.
+func (e *Engine) Tracking() bool { return e.track.Load() != nil }
 
 // Table returns the current table (never nil).
 func (e *Engine) Table() *routing.Table { return e.table.Load().table }
@@ -262,11 +303,11 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 		defer cancel()
 		var r readResult
 		var err error
-		if e.track != nil && lc != nil && p.entry.Split == nil {
+		if tr := e.track.Load(); tr != nil && lc != nil && p.entry.Split == nil {
 			// The base key is the truth, and reading it on the tracking
 			// connection makes the server report its next change.
 			e.m.upstreamReads.Inc()
-			r.val, r.found, err = e.track.get(fctx, key)
+			r.val, r.found, err = tr.get(fctx, key)
 			var re resp.Error
 			if err != nil && !errors.As(err, &re) && fctx.Err() == nil {
 				// No tracking connection (an old server, a failover
@@ -723,9 +764,12 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
 		<-e.done
-		if e.track != nil {
-			e.track.closeAll()
+		e.trackMu.Lock()
+		e.closed.Store(true)
+		if tr := e.track.Swap(nil); tr != nil {
+			tr.closeAll()
 		}
+		e.trackMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 		defer cancel()
 		err = e.Flush(ctx)

@@ -830,3 +830,59 @@ func TestReplicateKeepTTLDoesNotOutliveTheBase(t *testing.T) {
 		})
 	}
 }
+
+// TestTableCacheSettings: the table's localCache settings (the policy's)
+// bound the cache and turn tracking on and off; a table without them
+// leaves the Options'.
+func TestTableCacheSettings(t *testing.T) {
+	e := engine.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), engine.Options{MaxCacheEntries: 100})
+	defer e.Close()
+	tbl := func(c *routing.CacheSettings) *routing.Table {
+		return &routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, LocalCache: c}
+	}
+	e.SetTable(tbl(&routing.CacheSettings{Tracking: true, MaxEntries: 2}))
+	if !e.Tracking() {
+		t.Fatal("tracking not turned on by the table")
+	}
+	e.SetTable(tbl(nil))
+	if e.Tracking() {
+		t.Fatal("tracking still on after a table that leaves it to Options (off)")
+	}
+	e.SetTable(tbl(&routing.CacheSettings{Tracking: true}))
+	e.Close()
+	e.SetTable(tbl(&routing.CacheSettings{Tracking: true}))
+	if e.Tracking() {
+		t.Fatal("tracking turned on after Close")
+	}
+}
+
+// TestTableCacheBounds: the policy's localCache.maxEntries and maxBytes,
+// carried by the table, bound the cache (before, only Options did, and the
+// sidecar never set them).
+func TestTableCacheBounds(t *testing.T) {
+	tg := targets(t)[0]
+	ctx := context.Background()
+	e := newEngine(t, tg.client, engine.Options{})
+	var entries []routing.Entry
+	for i := range 5 {
+		entries = append(entries, routing.Entry{Key: key(t, strconv.Itoa(i)), Source: routing.SourceDetected, LocalCache: &routing.LocalCache{TTLMillis: 60_000}})
+	}
+	tb := table(entries...)
+	tb.LocalCache = &routing.CacheSettings{MaxEntries: 2}
+	e.SetTable(tb)
+	for _, en := range entries {
+		if _, _, err := e.Get(ctx, en.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := e.CacheStats(); n != 2 {
+		t.Fatalf("%d cache entries with maxEntries 2", n)
+	}
+	tb2 := table(entries...)
+	tb2.Version = 2
+	tb2.LocalCache = &routing.CacheSettings{MaxBytes: 1}
+	e.SetTable(tb2)
+	if n, b := e.CacheStats(); n != 0 || b != 0 {
+		t.Fatalf("%d entries, %d bytes held with maxBytes 1", n, b)
+	}
+}

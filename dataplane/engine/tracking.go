@@ -132,7 +132,7 @@ func (tr *tracker) do(ctx context.Context, args ...string) (any, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetWriteDeadline(dl)
 	}
-	if _, err := conn.Write(command(args...)); err != nil {
+	if _, err := conn.Write(encodeCommand(args...)); err != nil {
 		tr.fail(conn)
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 		hello = append(hello, "AUTH", user, pass)
 	}
 	for _, cmd := range [][]string{hello, {"CLIENT", "TRACKING", "ON"}} {
-		if _, err := conn.Write(command(cmd...)); err != nil {
+		if _, err := conn.Write(encodeCommand(cmd...)); err != nil {
 			_ = conn.Close()
 			return nil, nil, err
 		}
@@ -266,8 +266,8 @@ func asBytes(v any) []byte {
 	return nil
 }
 
-// command encodes one command for the tracking connection.
-func command(args ...string) []byte {
+// encodeCommand encodes one command for the tracking connection.
+func encodeCommand(args ...string) []byte {
 	bs := make([][]byte, len(args))
 	for i, a := range args {
 		bs[i] = []byte(a)

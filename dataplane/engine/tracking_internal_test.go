@@ -31,7 +31,7 @@ func TestTrackingReadReply(t *testing.T) {
 	if _, err := readReply(r); err == nil {
 		t.Fatal("read past the end: want an error")
 	}
-	if got := string(command("GET", "k")); got != "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n" {
+	if got := string(encodeCommand("GET", "k")); got != "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n" {
 		t.Fatalf("command = %q", got)
 	}
 }

@@ -1,5 +1,7 @@
 package proxy
 
+import "github.com/heatsink-dev/heatsink/dataplane/command"
+
 // connState is the connection state a session can replay on an upstream
 // connection it opens later (another cluster node, a reconnect): the
 // latest AUTH, HELLO and SELECT, each replacing the one before, so it is
@@ -20,7 +22,7 @@ const (
 	slotSelect
 )
 
-// stateSlot maps a kSession command other than RESET to its slot.
+// stateSlot maps a command.State command other than RESET to its slot.
 func stateSlot(name []byte) int {
 	switch {
 	case eqFold(name, "AUTH"):
@@ -101,10 +103,8 @@ func (c *connState) each(f func([]byte)) {
 // the proxy cannot replay (client name, tracking, READONLY, reply mode...).
 // A dedicated session that sent one cannot silently move to a new upstream
 // connection: the client would keep using state that no longer exists.
-func leavesState(info cmdInfo, args [][]byte) bool {
+func leavesState(args [][]byte) bool {
 	switch {
-	case info.kind == kMulti || info.kind == kWatch:
-		return true // until EXEC/DISCARD/UNWATCH; tracked by inTx/watching
 	case eqFold(args[0], "READONLY"), eqFold(args[0], "READWRITE"):
 		return true
 	case eqFold(args[0], "CLIENT"):
@@ -120,3 +120,5 @@ func leavesState(info cmdInfo, args [][]byte) bool {
 	}
 	return false
 }
+
+func eqFold(b []byte, s string) bool { return command.EqFold(b, s) }

@@ -33,25 +33,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
-	"github.com/heatsink-dev/heatsink/routing"
 )
-
-// Engine is the part of the routing engine (package engine) the proxy uses.
-// *engine.Engine implements it.
-type Engine interface {
-	// Lookup reports whether key is mitigated. It must be cheap: the proxy
-	// calls it for every keyed command.
-	Lookup(key string) bool
-	Get(ctx context.Context, key string) (val []byte, found bool, err error)
-	Set(ctx context.Context, key string, val []byte, args ...any) (ok bool, err error)
-	IncrBy(ctx context.Context, key string, n int64) (int64, error)
-	Del(ctx context.Context, key string) (int64, error)
-	// Invalidate is called after a raw write on a mitigated key.
-	Invalidate(key string)
-	// Table is the routing table in force (never nil).
-	Table() *routing.Table
-}
 
 // Observer receives key accesses (the detector client, detector/wire).
 // Observe must not block.
@@ -73,16 +57,24 @@ type Config struct {
 	// Policy is "<namespace>/<name>" reported with each access.
 	Policy string
 	// Engine, if set, serves commands on mitigated keys.
-	Engine Engine
+	Engine *engine.Engine
 	// Observer, if set, receives every keyed command's access.
 	Observer Observer
 	// DialTimeout bounds connecting to Redis (default 2s).
 	DialTimeout time.Duration
-	// Timeout bounds waiting for a reply from Redis (default 5s), except for
-	// blocking commands, which wait as long as the client asked. The check is
-	// armed lazily, so a stall is detected after between Timeout/2 and
-	// Timeout.
+	// Timeout, if set, bounds waiting for a reply from Redis, except for
+	// blocking commands, which wait as long as the client asked; the
+	// commands in flight then get an error. Zero (the default) waits as
+	// long as Redis takes, as a direct connection does: Redis has no reply
+	// timeout, and a long script is answered, with other clients getting
+	// Redis' own BUSY meanwhile. The check is armed lazily, so a stall is
+	// detected after between Timeout/2 and Timeout.
 	Timeout time.Duration
+	// MaxBuffered bounds the bytes the proxy holds for clients (replies not
+	// yet written to them, commands not yet written to Redis) before it
+	// stops reading clients that are not keeping up (default 64 MiB).
+	// Clients that read their replies are still served.
+	MaxBuffered int64
 	// DrainTimeout bounds graceful shutdown (default 10s).
 	DrainTimeout time.Duration
 	// Registerer, if set, receives the proxy's metrics.
@@ -98,6 +90,10 @@ type Config struct {
 	// connection of their own instead. Negative disables multiplexing, and
 	// with it the event loop.
 	SharedConns int
+	// OnSlotMap, if set, is called (cluster mode) after each reload that
+	// changed the slot map, so that another client following
+	// Proxy.ClusterSlots reloads too.
+	OnSlotMap func()
 	// NoEventLoop serves every client with a session goroutine. By default
 	// (Linux, plaintext upstream, multiplexing on) one event loop serves the
 	// clients that send only stateless commands, and hands the others to
@@ -123,6 +119,25 @@ type Proxy struct {
 	// pools of multiplexed upstream connections by RESP version (2, 3).
 	pools      [4]*pool
 	sessionSeq atomic.Uint64
+	// warm keeps connections ready for sessions that need their own.
+	warm *warmPool
+	// dials spaces out dials to an address that refuses them.
+	dials backoff
+	// acceptErrs counts accept failures for rate-limited logging.
+	acceptErrs atomic.Int64
+}
+
+// warmConns is how many idle connections per node the warm pool keeps.
+const warmConns = 2
+
+// controlTimeout bounds what the proxy asks Redis for itself (the AUTH
+// and HELLO of a new connection, slot maps, readiness checks), never a
+// client's command.
+func (p *Proxy) controlTimeout() time.Duration {
+	if p.cfg.Timeout > 0 {
+		return p.cfg.Timeout
+	}
+	return 5 * time.Second
 }
 
 func (p *Proxy) pool(proto int) *pool {
@@ -145,8 +160,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 2 * time.Second
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
+	if cfg.Timeout < 0 {
+		cfg.Timeout = 0
+	}
+	if cfg.MaxBuffered <= 0 {
+		cfg.MaxBuffered = 64 << 20
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
@@ -163,11 +181,34 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.cfg = cfg
 	p.pools[2], p.pools[3] = newPool(p, 2, max(cfg.SharedConns, 1)), newPool(p, 3, max(cfg.SharedConns, 1))
+	p.warm = newWarmPool(p, warmConns)
 	p.topo = newTopology(cfg.Upstreams, cfg.Cluster)
 	p.topo.dial = p.dialRaw
-	p.topo.timeout = p.cfg.Timeout
+	p.topo.timeout = p.controlTimeout()
 	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
+	p.topo.onChange = cfg.OnSlotMap
 	return p, nil
+}
+
+// slotMapMaxAge is how old a slot map may be when ClusterSlots is asked
+// for it: another client asks after a MOVED, and a map read earlier may
+// predate the move.
+const slotMapMaxAge = 100 * time.Millisecond
+
+// ClusterSlots returns the proxy's cluster slot map (reloaded first
+// unless it was read in the last 100 ms), for the sidecar's other Redis
+// client: the engine's go-redis ClusterClient takes it as its
+// ClusterOptions.ClusterSlots, so the sidecar keeps one slot map, and
+// OnSlotMap tells that client when the proxy's changed.
+func (p *Proxy) ClusterSlots(ctx context.Context) ([]SlotRange, error) {
+	if !p.cfg.Cluster {
+		return nil, errors.New("proxy: not in cluster mode")
+	}
+	m, err := p.topo.freshSlots(ctx, slotMapMaxAge)
+	if err != nil {
+		return nil, err
+	}
+	return p.topo.ranges(m), nil
 }
 
 // Serve accepts clients on ln until ctx ends, then drains: it stops
@@ -194,6 +235,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			l.start()
 		}
 	}
+	// Connections of their own for the first clients that need one, ready
+	// before they ask (the event loop keeps spares of its own).
+	p.warm.fill(0)
 	p.ready.Store(true)
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- p.accept(ln) }()
@@ -209,18 +253,28 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 func (p *Proxy) accept(ln net.Listener) error {
+	var delay time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if p.draining.Load() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if d, ok := acceptRetry(err, delay); ok {
+				// Out of descriptors or memory: keep serving the
+				// connections already open and try again later, as Redis
+				// and Go's HTTP server do, rather than exit and drop them.
+				if n := p.acceptErrs.Add(1); n == 1 || n%100 == 0 {
+					p.log.Warn("accepting a client connection failed; retrying", "err", err, "retry_in", d.String(), "failures", n)
+				}
+				p.m.acceptErrors.Inc()
+				delay = d
+				time.Sleep(d)
 				continue
 			}
 			return err
 		}
+		delay = 0
 		if tc, ok := c.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
@@ -233,6 +287,18 @@ func (p *Proxy) accept(ln net.Listener) error {
 			p.m.connections.Dec()
 		}
 	}
+}
+
+// acceptRetry decides whether an accept error is worth retrying and after
+// how long: errors of exhausted resources (EMFILE, ENFILE, ENOBUFS,
+// ENOMEM) and timeouts are, with a delay doubling from 5 ms to 1 s after
+// prev; anything else ends serving.
+func acceptRetry(err error, prev time.Duration) (time.Duration, bool) {
+	var ne net.Error
+	if !(errors.As(err, &ne) && ne.Timeout()) && !isResourceError(err) {
+		return 0, false
+	}
+	return min(max(2*prev, 5*time.Millisecond), time.Second), true
 }
 
 // startSession serves s on a goroutine of its own; it reports false (and
@@ -302,6 +368,7 @@ func (p *Proxy) shutdown() error {
 func (p *Proxy) closePools() {
 	p.pools[2].close()
 	p.pools[3].close()
+	p.warm.close()
 }
 
 // Ready reports whether the proxy is serving and can reach Redis (a PING on
@@ -315,7 +382,7 @@ func (p *Proxy) Ready(ctx context.Context) error {
 		return err
 	}
 	defer u.close()
-	defer bound(ctx, u.conn, p.cfg.Timeout)()
+	defer bound(ctx, u.conn, p.controlTimeout())()
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("PING")})
 	if err := u.w.Flush(); err != nil {
 		return err
@@ -333,6 +400,17 @@ func (p *Proxy) Ready(ctx context.Context) error {
 // dialRaw connects to addr and authenticates with the configured
 // credentials. The connection's deadlines are cleared on success.
 func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
+	if err := p.dials.check(addr, time.Now()); err != nil {
+		return nil, err // Redis refused a dial moments ago: do not hammer it
+	}
+	u, err := p.dial(ctx, addr)
+	if err == nil || ctx.Err() == nil {
+		p.dials.result(addr, time.Now(), err)
+	}
+	return u, err
+}
+
+func (p *Proxy) dial(ctx context.Context, addr string) (*upstream, error) {
 	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	var c net.Conn
 	var err error
@@ -350,13 +428,13 @@ func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
 		return nil, err
 	}
 	setNoDelay(c)
-	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.DefaultLimits()), w: resp.NewWriter(c, 16<<10)}
+	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.ReplyLimits()), w: resp.NewWriter(c, 16<<10)}
 	if p.cfg.Password != "" {
 		args := [][]byte{[]byte("AUTH"), []byte(p.cfg.Password)}
 		if p.cfg.Username != "" {
 			args = [][]byte{[]byte("AUTH"), []byte(p.cfg.Username), []byte(p.cfg.Password)}
 		}
-		c.SetDeadline(time.Now().Add(p.cfg.Timeout))
+		c.SetDeadline(time.Now().Add(p.controlTimeout()))
 		u.w.Buf = resp.AppendArgs(u.w.Buf, args)
 		var r resp.Reply
 		if err := u.w.Flush(); err == nil {
@@ -389,6 +467,8 @@ type metrics struct {
 	protocolErrors prometheus.Counter
 	upstreamErrors *prometheus.CounterVec
 	redirects      *prometheus.CounterVec
+	acceptErrors   prometheus.Counter
+	pressure       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -411,9 +491,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Upstream failures by kind (dial, auth, io, timeout, refresh)."}, []string{"kind"}),
 		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "redirects_total",
 			Help: "Redis Cluster redirections followed (moved, ask)."}, []string{"kind"}),
+		pressure: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "backpressure_total",
+			Help: "Times the proxy's buffered replies and commands passed their bound and it stopped reading clients that do not keep up."}),
+		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "accept_errors_total",
+			Help: "Client connections that could not be accepted (out of file descriptors or memory); the proxy backs off and keeps serving."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connections, m.accepted, m.dedicated, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects} {
+		for _, c := range []prometheus.Collector{m.connections, m.accepted, m.dedicated, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects, m.acceptErrors, m.pressure} {
 			reg.MustRegister(c)
 		}
 	}
@@ -431,13 +515,8 @@ func setNoDelay(c net.Conn) {
 	}
 }
 
-// DefaultClientLimits are the limits on client frames: Redis' own, except
-// bulk strings, capped at 64 MiB rather than 512 MiB. A sidecar holds a
-// whole command in memory before forwarding it, per connection, so a value
-// of hundreds of MiB from an application is far likelier a bug or an
-// attack than a need; --max-bulk raises it.
-func DefaultClientLimits() resp.Limits {
-	l := resp.DefaultLimits()
-	l.MaxBulk = 64 << 20
-	return l
-}
+// DefaultClientLimits are the limits on client frames: Redis' own
+// (proto-max-bulk-len 512 MiB, 64 KiB inline lines), so the proxy refuses
+// exactly what Redis refuses, with Redis' error. --max-bulk follows a
+// server configured with another proto-max-bulk-len.
+func DefaultClientLimits() resp.Limits { return resp.DefaultLimits() }

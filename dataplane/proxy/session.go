@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -19,6 +21,17 @@ import (
 // reading replies, so that a client streaming without pause still gets
 // answers and memory stays bounded.
 const maxBatch = 1024
+
+// sessionBatch is maxBatch for sessions: a session holds the replies of its
+// batch until it writes them, so its batch bounds what a client that does
+// not read can make it hold.
+const sessionBatch = 256
+
+// flushAbove is how much of a batch's replies a dedicated session holds
+// before it writes them to the client: a client that does not read then
+// stops the session (and its upstream connection) instead of filling the
+// proxy's memory.
+const flushAbove = 64 << 10
 
 // pend is one reply owed to the client, in order.
 type pend struct {
@@ -37,6 +50,9 @@ type pend struct {
 	// undo takes back the remembered AUTH, HELLO or SELECT this command
 	// set, if Redis refuses it.
 	undo undo
+	// frames is the number of frames the command is answered with when it
+	// is not one (UNSUBSCRIBE naming channels); they may be RESP3 pushes.
+	frames int32
 }
 
 type session struct {
@@ -61,6 +77,19 @@ type session struct {
 	proto       int
 	// blocking is set when the current batch holds a blocking command.
 	blocking bool
+	// replyOff and skipNext are the client's CLIENT REPLY mode, applied by
+	// the proxy (Redis never sees CLIENT REPLY); quiet is set while the
+	// command being handled must get no reply.
+	replyOff, skipNext, quiet bool
+	// holding: replies are being collected to be read back (roundTrip),
+	// so drain must not write them to the client.
+	holding bool
+	// roundTripTo, if set, names the node of each command of a roundTrip.
+	roundTripTo []int
+	// tracking: the client turned CLIENT TRACKING on, so Redis may push
+	// invalidations on its connection at any time (RESP3): they are
+	// relayed while the session waits for the client's next command.
+	tracking bool
 
 	// cluster transaction pinning
 	pinned     int
@@ -78,19 +107,25 @@ type session struct {
 	rlens     []int32
 	wake      chan struct{}
 	poolSlot  int
-	sh        *shared // the shared connection last used
+	// partial carries the parts of a large reply the shared connection's
+	// reader passes on; partialDone says they are written.
+	partial     chan []byte
+	partialDone chan struct{}
+	sh          *shared // the shared connection last used
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
 	return &session{
 		p: p, conn: c,
-		cr:        resp.NewReader(c, 16<<10, p.cfg.Limits),
-		cw:        resp.NewWriter(c, 16<<10),
-		proto:     2,
-		pinned:    -1,
-		wake:      make(chan struct{}, 1),
-		dedicated: p.cfg.SharedConns < 0,
-		poolSlot:  int(p.sessionSeq.Add(1)),
+		cr:          resp.NewReader(c, 16<<10, p.cfg.Limits),
+		cw:          resp.NewWriter(c, 16<<10),
+		proto:       2,
+		pinned:      -1,
+		wake:        make(chan struct{}, 1),
+		partial:     make(chan []byte),
+		partialDone: make(chan struct{}),
+		dedicated:   p.cfg.SharedConns < 0,
+		poolSlot:    int(p.sessionSeq.Add(1)),
 	}
 }
 
@@ -105,15 +140,25 @@ func (s *session) closeUpstreams() {
 func (s *session) run() {
 	defer s.conn.Close()
 	defer s.closeUpstreams()
+	if len(s.pend) > 0 {
+		// Commands the event loop sent on this session's behalf before
+		// handing the client over (in the order it read them).
+		s.drain()
+		if err := s.cw.Flush(); err != nil {
+			return
+		}
+	}
 	for {
+		stop := s.relayPushes()
 		err := s.cr.ReadCommand(&s.cmd)
+		stop()
 		for err == nil {
 			var done bool
 			done, err = s.handle()
 			if done || err != nil {
 				break
 			}
-			if s.cr.Buffered() == 0 || len(s.pend) >= maxBatch {
+			if s.cr.Buffered() == 0 || len(s.pend) >= sessionBatch {
 				break
 			}
 			var ok bool
@@ -166,38 +211,46 @@ var errQuit = errors.New("quit")
 // early (the session goes on); a non-nil error ends the session.
 func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
-	info, known := lookupCommand(args[0])
+	info, known := command.Lookup(args[0])
 	cluster := s.p.cfg.Cluster
-	var inval []string
-	if !cluster && !s.dedicated {
-		if handled := s.sharedLocal(info, args); handled {
-			return false, nil
-		}
-		if (!known || !info.shareable || isBlocking(info, args)) && info.kind != kQuit && info.kind != kRefuse {
-			// The command changes or depends on connection state: from now
-			// on this client gets its own upstream connection.
-			s.drain()
-			s.dedicated = true
-			s.p.m.dedicated.Inc()
-		}
+	r := decide(info, known, args, s.mode())
+	if r.op == opHello && !s.helloShared(r.proto) {
+		r.op = opOwnConn // the shared connection cannot answer it: Redis will
 	}
-	switch info.kind {
-	case kQuit:
+	if r.op == opOwnConn || r.op == opExclusive {
+		// The command changes or depends on connection state, or holds its
+		// connection: from now on this client gets its own upstream
+		// connection.
+		s.drain()
+		s.dedicated = true
+		s.p.m.dedicated.Inc()
+		r = decide(info, known, args, s.mode())
+	}
+	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.
+	s.quiet = s.replyOff || s.skipNext
+	s.skipNext = false
+	switch r.op {
+	case opReplyMode:
+		s.setReplyMode(replyMode(args))
+		return false, nil
+	case opQuit:
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
 		return true, errQuit
-	case kRefuse:
-		s.localError("ERR heatsink proxy: " + upper(args[0]) + " is not supported through the proxy (it turns the connection into a replication stream)")
+	case opRefuse:
+		s.localError(r.err)
 		return false, nil
-	case kClusterWide:
-		if cluster {
-			s.localError("ERR heatsink proxy: " + upper(args[0]) + " acts on every node of a cluster; run it against each node directly")
-			return false, nil
-		}
-	case kSubscribe:
+	case opHello:
+		return false, nil // answered by helloShared
+	case opPipe:
 		return true, s.subscribe(info)
-	case kSession:
+	case opState:
 		return false, s.sessionCommand()
-	case kMulti:
+	case opFanout:
+		s.fanout()
+		return false, nil
+	}
+	var inval []string
+	if info.Kind == command.Multi {
 		if cluster && s.pinned < 0 {
 			if s.pinPending {
 				s.localError("ERR MULTI calls can not be nested")
@@ -215,8 +268,8 @@ func (s *session) handle() (done bool, err error) {
 		// Only a command naming a mitigated key does more than this: one
 		// map lookup, plus one per other key of a multi-key command when
 		// the table is not empty.
-		if e := s.p.cfg.Engine; e != nil && (e.Lookup(unsafeString(key)) || info.MultiKey() && anyMitigated(e, info, args)) {
-			handled, iv := s.mitigated(info, args)
+		if e := s.p.cfg.Engine; e != nil && e.Names(info, args, key) {
+			handled, iv := s.mitigated(args)
 			if handled {
 				return false, nil
 			}
@@ -228,7 +281,7 @@ func (s *session) handle() (done bool, err error) {
 			o.Observe(s.p.cfg.Policy, string(key), 0, 1, uint32(len(s.cmd.Raw)))
 		}
 	}
-	if isBlocking(info, args) {
+	if info.IsBlocking(args) {
 		s.blocking = true
 	}
 
@@ -248,42 +301,54 @@ func (s *session) handle() (done bool, err error) {
 				return false, nil
 			}
 		}
-		switch info.kind {
-		case kWatch:
+		switch info.Kind {
+		case command.Watch:
 			s.watching = true
 			if s.pinned < 0 {
 				s.pinned = node
 			}
-		case kUnwatch:
+		case command.Unwatch:
 			s.watching = false
 			if !s.inTx {
 				defer s.unpin()
 			}
-		case kEndTx:
+		case command.EndTx:
 			s.inTx, s.watching = false, false
 			defer s.unpin()
 		}
 	} else {
-		switch info.kind {
-		case kWatch:
+		switch info.Kind {
+		case command.Watch:
 			s.watching = true
-		case kUnwatch:
+		case command.Unwatch:
 			s.watching = false
-		case kEndTx:
+		case command.EndTx:
 			s.inTx, s.watching = false, false
 		}
 	}
-	if !s.stickyState && (cluster || s.dedicated) && info.kind == kForward && leavesState(info, args) {
+	if !s.stickyState && (cluster || s.dedicated) && info.Kind == command.Plain && leavesState(args) {
 		s.stickyState = true
+	}
+	if isClientSub(args, "TRACKING", 3) {
+		s.tracking = command.EqFold(args[2], "ON")
 	}
 	var rk string
 	if s.p.cfg.Observer != nil && key != nil && !info.Write {
 		rk = string(key)
 	}
-	if s.forward(node, s.cmd.Raw, false, rk) == nil && inval != nil {
-		s.pend[len(s.pend)-1].invalidate = inval
+	if s.forward(node, s.cmd.Raw, false, rk) == nil {
+		pd := &s.pend[len(s.pend)-1]
+		pd.invalidate = inval
+		if info.Kind == command.Unsubscribe {
+			pd.frames = int32(info.Frames(args))
+		}
 	}
 	return false, nil
+}
+
+// mode is what decide needs to know of this session.
+func (s *session) mode() mode {
+	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto}
 }
 
 func (s *session) unpin() { s.pinned = -1 }
@@ -319,6 +384,9 @@ func (s *session) invalidate(pd *pend) {
 // forward queues raw for node. On a dial failure the client gets an error
 // reply in order.
 func (s *session) forward(node int, raw []byte, swallow bool, key string) error {
+	if s.quiet {
+		swallow = true
+	}
 	if !s.p.cfg.Cluster && !s.dedicated {
 		s.sbuf = append(s.sbuf, raw...)
 		s.pend = append(s.pend, pend{key: key})
@@ -328,7 +396,7 @@ func (s *session) forward(node int, raw []byte, swallow bool, key string) error 
 	u, err := s.upstream(node)
 	if err != nil {
 		if !swallow {
-			s.localError("ERR heatsink proxy: upstream " + s.p.topo.addr(node) + " unreachable: " + err.Error())
+			s.localError(errUnreachable(s.p.topo.addr(node), err))
 		}
 		return err
 	}
@@ -347,8 +415,10 @@ func (s *session) forward(node int, raw []byte, swallow bool, key string) error 
 	return nil
 }
 
-// upstream returns the session's connection to node, dialing it and
-// replaying the session's state on first use.
+// upstream returns the session's connection to node: one taken from the
+// warm pool (or dialled when the pool has none ready), with the session's
+// state (AUTH, HELLO, SELECT) queued ahead of the first command as
+// replies to swallow, so nothing waits for a round trip here.
 func (s *session) upstream(node int) (*upstream, error) {
 	for len(s.ups) <= node {
 		s.ups = append(s.ups, nil)
@@ -359,9 +429,7 @@ func (s *session) upstream(node int) (*upstream, error) {
 	if s.stateLost {
 		return nil, errStateLost
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.DialTimeout)
-	defer cancel()
-	u, err := s.p.dialRaw(ctx, s.p.topo.addr(node))
+	u, err := s.p.warm.take(node)
 	if err != nil {
 		if s.p.cfg.Cluster {
 			// The node may have failed over: reload the slot map.
@@ -370,22 +438,13 @@ func (s *session) upstream(node int) (*upstream, error) {
 		return nil, err
 	}
 	u.node = node
-	s.keepProto()
-	if n := s.prelude.len(); n > 0 {
-		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
-		s.prelude.each(func(c []byte) { u.w.Write(c) })
-		err := u.w.Flush()
-		for i := 0; err == nil && i < n; i++ {
-			err = u.r.ReadReply(&s.rep)
-		}
-		if err != nil {
-			u.close()
-			s.p.m.upstreamErrors.WithLabelValues("io").Inc()
-			return nil, err
-		}
-		u.conn.SetDeadline(time.Time{})
-	}
 	s.ups[node] = u
+	s.keepProto()
+	s.prelude.each(func(c []byte) {
+		u.w.Write(c)
+		u.queued++
+		s.pend = append(s.pend, pend{node: int32(node), swallow: true})
+	})
 	return u, nil
 }
 
@@ -393,8 +452,92 @@ func (s *session) upstream(node int) (*upstream, error) {
 // before it.
 func (s *session) local(f func([]byte) []byte) {
 	s.drain()
-	s.cw.Buf = f(s.cw.Buf)
+	if !s.quiet {
+		s.cw.Buf = f(s.cw.Buf)
+	}
 	s.nLocal++
+}
+
+// relayPushes passes what Redis pushes on the session's connections
+// (RESP3 client-tracking invalidations) to the client while the session
+// waits for the client's next command, as a direct connection delivers
+// them at once: a client-side cache that checks for invalidations before
+// serving a value must see them without sending anything. The returned
+// func stops the relay before the session uses its connections again.
+func (s *session) relayPushes() (stop func()) {
+	if !s.tracking || s.proto != 3 || len(s.pend) > 0 {
+		return func() {}
+	}
+	var ups []*upstream
+	for _, u := range s.ups {
+		if u != nil && u.conn != nil {
+			ups = append(ups, u)
+		}
+	}
+	if len(ups) == 0 {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex // client writes
+	failed := make([]error, len(ups))
+	for i, u := range ups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rep resp.Reply
+			for {
+				if err := u.r.ReadReply(&rep); err != nil {
+					if !isTimeout(err) {
+						failed[i] = err
+					}
+					return
+				}
+				if !rep.IsPush() {
+					failed[i] = errors.New("reply without a request")
+					return
+				}
+				mu.Lock()
+				_, err := s.conn.Write(rep.Raw)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	return func() {
+		for _, u := range ups {
+			u.conn.SetReadDeadline(time.Unix(1, 0))
+		}
+		wg.Wait()
+		for i, u := range ups {
+			u.conn.SetReadDeadline(time.Time{})
+			if failed[i] != nil {
+				s.fail(u, failed[i])
+			}
+		}
+		for i, u := range s.ups {
+			if u != nil && u.conn == nil {
+				s.ups[i] = nil
+			}
+		}
+	}
+}
+
+// setReplyMode applies CLIENT REPLY ON, OFF or SKIP as Redis does: ON
+// answers OK; OFF and SKIP answer nothing, and SKIP (unless OFF is in
+// force) silences the next command.
+func (s *session) setReplyMode(m int) {
+	switch m {
+	case replyOn:
+		s.replyOff = false
+		s.quiet = false
+		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
+	case replyOff:
+		s.replyOff = true
+	case replySkip:
+		s.skipNext = !s.replyOff
+	}
 }
 
 func (s *session) localError(msg string) {
@@ -417,10 +560,12 @@ func (s *session) drain() {
 		if u == nil || u.queued == 0 {
 			continue
 		}
-		if s.blocking {
+		switch {
+		case s.p.cfg.Timeout <= 0: // no proxy-made timeout: Redis has none
+		case s.blocking:
 			u.deadline = time.Time{}
 			u.conn.SetDeadline(u.deadline)
-		} else {
+		default:
 			if now.IsZero() {
 				now = time.Now()
 			}
@@ -430,21 +575,38 @@ func (s *session) drain() {
 			s.fail(u, err)
 		}
 	}
+	if s.blocking && s.conn != nil {
+		// While Redis holds a blocking command, a client that hangs up must
+		// cancel it, as it would directly.
+		defer s.watchClient()()
+	}
 	for i := range s.pend {
 		pd := &s.pend[i]
 		u := s.ups[pd.node]
 		if u == nil || u.conn == nil {
 			if !pd.swallow {
-				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream connection lost")
+				s.cw.Buf = resp.AppendError(s.cw.Buf, errConnectionLost)
 			}
 			continue
 		}
-		err := s.readReply(u)
+		if pd.frames > 1 || pd.frames == 1 && s.proto == 3 {
+			// Its frames are its replies, pushes included.
+			if err := s.readFrames(u, int(pd.frames), pd.swallow); err != nil {
+				s.fail(u, err)
+				if !pd.swallow {
+					s.cw.Buf = resp.AppendError(s.cw.Buf, errUpstream(s.p.topo.addr(int(pd.node)), err))
+				}
+				continue
+			}
+			u.queued--
+			continue
+		}
+		err := s.readReply(u, !pd.swallow)
 		if err != nil {
 			s.invalidate(pd) // the write may have been applied
 			s.fail(u, err)
 			if !pd.swallow {
-				s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(int(pd.node))+": "+errText(err))
+				s.cw.Buf = resp.AppendError(s.cw.Buf, errUpstream(s.p.topo.addr(int(pd.node)), err))
 			}
 			continue
 		}
@@ -456,7 +618,7 @@ func (s *session) drain() {
 		if pd.undo.active && s.rep.IsError() {
 			s.undoState(pd.undo)
 		}
-		if s.p.cfg.Cluster && s.pinned < 0 && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
+		if s.p.cfg.Cluster && s.pinned < 0 && !s.rep.Partial && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
 			s.redirect(s.rawlog[pd.off:pd.end])
 			continue
 		}
@@ -464,6 +626,11 @@ func (s *session) drain() {
 			s.p.cfg.Observer.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(len(s.rep.Raw)))
 		}
 		s.cw.Write(s.rep.Raw)
+		if len(s.cw.Buf) > flushAbove && !s.holding {
+			// A client that does not read stops this session here,
+			// before its replies fill the proxy's memory.
+			s.cw.Flush()
+		}
 	}
 	for i, u := range s.ups {
 		if u != nil && u.conn == nil {
@@ -475,17 +642,75 @@ func (s *session) drain() {
 	s.blocking = false
 }
 
-// readReply reads the next reply of u into s.rep, passing RESP3 pushes
-// (client-side caching invalidations) straight to the client.
-func (s *session) readReply(u *upstream) error {
-	for {
+// readFrames reads n frames of u, pushes or not, as the replies of one
+// command, and appends them unless swallow.
+func (s *session) readFrames(u *upstream, n int, swallow bool) error {
+	for ; n > 0; n-- {
 		if err := u.r.ReadReply(&s.rep); err != nil {
 			return err
 		}
-		if !s.rep.IsPush() {
+		if !swallow {
+			s.cw.Write(s.rep.Raw)
+		}
+	}
+	return nil
+}
+
+// watchClient reads ahead from the client while the session waits for a
+// blocking command: what the client sends is kept for later, and if it
+// hangs up, the session's upstream connections are closed, so Redis
+// cancels the command rather than hand an element to nobody. The returned
+// func stops the watch.
+func (s *session) watchClient() (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s.cr.Buffered() < 64<<10 {
+			if err := s.cr.Fill(); err != nil {
+				if !isTimeout(err) {
+					for _, u := range s.ups {
+						if u != nil && u.conn != nil {
+							u.conn.Close()
+						}
+					}
+				}
+				return
+			}
+		}
+	}()
+	return func() {
+		s.conn.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		s.conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// readReply reads the next reply of u into s.rep, passing RESP3 pushes
+// (client-side caching invalidations) straight to the client.
+//
+// A large reply is passed on as it arrives (when it is the client's, not
+// read back by roundTrip), so a dedicated session holds at most about
+// streamAbove of it whatever its size.
+func (s *session) readReply(u *upstream, stream bool) error {
+	stream = stream && !s.holding && s.conn != nil
+	for {
+		ok, err := u.r.TryReply(&s.rep)
+		switch {
+		case err != nil:
+			return err
+		case ok && s.rep.IsPush():
+			s.cw.Write(s.rep.Raw)
+			continue
+		case ok:
 			return nil
 		}
-		s.cw.Write(s.rep.Raw)
+		if stream && u.r.Pending() >= streamAbove {
+			s.cw.Write(u.r.TakePartial())
+			s.cw.Flush()
+		}
+		if err := u.r.Fill(); err != nil {
+			return err
+		}
 	}
 }
 
@@ -555,10 +780,10 @@ func (s *session) redirect(raw []byte) {
 		cancel()
 		s.keepProto()
 		if err != nil {
-			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: redirect to "+f[2]+": "+err.Error())
+			s.cw.Buf = resp.AppendError(s.cw.Buf, errRedirect(f[2], err))
 			return
 		}
-		u.conn.SetDeadline(time.Now().Add(s.p.cfg.Timeout))
+		u.conn.SetDeadline(time.Now().Add(s.p.controlTimeout()))
 		n := 1 + s.prelude.len()
 		s.prelude.each(func(c []byte) { u.w.Write(c) })
 		if ask {
@@ -572,7 +797,7 @@ func (s *session) redirect(raw []byte) {
 		}
 		if err != nil {
 			u.close()
-			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: redirect to "+f[2]+": "+errText(err))
+			s.cw.Buf = resp.AppendError(s.cw.Buf, errRedirect(f[2], err))
 			return
 		}
 		if !(s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK ")))) {
@@ -584,7 +809,7 @@ func (s *session) redirect(raw []byte) {
 		s.rep.Line = append([]byte(nil), s.rep.Line...)
 		u.close()
 	}
-	s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: too many cluster redirections")
+	s.cw.Buf = resp.AppendError(s.cw.Buf, errTooManyRedirects)
 }
 
 func splitFields(s string) []string {
@@ -603,14 +828,14 @@ func (s *session) sessionCommand() error {
 	args := s.cmd.Args
 	raw := append([]byte(nil), s.cmd.Raw...)
 	var un undo // how to take the remembered state back if Redis refuses
-	if eqFold(args[0], "RESET") {
+	if command.EqFold(args[0], "RESET") {
 		s.prelude.reset()
 		s.stickyState = false
 		s.proto = 2
 		s.pinned, s.pinPending, s.inTx, s.watching = -1, false, false, false
 	} else {
 		un = s.prelude.setUndoable(stateSlot(args[0]), raw, s.proto)
-		if eqFold(args[0], "HELLO") && len(args) > 1 {
+		if command.EqFold(args[0], "HELLO") && len(args) > 1 {
 			if v, err := strconv.Atoi(string(args[1])); err == nil && (v == 2 || v == 3) {
 				s.proto = v
 			}
@@ -641,7 +866,7 @@ func (s *session) sessionCommand() error {
 // pub/sub and MONITOR replies arrive unasked, so the proxy stops framing.
 // In cluster mode SUBSCRIBE goes to the first node (Redis Cluster
 // propagates PUBLISH to every node) and SSUBSCRIBE to its channel's node.
-func (s *session) subscribe(info cmdInfo) error {
+func (s *session) subscribe(info command.Info) error {
 	node := 0
 	if s.pinned >= 0 {
 		node = s.pinned
@@ -656,10 +881,21 @@ func (s *session) subscribe(info cmdInfo) error {
 	}
 	u, err := s.upstream(node)
 	if err != nil {
-		s.localError("ERR heatsink proxy: upstream " + s.p.topo.addr(node) + " unreachable: " + err.Error())
+		s.localError(errUnreachable(s.p.topo.addr(node), err))
+		return errQuit
+	}
+	s.drain() // the state replayed on a new connection
+	if u.conn == nil {
+		s.cw.Flush()
 		return errQuit
 	}
 	u.conn.SetDeadline(time.Time{})
+	// CLIENT REPLY is the proxy's until now; from here Redis applies it.
+	if s.replyOff {
+		u.w.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n"))
+	} else if s.quiet {
+		u.w.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n"))
+	}
 	u.w.Write(raw)
 	u.w.Write(s.cr.Take())
 	if err := u.w.Flush(); err != nil {
@@ -701,15 +937,4 @@ func unsafeString(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
-}
-
-func upper(b []byte) string {
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		out[i] = c
-	}
-	return string(out)
 }

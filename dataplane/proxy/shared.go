@@ -45,10 +45,12 @@ type shared struct {
 	hello []byte
 }
 
-// waiter is one session's batch: n replies owed.
+// waiter is one session's batch: n replies owed. stream: the session
+// writes a large reply's parts as they come (it has a client to write to).
 type waiter struct {
-	s *session
-	n int
+	s      *session
+	n      int
+	stream bool
 }
 
 // pool holds the shared connections; sessions pick one by a stable hash.
@@ -85,7 +87,7 @@ func (pl *pool) get(i int) (*shared, error) {
 	}
 	c := &shared{p: pl.p, slot: i, u: u, proto: pl.proto}
 	// Open the connection in the pool's protocol and keep HELLO's reply.
-	u.conn.SetDeadline(time.Now().Add(pl.p.cfg.Timeout))
+	u.conn.SetDeadline(time.Now().Add(pl.p.controlTimeout()))
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("HELLO"), []byte{byte('0' + pl.proto)}})
 	var rep resp.Reply
 	if err = u.w.Flush(); err == nil {
@@ -130,8 +132,10 @@ func (c *shared) submit(s *session, data []byte, n int) error {
 		return errSharedDead
 	}
 	c.wbuf = append(c.wbuf, data...)
-	c.waiters = append(c.waiters, waiter{s: s, n: n})
-	if s.blocking {
+	c.waiters = append(c.waiters, waiter{s: s, n: n, stream: !s.holding && s.conn != nil})
+	if c.p.cfg.Timeout <= 0 {
+		// No proxy-made timeout: Redis has none.
+	} else if s.blocking {
 		c.deadline = time.Time{}
 		c.u.conn.SetDeadline(c.deadline)
 	} else if now := time.Now(); c.deadline.IsZero() || c.deadline.Sub(now) < c.p.cfg.Timeout/2 {
@@ -186,7 +190,18 @@ func (c *shared) readLoop() {
 		if li == len(local) {
 			take()
 		}
-		err = c.u.r.ReadReply(&rep)
+		err = c.readReply(&rep, func() {
+			// A large reply: its head waiter's session writes what has
+			// come while this reader waits (the connection's other
+			// replies come after it anyway).
+			if li == len(local) {
+				take()
+			}
+			if li < len(local) && local[li].stream {
+				local[li].s.partial <- c.u.r.TakePartial()
+				<-local[li].s.partialDone
+			}
+		})
 		if err != nil {
 			if li == len(local) && isTimeout(err) {
 				c.mu.Lock()
@@ -235,13 +250,31 @@ func (c *shared) readLoop() {
 		}
 		c.p.m.upstreamErrors.WithLabelValues(kind).Inc()
 	}
-	msg := "ERR heatsink proxy: upstream " + c.p.topo.addr(0) + ": " + errText(err)
+	msg := errUpstream(c.p.topo.addr(0), err)
 	for _, w := range local {
 		for ; w.n > 0; w.n-- {
 			w.s.cw.Buf = resp.AppendError(w.s.cw.Buf, msg)
 			w.s.rlens = append(w.s.rlens, 0)
 		}
 		w.s.wake <- struct{}{}
+	}
+}
+
+// readReply reads the next reply into rep; while a reply is incomplete and
+// large, stream is called to pass its received part on.
+func (c *shared) readReply(rep *resp.Reply, stream func()) error {
+	r := c.u.r
+	for {
+		ok, err := r.TryReply(rep)
+		if err != nil || ok {
+			return err
+		}
+		if r.Pending() >= streamAbove {
+			stream()
+		}
+		if err := r.Fill(); err != nil {
+			return err
+		}
 	}
 }
 
@@ -266,13 +299,13 @@ func (s *session) drainShared() {
 			s.sh = c
 		}
 		if err = c.submit(s, s.sbuf, n); err == nil {
-			<-s.wake
+			s.awaitShared()
 			break
 		}
 	}
 	if err != nil {
 		for range n {
-			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR heatsink proxy: upstream "+s.p.topo.addr(0)+" unreachable: "+err.Error())
+			s.cw.Buf = resp.AppendError(s.cw.Buf, errUnreachable(s.p.topo.addr(0), err))
 			s.rlens = append(s.rlens, 0)
 		}
 	}
@@ -291,51 +324,33 @@ func (s *session) drainShared() {
 	s.blocking = false
 }
 
-// helloVersion is the protocol a HELLO with at most a version asks for
-// (cur when it names none); ok is false for any version but 2 and 3.
-func helloVersion(args [][]byte, cur int) (v int, ok bool) {
-	if len(args) < 2 {
-		return cur, true
+// awaitShared waits for the shared connection's reader to hand over the
+// batch's replies, writing meanwhile the parts of a large reply it passes
+// on (after the replies before it), so the session holds little of it.
+func (s *session) awaitShared() {
+	for {
+		select {
+		case <-s.wake:
+			return
+		case chunk := <-s.partial:
+			s.cw.Write(chunk)
+			s.cw.Flush()
+			s.partialDone <- struct{}{}
+		}
 	}
-	switch string(args[1]) {
-	case "2":
-		return 2, true
-	case "3":
-		return 3, true
-	}
-	return 0, false
 }
 
-// sharedLocal answers, in multiplexed mode, the connection-setup commands
-// that would otherwise force a dedicated connection: HELLO with only a
-// protocol version (answered with the shared connection's own HELLO reply;
-// RESP3 clients use a pool of RESP3 connections) and CLIENT SETINFO
-// (library name and version, informational only), and refuses CLIENT
-// MAINT_NOTIFICATIONS.
-func (s *session) sharedLocal(info cmdInfo, args [][]byte) bool {
-	switch {
-	case eqFold(args[0], "HELLO") && len(args) <= 2:
-		v, ok := helloVersion(args, s.proto)
-		if !ok {
-			return false
-		}
-		s.drain() // what came before goes in the previous protocol
-		c, err := s.p.pool(v).get(s.poolSlot)
-		if err != nil || c.hello == nil {
-			return false
-		}
-		s.proto = v
-		s.local(func(b []byte) []byte { return append(b, c.hello...) })
-		return true
-	case eqFold(args[0], "CLIENT") && len(args) == 4 && eqFold(args[1], "SETINFO"):
-		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
-		return true
-	case eqFold(args[0], "CLIENT") && len(args) >= 2 && eqFold(args[1], "MAINT_NOTIFICATIONS"):
-		// Push notifications of server maintenance are per connection; the
-		// proxy handles upstream reconnections itself. Clients (go-redis
-		// probes this by default) treat the error as "not supported".
-		s.localError("ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy")
-		return true
+// helloShared answers, in shared mode, a HELLO with at most a protocol
+// version v with the shared connection's own HELLO reply (RESP3 clients
+// use a pool of RESP3 connections), so that such a client keeps sharing.
+// It reports false when that connection cannot answer it: Redis will.
+func (s *session) helloShared(v int) bool {
+	s.drain() // what came before goes in the previous protocol
+	c, err := s.p.pool(v).get(s.poolSlot)
+	if err != nil || c.hello == nil {
+		return false
 	}
-	return false
+	s.proto = v
+	s.local(func(b []byte) []byte { return append(b, c.hello...) })
+	return true
 }

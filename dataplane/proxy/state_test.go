@@ -167,18 +167,18 @@ func isReset(err error) bool {
 	return errors.As(err, &ne)
 }
 
-// A client bulk over the proxy's limit (64 MiB by default, below Redis'
-// 512 MiB) is refused at the header, before any payload is buffered.
+// A client bulk over Redis' limit (512 MiB, proto-max-bulk-len) is refused
+// at the header, before any payload is buffered, with Redis' own error.
 func TestClientBulkLimit(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
 	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}})
 	rc := dialRaw(t, addr)
-	if _, err := rc.c.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + strconv.Itoa(64<<20+1) + "\r\n")); err != nil {
+	if _, err := rc.c.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + strconv.Itoa(512<<20+1) + "\r\n")); err != nil {
 		t.Fatal(err)
 	}
 	v, err := rc.r.ReadValue()
-	if e, ok := v.(resp.Error); err != nil || !ok || !strings.Contains(string(e), "invalid bulk length") {
+	if e, ok := v.(resp.Error); err != nil || !ok || string(e) != "ERR Protocol error: invalid bulk length" {
 		t.Fatalf("reply to an oversized bulk: %v, %v", v, err)
 	}
 	if _, err := rc.r.ReadValue(); !errors.Is(err, io.EOF) && !isReset(err) {

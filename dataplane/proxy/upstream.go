@@ -45,9 +45,18 @@ type topology struct {
 	addrs []string       // by node index, append-only
 	index map[string]int // addr -> node index
 
-	// slots maps a slot to a node index; swapped whole on refresh.
+	// slots maps a slot to a node index; swapped whole on refresh. It is
+	// the sidecar's one slot map: the engine's go-redis ClusterClient reads
+	// it too (Proxy.ClusterSlots), so the two cannot disagree about where
+	// a slot lives during a resharding.
 	slots      atomic.Pointer[[16384]uint16]
 	refreshing atomic.Bool
+	// loadMu makes concurrent synchronous loads (freshSlots) share one
+	// CLUSTER SLOTS; loaded is when the map in force was read.
+	loadMu sync.Mutex
+	loaded atomic.Int64
+	// onChange, if set, is called after a refresh that changed the map.
+	onChange func()
 	// timeout bounds a slot-map load when its context has no deadline.
 	timeout time.Duration
 	dial    func(ctx context.Context, addr string) (*upstream, error)
@@ -80,6 +89,24 @@ func (t *topology) addr(node int) string {
 	return t.addrs[node]
 }
 
+// masters are the nodes that serve slots (node 0 before the first
+// refresh), in the order of their first slot.
+func (t *topology) masters() []int {
+	m := t.slots.Load()
+	if m == nil {
+		return []int{0}
+	}
+	var out []int
+	seen := map[uint16]bool{}
+	for _, n := range m {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, int(n))
+		}
+	}
+	return out
+}
+
 // nodeOf is the node serving slot (node 0 before the first refresh).
 func (t *topology) nodeOf(slot uint16) int {
 	if m := t.slots.Load(); m != nil {
@@ -100,10 +127,52 @@ func (t *topology) refresh(ctx context.Context) error {
 			lastErr = err
 			continue
 		}
-		t.slots.Store(m)
+		old := t.slots.Swap(m)
+		t.loaded.Store(time.Now().UnixNano())
+		if t.onChange != nil && (old == nil || *old != *m) {
+			t.onChange()
+		}
 		return nil
 	}
 	return fmt.Errorf("cluster slot map: %w", lastErr)
+}
+
+// freshSlots returns the slot map, reloading it first unless it was read
+// within maxAge. Concurrent callers share one reload.
+func (t *topology) freshSlots(ctx context.Context, maxAge time.Duration) (*[16384]uint16, error) {
+	t.loadMu.Lock()
+	defer t.loadMu.Unlock()
+	if m := t.slots.Load(); m != nil && time.Since(time.Unix(0, t.loaded.Load())) < maxAge {
+		return m, nil
+	}
+	if err := t.refresh(ctx); err != nil {
+		if m := t.slots.Load(); m != nil {
+			return m, nil // the last good map beats none
+		}
+		return nil, err
+	}
+	return t.slots.Load(), nil
+}
+
+// SlotRange is a range of Redis Cluster slots and the address of the
+// master that serves them.
+type SlotRange struct {
+	From, To int
+	Addr     string
+}
+
+// ranges lists m as contiguous ranges of one node each.
+func (t *topology) ranges(m *[16384]uint16) []SlotRange {
+	var out []SlotRange
+	for from := 0; from < len(m); {
+		to := from
+		for to+1 < len(m) && m[to+1] == m[from] {
+			to++
+		}
+		out = append(out, SlotRange{From: from, To: to, Addr: t.addr(int(m[from]))})
+		from = to + 1
+	}
+	return out
 }
 
 // refreshAsync starts one background refresh unless one is running. It is

@@ -23,23 +23,50 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
-	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Hook is a redis.Hook applying an engine's routing table.
 type Hook struct {
-	e *engine.Engine
+	e      *engine.Engine
+	obs    Observer
+	policy string
 }
 
 var _ redis.Hook = (*Hook)(nil)
 
+// Observer receives key accesses: the node's detector client
+// (detector/wire.Client, the one the sidecar uses). Observe must not
+// block.
+type Observer interface {
+	Observe(policy, key string, reads, writes, bytes uint32)
+}
+
+// Option configures a Hook.
+type Option func(*Hook)
+
+// WithObserver reports every keyed command's access to o, for policy
+// ("<namespace>/<name>"), exactly as the sidecar does: the first key of
+// every command, a write when the command may write (with its request's
+// size), a read otherwise (with its reply's size, once it came); for
+// commands the engine serves, every key it touched. Without it an
+// application that only uses the hook sends the detector nothing, and its
+// hot keys are never detected.
+func WithObserver(o Observer, policy string) Option {
+	return func(h *Hook) { h.obs, h.policy = o, policy }
+}
+
 // New returns a hook for e; add it with client.AddHook.
-func New(e *engine.Engine) *Hook { return &Hook{e: e} }
+func New(e *engine.Engine, opts ...Option) *Hook {
+	h := &Hook{e: e}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
 
 type bypassKey struct{}
 
@@ -60,19 +87,27 @@ func (h *Hook) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook routes one command.
 func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if bypassed(ctx) || h.idle() {
+		if bypassed(ctx) {
 			return next(ctx, cmd)
+		}
+		if h.idle() {
+			err := next(ctx, cmd)
+			h.report(cmd)
+			return err
 		}
 		args := wireArgs(cmd)
 		d := h.classify(args, false)
 		switch {
 		case d.Class == engine.ClassNone:
-			return next(ctx, cmd)
+			err := next(ctx, cmd)
+			h.report(cmd)
+			return err
 		case d.Op == engine.OpRaw:
 			// The base key alone is the truth: Redis answers; if the
 			// command wrote, the local cache must forget the keys.
 			err := next(ctx, cmd)
 			h.invalidate(args, d)
+			h.report(cmd)
 			return err
 		}
 		raw := func(ctx context.Context, cmds []redis.Cmder) error {
@@ -104,8 +139,13 @@ func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // without sending anything, otherwise.
 func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if bypassed(ctx) || h.idle() || len(cmds) == 0 {
+		if bypassed(ctx) || len(cmds) == 0 {
 			return next(ctx, cmds)
+		}
+		if h.idle() {
+			err := next(ctx, cmds)
+			h.reportAll(cmds)
+			return err
 		}
 		tx := cmds[0].Name() == "multi"
 		args := make([][][]byte, len(cmds))
@@ -119,7 +159,9 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			}
 		}
 		if !mitigated {
-			return next(ctx, cmds)
+			err := next(ctx, cmds)
+			h.reportAll(cmds)
+			return err
 		}
 		if tx {
 			for _, d := range ds {
@@ -135,6 +177,7 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			for i := range cmds {
 				h.invalidate(args[i], ds[i])
 			}
+			h.reportAll(cmds)
 			return err
 		}
 		var first error
@@ -153,6 +196,7 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			for _, i := range runIdx {
 				h.invalidate(args[i], ds[i])
 			}
+			h.reportAll(run)
 			run, runIdx = run[:0], runIdx[:0]
 		}
 		raw := func(ctx context.Context, cs []redis.Cmder) error { return next(ctx, cs) }
@@ -174,30 +218,16 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 // load.
 func (h *Hook) idle() bool { return len(h.e.Table().Entries) == 0 }
 
-// classify is engine.Classify against the engine's table, the decision the
-// sidecar proxy takes for the same command.
+// classify is the engine's decision for the command, the one the sidecar
+// proxy takes for the same command.
 func (h *Hook) classify(args [][]byte, inTx bool) engine.Decision {
-	t := h.e.Table()
-	return engine.Classify(args, func(k string) (*routing.Entry, bool) {
-		if !h.e.Lookup(k) {
-			return nil, false
-		}
-		return t.Lookup(k), true
-	}, inTx)
+	return h.e.Decide(args, inTx)
 }
 
 // invalidate drops the cached copies of the mitigated keys of a command
 // sent raw, if it may have written.
 func (h *Hook) invalidate(args [][]byte, d engine.Decision) {
-	if d.Class == engine.ClassNone || !d.Write {
-		return
-	}
-	engine.ForEachKey(args, func(i int) bool {
-		if k := string(args[i]); h.e.Lookup(k) {
-			h.e.Invalidate(k)
-		}
-		return true
-	})
+	h.e.Invalidates(args, d, h.e.Invalidate)
 }
 
 // wireArgs is a command's arguments as go-redis writes them; one that
@@ -211,268 +241,110 @@ func wireArgs(cmd redis.Cmder) [][]byte {
 	return out
 }
 
-// apply serves cmd as d says, through the engine (its context marked so
-// the hook lets the engine's own commands through) and, for the plain keys
-// of a multi-key command, with raw commands sent by raw, one per key (they
-// may be on different nodes). The reply is stored in cmd.
-func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engine.Decision, raw func(context.Context, []redis.Cmder) error) error {
-	ectx := bypass(ctx)
-	name := strings.ToLower(string(args[0]))
-	fail := func(err error) error {
-		cmd.SetErr(err)
+// apply serves cmd as d says with engine.Serve, the implementation the
+// sidecar proxy uses too (its context marked so the hook lets the engine's
+// own commands through); the plain keys of a multi-key command go raw, one
+// command per key, through send. The reply is stored in cmd.
+func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engine.Decision, send func(context.Context, []redis.Cmder) error) error {
+	raw := func(ctx context.Context, cmds [][][]byte) []engine.Reply {
+		batch := make([]redis.Cmder, len(cmds))
+		for i, c := range cmds {
+			a := make([]any, len(c))
+			for j, b := range c {
+				a[j] = string(b)
+			}
+			batch[i] = redis.NewCmd(ctx, a...)
+		}
+		_ = send(ctx, batch) // errors are read per command below
+		out := make([]engine.Reply, len(batch))
+		for i, c := range batch {
+			out[i] = replyOf(c.(*redis.Cmd))
+		}
+		return out
+	}
+	var obs engine.Observe
+	if h.obs != nil {
+		obs = func(key string, reads, writes uint32, n int) { h.obs.Observe(h.policy, key, reads, writes, uint32(n)) }
+	}
+	r, ok := h.e.Serve(bypass(ctx), d, args, raw, obs)
+	if !ok {
+		// Malformed: Redis rejects it and writes nothing.
+		err := send(ctx, []redis.Cmder{cmd})
+		h.invalidate(args, d)
+		h.report(cmd)
 		return err
 	}
-	switch d.Op {
-	case engine.OpRefuse:
-		return fail(errors.New(d.Err))
-	case engine.OpGet, engine.OpStrlen, engine.OpType:
-		v, found, err := h.e.Get(ectx, string(args[1]))
-		if err != nil {
-			return fail(err)
-		}
-		switch {
-		case d.Op == engine.OpStrlen:
-			return setVal(cmd, int64(len(v)), nil)
-		case d.Op == engine.OpType && found:
-			return setVal(cmd, "string", nil)
-		case d.Op == engine.OpType:
-			return setVal(cmd, "none", nil)
-		case !found:
-			return fail(redis.Nil)
-		}
-		return setVal(cmd, string(v), nil)
-	case engine.OpMGet:
-		vals, err := h.mget(ctx, args[1:], raw)
-		if err != nil {
-			return fail(err)
-		}
-		return setVal(cmd, vals, nil)
-	case engine.OpExists, engine.OpDel:
-		n, err := h.perKeyCount(ctx, name, args[1:], d.Op == engine.OpExists, raw)
-		return setVal(cmd, n, err)
-	case engine.OpMSet:
-		if err := h.mset(ctx, args, raw); err != nil {
-			return fail(err)
-		}
-		return setVal(cmd, "OK", nil)
-	case engine.OpSet:
-		rest := make([]any, len(args)-2)
-		for i, a := range args[2:] {
-			rest[i] = string(a)
-		}
-		val, opts, ok := engine.SetForm(name, rest)
-		if !ok {
-			break // malformed: Redis rejects it and writes nothing
-		}
-		ok, err := h.e.Set(ectx, string(args[1]), []byte(val.(string)), opts...)
-		if name == "setnx" {
-			if c, isCmd := cmd.(*redis.Cmd); isCmd {
-				var n int64 // SETNX answers 1 or 0
-				if ok {
-					n = 1
-				}
-				return setVal(c, n, err)
-			}
-		}
-		return setSet(cmd, ok, err)
-	case engine.OpIncr:
-		by := name == "incrby" || name == "decrby"
-		if by && len(args) != 3 || !by && len(args) != 2 {
-			break
-		}
-		n := int64(1)
-		if by {
-			v, err := strconv.ParseInt(string(args[2]), 10, 64)
-			if err != nil {
-				return fail(errors.New("ERR value is not an integer or out of range"))
-			}
-			n = v
-		}
-		if strings.HasPrefix(name, "decr") {
-			n = -n
-		}
-		v, err := h.e.IncrBy(ectx, string(args[1]), n)
-		return setVal(cmd, v, err)
-	}
-	err := raw(ctx, []redis.Cmder{cmd})
-	h.invalidate(args, d)
-	return err
+	return store(cmd, r)
 }
 
-// mget reads mitigated keys through the engine and the others with one raw
-// GET each; a key holding another type reads as nil, as in MGET.
-func (h *Hook) mget(ctx context.Context, keys [][]byte, raw func(context.Context, []redis.Cmder) error) ([]any, error) {
-	vals := make([]any, len(keys))
-	var rawCmds []*redis.StringCmd
-	var rawIdx []int
-	var batch []redis.Cmder
-	for i, k := range keys {
-		if !h.e.Lookup(string(k)) {
-			c := redis.NewStringCmd(ctx, "get", string(k))
-			rawCmds, rawIdx, batch = append(rawCmds, c), append(rawIdx, i), append(batch, c)
-		}
+// replyOf is a raw command's reply in the engine's terms.
+func replyOf(c *redis.Cmd) engine.Reply {
+	v, err := c.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return engine.Reply{Kind: engine.ReplyNil}
+	case err != nil:
+		return engine.Reply{Kind: engine.ReplyError, Err: err}
 	}
-	if len(batch) > 0 {
-		_ = raw(ctx, batch) // errors are read per command below
+	switch v := v.(type) {
+	case int64:
+		return engine.Reply{Kind: engine.ReplyInt, Int: v}
+	case string:
+		return engine.Reply{Kind: engine.ReplyBulk, Bulk: []byte(v)}
 	}
-	for j, c := range rawCmds {
-		v, err := c.Result()
-		switch {
-		case err == nil:
-			vals[rawIdx[j]] = v
-		case errors.Is(err, redis.Nil), strings.HasPrefix(err.Error(), "WRONGTYPE"):
-		default:
-			return nil, err
-		}
-	}
-	for i, k := range keys {
-		if !h.e.Lookup(string(k)) {
-			continue
-		}
-		v, found, err := h.e.Get(bypass(ctx), string(k))
-		if err != nil {
-			return nil, err
-		}
-		if found {
-			vals[i] = string(v)
-		}
-	}
-	return vals, nil
+	return engine.Reply{Kind: engine.ReplyError, Err: fmt.Errorf("ERR heatsink: unexpected reply %T", v)}
 }
 
-// perKeyCount answers DEL/UNLINK (exists false) or EXISTS by adding up one
-// command per key: through the engine (Del, or Get for a counter's EXISTS)
-// for mitigated keys, raw for the others.
-func (h *Hook) perKeyCount(ctx context.Context, name string, keys [][]byte, exists bool, raw func(context.Context, []redis.Cmder) error) (int64, error) {
-	t := h.e.Table()
-	viaEngine := func(k string) bool {
-		if !h.e.Lookup(k) {
-			return false
+// store puts an engine reply in cmd the way go-redis reports it for that
+// command: its typed Cmd (StringCmd, IntCmd, StatusCmd, BoolCmd for
+// SetNX/SetXX, SliceCmd for MGet) or a generic *redis.Cmd (Do). A nil
+// reply is redis.Nil, except for a BoolCmd, where it is false.
+func store(cmd redis.Cmder, r engine.Reply) error {
+	switch r.Kind {
+	case engine.ReplyError:
+		cmd.SetErr(r.Err)
+		return r.Err
+	case engine.ReplyNil:
+		if c, ok := cmd.(*redis.BoolCmd); ok {
+			c.SetVal(false)
+			return nil
 		}
-		return !exists || engine.ClassOf(t.Lookup(k)) == engine.ClassCounter
-	}
-	var total int64
-	var rawCmds []*redis.IntCmd
-	var batch []redis.Cmder
-	for _, kb := range keys {
-		k := string(kb)
-		if viaEngine(k) {
-			continue
+		cmd.SetErr(redis.Nil)
+		return redis.Nil
+	case engine.ReplyInt:
+		if c, ok := cmd.(*redis.BoolCmd); ok { // SETNX through SetNX
+			c.SetVal(r.Int != 0)
+			return nil
 		}
-		c := redis.NewIntCmd(ctx, name, k)
-		rawCmds, batch = append(rawCmds, c), append(batch, c)
-	}
-	if len(batch) > 0 {
-		_ = raw(ctx, batch)
-	}
-	for _, c := range rawCmds {
-		n, err := c.Result()
-		if err != nil {
-			return 0, err
+		return setVal(cmd, r.Int)
+	case engine.ReplyStatus:
+		if c, ok := cmd.(*redis.BoolCmd); ok { // SET ... NX through SetNX
+			c.SetVal(true)
+			return nil
 		}
-		total += n
-	}
-	for _, kb := range keys {
-		k := string(kb)
-		if !viaEngine(k) {
-			continue
-		}
-		var n int64
-		var err error
-		if exists {
-			var found bool
-			if _, found, err = h.e.Get(bypass(ctx), k); found {
-				n = 1
-			}
-		} else {
-			n, err = h.e.Del(bypass(ctx), k)
-		}
-		if err != nil {
-			return total, err
-		}
-		total += n
-	}
-	return total, nil
-}
-
-// mset writes mitigated pairs through Engine.Set and the others with one
-// raw SET each. Counter values must be integers; that is checked before
-// anything is written. Like the proxy's, it is not atomic across keys.
-func (h *Hook) mset(ctx context.Context, args [][]byte, raw func(context.Context, []redis.Cmder) error) error {
-	t := h.e.Table()
-	var batch []redis.Cmder
-	var eng []int
-	for i := 1; i+1 < len(args); i += 2 {
-		k := string(args[i])
-		if !h.e.Lookup(k) {
-			batch = append(batch, redis.NewStatusCmd(ctx, "set", k, string(args[i+1])))
-			continue
-		}
-		if en := t.Lookup(k); engine.ClassOf(en) == engine.ClassCounter {
-			if _, err := strconv.ParseInt(string(args[i+1]), 10, 64); err != nil {
-				return errors.New("ERR heatsink: MSET on a key mitigated by " + engine.MitigationName(en) + " needs an integer value")
+		return setVal(cmd, r.Str)
+	case engine.ReplyBulk:
+		return setVal(cmd, string(r.Bulk))
+	case engine.ReplyArray:
+		vals := make([]any, len(r.Elems))
+		for i, el := range r.Elems {
+			if el.Kind == engine.ReplyBulk {
+				vals[i] = string(el.Bulk)
 			}
 		}
-		eng = append(eng, i)
+		return setVal(cmd, vals)
 	}
-	if len(batch) > 0 {
-		_ = raw(ctx, batch)
-		for _, c := range batch {
-			if err := c.Err(); err != nil {
-				return err
-			}
-		}
-	}
-	for _, i := range eng {
-		if _, err := h.e.Set(bypass(ctx), string(args[i]), args[i+1]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return unexpected(cmd)
 }
 
 // setVal stores a reply of type T in cmd: its typed Cmd (StringCmd,
-// IntCmd, ...) or a generic *redis.Cmd (Do). A non-nil err is stored
-// instead.
-func setVal[T any](cmd redis.Cmder, v T, err error) error {
-	if err != nil {
-		cmd.SetErr(err)
-		return err
-	}
+// IntCmd, ...) or a generic *redis.Cmd (Do).
+func setVal[T any](cmd redis.Cmder, v T) error {
 	switch c := cmd.(type) {
 	case interface{ SetVal(T) }:
 		c.SetVal(v)
 	case *redis.Cmd:
 		c.SetVal(v)
-	default:
-		return unexpected(cmd)
-	}
-	return nil
-}
-
-// setSet stores SET's reply the way go-redis reports it: "OK", or redis.Nil
-// when NX/XX refused (SetNX/SetXX report a bool instead).
-func setSet(cmd redis.Cmder, ok bool, err error) error {
-	if err != nil {
-		cmd.SetErr(err)
-		return err
-	}
-	switch c := cmd.(type) {
-	case *redis.BoolCmd:
-		c.SetVal(ok)
-		return nil
-	case *redis.StatusCmd:
-		if !ok {
-			c.SetErr(redis.Nil)
-			return redis.Nil
-		}
-		c.SetVal("OK")
-	case *redis.Cmd:
-		if !ok {
-			c.SetErr(redis.Nil)
-			return redis.Nil
-		}
-		c.SetVal("OK")
 	default:
 		return unexpected(cmd)
 	}

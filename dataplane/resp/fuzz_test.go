@@ -75,3 +75,41 @@ func FuzzReadReply(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTakePartial reads replies in small pieces, releasing every
+// incomplete reply's scanned bytes as soon as there are any: the pieces
+// and the rests must tile the input exactly, as FuzzReadReply's frames do.
+func FuzzTakePartial(f *testing.F) {
+	for _, s := range []string{
+		"$10\r\n0123456789\r\n+OK\r\n", "*2\r\n$5\r\nabcde\r\n*1\r\n$3\r\nxyz\r\n", "|1\r\n+a\r\n+b\r\n$4\r\nabcd\r\n",
+		">2\r\n+x\r\n$6\r\nyyyyyy\r\n", "$3\r\nab", "*1\r\n$2\r\nabXY",
+	} {
+		f.Add([]byte(s), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
+		lim := Limits{MaxBulk: 1 << 16, MaxArgs: 1024, MaxInline: 1 << 12, MaxDepth: 16}
+		r := NewReader(&chunkReader{data: in, n: int(chunk%16) + 1}, 16, lim)
+		var got []byte
+		var p Reply
+		for {
+			ok, err := r.TryReply(&p)
+			if err != nil {
+				if !IsProtocolError(err) {
+					t.Fatalf("unexpected error %T: %v", err, err)
+				}
+				return
+			}
+			if ok {
+				got = append(got, p.Raw...)
+				continue
+			}
+			got = append(got, r.TakePartial()...)
+			if err := r.Fill(); err != nil {
+				if err == io.EOF && !bytes.HasPrefix(in, got) {
+					t.Fatalf("pieces do not tile the input: %q vs %q", got, in)
+				}
+				return
+			}
+		}
+	})
+}

@@ -25,22 +25,34 @@ type Limits struct {
 	// MaxBulk is the greatest bulk string length (Redis' proto-max-bulk-len
 	// default is 512 MiB).
 	MaxBulk int
-	// MaxArgs is the greatest number of arguments in one command.
+	// MaxArgs is the greatest number of arguments in one command, or of
+	// elements announced by one aggregate reply header.
 	MaxArgs int
-	// MaxInline is the greatest length of an inline command or of a simple
-	// line (status, error, number) in a reply.
+	// MaxInline is the greatest length of an inline command, of the header
+	// line of a multibulk command, or of a line in a reply.
 	MaxInline int
-	// MaxDepth is the greatest nesting of aggregate replies.
+	// MaxDepth is the greatest nesting of aggregate replies Decode and
+	// ReadValue take apart (the reply scanner of ReadReply and TryReply has
+	// no nesting limit: it only counts the elements still owed).
 	MaxDepth int
 }
 
-// defaultLimits mirror Redis' own defaults. It is a constant in all but
-// name: nothing assigns it, and DefaultLimits hands out copies.
-var defaultLimits = Limits{MaxBulk: 512 << 20, MaxArgs: 1 << 20, MaxInline: 64 << 10, MaxDepth: 64}
+// defaultLimits mirror Redis' own defaults for what a client may send. It
+// is a constant in all but name: nothing assigns it, and DefaultLimits
+// hands out copies.
+var defaultLimits = Limits{MaxBulk: 512 << 20, MaxArgs: 1<<31 - 1, MaxInline: 64 << 10, MaxDepth: 64}
 
-// DefaultLimits returns Redis' own defaults. A function, not a variable, so
-// no importer can change the process-wide default.
+// DefaultLimits returns Redis' own limits on client frames. A function, not
+// a variable, so no importer can change the process-wide default.
 func DefaultLimits() Limits { return defaultLimits }
+
+// ReplyLimits are for reading Redis' replies: whatever their size or depth,
+// a proxy must relay them (a script can nest thousands of levels, LRANGE
+// can return millions of elements, an error line can be long), so only
+// memory bounds them.
+func ReplyLimits() Limits {
+	return Limits{MaxBulk: maxBulkReply, MaxArgs: maxAggregate, MaxInline: 1<<62 - 1, MaxDepth: 64}
+}
 
 // ProtocolError is a malformed stream. The connection cannot be resynchronised
 // after one: the proxy answers with an error reply and closes it.
@@ -77,6 +89,11 @@ type Reader struct {
 	// that a large bulk is filled in few reads instead of re-parsed per read.
 	need    int
 	initial int
+	// scan is the progress of the reply being parsed.
+	scan replyScan
+	// streaming: a reply is being released as it arrives (TakePartial),
+	// so Fill reads in bounded steps.
+	streaming bool
 }
 
 // shrinkAbove is the buffer size above which an empty buffer is given back.
@@ -84,6 +101,10 @@ const shrinkAbove = 1 << 20
 
 // growStep bounds how far the buffer grows ahead of the bytes received.
 const growStep = 1 << 20
+
+// streamStep is how much a Fill reads at most while a reply is released as
+// it arrives.
+const streamStep = 256 << 10
 
 // NewReader returns a Reader with an initial buffer of size bytes (grown on
 // demand up to the frame size the limits allow).
@@ -98,7 +119,7 @@ func NewReader(rd io.Reader, size int, limits Limits) *Reader {
 }
 
 // Reset makes the Reader read from rd, keeping its buffer.
-func (r *Reader) Reset(rd io.Reader) { r.rd, r.r, r.w, r.need = rd, 0, 0, 0 }
+func (r *Reader) Reset(rd io.Reader) { r.rd, r.r, r.w, r.need, r.scan = rd, 0, 0, 0, replyScan{} }
 
 // SetSource makes the Reader read from rd from now on, keeping the bytes
 // already buffered: a connection handed from one owner to another (an
@@ -129,6 +150,9 @@ func (r *Reader) Fill() error {
 		}
 	}
 	want := r.need - (r.w - r.r) // bytes still missing from the frame
+	if r.streaming {
+		want = min(want, streamStep)
+	}
 	if want < 512 {
 		want = 512
 	}
@@ -165,24 +189,28 @@ func (r *Reader) Fill() error {
 }
 
 // Command is one parsed client command. Args[0] is the command name. Args
-// and Raw point into the Reader's buffer.
+// and Raw point into the Reader's buffer (or, for an inline command, into
+// the Command's own).
 type Command struct {
 	Args [][]byte
 	// Raw is the command's bytes exactly as received (for forwarding). For
-	// an inline command it is re-encoded as a RESP array in Inline's buffer.
+	// an inline command it is re-encoded as a RESP array in the Command's
+	// own buffer.
 	Raw    []byte
 	inline []byte
+	words  []byte
+	ends   []int
 }
 
 // ReadCommand parses the next command, reading from the connection only when
-// the buffer holds no complete command. Empty inline lines are skipped as
-// Redis does.
+// the buffer holds no complete command. Empty inline lines and multibulk
+// headers announcing no argument are skipped as Redis does.
 func (r *Reader) ReadCommand(c *Command) error {
 	for {
 		if r.r < r.w {
 			n, err := r.parseCommand(c)
 			if err == nil {
-				if n == 0 { // empty inline line
+				if n == 0 { // nothing to run
 					continue
 				}
 				return nil
@@ -216,58 +244,67 @@ func (r *Reader) TryCommand(c *Command) (bool, error) {
 	return false, nil
 }
 
-// parseCommand parses at r.r; on success it advances r.r and returns the
-// consumed length (0 for a skipped empty inline line).
+// parseCommand parses at r.r the way Redis 7 does (processMultibulkBuffer
+// and processInlineBuffer in networking.c), so that the proxy accepts
+// exactly what Redis accepts, splits inline commands the same way, and
+// refuses the rest with Redis' own error text. On success it advances r.r
+// and returns the consumed length (0 for a frame that carries no command).
 func (r *Reader) parseCommand(c *Command) (int, error) {
 	r.need = 0
 	b := r.buf[r.r:r.w]
 	if b[0] != '*' {
 		return r.parseInline(c, b)
 	}
-	line, n, err := r.line(b, 0)
-	if err != nil {
-		return 0, err
+	// The count ends at the first CR; Redis takes the byte after it as the
+	// LF without looking at it.
+	i := cIndex(b, '\r')
+	if i < 0 {
+		if len(b) > r.limits.MaxInline {
+			return 0, protoErr("too big mbulk count string")
+		}
+		r.need = len(b) + 1
+		return 0, errIncomplete
 	}
-	count, ok := parseInt(line[1:])
-	if !ok {
+	if i+2 > len(b) {
+		r.need = i + 2
+		return 0, errIncomplete
+	}
+	count, ok := string2ll(b[1:i])
+	if !ok || count > int64(r.limits.MaxArgs) {
 		return 0, protoErr("invalid multibulk length")
 	}
-	if count > int64(r.limits.MaxArgs) {
-		return 0, protoErr("invalid multibulk length")
-	}
+	pos := i + 2
 	c.Args = c.Args[:0]
 	if count <= 0 { // Redis ignores "*0" and "*-1" from clients
-		r.r += n
+		r.r += pos
 		return 0, nil
 	}
-	pos := n
-	for i := int64(0); i < count; i++ {
-		if pos >= len(b) {
-			r.need = pos + 4
+	for k := int64(0); k < count; k++ {
+		j := cIndex(b[pos:], '\r')
+		if j < 0 {
+			if len(b)-pos > r.limits.MaxInline {
+				return 0, protoErr("too big bulk count string")
+			}
+			r.need = len(b) + 1
+			return 0, errIncomplete
+		}
+		if pos+j+2 > len(b) {
+			r.need = pos + j + 2
 			return 0, errIncomplete
 		}
 		if b[pos] != '$' {
-			return 0, protoErr("expected '$', got '%s'", printable(b[pos]))
+			return 0, expectedDollar(b[pos])
 		}
-		line, n, err := r.line(b, pos)
-		if err != nil {
-			if err == errIncomplete {
-				r.need = pos + 32
-			}
-			return 0, err
-		}
-		size, ok := parseInt(line[1:])
+		size, ok := string2ll(b[pos+1 : pos+j])
 		if !ok || size < 0 || size > int64(r.limits.MaxBulk) {
 			return 0, protoErr("invalid bulk length")
 		}
-		pos += n
+		pos += j + 2
 		end := pos + int(size)
+		// The two bytes after the bulk are skipped unread, as Redis does.
 		if end+2 > len(b) {
 			r.need = end + 2
 			return 0, errIncomplete
-		}
-		if b[end] != '\r' || b[end+1] != '\n' {
-			return 0, protoErr("bulk string not terminated by CRLF")
 		}
 		c.Args = append(c.Args, b[pos:end:end])
 		pos = end + 2
@@ -278,9 +315,21 @@ func (r *Reader) parseCommand(c *Command) (int, error) {
 	return pos, nil
 }
 
-// parseInline parses a space-separated command line (telnet style).
+// expectedDollar is Redis' error for a multibulk element that is not a bulk
+// string. Redis formats it with %c and then cuts the message at a NUL byte
+// and turns CR and LF into spaces (AppendError does the latter).
+func expectedDollar(c byte) error {
+	if c == 0 {
+		return &ProtocolError{Msg: "expected '$', got '"}
+	}
+	return &ProtocolError{Msg: "expected '$', got '" + string([]byte{c}) + "'"}
+}
+
+// parseInline parses a command line (telnet style) the way Redis does: the
+// line ends at LF (a CR before it is dropped) and is split by sdssplitargs'
+// rules (quotes, escapes, a NUL byte ending the line).
 func (r *Reader) parseInline(c *Command, b []byte) (int, error) {
-	i := bytes.IndexByte(b, '\n')
+	i := cIndex(b, '\n')
 	if i < 0 {
 		if len(b) > r.limits.MaxInline {
 			return 0, protoErr("too big inline request")
@@ -293,9 +342,8 @@ func (r *Reader) parseInline(c *Command, b []byte) (int, error) {
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
-	c.Args = c.Args[:0]
-	for _, f := range bytes.Fields(line) {
-		c.Args = append(c.Args, f)
+	if !c.splitArgs(line) {
+		return 0, protoErr("unbalanced quotes in request")
 	}
 	r.r += consumed
 	r.need = 0
@@ -306,6 +354,188 @@ func (r *Reader) parseInline(c *Command, b []byte) (int, error) {
 	c.inline = AppendArgs(c.inline[:0], c.Args)
 	c.Raw = c.inline
 	return consumed, nil
+}
+
+// splitArgs splits an inline line into c.Args with the rules of Redis'
+// sdssplitargs: blanks separate words; "double quotes" take \xHH and the
+// escapes \n \r \t \b \a (any other escaped byte stands for itself);
+// 'single quotes' take \' only; a closing quote must be followed by a blank
+// or the end; an unterminated quote is an error (false). The line is read
+// as a C string: a NUL byte ends it.
+func (c *Command) splitArgs(line []byte) bool {
+	if n := bytes.IndexByte(line, 0); n >= 0 {
+		line = line[:n]
+	}
+	c.words, c.ends = c.words[:0], c.ends[:0]
+	p := 0
+	at := func(i int) byte { // the byte at i, or NUL past the end
+		if i < len(line) {
+			return line[i]
+		}
+		return 0
+	}
+	for {
+		for p < len(line) && isCSpace(line[p]) {
+			p++
+		}
+		if p >= len(line) {
+			break
+		}
+		inq, insq, done := false, false, false
+		for !done {
+			ch := at(p)
+			switch {
+			case inq:
+				switch {
+				case ch == '\\' && at(p+1) == 'x' && isHex(at(p+2)) && isHex(at(p+3)):
+					c.words = append(c.words, unhex(at(p+2))<<4|unhex(at(p+3)))
+					p += 3
+				case ch == '\\' && at(p+1) != 0:
+					p++
+					e := line[p]
+					switch e {
+					case 'n':
+						e = '\n'
+					case 'r':
+						e = '\r'
+					case 't':
+						e = '\t'
+					case 'b':
+						e = '\b'
+					case 'a':
+						e = '\a'
+					}
+					c.words = append(c.words, e)
+				case ch == '"':
+					if n := at(p + 1); n != 0 && !isCSpace(n) {
+						return false
+					}
+					done = true
+				case ch == 0:
+					return false
+				default:
+					c.words = append(c.words, ch)
+				}
+			case insq:
+				switch {
+				case ch == '\\' && at(p+1) == '\'':
+					p++
+					c.words = append(c.words, '\'')
+				case ch == '\'':
+					if n := at(p + 1); n != 0 && !isCSpace(n) {
+						return false
+					}
+					done = true
+				case ch == 0:
+					return false
+				default:
+					c.words = append(c.words, ch)
+				}
+			default:
+				switch ch {
+				case ' ', '\n', '\r', '\t', 0:
+					done = true
+				case '"':
+					inq = true
+				case '\'':
+					insq = true
+				default:
+					c.words = append(c.words, ch)
+				}
+			}
+			if p < len(line) {
+				p++
+			}
+		}
+		c.ends = append(c.ends, len(c.words))
+	}
+	c.Args = c.Args[:0]
+	from := 0
+	for _, end := range c.ends {
+		c.Args = append(c.Args, c.words[from:end:end])
+		from = end
+	}
+	return true
+}
+
+// cIndex is the index of c in b as Redis' strchr on its query buffer finds
+// it: a NUL byte before it hides it (-1), so such a frame waits for more
+// bytes until it is too long.
+func cIndex(b []byte, c byte) int {
+	for i, x := range b {
+		switch x {
+		case c:
+			return i
+		case 0:
+			return -1
+		}
+	}
+	return -1
+}
+
+// isCSpace is C's isspace in the C locale.
+func isCSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
+
+// string2ll parses a decimal integer exactly as Redis' string2ll does: no
+// sign but '-', no leading zero (but "0" itself), no spaces, at most 20
+// characters, no overflow.
+func string2ll(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) >= 21 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	neg := false
+	if b[0] == '-' {
+		neg, b = true, b[1:]
+		if len(b) == 0 {
+			return 0, false
+		}
+	}
+	if b[0] < '1' || b[0] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > (1<<64-1)/10 {
+			return 0, false
+		}
+		v *= 10
+		if v > 1<<64-1-uint64(c-'0') {
+			return 0, false
+		}
+		v += uint64(c - '0')
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > 1<<63-1 {
+		return 0, false
+	}
+	return int64(v), true
 }
 
 // line returns the CRLF-terminated line starting at b[pos] (without CRLF)
@@ -370,6 +600,9 @@ type Reply struct {
 	// Line is the header line after the type byte (the status or error text,
 	// the number, the length).
 	Line []byte
+	// Partial: the reply's first bytes were released by TakePartial; Raw
+	// holds the rest.
+	Partial bool
 }
 
 // IsPush reports whether the reply is an out-of-band RESP3 push (which does
@@ -412,105 +645,211 @@ func (r *Reader) TryReply(p *Reply) (bool, error) {
 }
 
 func (r *Reader) parseReply(p *Reply) error {
-	r.need = 0
 	b := r.buf[r.r:r.w]
-	start := 0
+	st := &r.scan
 	for {
-		if start >= len(b) {
-			return errIncomplete
+		if !st.inValue {
+			// A top-level value starts here: an attribute (its entries
+			// come first, then the reply it annotates) or the reply.
+			if st.pos >= len(b) {
+				r.need = st.pos + 4
+				return errIncomplete
+			}
+			st.left, st.inValue, st.attr, st.valueAt = 1, true, b[st.pos] == '|', st.pos
+			if !st.attr {
+				st.typeAt, st.typed = st.pos, true
+			}
 		}
-		if b[start] != '|' {
-			break
+		for st.left > 0 {
+			if st.bulkEnd != 0 {
+				// Inside a bulk payload whose header was scanned.
+				end := max(st.bulkEnd, 0)
+				if end > len(b) {
+					r.need = end
+					return errIncomplete
+				}
+				if end >= 2 && (b[end-2] != '\r' || b[end-1] != '\n') {
+					return protoErr("bulk string not terminated by CRLF")
+				}
+				st.pos, st.bulkEnd = end, 0
+				st.left--
+				continue
+			}
+			next, add, err := r.element(b, st.pos, st.attr && st.pos == st.valueAt)
+			if err != nil {
+				return err
+			}
+			if add < 0 {
+				// A bulk whose payload has not all come: resume inside it.
+				st.bulkEnd = int(-add)
+				st.pos = next
+				continue
+			}
+			st.left += add - 1
+			st.pos = next
 		}
-		// Attribute: a map preceding the actual reply.
-		end, err := r.skip(b, start, 0)
-		if err != nil {
-			return err
+		st.inValue = false
+		if st.attr {
+			continue
 		}
-		start = end
+		end := st.pos
+		if st.saved {
+			p.Type, p.Line = st.typ, st.line
+		} else {
+			line, _, _ := r.line(b, st.typeAt)
+			p.Type, p.Line = b[st.typeAt], line[1:]
+		}
+		p.Partial = st.taken > 0
+		p.Raw = b[:end:end]
+		r.r += end
+		r.need = 0
+		r.scan = replyScan{}
+		r.streaming = false
+		return nil
 	}
-	end, err := r.skip(b, start, 0)
-	if err != nil {
-		return err
-	}
-	line, _, _ := r.line(b, start)
-	p.Type = b[start]
-	p.Line = line[1:]
-	p.Raw = b[:end:end]
-	r.r += end
-	r.need = 0
-	return nil
 }
 
-// skip returns the end offset of the value starting at b[pos].
-func (r *Reader) skip(b []byte, pos, depth int) (int, error) {
-	if depth > r.limits.MaxDepth {
-		return 0, protoErr("reply nested too deeply")
+// TakePartial releases the received part of the reply being read (after
+// TryReply reported it incomplete) that the scanner has gone past, so a
+// proxy can send a large reply on as it arrives instead of holding it
+// whole: the bytes returned are valid until the next Fill. The reply, once
+// complete, comes from TryReply or ReadReply with only its remaining bytes
+// in Raw and Partial set. Fill then reads in bounded steps rather than
+// growing the buffer to the reply's size.
+func (r *Reader) TakePartial() []byte {
+	st := &r.scan
+	if !st.inValue && st.pos == 0 {
+		return nil
 	}
+	safe := st.pos
+	if st.bulkEnd > 0 {
+		safe = min(st.bulkEnd, r.w-r.r)
+	}
+	if safe <= 0 {
+		return nil
+	}
+	b := r.buf[r.r : r.r+safe]
+	if st.typed && !st.saved && st.typeAt < safe {
+		// Keep the reply's type and header: they are about to be released.
+		if line, _, err := r.line(r.buf[r.r:r.w], st.typeAt); err == nil {
+			st.typ, st.line, st.saved = line[0], append([]byte(nil), line[1:]...), true
+		}
+	}
+	r.r += safe
+	st.pos -= safe
+	st.valueAt -= safe
+	st.typeAt -= safe
+	if st.bulkEnd > 0 {
+		st.bulkEnd -= safe
+		if st.bulkEnd == 0 {
+			st.bulkEnd = -1 // the payload is all released; its CRLF too
+		}
+	}
+	st.taken += safe
+	r.streaming = true
+	return b
+}
+
+// Pending is the number of bytes buffered for the reply being read.
+func (r *Reader) Pending() int { return r.w - r.r }
+
+// replyScan is the progress of a reply being scanned: a large reply that
+// arrives over many reads is scanned once, resumed where it stopped, not
+// once per read. Offsets are from the start of the reply's unreleased
+// bytes (r.r).
+type replyScan struct {
+	// pos is the offset of the next element to scan.
+	pos int
+	// left is the number of elements still to scan in the current value.
+	left int64
+	// inValue: a top-level value is being scanned; attr: it is an
+	// attribute (the reply follows it).
+	inValue, attr bool
+	// valueAt is where the top-level value being scanned began; typeAt is
+	// the offset of the reply's own first byte (after any attribute).
+	valueAt, typeAt int
+	// bulkEnd, when not 0, is where the payload (and CRLF) of the bulk
+	// being scanned ends (-1: all of it was released): its header is
+	// scanned, its bytes not all here.
+	bulkEnd int
+	// typed: typeAt is known (the reply itself has begun).
+	typed bool
+	// taken counts the bytes released by TakePartial; typ and line are the
+	// reply's type and header, saved when they were released.
+	taken int
+	saved bool
+	typ   byte
+	line  []byte
+}
+
+// maxAggregate and maxBulkReply bound what one reply header may claim,
+// only so that the arithmetic cannot overflow; memory bounds the rest.
+const (
+	maxAggregate = 1 << 40
+	maxBulkReply = 1 << 50
+)
+
+// element scans the element at b[pos]: its header line and, for a bulk,
+// its payload. next is the offset after what it scanned; add the number
+// of elements it announces (an aggregate's entries; a nested attribute's
+// entries and the value it annotates; topAttr: the top-level attribute,
+// whose annotated reply is scanned as the next top-level value). The
+// nesting depth does not matter: only the count of elements still owed
+// does, so any depth Redis can produce is relayed.
+func (r *Reader) element(b []byte, pos int, topAttr bool) (next int, add int64, err error) {
 	if pos >= len(b) {
 		r.need = pos + 4
-		return 0, errIncomplete
+		return 0, 0, errIncomplete
 	}
 	line, n, err := r.line(b, pos)
 	if err != nil {
 		if err == errIncomplete {
-			r.need = pos + 64
+			r.need = len(b) + 1
 		}
-		return 0, err
+		return 0, 0, err
 	}
 	t := line[0]
 	switch t {
 	case '+', '-', ':', ',', '(', '_', '#':
-		return pos + n, nil
+		return pos + n, 0, nil
 	case '$', '!', '=':
 		if len(line) == 3 && line[1] == '-' && line[2] == '1' {
-			return pos + n, nil // RESP2 null bulk
+			return pos + n, 0, nil // RESP2 null bulk
 		}
 		if len(line) == 2 && line[1] == '?' {
-			return 0, protoErr("streamed strings are not supported")
+			return 0, 0, protoErr("streamed strings are not supported")
 		}
 		size, ok := parseInt(line[1:])
-		if !ok || size < 0 || size > int64(r.limits.MaxBulk) {
-			return 0, protoErr("invalid bulk length")
+		if !ok || size < 0 || size > int64(r.limits.MaxBulk) || size > maxBulkReply {
+			return 0, 0, protoErr("invalid bulk length")
 		}
 		end := pos + n + int(size)
 		if end+2 > len(b) {
-			r.need = end + 2
-			return 0, errIncomplete
+			// The payload is not all here: the caller resumes inside it
+			// (a negative add carries where it ends).
+			return pos + n, -int64(end + 2), nil
 		}
 		if b[end] != '\r' || b[end+1] != '\n' {
-			return 0, protoErr("bulk string not terminated by CRLF")
+			return 0, 0, protoErr("bulk string not terminated by CRLF")
 		}
-		return end + 2, nil
+		return end + 2, 0, nil
 	case '*', '~', '>', '%', '|':
 		if len(line) == 3 && line[1] == '-' && line[2] == '1' {
-			return pos + n, nil // RESP2 null array
+			return pos + n, 0, nil // RESP2 null array
 		}
 		count, ok := parseInt(line[1:])
-		if !ok || count < 0 || count > int64(r.limits.MaxArgs) {
-			return 0, protoErr("invalid aggregate length")
+		if !ok || count < 0 || count > int64(r.limits.MaxArgs) || count > maxAggregate {
+			return 0, 0, protoErr("invalid aggregate length")
 		}
 		if t == '%' || t == '|' {
 			count *= 2
 		}
-		p := pos + n
-		for i := int64(0); i < count; i++ {
-			e, err := r.skip(b, p, depth+1)
-			if err != nil {
-				return 0, err
-			}
-			p = e
+		if t == '|' && !topAttr {
+			count++ // a nested attribute annotates the value after it
 		}
-		if t == '|' && depth > 0 {
-			// A nested attribute annotates the value that follows it (at
-			// the top, parseReply steps over attributes itself to find
-			// the reply's type).
-			return r.skip(b, p, depth+1)
-		}
-		return p, nil
-	default:
-		return 0, protoErr("unknown reply type '%s'", printable(t))
+		return pos + n, count, nil
 	}
+	return 0, 0, protoErr("unknown reply type '%s'", printable(t))
 }
 
 // Take returns the buffered bytes not yet parsed and consumes them. A proxy
@@ -518,6 +857,6 @@ func (r *Reader) skip(b []byte, pos, depth int) (int, error) {
 // pub/sub), so that no byte already read is lost.
 func (r *Reader) Take() []byte {
 	b := r.buf[r.r:r.w]
-	r.r, r.w = 0, 0
+	r.r, r.w, r.scan = 0, 0, replyScan{}
 	return b
 }

@@ -91,9 +91,9 @@ func TestReadCommandMalformed(t *testing.T) {
 		"bad count":      "*x\r\n",
 		"bad bulk type":  "*1\r\n+PING\r\n",
 		"neg bulk":       "*1\r\n$-5\r\n",
-		"bulk no crlf":   "*1\r\n$4\r\nPINGxx",
 		"huge count":     "*99999999999\r\n",
-		"lf only":        "*1\n",
+		"leading zero":   "*1\r\n$04\r\nPING\r\n",
+		"plus sign":      "*+1\r\n",
 		"bulk too large": "*1\r\n$999999999999\r\n",
 	}
 	for name, in := range tests {
@@ -147,7 +147,7 @@ func TestReadReply(t *testing.T) {
 }
 
 func TestReadReplyMalformed(t *testing.T) {
-	for _, in := range []string{"?x\r\n", "$2\r\nabcd\r\n", "*x\r\n", "$?\r\n", strings.Repeat("*1\r\n", 100) + ":1\r\n"} {
+	for _, in := range []string{"?x\r\n", "$2\r\nabcd\r\n", "*x\r\n", "$?\r\n"} {
 		r := NewReader(strings.NewReader(in), 16, DefaultLimits())
 		var p Reply
 		if err := r.ReadReply(&p); !IsProtocolError(err) {
@@ -269,5 +269,142 @@ func TestLargeBulkStillReads(t *testing.T) {
 	}
 	if len(r.buf) > 2*len(in)+growStep {
 		t.Fatalf("buffer %d bytes for a %d-byte frame", len(r.buf), len(in))
+	}
+}
+
+// TestReadCommandLikeRedis pins the parser to what redis-server 7.0 does
+// with the same bytes (each case was checked against it): the commands it
+// runs, and the exact error it answers before closing the connection.
+func TestReadCommandLikeRedis(t *testing.T) {
+	for name, tc := range map[string]struct {
+		in   string
+		want [][]string
+		err  string // the error reply's text after "-ERR "
+	}{
+		"quoted inline":             {in: "SET \"a b\" \"c\\\"d\"\r\nGET \"a b\"\r\n", want: [][]string{{"SET", "a b", `c"d`}, {"GET", "a b"}}},
+		"unbalanced quotes":         {in: "SET x \"unbalanced\r\nPING\r\n", err: "Protocol error: unbalanced quotes in request"},
+		"closing quote then a word": {in: "ECHO \"a\"b\r\n", err: "Protocol error: unbalanced quotes in request"},
+		"single quotes":             {in: "ECHO 'it\\'s' x\r\n", want: [][]string{{"ECHO", "it's", "x"}}},
+		"escapes":                   {in: "ECHO \"\\x41\\n\\t\\q\"\r\n", want: [][]string{{"ECHO", "A\n\tq"}}},
+		"empty argument kept":       {in: "SET k \"\"\r\n", want: [][]string{{"SET", "k", ""}}},
+		"vertical tab inside":       {in: "PING\vx\r\n\v PING\r\n", want: [][]string{{"PING\vx"}, {"PING"}}},
+		"LF alone ends a line":      {in: "PING\nPING\r\n", want: [][]string{{"PING"}, {"PING"}}},
+		"NUL hides the line end":    {in: "ECHO a\x00b\r\nPING\r\n"},
+		"NUL hides the count end":   {in: "*1\r\n\x00\r\n"},
+		"bytes after a bulk unread": {in: "*1\r\n$4\r\nPINGxx*1\r\n$4\r\nPING\r\n", want: [][]string{{"PING"}, {"PING"}}},
+		"count at INT_MAX waits":    {in: "*2147483647\r\n"},
+		"count above INT_MAX":       {in: "*2147483648\r\n", err: "Protocol error: invalid multibulk length"},
+		"count with a zero":         {in: "*01\r\n$4\r\nPING\r\n", err: "Protocol error: invalid multibulk length"},
+		"bulk length with a zero":   {in: "*1\r\n$05\r\nhello\r\n", err: "Protocol error: invalid bulk length"},
+		"not a bulk":                {in: "*1\r\nx\nfoo\r\n", err: "Protocol error: expected '$', got 'x'"},
+		"bulk above 512 MiB":        {in: "*1\r\n$536870913\r\n", err: "Protocol error: invalid bulk length"},
+		"no count end in 64 KiB":    {in: "*" + strings.Repeat("1", 65537), err: "Protocol error: too big mbulk count string"},
+		"no bulk count end":         {in: "*1\r\n$" + strings.Repeat("1", 65537), err: "Protocol error: too big bulk count string"},
+		"inline line too long":      {in: strings.Repeat("a", 65537), err: "Protocol error: too big inline request"},
+		"zero and negative counts":  {in: "*0\r\n*-1\r\n*1\r\n$4\r\nPING\r\n", want: [][]string{{"PING"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := NewReader(strings.NewReader(tc.in), 16, DefaultLimits())
+			var got [][]string
+			var c Command
+			var err error
+			for {
+				if err = r.ReadCommand(&c); err != nil {
+					break
+				}
+				var args []string
+				for _, a := range c.Args {
+					args = append(args, string(a))
+				}
+				got = append(got, args)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("commands (-want +got):\n%s", diff)
+			}
+			switch {
+			case tc.err == "" && err != io.EOF:
+				t.Errorf("err = %v, want none (EOF)", err)
+			case tc.err != "" && (!IsProtocolError(err) || err.Error() != tc.err):
+				t.Errorf("err = %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+// Redis can produce replies far deeper than any fixed limit (a script's
+// nested tables, about 8,000 levels before Lua's own limit) and with
+// millions of elements (LRANGE): the scanner relays them whole, read in
+// small pieces.
+func TestReadReplyAnyDepthAndSize(t *testing.T) {
+	deep := strings.Repeat("*1\r\n", 100000) + ":1\r\n"
+	var wide strings.Builder
+	wide.WriteString("*1100000\r\n")
+	for i := 0; i < 1100000; i++ {
+		wide.WriteString("$1\r\nx\r\n")
+	}
+	mixed := "|1\r\n+a\r\n+b\r\n*1000\r\n" + strings.Repeat("|1\r\n+k\r\n+v\r\n%1\r\n+f\r\n:1\r\n", 1000)
+	for name, in := range map[string]string{"deep": deep, "wide": wide.String(), "attributes": mixed} {
+		t.Run(name, func(t *testing.T) {
+			r := NewReader(&chunkReader{data: []byte(in + "+OK\r\n"), n: 4096}, 512, ReplyLimits())
+			var p Reply
+			if err := r.ReadReply(&p); err != nil {
+				t.Fatal(err)
+			}
+			if string(p.Raw) != in {
+				t.Fatalf("reply of %d bytes, want %d", len(p.Raw), len(in))
+			}
+			if err := r.ReadReply(&p); err != nil || string(p.Raw) != "+OK\r\n" {
+				t.Fatalf("next reply %q, %v", p.Raw, err)
+			}
+		})
+	}
+}
+
+// A large reply can be released as it arrives (TakePartial): the pieces
+// and the rest, put together, are the reply, whatever the read sizes, and
+// the buffer stays small.
+func TestTakePartialStreamsALargeReply(t *testing.T) {
+	big := strings.Repeat("v", 3<<20)
+	replies := []string{
+		"$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n",
+		"*3\r\n:1\r\n$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n+tail\r\n",
+		"|1\r\n+ttl\r\n:3\r\n$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n",
+		"-ERR " + strings.Repeat("e", 1<<20) + "\r\n",
+	}
+	for i, want := range replies {
+		for _, chunk := range []int{1000, 64 << 10, 1 << 20} {
+			in := want + "+OK\r\n"
+			r := NewReader(&chunkReader{data: []byte(in), n: chunk}, 4096, ReplyLimits())
+			var got []byte
+			var p Reply
+			for {
+				ok, err := r.TryReply(&p)
+				if err != nil {
+					t.Fatalf("reply %d, chunk %d: %v", i, chunk, err)
+				}
+				if ok {
+					break
+				}
+				if r.Pending() > 256<<10 {
+					got = append(got, r.TakePartial()...)
+				}
+				if err := r.Fill(); err != nil {
+					t.Fatalf("reply %d, chunk %d: fill: %v", i, chunk, err)
+				}
+			}
+			got = append(got, p.Raw...)
+			if string(got) != want {
+				t.Fatalf("reply %d, chunk %d: %d bytes, want %d", i, chunk, len(got), len(want))
+			}
+			if p.Type != want[strings.IndexAny(want, "$*-")] && want[0] != '|' {
+				t.Fatalf("reply %d: type %q", i, p.Type)
+			}
+			if len(r.buf) > 2<<20 {
+				t.Fatalf("reply %d, chunk %d: buffer grew to %d", i, chunk, len(r.buf))
+			}
+			if err := r.ReadReply(&p); err != nil || string(p.Raw) != "+OK\r\n" || p.Partial {
+				t.Fatalf("reply after: %q %v %v", p.Raw, p.Partial, err)
+			}
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -52,6 +53,15 @@ type Config struct {
 	// NoEventLoop serves every client with a goroutine of its own
 	// (proxy.Config.NoEventLoop).
 	NoEventLoop bool
+	// ReplyTimeout, if set, bounds waiting for a Redis reply
+	// (proxy.Config.Timeout); zero waits as long as Redis takes.
+	ReplyTimeout time.Duration
+	// MaxMemory is the sidecar's memory ceiling: Go's soft memory limit
+	// (the garbage collector works harder and returns memory to the system
+	// as the heap nears it), and a quarter of it bounds what the proxy
+	// buffers for clients before it stops reading those that do not keep
+	// up. Zero means DefaultMaxMemory.
+	MaxMemory int64
 	// HTTPAddress serves /metrics, /healthz, /readyz; empty disables it.
 	HTTPAddress string
 	// HTTPListener, if set, is used instead of listening on HTTPAddress.
@@ -79,16 +89,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.MaxMemory <= 0 {
+		cfg.MaxMemory = DefaultMaxMemory()
+	}
+	debug.SetMemoryLimit(cfg.MaxMemory)
+	rctx, stopReturning := context.WithCancel(ctx)
+	defer stopReturning()
+	go returnMemory(rctx, 5*time.Second)
 	var reg Registry = prometheus.NewRegistry()
 	if cfg.Registry != nil {
 		reg = cfg.Registry
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	rc := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
-		TLSConfig: cfg.TLS,
-	})
+	// p is set below, before the engine's client sends anything.
+	var p *proxy.Proxy
+	rc := engineClient(cfg, func() *proxy.Proxy { return p })
 	defer rc.Close()
 	eng := engine.New(rc, engine.Options{Registerer: reg})
 	defer eng.Close()
@@ -98,6 +114,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
+		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
+	}
+	if cc, ok := rc.(*redis.ClusterClient); ok {
+		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
 	}
 	if cfg.Detector != "" {
 		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{LocalAddr: cfg.SourceAddr})
@@ -136,6 +156,34 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("heatsink proxy serving", "listen", ln.Addr().String(), "upstreams", cfg.Upstreams, "cluster", cfg.Cluster)
 	return p.Serve(ctx, ln)
+}
+
+// engineClient is the go-redis client the engine sends its commands
+// through. In cluster mode it takes its slot map from the proxy
+// (ClusterOptions.ClusterSlots): the sidecar keeps one slot map, so the
+// proxy's raw connections and the engine never disagree about which node
+// serves a slot while the cluster is resharded.
+func engineClient(cfg Config, proxyOf func() *proxy.Proxy) redis.UniversalClient {
+	uo := &redis.UniversalOptions{
+		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
+		TLSConfig: cfg.TLS,
+	}
+	if !cfg.Cluster {
+		return redis.NewUniversalClient(uo)
+	}
+	co := uo.Cluster()
+	co.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
+		rs, err := proxyOf().ClusterSlots(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]redis.ClusterSlot, len(rs))
+		for i, r := range rs {
+			out[i] = redis.ClusterSlot{Start: r.From, End: r.To, Nodes: []redis.ClusterNode{{Addr: r.Addr}}}
+		}
+		return out, nil
+	}
+	return redis.NewClusterClient(co)
 }
 
 // startWatcher follows the routing table into the engine: from the node

@@ -1,4 +1,4 @@
-package proxy
+package command
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ func keyIndexes(args ...string) []int {
 	for i, a := range args {
 		b[i] = []byte(a)
 	}
-	info, _ := lookupCommand(b[0])
+	info, _ := Lookup(b[0])
 	var out []int
 	info.ForEachKey(b, func(i int) bool { out = append(out, i); return true })
 	return out
@@ -67,7 +67,7 @@ func FuzzForEachKey(f *testing.F) {
 		if len(args[0]) == 0 {
 			return
 		}
-		info, _ := lookupCommand(args[0])
+		info, _ := Lookup(args[0])
 		info.ForEachKey(args, func(i int) bool {
 			if i <= 0 || i >= len(args) {
 				t.Fatalf("%q: key index %d outside 1..%d", s, i, len(args)-1)

@@ -1,0 +1,589 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+)
+
+// The event loop's upstream side: one connection per node and RESP
+// version, dialled on a goroutine, the replies it owes in order, cluster
+// redirections, and failing what a lost connection owed.
+
+// fent is one reply an upstream connection owes, in order.
+type fent struct {
+	c   *lclient
+	seq uint64 // the client's sequence number of the command
+	// off and end locate the raw command in the connection's rawlog
+	// (cluster mode: a MOVED or ASK reply sends it again elsewhere).
+	off, end int32
+	key      string   // reads, for the Observer: reported with the reply size
+	inval    []string // mitigated keys whose cached copy the write drops
+}
+
+type lupstream struct {
+	node  int
+	proto int
+	// spare: a connection for one client's blocking command or script at
+	// a time (excl), idle in the loop's spares in between.
+	spare bool
+	excl  *lclient
+	// rawlog holds the commands in flight, in cluster mode.
+	rawlog []byte
+	fd     int
+	r      *resp.Reader
+	wbuf   []byte
+	woff   int
+	fifo   []fent
+	head   int
+	hello  []byte
+	// waiting are the clients whose HELLO waits for this connection to open.
+	waiting []*lclient
+	// filling: a spare being dialled to refill the idle spares.
+	filling bool
+	// dead: closed while its dial was in flight; the dial's descriptor is
+	// closed when it comes.
+	dead bool
+	// paused: not read while this client writes a large reply it streams;
+	// streamed counts that reply's bytes already passed on.
+	paused   *lclient
+	streamed int
+	// since is the last sign of progress while replies are owed; a stall
+	// longer than Config.Timeout fails the connection.
+	since    time.Time
+	events   uint32
+	wblocked bool
+}
+
+func (u *lupstream) owed() int { return len(u.fifo) - u.head }
+
+// loopSpares is how many idle spare connections the loop keeps open per
+// node and RESP version, for blocking commands and scripts.
+const loopSpares = 2
+
+// open reports a connection dialed and not failed (not while dialing).
+func (u *lupstream) open() bool { return u.fd >= 0 }
+
+// up returns the upstream connection to node for RESP version v, opening
+// one when there is none.
+func (l *loop) up(node, v int) *lupstream {
+	for len(l.ups) <= node {
+		l.ups = append(l.ups, [4]*lupstream{})
+	}
+	if u := l.ups[node][v]; u != nil {
+		return u
+	}
+	return l.dial(node, v)
+}
+
+func (l *loop) forward(c *lclient, node int, raw []byte, key string, inval []string) {
+	l.forwardOn(l.up(node, c.proto), c, raw, key, inval)
+}
+
+// forwardOn queues raw on u, to be written at the end of the round.
+func (l *loop) forwardOn(u *lupstream, c *lclient, raw []byte, key string, inval []string) {
+	if u.owed() == 0 {
+		u.since = l.now
+	}
+	u.wbuf = append(u.wbuf, raw...)
+	f := fent{c: c, seq: c.sent, key: key, inval: inval}
+	if l.p.cfg.Cluster {
+		f.off = int32(len(u.rawlog))
+		u.rawlog = append(u.rawlog, raw...)
+		f.end = int32(len(u.rawlog))
+	}
+	u.fifo = append(u.fifo, f)
+	c.sent++
+	l.inflight++
+	l.nFwd++
+}
+
+// exclusive forwards a blocking command or a script on a spare connection
+// of its own, taken in the order the loop reads commands, so two clients'
+// blocking commands reach Redis in the order they came and a long script
+// holds no shared connection (the other clients get Redis' own BUSY, and
+// SCRIPT KILL reaches Redis). The client's next commands wait for its
+// reply, as Redis would make them wait.
+func (l *loop) exclusive(c *lclient, node int, raw []byte, key string, inval []string) {
+	u := l.takeSpare(node, c.proto)
+	u.excl = c
+	c.excl = u
+	c.state = cBlocked
+	l.excls = append(l.excls, u)
+	l.forwardOn(u, c, raw, key, inval)
+	if u.open() {
+		l.flushUp(u) // ahead of the commands read after it, sent at the round's end
+	}
+}
+
+// takeSpare returns an idle spare connection to node in RESP version v,
+// or one being dialled for the caller when none is idle, and dials
+// replacements behind it.
+func (l *loop) takeSpare(node, v int) *lupstream {
+	l.growSpares(node)
+	var u *lupstream
+	if list := l.spares[node][v]; len(list) > 0 {
+		u = list[len(list)-1]
+		l.spares[node][v] = list[:len(list)-1]
+	} else {
+		u = &lupstream{node: node, proto: v, fd: -1, spare: true}
+		l.dialUp(u)
+	}
+	l.fillSpares(node, v)
+	return u
+}
+
+func (l *loop) growSpares(node int) {
+	for len(l.spares) <= node {
+		l.spares = append(l.spares, [4][]*lupstream{})
+		l.sparing = append(l.sparing, [4]int{})
+	}
+}
+
+// fillSpares dials the idle spares node and v lack.
+func (l *loop) fillSpares(node, v int) {
+	if l.draining {
+		return
+	}
+	l.growSpares(node)
+	for len(l.spares[node][v])+l.sparing[node][v] < loopSpares {
+		l.sparing[node][v]++
+		l.dialUp(&lupstream{node: node, proto: v, fd: -1, spare: true, filling: true})
+	}
+}
+
+// release returns an exclusive connection whose reply came to the idle
+// spares (it carries no state: blocking commands and scripts leave none),
+// or closes it when there are enough.
+func (l *loop) release(u *lupstream) {
+	l.unExcl(u)
+	l.growSpares(u.node)
+	if !u.open() || l.draining || len(l.spares[u.node][u.proto]) >= loopSpares {
+		l.closeUp(u)
+		return
+	}
+	l.spares[u.node][u.proto] = append(l.spares[u.node][u.proto], u)
+}
+
+// closeUp closes u, which owes nothing (or nothing anyone waits for).
+func (l *loop) closeUp(u *lupstream) {
+	u.dead = true
+	if u.fd >= 0 {
+		unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, u.fd, nil)
+		l.owners[u.fd] = owner{}
+		unix.Close(u.fd)
+		u.fd = -1
+	}
+	l.forgetUp(u)
+}
+
+// dial opens the upstream connection for RESP version v on a goroutine;
+// commands queue meanwhile.
+func (l *loop) dial(node, v int) *lupstream {
+	u := &lupstream{node: node, proto: v, fd: -1}
+	l.ups[node][v] = u
+	l.dialUp(u)
+	return u
+}
+
+// dialUp opens u's connection on a goroutine.
+func (l *loop) dialUp(u *lupstream) {
+	p := l.p
+	go func() {
+		fd, hello, err := p.dialLoopUpstream(u.node, u.proto)
+		if !l.post(func() { l.dialed(u, fd, hello, err) }) && err == nil {
+			unix.Close(fd)
+		}
+	}()
+}
+
+func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
+	if u.dead {
+		if err == nil {
+			unix.Close(fd)
+		}
+		return
+	}
+	if u.filling {
+		u.filling = false
+		l.growSpares(u.node)
+		l.sparing[u.node][u.proto]--
+		if err == nil && l.ep >= 0 && !l.draining {
+			if err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err == nil {
+				u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
+				u.r = resp.NewReader(fdIO(fd), 4<<10, resp.ReplyLimits())
+				l.own(fd, owner{u: u})
+				l.spares[u.node][u.proto] = append(l.spares[u.node][u.proto], u)
+				return
+			}
+		}
+		if err == nil {
+			unix.Close(fd)
+		}
+		return // the next take dials on demand (dialRaw backs off)
+	}
+	if err == nil && l.draining && u.owed() == 0 {
+		unix.Close(fd)
+		err = errors.New("proxy shutting down")
+	}
+	if err == nil {
+		err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)})
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		l.forgetUp(u)
+		if l.p.cfg.Cluster {
+			l.p.topo.refreshAsync() // the node may have failed over
+		}
+		l.failOwed(u, errUnreachable(l.p.topo.addr(u.node), err))
+		l.unExcl(u)
+		for _, c := range u.waiting {
+			if c.state == cWaitUp {
+				c.state = cHandoff
+				l.markDirty(c)
+			}
+		}
+		u.waiting = nil
+		return
+	}
+	u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
+	size := 64 << 10
+	if u.spare {
+		size = 4 << 10
+	}
+	u.r = resp.NewReader(fdIO(fd), size, resp.ReplyLimits())
+	u.since = l.now
+	l.own(fd, owner{u: u})
+	// The clients waiting on this dial go on at the end of the round.
+	for _, c := range u.waiting {
+		if c.state == cWaitUp {
+			c.state = cOpen
+			l.markDirty(c)
+		}
+	}
+	u.waiting = nil
+	if u.excl != nil {
+		l.flushUp(u)
+	}
+}
+
+// dialLoopUpstream connects and authenticates (dialRaw), opens the
+// connection in RESP version v, and returns its descriptor.
+func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+	defer cancel()
+	u, err := p.dialRaw(ctx, p.topo.addr(node))
+	if err != nil {
+		return -1, nil, err
+	}
+	u.conn.SetDeadline(time.Now().Add(p.controlTimeout()))
+	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("HELLO"), {byte('0' + v)}})
+	var rep resp.Reply
+	if err = u.w.Flush(); err == nil {
+		err = u.r.ReadReply(&rep)
+	}
+	if err != nil {
+		u.close()
+		return -1, nil, err
+	}
+	if !rep.IsError() {
+		hello = append([]byte(nil), rep.Raw...)
+	} else if v == 3 {
+		u.close()
+		return -1, nil, errors.New("upstream does not speak RESP3: " + string(rep.Line))
+	}
+	u.conn.SetDeadline(time.Time{})
+	fd, err = takeFD(u.conn)
+	return fd, hello, err
+}
+
+func (l *loop) upEvent(u *lupstream, ev uint32) {
+	if ev&unix.EPOLLOUT != 0 {
+		u.wblocked = false
+	}
+	if ev&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) == 0 || u.paused != nil {
+		return
+	}
+	if err := u.r.Fill(); err != nil {
+		if errors.Is(err, unix.EAGAIN) {
+			return
+		}
+		l.failUp(u, err)
+		return
+	}
+	l.upReplies(u)
+}
+
+// upReplies hands out every reply u has buffered, and streams the part of
+// a large one received so far to its client.
+func (l *loop) upReplies(u *lupstream) {
+	e, o := l.p.cfg.Engine, l.p.cfg.Observer
+	for {
+		ok, err := u.r.TryReply(&l.rep)
+		if err != nil {
+			l.failUp(u, err)
+			return
+		}
+		if !ok {
+			break
+		}
+		if l.rep.IsPush() {
+			continue
+		}
+		if u.head == len(u.fifo) {
+			l.failUp(u, errors.New("reply without a request"))
+			return
+		}
+		f := u.fifo[u.head]
+		u.fifo[u.head] = fent{}
+		u.head++
+		l.inflight--
+		size := len(l.rep.Raw) + u.streamed
+		u.streamed = 0
+		if l.p.cfg.Cluster && !l.rep.Partial && isRedirect(&l.rep) && f.c.state != cClosed {
+			l.redirect(f, u.rawlog[f.off:f.end])
+			continue
+		}
+		l.deliver(f.c, f.seq, l.rep.Raw)
+		for _, k := range f.inval {
+			e.Invalidate(k)
+		}
+		if f.key != "" {
+			o.Observe(l.p.cfg.Policy, f.key, 1, 0, uint32(size))
+		}
+	}
+	if u.r.Pending() >= streamAbove && u.head < len(u.fifo) {
+		l.stream(u, u.fifo[u.head])
+	}
+	u.since = l.now
+	u.compact()
+	if u.excl != nil && u.owed() == 0 {
+		l.release(u)
+	}
+}
+
+// streamAbove is the size from which the part of a reply received so far
+// is passed on before the rest arrives.
+const streamAbove = 256 << 10
+
+// stream passes the received part of the large reply at the head of u's
+// queue to its client, if that client is owed nothing before it, instead
+// of holding the whole reply (a value may be up to 512 MiB). While the
+// client has more than loopMaxOut unread, u is not read: its other
+// clients' replies come after this one anyway.
+func (l *loop) stream(u *lupstream, f fent) {
+	c := f.c
+	switch {
+	case c.state == cClosed:
+		u.streamed += len(u.r.TakePartial()) // nobody reads it: drop it as it comes
+		return
+	case f.seq != c.recv:
+		return // replies owed before it come first (cluster): it is held
+	}
+	chunk := u.r.TakePartial()
+	u.streamed += len(chunk)
+	l.appendOut(c, chunk)
+	l.markDirty(c)
+	if c.pending() > loopMaxOut {
+		l.pauseUp(u, c)
+	}
+}
+
+// pauseUp stops reading u until c has written most of what it holds.
+func (l *loop) pauseUp(u *lupstream, c *lclient) {
+	u.paused, c.pausing = c, u
+	l.upEvents(u)
+}
+
+// resumeUp reads u again, starting with what it has buffered.
+func (l *loop) resumeUp(u *lupstream) {
+	if c := u.paused; c != nil {
+		c.pausing = nil
+	}
+	u.paused = nil
+	if u.open() {
+		l.upEvents(u)
+		l.upReplies(u)
+	}
+}
+
+// upEvents sets the events the loop waits for on u.
+func (l *loop) upEvents(u *lupstream) {
+	var want uint32
+	if u.paused == nil {
+		want |= unix.EPOLLIN
+	}
+	if u.wblocked {
+		want |= unix.EPOLLOUT
+	}
+	if want != u.events && u.fd >= 0 {
+		u.events = want
+		unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, u.fd, &unix.EpollEvent{Events: want, Fd: int32(u.fd)})
+	}
+}
+
+// compact reclaims the front of u's queue of owed replies (and of the
+// commands kept for redirects) once the replies there have come: under a
+// steady load the queue never empties, and without this it would only
+// ever grow. Half the queue at least is reclaimed each time, so the copy
+// costs O(1) per reply.
+func (u *lupstream) compact() {
+	if u.head == len(u.fifo) {
+		if cap(u.fifo) > 4096 {
+			u.fifo = nil // a burst is over: give its memory back
+		} else {
+			u.fifo = u.fifo[:0]
+		}
+		u.head = 0
+		if cap(u.rawlog) > 64<<10 {
+			u.rawlog = nil
+		} else {
+			u.rawlog = u.rawlog[:0]
+		}
+		return
+	}
+	if u.head < 256 || u.head < len(u.fifo)/2 {
+		return
+	}
+	n := copy(u.fifo, u.fifo[u.head:])
+	clear(u.fifo[n:])
+	u.fifo = u.fifo[:n]
+	u.head = 0
+	if len(u.rawlog) > 0 {
+		base := u.fifo[0].off
+		m := copy(u.rawlog, u.rawlog[base:])
+		u.rawlog = u.rawlog[:m]
+		for i := range u.fifo {
+			u.fifo[i].off -= base
+			u.fifo[i].end -= base
+		}
+	}
+}
+
+// isRedirect reports a cluster MOVED or ASK reply.
+func isRedirect(r *resp.Reply) bool {
+	return r.IsError() && (bytes.HasPrefix(r.Line, []byte("MOVED ")) || bytes.HasPrefix(r.Line, []byte("ASK ")))
+}
+
+// redirect follows a MOVED or ASK reply (after a resharding or a failover;
+// rare) on a goroutine, as a session does, on a one-shot connection; the
+// client's later replies wait in order.
+func (l *loop) redirect(f fent, raw []byte) {
+	raw = append([]byte(nil), raw...)
+	line := append([]byte(nil), l.rep.Line...)
+	proto := f.c.proto
+	p := l.p
+	go func() {
+		s := &session{p: p, proto: proto, pinned: -1, cw: resp.NewWriter(nil, 512), holding: true}
+		s.rep.Line = line
+		s.redirect(raw)
+		out := s.cw.Buf
+		l.post(func() {
+			l.deliver(f.c, f.seq, out)
+			for _, k := range f.inval {
+				p.cfg.Engine.Invalidate(k)
+			}
+			if f.key != "" {
+				p.cfg.Observer.Observe(p.cfg.Policy, f.key, 1, 0, uint32(len(out)))
+			}
+		})
+	}()
+}
+
+// failUp closes an upstream connection and answers every reply it owed
+// with an error, so that no client waits for it.
+func (l *loop) failUp(u *lupstream, err error) {
+	if !l.draining {
+		kind := "io"
+		if isTimeout(err) {
+			kind = "timeout"
+		}
+		l.p.m.upstreamErrors.WithLabelValues(kind).Inc()
+	}
+	if u.fd >= 0 {
+		unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, u.fd, nil)
+		l.owners[u.fd] = owner{}
+		unix.Close(u.fd)
+		u.fd = -1
+	}
+	l.forgetUp(u)
+	if l.p.cfg.Cluster {
+		l.p.topo.refreshAsync() // the node may have failed over
+	}
+	l.failOwed(u, errUpstream(l.p.topo.addr(u.node), err))
+	l.unExcl(u)
+	if c := u.paused; c != nil {
+		c.pausing, u.paused = nil, nil
+	}
+}
+
+// unExcl ends u's use by one client.
+func (l *loop) unExcl(u *lupstream) {
+	c := u.excl
+	if c == nil {
+		return
+	}
+	c.excl, u.excl = nil, nil
+	for i, x := range l.excls {
+		if x == u {
+			last := len(l.excls) - 1
+			l.excls[i], l.excls[last] = l.excls[last], nil
+			l.excls = l.excls[:last]
+			break
+		}
+	}
+}
+
+// dropExclusive closes the exclusive connection of a client that went
+// away: Redis then unblocks its command, as it does for a direct client
+// that disconnects, rather than hand an element to nobody.
+func (l *loop) dropExclusive(c *lclient) {
+	u := c.excl
+	if u == nil {
+		return
+	}
+	l.unExcl(u)
+	l.inflight -= u.owed()
+	u.fifo, u.head, u.wbuf, u.woff, u.rawlog = nil, 0, nil, 0, nil
+	l.closeUp(u)
+}
+
+// forgetUp drops u from the connections in use and the idle spares: the
+// next command for its node dials again.
+func (l *loop) forgetUp(u *lupstream) {
+	if u.node < len(l.ups) && l.ups[u.node][u.proto] == u {
+		l.ups[u.node][u.proto] = nil
+	}
+	if u.spare && u.node < len(l.spares) {
+		list := l.spares[u.node][u.proto]
+		for i, x := range list {
+			if x == u {
+				l.spares[u.node][u.proto] = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// failOwed answers every reply u owed with the error msg. A write among
+// them may have been applied, so cached copies of its keys go.
+func (l *loop) failOwed(u *lupstream, msg string) {
+	reply := resp.AppendError(nil, msg)
+	l.inflight -= u.owed()
+	for _, f := range u.fifo[u.head:] {
+		l.deliver(f.c, f.seq, reply)
+		for _, k := range f.inval {
+			l.p.cfg.Engine.Invalidate(k)
+		}
+	}
+	u.fifo, u.head, u.wbuf, u.woff, u.rawlog = nil, 0, nil, 0, nil
+}

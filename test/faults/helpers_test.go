@@ -1,0 +1,266 @@
+// Package faults tests the sidecar proxy against real redis-server processes
+// that fail: killed and restarted, stopped, their connections killed, a
+// cluster failing over or resharding under load, the proxy itself told to
+// stop mid-pipeline or run out of file descriptors.
+package faults
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
+)
+
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	if err := redisproc.Available(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// server is a redis-server this package starts and restarts on one port.
+type server struct {
+	t    *testing.T
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (s *server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// freePort finds a loopback port that is free now (and, for a cluster
+// node, whose bus port, +10000, is free too).
+func freePort(t *testing.T, cluster bool) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !cluster {
+			return p
+		}
+		if p+10000 > 65535 {
+			continue
+		}
+		if b, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000))); err == nil {
+			b.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// startServer starts a redis-server on a free port, stopped at cleanup.
+func startServer(t *testing.T, extra ...string) *server {
+	t.Helper()
+	s := &server{t: t, port: freePort(t, false), dir: t.TempDir(), args: extra}
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "",
+		"--appendonly", "no", "--daemonize", "no", "--protected-mode", "no", "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	s.done = done
+	cmd := s.cmd
+	go func() { _ = cmd.Wait(); close(done) }()
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	eventually.Succeeds(s.t, 10*time.Second, func() error {
+		select {
+		case <-done:
+			return eventually.Permanent(fmt.Errorf("redis-server on %d exited", s.port))
+		default:
+		}
+		return c.Ping(context.Background()).Err()
+	})
+}
+
+// kill stops the server at once (SIGKILL) and waits for it.
+func (s *server) kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+func (s *server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// startProxy serves a proxy in process until the test ends.
+func startProxy(t *testing.T, cfg proxy.Config) (string, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	p, err := proxy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String(), reg
+}
+
+// counter sums a counter family's series whose labels contain want.
+func counter(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for k, v := range want {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// heatsinkBinary is the heatsink binary: $HEATSINK_BIN when set (make test
+// builds it), else built from this tree into the test's temporary dir.
+func heatsinkBinary(t *testing.T) string {
+	t.Helper()
+	if b := os.Getenv("HEATSINK_BIN"); b != "" {
+		if _, err := os.Stat(b); err == nil {
+			return b
+		}
+	}
+	out := filepath.Join(t.TempDir(), "heatsink")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/heatsink-dev/heatsink/cmd/heatsink")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
+// proxyProcess is `heatsink proxy` running as its own process.
+type proxyProcess struct {
+	addr   string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	mu     sync.Mutex
+	output strings.Builder
+}
+
+// startProxyProcess runs `heatsink proxy` (through prefix, e.g. prlimit)
+// listening on a free port, in front of upstream.
+func startProxyProcess(t *testing.T, upstream string, prefix []string, flags ...string) *proxyProcess {
+	t.Helper()
+	bin := heatsinkBinary(t)
+	port := freePort(t, false)
+	pp := &proxyProcess{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
+	args := append(append([]string{}, prefix...), bin, "proxy", "--listen", pp.addr, "--upstream", upstream,
+		"--http-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t, false))), "--routing-file", "")
+	args = append(args, flags...)
+	pp.cmd = exec.Command(args[0], args[1:]...)
+	stderr, err := pp.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pp.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			pp.mu.Lock()
+			pp.output.WriteString(sc.Text() + "\n")
+			pp.mu.Unlock()
+		}
+	}()
+	go func() { _ = pp.cmd.Wait(); close(pp.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-pp.done:
+		default:
+			_ = pp.cmd.Process.Kill()
+			<-pp.done
+		}
+	})
+	c := redis.NewClient(&redis.Options{Addr: pp.addr, MaxRetries: -1})
+	defer c.Close()
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		select {
+		case <-pp.done:
+			return eventually.Permanent(fmt.Errorf("heatsink proxy exited: %s", pp.log()))
+		default:
+		}
+		return c.Ping(context.Background()).Err()
+	})
+	return pp
+}
+
+func (pp *proxyProcess) log() string {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return pp.output.String()
+}
+
+func (pp *proxyProcess) exited() bool {
+	select {
+	case <-pp.done:
+		return true
+	default:
+		return false
+	}
+}
