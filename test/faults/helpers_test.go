@@ -24,6 +24,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/proxytest"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 )
 
@@ -124,24 +125,14 @@ func (s *server) signal(sig syscall.Signal) {
 	}
 }
 
-// startProxy serves a proxy in process until the test ends.
+// startProxy serves a proxy in process until the test ends, with its
+// metrics in a registry of its own.
 func startProxy(t *testing.T, cfg proxy.Config) (string, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	p, err := proxy.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return ln.Addr().String(), reg
+	addr, _ := proxytest.Start(t, cfg)
+	return addr, reg
 }
 
 // counter sums a counter family's series whose labels contain want.

@@ -3,12 +3,12 @@ package transparency
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/proxytest"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -16,24 +16,8 @@ import (
 // startProxy serves a proxy in front of upstreams until the test ends.
 func startProxy(t *testing.T, cfg proxy.Config) string {
 	t.Helper()
-	p, err := proxy.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("proxy Serve: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	addr, _ := proxytest.Start(t, cfg)
+	return addr
 }
 
 func clients(t *testing.T, addrs ...string) []*redis.Client {
