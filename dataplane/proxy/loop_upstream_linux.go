@@ -175,6 +175,11 @@ func (l *loop) release(u *lupstream) {
 // closeUp closes u, which owes nothing (or nothing anyone waits for).
 func (l *loop) closeUp(u *lupstream) {
 	u.dead = true
+	l.dropUp(u)
+}
+
+// dropUp takes u's descriptor out of the loop, closes it and forgets u.
+func (l *loop) dropUp(u *lupstream) {
 	if u.fd >= 0 {
 		unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, u.fd, nil)
 		l.owners[u.fd] = owner{}
@@ -509,13 +514,7 @@ func (l *loop) failUp(u *lupstream, err error) {
 		}
 		l.p.m.upstreamErrors.WithLabelValues(kind).Inc()
 	}
-	if u.fd >= 0 {
-		unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, u.fd, nil)
-		l.owners[u.fd] = owner{}
-		unix.Close(u.fd)
-		u.fd = -1
-	}
-	l.forgetUp(u)
+	l.dropUp(u)
 	if l.p.cfg.Cluster {
 		l.p.topo.refreshAsync() // the node may have failed over
 	}
