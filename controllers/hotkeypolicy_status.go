@@ -39,7 +39,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	}
 	st.RoutingConfigMap = routingName(p.policy)
 	st.RoutingVersion = max(st.RoutingVersion, p.pub.version)
-	st.ReportingNodes, st.StaleNodes = int32(p.agg.FreshNodes), int32(p.agg.StaleNodes)
+	st.ReportingNodes, st.StaleNodes = shownNodes(st.ReportingNodes, st.StaleNodes, int32(p.agg.FreshNodes), int32(p.agg.StaleNodes))
 	st.HotKeyCount = int32(len(p.out.Keys))
 	shown := make(map[string]v1alpha1.HotKeyStatus, len(st.HotKeys))
 	for _, hk := range st.HotKeys {
@@ -53,9 +53,13 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
 			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source}
 		// Rates are shown, not decided on: a rate that moved by less than a
-		// fifth keeps its shown value, so the status (and its write to the
-		// API server) changes only when something did.
-		if old, ok := shown[k.Key]; ok && !moved(old.ReadsPerSecond, hk.ReadsPerSecond, 0.2) && !moved(old.WritesPerSecond, hk.WritesPerSecond, 0.2) {
+		// fifth, or by less than a twentieth of its threshold, keeps its
+		// shown value, so the status (and its write to the API server)
+		// changes only when something did, not at every step of a cooling
+		// key's decay.
+		if old, ok := shown[k.Key]; ok &&
+			!rateMoved(old.ReadsPerSecond, hk.ReadsPerSecond, p.spec.Thresholds.ReadsPerSecond) &&
+			!rateMoved(old.WritesPerSecond, hk.WritesPerSecond, p.spec.Thresholds.WritesPerSecond) {
 			hk.ReadsPerSecond, hk.WritesPerSecond = old.ReadsPerSecond, old.WritesPerSecond
 		}
 		if k.Since != nil {
@@ -105,11 +109,31 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	case p.agg.StaleNodes > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
 			fmt.Sprintf("%d of %d nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted",
-				p.agg.StaleNodes, p.agg.StaleNodes+p.agg.FreshNodes))
+				st.StaleNodes, st.StaleNodes+st.ReportingNodes))
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}
 	return st
+}
+
+// rateMoved says whether a shown rate should change from old to new: by
+// more than a fifth and by more than a twentieth of its threshold.
+func rateMoved(old, new, threshold int64) bool {
+	return moved(old, new, 0.2) && float64(max(old-new, new-old)) > 0.05*float64(threshold)
+}
+
+// shownNodes are the node counts status shows, given the shown ones and the
+// pass's. They are shown, not decided on: at 1,000 nodes one node more or
+// less must not be a status write. A count changes when it moves by more
+// than a tenth of the nodes, and whenever the stale count goes to or from
+// zero (Degraded follows it).
+func shownNodes(oldFresh, oldStale, fresh, stale int32) (int32, int32) {
+	total := int64(max(fresh+stale, oldFresh+oldStale, 1))
+	changed := func(a, b int32) bool { return 10*int64(max(a-b, b-a)) >= total }
+	if (oldStale == 0) != (stale == 0) || (oldFresh == 0) != (fresh == 0) || changed(oldFresh, fresh) || changed(oldStale, stale) {
+		return fresh, stale
+	}
+	return oldFresh, oldStale
 }
 
 // hasSplit reports whether a table has a split key.

@@ -177,6 +177,43 @@ func TestBuildStatus(t *testing.T) {
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
 			})},
+		"a cooling key's rate keeps its shown value within a twentieth of the threshold": {
+			pass: statusPass(func(p *pass) {
+				p.out.Keys = hotKeys(1)
+				prev := keyStatus(hotKeys(1)[0])
+				prev.WritesPerSecond = 100
+				p.policy.Status.HotKeys = []v1alpha1.HotKeyStatus{prev}
+				p.out.Keys[0].WritesPerSecond = 100 - p.spec.Thresholds.WritesPerSecond/20 // -50%, but only 5 % of the threshold: kept
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.HotKeyCount = 1
+				k := keyStatus(hotKeys(1)[0])
+				k.WritesPerSecond = 100
+				st.HotKeys = []v1alpha1.HotKeyStatus{k}
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "1 keys mitigated")
+			})},
+		"one node of 1,000 more or less keeps the shown counts": {
+			pass: statusPass(func(p *pass) {
+				p.policy.Status.ReportingNodes, p.policy.Status.StaleNodes = 1000, 3
+				p.agg.FreshNodes, p.agg.StaleNodes = 999, 4
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.ReportingNodes, st.StaleNodes = 1000, 3 },
+				degraded(v1alpha1.ReasonStaleReports,
+					"3 of 1003 nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted"))},
+		"a tenth of the nodes changes the shown counts": {
+			pass: statusPass(func(p *pass) {
+				p.policy.Status.ReportingNodes, p.policy.Status.StaleNodes = 1000, 3
+				p.agg.FreshNodes, p.agg.StaleNodes = 899, 104
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.ReportingNodes, st.StaleNodes = 899, 104 },
+				degraded(v1alpha1.ReasonStaleReports,
+					"104 of 1003 nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted"))},
+		"the last stale node coming back is shown at once": {
+			pass: statusPass(func(p *pass) {
+				p.policy.Status.ReportingNodes, p.policy.Status.StaleNodes = 999, 1
+				p.agg.FreshNodes = 1000
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.ReportingNodes = 1000 })},
 		"the epoch stays while nothing is split (no write per epoch)": {
 			pass: statusPass(func(p *pass) { p.policy.Status.Epoch = 999 }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.Epoch = 999 })},

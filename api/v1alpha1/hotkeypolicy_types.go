@@ -620,7 +620,9 @@ type HotKeyPolicyStatus struct {
 	// +kubebuilder:validation:MaxItems=50
 	HotKeys []HotKeyStatus `json:"hotKeys,omitempty"`
 
-	// reportingNodes is the number of nodes with a fresh report.
+	// reportingNodes is the number of nodes with a fresh report. Like
+	// staleNodes, it is shown, not decided on, and written when it moves by
+	// a tenth of the nodes (or to or from zero), not for every node.
 	// +optional
 	ReportingNodes int32 `json:"reportingNodes,omitempty"`
 
