@@ -1,0 +1,63 @@
+package repo
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestReadmeLayoutMatchesTheTree checks the README's layout table against
+// the repository: every top-level folder git tracks has its row, every row
+// names a folder that exists, and every subfolder a row names in
+// backquotes exists beneath it. A newcomer finds any behaviour in one hop
+// from that table only while it is true.
+func TestReadmeLayoutMatchesTheTree(t *testing.T) {
+	r := root(t)
+	readme, err := os.ReadFile(filepath.Join(r, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(readme), "\n## Layout\n")
+	if !ok {
+		t.Fatal("README.md has no ## Layout section")
+	}
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([^`]+/)` \\| (.*)$")
+	sub := regexp.MustCompile("`([a-z0-9][-a-z0-9/]*/)`")
+	var listed []string
+	for _, m := range row.FindAllStringSubmatch(layout, -1) {
+		dir := strings.TrimSuffix(m[1], "/")
+		listed = append(listed, strings.Split(dir, "/")[0])
+		if fi, err := os.Stat(filepath.Join(r, dir)); err != nil || !fi.IsDir() {
+			t.Errorf("README layout row %q: no such folder", m[1])
+			continue
+		}
+		for _, s := range sub.FindAllStringSubmatch(m[2], -1) {
+			if fi, err := os.Stat(filepath.Join(r, dir, s[1])); err != nil || !fi.IsDir() {
+				t.Errorf("README layout row %q names %q: no folder %s", m[1], s[1], filepath.Join(dir, s[1]))
+			}
+		}
+	}
+	out, err := exec.Command("git", "-C", r, "ls-files").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v (not a git checkout)", err)
+	}
+	var tracked []string
+	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if top, rest, isDir := strings.Cut(f, "/"); isDir && rest != "" && !strings.HasPrefix(top, ".") && !slices.Contains(tracked, top) {
+			tracked = append(tracked, top)
+		}
+	}
+	slices.Sort(tracked)
+	slices.Sort(listed)
+	listed = slices.Compact(listed)
+	if d := cmp.Diff(tracked, listed); d != "" {
+		t.Errorf("top-level folders (-git ls-files +README layout):\n%s", d)
+	}
+}
