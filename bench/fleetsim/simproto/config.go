@@ -45,8 +45,8 @@ type Config struct {
 	// long it lasts. During it, ViralKey is read at ViralRate and
 	// CounterKey written at CounterRate (operations per second over all
 	// nodes), spread evenly over every sidecar.
-	HotStart, HotDuration time.Duration
-	ViralKey, CounterKey  string
+	HotStart, HotDuration  time.Duration
+	ViralKey, CounterKey   string
 	ViralRate, CounterRate float64
 	// Duration is the whole run after ready: warm-up (background only)
 	// until HotStart, the hot event, then rest (no traffic) until Duration.
