@@ -36,9 +36,14 @@ const (
 	// gives up (say, not ready within --start-timeout); it exits after it.
 	EventError = "error"
 	// EventDone ({"event":"done","at":T,"stats":{...}}): the run is over;
-	// the last line.
+	// the last line. The simulator keeps its nodes and sidecars up after it
+	// until SIGTERM or SIGINT (at most Linger), so that the orchestrator
+	// reads the API server's counters before hundreds of watches close.
 	EventDone = "done"
 )
+
+// Linger bounds how long a simulator stays up after its done event.
+const Linger = time.Minute
 
 // Phases of a run, in order.
 const (

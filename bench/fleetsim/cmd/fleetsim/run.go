@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -485,9 +487,18 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 	var readyAt, hotAt time.Time
 	deadline := time.NewTimer(tc.StartTimeout + 30*time.Second)
 	defer deadline.Stop()
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
 loop:
 	for {
 		select {
+		case <-tick.C:
+			if readyAt.IsZero() {
+				store.mu.Lock()
+				p := store.progress
+				store.mu.Unlock()
+				logf("fleetsim: %s N=%d: start-up: %s", d.name, nodes, fmtProgress(p))
+			}
 		case e, ok := <-store.notify:
 			if !ok {
 				res.note("node simulator output ended before done (%s)", exitOf(sim))
@@ -544,6 +555,7 @@ loop:
 		res.note("%d node simulator lines refused, the first: %s", store.badLines, store.firstBad)
 	}
 	store.mu.Unlock()
+	res.Notes = append(res.Notes, troubles(res.Stats, res.Progress)...)
 	procs.exited("nodesim", sim)
 	res.Processes = procs.snapshot()
 	res.Versions = versions.snapshot()
@@ -706,4 +718,37 @@ func createPods(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto
 	default:
 		return nil
 	}
+}
+
+// fmtProgress renders a progress event's counters, sorted by name.
+func fmtProgress(p map[string]float64) string {
+	if len(p) == 0 {
+		return "no progress reported yet"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		parts = append(parts, fmt.Sprintf("%s=%g", k, p[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// troubles lists the node simulator's counters that say something went
+// wrong (restarts, errors, drops, losses) and are not zero: the table's
+// numbers are read in their light.
+func troubles(stats, progress map[string]float64) []string {
+	m := stats
+	if m == nil {
+		m = progress
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		bad := false
+		for _, w := range []string{"restart", "error", "dropped", "lost", "refused"} {
+			bad = bad || strings.Contains(k, w)
+		}
+		if bad && m[k] > 0 {
+			out = append(out, fmt.Sprintf("node simulator: %s = %g", k, m[k]))
+		}
+	}
+	return out
 }
