@@ -29,6 +29,9 @@ type TrafficStats struct {
 	ViralReads, CounterWrites         uint64
 	// Calls counts Observe calls (one call may carry several operations).
 	Calls uint64
+	// MaxGap is the longest time between two ticks: how far a starved
+	// sender fell behind (it then catches up in one go).
+	MaxGap time.Duration
 }
 
 // Map is s for a done event's stats.
@@ -36,7 +39,7 @@ func (s TrafficStats) Map() map[string]float64 {
 	return map[string]float64{
 		"background_reads": float64(s.BackgroundReads), "background_writes": float64(s.BackgroundWrites),
 		"viral_reads": float64(s.ViralReads), "counter_writes": float64(s.CounterWrites),
-		"observe_calls": float64(s.Calls),
+		"observe_calls": float64(s.Calls), "max_tick_gap_seconds": s.MaxGap.Seconds(),
 	}
 }
 
@@ -155,8 +158,11 @@ func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, p
 	t := time.NewTicker(Tick)
 	defer t.Stop()
 	var hotStart, restStart time.Time
+	prev := start
 	for {
 		now := time.Now()
+		g.stats.MaxGap = max(g.stats.MaxGap, now.Sub(prev))
+		prev = now
 		if hotStart.IsZero() && now.Sub(start) >= c.HotStart {
 			hotStart = now
 			phase(PhaseHot, now)

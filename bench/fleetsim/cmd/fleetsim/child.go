@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -24,7 +27,7 @@ type child struct {
 // orchestrator dies (Pdeathsig), so that an orchestrator killed outright
 // leaves no manager or simulator behind.
 func startChild(name string, argv, env []string, logPath string, stdout *os.File) (*child, error) {
-	log, err := os.Create(logPath)
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // a restarted child appends
 	if err != nil {
 		return nil, err
 	}
@@ -83,4 +86,91 @@ func pipe() (r io.ReadCloser, w *os.File, err error) {
 		return nil, nil, errors.Join(errors.New("pipe"), err)
 	}
 	return pr, pw, nil
+}
+
+// cpuSeconds is the CPU time of a child that exited (its /proc entry is
+// gone; its rusage is not); 0 while it runs.
+func (c *child) cpuSeconds() float64 {
+	if !c.exited() || c.cmd.ProcessState == nil {
+		return 0
+	}
+	return (c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()).Seconds()
+}
+
+// lastLine is the last non-empty line of a log, at most 300 bytes of it.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	l := lines[len(lines)-1]
+	if len(l) > 300 {
+		l = l[:300] + "…"
+	}
+	return l
+}
+
+// supervisor restarts the manager when it exits, as its Deployment would
+// (after the kubelet's first back-off, 10 s), and says so: under load the
+// legacy manager loses its lease and exits.
+type supervisor struct {
+	start   func() (*child, error)
+	logPath string
+	procs   *procSet
+
+	mu       sync.Mutex
+	cur      *child
+	exits    []string
+	restarts int
+}
+
+// RestartDelay is the kubelet's first crash back-off.
+const restartDelay = 10 * time.Second
+
+func (s *supervisor) current() *child {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// run watches the manager until ctx ends.
+func (s *supervisor) run(ctx context.Context, t0 time.Time) {
+	for {
+		c := s.current()
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.done:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		s.exits = append(s.exits, fmt.Sprintf("manager exited %.0f s into the run (%v): %s", time.Since(t0).Seconds(), c.err, lastLine(s.logPath)))
+		s.mu.Unlock()
+		s.procs.replaced("manager", c)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(restartDelay):
+		}
+		n, err := s.start()
+		if err != nil {
+			s.mu.Lock()
+			s.exits = append(s.exits, fmt.Sprintf("manager restart failed: %v", err))
+			s.mu.Unlock()
+			return
+		}
+		s.procs.setPID("manager", n.pid())
+		s.mu.Lock()
+		s.cur, s.restarts = n, s.restarts+1
+		s.mu.Unlock()
+	}
+}
+
+func (s *supervisor) stop(grace time.Duration) {
+	if c := s.current(); c != nil {
+		c.stop(grace)
+	}
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
 )
 
 func TestParseStat(t *testing.T) {
@@ -246,6 +248,28 @@ func TestTroubles(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, troubles(tc.stats, tc.progress)); diff != "" {
 				t.Errorf("troubles (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLateness(t *testing.T) {
+	ready := time.Unix(100, 0)
+	tc := simproto.Defaults()
+	tc.HotStart, tc.HotDuration = 10*time.Second, 20*time.Second
+	tests := map[string]struct {
+		phases map[string]time.Time
+		want   []string
+	}{
+		"on time": {phases: map[string]time.Time{"hot": ready.Add(10*time.Second + 20*time.Millisecond), "rest": ready.Add(30 * time.Second)}},
+		"late rest": {phases: map[string]time.Time{"hot": ready.Add(10 * time.Second), "rest": ready.Add(42 * time.Second)},
+			want: []string{"node simulator: rest phase began 12.0 s late"}},
+		"no hot": {phases: map[string]time.Time{"rest": ready.Add(30 * time.Second)}, want: []string{"node simulator: no hot phase event"}},
+	}
+	for name, tc2 := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc2.want, lateness(ready, tc2.phases, tc)); diff != "" {
+				t.Errorf("lateness (-want +got):\n%s", diff)
 			}
 		})
 	}

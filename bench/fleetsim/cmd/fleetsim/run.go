@@ -76,6 +76,10 @@ type Result struct {
 	OpenWatches map[string]float64    `json:"openWatches,omitempty"`
 	Processes   map[string]*ProcStats `json:"processes,omitempty"`
 	Versions    []seenVersion         `json:"versions,omitempty"`
+	// PhaseAt is when the node simulator's phases began (its events);
+	// MarkAt when the orchestrator read the counters that close them.
+	PhaseAt map[string]time.Time `json:"phaseAt,omitempty"`
+	MarkAt  map[string]time.Time `json:"markAt,omitempty"`
 	// Progress is the node simulator's last start-up progress, Stats its
 	// done counters.
 	Progress map[string]float64 `json:"progress,omitempty"`
@@ -267,47 +271,86 @@ func watchRouting(ctx context.Context, kube kubernetes.Interface, ns, policy str
 }
 
 // procSet tracks the four processes measured. Peak memory is sampled
-// while they run (VmHWM), so a process that exits on its own still has one.
+// while they run (VmHWM), so a process that exits on its own still has one;
+// a process replaced by a restart keeps its CPU time in base.
 type procSet struct {
 	mu    sync.Mutex
-	pids  map[string]int
+	procs map[string]*procEntry
 	stats map[string]*ProcStats
 	last  map[string]float64 // CPU seconds at the last phase mark
 }
 
+type procEntry struct {
+	pid  int
+	base float64 // CPU seconds of the earlier processes of this name
+}
+
 func newProcSet() *procSet {
-	return &procSet{pids: map[string]int{}, stats: map[string]*ProcStats{}, last: map[string]float64{}}
+	return &procSet{procs: map[string]*procEntry{}, stats: map[string]*ProcStats{}, last: map[string]float64{}}
 }
 
 func (p *procSet) add(name string, pid int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.pids[name] = pid
+	p.procs[name] = &procEntry{pid: pid}
 	p.stats[name] = &ProcStats{PID: pid, CPU: map[string]float64{}}
+}
+
+// replaced moves the CPU time of an exited child into its name's base.
+func (p *procSet) replaced(name string, c *child) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.procs[name]; e != nil && e.pid == c.pid() {
+		e.base += c.cpuSeconds()
+		e.pid = 0
+	}
+}
+
+// setPID is the new process of a name.
+func (p *procSet) setPID(name string, pid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.procs[name]; e != nil {
+		e.pid = pid
+		p.stats[name].PID = pid
+	}
+}
+
+// cpuLocked is a name's CPU seconds, all its processes together; ok is
+// false when the current one cannot be read.
+func (p *procSet) cpuLocked(name string) (float64, bool) {
+	e := p.procs[name]
+	if e.pid == 0 {
+		return e.base, true
+	}
+	st, err := readStat(e.pid)
+	if err != nil {
+		return 0, false
+	}
+	return e.base + st.cpuSeconds, true
 }
 
 // mark closes phase (if not empty) at the current CPU times.
 func (p *procSet) mark(phase string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for name, pid := range p.pids {
-		st, err := readStat(pid)
-		if err != nil {
+	for name := range p.procs {
+		cpu, ok := p.cpuLocked(name)
+		if !ok {
 			continue
 		}
 		ps := p.stats[name]
 		if phase != "" {
-			ps.CPU[phase] = st.cpuSeconds - p.last[name]
+			ps.CPU[phase] = cpu - p.last[name]
 			ps.CPUPhases += ps.CPU[phase]
 		}
-		p.last[name] = st.cpuSeconds
-		ps.CPUTotal = st.cpuSeconds
+		p.last[name] = cpu
 	}
 	p.sampleLocked()
 }
 
-// sample records each live process's peak RSS and returns the sum of their
-// resident sets now.
+// sample records each live process's peak RSS and CPU time and returns the
+// sum of their resident sets now.
 func (p *procSet) sample() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -316,28 +359,30 @@ func (p *procSet) sample() int64 {
 
 func (p *procSet) sampleLocked() int64 {
 	var sum int64
-	for name, pid := range p.pids {
-		m, err := readStatus(pid)
+	for name, e := range p.procs {
+		ps := p.stats[name]
+		if cpu, ok := p.cpuLocked(name); ok {
+			ps.CPUTotal = cpu
+		}
+		if e.pid == 0 {
+			continue
+		}
+		m, err := readStatus(e.pid)
 		if err != nil {
 			continue
 		}
 		sum += m.rss
-		ps := p.stats[name]
 		ps.PeakRSSMB = max(ps.PeakRSSMB, float64(m.peak)/(1<<20))
-		if st, err := readStat(pid); err == nil {
-			ps.CPUTotal = st.cpuSeconds
-		}
 	}
 	return sum
 }
 
-// exited records the CPU time of a child that exited (its /proc entry is
-// gone; its rusage is not).
+// exited records the CPU time of a child that exited on its own.
 func (p *procSet) exited(name string, c *child) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ps := p.stats[name]; ps != nil && c.exited() && c.cmd.ProcessState != nil {
-		ps.CPUTotal = (c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()).Seconds()
+	if e := p.procs[name]; e != nil && c.exited() && e.pid == c.pid() {
+		p.stats[name].CPUTotal = e.base + c.cpuSeconds()
 	}
 }
 
@@ -430,18 +475,36 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 	}
 	res.LeaderElection = le
 	logf("fleetsim: %s N=%d: starting the manager", d.name, nodes)
-	mgr, err := startChild("manager", wrapped, []string{"KUBECONFIG=" + tc.Kubeconfig, "POD_NAMESPACE=" + s.leNamespace, "FLEETSIM_LE_NAMESPACE=" + s.leNamespace},
-		filepath.Join(dir, "manager.log"), nil)
+	mlog := filepath.Join(dir, "manager.log")
+	sup := &supervisor{logPath: mlog, procs: procs, start: func() (*child, error) {
+		return startChild("manager", wrapped, []string{"KUBECONFIG=" + tc.Kubeconfig, "POD_NAMESPACE=" + s.leNamespace, "FLEETSIM_LE_NAMESPACE=" + s.leNamespace}, mlog, nil)
+	}}
+	mgr, err := sup.start()
 	if err != nil {
 		res.note("%v", err)
 		return res
 	}
-	defer mgr.stop(10 * time.Second)
+	sup.cur = mgr
 	procs.add("manager", mgr.pid())
 	if err := waitFor(runCtx, s.managerTimeout, mgr, versions.changed, func() bool { return len(versions.snapshot()) > 0 }); err != nil {
-		res.note("manager: no routing table published: %v (see %s)", err, filepath.Join(dir, "manager.log"))
+		mgr.stop(10 * time.Second)
+		res.note("manager: no routing table published: %v (see %s)", err, mlog)
 		return res
 	}
+	runStart := time.Now()
+	supDone := make(chan struct{})
+	go func() {
+		defer close(supDone)
+		sup.run(runCtx, runStart)
+	}()
+	defer func() {
+		cancel(nil)
+		<-supDone
+		sup.stop(10 * time.Second)
+		sup.mu.Lock()
+		res.Notes = append(res.Notes, sup.exits...)
+		sup.mu.Unlock()
+	}()
 
 	// The node simulator.
 	res.Reached = "node simulator start-up"
@@ -474,6 +537,9 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 	procs.add("nodesim", sim.pid())
 	go guardMemory(runCtx, cancel, procs, s.maxRSS)
 
+	// The phases are measured on the orchestrator's own clock from ready,
+	// so a busy node simulator cannot stretch them; its phase events say
+	// when its traffic actually changed.
 	api := map[string]*apiSnapshot{}
 	snap := func(mark string) {
 		a, err := scrapeAPIServer(runCtx, kube.Discovery().RESTClient())
@@ -483,8 +549,18 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 		}
 		api[mark] = a
 	}
-	phaseOf := map[string]string{simproto.PhaseHot: "warmup", simproto.PhaseRest: "hot", "end": "rest"}
+	marks := []struct {
+		name, closes, reached string
+		after                 time.Duration
+	}{
+		{simproto.PhaseHot, "warmup", "hot", tc.HotStart},
+		{simproto.PhaseRest, "hot", "rest", tc.HotStart + tc.HotDuration},
+		{"end", "rest", "done", tc.Duration},
+	}
+	next := 0
+	var markC <-chan time.Time
 	var readyAt, hotAt time.Time
+	res.PhaseAt, res.MarkAt = map[string]time.Time{}, map[string]time.Time{}
 	deadline := time.NewTimer(tc.StartTimeout + 30*time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(15 * time.Second)
@@ -499,9 +575,22 @@ loop:
 				store.mu.Unlock()
 				logf("fleetsim: %s N=%d: start-up: %s", d.name, nodes, fmtProgress(p))
 			}
+		case <-markC:
+			m := marks[next]
+			procs.mark(m.closes)
+			snap(m.name)
+			res.MarkAt[m.name] = time.Now()
+			res.Reached = m.reached
+			if m.name == simproto.PhaseHot && api[m.name] != nil {
+				res.OpenWatches = api[m.name].longRunning
+			}
+			if next++; next == len(marks) {
+				break loop
+			}
+			markC = time.After(time.Until(readyAt.Add(marks[next].after)))
 		case e, ok := <-store.notify:
 			if !ok {
-				res.note("node simulator output ended before done (%s)", exitOf(sim))
+				res.note("node simulator output ended at %s (%s)", res.Reached, exitOf(sim))
 				break loop
 			}
 			switch e.Event {
@@ -511,30 +600,17 @@ loop:
 				res.Reached = "warm-up"
 				procs.mark("")
 				snap("ready")
-				deadline.Reset(tc.Duration + 90*time.Second)
-				logf("fleetsim: %s N=%d: ready; warm-up %s, hot event %s, rest %s", d.name, nodes, tc.HotStart, tc.HotDuration, tc.Duration-tc.HotStart-tc.HotDuration)
+				res.MarkAt["ready"] = time.Now()
+				markC = time.After(time.Until(readyAt.Add(marks[0].after)))
+				deadline.Reset(tc.Duration + simproto.Linger)
+				logf("fleetsim: %s N=%d: ready after %.0f s; warm-up %s, hot event %s, rest %s", d.name, nodes, res.StartupSeconds, tc.HotStart, tc.HotDuration, tc.Duration-tc.HotStart-tc.HotDuration)
 			case simproto.EventPhase:
-				if e.Phase == simproto.PhaseWarmup {
-					continue
-				}
+				res.PhaseAt[e.Phase] = e.Time()
 				if e.Phase == simproto.PhaseHot {
 					hotAt = e.Time()
 				}
-				procs.mark(phaseOf[e.Phase])
-				snap(e.Phase)
-				res.Reached = e.Phase
-				if e.Phase == simproto.PhaseHot && api[simproto.PhaseHot] != nil {
-					res.OpenWatches = api[simproto.PhaseHot].longRunning
-				}
 			case simproto.EventError:
 				res.note("node simulator: %s", e.Message)
-			case simproto.EventDone:
-				if !hotAt.IsZero() {
-					procs.mark(phaseOf["end"])
-					snap("end")
-					res.Reached = "done"
-				}
-				break loop
 			}
 		case <-deadline.C:
 			res.note("node simulator: no progress within its bound (%s reached); stopped", res.Reached)
@@ -543,6 +619,18 @@ loop:
 			res.note("stopped: %v", context.Cause(runCtx))
 			break loop
 		}
+	}
+	// The counters of the done event, printed as the traffic ended (the
+	// simulator lingers after it).
+	if !readyAt.IsZero() && res.Reached == "done" {
+		waitDone(store, 30*time.Second, func(e simproto.Event) {
+			if e.Event == simproto.EventPhase {
+				res.PhaseAt[e.Phase] = e.Time()
+			}
+		})
+	}
+	if !readyAt.IsZero() {
+		res.Notes = append(res.Notes, lateness(readyAt, res.PhaseAt, tc)...)
 	}
 	procs.sample()
 	// The last progress, the counters, and everything the sidecars said.
@@ -748,6 +836,45 @@ func troubles(stats, progress map[string]float64) []string {
 		}
 		if bad && m[k] > 0 {
 			out = append(out, fmt.Sprintf("node simulator: %s = %g", k, m[k]))
+		}
+	}
+	return out
+}
+
+// waitDone waits (bounded) for the node simulator's done event, or the end
+// of its output.
+func waitDone(store *eventStore, bound time.Duration, seen func(simproto.Event)) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		select {
+		case e, ok := <-store.notify:
+			if !ok || e.Event == simproto.EventDone {
+				return
+			}
+			seen(e)
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// lateness says when the node simulator's traffic changed more than a
+// second after the schedule: a starved simulator offers its traffic late
+// (it catches up), which the API rates of the phases then blur.
+func lateness(readyAt time.Time, phaseAt map[string]time.Time, tc simproto.Config) []string {
+	var out []string
+	for _, p := range []struct {
+		name string
+		want time.Duration
+	}{{simproto.PhaseHot, tc.HotStart}, {simproto.PhaseRest, tc.HotStart + tc.HotDuration}} {
+		at, ok := phaseAt[p.name]
+		if !ok {
+			out = append(out, fmt.Sprintf("node simulator: no %s phase event", p.name))
+			continue
+		}
+		if late := at.Sub(readyAt.Add(p.want)); late > time.Second {
+			out = append(out, fmt.Sprintf("node simulator: %s phase began %.1f s late", p.name, late.Seconds()))
 		}
 	}
 	return out
