@@ -180,6 +180,15 @@ func (c *Config) PolicyRef() string { return c.Namespace + "/" + c.Policy }
 // NodeName is the name of simulated node i.
 func NodeName(i int) string { return fmt.Sprintf("node-%04d", i) }
 
+// NodeIP is a loopback address for node i's agent (127.0.0.0/8, distinct
+// for every node and from every SidecarIP), so that a node agent restarted
+// during a run binds its address again without racing other sockets for
+// the port.
+func NodeIP(i int) string {
+	n := i + 1
+	return fmt.Sprintf("127.%d.%d.254", n>>8&0xff, n&0xff)
+}
+
 // SidecarIP is a loopback address for sidecar j of node i (127.0.0.0/8,
 // distinct for every sidecar while i < MaxNodes and j <
 // MaxSidecarsPerNode), for designs whose node agents tell pods apart by

@@ -238,7 +238,7 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestSidecarIPDistinct(t *testing.T) {
+func TestAddressesDistinct(t *testing.T) {
 	seen := map[string]bool{}
 	for _, i := range []int{0, 1, 255, 256, 999, MaxNodes - 1} {
 		for _, j := range []int{0, 9, MaxSidecarsPerNode - 1} {
@@ -246,6 +246,11 @@ func TestSidecarIPDistinct(t *testing.T) {
 			if seen[ip] || !strings.HasPrefix(ip, "127.") || ip == "127.0.0.1" {
 				t.Errorf("SidecarIP(%d, %d) = %s: repeated or not a loopback sidecar address", i, j, ip)
 			}
+			seen[ip] = true
+		}
+		if ip := NodeIP(i); seen[ip] || !strings.HasPrefix(ip, "127.") {
+			t.Errorf("NodeIP(%d) = %s: repeated or not loopback", i, ip)
+		} else {
 			seen[ip] = true
 		}
 	}

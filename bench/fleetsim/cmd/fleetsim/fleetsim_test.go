@@ -229,9 +229,13 @@ func TestRow(t *testing.T) {
 		t.Errorf("row:\n got %s\nwant %s", got, want)
 	}
 	r = &Result{Design: "legacy", Nodes: 1000, Sidecars: 10000, Reached: "node simulator start-up",
-		Progress: map[string]float64{"nodes": 1000, "nodes_tracking": 1000, "sidecars": 10000, "sidecars_synced": 9174}}
-	if got := row(r); !strings.Contains(got, "| node simulator start-up (1000/1000 nodes, 9174/10000 sidecars synced) | — | — |") {
-		t.Errorf("row of a run that never got ready: %s", got)
+		Progress:  map[string]float64{"nodes": 1000, "nodes_tracking": 1000, "sidecars": 10000, "sidecars_synced": 9174},
+		Processes: map[string]*ProcStats{"manager": {CPUTotal: 3, PeakRSSMB: 51}}}
+	got := row(r)
+	for _, want := range []string{"| node simulator start-up (1000/1000 nodes, 9174/10000 sidecars synced) | — | — |", "| 3.0 s in all / 51 MiB |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("row of a run that never got ready: %s\nwant it to hold %s", got, want)
+		}
 	}
 }
 

@@ -29,11 +29,17 @@ func mutating(r APIRates, ok bool) string {
 	return fmt.Sprintf("%s (%s)", fmtRate(r.Mutating), fmtRate(r.MutatingLeases))
 }
 
-func procCell(p *ProcStats) string {
-	if p == nil {
+// procCell is CPU seconds over the phases and peak RSS; for a run that
+// never reached the phases, CPU seconds since the process started.
+func procCell(p *ProcStats, phases bool) string {
+	switch {
+	case p == nil:
 		return "—"
+	case !phases:
+		return fmt.Sprintf("%.1f s in all / %.0f MiB", p.CPUTotal, p.PeakRSSMB)
+	default:
+		return fmt.Sprintf("%.1f s / %.0f MiB", p.CPUPhases, p.PeakRSSMB)
 	}
-	return fmt.Sprintf("%.1f s / %.0f MiB", p.CPUPhases, p.PeakRSSMB)
 }
 
 // row is r's line of the main table.
@@ -65,7 +71,7 @@ func row(r *Result) string {
 		cells = append(cells, "—")
 	}
 	for _, p := range procOrder {
-		cells = append(cells, procCell(r.Processes[p]))
+		cells = append(cells, procCell(r.Processes[p], len(r.API) > 0))
 	}
 	return "| " + strings.Join(cells, " | ") + " |"
 }
