@@ -80,6 +80,8 @@ type Result struct {
 	// MarkAt when the orchestrator read the counters that close them.
 	PhaseAt map[string]time.Time `json:"phaseAt,omitempty"`
 	MarkAt  map[string]time.Time `json:"markAt,omitempty"`
+	// ScrapeSeconds is how long each read of kube-apiserver's /metrics took.
+	ScrapeSeconds map[string]float64 `json:"scrapeSeconds,omitempty"`
 	// Progress is the node simulator's last start-up progress, Stats its
 	// done counters.
 	Progress map[string]float64 `json:"progress,omitempty"`
@@ -541,11 +543,18 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 	// so a busy node simulator cannot stretch them; its phase events say
 	// when its traffic actually changed.
 	api := map[string]*apiSnapshot{}
+	res.ScrapeSeconds = map[string]float64{}
 	snap := func(mark string) {
+		t0 := time.Now()
 		a, err := scrapeAPIServer(runCtx, kube.Discovery().RESTClient())
+		took := time.Since(t0)
+		res.ScrapeSeconds[mark] = took.Seconds()
 		if err != nil {
 			res.note("metrics at %s: %v", mark, err)
 			return
+		}
+		if took > 2*time.Second {
+			res.note("kube-apiserver took %.1f s to serve /metrics at %s: that phase boundary is blurred by as much", took.Seconds(), mark)
 		}
 		api[mark] = a
 	}
@@ -623,7 +632,7 @@ loop:
 	// The counters of the done event, printed as the traffic ended (the
 	// simulator lingers after it).
 	if !readyAt.IsZero() && res.Reached == "done" {
-		waitDone(store, 30*time.Second, func(e simproto.Event) {
+		waitDone(store, 90*time.Second, func(e simproto.Event) {
 			if e.Event == simproto.EventPhase {
 				res.PhaseAt[e.Phase] = e.Time()
 			}
