@@ -60,7 +60,7 @@ for d in ${DESIGNS//,/ }; do
     for f in bench/fleetsim/simproto/*.go; do
       [[ "$f" == *_test.go ]] || cp "$f" "${legacy}/cmd/nodesim/simproto/"
     done
-    (cd "${legacy}" && CGO_ENABLED=0 go build -o "${work}/legacy-heatsink" ./cmd/heatsink &&
+    (cd "${legacy}" && go build -o "${work}/legacy-heatsink" ./cmd/heatsink &&
       go build -o "${work}/legacy-nodesim" ./cmd/nodesim)
     args+=(--legacy-heatsink "${work}/legacy-heatsink" --legacy-nodesim "${work}/legacy-nodesim")
     designs+=(legacy)
@@ -72,7 +72,7 @@ for d in ${DESIGNS//,/ }; do
       continue
     fi
     echo "bench: fleet: building this tree's heatsink and the fleet node simulator" >&2
-    CGO_ENABLED=0 go build -o "${work}/fleet-heatsink" ./cmd/heatsink
+    go build -o "${work}/fleet-heatsink" ./cmd/heatsink
     (cd bench && go build -o "${work}/fleet-nodesim" ./fleetsim/cmd/nodesim)
     args+=(--fleet-heatsink "${work}/fleet-heatsink" --fleet-nodesim "${work}/fleet-nodesim")
     designs+=(fleet)
