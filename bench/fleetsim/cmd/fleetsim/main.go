@@ -54,12 +54,15 @@ func run() int {
 		fs.StringVar(&bins[d][1], d+"-nodesim", "", "the "+d+" design's node simulator binary (package simproto's flags and events)")
 		def := ""
 		if d == "fleet" {
-			def = "--fleet-bind-address={fleetAddr} --fleet-token-file={tokenFile}"
+			// The fleet server plain (no webhook certificate here); its
+			// token comes from the Secret the orchestrator creates.
+			def = "--fleet-bind-address={fleetAddr} --fleet-tls=false"
 		}
 		margs[d] = fs.String(d+"-manager-args", def, "extra manager arguments, space-separated; {fleetAddr}, {token} and {tokenFile} are the run's fleet endpoint and bearer token")
 		nargs[d] = fs.String(d+"-nodesim-args", "", "extra node simulator arguments, space-separated (same placeholders)")
 	}
 	podsFlag := fs.String("pods", "fleet", "designs whose runs create a Pod object per simulated sidecar (node, address, policy label) before the manager starts")
+	tokenSecret := fs.String("fleet-token-secret", "heatsink-fleet-token", "for the fleet design, a Secret created in the manager's namespace before it starts, holding the run's token under key \"token\" (the manager's --fleet-token-secret default); empty: none")
 	t := simproto.Defaults()
 	warmup := fs.Duration("warmup", 10*time.Second, "warm-up: background only")
 	hot := fs.Duration("hot", 20*time.Second, "the hot event")
@@ -107,8 +110,12 @@ func run() int {
 				return 2
 			}
 		}
-		designs = append(designs, design{name: name, heatsink: b[0], nodesim: b[1],
-			managerArgs: strings.Fields(*margs[name]), nodesimArgs: strings.Fields(*nargs[name]), pods: slices.Contains(pods, name)})
+		dd := design{name: name, heatsink: b[0], nodesim: b[1],
+			managerArgs: strings.Fields(*margs[name]), nodesimArgs: strings.Fields(*nargs[name]), pods: slices.Contains(pods, name)}
+		if name == "fleet" {
+			dd.tokenSecret = *tokenSecret
+		}
+		designs = append(designs, dd)
 	}
 	check := t
 	check.Nodes = slices.Max(sizes)

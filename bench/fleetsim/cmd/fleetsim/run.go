@@ -42,6 +42,10 @@ type design struct {
 	// with its address) before the manager starts, for designs whose
 	// manager learns the pods from the API server.
 	pods bool
+	// tokenSecret, if set, is a Secret created in the manager's namespace
+	// holding the run's token (key "token"), where the manager reads its
+	// fleet token.
+	tokenSecret string
 }
 
 // settings are what every run shares.
@@ -439,6 +443,9 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 		res.note("kubeconfig: %v", err)
 		return res
 	}
+	tok := make([]byte, 32)
+	_, _ = rand.Read(tok)
+	tc.Token = hex.EncodeToString(tok)
 	if err := setup(runCtx, cp, &tc, s, d, res); err != nil {
 		res.note("%v", err)
 		return res
@@ -455,9 +462,6 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 			return res
 		}
 	}
-	tok := make([]byte, 16)
-	_, _ = rand.Read(tok)
-	tc.Token = hex.EncodeToString(tok)
 	tc.ManagerFleet = fmt.Sprintf("127.0.0.1:%d", ports[3])
 	tokenFile := filepath.Join(dir, "fleet-token")
 	if err := os.WriteFile(tokenFile, []byte(tc.Token), 0o600); err != nil {
@@ -750,6 +754,15 @@ func setup(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto.Conf
 	v1alpha1.SetDefaults(&pol.Spec)
 	if err := cp.Client.Create(ctx, pol); err != nil {
 		return fmt.Errorf("policy: %w", err)
+	}
+	if d.tokenSecret != "" {
+		sec := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.leNamespace, Name: d.tokenSecret},
+			Data:       map[string][]byte{"token": []byte(tc.Token)},
+		}
+		if err := cp.Client.Create(ctx, sec); err != nil {
+			return fmt.Errorf("fleet token Secret: %w", err)
+		}
 	}
 	if d.pods {
 		logf("fleetsim: %s N=%d: creating %d pods", d.name, tc.Nodes, tc.Sidecars())
