@@ -61,10 +61,35 @@ func (r *recorder) Observe(_, key string, reads, writes, bytes uint32) {
 	r.keys[key] = c
 }
 
-// TestGeneratorSpreadsEvenly: the viral key and the counter reach every
-// sidecar within one operation of each other at every step, and the totals
-// are exactly the rates times the elapsed time.
-func TestGeneratorSpreadsEvenly(t *testing.T) {
+func TestShare(t *testing.T) {
+	tests := map[string]struct {
+		total uint64
+		n     int
+		want  []uint64
+	}{
+		"none":           {total: 0, n: 3, want: []uint64{0, 0, 0}},
+		"fewer than n":   {total: 2, n: 4, want: []uint64{1, 1, 0, 0}},
+		"exact multiple": {total: 6, n: 3, want: []uint64{2, 2, 2}},
+		"remainder":      {total: 7, n: 3, want: []uint64{3, 2, 2}},
+		"one node":       {total: 5, n: 1, want: []uint64{5}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := make([]uint64, tc.n)
+			for i := range got {
+				got[i] = share(tc.total, i, tc.n)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("shares (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestNodesSpreadEvenly: however the nodes' ticks interleave, the viral key
+// and the counter reach every sidecar of the fleet within one operation of
+// each other, and the totals are exactly the rates times the elapsed time.
+func TestNodesSpreadEvenly(t *testing.T) {
 	c := Defaults()
 	c.Nodes, c.SidecarsPerNode = 7, 3
 	c.ViralRate, c.CounterRate, c.BackgroundRate = 1000, 130, 500
@@ -74,10 +99,16 @@ func TestGeneratorSpreadsEvenly(t *testing.T) {
 		rs[i] = &recorder{}
 		obs[i] = rs[i]
 	}
-	g := newGenerator(&c, obs)
+	keys := backgroundKeys(c.BackgroundKeys)
+	gens := make([]*nodeTraffic, c.Nodes)
+	for i := range gens {
+		gens[i] = newNodeTraffic(&c, i, obs[i*c.SidecarsPerNode:(i+1)*c.SidecarsPerNode], keys)
+	}
 	for step := 1; step <= 100; step++ {
 		hot := time.Duration(step) * 13 * time.Millisecond
-		g.advance(time.Second+hot, hot)
+		for _, g := range gens {
+			g.advance(time.Second+hot, hot)
+		}
 		for _, key := range []string{c.ViralKey, c.CounterKey} {
 			lo, hi, sum := uint64(1<<63), uint64(0), uint64(0)
 			for _, r := range rs {
@@ -96,7 +127,7 @@ func TestGeneratorSpreadsEvenly(t *testing.T) {
 			}
 		}
 	}
-	var bg uint64
+	var bg, reads, writes uint64
 	for _, r := range rs {
 		for k, v := range r.keys {
 			if strings.HasPrefix(k, "bg:") {
@@ -104,16 +135,19 @@ func TestGeneratorSpreadsEvenly(t *testing.T) {
 			}
 		}
 	}
-	if want := owed(c.BackgroundRate, time.Second+1300*time.Millisecond); bg != want {
-		t.Errorf("background total %d, want %d", bg, want)
+	for _, g := range gens {
+		reads, writes = reads+g.stats.BackgroundReads, writes+g.stats.BackgroundWrites
 	}
-	if g.stats.BackgroundWrites == 0 || g.stats.BackgroundReads <= g.stats.BackgroundWrites {
-		t.Errorf("background reads/writes %d/%d, want mostly reads and some writes", g.stats.BackgroundReads, g.stats.BackgroundWrites)
+	if want := owed(c.BackgroundRate, time.Second+1300*time.Millisecond); bg != want || reads+writes != want {
+		t.Errorf("background total %d (stats %d), want %d", bg, reads+writes, want)
+	}
+	if writes == 0 || reads <= writes {
+		t.Errorf("background reads/writes %d/%d, want mostly reads and some writes", reads, writes)
 	}
 }
 
 // TestRunPhases: Run announces the three phases in order and offers the hot
-// traffic only in the hot phase.
+// traffic only in the hot phase, all of it.
 func TestRunPhases(t *testing.T) {
 	c := Defaults()
 	c.Nodes, c.SidecarsPerNode = 2, 2
@@ -121,7 +155,10 @@ func TestRunPhases(t *testing.T) {
 	r := &recorder{}
 	obs := []Observer{r, r, r, r}
 	var phases []string
-	st := Run(t.Context(), &c, obs, time.Now(), func(p string, _ time.Time) { phases = append(phases, p) })
+	st, err := Run(t.Context(), &c, obs, time.Now(), func(p string, _ time.Time) { phases = append(phases, p) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	if diff := cmp.Diff([]string{PhaseWarmup, PhaseHot, PhaseRest}, phases); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
 	}
@@ -130,6 +167,14 @@ func TestRunPhases(t *testing.T) {
 	}
 	if want := owed(c.CounterRate, c.HotDuration); st.CounterWrites != want {
 		t.Errorf("counter writes %d, want %d", st.CounterWrites, want)
+	}
+}
+
+func TestRunRefusesWrongSidecarCount(t *testing.T) {
+	c := Defaults()
+	c.Nodes, c.SidecarsPerNode = 2, 2
+	if _, err := Run(t.Context(), &c, []Observer{&recorder{}}, time.Now(), func(string, time.Time) {}); err == nil {
+		t.Error("Run accepted 1 sidecar for 2 nodes of 2")
 	}
 }
 
@@ -253,5 +298,32 @@ func TestAddressesDistinct(t *testing.T) {
 		} else {
 			seen[ip] = true
 		}
+	}
+}
+
+func TestScheduleElapsed(t *testing.T) {
+	start := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	tests := map[string]struct {
+		hot            float64 // seconds after start; 0: not yet
+		now            float64
+		wantBG, wantHT time.Duration
+	}{
+		"warm-up":         {now: 4, wantBG: 4 * time.Second},
+		"hot event":       {hot: 10, now: 12.5, wantBG: 12500 * time.Millisecond, wantHT: 2500 * time.Millisecond},
+		"rest, unseen":    {hot: 10, now: 35, wantBG: 30 * time.Second, wantHT: 20 * time.Second},
+		"exactly the end": {hot: 10, now: 30, wantBG: 30 * time.Second, wantHT: 20 * time.Second},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := schedule{hotDuration: 20 * time.Second}
+			if tc.hot != 0 {
+				s.hot.Store(at(tc.hot).UnixNano())
+			}
+			bg, hot := s.elapsed(start, at(tc.now))
+			if bg != tc.wantBG || hot != tc.wantHT {
+				t.Errorf("elapsed = %s, %s; want %s, %s", bg, hot, tc.wantBG, tc.wantHT)
+			}
+		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,8 +22,13 @@ const (
 	CounterBytes    = 8
 )
 
-// Tick is how often Run hands out the operations owed.
-const Tick = 10 * time.Millisecond
+// Tick is how often Run checks the phase schedule, and NodeTick how often
+// each simulated node hands out what it owes (the sidecars' wire clients
+// aggregate 100 ms anyway).
+const (
+	Tick     = 10 * time.Millisecond
+	NodeTick = 50 * time.Millisecond
+)
 
 // TrafficStats counts the operations Run offered.
 type TrafficStats struct {
@@ -29,9 +36,19 @@ type TrafficStats struct {
 	ViralReads, CounterWrites         uint64
 	// Calls counts Observe calls (one call may carry several operations).
 	Calls uint64
-	// MaxGap is the longest time between two ticks: how far a starved
-	// sender fell behind (it then catches up in one go).
+	// MaxGap is the longest time between two ticks of a node (or of the
+	// phase schedule): how far a starved simulator fell behind (it then
+	// catches up in one go).
 	MaxGap time.Duration
+}
+
+func (s *TrafficStats) add(o TrafficStats) {
+	s.BackgroundReads += o.BackgroundReads
+	s.BackgroundWrites += o.BackgroundWrites
+	s.ViralReads += o.ViralReads
+	s.CounterWrites += o.CounterWrites
+	s.Calls += o.Calls
+	s.MaxGap = max(s.MaxGap, o.MaxGap)
 }
 
 // Map is s for a done event's stats.
@@ -43,40 +60,22 @@ func (s TrafficStats) Map() map[string]float64 {
 	}
 }
 
-// generator owes operations by elapsed time and hands them to the sidecars:
-// the background one operation per call to the next sidecar in turn, the
-// viral key and the counter spread evenly over every sidecar (each gets the
-// same share, the remainder going round in turn).
-type generator struct {
-	c        *Config
-	policy   string
-	sidecars []Observer
-	rng      *rand.Rand
-	zipf     *rand.Zipf
-	keys     []string
-
-	bgNext, viralNext, counterNext int
-	stats                          TrafficStats
-}
-
-func newGenerator(c *Config, sidecars []Observer) *generator {
-	rng := rand.New(rand.NewSource(c.Seed))
-	keys := make([]string, c.BackgroundKeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("bg:%07d", i)
-	}
-	return &generator{
-		c: c, policy: c.PolicyRef(), sidecars: sidecars, rng: rng,
-		zipf: rand.NewZipf(rng, c.ZipfS, 1, uint64(c.BackgroundKeys-1)), keys: keys,
-	}
-}
-
 // owed is how many operations rate per second owes after elapsed.
 func owed(rate float64, elapsed time.Duration) uint64 {
 	if elapsed <= 0 || rate <= 0 {
 		return 0
 	}
 	return uint64(rate * elapsed.Seconds())
+}
+
+// share is how many of the first total operations of a fleet-wide sequence
+// fall to node i of n when operation k goes to node k mod n: never more than
+// one apart between nodes, and summing to total.
+func share(total uint64, i, n int) uint64 {
+	if total <= uint64(i) {
+		return 0
+	}
+	return (total-uint64(i)-1)/uint64(n) + 1
 }
 
 // spread hands total operations to n sidecars evenly: each gets total / n,
@@ -105,10 +104,47 @@ func spread(total uint64, n, next int, give func(i int, count uint64)) int {
 	return (next + r) % n
 }
 
-// advance sends what is owed after bg of background and hot of hot event.
-func (g *generator) advance(bg, hot time.Duration) {
-	bgOwed := owed(g.c.BackgroundRate, bg)
-	for g.stats.BackgroundReads+g.stats.BackgroundWrites < bgOwed {
+// nodeTraffic is one simulated node's share of the traffic: operation k of
+// each fleet-wide sequence (background, viral reads, counter writes) goes to
+// node k mod nodes; within the node, the background goes to its sidecars in
+// turn, one operation per call, and the viral key and the counter are
+// spread evenly over them. So every sidecar of the fleet gets the viral key
+// and the counter within one operation of every other.
+type nodeTraffic struct {
+	c           *Config
+	policy      string
+	node, nodes int
+	sidecars    []Observer
+	keys        []string // the background's, shared read-only
+	rng         *rand.Rand
+	zipf        *rand.Zipf
+
+	bgNext, viralNext, counterNext int
+	bgSent, viralSent, counterSent uint64
+	stats                          TrafficStats
+}
+
+func newNodeTraffic(c *Config, node int, sidecars []Observer, keys []string) *nodeTraffic {
+	rng := rand.New(rand.NewSource(c.Seed*int64(MaxNodes) + int64(node)))
+	return &nodeTraffic{
+		c: c, policy: c.PolicyRef(), node: node, nodes: c.Nodes, sidecars: sidecars, keys: keys, rng: rng,
+		zipf: rand.NewZipf(rng, c.ZipfS, 1, uint64(len(keys)-1)),
+	}
+}
+
+// backgroundKeys are the background's key names, by Zipf rank.
+func backgroundKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bg:%07d", i)
+	}
+	return keys
+}
+
+// advance sends what the node owes after bg of background and hot of hot
+// event.
+func (g *nodeTraffic) advance(bg, hot time.Duration) {
+	for b := share(owed(g.c.BackgroundRate, bg), g.node, g.nodes); g.bgSent < b; g.bgSent++ {
 		key := g.keys[g.zipf.Uint64()]
 		s := g.sidecars[g.bgNext]
 		g.bgNext = (g.bgNext + 1) % len(g.sidecars)
@@ -122,75 +158,138 @@ func (g *generator) advance(bg, hot time.Duration) {
 		g.stats.Calls++
 	}
 	n := len(g.sidecars)
-	if v := owed(g.c.ViralRate, hot); v > g.stats.ViralReads {
-		g.viralNext = spread(v-g.stats.ViralReads, n, g.viralNext, func(i int, k uint64) {
+	if v := share(owed(g.c.ViralRate, hot), g.node, g.nodes); v > g.viralSent {
+		g.viralNext = spread(v-g.viralSent, n, g.viralNext, func(i int, k uint64) {
 			g.sidecars[i].Observe(g.policy, g.c.ViralKey, clamp32(k), 0, clamp32(k*ViralBytes))
 			g.stats.Calls++
 		})
-		g.stats.ViralReads = v
+		g.stats.ViralReads += v - g.viralSent
+		g.viralSent = v
 	}
-	if w := owed(g.c.CounterRate, hot); w > g.stats.CounterWrites {
-		g.counterNext = spread(w-g.stats.CounterWrites, n, g.counterNext, func(i int, k uint64) {
+	if w := share(owed(g.c.CounterRate, hot), g.node, g.nodes); w > g.counterSent {
+		g.counterNext = spread(w-g.counterSent, n, g.counterNext, func(i int, k uint64) {
 			g.sidecars[i].Observe(g.policy, g.c.CounterKey, 0, clamp32(k), clamp32(k*CounterBytes))
 			g.stats.Calls++
 		})
-		g.stats.CounterWrites = w
+		g.stats.CounterWrites += w - g.counterSent
+		g.counterSent = w
 	}
 }
 
 func clamp32(v uint64) uint32 { return uint32(min(v, 1<<32-1)) }
 
-// Run offers c's traffic to sidecars (sidecar j of node i at index
-// i*c.SidecarsPerNode+j) from start, which is when ready was printed, until
-// start + c.Duration (and the rest phase began) or until ctx ends, and calls phase at the start of each
-// phase: warm-up (background) at start; the hot event (background, viral key
-// and counter) from the first tick at or after start + c.HotStart, for
-// c.HotDuration; then rest (nothing) until the end. It paces by the clock:
-// each tick sends everything owed since the phase began, so a sender
-// descheduled on a loaded machine catches up instead of offering less, and
-// the total is bounded by the rates times the durations.
-func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time)) TrafficStats {
-	if len(sidecars) == 0 {
-		return TrafficStats{}
+// schedule is the phase boundaries the nodes read: when the hot event
+// began (Unix nanoseconds, 0 until it did) and how long it lasts.
+type schedule struct {
+	hot         atomic.Int64
+	hotDuration time.Duration
+}
+
+// elapsed is how long the background and the hot event have run at now,
+// each capped at the start of rest (the hot event's end, whether or not
+// rest was announced yet).
+func (s *schedule) elapsed(start, now time.Time) (bg, hot time.Duration) {
+	end := now
+	h := s.hot.Load()
+	if h != 0 {
+		if e := time.Unix(0, h).Add(s.hotDuration); e.Before(end) {
+			end = e
+		}
+		hot = end.Sub(time.Unix(0, h))
 	}
-	g := newGenerator(c, sidecars)
-	phase(PhaseWarmup, start)
-	t := time.NewTicker(Tick)
+	return end.Sub(start), max(hot, 0)
+}
+
+// runNode hands out node g's traffic every NodeTick until ctx ends, then
+// sends what it still owes (up to the start of rest) unless abort ended
+// first.
+func runNode(ctx, abort context.Context, g *nodeTraffic, sched *schedule, start time.Time) {
+	t := time.NewTicker(NodeTick)
 	defer t.Stop()
-	var hotStart, restStart time.Time
 	prev := start
 	for {
 		now := time.Now()
 		g.stats.MaxGap = max(g.stats.MaxGap, now.Sub(prev))
 		prev = now
-		if hotStart.IsZero() && now.Sub(start) >= c.HotStart {
-			hotStart = now
+		g.advance(sched.elapsed(start, now))
+		select {
+		case <-ctx.Done():
+			if abort.Err() == nil {
+				g.advance(sched.elapsed(start, time.Now()))
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Run offers c's traffic to sidecars (sidecar j of node i at index
+// i*c.SidecarsPerNode+j) from start, which is when ready was printed, and
+// calls phase at the start of each phase: warm-up (background) at start;
+// the hot event (background, viral key and counter) from the first tick at
+// or after start + c.HotStart, for c.HotDuration; then rest (nothing) until
+// start + c.Duration (or until ctx ends).
+//
+// Each simulated node hands out its own share from a goroutine of its own,
+// paced by the clock: each tick sends what is owed since the phase began, so
+// a node descheduled on a loaded machine catches up instead of offering
+// less, and the total is bounded by the rates times the durations. The
+// phase schedule runs apart from the nodes, so a busy node delays its own
+// traffic only; one goroutine doing every node's work would be preempted
+// and wait behind every other goroutine of a loaded simulator each time
+// (at 10,000 sidecars, tens of seconds).
+func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time)) (TrafficStats, error) {
+	if len(sidecars) != c.Sidecars() || c.Nodes < 1 {
+		return TrafficStats{}, fmt.Errorf("simproto: %d sidecars for %d nodes of %d: want %d", len(sidecars), c.Nodes, c.SidecarsPerNode, c.Sidecars())
+	}
+	keys := backgroundKeys(c.BackgroundKeys)
+	sched := schedule{hotDuration: c.HotDuration}
+	nodesCtx, stopNodes := context.WithCancel(ctx)
+	defer stopNodes()
+	gens := make([]*nodeTraffic, c.Nodes)
+	var wg sync.WaitGroup
+	for i := range gens {
+		gens[i] = newNodeTraffic(c, i, sidecars[i*c.SidecarsPerNode:(i+1)*c.SidecarsPerNode], keys)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runNode(nodesCtx, ctx, gens[i], &sched, start)
+		}()
+	}
+	phase(PhaseWarmup, start)
+	t := time.NewTicker(Tick)
+	defer t.Stop()
+	var st TrafficStats
+	prev := start
+	var hot time.Time
+	rest := false
+	for ctx.Err() == nil {
+		now := time.Now()
+		st.MaxGap = max(st.MaxGap, now.Sub(prev))
+		prev = now
+		if hot.IsZero() && now.Sub(start) >= c.HotStart {
+			hot = now
+			sched.hot.Store(hot.UnixNano())
 			phase(PhaseHot, now)
 		}
-		ending := !hotStart.IsZero() && restStart.IsZero() && now.Sub(hotStart) >= c.HotDuration
-		if ending {
-			restStart = hotStart.Add(c.HotDuration)
-		}
-		switch {
-		case hotStart.IsZero():
-			g.advance(now.Sub(start), 0)
-		case restStart.IsZero():
-			g.advance(now.Sub(start), now.Sub(hotStart))
-		default:
-			g.advance(restStart.Sub(start), c.HotDuration)
-		}
-		if ending {
+		if !hot.IsZero() && !rest && now.Sub(hot) >= c.HotDuration {
+			rest = true
 			phase(PhaseRest, now)
 		}
 		// The hot event starts up to a tick late, so the run ends once rest
 		// has begun and the duration has passed.
-		if !restStart.IsZero() && now.Sub(start) >= c.Duration {
-			return g.stats
+		if rest && now.Sub(start) >= c.Duration {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return g.stats
 		case <-t.C:
 		}
 	}
+	stopNodes()
+	wg.Wait()
+	for _, g := range gens {
+		st.add(g.stats)
+	}
+	return st, nil
 }
