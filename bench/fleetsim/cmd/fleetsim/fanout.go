@@ -97,14 +97,15 @@ type FanOut struct {
 	Unmatched int `json:"unmatched"`
 }
 
-// fanOut times every acceptance of a version published at or after since.
-func fanOut(versions []seenVersion, since time.Time, events []sidecarEvent) FanOut {
+// fanOut times every acceptance of a version published in [since, until)
+// (until zero: no end).
+func fanOut(versions []seenVersion, since, until time.Time, events []sidecarEvent) FanOut {
 	at := map[int64]time.Time{}
 	all := map[int64]bool{}
 	var f FanOut
 	for _, v := range versions {
 		all[v.Version] = true
-		if !v.At.Before(since) {
+		if !v.At.Before(since) && (until.IsZero() || v.At.Before(until)) {
 			at[v.Version] = v.At
 			f.Versions++
 			f.LastVersion = max(f.LastVersion, v.Version)

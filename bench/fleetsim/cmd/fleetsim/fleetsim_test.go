@@ -165,10 +165,15 @@ func TestDetectAndFanOut(t *testing.T) {
 			}
 		})
 	}
-	got := fanOut(versions, at(0), events)
+	got := fanOut(versions, at(0), time.Time{}, events)
 	want := FanOut{Versions: 2, Samples: 5, P50Ms: 100, P99Ms: 500, MaxMs: 500, LastVersion: 3, LastReached: 3, Unmatched: 1}
 	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("fanOut (-want +got):\n%s", diff)
+	}
+	got = fanOut(versions, at(0), at(2000), events) // version 3 after the end
+	want = FanOut{Versions: 1, Samples: 2, P50Ms: 10, P99Ms: 100, MaxMs: 100, LastVersion: 2, LastReached: 2, Unmatched: 1}
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("fanOut until 2 s (-want +got):\n%s", diff)
 	}
 }
 
@@ -224,7 +229,8 @@ func TestRow(t *testing.T) {
 		FanOut:    FanOut{Samples: 10, P50Ms: 4, P99Ms: 30, LastVersion: 2, LastReached: 1000},
 		Processes: map[string]*ProcStats{"manager": {CPUPhases: 1.25, PeakRSSMB: 51.6}},
 	}
-	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | 4 / 30 ms (10 samples, last v2 at 1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
+	r.Probe = &FanOut{Samples: 1000, P50Ms: 7, P99Ms: 90, LastReached: 1000}
+	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | hot: 4 / 30 ms (v2 at 1000/1000); probe: 7 / 90 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
 	if got := row(r); got != want {
 		t.Errorf("row:\n got %s\nwant %s", got, want)
 	}
@@ -276,5 +282,23 @@ func TestLateness(t *testing.T) {
 				t.Errorf("lateness (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestProbeFanOut(t *testing.T) {
+	t0 := time.Unix(7000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	v := seenVersion{Version: 5, At: at(0), Keys: []string{ProbeKey}}
+	events := []sidecarEvent{
+		{sidecar: 0, version: 4, at: at(-5000)}, // before the probe
+		{sidecar: 0, version: 5, at: at(10)},
+		{sidecar: 1, version: 5, at: at(-3)},  // its watch was first
+		{sidecar: 2, version: 6, at: at(400)}, // skipped 5
+		{sidecar: 2, version: 7, at: at(900)},
+	}
+	got := probeFanOut(v, events)
+	want := FanOut{Versions: 1, Samples: 3, P50Ms: 10, P99Ms: 400, MaxMs: 400, LastVersion: 5, LastReached: 3}
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("probeFanOut (-want +got):\n%s", diff)
 	}
 }

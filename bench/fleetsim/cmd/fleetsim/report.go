@@ -60,11 +60,7 @@ func row(r *Result) string {
 	} else {
 		cells = append(cells, "—")
 	}
-	if r.FanOut.Samples > 0 {
-		cells = append(cells, fmt.Sprintf("%.0f / %.0f ms (%d samples, last v%d at %d/%d)", r.FanOut.P50Ms, r.FanOut.P99Ms, r.FanOut.Samples, r.FanOut.LastVersion, r.FanOut.LastReached, r.Sidecars))
-	} else {
-		cells = append(cells, "—")
-	}
+	cells = append(cells, fanOutCell(r))
 	if r.Viral.Detected {
 		cells = append(cells, fmt.Sprintf("%.2f / %.2f s (%d/%d)", r.Viral.SidecarsP50, r.Viral.SidecarsP99, r.Viral.SidecarsReached, r.Sidecars))
 	} else {
@@ -74,6 +70,26 @@ func row(r *Result) string {
 		cells = append(cells, procCell(r.Processes[p], len(r.API) > 0))
 	}
 	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+// fanOutCell shows the fan-out of the versions the hot event published and
+// of the probe's.
+func fanOutCell(r *Result) string {
+	var parts []string
+	if f := r.FanOut; f.Samples > 0 {
+		parts = append(parts, fmt.Sprintf("hot: %.0f / %.0f ms (v%d at %d/%d)", f.P50Ms, f.P99Ms, f.LastVersion, f.LastReached, r.Sidecars))
+	}
+	if f := r.Probe; f != nil {
+		if f.Samples > 0 {
+			parts = append(parts, fmt.Sprintf("probe: %.0f / %.0f ms (%d/%d)", f.P50Ms, f.P99Ms, f.LastReached, r.Sidecars))
+		} else {
+			parts = append(parts, "probe: not published or not received in 30 s")
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // reached says how far the run got, with the start-up time.
@@ -126,7 +142,7 @@ func writeReport(w io.Writer, p params, results []*Result) {
 		p.viralRate, p.viralRate/float64(p.reads), p.counterRate, p.counterRate/float64(p.writes), p.rest)
 	fmt.Fprintf(w, "Detected: from the hot event's start to the first routing ConfigMap version holding the key, as a watch of the ConfigMap saw it. "+
 		"API rates: kube-apiserver's `apiserver_request_total` (resource requests; the orchestrator's own set-up is before the phases and its one ConfigMap watch is one long request), mutating = POST/PUT/PATCH/APPLY/DELETE, in brackets the part on leases (the manager's leader election and kube-apiserver's own lease); watch events: `apiserver_watch_events_total` and `_sizes_sum`. "+
-		"Fan-out: each sidecar's acceptance of a routing version minus when the orchestrator's watch saw that version. CPU: seconds from ready to the end of rest; RSS: peak (VmHWM). "+
+		"Fan-out: each sidecar's acceptance of a routing version minus when the orchestrator's watch saw that version: \"hot\" over the versions the hot event published, \"probe\" for one routing change made after the phases (a schedule for key `fleetsim:probe` added to the policy), so that every size and design has one. CPU: seconds from ready to the end of rest; RSS: peak (VmHWM). "+
 		"Measured on %d shared cores (load average %s at the end): indicative numbers.\n\n", p.cores, p.load)
 	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s hot (leases) | mutating/s rest (leases) | watch events/s (hot) | routing fan-out p50 / p99 | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS |")
 	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|")

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
@@ -80,6 +81,8 @@ type Result struct {
 	OpenWatches map[string]float64    `json:"openWatches,omitempty"`
 	Processes   map[string]*ProcStats `json:"processes,omitempty"`
 	Versions    []seenVersion         `json:"versions,omitempty"`
+	// Probe is the routing probe's fan-out (see probe).
+	Probe *FanOut `json:"probe,omitempty"`
 	// PhaseAt is when the node simulator's phases began (its events);
 	// MarkAt when the orchestrator read the counters that close them.
 	PhaseAt map[string]time.Time `json:"phaseAt,omitempty"`
@@ -645,6 +648,12 @@ loop:
 	if !readyAt.IsZero() {
 		res.Notes = append(res.Notes, lateness(readyAt, res.PhaseAt, tc)...)
 	}
+	// The routing probe, once the phases are measured: a routing change at
+	// every fleet size and design, even where the hot event published
+	// none (the simulator lingers after done).
+	if res.Reached == "done" && !sim.exited() {
+		res.Probe = probe(runCtx, cp, &tc, versions, store)
+	}
 	procs.sample()
 	// The last progress, the counters, and everything the sidecars said.
 	sim.stop(30 * time.Second)
@@ -669,7 +678,7 @@ loop:
 			res.API[p[0]] = rates(a, b)
 		}
 	}
-	res.FanOut = fanOut(res.Versions, readyAt, events)
+	res.FanOut = fanOut(res.Versions, readyAt, res.MarkAt["end"], events) // the probe's comes after
 	if !hotAt.IsZero() {
 		res.Viral = detect(res.Versions, tc.ViralKey, hotAt, events)
 		res.Counter = detect(res.Versions, tc.CounterKey, hotAt, events)
@@ -900,4 +909,84 @@ func lateness(readyAt time.Time, phaseAt map[string]time.Time, tc simproto.Confi
 		}
 	}
 	return out
+}
+
+// ProbeKey is the key the routing probe schedules.
+const ProbeKey = "fleetsim:probe"
+
+// probe makes one routing change after the phases and times its fan-out:
+// it adds to the policy a schedule that covers now, for ProbeKey, so the
+// manager publishes a table holding it (heatsink's own path, whatever the
+// design), then waits (at most 30 s) until every sidecar accepted that
+// version or a later one. Its API requests come after the last /metrics
+// read.
+func probe(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto.Config, versions *versionWatch, store *eventStore) *FanOut {
+	f := &FanOut{}
+	var pol v1alpha1.HotKeyPolicy
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: tc.Namespace, Name: tc.Policy}, &pol); err != nil {
+		return f
+	}
+	start := metav1.NewTime(time.Now().Add(-time.Minute))
+	pol.Spec.Schedules = append(pol.Spec.Schedules, v1alpha1.Schedule{
+		Name: "fleetsim-probe", Start: &start, Duration: metav1.Duration{Duration: time.Hour},
+		Keys: []string{ProbeKey}, Mitigation: v1alpha1.ScheduledMitigation{Coalesce: true},
+	})
+	if err := cp.Client.Update(ctx, &pol); err != nil {
+		return f
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var pv *seenVersion
+	for {
+		if pv == nil {
+			for _, v := range versions.snapshot() {
+				if slices.Contains(v.Keys, ProbeKey) {
+					pv = &v
+					break
+				}
+			}
+		}
+		if pv != nil {
+			store.mu.Lock()
+			events := append([]sidecarEvent(nil), store.routing...)
+			store.mu.Unlock()
+			*f = probeFanOut(*pv, events)
+			if f.LastReached >= tc.Sidecars() {
+				return f
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return f
+		case <-t.C:
+		}
+	}
+}
+
+// probeFanOut times the acceptances of version v (or, for a sidecar that
+// skipped it, of its first later version) against when the orchestrator saw
+// v; LastReached counts the sidecars that got there.
+func probeFanOut(v seenVersion, events []sidecarEvent) FanOut {
+	first := map[int]time.Time{}
+	for _, e := range events {
+		if e.version < v.Version {
+			continue
+		}
+		if t, ok := first[e.sidecar]; !ok || e.at.Before(t) {
+			first[e.sidecar] = e.at
+		}
+	}
+	ms := make([]float64, 0, len(first))
+	for _, t := range first {
+		ms = append(ms, float64(t.Sub(v.At))/float64(time.Millisecond))
+	}
+	slices.Sort(ms)
+	f := FanOut{Versions: 1, Samples: len(ms), LastVersion: v.Version, LastReached: len(ms),
+		P50Ms: percentile(ms, 0.5), P99Ms: percentile(ms, 0.99)}
+	if len(ms) > 0 {
+		f.MaxMs = ms[len(ms)-1]
+	}
+	return f
 }
