@@ -25,9 +25,14 @@ func TestParseStat(t *testing.T) {
 			line: "7 (a (b) c) R 1 7 1 0 -1 0 0 0 0 0 50 50 0 0 20 0 1 0 1 0 0",
 			want: procStat{comm: "a (b) c", ppid: 1, cpuSeconds: 1},
 		},
-		"truncated":    {line: "7 (x) R 1 7", wantErr: true},
-		"no name":      {line: "7 x R 1", wantErr: true},
-		"not a number": {line: "7 (x) R one 7 1 0 -1 0 0 0 0 0 50 50", wantErr: true},
+		"waited-for children's time": {
+			line: "9 (nodesim) S 1 9 1 0 -1 0 0 0 0 0 100 50 30 20 20 0 1 0 1 0 0",
+			want: procStat{comm: "nodesim", ppid: 1, cpuSeconds: 1.5, childCPUSeconds: 0.5},
+		},
+		"children's time not a number": {line: "9 (x) S 1 9 1 0 -1 0 0 0 0 0 100 50 x 20 20", wantErr: true},
+		"truncated":                    {line: "7 (x) R 1 7", wantErr: true},
+		"no name":                      {line: "7 x R 1", wantErr: true},
+		"not a number":                 {line: "7 (x) R one 7 1 0 -1 0 0 0 0 0 50 50", wantErr: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

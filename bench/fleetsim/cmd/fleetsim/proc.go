@@ -18,6 +18,9 @@ type procStat struct {
 	comm       string
 	ppid       int
 	cpuSeconds float64 // user + system
+	// childCPUSeconds is the user + system time of its children that
+	// exited and were waited for (cutime + cstime).
+	childCPUSeconds float64
 }
 
 // parseStat reads a /proc/<pid>/stat line. The command name is in
@@ -39,7 +42,16 @@ func parseStat(line string) (procStat, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return procStat{}, fmt.Errorf("stat: %w", err)
 	}
-	return procStat{comm: line[open+1 : close], ppid: ppid, cpuSeconds: float64(ut+st) / clockTicks}, nil
+	ps := procStat{comm: line[open+1 : close], ppid: ppid, cpuSeconds: float64(ut+st) / clockTicks}
+	if len(f) >= 15 { // cutime and cstime, fields 16 and 17
+		cut, err1 := strconv.ParseInt(f[13], 10, 64)
+		cst, err2 := strconv.ParseInt(f[14], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return procStat{}, fmt.Errorf("stat: %w", err)
+		}
+		ps.childCPUSeconds = float64(cut+cst) / clockTicks
+	}
+	return ps, nil
 }
 
 // memStatus is the memory of /proc/<pid>/status, in bytes.
@@ -90,6 +102,63 @@ func readStatus(pid int) (memStatus, error) {
 		return memStatus{}, err
 	}
 	return parseStatus(string(b))
+}
+
+// descendants lists the live descendants of pid (a node simulator may run
+// part of its simulation in child processes of its own).
+func descendants(pid int) []int {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil
+	}
+	kids := map[int][]int{}
+	for _, d := range dirs {
+		p, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if st, err := readStat(p); err == nil {
+			kids[st.ppid] = append(kids[st.ppid], p)
+		}
+	}
+	var out []int
+	for queue := kids[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, kids[queue[0]]...)
+	}
+	return out
+}
+
+// treeCPU is the CPU seconds of pid and all its descendants, live or
+// exited and waited for.
+func treeCPU(pid int) (float64, error) {
+	st, err := readStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	sum := st.cpuSeconds + st.childCPUSeconds
+	for _, d := range descendants(pid) {
+		if ds, err := readStat(d); err == nil {
+			sum += ds.cpuSeconds + ds.childCPUSeconds
+		}
+	}
+	return sum, nil
+}
+
+// treeStatus is the memory of pid and its live descendants, summed (the
+// peak is the sum of their peaks: an upper bound).
+func treeStatus(pid int) (memStatus, error) {
+	m, err := readStatus(pid)
+	if err != nil {
+		return m, err
+	}
+	for _, d := range descendants(pid) {
+		if dm, err := readStatus(d); err == nil {
+			m.rss += dm.rss
+			m.peak += dm.peak
+		}
+	}
+	return m, nil
 }
 
 // childrenNamed finds this process's children called name (the control

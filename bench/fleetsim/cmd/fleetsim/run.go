@@ -292,16 +292,25 @@ type procSet struct {
 type procEntry struct {
 	pid  int
 	base float64 // CPU seconds of the earlier processes of this name
+	// tree: measure the process with its descendants (the fleet design's
+	// node simulator runs its routing followers in a child process).
+	tree bool
 }
 
 func newProcSet() *procSet {
 	return &procSet{procs: map[string]*procEntry{}, stats: map[string]*ProcStats{}, last: map[string]float64{}}
 }
 
-func (p *procSet) add(name string, pid int) {
+func (p *procSet) add(name string, pid int) { p.addEntry(name, &procEntry{pid: pid}) }
+
+// addTree measures pid with its descendants.
+func (p *procSet) addTree(name string, pid int) { p.addEntry(name, &procEntry{pid: pid, tree: true}) }
+
+func (p *procSet) addEntry(name string, e *procEntry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.procs[name] = &procEntry{pid: pid}
+	p.procs[name] = e
+	pid := e.pid
 	p.stats[name] = &ProcStats{PID: pid, CPU: map[string]float64{}}
 }
 
@@ -331,6 +340,10 @@ func (p *procSet) cpuLocked(name string) (float64, bool) {
 	e := p.procs[name]
 	if e.pid == 0 {
 		return e.base, true
+	}
+	if e.tree {
+		cpu, err := treeCPU(e.pid)
+		return e.base + cpu, err == nil
 	}
 	st, err := readStat(e.pid)
 	if err != nil {
@@ -376,7 +389,11 @@ func (p *procSet) sampleLocked() int64 {
 		if e.pid == 0 {
 			continue
 		}
-		m, err := readStatus(e.pid)
+		read := readStatus
+		if e.tree {
+			read = treeStatus
+		}
+		m, err := read(e.pid)
 		if err != nil {
 			continue
 		}
@@ -543,7 +560,7 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 		sim.stop(30 * time.Second)
 		<-readerDone
 	}()
-	procs.add("nodesim", sim.pid())
+	procs.addTree("nodesim", sim.pid())
 	go guardMemory(runCtx, cancel, procs, s.maxRSS)
 
 	// The phases are measured on the orchestrator's own clock from ready,
