@@ -6,6 +6,7 @@ require (
 	github.com/go-kratos/aegis v0.2.0
 	github.com/go-logr/logr v1.4.3
 	github.com/heatsink-dev/heatsink v0.0.0
+	github.com/prometheus/client_golang v1.24.0
 	github.com/tylertreat/BoomFilters v0.0.0-20251001182300-5b3723cc64ae
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/controller-runtime v0.25.2
@@ -42,7 +43,6 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_golang v1.24.0 // indirect
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.0
 	github.com/prometheus/procfs v0.21.1 // indirect
