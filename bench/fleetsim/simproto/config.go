@@ -27,6 +27,12 @@ type Config struct {
 	// Namespace and Policy name the HotKeyPolicy the sidecars were injected
 	// for.
 	Namespace, Policy string
+	// Policies is how many policies there are (PolicyName): sidecar j of
+	// every node is injected for policy j mod Policies, and each policy has
+	// a viral key and a counter of its own (ViralKeyOf, CounterKeyOf), each
+	// at ViralRate and CounterRate over its own sidecars. 1, the default,
+	// is Policy alone.
+	Policies int
 	// Kubeconfig reaches the API server (the legacy design's detectors and
 	// sidecars talk to it).
 	Kubeconfig string
@@ -65,7 +71,7 @@ type Config struct {
 // (1,000/s).
 func Defaults() Config {
 	return Config{
-		Nodes: 10, SidecarsPerNode: 10, Namespace: "fleet", Policy: "catalogue",
+		Nodes: 10, SidecarsPerNode: 10, Namespace: "fleet", Policy: "catalogue", Policies: 1,
 		BackgroundRate: 20000, BackgroundKeys: 100000, ZipfS: 1.1, WriteFraction: 0.1,
 		HotStart: 10 * time.Second, HotDuration: 20 * time.Second,
 		ViralKey: "product:viral", CounterKey: "likes:counter",
@@ -80,6 +86,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.SidecarsPerNode, "sidecars-per-node", c.SidecarsPerNode, "simulated sidecars on each node")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "namespace of the HotKeyPolicy")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "name of the HotKeyPolicy the sidecars follow")
+	fs.IntVar(&c.Policies, "policies", c.Policies, "policies: sidecar j of each node is injected for policy j mod this (--policy, then --policy-2, ...), each with its own viral key and counter")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig of the API server (designs whose nodes use it)")
 	fs.StringVar(&c.ManagerFleet, "manager-fleet", c.ManagerFleet, "the elected manager's fleet address (designs whose nodes stream to it)")
 	fs.StringVar(&c.Token, "token", c.Token, "bearer token of the manager's fleet endpoint")
@@ -103,7 +110,7 @@ func (c *Config) Args() []string {
 	f := func(v float64) string { return fmt.Sprintf("%g", v) }
 	return []string{
 		"--nodes", fmt.Sprint(c.Nodes), "--sidecars-per-node", fmt.Sprint(c.SidecarsPerNode),
-		"--namespace", c.Namespace, "--policy", c.Policy,
+		"--namespace", c.Namespace, "--policy", c.Policy, "--policies", fmt.Sprint(c.Policies),
 		"--kubeconfig", c.Kubeconfig, "--manager-fleet", c.ManagerFleet, "--token", c.Token,
 		"--background-rate", f(c.BackgroundRate), "--background-keys", fmt.Sprint(c.BackgroundKeys),
 		"--zipf-s", f(c.ZipfS), "--write-fraction", f(c.WriteFraction),
@@ -134,6 +141,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Namespace == "" || c.Policy == "" {
 		bad("--namespace and --policy are required")
+	}
+	if c.Policies < 1 || c.Policies > c.SidecarsPerNode {
+		bad("--policies %d: want 1..--sidecars-per-node (%d), so that every node has every policy's sidecars", c.Policies, c.SidecarsPerNode)
 	}
 	for name, r := range map[string]float64{"--background-rate": c.BackgroundRate, "--viral-rate": c.ViralRate, "--counter-rate": c.CounterRate} {
 		if r < 0 || r > MaxRate {
@@ -174,8 +184,38 @@ const (
 // Sidecars is the number of simulated sidecars.
 func (c *Config) Sidecars() int { return c.Nodes * c.SidecarsPerNode }
 
-// PolicyRef is "<namespace>/<name>", the policy as the wire names it.
-func (c *Config) PolicyRef() string { return c.Namespace + "/" + c.Policy }
+// PolicyRef is "<namespace>/<name>" of the first policy, as the wire names
+// it.
+func (c *Config) PolicyRef() string { return c.PolicyRefOf(0) }
+
+// PolicyName is the name of policy k: Policy for the first, then
+// Policy-2, Policy-3, ...
+func (c *Config) PolicyName(k int) string {
+	if k == 0 {
+		return c.Policy
+	}
+	return fmt.Sprintf("%s-%d", c.Policy, k+1)
+}
+
+// PolicyRefOf is "<namespace>/<name>" of policy k.
+func (c *Config) PolicyRefOf(k int) string { return c.Namespace + "/" + c.PolicyName(k) }
+
+// SidecarPolicy is the policy sidecar j of every node was injected for.
+func (c *Config) SidecarPolicy(j int) int { return j % max(c.Policies, 1) }
+
+// ViralKeyOf and CounterKeyOf are policy k's hot keys: ViralKey and
+// CounterKey for the first, then with the policy's number appended.
+func (c *Config) ViralKeyOf(k int) string { return numbered(c.ViralKey, k) }
+
+// CounterKeyOf: see ViralKeyOf.
+func (c *Config) CounterKeyOf(k int) string { return numbered(c.CounterKey, k) }
+
+func numbered(s string, k int) string {
+	if k == 0 {
+		return s
+	}
+	return fmt.Sprintf("%s-%d", s, k+1)
+}
 
 // NodeName is the name of simulated node i.
 func NodeName(i int) string { return fmt.Sprintf("node-%04d", i) }

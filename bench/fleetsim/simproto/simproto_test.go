@@ -259,14 +259,17 @@ func TestValidate(t *testing.T) {
 		change func(c *Config)
 		want   string // substring of the error; empty for valid
 	}{
-		"defaults":             {change: func(*Config) {}},
-		"no nodes":             {change: func(c *Config) { c.Nodes = 0 }, want: "--nodes"},
-		"too many sidecars":    {change: func(c *Config) { c.SidecarsPerNode = 251 }, want: "--sidecars-per-node"},
-		"hot past the end":     {change: func(c *Config) { c.HotStart = c.Duration }, want: "phases"},
-		"unbounded rate":       {change: func(c *Config) { c.ViralRate = 2e6 }, want: "--viral-rate"},
-		"same keys":            {change: func(c *Config) { c.CounterKey = c.ViralKey }, want: "two different"},
-		"zipf exponent":        {change: func(c *Config) { c.ZipfS = 1 }, want: "--zipf-s"},
-		"duration over a hour": {change: func(c *Config) { c.Duration = 2 * time.Hour }, want: "--duration"},
+		"defaults":                            {change: func(*Config) {}},
+		"no nodes":                            {change: func(c *Config) { c.Nodes = 0 }, want: "--nodes"},
+		"too many sidecars":                   {change: func(c *Config) { c.SidecarsPerNode = 251 }, want: "--sidecars-per-node"},
+		"hot past the end":                    {change: func(c *Config) { c.HotStart = c.Duration }, want: "phases"},
+		"unbounded rate":                      {change: func(c *Config) { c.ViralRate = 2e6 }, want: "--viral-rate"},
+		"same keys":                           {change: func(c *Config) { c.CounterKey = c.ViralKey }, want: "two different"},
+		"zipf exponent":                       {change: func(c *Config) { c.ZipfS = 1 }, want: "--zipf-s"},
+		"duration over a hour":                {change: func(c *Config) { c.Duration = 2 * time.Hour }, want: "--duration"},
+		"ten policies":                        {change: func(c *Config) { c.Policies = 10 }},
+		"no policy":                           {change: func(c *Config) { c.Policies = 0 }, want: "--policies"},
+		"a policy without sidecars on a node": {change: func(c *Config) { c.Policies = 11 }, want: "--policies"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -325,5 +328,71 @@ func TestScheduleElapsed(t *testing.T) {
 				t.Errorf("elapsed = %s, %s; want %s, %s", bg, hot, tc.wantBG, tc.wantHT)
 			}
 		})
+	}
+}
+
+// policyRecorder records which policies a sidecar counted under.
+type policyRecorder struct {
+	policies map[string]bool
+	hot      map[string]uint64 // key → reads + writes
+}
+
+func (r *policyRecorder) Observe(policy, key string, reads, writes, _ uint32) {
+	r.policies[policy] = true
+	if !strings.HasPrefix(key, "bg:") {
+		r.hot[policy+" "+key] += uint64(reads) + uint64(writes)
+	}
+}
+
+// TestPoliciesEachWithTheirOwnHotKeys: with several policies, sidecar j of
+// every node counts only under policy j mod Policies, and each policy's
+// viral key and counter go, at the full rates, to that policy's sidecars
+// only, evenly.
+func TestPoliciesEachWithTheirOwnHotKeys(t *testing.T) {
+	c := Defaults()
+	c.Nodes, c.SidecarsPerNode, c.Policies = 5, 6, 3
+	c.ViralRate, c.CounterRate = 900, 120
+	rs := make([]*policyRecorder, c.Sidecars())
+	obs := make([]Observer, len(rs))
+	for i := range rs {
+		rs[i] = &policyRecorder{policies: map[string]bool{}, hot: map[string]uint64{}}
+		obs[i] = rs[i]
+	}
+	keys := backgroundKeys(c.BackgroundKeys)
+	for i := range c.Nodes {
+		g := newNodeTraffic(&c, i, obs[i*c.SidecarsPerNode:(i+1)*c.SidecarsPerNode], keys)
+		g.advance(3*time.Second, time.Second)
+	}
+	for k := range c.Policies {
+		ref := c.PolicyRefOf(k)
+		for _, key := range []string{c.ViralKeyOf(k), c.CounterKeyOf(k)} {
+			want := owed(c.ViralRate, time.Second)
+			if key == c.CounterKeyOf(k) {
+				want = owed(c.CounterRate, time.Second)
+			}
+			lo, hi, sum := uint64(1<<63), uint64(0), uint64(0)
+			for s, r := range rs {
+				v := r.hot[ref+" "+key]
+				if c.SidecarPolicy(s%c.SidecarsPerNode) != k {
+					if v != 0 {
+						t.Errorf("sidecar %d (policy %d) got %d of policy %d's %s", s, c.SidecarPolicy(s%c.SidecarsPerNode), v, k, key)
+					}
+					continue
+				}
+				lo, hi, sum = min(lo, v), max(hi, v), sum+v
+			}
+			if sum != want || hi-lo > 1 {
+				t.Errorf("policy %d's %s: total %d (want %d), per sidecar %d..%d", k, key, sum, want, lo, hi)
+			}
+		}
+	}
+	for s, r := range rs {
+		want := map[string]bool{c.PolicyRefOf(c.SidecarPolicy(s % c.SidecarsPerNode)): true}
+		if diff := cmp.Diff(want, r.policies); diff != "" {
+			t.Errorf("sidecar %d counted under (-want +got):\n%s", s, diff)
+		}
+	}
+	if c.PolicyName(0) != c.Policy || c.PolicyName(2) != c.Policy+"-3" || c.ViralKeyOf(0) != c.ViralKey || c.ViralKeyOf(1) == c.ViralKey {
+		t.Errorf("names: %q %q %q %q", c.PolicyName(0), c.PolicyName(2), c.ViralKeyOf(0), c.ViralKeyOf(1))
 	}
 }

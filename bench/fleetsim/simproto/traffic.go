@@ -112,24 +112,45 @@ func spread(total uint64, n, next int, give func(i int, count uint64)) int {
 // and the counter within one operation of every other.
 type nodeTraffic struct {
 	c           *Config
-	policy      string
 	node, nodes int
 	sidecars    []Observer
+	policyOf    []string // policy (as the wire names it) of each sidecar
 	keys        []string // the background's, shared read-only
 	rng         *rand.Rand
 	zipf        *rand.Zipf
 
-	bgNext, viralNext, counterNext int
-	bgSent, viralSent, counterSent uint64
-	stats                          TrafficStats
+	bgNext int
+	bgSent uint64
+	hot    []hotTraffic // per policy
+	stats  TrafficStats
+}
+
+// hotTraffic is one policy's hot event on one node: its viral key and
+// counter, spread over the node's sidecars of that policy.
+type hotTraffic struct {
+	policy, viralKey, counterKey string
+	sidecars                     []Observer
+	viralNext, counterNext       int
+	viralSent, counterSent       uint64
 }
 
 func newNodeTraffic(c *Config, node int, sidecars []Observer, keys []string) *nodeTraffic {
 	rng := rand.New(rand.NewSource(c.Seed*int64(MaxNodes) + int64(node)))
-	return &nodeTraffic{
-		c: c, policy: c.PolicyRef(), node: node, nodes: c.Nodes, sidecars: sidecars, keys: keys, rng: rng,
+	g := &nodeTraffic{
+		c: c, node: node, nodes: c.Nodes, sidecars: sidecars, keys: keys, rng: rng,
 		zipf: rand.NewZipf(rng, c.ZipfS, 1, uint64(len(keys)-1)),
 	}
+	policies := max(c.Policies, 1)
+	g.hot = make([]hotTraffic, policies)
+	for k := range g.hot {
+		g.hot[k] = hotTraffic{policy: c.PolicyRefOf(k), viralKey: c.ViralKeyOf(k), counterKey: c.CounterKeyOf(k)}
+	}
+	for j, s := range sidecars {
+		k := c.SidecarPolicy(j)
+		g.policyOf = append(g.policyOf, g.hot[k].policy)
+		g.hot[k].sidecars = append(g.hot[k].sidecars, s)
+	}
+	return g
 }
 
 // backgroundKeys are the background's key names, by Zipf rank.
@@ -146,33 +167,41 @@ func backgroundKeys(n int) []string {
 func (g *nodeTraffic) advance(bg, hot time.Duration) {
 	for b := share(owed(g.c.BackgroundRate, bg), g.node, g.nodes); g.bgSent < b; g.bgSent++ {
 		key := g.keys[g.zipf.Uint64()]
-		s := g.sidecars[g.bgNext]
+		s, policy := g.sidecars[g.bgNext], g.policyOf[g.bgNext]
 		g.bgNext = (g.bgNext + 1) % len(g.sidecars)
 		if g.rng.Float64() < g.c.WriteFraction {
-			s.Observe(g.policy, key, 0, 1, BackgroundBytes)
+			s.Observe(policy, key, 0, 1, BackgroundBytes)
 			g.stats.BackgroundWrites++
 		} else {
-			s.Observe(g.policy, key, 1, 0, BackgroundBytes)
+			s.Observe(policy, key, 1, 0, BackgroundBytes)
 			g.stats.BackgroundReads++
 		}
 		g.stats.Calls++
 	}
-	n := len(g.sidecars)
-	if v := share(owed(g.c.ViralRate, hot), g.node, g.nodes); v > g.viralSent {
-		g.viralNext = spread(v-g.viralSent, n, g.viralNext, func(i int, k uint64) {
-			g.sidecars[i].Observe(g.policy, g.c.ViralKey, clamp32(k), 0, clamp32(k*ViralBytes))
-			g.stats.Calls++
-		})
-		g.stats.ViralReads += v - g.viralSent
-		g.viralSent = v
-	}
-	if w := share(owed(g.c.CounterRate, hot), g.node, g.nodes); w > g.counterSent {
-		g.counterNext = spread(w-g.counterSent, n, g.counterNext, func(i int, k uint64) {
-			g.sidecars[i].Observe(g.policy, g.c.CounterKey, 0, clamp32(k), clamp32(k*CounterBytes))
-			g.stats.Calls++
-		})
-		g.stats.CounterWrites += w - g.counterSent
-		g.counterSent = w
+	v := share(owed(g.c.ViralRate, hot), g.node, g.nodes)
+	w := share(owed(g.c.CounterRate, hot), g.node, g.nodes)
+	for k := range g.hot {
+		h := &g.hot[k]
+		n := len(h.sidecars)
+		if n == 0 {
+			continue
+		}
+		if v > h.viralSent {
+			h.viralNext = spread(v-h.viralSent, n, h.viralNext, func(i int, c uint64) {
+				h.sidecars[i].Observe(h.policy, h.viralKey, clamp32(c), 0, clamp32(c*ViralBytes))
+				g.stats.Calls++
+			})
+			g.stats.ViralReads += v - h.viralSent
+			h.viralSent = v
+		}
+		if w > h.counterSent {
+			h.counterNext = spread(w-h.counterSent, n, h.counterNext, func(i int, c uint64) {
+				h.sidecars[i].Observe(h.policy, h.counterKey, 0, clamp32(c), clamp32(c*CounterBytes))
+				g.stats.Calls++
+			})
+			g.stats.CounterWrites += w - h.counterSent
+			h.counterSent = w
+		}
 	}
 }
 

@@ -4,11 +4,16 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
 )
 
 // seenVersion is a routing table version as the orchestrator's own watch of
 // the routing ConfigMap saw it first.
 type seenVersion struct {
+	// Policy is the policy's number (simproto.Config.PolicyName) when the
+	// run has several.
+	Policy  int       `json:"policy,omitempty"`
 	Version int64     `json:"version"`
 	At      time.Time `json:"at"`
 	Keys    []string  `json:"keys"`
@@ -43,10 +48,22 @@ type Detection struct {
 	SidecarsReached int     `json:"sidecarsReached"`
 	SidecarsP50     float64 `json:"sidecarsP50Seconds,omitempty"`
 	SidecarsP99     float64 `json:"sidecarsP99Seconds,omitempty"`
+	// Of and Count, in a run with several policies (each with its own hot
+	// key): policies, and how many of them had their key detected. Detected
+	// is then all of them, Seconds and Version the slowest's.
+	Of    int `json:"of,omitempty"`
+	Count int `json:"count,omitempty"`
 }
 
 // detect finds key's first version among versions (in version order).
 func detect(versions []seenVersion, key string, hotAt time.Time, events []sidecarEvent) Detection {
+	d, _ := detectSamples(versions, key, hotAt, events)
+	return d
+}
+
+// detectSamples is detect with the sidecars' times (seconds from hotAt,
+// sorted).
+func detectSamples(versions []seenVersion, key string, hotAt time.Time, events []sidecarEvent) (Detection, []float64) {
 	var d Detection
 	for _, v := range versions {
 		if slices.Contains(v.Keys, key) {
@@ -55,7 +72,7 @@ func detect(versions []seenVersion, key string, hotAt time.Time, events []sideca
 		}
 	}
 	if !d.Detected {
-		return d
+		return d, nil
 	}
 	first := map[int]time.Time{}
 	for _, e := range events {
@@ -72,7 +89,30 @@ func detect(versions []seenVersion, key string, hotAt time.Time, events []sideca
 	}
 	slices.Sort(lat)
 	d.SidecarsReached, d.SidecarsP50, d.SidecarsP99 = len(lat), percentile(lat, 0.5), percentile(lat, 0.99)
-	return d
+	return d, lat
+}
+
+// mergeDetections sums up the detections of several policies' keys (with
+// their sidecars' times): detected when all are, as late as the slowest,
+// the sidecars' percentiles over all of them.
+func mergeDetections(ds []Detection, lats [][]float64) Detection {
+	if len(ds) == 1 {
+		return ds[0]
+	}
+	m := Detection{Detected: len(ds) > 0, Of: len(ds)}
+	var all []float64
+	for i, d := range ds {
+		m.Detected = m.Detected && d.Detected
+		if d.Detected {
+			m.Count++
+			m.Seconds, m.Version = max(m.Seconds, d.Seconds), max(m.Version, d.Version)
+		}
+		m.SidecarsReached += d.SidecarsReached
+		all = append(all, lats[i]...)
+	}
+	slices.Sort(all)
+	m.SidecarsP50, m.SidecarsP99 = percentile(all, 0.5), percentile(all, 0.99)
+	return m
 }
 
 // FanOut is how long routing versions took from the routing ConfigMap (as
@@ -100,6 +140,12 @@ type FanOut struct {
 // fanOut times every acceptance of a version published in [since, until)
 // (until zero: no end).
 func fanOut(versions []seenVersion, since, until time.Time, events []sidecarEvent) FanOut {
+	f, _ := fanOutSamples(versions, since, until, events)
+	return f
+}
+
+// fanOutSamples is fanOut with its samples (milliseconds, sorted).
+func fanOutSamples(versions []seenVersion, since, until time.Time, events []sidecarEvent) (FanOut, []float64) {
 	at := map[int64]time.Time{}
 	all := map[int64]bool{}
 	var f FanOut
@@ -133,5 +179,56 @@ func fanOut(versions []seenVersion, since, until time.Time, events []sidecarEven
 	if len(ms) > 0 {
 		f.MaxMs = ms[len(ms)-1]
 	}
-	return f
+	return f, ms
+}
+
+// mergeFanOuts sums up several policies' fan-outs (each policy has its own
+// versions): percentiles over all samples, LastReached the sidecars that
+// accepted their own policy's last version.
+func mergeFanOuts(fs []FanOut, samples [][]float64) FanOut {
+	if len(fs) == 1 {
+		return fs[0]
+	}
+	var m FanOut
+	var all []float64
+	for i, f := range fs {
+		m.Versions += f.Versions
+		m.Unmatched += f.Unmatched
+		m.LastVersion = max(m.LastVersion, f.LastVersion)
+		m.LastReached += f.LastReached
+		all = append(all, samples[i]...)
+	}
+	slices.Sort(all)
+	m.Samples = len(all)
+	m.P50Ms, m.P99Ms = percentile(all, 0.5), percentile(all, 0.99)
+	if len(all) > 0 {
+		m.MaxMs = all[len(all)-1]
+	}
+	return m
+}
+
+// eventsOf keeps the acceptances of policy k's sidecars (sidecar j of each
+// node follows policy j mod the policies).
+func eventsOf(events []sidecarEvent, k int, tc *simproto.Config) []sidecarEvent {
+	if tc.Policies <= 1 {
+		return events
+	}
+	var out []sidecarEvent
+	for _, e := range events {
+		if tc.SidecarPolicy(e.sidecar%tc.SidecarsPerNode) == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// sidecarsOf counts policy k's sidecars.
+func sidecarsOf(k int, tc *simproto.Config) int {
+	n := 0
+	for j := range tc.SidecarsPerNode {
+		if tc.SidecarPolicy(j) == k {
+			n++
+		}
+	}
+	return n * tc.Nodes
 }

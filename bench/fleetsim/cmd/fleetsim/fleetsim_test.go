@@ -231,13 +231,22 @@ func TestRow(t *testing.T) {
 			"hot":  {Total: 12, Mutating: 3.5, MutatingLeases: 0.6, WatchEventTotal: 40, WatchByteTotal: 3 << 20},
 			"rest": {Mutating: 0.6, MutatingLeases: 0.6},
 		},
-		FanOut:    FanOut{Samples: 10, P50Ms: 4, P99Ms: 30, LastVersion: 2, LastReached: 1000},
+		FanOut:    FanOut{Samples: 10, P50Ms: 4, P99Ms: 30, MaxMs: 41, LastVersion: 2, LastReached: 1000},
 		Processes: map[string]*ProcStats{"manager": {CPUPhases: 1.25, PeakRSSMB: 51.6}},
 	}
-	r.Probe = &FanOut{Samples: 1000, P50Ms: 7, P99Ms: 90, LastReached: 1000}
-	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | hot: 4 / 30 ms (v2 at 1000/1000); probe: 7 / 90 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
+	r.Probe, r.ProbeSidecars = &FanOut{Samples: 1000, P50Ms: 7, P99Ms: 90, MaxMs: 120, LastReached: 1000}, 1000
+	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | hot: 4 / 30 / 41 ms (last version at 1000/1000); probe: 7 / 90 / 120 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
 	if got := row(r); got != want {
 		t.Errorf("row:\n got %s\nwant %s", got, want)
+	}
+	// Several policies: the design says so, detection counts keys.
+	r = &Result{Design: "fleet", Nodes: 1000, Policies: 10, Sidecars: 10000, Reached: "done",
+		Viral:   Detection{Detected: true, Seconds: 2.25, Version: 3, Of: 10, Count: 10, SidecarsReached: 10000, SidecarsP50: 2.5, SidecarsP99: 3},
+		Counter: Detection{Of: 10, Count: 7, Seconds: 2},
+		API:     map[string]APIRates{"hot": {Total: 30, Mutating: 8, MutatingLeases: 0.6}}}
+	want = "| fleet, 10 policies | 1000 | 10000 | all phases | 10/10 keys, the last 2.25 s | **7/10 keys** | 30 | 8.00 (0.60) | — | 0 / 0 B/s | — | 2.50 / 3.00 s (10000/10000) | — | — | — | — |"
+	if got := row(r); got != want {
+		t.Errorf("row with policies:\n got %s\nwant %s", got, want)
 	}
 	r = &Result{Design: "legacy", Nodes: 1000, Sidecars: 10000, Reached: "node simulator start-up",
 		Progress:  map[string]float64{"nodes": 1000, "nodes_tracking": 1000, "sidecars": 10000, "sidecars_synced": 9174},
@@ -305,5 +314,71 @@ func TestProbeFanOut(t *testing.T) {
 	want := FanOut{Versions: 1, Samples: 3, P50Ms: 10, P99Ms: 400, MaxMs: 400, LastVersion: 5, LastReached: 3}
 	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("probeFanOut (-want +got):\n%s", diff)
+	}
+}
+
+func TestMergeDetections(t *testing.T) {
+	tests := map[string]struct {
+		ds   []Detection
+		lats [][]float64
+		want Detection
+	}{
+		"one policy is itself": {
+			ds:   []Detection{{Detected: true, Seconds: 1.2, Version: 2, SidecarsReached: 3, SidecarsP50: 1.3, SidecarsP99: 1.4}},
+			lats: [][]float64{{1.25, 1.3, 1.4}},
+			want: Detection{Detected: true, Seconds: 1.2, Version: 2, SidecarsReached: 3, SidecarsP50: 1.3, SidecarsP99: 1.4},
+		},
+		"all detected: the slowest, percentiles over every sidecar": {
+			ds:   []Detection{{Detected: true, Seconds: 1, Version: 2, SidecarsReached: 2}, {Detected: true, Seconds: 3, Version: 4, SidecarsReached: 2}},
+			lats: [][]float64{{1.5, 1.6}, {3.5, 3.6}},
+			want: Detection{Detected: true, Seconds: 3, Version: 4, SidecarsReached: 4, SidecarsP50: 1.6, SidecarsP99: 3.6, Of: 2, Count: 2},
+		},
+		"one never: not detected, counted": {
+			ds:   []Detection{{Detected: true, Seconds: 1, Version: 2, SidecarsReached: 1}, {}},
+			lats: [][]float64{{1.5}, nil},
+			want: Detection{Seconds: 1, Version: 2, SidecarsReached: 1, SidecarsP50: 1.5, SidecarsP99: 1.5, Of: 2, Count: 1},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, mergeDetections(tc.ds, tc.lats)); diff != "" {
+				t.Errorf("mergeDetections (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMergeFanOuts(t *testing.T) {
+	got := mergeFanOuts([]FanOut{{Versions: 1, LastVersion: 2, LastReached: 2, Unmatched: 1}, {Versions: 2, LastVersion: 3, LastReached: 1}},
+		[][]float64{{10, 20}, {5}})
+	want := FanOut{Versions: 3, Samples: 3, P50Ms: 10, P99Ms: 20, MaxMs: 20, LastVersion: 3, LastReached: 3, Unmatched: 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mergeFanOuts (-want +got):\n%s", diff)
+	}
+}
+
+func TestEventsOfPolicy(t *testing.T) {
+	tc := simproto.Defaults()
+	tc.Nodes, tc.SidecarsPerNode, tc.Policies = 2, 4, 3 // sidecars 0,3 → policy 0; 1 → 1; 2 → 2
+	var events []sidecarEvent
+	for s := range tc.Sidecars() {
+		events = append(events, sidecarEvent{sidecar: s, version: 1})
+	}
+	var got []int
+	for _, e := range eventsOf(events, 0, &tc) {
+		got = append(got, e.sidecar)
+	}
+	if diff := cmp.Diff([]int{0, 3, 4, 7}, got); diff != "" {
+		t.Errorf("policy 0's sidecars (-want +got):\n%s", diff)
+	}
+	if n := sidecarsOf(0, &tc); n != 4 {
+		t.Errorf("sidecarsOf(0) = %d, want 4", n)
+	}
+	if n := sidecarsOf(2, &tc); n != 2 {
+		t.Errorf("sidecarsOf(2) = %d, want 2", n)
+	}
+	tc.Policies = 1
+	if got := eventsOf(events, 0, &tc); len(got) != len(events) {
+		t.Errorf("one policy: %d events kept, want all %d", len(got), len(events))
 	}
 }

@@ -73,6 +73,7 @@ func run() int {
 	fs.Int64Var(&t.Seed, "seed", t.Seed, "seed of the background")
 	fs.DurationVar(&t.StartTimeout, "start-timeout", 4*time.Minute, "bound on a node simulator's start-up")
 	spn := fs.Int("sidecars-per-node", 10, "simulated sidecars per node")
+	fs.IntVar(&t.Policies, "policies", 1, "HotKeyPolicies, each with its own viral key and counter; sidecar j of each node is injected for policy j mod this (fleet design only: the legacy node simulator follows one)")
 	reads := fs.Int64("reads-threshold", 5000, "the policy's reads/s threshold")
 	writes := fs.Int64("writes-threshold", 1000, "the policy's writes/s threshold")
 	sustain := fs.Duration("sustain-for", time.Second, "the policy's sustainFor")
@@ -109,6 +110,10 @@ func run() int {
 				logf("fleetsim: design %s: --%s%s %q is not a binary", name, name, flagName, b[i])
 				return 2
 			}
+		}
+		if name == "legacy" && t.Policies > 1 {
+			logf("fleetsim: --policies %d: the legacy node simulator follows one policy; run the legacy design with --policies 1", t.Policies)
+			return 2
 		}
 		dd := design{name: name, heatsink: b[0], nodesim: b[1],
 			managerArgs: strings.Fields(*margs[name]), nodesimArgs: strings.Fields(*nargs[name]), pods: slices.Contains(pods, name)}
@@ -166,7 +171,7 @@ func run() int {
 	load, _ := os.ReadFile("/proc/loadavg")
 	writeReport(os.Stdout, params{reads: *reads, writes: *writes, sustainFor: *sustain, viralRate: t.ViralRate, counterRate: t.CounterRate,
 		backgroundRate: t.BackgroundRate, warmup: *warmup, hot: *hot, rest: *rest, sidecarsPerNode: *spn,
-		cores: runtime.NumCPU(), load: strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "), leaderElection: le}, results)
+		policies: t.Policies, cores: runtime.NumCPU(), load: strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "), leaderElection: le}, results)
 	if ctx.Err() != nil {
 		return 1
 	}

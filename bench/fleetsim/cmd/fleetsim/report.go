@@ -15,11 +15,23 @@ func detection(d Detection, hotRan bool) string {
 	switch {
 	case !hotRan:
 		return "—"
+	case !d.Detected && d.Of > 1:
+		return fmt.Sprintf("**%d/%d keys**", d.Count, d.Of)
 	case !d.Detected:
 		return "**never**"
+	case d.Of > 1:
+		return fmt.Sprintf("%d/%d keys, the last %.2f s", d.Count, d.Of, d.Seconds)
 	default:
 		return fmt.Sprintf("%.2f s (v%d)", d.Seconds, d.Version)
 	}
+}
+
+// designCell names the design, with its policies when there are several.
+func designCell(r *Result) string {
+	if r.Policies > 1 {
+		return fmt.Sprintf("%s, %d policies", r.Design, r.Policies)
+	}
+	return r.Design
 }
 
 func mutating(r APIRates, ok bool) string {
@@ -47,7 +59,7 @@ func row(r *Result) string {
 	hot, hotOK := r.API["hot"]
 	rest, restOK := r.API["rest"]
 	hotRan := hotOK || r.Reached == "done" || r.Reached == "rest"
-	cells := []string{r.Design, fmt.Sprint(r.Nodes), fmt.Sprint(r.Sidecars), reached(r),
+	cells := []string{designCell(r), fmt.Sprint(r.Nodes), fmt.Sprint(r.Sidecars), reached(r),
 		detection(r.Viral, hotRan), detection(r.Counter, hotRan)}
 	if hotOK {
 		cells = append(cells, fmtRate(hot.Total))
@@ -77,11 +89,11 @@ func row(r *Result) string {
 func fanOutCell(r *Result) string {
 	var parts []string
 	if f := r.FanOut; f.Samples > 0 {
-		parts = append(parts, fmt.Sprintf("hot: %.0f / %.0f ms (v%d at %d/%d)", f.P50Ms, f.P99Ms, f.LastVersion, f.LastReached, r.Sidecars))
+		parts = append(parts, fmt.Sprintf("hot: %.0f / %.0f / %.0f ms (last version at %d/%d)", f.P50Ms, f.P99Ms, f.MaxMs, f.LastReached, r.Sidecars))
 	}
 	if f := r.Probe; f != nil {
 		if f.Samples > 0 {
-			parts = append(parts, fmt.Sprintf("probe: %.0f / %.0f ms (%d/%d)", f.P50Ms, f.P99Ms, f.LastReached, r.Sidecars))
+			parts = append(parts, fmt.Sprintf("probe: %.0f / %.0f / %.0f ms (%d/%d)", f.P50Ms, f.P99Ms, f.MaxMs, f.LastReached, r.ProbeSidecars))
 		} else {
 			parts = append(parts, "probe: not published or not received in 30 s")
 		}
@@ -130,21 +142,29 @@ type params struct {
 	cores                  int
 	load                   string
 	leaderElection         string
+	policies               int
+}
+
+func policiesText(n int) string {
+	if n <= 1 {
+		return "One HotKeyPolicy"
+	}
+	return fmt.Sprintf("%d HotKeyPolicies (sidecar j of each node injected for policy j mod %d; each policy has its own viral key and counter, at the rates below over its own sidecars; the routing probe uses the first policy)", n, n)
 }
 
 // writeReport prints the Markdown section.
 func writeReport(w io.Writer, p params, results []*Result) {
 	fmt.Fprintf(w, "## Fleet simulator: today's design (legacy) against the fleet design\n\n")
 	fmt.Fprintf(w, "Each row is one run on a fresh kube-apiserver + etcd, with the design's real `heatsink manager` (a process; %s) and its node simulator (a process: N simulated nodes running the design's real node-agent code, %d simulated sidecars per node sending real wire batches and following routing as that design's sidecar does). "+
-		"One HotKeyPolicy: %d reads/s and %d writes/s thresholds, sustainFor %s, split enabled. "+
+		"%s: %d reads/s and %d writes/s thresholds, sustainFor %s, split enabled. "+
 		"Traffic, spread evenly over every sidecar: a Zipf background of %.0f ops/s for the warm-up (%s) and the hot event (%s); during the hot event a viral key read at %.0f/s (%.1f × the read threshold) and a counter written at %.0f/s (%.1f × the write threshold); then rest (%s, no traffic).\n\n",
-		p.leaderElection, p.sidecarsPerNode, p.reads, p.writes, p.sustainFor, p.backgroundRate, p.warmup, p.hot,
+		p.leaderElection, p.sidecarsPerNode, policiesText(p.policies), p.reads, p.writes, p.sustainFor, p.backgroundRate, p.warmup, p.hot,
 		p.viralRate, p.viralRate/float64(p.reads), p.counterRate, p.counterRate/float64(p.writes), p.rest)
 	fmt.Fprintf(w, "Detected: from the hot event's start to the first routing ConfigMap version holding the key, as a watch of the ConfigMap saw it. "+
 		"API rates: kube-apiserver's `apiserver_request_total` (resource requests; the orchestrator's own set-up is before the phases and its one ConfigMap watch is one long request), mutating = POST/PUT/PATCH/APPLY/DELETE, in brackets the part on leases (the manager's leader election and kube-apiserver's own lease); watch events: `apiserver_watch_events_total` and `_sizes_sum`. "+
 		"Fan-out: each sidecar's acceptance of a routing version minus when the orchestrator's watch saw that version: \"hot\" over the versions the hot event published, \"probe\" for one routing change made after the phases (a schedule for key `fleetsim:probe` added to the policy), so that every size and design has one. CPU: seconds from ready to the end of rest; RSS: peak (VmHWM). "+
 		"Measured on %d shared cores (load average %s at the end): indicative numbers.\n\n", p.cores, p.load)
-	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s hot (leases) | mutating/s rest (leases) | watch events/s (hot) | routing fan-out p50 / p99 | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS |")
+	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s hot (leases) | mutating/s rest (leases) | watch events/s (hot) | routing fan-out p50 / p99 / max | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS |")
 	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Fprintln(w, row(r))
@@ -165,13 +185,13 @@ func writeReport(w io.Writer, p params, results []*Result) {
 			}
 			return "none"
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s |\n", r.Design, r.Nodes, cell("hot"), cell("rest"))
+		fmt.Fprintf(w, "| %s | %d | %s | %s |\n", designCell(r), r.Nodes, cell("hot"), cell("rest"))
 	}
 	fmt.Fprintln(w)
 	var notes []string
 	for _, r := range results {
 		for _, n := range r.Notes {
-			notes = append(notes, fmt.Sprintf("- %s, %d nodes: %s", r.Design, r.Nodes, n))
+			notes = append(notes, fmt.Sprintf("- %s, %d nodes: %s", designCell(r), r.Nodes, n))
 		}
 	}
 	if len(notes) > 0 {

@@ -63,9 +63,12 @@ type settings struct {
 
 // Result is one design at one fleet size.
 type Result struct {
-	Design   string `json:"design"`
-	Nodes    int    `json:"nodes"`
-	Sidecars int    `json:"sidecars"`
+	Design string `json:"design"`
+	Nodes  int    `json:"nodes"`
+	// Policies is how many policies the run had (each with its own hot
+	// keys, sidecar j of each node injected for policy j mod Policies).
+	Policies int `json:"policies"`
+	Sidecars int `json:"sidecars"`
 	// Reached is how far the run got: "done", or the step it stopped at.
 	Reached string   `json:"reached"`
 	Notes   []string `json:"notes,omitempty"`
@@ -81,8 +84,10 @@ type Result struct {
 	OpenWatches map[string]float64    `json:"openWatches,omitempty"`
 	Processes   map[string]*ProcStats `json:"processes,omitempty"`
 	Versions    []seenVersion         `json:"versions,omitempty"`
-	// Probe is the routing probe's fan-out (see probe).
-	Probe *FanOut `json:"probe,omitempty"`
+	// Probe is the routing probe's fan-out (see probe), over ProbeSidecars
+	// (those of the first policy).
+	Probe         *FanOut `json:"probe,omitempty"`
+	ProbeSidecars int     `json:"probeSidecars,omitempty"`
 	// PhaseAt is when the node simulator's phases began (its events);
 	// MarkAt when the orchestrator read the counters that close them.
 	PhaseAt map[string]time.Time `json:"phaseAt,omitempty"`
@@ -218,6 +223,7 @@ func (s *eventStore) read(r io.Reader) {
 // versionWatch is the orchestrator's own watch of the routing ConfigMap:
 // the first time each table version appears, with its keys.
 type versionWatch struct {
+	policy   int
 	mu       sync.Mutex
 	versions []seenVersion
 	seen     map[int64]bool
@@ -249,7 +255,7 @@ func (w *versionWatch) offer(obj any) {
 	for i, e := range t.Entries {
 		keys[i] = e.Key
 	}
-	w.versions = append(w.versions, seenVersion{Version: t.Version, At: at, Keys: keys})
+	w.versions = append(w.versions, seenVersion{Policy: w.policy, Version: t.Version, At: at, Keys: keys})
 	select {
 	case w.changed <- struct{}{}:
 	default:
@@ -262,10 +268,11 @@ func (w *versionWatch) snapshot() []seenVersion {
 	return append([]seenVersion(nil), w.versions...)
 }
 
-// watchRouting starts the orchestrator's watch (one LIST, then one long
-// WATCH request).
-func watchRouting(ctx context.Context, kube kubernetes.Interface, ns, policy string) *versionWatch {
-	w := &versionWatch{seen: map[int64]bool{}, changed: make(chan struct{}, 1)}
+// watchRouting starts the orchestrator's watch of policy number k's
+// routing ConfigMap (one LIST, then one long WATCH request); changed is
+// told of each new version.
+func watchRouting(ctx context.Context, kube kubernetes.Interface, ns, policy string, k int, changed chan struct{}) *versionWatch {
+	w := &versionWatch{policy: k, seen: map[int64]bool{}, changed: changed}
 	lw := toolscache.NewListWatchFromClient(kube.CoreV1().RESTClient(), "configmaps", ns,
 		fields.OneTermEqualSelector("metadata.name", routing.ConfigMapName(policy)))
 	_, inf := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
@@ -421,7 +428,7 @@ func (p *procSet) snapshot() map[string]*ProcStats {
 // runOne runs one design at one fleet size. It always returns a result; what
 // went wrong is in its Reached and Notes.
 func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
-	res := &Result{Design: d.name, Nodes: nodes, Sidecars: nodes * s.sidecarsPerNode, Reached: "start"}
+	res := &Result{Design: d.name, Nodes: nodes, Policies: s.traffic.Policies, Sidecars: nodes * s.sidecarsPerNode, Reached: "start"}
 	dir := filepath.Join(s.work, fmt.Sprintf("%s-%d", d.name, nodes))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		res.note("%v", err)
@@ -470,7 +477,19 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 		res.note("%v", err)
 		return res
 	}
-	versions := watchRouting(runCtx, kube, tc.Namespace, tc.Policy)
+	changed := make(chan struct{}, 1)
+	versions := make([]*versionWatch, tc.Policies)
+	for k := range versions {
+		versions[k] = watchRouting(runCtx, kube, tc.Namespace, tc.PolicyName(k), k, changed)
+	}
+	published := func() bool {
+		for _, v := range versions {
+			if len(v.snapshot()) == 0 {
+				return false
+			}
+		}
+		return true
+	}
 
 	// The manager, with its fleet endpoint's address and token (designs
 	// that have none ignore them).
@@ -512,7 +531,7 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 	}
 	sup.cur = mgr
 	procs.add("manager", mgr.pid())
-	if err := waitFor(runCtx, s.managerTimeout, mgr, versions.changed, func() bool { return len(versions.snapshot()) > 0 }); err != nil {
+	if err := waitFor(runCtx, s.managerTimeout, mgr, changed, published); err != nil {
 		mgr.stop(10 * time.Second)
 		res.note("manager: no routing table published: %v (see %s)", err, mlog)
 		return res
@@ -669,7 +688,7 @@ loop:
 	// every fleet size and design, even where the hot event published
 	// none (the simulator lingers after done).
 	if res.Reached == "done" && !sim.exited() {
-		res.Probe = probe(runCtx, cp, &tc, versions, store)
+		res.Probe, res.ProbeSidecars = probe(runCtx, cp, &tc, versions[0], store), sidecarsOf(0, &tc)
 	}
 	procs.sample()
 	// The last progress, the counters, and everything the sidecars said.
@@ -685,7 +704,9 @@ loop:
 	res.Notes = append(res.Notes, troubles(res.Stats, res.Progress)...)
 	procs.exited("nodesim", sim)
 	res.Processes = procs.snapshot()
-	res.Versions = versions.snapshot()
+	for _, v := range versions {
+		res.Versions = append(res.Versions, v.snapshot()...)
+	}
 	if readyAt.IsZero() {
 		return res
 	}
@@ -695,10 +716,25 @@ loop:
 			res.API[p[0]] = rates(a, b)
 		}
 	}
-	res.FanOut = fanOut(res.Versions, readyAt, res.MarkAt["end"], events) // the probe's comes after
+	// Each policy's versions against its own sidecars, then summed up.
+	var fs []FanOut
+	var fms [][]float64
+	var vd, cd []Detection
+	var vl, cl [][]float64
+	for k, w := range versions {
+		vs, ev := w.snapshot(), eventsOf(events, k, &tc)
+		f, ms := fanOutSamples(vs, readyAt, res.MarkAt["end"], ev) // the probe's comes after
+		fs, fms = append(fs, f), append(fms, ms)
+		if !hotAt.IsZero() {
+			d, l := detectSamples(vs, tc.ViralKeyOf(k), hotAt, ev)
+			vd, vl = append(vd, d), append(vl, l)
+			d, l = detectSamples(vs, tc.CounterKeyOf(k), hotAt, ev)
+			cd, cl = append(cd, d), append(cl, l)
+		}
+	}
+	res.FanOut = mergeFanOuts(fs, fms)
 	if !hotAt.IsZero() {
-		res.Viral = detect(res.Versions, tc.ViralKey, hotAt, events)
-		res.Counter = detect(res.Versions, tc.CounterKey, hotAt, events)
+		res.Viral, res.Counter = mergeDetections(vd, vl), mergeDetections(cd, cl)
 	}
 	return res
 }
@@ -769,17 +805,19 @@ func setup(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto.Conf
 	if err != nil {
 		return err
 	}
-	pol := &v1alpha1.HotKeyPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Policy},
-		Spec: v1alpha1.HotKeyPolicySpec{
-			Target:      v1alpha1.RedisTarget{Addresses: []string{fmt.Sprintf("127.0.0.1:%d", redisPort)}},
-			Thresholds:  v1alpha1.Thresholds{ReadsPerSecond: s.reads, WritesPerSecond: s.writes, SustainFor: metav1.Duration{Duration: s.sustainFor}},
-			Mitigations: v1alpha1.Mitigations{Split: v1alpha1.Split{Enabled: ptr.To(true)}},
-		},
-	}
-	v1alpha1.SetDefaults(&pol.Spec)
-	if err := cp.Client.Create(ctx, pol); err != nil {
-		return fmt.Errorf("policy: %w", err)
+	for k := range tc.Policies {
+		pol := &v1alpha1.HotKeyPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.PolicyName(k)},
+			Spec: v1alpha1.HotKeyPolicySpec{
+				Target:      v1alpha1.RedisTarget{Addresses: []string{fmt.Sprintf("127.0.0.1:%d", redisPort)}},
+				Thresholds:  v1alpha1.Thresholds{ReadsPerSecond: s.reads, WritesPerSecond: s.writes, SustainFor: metav1.Duration{Duration: s.sustainFor}},
+				Mitigations: v1alpha1.Mitigations{Split: v1alpha1.Split{Enabled: ptr.To(true)}},
+			},
+		}
+		v1alpha1.SetDefaults(&pol.Spec)
+		if err := cp.Client.Create(ctx, pol); err != nil {
+			return fmt.Errorf("policy %s: %w", pol.Name, err)
+		}
 	}
 	if d.tokenSecret != "" {
 		sec := &corev1.Secret{
@@ -813,11 +851,12 @@ func createPods(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto
 			defer wg.Done()
 			for jb := range jobs {
 				ip := simproto.SidecarIP(jb.i, jb.j)
+				policy := tc.PolicyName(tc.SidecarPolicy(jb.j))
 				p := &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{
 						Namespace: tc.Namespace, Name: fmt.Sprintf("app-%s-%d", simproto.NodeName(jb.i), jb.j),
-						Labels:      map[string]string{"app": "fleetsim", v1alpha1.LabelPolicy: tc.Policy},
-						Annotations: map[string]string{"heatsink.dev/inject": tc.Policy},
+						Labels:      map[string]string{"app": "fleetsim", v1alpha1.LabelPolicy: policy},
+						Annotations: map[string]string{"heatsink.dev/inject": policy},
 					},
 					Spec: corev1.PodSpec{NodeName: simproto.NodeName(jb.i), Containers: []corev1.Container{{Name: "app", Image: "registry.invalid/app"}}},
 				}
@@ -932,10 +971,10 @@ func lateness(readyAt time.Time, phaseAt map[string]time.Time, tc simproto.Confi
 const ProbeKey = "fleetsim:probe"
 
 // probe makes one routing change after the phases and times its fan-out:
-// it adds to the policy a schedule that covers now, for ProbeKey, so the
-// manager publishes a table holding it (heatsink's own path, whatever the
-// design), then waits (at most 30 s) until every sidecar accepted that
-// version or a later one. Its API requests come after the last /metrics
+// it adds to the (first) policy a schedule that covers now, for ProbeKey,
+// so the manager publishes a table holding it (heatsink's own path,
+// whatever the design), then waits (at most 30 s) until every sidecar of
+// that policy accepted that version or a later one. Its API requests come after the last /metrics
 // read.
 func probe(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto.Config, versions *versionWatch, store *eventStore) *FanOut {
 	f := &FanOut{}
@@ -967,10 +1006,10 @@ func probe(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto.Conf
 		}
 		if pv != nil {
 			store.mu.Lock()
-			events := append([]sidecarEvent(nil), store.routing...)
+			events := eventsOf(append([]sidecarEvent(nil), store.routing...), 0, tc)
 			store.mu.Unlock()
 			*f = probeFanOut(*pv, events)
-			if f.LastReached >= tc.Sidecars() {
+			if f.LastReached >= sidecarsOf(0, tc) {
 				return f
 			}
 		}

@@ -134,7 +134,7 @@ func (f *followers) start(ctx context.Context, wg *sync.WaitGroup, i, j int, add
 	}}
 	first := true
 	w, err := watch.New(watch.Options{
-		Agent: addr, HTTPClient: hc, Namespace: f.c.Namespace, Policy: f.c.Policy,
+		Agent: addr, HTTPClient: hc, Namespace: f.c.Namespace, Policy: f.c.PolicyName(f.c.SidecarPolicy(j)),
 		Log: countingLogger(&f.pollErrors),
 		// Called in version order, never concurrently for one watcher.
 		OnTable: func(t *routing.Table) {

@@ -281,7 +281,7 @@ func poll(ctx context.Context, done func() bool) error {
 }
 
 // start starts the agents, waits until each holds the manager's stream and
-// knows the policy (and so its node's pods and routing table), then starts
+// knows every policy (and so its node's pods and routing table), then starts
 // the sidecars' routing followers and waits until each accepted a first
 // table. startCtx bounds the start-up; runCtx is what the agents live in.
 func (s *sim) start(startCtx, runCtx context.Context) error {
@@ -318,10 +318,9 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 			_ = d.Run(runCtx)
 		}()
 	}
-	policy := s.c.PolicyRef()
 	if err := poll(startCtx, func() bool {
 		for _, n := range s.snapshot() {
-			if st := n.agent.Stats(); !st.Connected || !n.agent.Tracks(policy) {
+			if !n.agent.Stats().Connected || !s.tracksAll(n.agent) {
 				return false
 			}
 		}
@@ -428,6 +427,16 @@ func (s *sim) startFlushers(ctx context.Context) {
 	}
 }
 
+// tracksAll reports whether agent knows every policy of the run.
+func (s *sim) tracksAll(agent *detector.Detector) bool {
+	for k := range s.c.Policies {
+		if !agent.Tracks(s.c.PolicyRefOf(k)) {
+			return false
+		}
+	}
+	return true
+}
+
 // progress is how far the start-up got.
 func (s *sim) progress() map[string]float64 {
 	nodes := s.snapshot()
@@ -436,7 +445,7 @@ func (s *sim) progress() map[string]float64 {
 		if n.agent.Stats().Connected {
 			connected++
 		}
-		if n.agent.Tracks(s.c.PolicyRef()) {
+		if s.tracksAll(n.agent) {
 			tracking++
 		}
 	}
