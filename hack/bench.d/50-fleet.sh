@@ -10,8 +10,13 @@
 #  - legacy: heatsink at FLEET_BENCH_LEGACY_REF (default 701fc4c, the tree
 #    before the fleet design), checked out in a temporary git worktree; its
 #    node simulator is bench/fleetsim/legacy/nodesim.go.txt, built there.
-#  - fleet: this tree's heatsink and bench/fleetsim/cmd/nodesim (skipped,
-#    with a note, until that exists).
+#  - fleet: this tree's heatsink and bench/fleetsim/cmd/nodesim.
+#
+# Then, unless FLEET_BENCH_POLICIES_ROW is empty, one more run of the fleet
+# design alone with several policies (default 1000:10, 1,000 nodes × 10
+# policies, each with its own viral key and counter: issue 12's target of
+# at most 50 mutating requests/s from heatsink during a hot event), printed
+# as a second table.
 #
 # FLEET_BENCH_NODES      fleet sizes (default 10,100,1000)
 # FLEET_BENCH_DESIGNS    designs (default legacy,fleet)
@@ -19,6 +24,9 @@
 #                        (default 10s, 20s, 15s)
 # FLEET_BENCH_START_TIMEOUT   bound on a node simulator's start-up (default 3m)
 # FLEET_BENCH_MAX_RSS_MB bound on the memory of one run's processes (default 12288)
+# FLEET_BENCH_POLICIES_ROW  NODES:POLICIES of the fleet-only run with several
+#                        policies (default 1000:10; empty: none); its raw
+#                        numbers go to FLEET_BENCH_JSON with .policies before .json
 # FLEET_BENCH_JSON       where the raw numbers go (default: a temporary file, removed)
 # FLEET_BENCH_FLAGS      more fleetsim flags (see `fleetsim -h`), e.g.
 #                        "--fleet-manager-args=--fleet-bind-address={fleetAddr}"
@@ -66,11 +74,6 @@ for d in ${DESIGNS//,/ }; do
     designs+=(legacy)
     ;;
   fleet)
-    if [[ ! -d bench/fleetsim/cmd/nodesim ]]; then
-      notes+=("The fleet design was not run: its node simulator (bench/fleetsim/cmd/nodesim) does not exist yet in this tree.")
-      echo "bench: fleet: no bench/fleetsim/cmd/nodesim yet; running the legacy design only" >&2
-      continue
-    fi
     echo "bench: fleet: building this tree's heatsink and the fleet node simulator" >&2
     go build -o "${work}/fleet-heatsink" ./cmd/heatsink
     (cd bench && go build -o "${work}/fleet-nodesim" ./fleetsim/cmd/nodesim)
@@ -92,27 +95,44 @@ if [[ ${#designs[@]} -eq 0 ]]; then
 fi
 
 joined="$(IFS=,; echo "${designs[*]}")"
+json="${FLEET_BENCH_JSON:-${work}/fleetsim.json}"
+# orchestrate RUNS_DIR REPORT ARGS...: one orchestrator run, stopped with
+# the script.
+orchestrate() {
+  local runs="$1" report="$2"
+  shift 2
+  # shellcheck disable=SC2086
+  "${work}/fleetsim" "$@" \
+    --warmup "${FLEET_BENCH_WARMUP:-10s}" --hot "${FLEET_BENCH_HOT:-20s}" --rest "${FLEET_BENCH_REST:-15s}" \
+    --start-timeout "${FLEET_BENCH_START_TIMEOUT:-3m}" --max-rss-mb "${FLEET_BENCH_MAX_RSS_MB:-12288}" \
+    --work "${runs}" ${FLEET_BENCH_FLAGS:-} >"${report}" &
+  orch=$!
+  local rc=0
+  wait "${orch}" || rc=$?
+  orch=""
+  return "${rc}"
+}
 echo "bench: fleet: running ${joined} at ${NODES} nodes" >&2
-# shellcheck disable=SC2086
-"${work}/fleetsim" --nodes "${NODES}" --designs "${joined}" "${args[@]}" \
-  --warmup "${FLEET_BENCH_WARMUP:-10s}" --hot "${FLEET_BENCH_HOT:-20s}" --rest "${FLEET_BENCH_REST:-15s}" \
-  --start-timeout "${FLEET_BENCH_START_TIMEOUT:-3m}" --max-rss-mb "${FLEET_BENCH_MAX_RSS_MB:-12288}" \
-  --json "${FLEET_BENCH_JSON:-${work}/fleetsim.json}" --work "${work}/runs" ${FLEET_BENCH_FLAGS:-} \
-  >"${work}/report.md" &
-orch=$!
 status=0
-wait "${orch}" || status=$?
-orch=""
+orchestrate "${work}/runs" "${work}/report.md" --nodes "${NODES}" --designs "${joined}" "${args[@]}" --json "${json}" || status=$?
 cat "${work}/report.md"
+prow="${FLEET_BENCH_POLICIES_ROW-1000:10}"
+if [[ ${status} -eq 0 && -n "${prow}" && " ${designs[*]} " == *" fleet "* ]]; then
+  echo "bench: fleet: running fleet at ${prow%%:*} nodes with ${prow##*:} policies" >&2
+  orchestrate "${work}/runs-policies" "${work}/report-policies.md" --nodes "${prow%%:*}" --policies "${prow##*:}" \
+    --designs fleet --fleet-heatsink "${work}/fleet-heatsink" --fleet-nodesim "${work}/fleet-nodesim" \
+    --json "${json%.json}.policies.json" || status=$?
+  cat "${work}/report-policies.md"
+fi
 if [[ ${#notes[@]} -gt 0 ]]; then
   printf '%s\n' "${notes[@]}"
   echo
 fi
 if [[ ${status} -ne 0 ]]; then
   echo "bench: fleet: the orchestrator exited with ${status}; the last lines of each run's logs:" >&2
-  for f in "${work}"/runs/*/*.log; do
+  for f in "${work}"/runs*/*/*.log; do
     [[ -e "$f" ]] || continue
-    echo "--- ${f#"${work}/runs/"}" >&2
+    echo "--- ${f#"${work}/"}" >&2
     tail -20 "$f" >&2
   done
   exit "${status}"
