@@ -4,7 +4,7 @@
 # real kube-apiserver + etcd, the design's real `heatsink manager` (a
 # process) and its node simulator (a process: N simulated nodes running the
 # design's node-agent code, 10 × N simulated sidecars); a warm-up, a hot event
-# spread evenly over every node, a rest. Prints one Markdown section to
+# spread evenly over every node, a rest. Prints Markdown (the tables) to
 # stdout; progress goes to stderr.
 #
 #  - legacy: heatsink at FLEET_BENCH_LEGACY_REF (default 701fc4c, the tree
