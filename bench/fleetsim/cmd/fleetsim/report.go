@@ -1,0 +1,203 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// procOrder is the processes' column order.
+var procOrder = []string{"manager", "nodesim", "kube-apiserver", "etcd"}
+
+// detection renders a Detection cell.
+func detection(d Detection, hotRan bool) string {
+	switch {
+	case !hotRan:
+		return "—"
+	case !d.Detected && d.Of > 1:
+		return fmt.Sprintf("**%d/%d keys**", d.Count, d.Of)
+	case !d.Detected:
+		return "**never**"
+	case d.Of > 1:
+		return fmt.Sprintf("%d/%d keys, the last %.2f s", d.Count, d.Of, d.Seconds)
+	default:
+		return fmt.Sprintf("%.2f s (v%d)", d.Seconds, d.Version)
+	}
+}
+
+// designCell names the design, with its policies when there are several.
+func designCell(r *Result) string {
+	if r.Policies > 1 {
+		return fmt.Sprintf("%s, %d policies", r.Design, r.Policies)
+	}
+	return r.Design
+}
+
+func mutating(r APIRates, ok bool) string {
+	if !ok {
+		return "—"
+	}
+	return fmt.Sprintf("%s (%s)", fmtRate(r.Mutating), fmtRate(r.MutatingLeases))
+}
+
+// procCell is CPU seconds over the phases and peak RSS; for a run that
+// never reached the phases, CPU seconds since the process started.
+func procCell(p *ProcStats, phases bool) string {
+	switch {
+	case p == nil:
+		return "—"
+	case !phases:
+		return fmt.Sprintf("%.1f s in all / %.0f MiB", p.CPUTotal, p.PeakRSSMB)
+	default:
+		return fmt.Sprintf("%.1f s / %.0f MiB", p.CPUPhases, p.PeakRSSMB)
+	}
+}
+
+// row is r's line of the main table.
+func row(r *Result) string {
+	hot, hotOK := r.API["hot"]
+	rest, restOK := r.API["rest"]
+	hotRan := hotOK || r.Reached == "done" || r.Reached == "rest"
+	cells := []string{designCell(r), fmt.Sprint(r.Nodes), fmt.Sprint(r.Sidecars), reached(r),
+		detection(r.Viral, hotRan), detection(r.Counter, hotRan)}
+	if hotOK {
+		cells = append(cells, fmtRate(hot.Total))
+	} else {
+		cells = append(cells, "—")
+	}
+	cells = append(cells, mutating(hot, hotOK), mutating(rest, restOK))
+	if hotOK {
+		cells = append(cells, fmtRate(hot.WatchEventTotal)+" / "+fmtBytes(hot.WatchByteTotal)+"/s")
+	} else {
+		cells = append(cells, "—")
+	}
+	cells = append(cells, fanOutCell(r))
+	if r.Viral.Detected {
+		cells = append(cells, fmt.Sprintf("%.2f / %.2f s (%d/%d)", r.Viral.SidecarsP50, r.Viral.SidecarsP99, r.Viral.SidecarsReached, r.Sidecars))
+	} else {
+		cells = append(cells, "—")
+	}
+	for _, p := range procOrder {
+		cells = append(cells, procCell(r.Processes[p], len(r.API) > 0))
+	}
+	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+// fanOutCell shows the fan-out of the versions the hot event published and
+// of the probe's.
+func fanOutCell(r *Result) string {
+	var parts []string
+	if f := r.FanOut; f.Samples > 0 {
+		parts = append(parts, fmt.Sprintf("hot: %.0f / %.0f / %.0f ms (last version at %d/%d)", f.P50Ms, f.P99Ms, f.MaxMs, f.LastReached, r.Sidecars))
+	}
+	if f := r.Probe; f != nil {
+		if f.Samples > 0 {
+			parts = append(parts, fmt.Sprintf("probe: %.0f / %.0f / %.0f ms (%d/%d)", f.P50Ms, f.P99Ms, f.MaxMs, f.LastReached, r.ProbeSidecars))
+		} else {
+			parts = append(parts, "probe: not published or not received in 30 s")
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// reached says how far the run got, with the start-up time.
+func reached(r *Result) string {
+	s := r.Reached
+	if r.Reached == "done" {
+		s = "all phases"
+	}
+	if r.StartupSeconds > 0 {
+		s += fmt.Sprintf(" (start-up %.0f s)", r.StartupSeconds)
+	} else if p := r.Progress; p != nil {
+		s += fmt.Sprintf(" (%.0f/%.0f nodes, %.0f/%.0f sidecars synced)", p["nodes_tracking"], p["nodes"], p["sidecars_synced"], p["sidecars"])
+	}
+	return s
+}
+
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", b/(1<<10))
+	default:
+		return fmt.Sprintf("%.0f B", b)
+	}
+}
+
+// params is what the report says about the runs' set-up.
+type params struct {
+	reads, writes          int64
+	sustainFor             time.Duration
+	viralRate, counterRate float64
+	backgroundRate         float64
+	warmup, hot, rest      time.Duration
+	sidecarsPerNode        int
+	cores                  int
+	load                   string
+	leaderElection         string
+	policies               int
+}
+
+func policiesText(n int) string {
+	if n <= 1 {
+		return "One HotKeyPolicy"
+	}
+	return fmt.Sprintf("%d HotKeyPolicies (sidecar j of each node injected for policy j mod %d; each policy has its own viral key and counter, at the rates below over its own sidecars; the routing probe uses the first policy)", n, n)
+}
+
+// writeReport prints the Markdown section.
+func writeReport(w io.Writer, p params, results []*Result) {
+	fmt.Fprintf(w, "## Fleet simulator: today's design (legacy) against the fleet design\n\n")
+	fmt.Fprintf(w, "Each row is one run on a fresh kube-apiserver + etcd, with the design's real `heatsink manager` (a process; %s) and its node simulator (a process: N simulated nodes running the design's real node-agent code, %d simulated sidecars per node sending real wire batches and following routing as that design's sidecar does). "+
+		"%s: %d reads/s and %d writes/s thresholds, sustainFor %s, split enabled. "+
+		"Traffic, spread evenly over every sidecar: a Zipf background of %.0f ops/s for the warm-up (%s) and the hot event (%s); during the hot event a viral key read at %.0f/s (%.1f × the read threshold) and a counter written at %.0f/s (%.1f × the write threshold); then rest (%s, no traffic).\n\n",
+		p.leaderElection, p.sidecarsPerNode, policiesText(p.policies), p.reads, p.writes, p.sustainFor, p.backgroundRate, p.warmup, p.hot,
+		p.viralRate, p.viralRate/float64(p.reads), p.counterRate, p.counterRate/float64(p.writes), p.rest)
+	fmt.Fprintf(w, "Detected: from the hot event's start to the first routing ConfigMap version holding the key, as a watch of the ConfigMap saw it. "+
+		"API rates: kube-apiserver's `apiserver_request_total` (resource requests; the orchestrator's own set-up is before the phases and its one ConfigMap watch is one long request), mutating = POST/PUT/PATCH/APPLY/DELETE, in brackets the part on leases (the manager's leader election and kube-apiserver's own lease); watch events: `apiserver_watch_events_total` and `_sizes_sum`. "+
+		"Fan-out: each sidecar's acceptance of a routing version minus when the orchestrator's watch saw that version: \"hot\" over the versions the hot event published, \"probe\" for one routing change made after the phases (a schedule for key `fleetsim:probe` added to the policy), so that every size and design has one. CPU: seconds from ready to the end of rest; RSS: peak (VmHWM). "+
+		"Measured on %d shared cores (load average %s at the end): indicative numbers.\n\n", p.cores, p.load)
+	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s hot (leases) | mutating/s rest (leases) | watch events/s (hot) | routing fan-out p50 / p99 / max | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS |")
+	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Fprintln(w, row(r))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Requests per second by verb and resource (the busiest eight of each phase):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| design | nodes | hot event | rest |")
+	fmt.Fprintln(w, "|---|---:|---|---|")
+	for _, r := range results {
+		cell := func(phase string) string {
+			a, ok := r.API[phase]
+			if !ok {
+				return "—"
+			}
+			if t := topRequests(a.Requests, 8); len(t) > 0 {
+				return strings.Join(t, "; ")
+			}
+			return "none"
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s |\n", designCell(r), r.Nodes, cell("hot"), cell("rest"))
+	}
+	fmt.Fprintln(w)
+	var notes []string
+	for _, r := range results {
+		for _, n := range r.Notes {
+			notes = append(notes, fmt.Sprintf("- %s, %d nodes: %s", designCell(r), r.Nodes, n))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w, "Notes:")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, strings.Join(notes, "\n"))
+		fmt.Fprintln(w)
+	}
+}

@@ -1,0 +1,494 @@
+// Command nodesim is the fleet design's node simulator for the fleet
+// simulator (bench/fleetsim): this tree's node agent, N times in one
+// process.
+//
+//   - N simulated nodes, each a real node agent (detector.New + Run) on its
+//     own loopback address (simproto.NodeIP), streaming from the elected
+//     manager's fleet endpoint (--manager-fleet, --token; plaintext, as the
+//     orchestrator runs the manager with --fleet-tls=false) and sending it
+//     summaries;
+//   - 10 × N simulated sidecars, each counting its share of the traffic as
+//     the sidecar's wire client does and handing the node agent real wire
+//     batches from the sidecar's pod address (simproto.SidecarIP), which the
+//     agent checks against the pods the manager told it about (see
+//     counter for why not over UDP by default); and each following its
+//     node agent's routing long poll with the real routing/watch.Watcher,
+//     from its pod address, in a child process (see followers.go).
+//
+// It speaks the fleet simulator's contract (package simproto: flags,
+// JSON-line events on stdout, the traffic).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // --pprof
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
+	"github.com/heatsink-dev/heatsink/detector"
+	"github.com/heatsink-dev/heatsink/detector/wire"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+// Transports from a simulated sidecar to its node agent.
+const (
+	// transportDirect hands each batch to the agent's HandleDatagram.
+	transportDirect = "direct"
+	// transportUDP sends it with a wire.Client per sidecar, bound to the
+	// sidecar's address.
+	transportUDP = "udp"
+)
+
+// options are nodesim's own flags, beside simproto.Config's.
+type options struct {
+	startRate float64
+	transport string
+	follow    bool
+	pprof     string
+}
+
+func bindOptions(fs *flag.FlagSet) *options {
+	o := &options{}
+	fs.Float64Var(&o.startRate, "start-rate", 500, "node agents, and routing followers, started per second")
+	fs.StringVar(&o.transport, "transport", transportDirect, "how sidecars' batches reach their agent: direct (HandleDatagram, no socket) or udp (a wire.Client per sidecar from its address; needs a descriptor each)")
+	fs.BoolVar(&o.follow, "follow", false, "internal: be the routing followers' child process (agents' routing addresses on stdin)")
+	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this loopback address")
+	return o
+}
+
+// parseFlags parses args into simproto's Config and nodesim's options and
+// says what is wrong with them, all of it at once.
+func parseFlags(args []string) (simproto.Config, *options, error) {
+	c := simproto.Defaults()
+	fs := flag.NewFlagSet("nodesim", flag.ContinueOnError)
+	c.Bind(fs)
+	o := bindOptions(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, o, err
+	}
+	errs := []error{c.Validate()}
+	if o.startRate <= 0 || o.startRate > 10000 {
+		errs = append(errs, fmt.Errorf("--start-rate %g: want (0, 10000]", o.startRate))
+	}
+	if o.transport != transportDirect && o.transport != transportUDP {
+		errs = append(errs, fmt.Errorf("--transport %q: want %s or %s", o.transport, transportDirect, transportUDP))
+	}
+	if !o.follow {
+		if _, _, err := net.SplitHostPort(c.ManagerFleet); err != nil {
+			errs = append(errs, fmt.Errorf("--manager-fleet %q: want the manager's fleet host:port: the fleet design's node agents stream from it", c.ManagerFleet))
+		}
+		if c.Token == "" {
+			errs = append(errs, errors.New("--token is required: the manager's fleet endpoint refuses agents without it"))
+		}
+	}
+	return c, o, errors.Join(errs...)
+}
+
+func run(args []string) int {
+	c, o, err := parseFlags(args)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "nodesim:", err)
+		}
+		return 2
+	}
+	if o.follow {
+		return followMain(c, o.startRate)
+	}
+	if o.pprof != "" {
+		l, err := net.Listen("tcp", o.pprof)
+		if err != nil || !l.Addr().(*net.TCPAddr).IP.IsLoopback() {
+			fmt.Fprintln(os.Stderr, "nodesim: --pprof: want a free loopback address:", err)
+			return 2
+		}
+		go func() { _ = http.Serve(l, nil) }() // net/http/pprof's handlers
+	}
+	limit := raiseNoFile()
+	if need := descriptorsNeeded(c, o.transport); need > limit {
+		fmt.Fprintf(os.Stderr, "nodesim: %d nodes with --transport %s need about %d open files, over the limit %d\n", c.Nodes, o.transport, need, limit)
+		return 2
+	}
+	ctrl.SetLogger(logr.Discard())
+
+	s := &sim{c: c, o: o, out: simproto.NewWriter(os.Stdout)}
+	defer s.out.Close()
+	ctx, stop := signalContext()
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, c.StartTimeout+c.Duration+simproto.Linger+time.Minute)
+	defer cancel()
+	code := s.run(ctx)
+	cancel()
+	s.shutdown()
+	return code
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+// descriptorsNeeded estimates the parent's open files: per node, the
+// agent's UDP socket, routing listener and two connections to the manager
+// (its stream and its summaries); per sidecar, the agent's end of its
+// routing long poll and, over UDP, its wire client's socket; and a margin.
+func descriptorsNeeded(c simproto.Config, transport string) uint64 {
+	perSidecar := 1
+	if transport == transportUDP {
+		perSidecar = 2
+	}
+	return uint64(4*c.Nodes + perSidecar*c.Sidecars() + 256)
+}
+
+// raiseNoFile raises the soft open-files limit to the hard limit and
+// returns it.
+func raiseNoFile() uint64 {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 1024
+	}
+	if l.Cur < l.Max {
+		l.Cur = l.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+			_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+		}
+	}
+	return l.Cur
+}
+
+// node is one simulated node: its agent, the registry its metrics go to,
+// and its sidecars' counting clients.
+type node struct {
+	agent    *detector.Detector
+	reg      *prometheus.Registry
+	counters []*counter     // --transport direct
+	clients  []*wire.Client // --transport udp
+	batches  atomic.Uint64  // batches handed to the agent (direct)
+	entries  atomic.Uint64
+}
+
+// sim is one run.
+type sim struct {
+	c   simproto.Config
+	o   *options
+	out *simproto.Writer
+
+	mu     sync.Mutex
+	nodes  []*node
+	agents sync.WaitGroup
+
+	follow  *followerChild
+	flusher sync.WaitGroup
+}
+
+func (s *sim) run(ctx context.Context) int {
+	began := time.Now()
+	startCtx, startDone := context.WithTimeout(ctx, s.c.StartTimeout)
+	defer startDone()
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-startCtx.Done():
+				return
+			case <-t.C:
+				s.out.Progress(time.Now(), s.progress())
+			}
+		}
+	}()
+	err := s.start(startCtx, ctx)
+	startDone()
+	<-progressDone
+	if err != nil {
+		s.out.Progress(time.Now(), s.progress())
+		s.out.Error(time.Now(), err.Error())
+		return 1
+	}
+	readyAt := time.Now()
+	s.out.Ready(readyAt)
+	obs := s.observers()
+	flushCtx, stopFlush := context.WithCancel(ctx)
+	s.startFlushers(flushCtx)
+	st, err := simproto.Run(ctx, &s.c, obs, readyAt, s.out.Phase)
+	// One more flush delivers what the last tick offered, as a wire
+	// client's Close does.
+	stopFlush()
+	s.flusher.Wait()
+	if err != nil {
+		s.out.Error(time.Now(), err.Error())
+		return 1
+	}
+	stats := st.Map()
+	for k, v := range s.progress() {
+		stats[k] = v
+	}
+	for k, v := range s.counters() {
+		stats[k] = v
+	}
+	stats["startup_seconds"] = readyAt.Sub(began).Seconds()
+	s.out.Done(time.Now(), stats)
+	if ctx.Err() != nil {
+		return 1
+	}
+	// Up until the orchestrator has read its counters and stops us.
+	select {
+	case <-ctx.Done():
+	case <-time.After(simproto.Linger):
+	}
+	return 0
+}
+
+// pace waits until the n-th start is due at rate per second from t0.
+func pace(ctx context.Context, t0 time.Time, n int, rate float64) error {
+	due := t0.Add(time.Duration(float64(n) / rate * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
+	return ctx.Err()
+}
+
+// poll calls done every 50ms until it holds or ctx ends.
+func poll(ctx context.Context, done func() bool) error {
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// start starts the agents, waits until each holds the manager's stream and
+// knows every policy (and so its node's pods and routing table), then starts
+// the sidecars' routing followers and waits until each accepted a first
+// table. startCtx bounds the start-up; runCtx is what the agents live in.
+func (s *sim) start(startCtx, runCtx context.Context) error {
+	notReady := func(what string, err error) error {
+		p := s.progress()
+		return fmt.Errorf("not ready within %s (%s: %v): %d/%d nodes started, %d connected, %d tracking the policy, %d/%d sidecars started, %d synced",
+			s.c.StartTimeout, what, err, int(p["nodes_started"]), s.c.Nodes, int(p["nodes_connected"]), int(p["nodes_tracking"]),
+			int(p["sidecars_started"]), s.c.Sidecars(), int(p["sidecars_synced"]))
+	}
+	discard := logr.Discard()
+	t0 := time.Now()
+	for i := range s.c.Nodes {
+		if err := pace(startCtx, t0, i, s.o.startRate); err != nil {
+			return notReady("starting node agents", err)
+		}
+		reg := prometheus.NewRegistry()
+		d, err := detector.New(detector.Options{
+			NodeName: simproto.NodeName(i), ListenAddr: simproto.NodeIP(i) + ":0",
+			Manager: s.c.ManagerFleet, Token: s.c.Token, Registerer: reg, Logger: &discard,
+		})
+		if err != nil {
+			return fmt.Errorf("node agent %d: %w", i, err)
+		}
+		n := &node{agent: d, reg: reg}
+		if err := s.sidecars(n, i); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.nodes = append(s.nodes, n)
+		s.mu.Unlock()
+		s.agents.Add(1)
+		go func() {
+			defer s.agents.Done()
+			_ = d.Run(runCtx)
+		}()
+	}
+	if err := poll(startCtx, func() bool {
+		for _, n := range s.snapshot() {
+			if !n.agent.Stats().Connected || !s.tracksAll(n.agent) {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return notReady("node agents connecting to the manager", err)
+	}
+	addrs := make([]string, s.c.Nodes)
+	for i, n := range s.snapshot() {
+		addrs[i] = n.agent.RoutingAddr().String()
+	}
+	fc, err := startFollowers(s.c, s.o.startRate, addrs, s.out)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.follow = fc
+	s.mu.Unlock()
+	if err := poll(startCtx, func() bool {
+		if gone, _ := fc.exited(); gone {
+			return true
+		}
+		synced, _ := fc.progress()
+		return synced == s.c.Sidecars()
+	}); err != nil {
+		return notReady("sidecars receiving their first table", err)
+	}
+	if gone, err := fc.exited(); gone {
+		return fmt.Errorf("%w: %v", errFollowersGone, err)
+	}
+	return nil
+}
+
+// sidecars makes node i's sidecars' counting clients.
+func (s *sim) sidecars(n *node, i int) error {
+	for j := range s.c.SidecarsPerNode {
+		ip := simproto.SidecarIP(i, j)
+		if s.o.transport == transportUDP {
+			wc, err := wire.NewClient(n.agent.Addr().String(), wire.ClientOptions{LocalAddr: ip})
+			if err != nil {
+				return fmt.Errorf("sidecar %d/%d: %w", i, j, err)
+			}
+			n.clients = append(n.clients, wc)
+			continue
+		}
+		n.counters = append(n.counters, newCounter(netip.MustParseAddr(ip), defaultMaxKeys))
+	}
+	return nil
+}
+
+func (s *sim) snapshot() []*node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*node(nil), s.nodes...)
+}
+
+// observers are the sidecars' counting clients, sidecar j of node i at
+// i*SidecarsPerNode+j.
+func (s *sim) observers() []simproto.Observer {
+	var obs []simproto.Observer
+	for _, n := range s.snapshot() {
+		for _, c := range n.counters {
+			obs = append(obs, c)
+		}
+		for _, c := range n.clients {
+			obs = append(obs, c)
+		}
+	}
+	return obs
+}
+
+// startFlushers starts, for --transport direct, one goroutine per node
+// that flushes its sidecars' counts to its agent every
+// wire.DefaultFlushInterval (a wire client's own interval), and once more
+// when ctx ends.
+func (s *sim) startFlushers(ctx context.Context) {
+	if s.o.transport != transportDirect {
+		return
+	}
+	for _, n := range s.snapshot() {
+		s.flusher.Add(1)
+		go func() {
+			defer s.flusher.Done()
+			buf := make([]byte, 0, maxDatagram)
+			flush := func() {
+				for _, c := range n.counters {
+					b, e := c.flush(buf, n.agent.HandleDatagram)
+					n.batches.Add(uint64(b))
+					n.entries.Add(uint64(e))
+				}
+			}
+			t := time.NewTicker(wire.DefaultFlushInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					flush()
+					return
+				case <-t.C:
+					flush()
+				}
+			}
+		}()
+	}
+}
+
+// tracksAll reports whether agent knows every policy of the run.
+func (s *sim) tracksAll(agent *detector.Detector) bool {
+	for k := range s.c.Policies {
+		if !agent.Tracks(s.c.PolicyRefOf(k)) {
+			return false
+		}
+	}
+	return true
+}
+
+// progress is how far the start-up got.
+func (s *sim) progress() map[string]float64 {
+	nodes := s.snapshot()
+	connected, tracking := 0, 0
+	for _, n := range nodes {
+		if n.agent.Stats().Connected {
+			connected++
+		}
+		if s.tracksAll(n.agent) {
+			tracking++
+		}
+	}
+	p := map[string]float64{
+		"nodes": float64(s.c.Nodes), "sidecars": float64(s.c.Sidecars()),
+		"nodes_started": float64(len(nodes)), "nodes_connected": float64(connected), "nodes_tracking": float64(tracking),
+	}
+	s.mu.Lock()
+	fc := s.follow
+	s.mu.Unlock()
+	if fc != nil {
+		synced, st := fc.progress()
+		p["sidecars_synced"] = float64(synced)
+		p["sidecars_started"] = st["followers_started"]
+		for k, v := range st {
+			p[k] = v
+		}
+	}
+	return p
+}
+
+// shutdown stops the followers' process and closes the sidecars' clients,
+// and waits (bounded) for the agents, whose context has ended, to return.
+func (s *sim) shutdown() {
+	s.mu.Lock()
+	fc := s.follow
+	s.mu.Unlock()
+	if fc != nil {
+		fc.stop(10 * time.Second)
+	}
+	for _, n := range s.snapshot() {
+		for _, c := range n.clients {
+			_ = c.Close()
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		s.agents.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		fmt.Fprintln(os.Stderr, "nodesim: node agents still stopping after 20s; exiting")
+	}
+}

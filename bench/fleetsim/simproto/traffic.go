@@ -1,0 +1,324 @@
+package simproto
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Observer is a simulated sidecar's counting client (the wire client that
+// sends a sidecar's key accesses to its node agent).
+type Observer interface {
+	Observe(policy, key string, reads, writes, bytes uint32)
+}
+
+// Value sizes reported with each operation, in bytes.
+const (
+	BackgroundBytes = 100
+	ViralBytes      = 512
+	CounterBytes    = 8
+)
+
+// Tick is how often Run checks the phase schedule, and NodeTick how often
+// each simulated node hands out what it owes (the sidecars' wire clients
+// aggregate 100 ms anyway).
+const (
+	Tick     = 10 * time.Millisecond
+	NodeTick = 50 * time.Millisecond
+)
+
+// TrafficStats counts the operations Run offered.
+type TrafficStats struct {
+	BackgroundReads, BackgroundWrites uint64
+	ViralReads, CounterWrites         uint64
+	// Calls counts Observe calls (one call may carry several operations).
+	Calls uint64
+	// MaxGap is the longest time between two ticks of a node (or of the
+	// phase schedule): how far a starved simulator fell behind (it then
+	// catches up in one go).
+	MaxGap time.Duration
+}
+
+func (s *TrafficStats) add(o TrafficStats) {
+	s.BackgroundReads += o.BackgroundReads
+	s.BackgroundWrites += o.BackgroundWrites
+	s.ViralReads += o.ViralReads
+	s.CounterWrites += o.CounterWrites
+	s.Calls += o.Calls
+	s.MaxGap = max(s.MaxGap, o.MaxGap)
+}
+
+// Map is s for a done event's stats.
+func (s TrafficStats) Map() map[string]float64 {
+	return map[string]float64{
+		"background_reads": float64(s.BackgroundReads), "background_writes": float64(s.BackgroundWrites),
+		"viral_reads": float64(s.ViralReads), "counter_writes": float64(s.CounterWrites),
+		"observe_calls": float64(s.Calls), "max_tick_gap_seconds": s.MaxGap.Seconds(),
+	}
+}
+
+// owed is how many operations rate per second owes after elapsed.
+func owed(rate float64, elapsed time.Duration) uint64 {
+	if elapsed <= 0 || rate <= 0 {
+		return 0
+	}
+	return uint64(rate * elapsed.Seconds())
+}
+
+// share is how many of the first total operations of a fleet-wide sequence
+// fall to node i of n when operation k goes to node k mod n: never more than
+// one apart between nodes, and summing to total.
+func share(total uint64, i, n int) uint64 {
+	if total <= uint64(i) {
+		return 0
+	}
+	return (total-uint64(i)-1)/uint64(n) + 1
+}
+
+// spread hands total operations to n sidecars evenly: each gets total / n,
+// and the total % n left over go one each to the sidecars from next on, in
+// turn. It calls give once per sidecar that gets any, and returns where the
+// next remainder starts, so that over many calls no sidecar gets more than
+// one operation more than another.
+func spread(total uint64, n, next int, give func(i int, count uint64)) int {
+	if total == 0 || n == 0 {
+		return next
+	}
+	q, r := total/uint64(n), int(total%uint64(n))
+	if q > 0 {
+		for i := range n {
+			c := q
+			if (i-next+n)%n < r {
+				c++
+			}
+			give(i, c)
+		}
+	} else {
+		for k := range r {
+			give((next+k)%n, 1)
+		}
+	}
+	return (next + r) % n
+}
+
+// nodeTraffic is one simulated node's share of the traffic: operation k of
+// each fleet-wide sequence (background, viral reads, counter writes) goes to
+// node k mod nodes; within the node, the background goes to its sidecars in
+// turn, one operation per call, and the viral key and the counter are
+// spread evenly over them. So every sidecar of the fleet gets the viral key
+// and the counter within one operation of every other.
+type nodeTraffic struct {
+	c           *Config
+	node, nodes int
+	sidecars    []Observer
+	policyOf    []string // policy (as the wire names it) of each sidecar
+	keys        []string // the background's, shared read-only
+	rng         *rand.Rand
+	zipf        *rand.Zipf
+
+	bgNext int
+	bgSent uint64
+	hot    []hotTraffic // per policy
+	stats  TrafficStats
+}
+
+// hotTraffic is one policy's hot event on one node: its viral key and
+// counter, spread over the node's sidecars of that policy.
+type hotTraffic struct {
+	policy, viralKey, counterKey string
+	sidecars                     []Observer
+	viralNext, counterNext       int
+	viralSent, counterSent       uint64
+}
+
+func newNodeTraffic(c *Config, node int, sidecars []Observer, keys []string) *nodeTraffic {
+	rng := rand.New(rand.NewSource(c.Seed*int64(MaxNodes) + int64(node)))
+	g := &nodeTraffic{
+		c: c, node: node, nodes: c.Nodes, sidecars: sidecars, keys: keys, rng: rng,
+		zipf: rand.NewZipf(rng, c.ZipfS, 1, uint64(len(keys)-1)),
+	}
+	policies := max(c.Policies, 1)
+	g.hot = make([]hotTraffic, policies)
+	for k := range g.hot {
+		g.hot[k] = hotTraffic{policy: c.PolicyRefOf(k), viralKey: c.ViralKeyOf(k), counterKey: c.CounterKeyOf(k)}
+	}
+	for j, s := range sidecars {
+		k := c.SidecarPolicy(j)
+		g.policyOf = append(g.policyOf, g.hot[k].policy)
+		g.hot[k].sidecars = append(g.hot[k].sidecars, s)
+	}
+	return g
+}
+
+// backgroundKeys are the background's key names, by Zipf rank.
+func backgroundKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bg:%07d", i)
+	}
+	return keys
+}
+
+// advance sends what the node owes after bg of background and hot of hot
+// event.
+func (g *nodeTraffic) advance(bg, hot time.Duration) {
+	for b := share(owed(g.c.BackgroundRate, bg), g.node, g.nodes); g.bgSent < b; g.bgSent++ {
+		key := g.keys[g.zipf.Uint64()]
+		s, policy := g.sidecars[g.bgNext], g.policyOf[g.bgNext]
+		g.bgNext = (g.bgNext + 1) % len(g.sidecars)
+		if g.rng.Float64() < g.c.WriteFraction {
+			s.Observe(policy, key, 0, 1, BackgroundBytes)
+			g.stats.BackgroundWrites++
+		} else {
+			s.Observe(policy, key, 1, 0, BackgroundBytes)
+			g.stats.BackgroundReads++
+		}
+		g.stats.Calls++
+	}
+	v := share(owed(g.c.ViralRate, hot), g.node, g.nodes)
+	w := share(owed(g.c.CounterRate, hot), g.node, g.nodes)
+	for k := range g.hot {
+		h := &g.hot[k]
+		n := len(h.sidecars)
+		if n == 0 {
+			continue
+		}
+		if v > h.viralSent {
+			h.viralNext = spread(v-h.viralSent, n, h.viralNext, func(i int, c uint64) {
+				h.sidecars[i].Observe(h.policy, h.viralKey, clamp32(c), 0, clamp32(c*ViralBytes))
+				g.stats.Calls++
+			})
+			g.stats.ViralReads += v - h.viralSent
+			h.viralSent = v
+		}
+		if w > h.counterSent {
+			h.counterNext = spread(w-h.counterSent, n, h.counterNext, func(i int, c uint64) {
+				h.sidecars[i].Observe(h.policy, h.counterKey, 0, clamp32(c), clamp32(c*CounterBytes))
+				g.stats.Calls++
+			})
+			g.stats.CounterWrites += w - h.counterSent
+			h.counterSent = w
+		}
+	}
+}
+
+func clamp32(v uint64) uint32 { return uint32(min(v, 1<<32-1)) }
+
+// schedule is the phase boundaries the nodes read: when the hot event
+// began (Unix nanoseconds, 0 until it did) and how long it lasts.
+type schedule struct {
+	hot         atomic.Int64
+	hotDuration time.Duration
+}
+
+// elapsed is how long the background and the hot event have run at now,
+// each capped at the start of rest (the hot event's end, whether or not
+// rest was announced yet).
+func (s *schedule) elapsed(start, now time.Time) (bg, hot time.Duration) {
+	end := now
+	h := s.hot.Load()
+	if h != 0 {
+		if e := time.Unix(0, h).Add(s.hotDuration); e.Before(end) {
+			end = e
+		}
+		hot = end.Sub(time.Unix(0, h))
+	}
+	return end.Sub(start), max(hot, 0)
+}
+
+// runNode hands out node g's traffic every NodeTick until ctx ends, then
+// sends what it still owes (up to the start of rest) unless abort ended
+// first.
+func runNode(ctx, abort context.Context, g *nodeTraffic, sched *schedule, start time.Time) {
+	t := time.NewTicker(NodeTick)
+	defer t.Stop()
+	prev := start
+	for {
+		now := time.Now()
+		g.stats.MaxGap = max(g.stats.MaxGap, now.Sub(prev))
+		prev = now
+		g.advance(sched.elapsed(start, now))
+		select {
+		case <-ctx.Done():
+			if abort.Err() == nil {
+				g.advance(sched.elapsed(start, time.Now()))
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Run offers c's traffic to sidecars (sidecar j of node i at index
+// i*c.SidecarsPerNode+j) from start, which is when ready was printed, and
+// calls phase at the start of each phase: warm-up (background) at start;
+// the hot event (background, viral key and counter) from the first tick at
+// or after start + c.HotStart, for c.HotDuration; then rest (nothing) until
+// start + c.Duration (or until ctx ends).
+//
+// Each simulated node hands out its own share from a goroutine of its own,
+// paced by the clock: each tick sends what is owed since the phase began, so
+// a node descheduled on a loaded machine catches up instead of offering
+// less, and the total is bounded by the rates times the durations. The
+// phase schedule runs apart from the nodes, so a busy node delays its own
+// traffic only; one goroutine doing every node's work would be preempted
+// and wait behind every other goroutine of a loaded simulator each time
+// (at 10,000 sidecars, tens of seconds).
+func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time)) (TrafficStats, error) {
+	if len(sidecars) != c.Sidecars() || c.Nodes < 1 {
+		return TrafficStats{}, fmt.Errorf("simproto: %d sidecars for %d nodes of %d: want %d", len(sidecars), c.Nodes, c.SidecarsPerNode, c.Sidecars())
+	}
+	keys := backgroundKeys(c.BackgroundKeys)
+	sched := schedule{hotDuration: c.HotDuration}
+	nodesCtx, stopNodes := context.WithCancel(ctx)
+	defer stopNodes()
+	gens := make([]*nodeTraffic, c.Nodes)
+	var wg sync.WaitGroup
+	for i := range gens {
+		gens[i] = newNodeTraffic(c, i, sidecars[i*c.SidecarsPerNode:(i+1)*c.SidecarsPerNode], keys)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runNode(nodesCtx, ctx, gens[i], &sched, start)
+		}()
+	}
+	phase(PhaseWarmup, start)
+	t := time.NewTicker(Tick)
+	defer t.Stop()
+	var st TrafficStats
+	prev := start
+	var hot time.Time
+	rest := false
+	for ctx.Err() == nil {
+		now := time.Now()
+		st.MaxGap = max(st.MaxGap, now.Sub(prev))
+		prev = now
+		if hot.IsZero() && now.Sub(start) >= c.HotStart {
+			hot = now
+			sched.hot.Store(hot.UnixNano())
+			phase(PhaseHot, now)
+		}
+		if !hot.IsZero() && !rest && now.Sub(hot) >= c.HotDuration {
+			rest = true
+			phase(PhaseRest, now)
+		}
+		// The hot event starts up to a tick late, so the run ends once rest
+		// has begun and the duration has passed.
+		if rest && now.Sub(start) >= c.Duration {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	stopNodes()
+	wg.Wait()
+	for _, g := range gens {
+		st.add(g.stats)
+	}
+	return st, nil
+}

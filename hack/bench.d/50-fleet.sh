@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Fleet simulator (issue 12): today's design against the fleet design, in one
+# run, at several fleet sizes (bench/fleetsim). For each size and design: a
+# real kube-apiserver + etcd, the design's real `heatsink manager` (a
+# process) and its node simulator (a process: N simulated nodes running the
+# design's node-agent code, 10 × N simulated sidecars); a warm-up, a hot event
+# spread evenly over every node, a rest. Prints Markdown (the tables) to
+# stdout; progress goes to stderr.
+#
+#  - legacy: heatsink at FLEET_BENCH_LEGACY_REF (default 701fc4c, the tree
+#    before the fleet design), checked out in a temporary git worktree; its
+#    node simulator is bench/fleetsim/legacy/nodesim.go.txt, built there.
+#  - fleet: this tree's heatsink and bench/fleetsim/cmd/nodesim.
+#
+# Then, unless FLEET_BENCH_POLICIES_ROW is empty, one more run of the fleet
+# design alone with several policies (default 1000:10, 1,000 nodes × 10
+# policies, each with its own viral key and counter: issue 12's target of
+# at most 50 mutating requests/s from heatsink during a hot event), printed
+# as a second table.
+#
+# FLEET_BENCH_NODES      fleet sizes (default 10,100,1000)
+# FLEET_BENCH_DESIGNS    designs (default legacy,fleet)
+# FLEET_BENCH_WARMUP, FLEET_BENCH_HOT, FLEET_BENCH_REST   phase durations
+#                        (default 10s, 20s, 15s)
+# FLEET_BENCH_START_TIMEOUT   bound on a node simulator's start-up (default 3m)
+# FLEET_BENCH_MAX_RSS_MB bound on the memory of one run's processes (default 12288)
+# FLEET_BENCH_POLICIES_ROW  NODES:POLICIES of the fleet-only run with several
+#                        policies (default 1000:10; empty: none); its raw
+#                        numbers go to FLEET_BENCH_JSON with .policies before .json
+# FLEET_BENCH_JSON       where the raw numbers go (default: a temporary file, removed)
+# FLEET_BENCH_FLAGS      more fleetsim flags (see `fleetsim -h`), e.g.
+#                        "--fleet-manager-args=--fleet-bind-address={fleetAddr}"
+set -o errexit -o nounset -o pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "${ROOT}"
+LEGACY_REF="${FLEET_BENCH_LEGACY_REF:-701fc4c}"
+NODES="${FLEET_BENCH_NODES:-10,100,1000}"
+DESIGNS="${FLEET_BENCH_DESIGNS:-legacy,fleet}"
+
+work="$(mktemp -d)"
+legacy="${work}/legacy"
+orch=""
+cleanup() {
+  if [[ -n "${orch}" ]] && kill -0 "${orch}" 2>/dev/null; then
+    kill -TERM "${orch}" 2>/dev/null || true # it stops what it started
+    wait "${orch}" 2>/dev/null || true
+  fi
+  if [[ -e "${legacy}/.git" ]]; then git worktree remove --force "${legacy}" >/dev/null 2>&1 || true; fi
+  git worktree prune >/dev/null 2>&1 || true
+  rm -rf "${work}"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "bench: fleet: building the orchestrator" >&2
+(cd bench && go build -o "${work}/fleetsim" ./fleetsim/cmd/fleetsim)
+
+args=()
+designs=()
+notes=()
+for d in ${DESIGNS//,/ }; do
+  case "$d" in
+  legacy)
+    echo "bench: fleet: building heatsink at ${LEGACY_REF} and its node simulator" >&2
+    git worktree add --detach "${legacy}" "${LEGACY_REF}" >/dev/null 2>&1
+    mkdir -p "${legacy}/cmd/nodesim/simproto"
+    cp bench/fleetsim/legacy/nodesim.go.txt "${legacy}/cmd/nodesim/main.go"
+    for f in bench/fleetsim/simproto/*.go; do
+      [[ "$f" == *_test.go ]] || cp "$f" "${legacy}/cmd/nodesim/simproto/"
+    done
+    (cd "${legacy}" && go build -o "${work}/legacy-heatsink" ./cmd/heatsink &&
+      go build -o "${work}/legacy-nodesim" ./cmd/nodesim)
+    args+=(--legacy-heatsink "${work}/legacy-heatsink" --legacy-nodesim "${work}/legacy-nodesim")
+    designs+=(legacy)
+    ;;
+  fleet)
+    echo "bench: fleet: building this tree's heatsink and the fleet node simulator" >&2
+    go build -o "${work}/fleet-heatsink" ./cmd/heatsink
+    (cd bench && go build -o "${work}/fleet-nodesim" ./fleetsim/cmd/nodesim)
+    args+=(--fleet-heatsink "${work}/fleet-heatsink" --fleet-nodesim "${work}/fleet-nodesim")
+    designs+=(fleet)
+    ;;
+  *)
+    echo "bench: fleet: unknown design $d (legacy, fleet)" >&2
+    exit 2
+    ;;
+  esac
+done
+if [[ ${#designs[@]} -eq 0 ]]; then
+  echo "## Fleet simulator"
+  echo
+  printf '%s\n' "${notes[@]}" "No design to run."
+  echo
+  exit 0
+fi
+
+joined="$(IFS=,; echo "${designs[*]}")"
+json="${FLEET_BENCH_JSON:-${work}/fleetsim.json}"
+# orchestrate RUNS_DIR REPORT ARGS...: one orchestrator run, stopped with
+# the script.
+orchestrate() {
+  local runs="$1" report="$2"
+  shift 2
+  # shellcheck disable=SC2086
+  "${work}/fleetsim" "$@" \
+    --warmup "${FLEET_BENCH_WARMUP:-10s}" --hot "${FLEET_BENCH_HOT:-20s}" --rest "${FLEET_BENCH_REST:-15s}" \
+    --start-timeout "${FLEET_BENCH_START_TIMEOUT:-3m}" --max-rss-mb "${FLEET_BENCH_MAX_RSS_MB:-12288}" \
+    --work "${runs}" ${FLEET_BENCH_FLAGS:-} >"${report}" &
+  orch=$!
+  local rc=0
+  wait "${orch}" || rc=$?
+  orch=""
+  return "${rc}"
+}
+echo "bench: fleet: running ${joined} at ${NODES} nodes" >&2
+status=0
+orchestrate "${work}/runs" "${work}/report.md" --nodes "${NODES}" --designs "${joined}" "${args[@]}" --json "${json}" || status=$?
+cat "${work}/report.md"
+prow="${FLEET_BENCH_POLICIES_ROW-1000:10}"
+if [[ ${status} -eq 0 && -n "${prow}" && " ${designs[*]} " == *" fleet "* ]]; then
+  echo "bench: fleet: running fleet at ${prow%%:*} nodes with ${prow##*:} policies" >&2
+  orchestrate "${work}/runs-policies" "${work}/report-policies.md" --nodes "${prow%%:*}" --policies "${prow##*:}" \
+    --designs fleet --fleet-heatsink "${work}/fleet-heatsink" --fleet-nodesim "${work}/fleet-nodesim" \
+    --json "${json%.json}.policies.json" || status=$?
+  cat "${work}/report-policies.md"
+fi
+if [[ ${#notes[@]} -gt 0 ]]; then
+  printf '%s\n' "${notes[@]}"
+  echo
+fi
+if [[ ${status} -ne 0 ]]; then
+  echo "bench: fleet: the orchestrator exited with ${status}; the last lines of each run's logs:" >&2
+  for f in "${work}"/runs*/*/*.log; do
+    [[ -e "$f" ]] || continue
+    echo "--- ${f#"${work}/"}" >&2
+    tail -20 "$f" >&2
+  done
+  exit "${status}"
+fi
