@@ -1,7 +1,7 @@
 // Command detectorbench measures heatsink's heavy-hitter sketch against an
 // exact map and the published Go top-K structures on the same pre-generated
-// Zipf stream, in one run, and measures the detector's reaction time against
-// a real API server. It prints Markdown (progress on stderr); it is run by
+// Zipf stream, in one run, and measures the node agent's reaction time with
+// the manager's real fleet hub. It prints Markdown (progress on stderr); it is run by
 // hack/bench.d/20-detector.sh with GOMAXPROCS=1 for one-core numbers.
 package main
 
@@ -33,7 +33,7 @@ var (
 	flood    = flag.Int("flood", 10_000_000, "distinct keys of the memory flood test")
 	sweep    = flag.Bool("sweep", true, "print the memory-budget curve")
 	storePct = flag.Int("store", 0, "heatsink sketch StoreFactor override (percent of K); 0 keeps the default")
-	reaction = flag.Int("reaction", 5, "reaction trials against a real API server; 0 skips")
+	reaction = flag.Int("reaction", 5, "reaction trials against the real fleet hub; 0 skips")
 )
 
 func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }

@@ -6,56 +6,47 @@ import (
 	"slices"
 	"time"
 
-	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/detector"
-	"github.com/heatsink-dev/heatsink/detector/report"
 	"github.com/heatsink-dev/heatsink/detector/wire"
-	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/fleet"
 )
 
-// reactionTest measures, with real clocks, a real API server, a real
-// detector and a sidecar's wire client, how long a key that turns from cold
-// to 6000 reads/s (over the default 5000) takes to appear in the node's
-// report, and to appear there over its threshold. Default settings: window
-// 10s, report interval 1s, client flush 100ms.
+// reactionTest measures, with real clocks, a real node agent, the
+// manager's real fleet hub and a sidecar's wire client, how long a key that
+// turns from cold to 6000 reads/s (over the default 5000) takes to appear in
+// the manager's view of the fleet, and to appear there over its threshold.
+// Default settings: window 10s, report interval 1s, client flush 100ms.
+// (The whole path to the sidecars, with the API server, is the fleet
+// simulator's: hack/bench.d/50-fleet.sh.)
 func reactionTest(ctx context.Context, trials int) error {
-	logf("detectorbench: reaction: starting a control plane")
-	ctrl.SetLogger(logr.Discard())
-	cp, err := controlplane.Start(controlplane.Options{})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const policy, node, token = "bench/checkout", "node-bench", "bench-token"
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: token, WarmUp: -1})
 	if err != nil {
 		return err
 	}
-	defer cp.Stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	const ns, node = "bench", "node-bench"
-	if err := cp.CreateNamespace(ctx, ns); err != nil {
+	go func() { _ = h.Start(ctx) }()
+	addr, err := h.Addr(ctx)
+	if err != nil {
 		return err
 	}
-	pol := &v1alpha1.HotKeyPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "checkout"},
-		Spec:       v1alpha1.HotKeyPolicySpec{Target: v1alpha1.RedisTarget{Addresses: []string{"redis:6379"}}},
-	}
-	v1alpha1.SetDefaults(&pol.Spec)
-	if err := cp.Client.Create(ctx, pol); err != nil {
-		return err
-	}
-	d, err := detector.New(detector.Options{Config: cp.Config, NodeName: node, ListenAddr: "127.0.0.1:0"})
+	spec := &v1alpha1.HotKeyPolicySpec{}
+	v1alpha1.SetDefaults(spec)
+	h.SetPolicy(policy, hub.ParamsFromSpec(spec))
+	h.UpsertPod("bench/app-0", node, fleet.Pod{IP: "127.0.0.1", Policy: policy})
+	d, err := detector.New(detector.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: token})
 	if err != nil {
 		return err
 	}
 	go func() { _ = d.Run(ctx) }()
-	for !d.Tracks(ns + "/checkout") {
+	for !d.Stats().Connected || !d.Tracks(policy) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		time.Sleep(10 * time.Millisecond) // polling until the policy is known
+		time.Sleep(10 * time.Millisecond) // polling until the agent follows the hub
 	}
 	c, err := wire.NewClient(d.Addr().String(), wire.ClientOptions{})
 	if err != nil {
@@ -68,42 +59,34 @@ func reactionTest(ctx context.Context, trials int) error {
 	defer stopBG()
 	go paceRate(bg, 20, func(n uint32) {
 		for i := range 200 {
-			c.Observe(ns+"/checkout", fmt.Sprintf("product:warm-%d", i), n, 0, 100*n)
+			c.Observe(policy, fmt.Sprintf("product:warm-%d", i), n, 0, 100*n)
 		}
 	})
 
 	var appear, over []time.Duration
-	fmt.Println("### Reaction: cold key to report, real clock and API server")
+	fmt.Println("### Reaction: cold key to the manager's view, real clock, node agent and hub")
 	fmt.Println()
 	fmt.Println("A key goes from cold to 6000 reads/s (default threshold 5000, window 10s, report interval 1s, sidecar flush 100ms).")
 	fmt.Println()
-	fmt.Println("| trial | in the report | in the report over threshold |")
+	fmt.Println("| trial | in the manager's view | in the view over threshold |")
 	fmt.Println("|---:|---:|---:|")
 	for i := range trials {
 		key := fmt.Sprintf("product:hot-%d", i)
 		hot, stopHot := context.WithCancel(ctx)
 		start := time.Now()
-		go paceRate(hot, 6000, func(n uint32) { c.Observe(ns+"/checkout", key, n, 0, 512*n) })
+		go paceRate(hot, 6000, func(n uint32) { c.Observe(policy, key, n, 0, 512*n) })
 		var tIn, tOver time.Duration
 		for tOver == 0 && time.Since(start) < 10*time.Second {
-			var r v1alpha1.HotKeyReport
-			err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: report.Name("checkout", node)}, &r)
-			if err != nil && !apierrors.IsNotFound(err) {
-				stopHot()
-				return err
-			}
-			for _, cand := range r.Spec.Candidates {
-				if cand.Key != key {
-					continue
-				}
+			snap, _ := h.Snapshot(policy)
+			if est, ok := snap.Keys[key]; ok {
 				if tIn == 0 {
 					tIn = time.Since(start)
 				}
-				if cand.ReadsPerSecond >= v1alpha1.DefaultReadsPerSecond {
+				if est.ReadsPerSecond >= v1alpha1.DefaultReadsPerSecond {
 					tOver = time.Since(start)
 				}
 			}
-			time.Sleep(5 * time.Millisecond) // polling the API server
+			time.Sleep(5 * time.Millisecond) // polling the hub
 		}
 		stopHot()
 		if tOver == 0 {
