@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Manager benchmark: one reconcile of a HotKeyPolicy with 1,000 hot keys from
-# 500 node reports (200 candidates each), against the 100 ms budget.
-#  - aggregate+decide: the pure path (sum reports, decide), no API server;
+# 500 nodes' summaries in the fleet hub (200 keys each), against the 100 ms budget.
+#  - aggregate+decide: the pure path (aggregate, decide), no API server;
 #  - reconcile (cached): a full steady-state Reconcile through the manager's
 #    informer cache against a real kube-apiserver (envtest);
 #  - reconcile (uncached): the same reading straight from the API server, the
@@ -31,7 +31,7 @@ cached="$(ms '^BenchmarkReconcile/cached' "${work}/reconcile.txt")"
 uncached="$(ms '^BenchmarkReconcile/uncached' "${work}/reconcile.txt")"
 
 cat <<MD
-## Manager: one reconcile, 1,000 hot keys from 500 node reports
+## Manager: one reconcile, 1,000 hot keys from 500 nodes' summaries
 
 ${N} iterations each, mean per operation; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores.
 Budget: ${BUDGET_MS} ms per reconcile.
@@ -43,6 +43,6 @@ Budget: ${BUDGET_MS} ms per reconcile.
 | reconcile, direct API reads (peer) | ${uncached} | $(ratio "${uncached}" "${BUDGET_MS}") | $(ratio "${uncached}" "${cached}") |
 
 Steady state: keys already mitigated and the table published, so a pass lists
-the reports, decides, and finds nothing to write (no ConfigMap or status write).
+the hub's view, decides, and finds nothing to write (no ConfigMap or status write).
 
 MD
