@@ -115,20 +115,21 @@ demo: setup ## Run the local end-to-end demo: a hot key detected and relieved.
 	go build -o $(LOCALBIN)/heatsink-demo ./demo/heatsink-demo
 	$(LOCALBIN)/heatsink-demo $(DEMO_FLAGS)
 
-# VERSION is the release the image and its binary are stamped with: the
-# chart's appVersion, so that the chart's default image is the one built.
-VERSION   ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/heatsink/Chart.yaml)
+# IMAGE_VERSION is the release the image and its binary are stamped with:
+# the chart's appVersion, so that the chart's default image is the one built
+# (VERSION, above, is a development build's git description).
+IMAGE_VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/heatsink/Chart.yaml)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
-IMG       ?= ghcr.io/heatsink-dev/heatsink:$(VERSION)
+IMG       ?= ghcr.io/heatsink-dev/heatsink:$(IMAGE_VERSION)
 IMAGE_DIR ?= $(CURDIR)/out/images
-VERSION_LDFLAGS := -X github.com/heatsink-dev/heatsink/internal/version.Version=$(VERSION)
+VERSION_LDFLAGS := -X github.com/heatsink-dev/heatsink/internal/version.Version=$(IMAGE_VERSION)
 
 .PHONY: image
 image: ## Build the OCI image without a Docker engine into out/images/heatsink.tar (go-containerregistry, pinned base).
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $(VERSION_LDFLAGS)" -o $(IMAGE_DIR)/heatsink ./cmd/heatsink
-	go run ./images/heatsink-image heatsink --binary $(IMAGE_DIR)/heatsink --version $(VERSION) \
+	go run ./images/heatsink-image heatsink --binary $(IMAGE_DIR)/heatsink --version $(IMAGE_VERSION) \
 		--revision $(REVISION) --tag $(IMG) --out $(IMAGE_DIR)/heatsink.tar
-	HEATSINK_IMAGE_TAR=$(IMAGE_DIR)/heatsink.tar HEATSINK_IMAGE_REF=$(IMG) HEATSINK_VERSION=$(VERSION) \
+	HEATSINK_IMAGE_TAR=$(IMAGE_DIR)/heatsink.tar HEATSINK_IMAGE_REF=$(IMG) HEATSINK_VERSION=$(IMAGE_VERSION) \
 		HEATSINK_REVISION=$(REVISION) go test -count=1 -run TestBuiltImage ./images
 
 .PHONY: docker-build
