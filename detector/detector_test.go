@@ -6,9 +6,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -68,6 +70,12 @@ func start(t *testing.T) *harness {
 // startWith is start with the policy's spec changed by mut (after defaults).
 func startWith(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec)) *harness {
 	t.Helper()
+	return startOpts(t, mut, nil)
+}
+
+// startOpts is startWith with the agent's options changed by mutOpts.
+func startOpts(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec), mutOpts func(*Options)) *harness {
+	t.Helper()
 	h := &harness{t: t, clk: clocktesting.NewFakeClock(time.Now().Truncate(time.Second))}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -87,7 +95,11 @@ func startWith(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec)) *harness {
 	}
 	h.hub.SetPolicy(policy, hub.ParamsFromSpec(spec))
 	h.hub.UpsertPod("shop/app-0", node, fleet.Pod{IP: "127.0.0.1", Policy: policy})
-	if h.d, err = New(Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: "t0ken", Clock: h.clk}); err != nil {
+	opts := Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: "t0ken", Clock: h.clk}
+	if mutOpts != nil {
+		mutOpts(&opts)
+	}
+	if h.d, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -224,6 +236,50 @@ func TestAgentReportsToTheManager(t *testing.T) {
 		h.hub.RemovePolicy(policy)
 		eventually.True(t, 20*time.Second, "policy forgotten", func() bool { return !h.d.Tracks(policy) })
 	})
+}
+
+// TestOnRoutingTableSeesEachStoredVersion: the observation hook is called
+// once per table the agent stores from the real hub's pushes, in version
+// order, never for a version it already holds or an older one, and the
+// table it reports is the one its routing server serves.
+func TestOnRoutingTableSeesEachStoredVersion(t *testing.T) {
+	type seen struct {
+		policy  string
+		version int64
+	}
+	var mu sync.Mutex
+	var got []seen
+	h := startOpts(t, nil, func(o *Options) {
+		o.OnRoutingTable = func(p string, v int64) {
+			mu.Lock()
+			got = append(got, seen{p, v})
+			mu.Unlock()
+		}
+	})
+	table := func(v int64) []byte { return []byte(fmt.Sprintf(`{"version":%d,"entries":[]}`, v)) }
+	h.hub.SetRouting(policy, 1, table(1), nil)
+	h.hub.SetRouting(policy, 3, table(3), nil)
+	h.hub.SetRouting(policy, 2, table(2), nil) // older: the hub drops it
+	h.hub.SetRouting(policy, 3, table(3), nil) // the same: dropped too
+	h.hub.SetRouting(policy, 4, table(4), nil)
+	eventually.True(t, 20*time.Second, "version 4 observed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0 && got[len(got)-1].version == 4
+	})
+	// A stale push straight to the agent's store is not reported either.
+	if h.d.routes.update(policy, 2, table(2)) {
+		t.Error("the agent stored version 2 over version 4")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []seen{{policy, 1}, {policy, 3}, {policy, 4}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(seen{})); diff != "" {
+		t.Errorf("observed tables (-want +got):\n%s", diff)
+	}
+	if v, body, _ := h.d.routes.current(policy); v != 4 || string(body) != string(table(4)) {
+		t.Errorf("the agent holds version %d (%s), want 4", v, body)
+	}
 }
 
 // TestAgentWaitsForItsToken: the agent starts before the manager has made

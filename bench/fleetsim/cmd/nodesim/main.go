@@ -292,6 +292,10 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 			int(p["sidecars_started"]), s.c.Sidecars(), int(p["sidecars_synced"]))
 	}
 	discard := logr.Discard()
+	policyIndex := map[string]int{}
+	for k := range max(s.c.Policies, 1) {
+		policyIndex[s.c.PolicyRefOf(k)] = k
+	}
 	t0 := time.Now()
 	for i := range s.c.Nodes {
 		if err := pace(startCtx, t0, i, s.o.startRate); err != nil {
@@ -301,6 +305,13 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 		d, err := detector.New(detector.Options{
 			NodeName: simproto.NodeName(i), ListenAddr: simproto.NodeIP(i) + ":0",
 			Manager: s.c.ManagerFleet, Token: s.c.Token, Registerer: reg, Logger: &discard,
+			// When this agent holds each version: the manager → agents
+			// step of the fan-out, apart from agent → sidecars.
+			OnRoutingTable: func(policy string, version int64) {
+				if k, ok := policyIndex[policy]; ok {
+					s.out.AgentRouting(i, k, version, time.Now())
+				}
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("node agent %d: %w", i, err)
