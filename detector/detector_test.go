@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -57,9 +58,11 @@ func labelIs(m *dto.Metric, name, value string) bool {
 type harness struct {
 	t   *testing.T
 	hub *hub.Hub
-	d   *Detector
-	clk *clocktesting.FakeClock
-	c   *wire.Client
+	// hubReg holds the hub's metrics.
+	hubReg *prometheus.Registry
+	d      *Detector
+	clk    *clocktesting.FakeClock
+	c      *wire.Client
 }
 
 func start(t *testing.T) *harness {
@@ -80,7 +83,8 @@ func startOpts(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec), mutOpts func(
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var err error
-	if h.hub, err = hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken", Clock: h.clk, WarmUp: -1}); err != nil {
+	h.hubReg = prometheus.NewRegistry()
+	if h.hub, err = hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken", Clock: h.clk, WarmUp: -1, Registerer: h.hubReg}); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = h.hub.Start(ctx) }()
@@ -280,6 +284,33 @@ func TestOnRoutingTableSeesEachStoredVersion(t *testing.T) {
 	if v, body, _ := h.d.routes.current(policy); v != 4 || string(body) != string(table(4)) {
 		t.Errorf("the agent holds version %d (%s), want 4", v, body)
 	}
+	// The hub timed each of the three pushes to this agent's stream, on its
+	// (fake, unmoved) clock.
+	var count uint64
+	var sum float64
+	eventually.True(t, 20*time.Second, "3 pushes timed", func() bool {
+		count, sum = histogram(t, h.hubReg, "heatsink_manager_fleet_routing_push_seconds")
+		return count >= 3
+	})
+	if count != 3 || sum != 0 {
+		t.Errorf("routing push histogram: %d samples summing to %gs, want 3 summing to 0s (the hub's clock did not move)", count, sum)
+	}
+}
+
+// histogram is the sample count and sum of a histogram without labels.
+func histogram(t *testing.T, g prometheus.Gatherer, name string) (uint64, float64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			hg := mf.GetMetric()[0].GetHistogram()
+			return hg.GetSampleCount(), hg.GetSampleSum()
+		}
+	}
+	return 0, 0
 }
 
 // TestAgentWaitsForItsToken: the agent starts before the manager has made
