@@ -294,6 +294,40 @@ func TestEventStoreKeepsAgentRouting(t *testing.T) {
 	}
 }
 
+func TestParseHubPush(t *testing.T) {
+	const text = `# TYPE heatsink_manager_fleet_routing_push_seconds histogram
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.001"} 10
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.002"} 600
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.004"} 980
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.008"} 995
+heatsink_manager_fleet_routing_push_seconds_bucket{le="+Inf"} 1000
+heatsink_manager_fleet_routing_push_seconds_sum 2.5
+heatsink_manager_fleet_routing_push_seconds_count 1000
+# TYPE other_total counter
+other_total 3
+`
+	got, err := parseHubPush(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 500 is in the 2 ms bucket; rank 990 in the 8 ms one.
+	want := &HubPush{Samples: 1000, MeanMs: 2.5, P50Ms: 2, P99Ms: 8}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hub push (-want +got):\n%s", diff)
+	}
+	for name, text := range map[string]string{
+		"no histogram": "# TYPE other_total counter\nother_total 3\n",
+		"no sample":    "# TYPE heatsink_manager_fleet_routing_push_seconds histogram\nheatsink_manager_fleet_routing_push_seconds_bucket{le=\"+Inf\"} 0\nheatsink_manager_fleet_routing_push_seconds_sum 0\nheatsink_manager_fleet_routing_push_seconds_count 0\n",
+	} {
+		if got, err := parseHubPush(strings.NewReader(text)); err != nil || got != nil {
+			t.Errorf("%s: got %+v, %v; want nil, nil", name, got, err)
+		}
+	}
+	if _, err := parseHubPush(strings.NewReader("not { metrics")); err == nil {
+		t.Error("garbage parsed")
+	}
+}
+
 func TestTroubles(t *testing.T) {
 	tests := map[string]struct {
 		stats, progress map[string]float64

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,6 +96,10 @@ type Result struct {
 	ProbeSidecars int     `json:"probeSidecars,omitempty"`
 	// AgentProbe is the probe's version to the node agents.
 	AgentProbe *FanOut `json:"agentProbe,omitempty"`
+	// HubPush is the manager's timing of its pushes to the agents' streams,
+	// read from its /metrics after the probe (designs with the fleet hub,
+	// whose manager serves plain-HTTP metrics: --metrics-secure=false).
+	HubPush *HubPush `json:"hubPush,omitempty"`
 	// PhaseAt is when the node simulator's phases began (its events);
 	// MarkAt when the orchestrator read the counters that close them.
 	PhaseAt map[string]time.Time `json:"phaseAt,omitempty"`
@@ -705,6 +710,7 @@ loop:
 	if res.Reached == "done" && !sim.exited() {
 		res.Probe, res.ProbeSidecars = probe(runCtx, cp, &tc, versions[0], store), sidecarsOf(0, &tc)
 	}
+	res.HubPush = scrapeHubPush(runCtx, fmt.Sprintf("127.0.0.1:%d", ports[0]))
 	procs.sample()
 	// The last progress, the counters, and everything the sidecars said.
 	sim.stop(30 * time.Second)
@@ -991,6 +997,27 @@ func lateness(readyAt time.Time, phaseAt map[string]time.Time, tc simproto.Confi
 		}
 	}
 	return out
+}
+
+// scrapeHubPush reads the manager's routing push timing from its metrics
+// at addr; nil if it serves none over plain HTTP.
+func scrapeHubPush(ctx context.Context, addr string) *HubPush {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	hp, _ := parseHubPush(resp.Body)
+	return hp
 }
 
 // ProbeKey is the key the routing probe schedules.
