@@ -206,9 +206,6 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	p.decide(r.Margin)
 	r.enact(ctx, p)
-	if p.pub.err == nil {
-		r.Fleet.SetRouting(policyID(p.key), p.pub.version, []byte(p.pub.table), p.pub.keys)
-	}
 	r.writeReport(ctx, p)
 
 	status := buildStatus(p)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -741,6 +742,10 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			p.Spec.Mitigations.Replicate.Enabled = ptr.To(true)
 		})
 		f.report("stalled", "n1", cand("page:stalled", 100000, 0))
+		// A node agent hosting one of the policy's pods, following the
+		// hub's stream as a real one does.
+		f.hub.UpsertPod(f.ns+"/stalled-agent", "agent-stalled", fleet.Pod{IP: podIP("agent-stalled"), Policy: f.ns + "/stalled"})
+		agent := followHub(t, f.hub, "agent-stalled")
 		pending(f, "stalled")
 		f.step(2*time.Second, "stalled")
 		f.tableUntil("replicated key published before its fill", "stalled", func(tbl *routing.Table) bool {
@@ -750,6 +755,15 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f.eventually("the fill stuck in Redis", func() error {
 			if stall.accepted() == 0 {
 				return fmt.Errorf("no connection to the stalled Redis yet")
+			}
+			return nil
+		})
+		// The node agents, which the sidecars follow, hold the table while
+		// the fill still waits on Redis.
+		f.eventually("the table pushed to the node agent before the fill ends", func() error {
+			tbl := agent.table(f.ns + "/stalled")
+			if tbl == nil || tbl.Lookup("page:stalled") == nil {
+				return fmt.Errorf("the agent holds %+v", tbl)
 			}
 			return nil
 		})
@@ -847,6 +861,64 @@ type stallServer struct {
 	conns    []net.Conn
 	n        int
 	released bool
+}
+
+// hubFollower is a node agent's end of the hub's stream, reduced to the
+// newest routing table of each policy.
+type hubFollower struct {
+	mu     sync.Mutex
+	tables map[string]*routing.Table
+}
+
+func (a *hubFollower) table(policy string) *routing.Table {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tables[policy]
+}
+
+// followHub opens the hub's stream as node's agent and keeps the routing
+// tables it pushes, until the test ends.
+func followHub(t *testing.T, h *hub.Hub, node string) *hubFollower {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	addr, err := h.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+fleet.PathWatch+"?node="+node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet.SetToken(req, "test")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("hub stream: %s", resp.Status)
+	}
+	a := &hubFollower{tables: map[string]*routing.Table{}}
+	go func() {
+		defer resp.Body.Close()
+		dec := json.NewDecoder(resp.Body)
+		for {
+			var ev fleet.Event
+			if dec.Decode(&ev) != nil {
+				return
+			}
+			if ev.Type != fleet.TypeRouting || ev.Routing == nil {
+				continue
+			}
+			if tbl, err := routing.Parse(ev.Routing.Table); err == nil {
+				a.mu.Lock()
+				a.tables[ev.Routing.Policy] = tbl
+				a.mu.Unlock()
+			}
+		}
+	}()
+	return a
 }
 
 func newStallServer(t *testing.T) *stallServer {

@@ -95,6 +95,10 @@ func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
 	rp.fold(rctx, p.spec, p.enforced)
 	p.pub = r.publish(ctx, p.policy, p.spec, p.prev, &p.out, p.enforced)
 	if p.pub.err == nil {
+		// The node agents get the table as soon as it is published: a fill
+		// waits on Redis (up to RedisTimeout when Redis stalls), and the
+		// sidecars follow the agents, not the ConfigMap.
+		r.Fleet.SetRouting(policyID(p.key), p.pub.version, []byte(p.pub.table), p.pub.keys)
 		rp.fill(rctx, r.fills(p.key, p.prev, p.enforced, p.scheduled, p.now))
 	}
 	p.act = rp.res

@@ -98,6 +98,13 @@ type Options struct {
 	MetricsAddr, ProbeAddr string
 	// Logger. Default: controller-runtime's.
 	Logger *logr.Logger
+	// OnRoutingTable, if set, is called after the agent stored a routing
+	// table newer than the one it held for policy ("<namespace>/<name>"),
+	// from the goroutine reading the manager's stream, so it must return
+	// quickly. It is an observation hook (the fleet simulator times when
+	// each node agent holds each version, apart from its sidecars'
+	// fan-out); the agent needs nothing from it.
+	OnRoutingTable func(policy string, version int64)
 }
 
 // Detector is one node's agent.

@@ -6,9 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -55,9 +58,11 @@ func labelIs(m *dto.Metric, name, value string) bool {
 type harness struct {
 	t   *testing.T
 	hub *hub.Hub
-	d   *Detector
-	clk *clocktesting.FakeClock
-	c   *wire.Client
+	// hubReg holds the hub's metrics.
+	hubReg *prometheus.Registry
+	d      *Detector
+	clk    *clocktesting.FakeClock
+	c      *wire.Client
 }
 
 func start(t *testing.T) *harness {
@@ -68,11 +73,18 @@ func start(t *testing.T) *harness {
 // startWith is start with the policy's spec changed by mut (after defaults).
 func startWith(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec)) *harness {
 	t.Helper()
+	return startOpts(t, mut, nil)
+}
+
+// startOpts is startWith with the agent's options changed by mutOpts.
+func startOpts(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec), mutOpts func(*Options)) *harness {
+	t.Helper()
 	h := &harness{t: t, clk: clocktesting.NewFakeClock(time.Now().Truncate(time.Second))}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var err error
-	if h.hub, err = hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken", Clock: h.clk, WarmUp: -1}); err != nil {
+	h.hubReg = prometheus.NewRegistry()
+	if h.hub, err = hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken", Clock: h.clk, WarmUp: -1, Registerer: h.hubReg}); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = h.hub.Start(ctx) }()
@@ -87,7 +99,11 @@ func startWith(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec)) *harness {
 	}
 	h.hub.SetPolicy(policy, hub.ParamsFromSpec(spec))
 	h.hub.UpsertPod("shop/app-0", node, fleet.Pod{IP: "127.0.0.1", Policy: policy})
-	if h.d, err = New(Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: "t0ken", Clock: h.clk}); err != nil {
+	opts := Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: "t0ken", Clock: h.clk}
+	if mutOpts != nil {
+		mutOpts(&opts)
+	}
+	if h.d, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -224,6 +240,77 @@ func TestAgentReportsToTheManager(t *testing.T) {
 		h.hub.RemovePolicy(policy)
 		eventually.True(t, 20*time.Second, "policy forgotten", func() bool { return !h.d.Tracks(policy) })
 	})
+}
+
+// TestOnRoutingTableSeesEachStoredVersion: the observation hook is called
+// once per table the agent stores from the real hub's pushes, in version
+// order, never for a version it already holds or an older one, and the
+// table it reports is the one its routing server serves.
+func TestOnRoutingTableSeesEachStoredVersion(t *testing.T) {
+	type seen struct {
+		policy  string
+		version int64
+	}
+	var mu sync.Mutex
+	var got []seen
+	h := startOpts(t, nil, func(o *Options) {
+		o.OnRoutingTable = func(p string, v int64) {
+			mu.Lock()
+			got = append(got, seen{p, v})
+			mu.Unlock()
+		}
+	})
+	table := func(v int64) []byte { return []byte(fmt.Sprintf(`{"version":%d,"entries":[]}`, v)) }
+	h.hub.SetRouting(policy, 1, table(1), nil)
+	h.hub.SetRouting(policy, 3, table(3), nil)
+	h.hub.SetRouting(policy, 2, table(2), nil) // older: the hub drops it
+	h.hub.SetRouting(policy, 3, table(3), nil) // the same: dropped too
+	h.hub.SetRouting(policy, 4, table(4), nil)
+	eventually.True(t, 20*time.Second, "version 4 observed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0 && got[len(got)-1].version == 4
+	})
+	// A stale push straight to the agent's store is not reported either.
+	if h.d.routes.update(policy, 2, table(2)) {
+		t.Error("the agent stored version 2 over version 4")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []seen{{policy, 1}, {policy, 3}, {policy, 4}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(seen{})); diff != "" {
+		t.Errorf("observed tables (-want +got):\n%s", diff)
+	}
+	if v, body, _ := h.d.routes.current(policy); v != 4 || string(body) != string(table(4)) {
+		t.Errorf("the agent holds version %d (%s), want 4", v, body)
+	}
+	// The hub timed each of the three pushes to this agent's stream, on its
+	// (fake, unmoved) clock.
+	var count uint64
+	var sum float64
+	eventually.True(t, 20*time.Second, "3 pushes timed", func() bool {
+		count, sum = histogram(t, h.hubReg, "heatsink_manager_fleet_routing_push_seconds")
+		return count >= 3
+	})
+	if count != 3 || sum != 0 {
+		t.Errorf("routing push histogram: %d samples summing to %gs, want 3 summing to 0s (the hub's clock did not move)", count, sum)
+	}
+}
+
+// histogram is the sample count and sum of a histogram without labels.
+func histogram(t *testing.T, g prometheus.Gatherer, name string) (uint64, float64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			hg := mf.GetMetric()[0].GetHistogram()
+			return hg.GetSampleCount(), hg.GetSampleSum()
+		}
+	}
+	return 0, 0
 }
 
 // TestAgentWaitsForItsToken: the agent starts before the manager has made

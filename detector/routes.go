@@ -53,17 +53,19 @@ func (r *routes) entry(policy string) *table {
 	return t
 }
 
-// update keeps body as policy's table if it is newer than the one held.
-func (r *routes) update(policy string, version int64, body []byte) {
+// update keeps body as policy's table if it is newer than the one held,
+// and reports whether it did.
+func (r *routes) update(policy string, version int64, body []byte) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.entry(policy)
 	if version <= t.version {
-		return
+		return false
 	}
 	t.version, t.body = version, body
 	close(t.changed)
 	t.changed = make(chan struct{})
+	return true
 }
 
 // remove forgets a deleted policy's table.

@@ -246,8 +246,9 @@ func (d *Detector) watch(ctx context.Context, addr, token string) (synced bool, 
 			d.sources.set(ev.Pods)
 			d.metrics.pods.Set(float64(len(ev.Pods)))
 		case fleet.TypeRouting:
-			if ev.Routing != nil {
-				d.routes.update(ev.Routing.Policy, ev.Routing.Version, ev.Routing.Table)
+			if ev.Routing != nil && d.routes.update(ev.Routing.Policy, ev.Routing.Version, ev.Routing.Table) &&
+				d.opts.OnRoutingTable != nil {
+				d.opts.OnRoutingTable(ev.Routing.Policy, ev.Routing.Version)
 			}
 		case fleet.TypeSynced:
 			if !synced {

@@ -302,8 +302,9 @@ func (h *Hub) SetRouting(id string, version int64, table []byte, mitigated []str
 	p.mitigated = mitigated
 	// Encoded once, whatever the number of nodes it goes to.
 	p.routingLine = h.encode(fleet.Event{Type: fleet.TypeRouting, Routing: p.routing})
+	q := queued{line: p.routingLine, pushed: h.opts.Clock.Now()}
 	for n := range p.nodes {
-		h.sendLine(n, p.routingLine)
+		h.queue(n, q)
 	}
 	h.metrics.routingPushes.Inc()
 }

@@ -12,7 +12,10 @@ type metrics struct {
 	streamDrops     prometheus.Counter
 	directives      prometheus.Counter
 	routingPushes   prometheus.Counter
-	triggers        prometheus.Counter
+	// routingPushSeconds: from a table's push (SetRouting) to its line
+	// flushed onto one agent's stream, one sample per agent.
+	routingPushSeconds prometheus.Histogram
+	triggers           prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,13 +52,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "heatsink_manager_fleet_routing_pushes_total",
 			Help: "Routing tables pushed to node agents (once per new version).",
 		}),
+		routingPushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "heatsink_manager_fleet_routing_push_seconds",
+			Help:    "Time from a new routing table's push to its line written and flushed to one node agent's stream (one sample per agent).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms to 8 s
+		}),
 		triggers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "heatsink_manager_fleet_triggers_total",
 			Help: "Reconciles asked for because a key's estimate crossed a band.",
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.summaries, m.policySummaries, m.agents, m.connects, m.events, m.streamDrops, m.directives, m.routingPushes, m.triggers} {
+		for _, c := range []prometheus.Collector{m.summaries, m.policySummaries, m.agents, m.connects, m.events, m.streamDrops, m.directives, m.routingPushes, m.routingPushSeconds, m.triggers} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -14,8 +14,16 @@ import (
 // agentStream is one node agent's event stream: encoded lines queued for the
 // goroutine that writes them.
 type agentStream struct {
-	out  chan []byte
+	out  chan queued
 	done chan struct{}
+}
+
+// queued is an encoded event waiting for an agent's stream.
+type queued struct {
+	line []byte
+	// pushed is when SetRouting pushed this routing table; zero for other
+	// events. The stream observes how long the line took to be flushed.
+	pushed time.Time
 }
 
 // streamQueue bounds the events queued for one agent. An agent that falls
@@ -116,7 +124,7 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	st := &agentStream{out: make(chan []byte, streamQueue), done: make(chan struct{})}
+	st := &agentStream{out: make(chan queued, streamQueue), done: make(chan struct{})}
 	h.attach(nodeName, st)
 	defer h.detach(nodeName, st)
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -126,15 +134,24 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
 	defer heartbeat.Stop()
 	hb, _ := json.Marshal(fleet.Event{Type: fleet.TypeHeartbeat})
 	hb = append(hb, '\n')
-	write := func(line []byte) bool {
-		if _, err := bw.Write(line); err != nil {
+	var pushed []time.Time
+	write := func(q queued) bool {
+		pushed = pushed[:0]
+		add := func(q queued) bool {
+			if !q.pushed.IsZero() {
+				pushed = append(pushed, q.pushed)
+			}
+			_, err := bw.Write(q.line)
+			return err == nil
+		}
+		if !add(q) {
 			return false
 		}
 		// Write what is queued together, then flush once.
 		for more := true; more; {
 			select {
-			case l := <-st.out:
-				if _, err := bw.Write(l); err != nil {
+			case q := <-st.out:
+				if !add(q) {
 					return false
 				}
 			default:
@@ -145,6 +162,9 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 		flusher.Flush()
+		for _, at := range pushed {
+			h.metrics.routingPushSeconds.Observe(h.opts.Clock.Since(at).Seconds())
+		}
 		return true
 	}
 	for {
@@ -153,12 +173,12 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-st.done:
 			return
-		case line := <-st.out:
-			if !write(line) {
+		case q := <-st.out:
+			if !write(q) {
 				return
 			}
 		case <-heartbeat.C():
-			if !write(hb) {
+			if !write(queued{line: hb}) {
 				return
 			}
 		}
@@ -228,12 +248,17 @@ func (h *Hub) encode(ev fleet.Event) []byte {
 // must be held. An agent whose queue is full is disconnected (it reconnects
 // and resyncs).
 func (h *Hub) sendLine(nodeName string, line []byte) {
+	h.queue(nodeName, queued{line: line})
+}
+
+// queue is sendLine for a queued event; h.mu held.
+func (h *Hub) queue(nodeName string, q queued) {
 	n := h.nodes[nodeName]
-	if n == nil || n.stream == nil || line == nil {
+	if n == nil || n.stream == nil || q.line == nil {
 		return
 	}
 	select {
-	case n.stream.out <- line:
+	case n.stream.out <- q:
 		h.metrics.events.Inc()
 	default:
 		h.metrics.streamDrops.Inc()

@@ -32,6 +32,14 @@ const (
 	// when an earlier line of the same version carried them, so 10,000
 	// sidecars cost one key list per version.
 	EventRouting = "routing"
+	// EventAgentRouting ({"event":"agentRouting","node":i,"policy":k,
+	// "version":v,"at":T}): node i's agent stored policy k's (the policy's
+	// number, Config.PolicyName) routing table version v at T, before any
+	// of its sidecars could fetch it. Optional: a design whose nodes have no
+	// agent between the manager and the sidecars prints none. It separates
+	// the one centralised step of the fan-out (manager → every node agent)
+	// from the per-node one (agent → its sidecars).
+	EventAgentRouting = "agentRouting"
 	// EventError ({"event":"error","at":T,"message":M}): the simulator
 	// gives up (say, not ready within --start-timeout); it exits after it.
 	EventError = "error"
@@ -60,6 +68,7 @@ type Event struct {
 	Phase   string             `json:"phase,omitempty"`
 	Node    int                `json:"node"`
 	Sidecar int                `json:"sidecar"`
+	Policy  int                `json:"policy"`
 	Version int64              `json:"version,omitempty"`
 	Keys    []string           `json:"keys,omitempty"`
 	Message string             `json:"message,omitempty"`
@@ -71,9 +80,10 @@ func (e *Event) Time() time.Time { return time.Unix(0, e.At) }
 
 // ParseEvent reads one line. It refuses what the orchestrator could not use:
 // an unknown event, a missing time, a routing line without its sidecar or
-// version, a phase line without a known phase.
+// version, an agent's routing line without its node, policy or version, a
+// phase line without a known phase. Fields an event does not carry read 0.
 func ParseEvent(line []byte) (Event, error) {
-	e := Event{Node: -1, Sidecar: -1}
+	e := Event{Node: -1, Sidecar: -1, Policy: -1}
 	if err := json.Unmarshal(line, &e); err != nil {
 		return Event{}, fmt.Errorf("node simulator line: %w", err)
 	}
@@ -90,11 +100,36 @@ func ParseEvent(line []byte) (Event, error) {
 		if e.Node < 0 || e.Sidecar < 0 || e.Version <= 0 {
 			return Event{}, errors.New(`node simulator routing event: want "node" >= 0, "sidecar" >= 0 and "version" > 0`)
 		}
+	case EventAgentRouting:
+		if e.Node < 0 || e.Policy < 0 || e.Version <= 0 {
+			return Event{}, errors.New(`node simulator agentRouting event: want "node" >= 0, "policy" >= 0 and "version" > 0`)
+		}
 	default:
 		return Event{}, fmt.Errorf("node simulator line: unknown event %q", e.Event)
 	}
+	if e.Event != EventRouting && e.Event != EventAgentRouting {
+		e.Node = 0
+	}
 	if e.Event != EventRouting {
-		e.Node, e.Sidecar = 0, 0
+		e.Sidecar = 0
+	}
+	if e.Event != EventAgentRouting {
+		e.Policy = 0
+	}
+	if e.Event != EventRouting && e.Event != EventAgentRouting {
+		e.Version = 0
+	}
+	if e.Event != EventRouting {
+		e.Keys = nil
+	}
+	if e.Event != EventPhase {
+		e.Phase = ""
+	}
+	if e.Event != EventError {
+		e.Message = ""
+	}
+	if e.Event != EventProgress && e.Event != EventDone {
+		e.Stats = nil
 	}
 	return e, nil
 }
@@ -211,6 +246,20 @@ func (w *Writer) Routing(node, sidecar int, version int64, keys []string, at tim
 			b = append(b, `,"keys":`...)
 			b = appendJSON(b, keys)
 		}
+		return append(b, '}')
+	})
+}
+
+// AgentRouting prints that node's agent stored policy's routing table
+// version at at.
+func (w *Writer) AgentRouting(node, policy int, version int64, at time.Time) {
+	w.line(false, func(b []byte) []byte {
+		b = append(head(b, EventAgentRouting, at), `,"node":`...)
+		b = strconv.AppendInt(b, int64(node), 10)
+		b = append(b, `,"policy":`...)
+		b = strconv.AppendInt(b, int64(policy), 10)
+		b = append(b, `,"version":`...)
+		b = strconv.AppendInt(b, version, 10)
 		return append(b, '}')
 	})
 }

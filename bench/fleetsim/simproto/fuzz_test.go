@@ -19,6 +19,7 @@ func FuzzParseEvent(f *testing.F) {
 		`{"event":"phase","phase":"hot","at":5}`,
 		`{"event":"done","at":6,"stats":{"x":1.5}}`,
 		`{"event":"error","at":7,"message":"m"}`,
+		`{"event":"agentRouting","node":1,"policy":0,"version":3,"at":8}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -37,6 +38,8 @@ func FuzzParseEvent(f *testing.F) {
 			w.Phase(e.Phase, at)
 		case EventRouting:
 			w.Routing(e.Node, e.Sidecar, e.Version, e.Keys, at)
+		case EventAgentRouting:
+			w.AgentRouting(e.Node, e.Policy, e.Version, at)
 		case EventError:
 			w.Error(at, e.Message)
 		case EventProgress:

@@ -188,6 +188,7 @@ func TestWriterLinesParse(t *testing.T) {
 	w.Routing(3, 9, 7, []string{"a", "b\"c"}, at)
 	w.Routing(4, 0, 7, []string{"a", "b\"c"}, at)
 	w.Routing(4, 1, 8, nil, at)
+	w.AgentRouting(4, 2, 8, at)
 	w.Error(at, "not ready: 2/3")
 	w.Done(at, map[string]float64{"viral_reads": 1e6})
 	if err := w.Close(); err != nil {
@@ -210,6 +211,7 @@ func TestWriterLinesParse(t *testing.T) {
 		{Event: EventRouting, At: ns, Node: 3, Sidecar: 9, Version: 7, Keys: []string{"a", "b\"c"}},
 		{Event: EventRouting, At: ns, Node: 4, Sidecar: 0, Version: 7},
 		{Event: EventRouting, At: ns, Node: 4, Sidecar: 1, Version: 8, Keys: []string{}},
+		{Event: EventAgentRouting, At: ns, Node: 4, Policy: 2, Version: 8},
 		{Event: EventError, At: ns, Message: "not ready: 2/3"},
 		{Event: EventDone, At: ns, Stats: map[string]float64{"viral_reads": 1e6}},
 	}
@@ -229,6 +231,9 @@ func TestParseEventRefuses(t *testing.T) {
 		"routing no node":   `{"event":"routing","sidecar":1,"version":2,"at":1}`,
 		"routing version 0": `{"event":"routing","node":1,"sidecar":1,"version":0,"at":1}`,
 		"negative sidecar":  `{"event":"routing","node":1,"sidecar":-2,"version":3,"at":1}`,
+		"agent no policy":   `{"event":"agentRouting","node":1,"version":3,"at":1}`,
+		"agent no node":     `{"event":"agentRouting","policy":0,"version":3,"at":1}`,
+		"agent version 0":   `{"event":"agentRouting","node":1,"policy":0,"version":0,"at":1}`,
 	}
 	for name, line := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -181,4 +182,50 @@ func fmtRate(v float64) string {
 	default:
 		return fmt.Sprintf("%.0f", v)
 	}
+}
+
+// HubPush is the fleet manager's own timing of its routing pushes
+// (heatsink_manager_fleet_routing_push_seconds: from a new table's push to
+// its line flushed onto one agent's stream, one sample per agent), over the
+// whole run.
+type HubPush struct {
+	Samples uint64  `json:"samples"`
+	MeanMs  float64 `json:"meanMs"`
+	// P50Ms and P99Ms are the upper bounds of the buckets holding those
+	// ranks (Inf beyond the last bucket).
+	P50Ms float64 `json:"p50LeMs"`
+	P99Ms float64 `json:"p99LeMs"`
+}
+
+// hubPushMetric is the manager's histogram HubPush reads.
+const hubPushMetric = "heatsink_manager_fleet_routing_push_seconds"
+
+// parseHubPush reads HubPush from a manager's metrics; nil when it has no
+// such histogram (a design without the fleet hub) or no sample.
+func parseHubPush(r io.Reader) (*HubPush, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("manager metrics: %w", err)
+	}
+	fam := fams[hubPushMetric]
+	if fam == nil || len(fam.GetMetric()) != 1 || fam.GetMetric()[0].GetHistogram() == nil {
+		return nil, nil
+	}
+	h := fam.GetMetric()[0].GetHistogram()
+	n := h.GetSampleCount()
+	if n == 0 {
+		return nil, nil
+	}
+	hp := &HubPush{Samples: n, MeanMs: 1000 * h.GetSampleSum() / float64(n), P50Ms: math.Inf(1), P99Ms: math.Inf(1)}
+	rank := func(q float64) uint64 { return uint64(math.Ceil(q * float64(n))) }
+	for _, b := range h.GetBucket() { // cumulative, in order
+		if b.GetCumulativeCount() >= rank(0.5) && math.IsInf(hp.P50Ms, 1) {
+			hp.P50Ms = 1000 * b.GetUpperBound()
+		}
+		if b.GetCumulativeCount() >= rank(0.99) && math.IsInf(hp.P99Ms, 1) {
+			hp.P99Ms = 1000 * b.GetUpperBound()
+		}
+	}
+	return hp, nil
 }

@@ -235,16 +235,18 @@ func TestRow(t *testing.T) {
 		Processes: map[string]*ProcStats{"manager": {CPUPhases: 1.25, PeakRSSMB: 51.6}},
 	}
 	r.Probe, r.ProbeSidecars = &FanOut{Samples: 1000, P50Ms: 7, P99Ms: 90, MaxMs: 120, LastReached: 1000}, 1000
-	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | hot: 4 / 30 / 41 ms (last version at 1000/1000); probe: 7 / 90 / 120 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
+	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | — | hot: 4 / 30 / 41 ms (last version at 1000/1000); probe: 7 / 90 / 120 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
 	if got := row(r); got != want {
 		t.Errorf("row:\n got %s\nwant %s", got, want)
 	}
 	// Several policies: the design says so, detection counts keys.
 	r = &Result{Design: "fleet", Nodes: 1000, Policies: 10, Sidecars: 10000, Reached: "done",
-		Viral:   Detection{Detected: true, Seconds: 2.25, Version: 3, Of: 10, Count: 10, SidecarsReached: 10000, SidecarsP50: 2.5, SidecarsP99: 3},
-		Counter: Detection{Of: 10, Count: 7, Seconds: 2},
-		API:     map[string]APIRates{"hot": {Total: 30, Mutating: 8, MutatingLeases: 0.6}}}
-	want = "| fleet, 10 policies | 1000 | 10000 | all phases | 10/10 keys, the last 2.25 s | **7/10 keys** | 30 | 8.00 (0.60) | — | 0 / 0 B/s | — | 2.50 / 3.00 s (10000/10000) | — | — | — | — |"
+		Viral:       Detection{Detected: true, Seconds: 2.25, Version: 3, Of: 10, Count: 10, SidecarsReached: 10000, SidecarsP50: 2.5, SidecarsP99: 3},
+		Counter:     Detection{Of: 10, Count: 7, Seconds: 2},
+		API:         map[string]APIRates{"hot": {Total: 30, Mutating: 8, MutatingLeases: 0.6}},
+		AgentFanOut: FanOut{Samples: 3000, P50Ms: 20, P99Ms: 80, MaxMs: 95, LastVersion: 4, LastReached: 1000},
+		AgentProbe:  &FanOut{Samples: 999, P50Ms: 11, P99Ms: 40, MaxMs: 52, LastReached: 999}}
+	want = "| fleet, 10 policies | 1000 | 10000 | all phases | 10/10 keys, the last 2.25 s | **7/10 keys** | 30 | 8.00 (0.60) | — | 0 / 0 B/s | hot: 20 / 80 / 95 ms (last version at 1000/1000); probe: 11 / 40 / 52 ms (999/1000) | — | 2.50 / 3.00 s (10000/10000) | — | — | — | — |"
 	if got := row(r); got != want {
 		t.Errorf("row with policies:\n got %s\nwant %s", got, want)
 	}
@@ -256,6 +258,73 @@ func TestRow(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("row of a run that never got ready: %s\nwant it to hold %s", got, want)
 		}
+	}
+}
+
+// TestEventStoreKeepsAgentRouting: agentRouting lines are kept by policy,
+// with the node as the sample's index, apart from the sidecars' lines, and
+// neither wakes the run loop.
+func TestEventStoreKeepsAgentRouting(t *testing.T) {
+	s := &eventStore{spn: 10, notify: make(chan simproto.Event, 8)}
+	s.read(strings.NewReader(`{"event":"agentRouting","node":7,"policy":1,"version":3,"at":100}
+{"event":"routing","node":7,"sidecar":1,"version":3,"at":150,"keys":["k"]}
+{"event":"agentRouting","node":2,"policy":0,"version":5,"at":120}
+{"event":"agentRouting","node":2,"version":5,"at":120}
+{"event":"ready","at":200}
+`))
+	want := map[int][]sidecarEvent{
+		1: {{sidecar: 7, version: 3, at: time.Unix(0, 100)}},
+		0: {{sidecar: 2, version: 5, at: time.Unix(0, 120)}},
+	}
+	if diff := cmp.Diff(want, s.agents, cmp.AllowUnexported(sidecarEvent{})); diff != "" {
+		t.Errorf("agent events (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]sidecarEvent{{sidecar: 71, version: 3, at: time.Unix(0, 150)}}, s.routing, cmp.AllowUnexported(sidecarEvent{})); diff != "" {
+		t.Errorf("sidecar events (-want +got):\n%s", diff)
+	}
+	if s.badLines != 1 {
+		t.Errorf("%d lines refused, want 1 (the agentRouting line without its policy)", s.badLines)
+	}
+	var woke []string
+	for e := range s.notify {
+		woke = append(woke, e.Event)
+	}
+	if diff := cmp.Diff([]string{simproto.EventReady}, woke); diff != "" {
+		t.Errorf("events passed to the run loop (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseHubPush(t *testing.T) {
+	const text = `# TYPE heatsink_manager_fleet_routing_push_seconds histogram
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.001"} 10
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.002"} 600
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.004"} 980
+heatsink_manager_fleet_routing_push_seconds_bucket{le="0.008"} 995
+heatsink_manager_fleet_routing_push_seconds_bucket{le="+Inf"} 1000
+heatsink_manager_fleet_routing_push_seconds_sum 2.5
+heatsink_manager_fleet_routing_push_seconds_count 1000
+# TYPE other_total counter
+other_total 3
+`
+	got, err := parseHubPush(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 500 is in the 2 ms bucket; rank 990 in the 8 ms one.
+	want := &HubPush{Samples: 1000, MeanMs: 2.5, P50Ms: 2, P99Ms: 8}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hub push (-want +got):\n%s", diff)
+	}
+	for name, text := range map[string]string{
+		"no histogram": "# TYPE other_total counter\nother_total 3\n",
+		"no sample":    "# TYPE heatsink_manager_fleet_routing_push_seconds histogram\nheatsink_manager_fleet_routing_push_seconds_bucket{le=\"+Inf\"} 0\nheatsink_manager_fleet_routing_push_seconds_sum 0\nheatsink_manager_fleet_routing_push_seconds_count 0\n",
+	} {
+		if got, err := parseHubPush(strings.NewReader(text)); err != nil || got != nil {
+			t.Errorf("%s: got %+v, %v; want nil, nil", name, got, err)
+		}
+	}
+	if _, err := parseHubPush(strings.NewReader("not { metrics")); err == nil {
+		t.Error("garbage parsed")
 	}
 }
 

@@ -56,7 +56,7 @@ func run() int {
 		if d == "fleet" {
 			// The fleet server plain (no webhook certificate here); its
 			// token comes from the Secret the orchestrator creates.
-			def = "--fleet-bind-address={fleetAddr} --fleet-tls=false"
+			def = "--fleet-bind-address={fleetAddr} --fleet-tls=false --metrics-secure=false"
 		}
 		margs[d] = fs.String(d+"-manager-args", def, "extra manager arguments, space-separated; {fleetAddr}, {token} and {tokenFile} are the run's fleet endpoint and bearer token")
 		nargs[d] = fs.String(d+"-nodesim-args", "", "extra node simulator arguments, space-separated (same placeholders)")

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 )
@@ -72,7 +73,7 @@ func row(r *Result) string {
 	} else {
 		cells = append(cells, "—")
 	}
-	cells = append(cells, fanOutCell(r))
+	cells = append(cells, agentFanOutCell(r), fanOutCell(r))
 	if r.Viral.Detected {
 		cells = append(cells, fmt.Sprintf("%.2f / %.2f s (%d/%d)", r.Viral.SidecarsP50, r.Viral.SidecarsP99, r.Viral.SidecarsReached, r.Sidecars))
 	} else {
@@ -102,6 +103,33 @@ func fanOutCell(r *Result) string {
 		return "—"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// agentFanOutCell shows when the node agents held the versions the hot
+// event published, and the probe's: the manager → agents step alone.
+func agentFanOutCell(r *Result) string {
+	var parts []string
+	if f := r.AgentFanOut; f.Samples > 0 {
+		parts = append(parts, fmt.Sprintf("hot: %.0f / %.0f / %.0f ms (last version at %d/%d)", f.P50Ms, f.P99Ms, f.MaxMs, f.LastReached, r.Nodes))
+	}
+	if f := r.AgentProbe; f != nil && f.Samples > 0 {
+		parts = append(parts, fmt.Sprintf("probe: %.0f / %.0f / %.0f ms (%d/%d)", f.P50Ms, f.P99Ms, f.MaxMs, f.LastReached, r.Nodes))
+	}
+	if h := r.HubPush; h != nil {
+		parts = append(parts, fmt.Sprintf("of which the manager's push to the streams: mean %.0f ms, p50 ≤ %s, p99 ≤ %s (%d pushes)", h.MeanMs, fmtLe(h.P50Ms), fmtLe(h.P99Ms), h.Samples))
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// fmtLe renders a bucket's upper bound in milliseconds.
+func fmtLe(ms float64) string {
+	if math.IsInf(ms, 1) {
+		return "+Inf"
+	}
+	return fmt.Sprintf("%g ms", ms)
 }
 
 // reached says how far the run got, with the start-up time.
@@ -162,10 +190,10 @@ func writeReport(w io.Writer, p params, results []*Result) {
 		p.viralRate, p.viralRate/float64(p.reads), p.counterRate, p.counterRate/float64(p.writes), p.rest)
 	fmt.Fprintf(w, "Detected: from the hot event's start to the first routing ConfigMap version holding the key, as a watch of the ConfigMap saw it. "+
 		"API rates: kube-apiserver's `apiserver_request_total` (resource requests; the orchestrator's own set-up is before the phases and its one ConfigMap watch is one long request), mutating = POST/PUT/PATCH/APPLY/DELETE, in brackets the part on leases (the manager's leader election and kube-apiserver's own lease); watch events: `apiserver_watch_events_total` and `_sizes_sum`. "+
-		"Fan-out: each sidecar's acceptance of a routing version minus when the orchestrator's watch saw that version: \"hot\" over the versions the hot event published, \"probe\" for one routing change made after the phases (a schedule for key `fleetsim:probe` added to the policy), so that every size and design has one. CPU: seconds from ready to the end of rest; RSS: peak (VmHWM). "+
+		"Fan-out: each sidecar's acceptance of a routing version minus when the orchestrator's watch saw that version: \"hot\" over the versions the hot event published, \"probe\" for one routing change made after the phases (a schedule for key `fleetsim:probe` added to the policy), so that every size and design has one. Agents hold the version: the same, to each node agent storing the version (the fleet design's node simulator reports it through the agent's `OnRoutingTable` hook; legacy has no agent between the API server and its sidecars): the one centralised step, manager → every node agent; the rest of the sidecars' fan-out is each node's agent → its own sidecars, which a real fleet runs on each node's own CPU; \"of which the manager's push\" is the manager's own histogram of those pushes (from a new table's push to its line flushed onto each agent's stream, over the run; bucket bounds). CPU: seconds from ready to the end of rest; RSS: peak (VmHWM). "+
 		"Measured on %d shared cores (load average %s at the end): indicative numbers.\n\n", p.cores, p.load)
-	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s hot (leases) | mutating/s rest (leases) | watch events/s (hot) | routing fan-out p50 / p99 / max | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS |")
-	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s hot (leases) | mutating/s rest (leases) | watch events/s (hot) | agents hold the version p50 / p99 / max | routing fan-out to sidecars p50 / p99 / max | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS |")
+	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Fprintln(w, row(r))
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,6 +79,11 @@ type Result struct {
 	Viral          Detection `json:"viral"`
 	Counter        Detection `json:"counter"`
 	FanOut         FanOut    `json:"fanOut"`
+	// AgentFanOut is the same versions from the routing ConfigMap to the
+	// node agents holding them (a design's agentRouting events; none for a
+	// design without agents): the one centralised step of the fan-out.
+	// Samples are (version, node); LastReached counts nodes.
+	AgentFanOut FanOut `json:"agentFanOut"`
 	// API is kube-apiserver's view by phase (warmup, hot, rest).
 	API map[string]APIRates `json:"api,omitempty"`
 	// OpenWatches is apiserver_longrunning_requests at the hot event's start.
@@ -88,6 +94,12 @@ type Result struct {
 	// (those of the first policy).
 	Probe         *FanOut `json:"probe,omitempty"`
 	ProbeSidecars int     `json:"probeSidecars,omitempty"`
+	// AgentProbe is the probe's version to the node agents.
+	AgentProbe *FanOut `json:"agentProbe,omitempty"`
+	// HubPush is the manager's timing of its pushes to the agents' streams,
+	// read from its /metrics after the probe (designs with the fleet hub,
+	// whose manager serves plain-HTTP metrics: --metrics-secure=false).
+	HubPush *HubPush `json:"hubPush,omitempty"`
 	// PhaseAt is when the node simulator's phases began (its events);
 	// MarkAt when the orchestrator read the counters that close them.
 	PhaseAt map[string]time.Time `json:"phaseAt,omitempty"`
@@ -175,8 +187,11 @@ type eventStore struct {
 	spn    int
 	notify chan simproto.Event
 
-	mu        sync.Mutex
-	routing   []sidecarEvent
+	mu      sync.Mutex
+	routing []sidecarEvent
+	// agents are the agentRouting events, each as a sidecarEvent whose
+	// sidecar is the node, by policy.
+	agents    map[int][]sidecarEvent
 	progress  map[string]float64
 	stats     map[string]float64
 	errMsg    string
@@ -199,6 +214,11 @@ func (s *eventStore) read(r io.Reader) {
 			}
 		case e.Event == simproto.EventRouting:
 			s.routing = append(s.routing, sidecarEvent{sidecar: e.Node*s.spn + e.Sidecar, version: e.Version, at: e.Time()})
+		case e.Event == simproto.EventAgentRouting:
+			if s.agents == nil {
+				s.agents = map[int][]sidecarEvent{}
+			}
+			s.agents[e.Policy] = append(s.agents[e.Policy], sidecarEvent{sidecar: e.Node, version: e.Version, at: e.Time()})
 		case e.Event == simproto.EventProgress:
 			s.progress = e.Stats
 		case e.Event == simproto.EventDone:
@@ -207,7 +227,7 @@ func (s *eventStore) read(r io.Reader) {
 			s.errMsg = e.Message
 		}
 		s.mu.Unlock()
-		if err == nil && e.Event != simproto.EventRouting && e.Event != simproto.EventProgress {
+		if err == nil && e.Event != simproto.EventRouting && e.Event != simproto.EventAgentRouting && e.Event != simproto.EventProgress {
 			select {
 			case s.notify <- e:
 			default: // the run loop stopped listening
@@ -690,6 +710,7 @@ loop:
 	if res.Reached == "done" && !sim.exited() {
 		res.Probe, res.ProbeSidecars = probe(runCtx, cp, &tc, versions[0], store), sidecarsOf(0, &tc)
 	}
+	res.HubPush = scrapeHubPush(runCtx, fmt.Sprintf("127.0.0.1:%d", ports[0]))
 	procs.sample()
 	// The last progress, the counters, and everything the sidecars said.
 	sim.stop(30 * time.Second)
@@ -697,6 +718,7 @@ loop:
 	store.mu.Lock()
 	res.Progress, res.Stats = store.progress, store.stats
 	events := store.routing
+	agentEvents := store.agents
 	if store.badLines > 0 {
 		res.note("%d node simulator lines refused, the first: %s", store.badLines, store.firstBad)
 	}
@@ -717,14 +739,16 @@ loop:
 		}
 	}
 	// Each policy's versions against its own sidecars, then summed up.
-	var fs []FanOut
-	var fms [][]float64
+	var fs, afs []FanOut
+	var fms, afms [][]float64
 	var vd, cd []Detection
 	var vl, cl [][]float64
 	for k, w := range versions {
 		vs, ev := w.snapshot(), eventsOf(events, k, &tc)
 		f, ms := fanOutSamples(vs, readyAt, res.MarkAt["end"], ev) // the probe's comes after
 		fs, fms = append(fs, f), append(fms, ms)
+		f, ms = fanOutSamples(vs, readyAt, res.MarkAt["end"], agentEvents[k])
+		afs, afms = append(afs, f), append(afms, ms)
 		if !hotAt.IsZero() {
 			d, l := detectSamples(vs, tc.ViralKeyOf(k), hotAt, ev)
 			vd, vl = append(vd, d), append(vl, l)
@@ -732,7 +756,15 @@ loop:
 			cd, cl = append(cd, d), append(cl, l)
 		}
 	}
-	res.FanOut = mergeFanOuts(fs, fms)
+	res.FanOut, res.AgentFanOut = mergeFanOuts(fs, fms), mergeFanOuts(afs, afms)
+	if res.Probe != nil && res.Probe.Versions > 0 {
+		for _, v := range versions[0].snapshot() {
+			if v.Version == res.Probe.LastVersion && len(agentEvents[0]) > 0 {
+				ap := probeFanOut(v, agentEvents[0])
+				res.AgentProbe = &ap
+			}
+		}
+	}
 	if !hotAt.IsZero() {
 		res.Viral, res.Counter = mergeDetections(vd, vl), mergeDetections(cd, cl)
 	}
@@ -965,6 +997,27 @@ func lateness(readyAt time.Time, phaseAt map[string]time.Time, tc simproto.Confi
 		}
 	}
 	return out
+}
+
+// scrapeHubPush reads the manager's routing push timing from its metrics
+// at addr; nil if it serves none over plain HTTP.
+func scrapeHubPush(ctx context.Context, addr string) *HubPush {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	hp, _ := parseHubPush(resp.Body)
+	return hp
 }
 
 // ProbeKey is the key the routing probe schedules.

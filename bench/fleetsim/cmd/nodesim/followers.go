@@ -36,7 +36,8 @@ import (
 // simproto routing and progress lines, which the parent passes on.
 
 // followMain is the child's main.
-func followMain(c simproto.Config, startRate float64) int {
+func followMain(c simproto.Config, o *options) int {
+	startRate := o.startRate
 	raiseNoFile()
 	addrs, err := readAddrs(os.Stdin, c.Nodes)
 	if err != nil {
@@ -189,12 +190,16 @@ type followerChild struct {
 
 // startFollowers starts the child with c's flags and the agents'
 // addresses on its stdin, and passes its routing lines on to out.
-func startFollowers(c simproto.Config, startRate float64, addrs []string, out *simproto.Writer) (*followerChild, error) {
+func startFollowers(c simproto.Config, o *options, addrs []string, out *simproto.Writer) (*followerChild, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--follow", "--start-rate", fmt.Sprint(startRate)}, c.Args()...)
+	args := []string{"--follow", "--start-rate", fmt.Sprint(o.startRate)}
+	if o.followPprof != "" {
+		args = append(args, "--pprof", o.followPprof)
+	}
+	args = append(args, c.Args()...)
 	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
 	cmd.Stdin = strings.NewReader(strings.Join(addrs, "\n") + "\n")

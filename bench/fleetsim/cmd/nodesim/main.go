@@ -61,6 +61,8 @@ type options struct {
 	transport string
 	follow    bool
 	pprof     string
+	// followPprof is passed to the followers' child as its --pprof.
+	followPprof string
 }
 
 func bindOptions(fs *flag.FlagSet) *options {
@@ -69,6 +71,7 @@ func bindOptions(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.transport, "transport", transportDirect, "how sidecars' batches reach their agent: direct (HandleDatagram, no socket) or udp (a wire.Client per sidecar from its address; needs a descriptor each)")
 	fs.BoolVar(&o.follow, "follow", false, "internal: be the routing followers' child process (agents' routing addresses on stdin)")
 	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this loopback address")
+	fs.StringVar(&o.followPprof, "follow-pprof", "", "the routing followers' child process serves net/http/pprof on this loopback address")
 	return o
 }
 
@@ -108,16 +111,12 @@ func run(args []string) int {
 		}
 		return 2
 	}
-	if o.follow {
-		return followMain(c, o.startRate)
+	if err := servePprof(o.pprof); err != nil {
+		fmt.Fprintln(os.Stderr, "nodesim:", err)
+		return 2
 	}
-	if o.pprof != "" {
-		l, err := net.Listen("tcp", o.pprof)
-		if err != nil || !l.Addr().(*net.TCPAddr).IP.IsLoopback() {
-			fmt.Fprintln(os.Stderr, "nodesim: --pprof: want a free loopback address:", err)
-			return 2
-		}
-		go func() { _ = http.Serve(l, nil) }() // net/http/pprof's handlers
+	if o.follow {
+		return followMain(c, o)
 	}
 	limit := raiseNoFile()
 	if need := descriptorsNeeded(c, o.transport); need > limit {
@@ -136,6 +135,24 @@ func run(args []string) int {
 	cancel()
 	s.shutdown()
 	return code
+}
+
+// servePprof serves net/http/pprof's handlers on addr, a loopback
+// address; empty: none.
+func servePprof(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof: want a free loopback address: %w", err)
+	}
+	if !l.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		l.Close()
+		return fmt.Errorf("--pprof %s: want a loopback address", addr)
+	}
+	go func() { _ = http.Serve(l, nil) }()
+	return nil
 }
 
 func signalContext() (context.Context, context.CancelFunc) {
@@ -292,6 +309,10 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 			int(p["sidecars_started"]), s.c.Sidecars(), int(p["sidecars_synced"]))
 	}
 	discard := logr.Discard()
+	policyIndex := map[string]int{}
+	for k := range max(s.c.Policies, 1) {
+		policyIndex[s.c.PolicyRefOf(k)] = k
+	}
 	t0 := time.Now()
 	for i := range s.c.Nodes {
 		if err := pace(startCtx, t0, i, s.o.startRate); err != nil {
@@ -301,6 +322,13 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 		d, err := detector.New(detector.Options{
 			NodeName: simproto.NodeName(i), ListenAddr: simproto.NodeIP(i) + ":0",
 			Manager: s.c.ManagerFleet, Token: s.c.Token, Registerer: reg, Logger: &discard,
+			// When this agent holds each version: the manager → agents
+			// step of the fan-out, apart from agent → sidecars.
+			OnRoutingTable: func(policy string, version int64) {
+				if k, ok := policyIndex[policy]; ok {
+					s.out.AgentRouting(i, k, version, time.Now())
+				}
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("node agent %d: %w", i, err)
@@ -332,7 +360,7 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 	for i, n := range s.snapshot() {
 		addrs[i] = n.agent.RoutingAddr().String()
 	}
-	fc, err := startFollowers(s.c, s.o.startRate, addrs, s.out)
+	fc, err := startFollowers(s.c, s.o, addrs, s.out)
 	if err != nil {
 		return err
 	}
