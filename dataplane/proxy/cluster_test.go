@@ -117,7 +117,7 @@ func TestCluster(t *testing.T) {
 		if err := pc.Set(ctx, key, "before", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		migrateSlot(t, cl.Addrs(), int(slot))
+		redistest.MigrateSlot(t, cl.Addrs(), int(slot))
 		if v, err := pc.Get(ctx, key).Result(); err != nil || v != "before" {
 			t.Fatalf("GET after migration: %q, %v", v, err)
 		}
@@ -149,50 +149,4 @@ func counterSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return sum
-}
-
-// migrateSlot moves slot (and its keys) from its owner to another master,
-// the way redis-cli --cluster reshard does.
-func migrateSlot(t *testing.T, addrs []string, slot int) {
-	t.Helper()
-	ctx := context.Background()
-	clients := make([]*redis.Client, len(addrs))
-	ids := make([]string, len(addrs))
-	for i, a := range addrs {
-		clients[i] = redis.NewClient(&redis.Options{Addr: a})
-		defer clients[i].Close()
-		id, err := clients[i].Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
-	}
-	src := -1
-	for i, c := range clients {
-		n, err := c.Do(ctx, "CLUSTER", "COUNTKEYSINSLOT", slot).Int()
-		if err == nil && n > 0 {
-			src = i
-		}
-	}
-	if src < 0 {
-		t.Fatal("no node holds the slot's keys")
-	}
-	dst := (src + 1) % len(addrs)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(clients[dst].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src]).Err())
-	must(clients[src].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst]).Err())
-	keys, err := clients[src].Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100).StringSlice()
-	must(err)
-	host, port, _ := strings.Cut(addrs[dst], ":")
-	for _, k := range keys {
-		must(clients[src].Do(ctx, "MIGRATE", host, port, k, 0, 5000).Err())
-	}
-	for _, c := range clients {
-		must(c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst]).Err())
-	}
 }

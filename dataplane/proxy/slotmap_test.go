@@ -87,7 +87,7 @@ func TestOneSlotMap(t *testing.T) {
 		t.Fatalf("go-redis names %s for the key, the proxy %s", got, before)
 	}
 	loadsBefore := loads.Load()
-	migrateSlot(t, cl.Addrs(), int(routing.Slot(key)))
+	redistest.MigrateSlot(t, cl.Addrs(), int(routing.Slot(key)))
 	// The proxy meets the MOVED and reloads its map.
 	if v, err := pc.Get(ctx, key).Result(); err != nil || v != "v" {
 		t.Fatalf("GET through the proxy after the migration: %q, %v", v, err)

@@ -206,7 +206,7 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 			}
 			l := startKeyLoad(addr, false, keys)
 			eventually.True(t, 10*time.Second, "load served", func() bool { return l.acked.Load() > 200 })
-			migrateSlotSlowly(t, cl.Addrs(), int(routing.Slot("{mig}")))
+			redistest.MigrateSlot(t, cl.Addrs(), int(routing.Slot("{mig}")))
 			acked := l.acked.Load()
 			eventually.True(t, 10*time.Second, "served after the migration", func() bool { return l.acked.Load() > acked+200 })
 			l.end()
@@ -229,54 +229,5 @@ func TestSlotMigrationUnderLoad(t *testing.T) {
 				t.Fatalf("Redis counted %d INCRs, clients got %d replies", sum, l.acked.Load())
 			}
 		})
-	}
-}
-
-// migrateSlotSlowly moves slot to another master the way redis-cli
-// --cluster reshard does, one key per MIGRATE, so that clients meet the
-// slot half moved (ASK) and then moved (MOVED).
-func migrateSlotSlowly(t *testing.T, addrs []string, slot int) {
-	t.Helper()
-	ctx := context.Background()
-	clients := make([]*redis.Client, len(addrs))
-	ids := make([]string, len(addrs))
-	for i, a := range addrs {
-		clients[i] = redis.NewClient(&redis.Options{Addr: a})
-		defer clients[i].Close()
-		id, err := clients[i].Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
-	}
-	src := -1
-	for i, c := range clients {
-		if n, err := c.Do(ctx, "CLUSTER", "COUNTKEYSINSLOT", slot).Int(); err == nil && n > 0 {
-			src = i
-		}
-	}
-	if src < 0 {
-		t.Fatal("no node holds the slot's keys")
-	}
-	dst := (src + 1) % len(addrs)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(clients[dst].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src]).Err())
-	must(clients[src].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst]).Err())
-	host, port, _ := strings.Cut(addrs[dst], ":")
-	for {
-		keys, err := clients[src].Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 1).StringSlice()
-		must(err)
-		if len(keys) == 0 {
-			break
-		}
-		must(clients[src].Do(ctx, "MIGRATE", host, port, keys[0], 0, 5000).Err())
-	}
-	for _, c := range clients {
-		must(c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst]).Err())
 	}
 }
