@@ -124,7 +124,13 @@ type Detector struct {
 	routes  *routes
 	up      *uplinkState
 
-	batches, observations, summaries, ticks atomic.Uint64
+	batches, observations, summaries, ticks, summarized atomic.Uint64
+	// dirty says something that can make a summary urgent happened since
+	// the last one was built: counts came in, or a directive changed the
+	// alert level or the pins. Without it, rates only decay, so no key can
+	// newly reach its alert level and an idle agent skips building a
+	// summary (a sort of every sketch) until one is due by its interval.
+	dirty atomic.Bool
 }
 
 // New validates opts and binds the ingest socket and the routing listener,
@@ -239,14 +245,14 @@ type Stats struct {
 	// Connected: the agent holds a stream from the manager.
 	Connected bool
 	// Ticks counts the summary loop's ticks (tests step a fake clock by
-	// them).
-	Ticks uint64
+	// them), Summarized the ticks that built a summary.
+	Ticks, Summarized uint64
 }
 
 // Stats returns the agent's counters.
 func (d *Detector) Stats() Stats {
 	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Summaries: d.summaries.Load(),
-		Connected: d.up.connected(), Ticks: d.ticks.Load()}
+		Connected: d.up.connected(), Ticks: d.ticks.Load(), Summarized: d.summarized.Load()}
 }
 
 // Tracks reports whether the agent knows policy "<namespace>/<name>".

@@ -91,6 +91,9 @@ func (d *Detector) handle(dec *wire.Decoder, src netip.Addr, buf []byte) {
 	p.mu.Unlock()
 	d.batches.Add(1)
 	d.observations.Add(uint64(counted))
+	if counted > 0 {
+		d.dirty.Store(true)
+	}
 	d.metrics.accepted.Inc()
 	d.metrics.counted.Add(float64(counted))
 	if filtered > 0 {

@@ -127,6 +127,7 @@ func (d *Detector) applyDirective(dir *fleet.Directive) error {
 			d.metrics.pinsRefused.Inc()
 		}
 	}
+	d.dirty.Store(true) // a new alert level or new pins may make a summary urgent
 	return nil
 }
 

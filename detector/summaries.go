@@ -48,6 +48,12 @@ func (d *Detector) tick(st *sendState, out chan []byte) {
 	if d.up.takeFresh() {
 		st.last = time.Time{} // a (new) manager: tell it now
 	}
+	// Only counts or a directive can make a summary urgent (see dirty):
+	// without them, nothing needs building before the interval is up.
+	if !d.dirty.Swap(false) && !st.last.IsZero() && now.Sub(st.last) < d.reportInterval() {
+		return
+	}
+	d.summarized.Add(1)
 	s, commit, urgent, interval := d.summarize(now)
 	if !summary.Due(now, st.last, interval, d.opts.Tick, urgent) || !d.up.connected() {
 		return
@@ -72,6 +78,23 @@ func (d *Detector) tick(st *sendState, out chan []byte) {
 		}
 		out <- msg
 	}
+}
+
+// reportInterval is the shortest report interval of the policies (one
+// second without any), as summarize computes it.
+func (d *Detector) reportInterval() time.Duration {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	interval, first := time.Second, true
+	for _, p := range d.policies {
+		p.mu.Lock()
+		iv := time.Duration(p.dir.ReportIntervalMillis) * time.Millisecond
+		p.mu.Unlock()
+		if iv > 0 && (first || iv < interval) {
+			interval, first = iv, false
+		}
+	}
+	return interval
 }
 
 // summarize builds the node's summary at now. commit records what it listed
