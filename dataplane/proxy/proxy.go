@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
@@ -197,10 +198,10 @@ const slotMapMaxAge = 100 * time.Millisecond
 
 // ClusterSlots returns the proxy's cluster slot map (reloaded first
 // unless it was read in the last 100 ms), for the sidecar's other Redis
-// client: the engine's go-redis ClusterClient takes it as its
-// ClusterOptions.ClusterSlots, so the sidecar keeps one slot map, and
-// OnSlotMap tells that client when the proxy's changed.
-func (p *Proxy) ClusterSlots(ctx context.Context) ([]SlotRange, error) {
+// client: it is the engine's go-redis ClusterOptions.ClusterSlots, so the
+// sidecar keeps one slot map, and OnSlotMap tells that client when the
+// proxy's changed.
+func (p *Proxy) ClusterSlots(ctx context.Context) ([]redis.ClusterSlot, error) {
 	if !p.cfg.Cluster {
 		return nil, errors.New("proxy: not in cluster mode")
 	}

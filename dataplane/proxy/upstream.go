@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
@@ -154,22 +156,16 @@ func (t *topology) freshSlots(ctx context.Context, maxAge time.Duration) (*[1638
 	return t.slots.Load(), nil
 }
 
-// SlotRange is a range of Redis Cluster slots and the address of the
-// master that serves them.
-type SlotRange struct {
-	From, To int
-	Addr     string
-}
-
-// ranges lists m as contiguous ranges of one node each.
-func (t *topology) ranges(m *[16384]uint16) []SlotRange {
-	var out []SlotRange
+// ranges lists m as contiguous ranges of one master each, in go-redis'
+// form: what a ClusterClient's ClusterOptions.ClusterSlots returns.
+func (t *topology) ranges(m *[16384]uint16) []redis.ClusterSlot {
+	var out []redis.ClusterSlot
 	for from := 0; from < len(m); {
 		to := from
 		for to+1 < len(m) && m[to+1] == m[from] {
 			to++
 		}
-		out = append(out, SlotRange{From: from, To: to, Addr: t.addr(int(m[from]))})
+		out = append(out, redis.ClusterSlot{Start: from, End: to, Nodes: []redis.ClusterNode{{Addr: t.addr(int(m[from]))}}})
 		from = to + 1
 	}
 	return out

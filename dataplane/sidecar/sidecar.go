@@ -173,15 +173,7 @@ func engineClient(cfg Config, proxyOf func() *proxy.Proxy) redis.UniversalClient
 	}
 	co := uo.Cluster()
 	co.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
-		rs, err := proxyOf().ClusterSlots(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]redis.ClusterSlot, len(rs))
-		for i, r := range rs {
-			out[i] = redis.ClusterSlot{Start: r.From, End: r.To, Nodes: []redis.ClusterNode{{Addr: r.Addr}}}
-		}
-		return out, nil
+		return proxyOf().ClusterSlots(ctx)
 	}
 	return redis.NewClusterClient(co)
 }
