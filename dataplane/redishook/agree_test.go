@@ -3,7 +3,6 @@ package redishook_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +11,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
+	"github.com/heatsink-dev/heatsink/internal/testing/proxytest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -91,19 +91,8 @@ func TestHookAndProxyAgree(t *testing.T) {
 			for i, n := range tg.nodes {
 				addrs[i] = n.Options().Addr
 			}
-			p, err := proxy.New(proxy.Config{Upstreams: addrs[:1], Cluster: len(addrs) > 1, Engine: pe})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- p.Serve(pctx, ln) }()
-			defer func() { cancel(); <-done }()
-			pc := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+			paddr, _ := proxytest.Start(t, proxy.Config{Upstreams: addrs[:1], Cluster: len(addrs) > 1, Engine: pe})
+			pc := redis.NewClient(&redis.Options{Addr: paddr})
 			defer pc.Close()
 			viaProxy := playAgree(t, pc)
 

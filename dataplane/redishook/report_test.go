@@ -16,6 +16,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
 	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/proxytest"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -125,19 +126,8 @@ func TestHookReportsLikeTheSidecar(t *testing.T) {
 	pe := engine.New(ec, engine.Options{})
 	defer pe.Close()
 	pe.SetTable(table)
-	p, err := proxy.New(proxy.Config{Upstreams: []string{s1.Addr}, Engine: pe, Observer: w1, Policy: policy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(pctx, ln) }()
-	defer func() { cancel(); <-done }()
-	pc := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	paddr, _ := proxytest.Start(t, proxy.Config{Upstreams: []string{s1.Addr}, Engine: pe, Observer: w1, Policy: policy})
+	pc := redis.NewClient(&redis.Options{Addr: paddr})
 	defer pc.Close()
 	reportScript(ctx, pc)
 	w1.Flush()
