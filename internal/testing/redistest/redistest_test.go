@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -48,10 +49,14 @@ func TestClusterHasThreeMastersCoveringAllSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// ForEachMaster calls fn from one goroutine per master.
+	var mu sync.Mutex
 	perMaster := map[string]int64{}
 	err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		n, err := m.DBSize(ctx).Result()
+		mu.Lock()
 		perMaster[m.Options().Addr] = n
+		mu.Unlock()
 		return err
 	})
 	if err != nil {
