@@ -7,6 +7,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -83,10 +84,13 @@ type HotKeyPolicyReconciler struct {
 	ReportInterval time.Duration
 
 	triggers chan event.GenericEvent
-	reports  reportBook
-	redis    *redisClients
-	parsed   parsedCache
-	refills  refillBook
+	// reports: each policy's last written report; ratesShown: when its
+	// status last refreshed the rates of keys it already showed.
+	reports    book[reportState]
+	ratesShown book[time.Time]
+	redis      *redisClients
+	parsed     parsedCache
+	refills    refillBook
 }
 
 // DefaultMaxConcurrentReconciles is the default number of reconcile workers.
@@ -208,12 +212,17 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	r.enact(ctx, p)
 	r.writeReport(ctx, p)
 
+	p.ratesDue = !p.now.Before(r.ratesShown.get(p.key).Add(cmp.Or(r.ReportInterval, DefaultReportInterval)))
 	status := buildStatus(p)
+	refreshed := ratesRefreshed(policy.Status.HotKeys, status.HotKeys)
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)
 	r.Metrics.health(policy, status)
 	if err := r.writeStatus(ctx, policy, status); err != nil {
 		return ctrl.Result{}, err
+	}
+	if refreshed {
+		r.ratesShown.set(p.key, p.now)
 	}
 	if p.pub.err != nil {
 		return ctrl.Result{}, p.pub.err
@@ -243,6 +252,7 @@ func (r *HotKeyPolicyReconciler) forget(key types.NamespacedName) {
 	r.parsed.forget(key)
 	r.refills.forget(key)
 	r.reports.forget(key)
+	r.ratesShown.forget(key)
 	r.Metrics.forget(key.Namespace, key.Name)
 	r.Fleet.RemovePolicy(policyID(key))
 }

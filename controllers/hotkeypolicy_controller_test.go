@@ -46,6 +46,8 @@ type flow struct {
 	clk *clocktesting.FakeClock
 	ns  string
 	hub *hub.Hub
+	// r is the reconciler under test, for its memory of the state.
+	r   *HotKeyPolicyReconciler
 	seq uint64
 }
 
@@ -204,18 +206,18 @@ func (f *flow) tableUntil(what, policy string, ok func(*routing.Table) bool) {
 	})
 }
 
-// stateUntil waits until the manager state published for policy satisfies
-// ok.
+// stateUntil waits until the manager's state of policy, as the leader
+// remembers it (timers alone are not written), satisfies ok.
 func (f *flow) stateUntil(what, policy string, ok func(stateDoc) bool) {
 	f.t.Helper()
+	key := client.ObjectKey{Namespace: f.ns, Name: policy}
 	f.eventually(what, func() error {
-		_, cm, err := f.table(policy)
-		if err != nil {
-			return err
-		}
-		var doc stateDoc
-		if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || !ok(doc) {
-			return fmt.Errorf("state %q (%v)", cm.Data[StateKey], err)
+		f.r.parsed.mu.Lock()
+		e, found := f.r.parsed.m[key]
+		f.r.parsed.mu.Unlock()
+		doc := stateDoc{Keys: e.doc.state.Keys, Observed: e.doc.observe}
+		if !found || !ok(doc) {
+			return fmt.Errorf("state %+v", doc)
 		}
 		return nil
 	})
@@ -266,17 +268,15 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		if err := cp.CreateNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
-		return &flow{t: t, ctx: ctx, c: cp.Client, clk: clk, ns: ns, hub: h}
+		return &flow{t: t, ctx: ctx, c: cp.Client, clk: clk, ns: ns, hub: h, r: r}
 	}
 	withRedis := func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{srv.Addr} }
 
 	t.Run("reports in, routing out, resize at an epoch, cooldown, deletion", func(t *testing.T) {
 		f := newFlow(t)
 		f.policy("likes", withRedis)
-		// 2 nodes × 30k writes/s = 60k: N = ceil(60k × 1.25 / 20k) = 4.
-		f.report("likes", "n1", cand("likes:1", 0, 30000), cand("cold", 10, 10))
-		f.report("likes", "n2", cand("likes:1", 0, 30000))
-		f.eventually("pending key, empty table", func() error {
+		var emptyRV string
+		f.eventually("empty table", func() error {
 			tbl, cm, err := f.table("likes")
 			if err != nil {
 				return err
@@ -287,12 +287,37 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 			if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "HotKeyPolicy" || !ptr.Deref(cm.OwnerReferences[0].Controller, false) {
 				return fmt.Errorf("owner references %+v", cm.OwnerReferences)
 			}
+			emptyRV = cm.ResourceVersion
 			return nil
 		})
-		f.stateUntil("key pending in the manager state", "likes", func(doc stateDoc) bool { return len(doc.Keys) == 1 && doc.Keys[0].WriteOverSince != nil })
+		// 2 nodes × 30k writes/s = 60k: N = ceil(60k × 1.25 / 20k) = 4.
+		f.report("likes", "n1", cand("likes:1", 0, 30000), cand("cold", 10, 10))
+		f.report("likes", "n2", cand("likes:1", 0, 30000))
+		var pendingSince time.Time
+		f.stateUntil("key pending in the manager state", "likes", func(doc stateDoc) bool {
+			if len(doc.Keys) == 1 && doc.Keys[0].WriteOverSince != nil {
+				pendingSince = *doc.Keys[0].WriteOverSince
+				return true
+			}
+			return false
+		})
+		// A timer alone is the leader's memory, not a write.
+		if _, cm, err := f.table("likes"); err != nil || cm.ResourceVersion != emptyRV || cm.Data[StateKey] != "{}" {
+			t.Errorf("routing ConfigMap rewritten for a pending timer (resourceVersion %s, was %s; state %s; %v)", cm.ResourceVersion, emptyRV, cm.Data[StateKey], err)
+		}
 		f.step(2*time.Second, "likes") // sustainFor; now 12s into epoch 1000
 		tbl := f.gens("likes", "likes:1", []routing.Generation{{FromEpoch: e0 + 1, Shards: 4}})
 		v1 := tbl.Version
+		// The key turning hot is written, dated from when it went over.
+		_, cm, err := f.table("likes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc stateDoc
+		if json.Unmarshal([]byte(cm.Data[StateKey]), &doc) != nil || len(doc.Keys) != 1 ||
+			!doc.Keys[0].WriteHot || doc.Keys[0].DetectedAt == nil || !doc.Keys[0].DetectedAt.Equal(pendingSince) {
+			t.Errorf("state written with the table: %s, want likes:1 write-hot, detected at %v", cm.Data[StateKey], pendingSince)
+		}
 		f.eventually("status", func() error {
 			st := f.status("likes")
 			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionMitigating) || st.HotKeyCount != 1 ||
@@ -471,16 +496,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		f := newFlow(t)
 		f.policy("v", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = v1alpha1.ModeEnforce })
 		f.report("v", "n1", cand("likes:3", 0, 50000))
-		f.eventually("pending", func() error {
-			_, cm, err := f.table("v")
-			if err != nil {
-				return err
-			}
-			if cm.Data[StateKey] == "{}" {
-				return fmt.Errorf("not pending yet")
-			}
-			return nil
-		})
+		f.stateUntil("pending", "v", func(doc stateDoc) bool { return len(doc.Keys) == 1 && doc.Keys[0].WriteOverSince != nil })
 		f.step(2*time.Second, "v")
 		tbl := f.gens("v", "likes:3", []routing.Generation{{FromEpoch: routing.EpochAt(f.clk.Now(), 60000) + 1, Shards: 4}})
 		f.eventually("status caught up", func() error {

@@ -45,6 +45,10 @@ type pass struct {
 	// Filled in by enact: what happened in Redis and in the ConfigMap.
 	act actResult
 	pub publishResult
+
+	// ratesDue: status may refresh the rates of keys it already shows (the
+	// last refresh was a report interval ago or more).
+	ratesDue bool
 }
 
 func (r *HotKeyPolicyReconciler) newPass(policy *v1alpha1.HotKeyPolicy) *pass {

@@ -20,11 +20,13 @@ import (
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// StateKey is the routing ConfigMap key holding the manager's own state (the
-// hysteresis timers and, in Observe mode, the entries it would publish).
-// Keeping it beside the table it explains means a restarted or newly elected
-// manager continues exactly where the last one stopped; data-path readers
-// only read routing.ConfigMapKey.
+// StateKey is the routing ConfigMap key holding the manager's own state
+// (which keys are hot, the hysteresis timers and, in Observe mode, the
+// entries it would publish). Keeping it beside the table it explains means a
+// restarted or newly elected manager continues where the last write left
+// it; data-path readers only read routing.ConfigMapKey. It is written with
+// the table, and when its durable part changes (decide.State.Durable): a
+// timer alone is kept in the leader's memory (see parsedCache.remember).
 const StateKey = "manager-state.json"
 
 // FieldOwner is the server-side apply field manager of the routing ConfigMap.
@@ -50,8 +52,12 @@ type published struct {
 	// or status.routingVersion, whichever is larger.
 	Version   int64
 	tableJSON string
-	stateJSON string
-	exists    bool
+	// durableJSON is the durable part of the state as written (see
+	// durableJSON); State may be newer, from the leader's memory.
+	durableJSON string
+	// rv is the ConfigMap's resourceVersion.
+	rv     string
+	exists bool
 	// held: the ConfigMap carries Finalizer, so that a foreground cascading
 	// deletion cannot remove it before the policy's split keys are drained.
 	held bool
@@ -113,6 +119,9 @@ type routingDoc struct {
 	tableVersion int64
 	state        decide.State
 	observe      []routing.Entry
+	// durable is durableJSON of the state as the ConfigMap holds it, even
+	// when state and observe come from memory.
+	durable string
 }
 
 // parseRouting parses a routing ConfigMap's data. A table or state that
@@ -136,6 +145,7 @@ func parseRouting(data map[string]string) (doc routingDoc, tableErr, stateErr er
 		if stateErr = json.Unmarshal([]byte(raw), &sd); stateErr == nil {
 			doc.state = decide.State{Keys: sd.Keys}
 			doc.observe = sd.Observed
+			doc.durable, stateErr = durableJSON(sd)
 		}
 	}
 	return doc, tableErr, stateErr
@@ -152,14 +162,16 @@ func newPublished(statusVersion int64, cm *corev1.ConfigMap, doc routingDoc) *pu
 		p.exists = true
 		p.held = controllerutil.ContainsFinalizer(cm, Finalizer)
 		p.terminating = !cm.DeletionTimestamp.IsZero()
-		p.tableJSON, p.stateJSON = cm.Data[routing.ConfigMapKey], cm.Data[StateKey]
+		p.tableJSON, p.durableJSON, p.rv = cm.Data[routing.ConfigMapKey], doc.durable, cm.ResourceVersion
 	}
 	return p
 }
 
 // parsedCache keeps the last parsed routing ConfigMap of each policy by
 // resourceVersion: a 1,000-entry table costs milliseconds to parse and
-// validate, and most passes find it unchanged.
+// validate, and most passes find it unchanged. It is also the leader's
+// memory of the state: a pass that writes nothing remembers its state over
+// the ConfigMap's (remember), so the next pass continues its timers.
 type parsedCache struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]parsedEntry
@@ -189,6 +201,20 @@ func (c *parsedCache) put(key types.NamespacedName, rv string, doc routingDoc) {
 	c.m[key] = parsedEntry{rv: rv, doc: doc}
 }
 
+// remember replaces the state of key's entry with a pass's newer one, if
+// the entry is still that of resourceVersion rv (a pass that found the
+// ConfigMap changed since starts from what it holds).
+func (c *parsedCache) remember(key types.NamespacedName, rv string, state decide.State, observe []routing.Entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || e.rv != rv || rv == "" {
+		return
+	}
+	e.doc.state, e.doc.observe = state, observe
+	c.m[key] = e
+}
+
 func (c *parsedCache) forget(key types.NamespacedName) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -212,7 +238,12 @@ type publishResult struct {
 // routingContent is the data the routing ConfigMap must hold after a pass.
 type routingContent struct {
 	tableJSON, stateJSON string
-	version              int64
+	// durableJSON is the state's durable part (see durableJSON).
+	durableJSON string
+	// state and observe are the state stateJSON holds.
+	state   decide.State
+	observe []routing.Entry
+	version int64
 	// draining: see publishResult.
 	draining int
 }
@@ -248,7 +279,12 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 	if err != nil {
 		return routingContent{}, err
 	}
-	c := routingContent{tableJSON: string(tableJSON), stateJSON: string(stateJSON), version: t.Version}
+	durable, err := durableJSON(doc)
+	if err != nil {
+		return routingContent{}, err
+	}
+	c := routingContent{tableJSON: string(tableJSON), stateJSON: string(stateJSON), durableJSON: durable,
+		state: out.State, observe: doc.Observed, version: t.Version}
 	if spec.Mode == v1alpha1.ModeObserve {
 		c.draining = len(entries)
 	}
@@ -285,14 +321,23 @@ func versioned(t *routing.Table, prev *published) ([]byte, error) {
 	return t.Marshal()
 }
 
-// unchanged reports whether the routing ConfigMap already holds c and the
-// finalizer, so that nothing needs writing.
+// durableJSON serialises what of a state document must be written when it
+// changes: the durable part of the key states and the Observe-mode entries.
+func durableJSON(doc stateDoc) (string, error) {
+	b, err := json.Marshal(stateDoc{Keys: decide.State{Keys: doc.Keys}.Durable().Keys, Observed: doc.Observed})
+	return string(b), err
+}
+
+// unchanged reports whether the routing ConfigMap already holds c's table,
+// the durable part of its state and the finalizer, so that nothing needs
+// writing: a timer set or cleared alone stays in the leader's memory.
 func (c routingContent) unchanged(prev *published) bool {
-	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.stateJSON == prev.stateJSON
+	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.durableJSON == prev.durableJSON
 }
 
 // publish writes the routing ConfigMap (see newRoutingContent) with
-// server-side apply, only when its content changes.
+// server-side apply, only when its table or the durable part of its state
+// changes; otherwise the pass's state is remembered for the next pass.
 func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out, enforced *decide.Output) publishResult {
 	c, err := newRoutingContent(policy, spec, prev, out, enforced)
 	if err != nil {
@@ -303,6 +348,7 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		keys[i] = e.Key
 	}
 	if c.unchanged(prev) {
+		r.parsed.remember(client.ObjectKeyFromObject(policy), prev.rv, c.state, c.observe)
 		return publishResult{version: c.version, table: c.tableJSON, keys: keys, draining: c.draining}
 	}
 	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).

@@ -26,37 +26,39 @@ import (
 // number of nodes.
 const DefaultReportInterval = 10 * time.Second
 
-// reportBook remembers each policy's last written report.
-type reportBook struct {
+// book remembers one value per policy, in the manager's memory (a new
+// leader starts without: it writes once, then remembers).
+type book[T any] struct {
 	mu   sync.Mutex
-	last map[types.NamespacedName]reportState
+	last map[types.NamespacedName]T
 }
 
-type reportState struct {
-	at    time.Time
-	nodes int32
-	cands []v1alpha1.Candidate
-}
-
-func (b *reportBook) get(k types.NamespacedName) reportState {
+func (b *book[T]) get(k types.NamespacedName) T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.last[k]
 }
 
-func (b *reportBook) set(k types.NamespacedName, s reportState) {
+func (b *book[T]) set(k types.NamespacedName, v T) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.last == nil {
-		b.last = map[types.NamespacedName]reportState{}
+		b.last = map[types.NamespacedName]T{}
 	}
-	b.last[k] = s
+	b.last[k] = v
 }
 
-func (b *reportBook) forget(k types.NamespacedName) {
+func (b *book[T]) forget(k types.NamespacedName) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.last, k)
+}
+
+// reportState is a policy's last written report.
+type reportState struct {
+	at    time.Time
+	nodes int32
+	cands []v1alpha1.Candidate
 }
 
 // reportCandidates picks the keys a report shows: those at or above half
@@ -102,22 +104,28 @@ func reportCandidates(snap hub.Snapshot, th hub.Thresholds, limit int) []v1alpha
 
 // reportDue says whether the report should be written at now: never within
 // interval of the last write, and then only when what it would say changed
-// materially (a key came or went, a rate moved by more than a fifth, the
-// number of nodes changed by more than a tenth) or it was never written.
-func reportDue(now time.Time, last reportState, nodes int32, cands []v1alpha1.Candidate, interval time.Duration) bool {
+// materially (see materialChange; or the number of nodes changed by more
+// than a tenth) or it was never written.
+func reportDue(now time.Time, last reportState, nodes int32, cands []v1alpha1.Candidate, th hub.Thresholds, interval time.Duration) bool {
 	if last.at.IsZero() {
 		return true
 	}
 	if now.Sub(last.at) < interval {
 		return false
 	}
-	return materialChange(last.cands, cands) || moved(int64(last.nodes), int64(nodes), 0.1)
+	return materialChange(last.cands, cands, th) || moved(int64(last.nodes), int64(nodes), 0.1)
 }
 
-// materialChange reports whether the candidates differ materially.
-func materialChange(old, new []v1alpha1.Candidate) bool {
-	if len(old) != len(new) {
-		return true
+// materialChange reports whether the candidates differ materially for a
+// key in the warm band (at or over threshold × (1 − hysteresis)) before or
+// after: it came or went, became exact, or a rate moved by more than a fifth
+// and by more than a twentieth of its threshold. Background keys under the
+// warm band move with the traffic's noise; they are shown as they are at the
+// next material change, not worth a write of their own.
+func materialChange(old, new []v1alpha1.Candidate, th hub.Thresholds) bool {
+	warm := func(c v1alpha1.Candidate) bool {
+		return float64(c.ReadsPerSecond) >= float64(th.Reads)*(1-th.Hysteresis) ||
+			float64(c.WritesPerSecond) >= float64(th.Writes)*(1-th.Hysteresis)
 	}
 	prev := make(map[string]v1alpha1.Candidate, len(old))
 	for _, c := range old {
@@ -125,7 +133,20 @@ func materialChange(old, new []v1alpha1.Candidate) bool {
 	}
 	for _, c := range new {
 		p, ok := prev[c.Key]
-		if !ok || moved(p.ReadsPerSecond, c.ReadsPerSecond, 0.2) || moved(p.WritesPerSecond, c.WritesPerSecond, 0.2) || p.Exact != c.Exact {
+		delete(prev, c.Key)
+		switch {
+		case !ok:
+			if warm(c) {
+				return true
+			}
+		case warm(p) || warm(c):
+			if rateMoved(p.ReadsPerSecond, c.ReadsPerSecond, th.Reads) || rateMoved(p.WritesPerSecond, c.WritesPerSecond, th.Writes) || p.Exact != c.Exact {
+				return true
+			}
+		}
+	}
+	for _, c := range prev { // gone
+		if warm(c) {
 			return true
 		}
 	}
@@ -151,7 +172,7 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 	cands := reportCandidates(p.fleet, th, int(p.spec.Detection.TopK))
 	nodes := int32(p.fleet.FreshNodes)
 	last := r.reports.get(p.key)
-	if !reportDue(p.now, last, nodes, cands, cmp.Or(r.ReportInterval, DefaultReportInterval)) {
+	if !reportDue(p.now, last, nodes, cands, th, cmp.Or(r.ReportInterval, DefaultReportInterval)) {
 		return
 	}
 	rep := &v1alpha1.HotKeyReport{

@@ -52,14 +52,14 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 		}
 		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
 			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source}
-		// Rates are shown, not decided on: a rate that moved by less than a
-		// fifth, or by less than a twentieth of its threshold, keeps its
-		// shown value, so the status (and its write to the API server)
-		// changes only when something did, not at every step of a cooling
-		// key's decay.
-		if old, ok := shown[k.Key]; ok &&
+		// Rates are shown, not decided on: a shown rate is refreshed at most
+		// once a report interval (ratesDue), and then only if it moved by
+		// more than a fifth and by more than a twentieth of its threshold,
+		// so the status (and its write to the API server) changes when
+		// something did, not at every step of a key's rise or decay.
+		if old, ok := shown[k.Key]; ok && (!p.ratesDue ||
 			!rateMoved(old.ReadsPerSecond, hk.ReadsPerSecond, p.spec.Thresholds.ReadsPerSecond) &&
-			!rateMoved(old.WritesPerSecond, hk.WritesPerSecond, p.spec.Thresholds.WritesPerSecond) {
+				!rateMoved(old.WritesPerSecond, hk.WritesPerSecond, p.spec.Thresholds.WritesPerSecond)) {
 			hk.ReadsPerSecond, hk.WritesPerSecond = old.ReadsPerSecond, old.WritesPerSecond
 		}
 		if k.Since != nil {
@@ -120,6 +120,21 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 // more than a fifth and by more than a twentieth of its threshold.
 func rateMoved(old, new, threshold int64) bool {
 	return moved(old, new, 0.2) && float64(max(old-new, new-old)) > 0.05*float64(threshold)
+}
+
+// ratesRefreshed reports whether a key shown in both old and next shows
+// another rate in next (a refresh, which waits for ratesDue).
+func ratesRefreshed(old, next []v1alpha1.HotKeyStatus) bool {
+	shown := make(map[string]v1alpha1.HotKeyStatus, len(old))
+	for _, hk := range old {
+		shown[hk.Key] = hk
+	}
+	for _, hk := range next {
+		if o, ok := shown[hk.Key]; ok && (o.ReadsPerSecond != hk.ReadsPerSecond || o.WritesPerSecond != hk.WritesPerSecond) {
+			return true
+		}
+	}
+	return false
 }
 
 // shownNodes are the node counts status shows, given the shown ones and the

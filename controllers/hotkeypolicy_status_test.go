@@ -32,7 +32,7 @@ func statusPass(mut ...func(*pass)) *pass {
 	spec := policy.Spec.DeepCopy()
 	spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
 	v1alpha1.SetDefaults(spec)
-	p := &pass{policy: policy, spec: spec, now: statusNow, agg: decide.Aggregate{FreshNodes: 3}, pub: publishResult{version: 5}}
+	p := &pass{policy: policy, spec: spec, now: statusNow, agg: decide.Aggregate{FreshNodes: 3}, pub: publishResult{version: 5}, ratesDue: true}
 	for _, m := range mut {
 		m(p)
 	}
@@ -177,6 +177,21 @@ func TestBuildStatus(t *testing.T) {
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
 			})},
+		"a shown rate waits for its refresh, however far it moved; a new key shows its rate": {
+			pass: statusPass(func(p *pass) {
+				p.ratesDue = false
+				p.out.Keys = hotKeys(2)
+				p.policy.Status.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0])}
+				p.out.Keys[0].WritesPerSecond *= 3
+				p.out.Keys[1].WritesPerSecond *= 2
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.HotKeyCount = 2
+				k1 := keyStatus(hotKeys(2)[1])
+				k1.WritesPerSecond *= 2
+				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
+			})},
 		"a cooling key's rate keeps its shown value within a twentieth of the threshold": {
 			pass: statusPass(func(p *pass) {
 				p.out.Keys = hotKeys(1)
@@ -264,6 +279,26 @@ func TestBuildStatus(t *testing.T) {
 				t.Errorf("the policy's status was changed (-before +after):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestRatesRefreshed(t *testing.T) {
+	k := func(key string, r, w int64) v1alpha1.HotKeyStatus {
+		return v1alpha1.HotKeyStatus{Key: key, ReadsPerSecond: r, WritesPerSecond: w}
+	}
+	for name, tc := range map[string]struct {
+		old, next []v1alpha1.HotKeyStatus
+		want      bool
+	}{
+		"same rates":           {old: []v1alpha1.HotKeyStatus{k("a", 1, 2)}, next: []v1alpha1.HotKeyStatus{k("a", 1, 2)}},
+		"a key came, one went": {old: []v1alpha1.HotKeyStatus{k("a", 1, 2)}, next: []v1alpha1.HotKeyStatus{k("b", 5, 5)}},
+		"a shown read rate":    {old: []v1alpha1.HotKeyStatus{k("a", 1, 2)}, next: []v1alpha1.HotKeyStatus{k("a", 3, 2)}, want: true},
+		"a shown write rate":   {old: []v1alpha1.HotKeyStatus{k("a", 1, 2), k("b", 0, 0)}, next: []v1alpha1.HotKeyStatus{k("b", 0, 0), k("a", 1, 9)}, want: true},
+		"nothing shown before": {next: []v1alpha1.HotKeyStatus{k("a", 1, 2)}},
+	} {
+		if got := ratesRefreshed(tc.old, tc.next); got != tc.want {
+			t.Errorf("%s: ratesRefreshed = %v, want %v", name, got, tc.want)
+		}
 	}
 }
 

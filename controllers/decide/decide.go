@@ -10,8 +10,10 @@ import (
 )
 
 // KeyState is what the manager remembers about one key between reconciles:
-// the hysteresis timers. It is persisted beside the routing table so that a
-// restarted or newly elected manager continues the same timers.
+// whether it is hot, and the hysteresis timers. The manager keeps it in
+// memory and persists it beside the routing table whenever the table or a
+// key's hotness changes (Durable): a newly elected manager continues from
+// there, restarting only the timers set since (see docs/manager.md).
 type KeyState struct {
 	Key string `json:"key"`
 	// ReadOverSince / WriteOverSince: when the rate went over its threshold
@@ -27,6 +29,10 @@ type KeyState struct {
 	WriteUnderSince *time.Time `json:"writeUnderSince,omitempty"`
 	// Since is when the key became hot (either direction).
 	Since *time.Time `json:"since,omitempty"`
+	// DetectedAt is when a hot key first went over a threshold before it
+	// became hot (its earliest pending timer then). Observers
+	// (the demo, the end-to-end test) date detections by it.
+	DetectedAt *time.Time `json:"detectedAt,omitempty"`
 	// ShrinkSince is when the sized split cardinality first fell below the
 	// current one; the split shrinks only after sustainFor of that.
 	ShrinkSince *time.Time `json:"shrinkSince,omitempty"`
@@ -36,12 +42,12 @@ func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
 
 // FirstOver is, per key of the state, the earliest moment it records the
 // key over a threshold: while the key is pending (over, sustainFor not yet
-// passed) or since it became hot. Observers (the demo, the end-to-end test)
-// read it from the published state to date a detection.
+// passed) or, once hot, when it was detected. Observers (the demo, the
+// end-to-end test) read it from the published state to date a detection.
 func (s State) FirstOver() map[string]time.Time {
 	out := make(map[string]time.Time, len(s.Keys))
 	for _, k := range s.Keys {
-		for _, at := range []*time.Time{k.ReadOverSince, k.WriteOverSince, k.Since} {
+		for _, at := range []*time.Time{k.ReadOverSince, k.WriteOverSince, k.DetectedAt, k.Since} {
 			if at != nil {
 				if cur, ok := out[k.Key]; !ok || at.Before(cur) {
 					out[k.Key] = *at
@@ -60,6 +66,22 @@ func (k *KeyState) idle() bool {
 type State struct {
 	// Keys sorted by Key.
 	Keys []KeyState `json:"keys"`
+}
+
+// Durable is the part of s that must never be lost: which keys are hot and
+// since when. The timers it leaves out (pending, cooling, shrinking) only
+// delay a change when lost: a key's sustainFor, cooldown or shrink starts
+// over, so nothing is mitigated early or withdrawn early. The manager
+// writes the state when its durable part or the table changes, not at every
+// timer, so that nothing is written while nothing changes.
+func (s State) Durable() State {
+	var out State
+	for _, k := range s.Keys {
+		if k.hot() {
+			out.Keys = append(out.Keys, KeyState{Key: k.Key, ReadHot: k.ReadHot, WriteHot: k.WriteHot, Since: k.Since, DetectedAt: k.DetectedAt})
+		}
+	}
+	return out
 }
 
 // ScheduledKey is a key a schedule mitigates in [PrewarmAt, End).
@@ -163,6 +185,7 @@ func Decide(in Input) Output {
 		ks := states[key]
 		o := in.Observations[key]
 		wasHot := ks.hot()
+		over := earliestPtr(ks.ReadOverSince, ks.WriteOverSince)
 		room := hotCount < limit || wasHot
 		n1 := step(now, &ks.ReadHot, &ks.ReadOverSince, &ks.ReadUnderSince, o.ReadsPerSecond, spec.Thresholds.ReadsPerSecond, spec, room)
 		room = room || ks.ReadHot
@@ -172,10 +195,16 @@ func Decide(in Input) Output {
 		case !wasHot && ks.hot():
 			t := now
 			ks.Since = &t
+			// Over since before this pass, or only now (sustainFor 0).
+			ks.DetectedAt = &t
+			if over != nil {
+				d := *over
+				ks.DetectedAt = &d
+			}
 			hotCount++
 			out.Started++
 		case wasHot && !ks.hot():
-			ks.Since = nil
+			ks.Since, ks.DetectedAt = nil, nil
 			hotCount--
 			out.Ended++
 		}
@@ -577,6 +606,17 @@ func Prune(now time.Time, epochMillis int64, entries []routing.Entry, folded map
 
 // held starts *since at now when unset and reports whether the condition it
 // marks has held for d; if not, due is when it will have.
+// earliestPtr is the earliest of the set times, nil if none is.
+func earliestPtr(ts ...*time.Time) *time.Time {
+	var out *time.Time
+	for _, t := range ts {
+		if t != nil && (out == nil || t.Before(*out)) {
+			out = t
+		}
+	}
+	return out
+}
+
 func held(since **time.Time, now time.Time, d time.Duration) (due time.Time, ok bool) {
 	if *since == nil {
 		t := now

@@ -515,11 +515,58 @@ func TestStateFirstOver(t *testing.T) {
 		{Key: "both", ReadOverSince: at(9), WriteOverSince: at(7)},
 		{Key: "hot", ReadHot: true, Since: at(3), WriteOverSince: at(8)},
 		{Key: "cooling", ReadHot: true, Since: at(1), ReadUnderSince: at(2)},
+		{Key: "detected", WriteHot: true, Since: at(6), DetectedAt: at(4)},
 		{Key: "idle"},
 	}}
 	got := st.FirstOver()
-	want := map[string]time.Time{"pending": *at(5), "both": *at(7), "hot": *at(3), "cooling": *at(1)}
+	want := map[string]time.Time{"pending": *at(5), "both": *at(7), "hot": *at(3), "cooling": *at(1), "detected": *at(4)}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("FirstOver (-want +got):\n%s", d)
+	}
+}
+
+// TestStateDurable: what is written when it changes is which keys are hot
+// and since when; the timers stay out (losing one only delays a change).
+func TestStateDurable(t *testing.T) {
+	at := func(s int) *time.Time { v := t0.Add(time.Duration(s) * time.Second); return &v }
+	st := State{Keys: []KeyState{
+		{Key: "cooling", ReadHot: true, Since: at(1), DetectedAt: at(0), ReadUnderSince: at(2), WriteOverSince: at(3)},
+		{Key: "pending", ReadOverSince: at(5)},
+		{Key: "shrinking", WriteHot: true, Since: at(2), ShrinkSince: at(4)},
+	}}
+	want := State{Keys: []KeyState{
+		{Key: "cooling", ReadHot: true, Since: at(1), DetectedAt: at(0)},
+		{Key: "shrinking", WriteHot: true, Since: at(2)},
+	}}
+	if d := cmp.Diff(want, st.Durable()); d != "" {
+		t.Fatalf("Durable (-want +got):\n%s", d)
+	}
+}
+
+// TestDetectedAtIsWhenTheKeyWentOver: a key hot after sustainFor is dated
+// from its first pass over the threshold; the date goes when it cools.
+func TestDetectedAtIsWhenTheKeyWentOver(t *testing.T) {
+	spec := &v1alpha1.HotKeyPolicySpec{}
+	spec.Mitigations.Split.Enabled = ptr.To(true)
+	v1alpha1.SetDefaults(spec)
+	in := Input{Now: t0, Spec: spec, Observations: map[string]Observation{"k": {WritesPerSecond: 50000}}}
+	out := Decide(in)
+	in.State, in.Now = out.State, t0.Add(spec.Thresholds.SustainFor.Duration)
+	out = Decide(in)
+	if len(out.State.Keys) != 1 || !out.State.Keys[0].WriteHot || out.State.Keys[0].DetectedAt == nil || !out.State.Keys[0].DetectedAt.Equal(t0) {
+		t.Fatalf("state after sustainFor %+v, want k write-hot, detected at %v", out.State.Keys, t0)
+	}
+	if got := out.State.Keys[0].Since; got == nil || !got.Equal(in.Now) {
+		t.Errorf("since = %v, want %v", got, in.Now)
+	}
+	in.State, in.Observations = out.State, nil
+	in.Now = in.Now.Add(time.Second)
+	out = Decide(in)
+	in.State, in.Now = out.State, in.Now.Add(spec.Thresholds.Cooldown.Duration)
+	out = Decide(in)
+	for _, k := range out.State.Keys {
+		if k.Key == "k" && (k.hot() || k.DetectedAt != nil) {
+			t.Errorf("after cooldown %+v, want cold and undated", k)
+		}
 	}
 }
