@@ -21,7 +21,8 @@
 # FLEET_BENCH_NODES      fleet sizes (default 10,100,1000)
 # FLEET_BENCH_DESIGNS    designs (default legacy,fleet)
 # FLEET_BENCH_WARMUP, FLEET_BENCH_HOT, FLEET_BENCH_REST   phase durations
-#                        (default 10s, 20s, 15s)
+#                        (default 20s, 20s, 15s; the warm-up's second half is
+#                        measured as the fleet at rest)
 # FLEET_BENCH_START_TIMEOUT   bound on a node simulator's start-up (default 3m)
 # FLEET_BENCH_MAX_RSS_MB bound on the memory of one run's processes (default 12288)
 # FLEET_BENCH_POLICIES_ROW  NODES:POLICIES of the fleet-only run with several
@@ -103,7 +104,7 @@ orchestrate() {
   shift 2
   # shellcheck disable=SC2086
   "${work}/fleetsim" "$@" \
-    --warmup "${FLEET_BENCH_WARMUP:-10s}" --hot "${FLEET_BENCH_HOT:-20s}" --rest "${FLEET_BENCH_REST:-15s}" \
+    --warmup "${FLEET_BENCH_WARMUP:-20s}" --hot "${FLEET_BENCH_HOT:-20s}" --rest "${FLEET_BENCH_REST:-15s}" \
     --start-timeout "${FLEET_BENCH_START_TIMEOUT:-3m}" --max-rss-mb "${FLEET_BENCH_MAX_RSS_MB:-12288}" \
     --work "${runs}" ${FLEET_BENCH_FLAGS:-} >"${report}" &
   orch=$!

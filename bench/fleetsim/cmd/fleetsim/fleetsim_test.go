@@ -228,14 +228,15 @@ func TestRow(t *testing.T) {
 		Viral:   Detection{},
 		Counter: Detection{Detected: true, Seconds: 1.5, Version: 2},
 		API: map[string]APIRates{
-			"hot":  {Total: 12, Mutating: 3.5, MutatingLeases: 0.6, WatchEventTotal: 40, WatchByteTotal: 3 << 20},
-			"rest": {Mutating: 0.6, MutatingLeases: 0.6},
+			"hot":    {Total: 12, Mutating: 3.5, MutatingLeases: 0.6, WatchEventTotal: 40, WatchByteTotal: 3 << 20},
+			"rest":   {Mutating: 0.6, MutatingLeases: 0.6},
+			"steady": {Mutating: 0.5, MutatingLeases: 0.5},
 		},
 		FanOut:    FanOut{Samples: 10, P50Ms: 4, P99Ms: 30, MaxMs: 41, LastVersion: 2, LastReached: 1000},
 		Processes: map[string]*ProcStats{"manager": {CPUPhases: 1.25, PeakRSSMB: 51.6}},
 	}
 	r.Probe, r.ProbeSidecars = &FanOut{Samples: 1000, P50Ms: 7, P99Ms: 90, MaxMs: 120, LastReached: 1000}, 1000
-	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | — | hot: 4 / 30 / 41 ms (last version at 1000/1000); probe: 7 / 90 / 120 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
+	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 0.50 (0.50) | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | — | hot: 4 / 30 / 41 ms (last version at 1000/1000); probe: 7 / 90 / 120 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
 	if got := row(r); got != want {
 		t.Errorf("row:\n got %s\nwant %s", got, want)
 	}
@@ -246,7 +247,7 @@ func TestRow(t *testing.T) {
 		API:         map[string]APIRates{"hot": {Total: 30, Mutating: 8, MutatingLeases: 0.6}},
 		AgentFanOut: FanOut{Samples: 3000, P50Ms: 20, P99Ms: 80, MaxMs: 95, LastVersion: 4, LastReached: 1000},
 		AgentProbe:  &FanOut{Samples: 999, P50Ms: 11, P99Ms: 40, MaxMs: 52, LastReached: 999}}
-	want = "| fleet, 10 policies | 1000 | 10000 | all phases | 10/10 keys, the last 2.25 s | **7/10 keys** | 30 | 8.00 (0.60) | — | 0 / 0 B/s | hot: 20 / 80 / 95 ms (last version at 1000/1000); probe: 11 / 40 / 52 ms (999/1000) | — | 2.50 / 3.00 s (10000/10000) | — | — | — | — |"
+	want = "| fleet, 10 policies | 1000 | 10000 | all phases | 10/10 keys, the last 2.25 s | **7/10 keys** | 30 | — | 8.00 (0.60) | — | 0 / 0 B/s | hot: 20 / 80 / 95 ms (last version at 1000/1000); probe: 11 / 40 / 52 ms (999/1000) | — | 2.50 / 3.00 s (10000/10000) | — | — | — | — |"
 	if got := row(r); got != want {
 		t.Errorf("row with policies:\n got %s\nwant %s", got, want)
 	}

@@ -64,7 +64,7 @@ func run() int {
 	podsFlag := fs.String("pods", "fleet", "designs whose runs create a Pod object per simulated sidecar (node, address, policy label) before the manager starts")
 	tokenSecret := fs.String("fleet-token-secret", "heatsink-fleet-token", "for the fleet design, a Secret created in the manager's namespace before it starts, holding the run's token under key \"token\" (the manager's --fleet-token-secret default); empty: none")
 	t := simproto.Defaults()
-	warmup := fs.Duration("warmup", 10*time.Second, "warm-up: background only")
+	warmup := fs.Duration("warmup", 20*time.Second, "warm-up: background only (its second half is measured as the fleet at rest)")
 	hot := fs.Duration("hot", 20*time.Second, "the hot event")
 	rest := fs.Duration("rest", 15*time.Second, "rest: no traffic")
 	fs.Float64Var(&t.BackgroundRate, "background-rate", t.BackgroundRate, "Zipf background ops/s over all nodes")

@@ -84,7 +84,7 @@ type Result struct {
 	// design without agents): the one centralised step of the fan-out.
 	// Samples are (version, node); LastReached counts nodes.
 	AgentFanOut FanOut `json:"agentFanOut"`
-	// API is kube-apiserver's view by phase (warmup, hot, rest).
+	// API is kube-apiserver's view by phase (warmup, steady, hot, rest).
 	API map[string]APIRates `json:"api,omitempty"`
 	// OpenWatches is apiserver_longrunning_requests at the hot event's start.
 	OpenWatches map[string]float64    `json:"openWatches,omitempty"`
@@ -621,10 +621,14 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 		}
 		api[mark] = a
 	}
+	// "steady" splits the warm-up for kube-apiserver's view only: its second
+	// half, once the manager has settled on the fleet it just heard from,
+	// is the fleet at rest (background traffic, nothing hot).
 	marks := []struct {
 		name, closes, reached string
 		after                 time.Duration
 	}{
+		{markSteady, "", "warm-up", tc.HotStart / 2},
 		{simproto.PhaseHot, "warmup", "hot", tc.HotStart},
 		{simproto.PhaseRest, "hot", "rest", tc.HotStart + tc.HotDuration},
 		{"end", "rest", "done", tc.Duration},
@@ -649,7 +653,9 @@ loop:
 			}
 		case <-markC:
 			m := marks[next]
-			procs.mark(m.closes)
+			if m.closes != "" {
+				procs.mark(m.closes)
+			}
 			snap(m.name)
 			res.MarkAt[m.name] = time.Now()
 			res.Reached = m.reached
@@ -733,7 +739,8 @@ loop:
 		return res
 	}
 	res.API = map[string]APIRates{}
-	for _, p := range [][3]string{{"warmup", "ready", simproto.PhaseHot}, {"hot", simproto.PhaseHot, simproto.PhaseRest}, {"rest", simproto.PhaseRest, "end"}} {
+	for _, p := range [][3]string{{"warmup", "ready", simproto.PhaseHot}, {phaseSteady, markSteady, simproto.PhaseHot},
+		{"hot", simproto.PhaseHot, simproto.PhaseRest}, {"rest", simproto.PhaseRest, "end"}} {
 		if a, b := api[p[1]], api[p[2]]; a != nil && b != nil {
 			res.API[p[0]] = rates(a, b)
 		}
@@ -1019,6 +1026,13 @@ func scrapeHubPush(ctx context.Context, addr string) *HubPush {
 	hp, _ := parseHubPush(resp.Body)
 	return hp
 }
+
+// markSteady is the warm-up's midpoint; phaseSteady is kube-apiserver's
+// view from there to the hot event: the fleet at rest.
+const (
+	markSteady  = "steady"
+	phaseSteady = "steady"
+)
 
 // ProbeKey is the key the routing probe schedules.
 const ProbeKey = "fleetsim:probe"
