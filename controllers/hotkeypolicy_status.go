@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,6 +70,10 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 		}
 		st.HotKeys = append(st.HotKeys, hk)
 	}
+	// The hottest are shown, in the keys' order: by heat, two keys at
+	// about the same heat would swap places from pass to pass, and each
+	// swap would be a status write.
+	slices.SortFunc(st.HotKeys, func(a, b v1alpha1.HotKeyStatus) int { return strings.Compare(a.Key, b.Key) })
 	st.NextEvents = nil
 	for i, ev := range p.evs {
 		if i == maxStatusEvents {

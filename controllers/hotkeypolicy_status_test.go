@@ -177,6 +177,16 @@ func TestBuildStatus(t *testing.T) {
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
 			})},
+		"hot keys in the order of their names, whatever their heat": {
+			pass: statusPass(func(p *pass) {
+				p.out.Keys = hotKeys(2)
+				p.out.Keys[0], p.out.Keys[1] = p.out.Keys[1], p.out.Keys[0]
+			}),
+			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
+				st.HotKeyCount = 2
+				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), keyStatus(hotKeys(2)[1])}
+				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
+			})},
 		"a shown rate waits for its refresh, however far it moved; a new key shows its rate": {
 			pass: statusPass(func(p *pass) {
 				p.ratesDue = false

@@ -615,7 +615,8 @@ type HotKeyPolicyStatus struct {
 	// +optional
 	HotKeyCount int32 `json:"hotKeyCount,omitempty"`
 
-	// hotKeys lists the hottest mitigated keys, at most 50.
+	// hotKeys lists the hottest mitigated keys, at most 50, in the order of
+	// their names (a stable order: the list changes only when they do).
 	// +optional
 	// +kubebuilder:validation:MaxItems=50
 	HotKeys []HotKeyStatus `json:"hotKeys,omitempty"`
