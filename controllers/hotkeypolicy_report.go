@@ -104,8 +104,8 @@ func reportCandidates(snap hub.Snapshot, th hub.Thresholds, limit int) []v1alpha
 
 // reportDue says whether the report should be written at now: never within
 // interval of the last write, and then only when what it would say changed
-// materially (see materialChange; or the number of nodes changed by more
-// than a tenth) or it was never written.
+// materially (see materialChange), the number of nodes changed by more
+// than a tenth, or it was never written.
 func reportDue(now time.Time, last reportState, nodes int32, cands []v1alpha1.Candidate, th hub.Thresholds, interval time.Duration) bool {
 	if last.at.IsZero() {
 		return true
@@ -117,15 +117,17 @@ func reportDue(now time.Time, last reportState, nodes int32, cands []v1alpha1.Ca
 }
 
 // materialChange reports whether the candidates differ materially for a
-// key in the warm band (at or over threshold × (1 − hysteresis)) before or
-// after: it came or went, became exact, or a rate moved by more than a fifth
-// and by more than a twentieth of its threshold. Background keys under the
-// warm band move with the traffic's noise; they are shown as they are at the
-// next material change, not worth a write of their own.
+// key in the warm band (counted exactly at or over threshold × (1 −
+// hysteresis)) before or after: it came or went, or a rate moved by more
+// than a fifth and by more than a twentieth of its threshold. Background keys
+// under the warm band move with the traffic's noise, and a key whose upper
+// bound alone reaches the band is pinned and counted exactly within a
+// second or so (then it is warm or it is not); both are shown as they are at
+// the next material change, not worth a write of their own.
 func materialChange(old, new []v1alpha1.Candidate, th hub.Thresholds) bool {
 	warm := func(c v1alpha1.Candidate) bool {
-		return float64(c.ReadsPerSecond) >= float64(th.Reads)*(1-th.Hysteresis) ||
-			float64(c.WritesPerSecond) >= float64(th.Writes)*(1-th.Hysteresis)
+		return c.Exact && (float64(c.ReadsPerSecond) >= float64(th.Reads)*(1-th.Hysteresis) ||
+			float64(c.WritesPerSecond) >= float64(th.Writes)*(1-th.Hysteresis))
 	}
 	prev := make(map[string]v1alpha1.Candidate, len(old))
 	for _, c := range old {
@@ -140,7 +142,7 @@ func materialChange(old, new []v1alpha1.Candidate, th hub.Thresholds) bool {
 				return true
 			}
 		case warm(p) || warm(c):
-			if rateMoved(p.ReadsPerSecond, c.ReadsPerSecond, th.Reads) || rateMoved(p.WritesPerSecond, c.WritesPerSecond, th.Writes) || p.Exact != c.Exact {
+			if rateMoved(p.ReadsPerSecond, c.ReadsPerSecond, th.Reads) || rateMoved(p.WritesPerSecond, c.WritesPerSecond, th.Writes) || warm(p) != warm(c) {
 				return true
 			}
 		}

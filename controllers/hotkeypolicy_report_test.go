@@ -13,8 +13,8 @@ import (
 // background keys under the warm band is not one.
 func TestReportDue(t *testing.T) {
 	th := hub.Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2} // warm band: 4,000 reads/s or 800 writes/s
-	c := func(key string, r, w int64) v1alpha1.Candidate {
-		return v1alpha1.Candidate{Key: key, ReadsPerSecond: r, WritesPerSecond: w}
+	c := func(key string, r, w int64) v1alpha1.Candidate {           // counted exactly (pinned)
+		return v1alpha1.Candidate{Key: key, ReadsPerSecond: r, WritesPerSecond: w, Exact: true}
 	}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	last := reportState{at: at, nodes: 100, cands: []v1alpha1.Candidate{c("viral", 9000, 0), c("bg:1", 2100, 0), c("bg:2", 0, 400)}}
@@ -39,8 +39,12 @@ func TestReportDue(t *testing.T) {
 		"the hot key went":         {now: later, last: last, nodes: 100, cands: last.cands[1:], want: true},
 		"the hot key moved by 20%": {now: later, last: last, nodes: 100, cands: []v1alpha1.Candidate{c("viral", 10800, 0), c("bg:1", 2100, 0), c("bg:2", 0, 400)}},
 		"the hot key moved by 25%": {now: later, last: last, nodes: 100, cands: []v1alpha1.Candidate{c("viral", 6750, 0), c("bg:1", 2100, 0), c("bg:2", 0, 400)}, want: true},
-		"the hot key became exact": {now: later, last: last, nodes: 100,
-			cands: []v1alpha1.Candidate{{Key: "viral", ReadsPerSecond: 9000, Exact: true}, c("bg:1", 2100, 0), c("bg:2", 0, 400)}, want: true},
+		"an upper bound alone in the warm band": {now: later, last: last, nodes: 100,
+			cands: append([]v1alpha1.Candidate{{Key: "bg:9", ReadsPerSecond: 4500}}, last.cands...)},
+		"counted exactly, it is in the warm band": {now: later, last: reportState{at: at, nodes: 100, cands: []v1alpha1.Candidate{{Key: "bg:9", ReadsPerSecond: 4500}}},
+			nodes: 100, cands: []v1alpha1.Candidate{c("bg:9", 4400, 0)}, want: true},
+		"counted exactly, it is not": {now: later, last: reportState{at: at, nodes: 100, cands: []v1alpha1.Candidate{{Key: "bg:9", ReadsPerSecond: 4500}}},
+			nodes: 100, cands: []v1alpha1.Candidate{c("bg:9", 3000, 0)}},
 		"a tenth of the nodes more": {now: later, last: last, nodes: 111, cands: last.cands, want: true},
 		"one node less":             {now: later, last: last, nodes: 99, cands: last.cands},
 	} {

@@ -60,6 +60,8 @@ type settings struct {
 	maxRSS          int64 // bytes, over the four processes
 	work            string
 	leNamespace     string
+	// hold keeps the processes up after the probe (for profiles).
+	hold time.Duration
 }
 
 // Result is one design at one fleet size.
@@ -718,6 +720,13 @@ loop:
 	}
 	res.HubPush = scrapeHubPush(runCtx, fmt.Sprintf("127.0.0.1:%d", ports[0]))
 	procs.sample()
+	if s.hold > 0 {
+		logf("fleetsim: %s N=%d: probe done; holding for %s", d.name, nodes, s.hold)
+		select {
+		case <-time.After(s.hold):
+		case <-runCtx.Done():
+		}
+	}
 	// The last progress, the counters, and everything the sidecars said.
 	sim.stop(30 * time.Second)
 	<-readerDone
