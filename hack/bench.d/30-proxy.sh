@@ -10,6 +10,11 @@
 #     busiest master's ops over the mean of the three;
 #  5. cluster mode: the proxy against redis-benchmark --cluster straight to
 #     the three masters.
+# The main table also runs the proxy as built at PROXY_BENCH_BEFORE (a git
+# ref; default 3d32aba, the tree whose numbers docs/benchmarks.md's snapshot
+# shows; empty: none) as a fourth target, interleaved with the others: a
+# regression shows as heatsink / before under 100 % in the same run, whatever
+# the machine's state.
 # The machine's cores are shared (with Redis, the load generator and other
 # work), so every row is measured in ROUNDS interleaved rounds, rotating the
 # order of the targets, and the median is reported.
@@ -102,15 +107,30 @@ redis() { # PORT [extra args...]
 
 echo "bench: building heatsink" >&2
 go build -o "${work}/heatsink" ./cmd/heatsink
+BEFORE="${PROXY_BENCH_BEFORE-3d32aba}"
+if [[ -n "${BEFORE}" ]]; then
+  echo "bench: building heatsink at ${BEFORE}" >&2
+  git worktree add --detach "${work}/before-src" "${BEFORE}" >/dev/null 2>&1
+  (cd "${work}/before-src" && go build -o "${work}/heatsink-before" ./cmd/heatsink)
+  git worktree remove --force "${work}/before-src" >/dev/null 2>&1 || true
+  git worktree prune >/dev/null 2>&1 || true
+fi
 heatsink() { # LOGNAME PORT [flags...]
   local name=$1 port=$2; shift 2
-  "${work}/heatsink" proxy --listen "127.0.0.1:${port}" --http-address "127.0.0.1:$(freeport)" "$@" >"${work}/${name}.log" 2>&1 &
+  local bin="${work}/heatsink"
+  [[ "${name}" == before ]] && bin="${work}/heatsink-before"
+  "${bin}" proxy --listen "127.0.0.1:${port}" --http-address "127.0.0.1:$(freeport)" "$@" >"${work}/${name}.log" 2>&1 &
   pids+=($!); servers+=($!)
   waitport "${port}"
 }
 
 RPORT=$(freeport); redis "${RPORT}"
 HPORT=$(freeport); heatsink heatsink "${HPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file ""
+MAIN=(direct heatsink twemproxy)
+if [[ -n "${BEFORE}" ]]; then
+  BPORT=$(freeport); heatsink before "${BPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file ""
+  MAIN=(direct heatsink before twemproxy)
+fi
 # The same, reporting every key access to a detector address (UDP; nothing
 # listens there, so this is the cost of aggregating and sending).
 echo '{"schemaVersion":1,"policy":"bench/bench","version":1,"epochMillis":60000,"entries":[]}' >"${work}/empty.json"
@@ -155,10 +175,10 @@ finish() { # KEY
   R[$1]="$(cut -d' ' -f1 "$f" | median) $(cut -d' ' -f2 "$f" | median) $(cut -d' ' -f3 "$f" | median)"
 }
 
-declare -A PORT=([direct]=$RPORT [heatsink]=$HPORT [twemproxy]=$TPORT)
+declare -A PORT=([direct]=$RPORT [heatsink]=$HPORT [twemproxy]=$TPORT [before]=${BPORT:-0})
 for depth in 1 16; do
   for test in get set incr; do
-    order=(direct heatsink twemproxy)
+    order=("${MAIN[@]}")
     for round in $(seq 1 "${ROUNDS}"); do
       echo "bench: ${test} -P ${depth} round ${round}" >&2
       for target in "${order[@]}"; do
@@ -166,7 +186,7 @@ for depth in 1 16; do
       done
       order=("${order[@]:1}" "${order[0]}")
     done
-    for target in direct heatsink twemproxy; do finish "${target}/${depth}/${test}"; done
+    for target in "${MAIN[@]}"; do finish "${target}/${depth}/${test}"; done
   done
 done
 
@@ -174,18 +194,30 @@ echo "## Proxy: direct Redis vs heatsink proxy vs twemproxy"
 echo
 echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per run, random keys (-r 1000000); each row is the median of ${ROUNDS} interleaved rounds (target order rotated each round) on the same machine ($(nproc) cores shared by Redis, the proxy, the load generator and whatever else runs). $(if [[ ${PIN} == 1 ]]; then echo "CPU placement: redis-benchmark on CPU 0, Redis and the proxy under test on CPUs 1-$((NCPU - 1)), the same for every target (PROXY_BENCH_PIN=0 turns it off; the unpinned table follows)."; else echo "No CPU pinning."; fi) Latencies in ms. twemproxy: nutcracker, server_connections ${TWEMPROXY_CONNS:-4}. heatsink: default settings (its event loop serves these clients; one upstream connection per RESP version)."
 echo
-echo "| test | depth | direct ops/s | heatsink ops/s | twemproxy ops/s | heatsink / direct | twemproxy / direct | direct p50/p99 | heatsink p50/p99 | twemproxy p50/p99 |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+if [[ -n "${BEFORE}" ]]; then
+  echo "heatsink@${BEFORE}: the proxy as built at ${BEFORE}, the tree whose numbers the committed snapshot shows, measured in the same rounds: heatsink / before is the regression check, free of the machine's state."
+  echo
+  echo "| test | depth | direct ops/s | heatsink ops/s | heatsink@${BEFORE} ops/s | twemproxy ops/s | heatsink / direct | heatsink@${BEFORE} / direct | twemproxy / direct | heatsink / heatsink@${BEFORE} | direct p50/p99 | heatsink p50/p99 | heatsink@${BEFORE} p50/p99 | twemproxy p50/p99 |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+else
+  echo "| test | depth | direct ops/s | heatsink ops/s | twemproxy ops/s | heatsink / direct | twemproxy / direct | direct p50/p99 | heatsink p50/p99 | twemproxy p50/p99 |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+fi
 for depth in 1 16; do
   for test in get set incr; do
     read -r dr dp50 dp99 <<<"${R[direct/$depth/$test]}"
     read -r hr hp50 hp99 <<<"${R[heatsink/$depth/$test]}"
     read -r tr tp50 tp99 <<<"${R[twemproxy/$depth/$test]}"
-    echo "| ${test^^} | ${depth} | ${dr} | ${hr} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$tr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${tp50}/${tp99} |"
+    if [[ -n "${BEFORE}" ]]; then
+      read -r br bp50 bp99 <<<"${R[before/$depth/$test]}"
+      echo "| ${test^^} | ${depth} | ${dr} | ${hr} | ${br} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$br" "$dr") | $(ratio "$tr" "$dr") | $(ratio "$hr" "$br") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${bp50}/${bp99} | ${tp50}/${tp99} |"
+    else
+      echo "| ${test^^} | ${depth} | ${dr} | ${hr} | ${tr} | $(ratio "$hr" "$dr") | $(ratio "$tr" "$dr") | ${dp50}/${dp99} | ${hp50}/${hp99} | ${tp50}/${tp99} |"
+    fi
   done
 done
 echo
-echo "Targets: heatsink / direct ≥ 90 % at depth 1 and ≥ 60 % at depth 16, ahead of twemproxy in every row."
+echo "Targets: heatsink / direct ≥ 90 % at depth 1 and ≥ 60 % at depth 16, ahead of twemproxy in every row$(if [[ -n "${BEFORE}" ]]; then echo "; heatsink / heatsink@${BEFORE} ≥ 100 % within the noise (no regression)"; fi)."
 echo
 if [[ "${PIN}" == 1 ]]; then
   # The same at depth 1 with every process left to the scheduler.
