@@ -28,6 +28,7 @@ type managerFlags struct {
 	probeAddr      string
 	leaderElect    bool
 	enableHTTP2    bool
+	pprofAddr      string
 }
 
 func bindManagerFlags(fs *flag.FlagSet) *managerFlags {
@@ -37,6 +38,7 @@ func bindManagerFlags(fs *flag.FlagSet) *managerFlags {
 	fs.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty: a self-signed certificate generated at start")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so that only one manager acts")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "", "address of net/http/pprof (CPU and heap profiles, for diagnosis); empty: off. It has no authentication: bind it to 127.0.0.1 and reach it by kubectl port-forward")
 	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve HTTP/2 on the webhook and metrics servers; off by default because of HTTP/2 rapid reset and stream cancellation attacks (CVE-2023-44487, CVE-2023-39325)")
 	return f
 }
@@ -106,6 +108,7 @@ func runManager(args []string) error {
 		Scheme:                 scheme.New(),
 		Metrics:                mf.metricsOptions(),
 		HealthProbeBindAddress: mf.probeAddr,
+		PprofBindAddress:       mf.pprofAddr,
 		LeaderElection:         mf.leaderElect,
 		LeaderElectionID:       "heatsink-manager.heatsink.dev",
 		// A manager that stops (a rollout, a drain) hands the lease over at
