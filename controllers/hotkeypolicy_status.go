@@ -16,6 +16,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -114,8 +115,8 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(p.schedErrs...).Error()))
 	case p.agg.StaleNodes > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
-			fmt.Sprintf("%d of %d nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted",
-				st.StaleNodes, st.StaleNodes+st.ReportingNodes))
+			fmt.Sprintf("%d of %d nodes hosting the policy's pods sent no summary for %d report intervals; their traffic is not counted",
+				st.StaleNodes, st.StaleNodes+st.ReportingNodes, hub.StaleAfterIntervals))
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}

@@ -224,7 +224,7 @@ func TestBuildStatus(t *testing.T) {
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.ReportingNodes, st.StaleNodes = 1000, 3 },
 				degraded(v1alpha1.ReasonStaleReports,
-					"3 of 1003 nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted"))},
+					"3 of 1003 nodes hosting the policy's pods sent no summary for 5 report intervals; their traffic is not counted"))},
 		"a tenth of the nodes changes the shown counts": {
 			pass: statusPass(func(p *pass) {
 				p.policy.Status.ReportingNodes, p.policy.Status.StaleNodes = 1000, 3
@@ -232,7 +232,7 @@ func TestBuildStatus(t *testing.T) {
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.ReportingNodes, st.StaleNodes = 899, 104 },
 				degraded(v1alpha1.ReasonStaleReports,
-					"104 of 1003 nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted"))},
+					"104 of 1003 nodes hosting the policy's pods sent no summary for 5 report intervals; their traffic is not counted"))},
 		"the last stale node coming back is shown at once": {
 			pass: statusPass(func(p *pass) {
 				p.policy.Status.ReportingNodes, p.policy.Status.StaleNodes = 999, 1
@@ -274,7 +274,7 @@ func TestBuildStatus(t *testing.T) {
 			pass: statusPass(func(p *pass) { p.agg.StaleNodes = 1 }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.StaleNodes = 1 },
 				degraded(v1alpha1.ReasonStaleReports,
-					"1 of 4 nodes hosting the policy's pods sent no summary for 3 report intervals; their traffic is not counted"))},
+					"1 of 4 nodes hosting the policy's pods sent no summary for 5 report intervals; their traffic is not counted"))},
 		"a long Degraded message is cut at 1024 bytes": {
 			pass: statusPass(func(p *pass) { p.act = actResult{reason: v1alpha1.ReasonRedisUnavailable, message: long} }),
 			want: wantStatus(degraded(v1alpha1.ReasonRedisUnavailable, long[:1024]))},

@@ -514,7 +514,7 @@ const (
 	ReasonCredentialsMissing = "CredentialsMissing"
 	// ReasonPublishFailed: the routing ConfigMap could not be written.
 	ReasonPublishFailed = "PublishFailed"
-	// ReasonStaleReports: some nodes' reports are older than 3 intervals.
+	// ReasonStaleReports: some nodes' reports are older than 5 intervals.
 	ReasonStaleReports = "StaleReports"
 	// ReasonHealthy: nothing is degraded.
 	ReasonHealthy = "Healthy"
@@ -628,7 +628,7 @@ type HotKeyPolicyStatus struct {
 	ReportingNodes int32 `json:"reportingNodes,omitempty"`
 
 	// staleNodes is the number of nodes whose last report still listed
-	// candidates but is older than three report intervals: the node stopped
+	// candidates but is older than five report intervals: the node stopped
 	// reporting while keys were hot, and its report is ignored. A node whose
 	// last report was empty is quiet, not stale.
 	// +optional

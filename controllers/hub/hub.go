@@ -64,8 +64,13 @@ type Options struct {
 // StaleAfterIntervals is how many report intervals a node may stay silent
 // before its counts stop counting. Agents send every interval whatever
 // happens (an empty summary is a heartbeat), and the manager dates each
-// summary by its own clock on arrival, so a live agent is never stale.
-const StaleAfterIntervals = 3
+// summary by its own clock on arrival, so a live agent is never stale. Five,
+// not fewer: an agent's post may time out (2 s) when its node or the manager
+// is busy, and the next comes an interval later; with 3 intervals, two
+// such posts in a row made a live node stale and Degraded flap (found with
+// the fleet simulator at 1,000 nodes × 10 policies). A dead node's last
+// counts linger that long, which the cooldown dwarfs.
+const StaleAfterIntervals = 5
 
 // Hub is the manager's fleet server and cluster-wide view.
 type Hub struct {
