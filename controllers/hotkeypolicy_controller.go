@@ -88,9 +88,11 @@ type HotKeyPolicyReconciler struct {
 	// status last refreshed the rates of keys it already showed.
 	reports    book[reportState]
 	ratesShown book[time.Time]
-	redis      *redisClients
-	parsed     parsedCache
-	refills    refillBook
+	// written: each policy's last status write (see caughtUp).
+	written book[writtenStatus]
+	redis   *redisClients
+	parsed  parsedCache
+	refills refillBook
 }
 
 // DefaultMaxConcurrentReconciles is the default number of reconcile workers.
@@ -187,6 +189,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if policy == nil {
 		return ctrl.Result{}, err
 	}
+	r.caughtUp(policy)
 	if !policy.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, policy)
 	}
@@ -253,6 +256,7 @@ func (r *HotKeyPolicyReconciler) forget(key types.NamespacedName) {
 	r.refills.forget(key)
 	r.reports.forget(key)
 	r.ratesShown.forget(key)
+	r.written.forget(key)
 	r.Metrics.forget(key.Namespace, key.Name)
 	r.Fleet.RemovePolicy(policyID(key))
 }

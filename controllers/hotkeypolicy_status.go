@@ -219,12 +219,36 @@ func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy
 	}
 }
 
-// writeStatus patches the status, only when it changed.
+// writeStatus patches the status, only when it changed, and remembers what
+// it wrote (see caughtUp).
 func (r *HotKeyPolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.HotKeyPolicy, st *v1alpha1.HotKeyPolicyStatus) error {
 	if equality.Semantic.DeepEqual(&policy.Status, st) {
 		return nil
 	}
 	base := policy.DeepCopy()
 	policy.Status = *st
-	return r.Client.Status().Patch(ctx, policy, client.MergeFrom(base))
+	if err := r.Client.Status().Patch(ctx, policy, client.MergeFrom(base)); err != nil {
+		return err
+	}
+	r.written.set(client.ObjectKeyFromObject(policy), writtenStatus{baseRV: base.ResourceVersion, status: st.DeepCopy()})
+	return nil
+}
+
+// writtenStatus is a status the manager wrote, and the resourceVersion of
+// the policy it was computed from.
+type writtenStatus struct {
+	baseRV string
+	status *v1alpha1.HotKeyPolicyStatus
+}
+
+// caughtUp gives policy, read from the cache, the status the last pass
+// wrote if the cache still serves the version that pass started from: a
+// pass that follows at once (the hub's trigger, a requeue) would otherwise
+// compare with the status before that write, and write it again and emit
+// its Events again.
+func (r *HotKeyPolicyReconciler) caughtUp(policy *v1alpha1.HotKeyPolicy) {
+	w := r.written.get(client.ObjectKeyFromObject(policy))
+	if w.status != nil && w.baseRV != "" && w.baseRV == policy.ResourceVersion {
+		policy.Status = *w.status.DeepCopy()
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
@@ -426,5 +427,35 @@ func TestDrainStatus(t *testing.T) {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestCaughtUp: a pass that reads the policy from a cache that has not seen
+// the last status write yet starts from that write, not from the status
+// before it; once the cache serves a newer version, from the cache.
+func TestCaughtUp(t *testing.T) {
+	r := &HotKeyPolicyReconciler{}
+	written := wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) { st.HotKeyCount = 2 })
+	policy := func(rv string) *v1alpha1.HotKeyPolicy {
+		p := &v1alpha1.HotKeyPolicy{}
+		p.Namespace, p.Name, p.ResourceVersion = "ns", "p", rv
+		p.Status = *wantStatus()
+		return p
+	}
+	r.caughtUp(policy("7")) // nothing written yet: nothing to do
+	r.written.set(client.ObjectKeyFromObject(policy("7")), writtenStatus{baseRV: "7", status: written})
+	stale := policy("7")
+	r.caughtUp(stale)
+	if diff := cmp.Diff(written, &stale.Status); diff != "" {
+		t.Errorf("cache behind the write: status (-want +got):\n%s", diff)
+	}
+	stale.Status.HotKeyCount = 9
+	if written.HotKeyCount != 2 {
+		t.Errorf("the remembered status was shared with the policy")
+	}
+	fresh := policy("8")
+	r.caughtUp(fresh)
+	if diff := cmp.Diff(wantStatus(), &fresh.Status); diff != "" {
+		t.Errorf("cache past the write: status (-want +got):\n%s", diff)
 	}
 }
