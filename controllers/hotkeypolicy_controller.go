@@ -7,7 +7,6 @@
 package controllers
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -215,17 +214,13 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	r.enact(ctx, p)
 	r.writeReport(ctx, p)
 
-	p.ratesDue = !p.now.Before(r.ratesShown.get(p.key).Add(cmp.Or(r.ReportInterval, DefaultReportInterval)))
+	p.ratesDue = r.ratesDue(p.key, p.now)
 	status := buildStatus(p)
-	refreshed := ratesRefreshed(policy.Status.HotKeys, status.HotKeys)
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)
 	r.Metrics.health(policy, status)
-	if err := r.writeStatus(ctx, policy, status); err != nil {
+	if err := r.writeStatus(ctx, policy, status, p.now); err != nil {
 		return ctrl.Result{}, err
-	}
-	if refreshed {
-		r.ratesShown.set(p.key, p.now)
 	}
 	if p.pub.err != nil {
 		return ctrl.Result{}, p.pub.err

@@ -138,7 +138,7 @@ func (r *HotKeyPolicyReconciler) drainForDeletion(ctx context.Context, policy *v
 	}
 	st := drainStatus(policy, pub, act, len(drain.Entries))
 	r.recordTransitions(policy, &policy.Status, st)
-	if err := r.writeStatus(ctx, policy, st); err != nil {
+	if err := r.writeStatus(ctx, policy, st, now); err != nil {
 		return ctrl.Result{}, false, err
 	}
 	if act.reason != "" {

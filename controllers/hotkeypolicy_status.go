@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -219,18 +221,29 @@ func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy
 	}
 }
 
+// ratesDue says whether a pass at now may refresh the rates status shows:
+// a report interval or more since it last did.
+func (r *HotKeyPolicyReconciler) ratesDue(key types.NamespacedName, now time.Time) bool {
+	return !now.Before(r.ratesShown.get(key).Add(cmp.Or(r.ReportInterval, DefaultReportInterval)))
+}
+
 // writeStatus patches the status, only when it changed, and remembers what
-// it wrote (see caughtUp).
-func (r *HotKeyPolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.HotKeyPolicy, st *v1alpha1.HotKeyPolicyStatus) error {
+// it wrote (see caughtUp) and when it refreshed the shown rates (ratesDue).
+func (r *HotKeyPolicyReconciler) writeStatus(ctx context.Context, policy *v1alpha1.HotKeyPolicy, st *v1alpha1.HotKeyPolicyStatus, now time.Time) error {
 	if equality.Semantic.DeepEqual(&policy.Status, st) {
 		return nil
 	}
+	refreshed := ratesRefreshed(policy.Status.HotKeys, st.HotKeys)
 	base := policy.DeepCopy()
 	policy.Status = *st
 	if err := r.Client.Status().Patch(ctx, policy, client.MergeFrom(base)); err != nil {
 		return err
 	}
-	r.written.set(client.ObjectKeyFromObject(policy), writtenStatus{baseRV: base.ResourceVersion, status: st.DeepCopy()})
+	key := client.ObjectKeyFromObject(policy)
+	r.written.set(key, writtenStatus{baseRV: base.ResourceVersion, status: st.DeepCopy()})
+	if refreshed {
+		r.ratesShown.set(key, now)
+	}
 	return nil
 }
 
