@@ -20,13 +20,14 @@ import (
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// StateKey is the routing ConfigMap key holding the manager's own state
-// (which keys are hot, the hysteresis timers and, in Observe mode, the
-// entries it would publish). Keeping it beside the table it explains means a
-// restarted or newly elected manager continues where the last write left
-// it; data-path readers only read routing.ConfigMapKey. It is written with
-// the table, and when its durable part changes (decide.State.Durable): a
-// timer alone is kept in the leader's memory (see parsedCache.remember).
+// StateKey is the routing ConfigMap key holding the durable part of the
+// manager's own state (decide.State.Durable: which keys are hot, since when,
+// when they were detected; in Observe mode, the entries it would publish).
+// Keeping it beside the table it explains means a restarted or newly elected
+// manager keeps every mitigation; data-path readers only read
+// routing.ConfigMapKey. The hysteresis timers are the leader's memory (see
+// parsedCache): a new leader starts them over, which can only delay a
+// change, and a timer set or cleared is no write.
 const StateKey = "manager-state.json"
 
 // FieldOwner is the server-side apply field manager of the routing ConfigMap.
@@ -52,8 +53,8 @@ type published struct {
 	// or status.routingVersion, whichever is larger.
 	Version   int64
 	tableJSON string
-	// durableJSON is the durable part of the state as written (see
-	// durableJSON); State may be newer, from the leader's memory.
+	// durableJSON is the state as the ConfigMap holds it (its durable
+	// part, see durableJSON); State has the timers of the leader's memory.
 	durableJSON string
 	// rv is the ConfigMap's resourceVersion.
 	rv     string
@@ -143,7 +144,10 @@ func parseRouting(data map[string]string) (doc routingDoc, tableErr, stateErr er
 	if raw := data[StateKey]; raw != "" {
 		var sd stateDoc
 		if stateErr = json.Unmarshal([]byte(raw), &sd); stateErr == nil {
-			doc.state = decide.State{Keys: sd.Keys}
+			// Only the durable part: timers a ConfigMap may hold (written by
+			// an earlier version) are as old as that write; trusted now they
+			// could make a key hot without its sustainFor.
+			doc.state = decide.State{Keys: sd.Keys}.Durable()
 			doc.observe = sd.Observed
 			doc.durable, stateErr = durableJSON(sd)
 		}
@@ -170,8 +174,10 @@ func newPublished(statusVersion int64, cm *corev1.ConfigMap, doc routingDoc) *pu
 // parsedCache keeps the last parsed routing ConfigMap of each policy by
 // resourceVersion: a 1,000-entry table costs milliseconds to parse and
 // validate, and most passes find it unchanged. It is also the leader's
-// memory of the state: a pass that writes nothing remembers its state over
-// the ConfigMap's (remember), so the next pass continues its timers.
+// memory of the state, timers included: a pass that writes the ConfigMap
+// puts what it wrote under the new resourceVersion with its full state, and
+// a pass that writes nothing remembers its state over the entry's
+// (remember), so the next pass continues the timers either way.
 type parsedCache struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]parsedEntry
@@ -237,12 +243,12 @@ type publishResult struct {
 
 // routingContent is the data the routing ConfigMap must hold after a pass.
 type routingContent struct {
-	tableJSON, stateJSON string
-	// durableJSON is the state's durable part (see durableJSON).
-	durableJSON string
-	// state and observe are the state stateJSON holds.
-	state   decide.State
-	observe []routing.Entry
+	tableJSON string
+	// stateJSON is the state's durable part (see durableJSON).
+	stateJSON string
+	// doc is the pass's state, timers included, and table parsed, for the
+	// leader's memory.
+	doc     routingDoc
 	version int64
 	// draining: see publishResult.
 	draining int
@@ -275,16 +281,12 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 	if err != nil {
 		return routingContent{}, fmt.Errorf("routing table: %w", err)
 	}
-	stateJSON, err := json.Marshal(doc)
-	if err != nil {
-		return routingContent{}, err
-	}
 	durable, err := durableJSON(doc)
 	if err != nil {
 		return routingContent{}, err
 	}
-	c := routingContent{tableJSON: string(tableJSON), stateJSON: string(stateJSON), durableJSON: durable,
-		state: out.State, observe: doc.Observed, version: t.Version}
+	c := routingContent{tableJSON: string(tableJSON), stateJSON: durable, version: t.Version,
+		doc: routingDoc{table: t, tableVersion: t.Version, state: out.State, observe: doc.Observed, durable: durable}}
 	if spec.Mode == v1alpha1.ModeObserve {
 		c.draining = len(entries)
 	}
@@ -332,7 +334,7 @@ func durableJSON(doc stateDoc) (string, error) {
 // the durable part of its state and the finalizer, so that nothing needs
 // writing: a timer set or cleared alone stays in the leader's memory.
 func (c routingContent) unchanged(prev *published) bool {
-	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.durableJSON == prev.durableJSON
+	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.stateJSON == prev.durableJSON
 }
 
 // publish writes the routing ConfigMap (see newRoutingContent) with
@@ -348,7 +350,7 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		keys[i] = e.Key
 	}
 	if c.unchanged(prev) {
-		r.parsed.remember(client.ObjectKeyFromObject(policy), prev.rv, c.state, c.observe)
+		r.parsed.remember(client.ObjectKeyFromObject(policy), prev.rv, c.doc.state, c.doc.observe)
 		return publishResult{version: c.version, table: c.tableJSON, keys: keys, draining: c.draining}
 	}
 	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).
@@ -367,6 +369,9 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		WithData(map[string]string{routing.ConfigMapKey: c.tableJSON, StateKey: c.stateJSON})
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return publishResult{version: prev.Version, err: fmt.Errorf("apply routing ConfigMap: %w", err)}
+	}
+	if ac.ResourceVersion != nil { // the applied object, as the API server returned it
+		r.parsed.put(client.ObjectKeyFromObject(policy), *ac.ResourceVersion, c.doc)
 	}
 	if c.version != prev.Version {
 		r.Metrics.publications.Inc()

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -231,5 +232,43 @@ func TestTableCarriesCacheSettings(t *testing.T) {
 				t.Errorf("version %d after a change %v, want %d", c.version, changed, wantVersion)
 			}
 		})
+	}
+}
+
+// TestStateWrittenIsDurable: the routing ConfigMap holds which keys are hot,
+// not the timers; a state read from a ConfigMap (a new leader, or one an
+// earlier version wrote with timers) starts its timers over, so an old
+// pending timer can never make a key hot without its sustainFor.
+func TestStateWrittenIsDurable(t *testing.T) {
+	policy, spec := publishFixture()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	out := &decide.Output{State: decide.State{Keys: []decide.KeyState{
+		{Key: "hot", WriteHot: true, Since: &at, DetectedAt: &at, WriteUnderSince: &at},
+		{Key: "pending", ReadOverSince: &at},
+	}}}
+	prev := newPublished(0, nil, routingDoc{})
+	c, err := newRoutingContent(policy, spec, prev, out, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written stateDoc
+	if err := json.Unmarshal([]byte(c.stateJSON), &written); err != nil {
+		t.Fatal(err)
+	}
+	want := []decide.KeyState{{Key: "hot", WriteHot: true, Since: &at, DetectedAt: &at}}
+	if diff := cmp.Diff(want, written.Keys); diff != "" {
+		t.Errorf("state written (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(out.State, c.doc.state); diff != "" {
+		t.Errorf("state remembered (-want +got):\n%s", diff)
+	}
+	// A ConfigMap with timers in it (an earlier version's) is read without.
+	withTimers, _ := json.Marshal(stateDoc{Keys: out.State.Keys})
+	doc, _, err := parseRouting(map[string]string{StateKey: string(withTimers)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, doc.state.Keys); diff != "" {
+		t.Errorf("state read (-want +got):\n%s", diff)
 	}
 }
