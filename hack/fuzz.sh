@@ -3,8 +3,9 @@
 # a bounded time each; the seed corpora are committed under testdata/fuzz.
 #
 #   hack/fuzz.sh [DURATION] [FILTER]   fuzz each target for DURATION (default
-#                                      30s), only targets whose "dir name"
-#                                      matches the regex FILTER if given
+#                                      30s; or Nx, N inputs, go test's
+#                                      -fuzztime forms), only targets whose
+#                                      "dir name" matches the regex FILTER
 #   hack/fuzz.sh --list                print "dir name" of every target
 #
 # A failure stops the run with the failing input written under the
