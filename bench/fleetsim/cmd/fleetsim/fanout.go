@@ -74,15 +74,7 @@ func detectSamples(versions []seenVersion, key string, hotAt time.Time, events [
 	if !d.Detected {
 		return d, nil
 	}
-	first := map[int]time.Time{}
-	for _, e := range events {
-		if e.version < d.Version {
-			continue
-		}
-		if t, ok := first[e.sidecar]; !ok || e.at.Before(t) {
-			first[e.sidecar] = e.at
-		}
-	}
+	first := firstAccepted(events, d.Version)
 	lat := make([]float64, 0, len(first))
 	for _, t := range first {
 		lat = append(lat, t.Sub(hotAt).Seconds())
@@ -231,4 +223,19 @@ func sidecarsOf(k int, tc *simproto.Config) int {
 		}
 	}
 	return n * tc.Nodes
+}
+
+// firstAccepted is, per sidecar, when it first accepted version or a later
+// one (a sidecar may skip a version that was quickly replaced).
+func firstAccepted(events []sidecarEvent, version int64) map[int]time.Time {
+	first := map[int]time.Time{}
+	for _, e := range events {
+		if e.version < version {
+			continue
+		}
+		if t, ok := first[e.sidecar]; !ok || e.at.Before(t) {
+			first[e.sidecar] = e.at
+		}
+	}
+	return first
 }

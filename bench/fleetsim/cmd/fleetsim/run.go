@@ -1101,15 +1101,7 @@ func probe(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto.Conf
 // skipped it, of its first later version) against when the orchestrator saw
 // v; LastReached counts the sidecars that got there.
 func probeFanOut(v seenVersion, events []sidecarEvent) FanOut {
-	first := map[int]time.Time{}
-	for _, e := range events {
-		if e.version < v.Version {
-			continue
-		}
-		if t, ok := first[e.sidecar]; !ok || e.at.Before(t) {
-			first[e.sidecar] = e.at
-		}
-	}
+	first := firstAccepted(events, v.Version)
 	ms := make([]float64, 0, len(first))
 	for _, t := range first {
 		ms = append(ms, float64(t.Sub(v.At))/float64(time.Millisecond))
