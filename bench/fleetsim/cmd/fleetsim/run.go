@@ -630,7 +630,7 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 		name, closes, reached string
 		after                 time.Duration
 	}{
-		{markSteady, "", "warm-up", tc.HotStart / 2},
+		{phaseSteady, "", "warm-up", tc.HotStart / 2},
 		{simproto.PhaseHot, "warmup", "hot", tc.HotStart},
 		{simproto.PhaseRest, "hot", "rest", tc.HotStart + tc.HotDuration},
 		{"end", "rest", "done", tc.Duration},
@@ -748,7 +748,7 @@ loop:
 		return res
 	}
 	res.API = map[string]APIRates{}
-	for _, p := range [][3]string{{"warmup", "ready", simproto.PhaseHot}, {phaseSteady, markSteady, simproto.PhaseHot},
+	for _, p := range [][3]string{{"warmup", "ready", simproto.PhaseHot}, {phaseSteady, phaseSteady, simproto.PhaseHot},
 		{"hot", simproto.PhaseHot, simproto.PhaseRest}, {"rest", simproto.PhaseRest, "end"}} {
 		if a, b := api[p[1]], api[p[2]]; a != nil && b != nil {
 			res.API[p[0]] = rates(a, b)
@@ -1036,12 +1036,9 @@ func scrapeHubPush(ctx context.Context, addr string) *HubPush {
 	return hp
 }
 
-// markSteady is the warm-up's midpoint; phaseSteady is kube-apiserver's
-// view from there to the hot event: the fleet at rest.
-const (
-	markSteady  = "steady"
-	phaseSteady = "steady"
-)
+// phaseSteady names both the mark at the warm-up's midpoint and
+// kube-apiserver's view from there to the hot event: the fleet at rest.
+const phaseSteady = "steady"
 
 // ProbeKey is the key the routing probe schedules.
 const ProbeKey = "fleetsim:probe"
