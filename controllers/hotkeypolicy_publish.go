@@ -244,10 +244,8 @@ type publishResult struct {
 // routingContent is the data the routing ConfigMap must hold after a pass.
 type routingContent struct {
 	tableJSON string
-	// stateJSON is the state's durable part (see durableJSON).
-	stateJSON string
 	// doc is the pass's state, timers included, and table parsed, for the
-	// leader's memory.
+	// leader's memory; doc.durable is the state the ConfigMap holds.
 	doc     routingDoc
 	version int64
 	// draining: see publishResult.
@@ -285,7 +283,7 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 	if err != nil {
 		return routingContent{}, err
 	}
-	c := routingContent{tableJSON: string(tableJSON), stateJSON: durable, version: t.Version,
+	c := routingContent{tableJSON: string(tableJSON), version: t.Version,
 		doc: routingDoc{table: t, tableVersion: t.Version, state: out.State, observe: doc.Observed, durable: durable}}
 	if spec.Mode == v1alpha1.ModeObserve {
 		c.draining = len(entries)
@@ -334,7 +332,7 @@ func durableJSON(doc stateDoc) (string, error) {
 // the durable part of its state and the finalizer, so that nothing needs
 // writing: a timer set or cleared alone stays in the leader's memory.
 func (c routingContent) unchanged(prev *published) bool {
-	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.stateJSON == prev.durableJSON
+	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.doc.durable == prev.durableJSON
 }
 
 // publish writes the routing ConfigMap (see newRoutingContent) with
@@ -366,7 +364,7 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		// cascading deletion deletes dependents first, and without the
 		// table the drain would not know the splits.
 		WithFinalizers(Finalizer).
-		WithData(map[string]string{routing.ConfigMapKey: c.tableJSON, StateKey: c.stateJSON})
+		WithData(map[string]string{routing.ConfigMapKey: c.tableJSON, StateKey: c.doc.durable})
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return publishResult{version: prev.Version, err: fmt.Errorf("apply routing ConfigMap: %w", err)}
 	}

@@ -252,7 +252,7 @@ func TestStateWrittenIsDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var written stateDoc
-	if err := json.Unmarshal([]byte(c.stateJSON), &written); err != nil {
+	if err := json.Unmarshal([]byte(c.doc.durable), &written); err != nil {
 		t.Fatal(err)
 	}
 	want := []decide.KeyState{{Key: "hot", WriteHot: true, Since: &at, DetectedAt: &at}}
