@@ -11,9 +11,9 @@ import (
 
 // KeyState is what the manager remembers about one key between reconciles:
 // whether it is hot, and the hysteresis timers. The manager keeps it in
-// memory and persists it beside the routing table whenever the table or a
-// key's hotness changes (Durable): a newly elected manager continues from
-// there, restarting only the timers set since (see docs/manager.md).
+// memory and persists its durable part (Durable) beside the routing table
+// whenever the table or a key's hotness changes: a newly elected manager
+// keeps every hot key and starts the timers over (see docs/manager.md).
 type KeyState struct {
 	Key string `json:"key"`
 	// ReadOverSince / WriteOverSince: when the rate went over its threshold
