@@ -135,13 +135,3 @@ func runVersion(args []string) error {
 	fmt.Println(version.Get())
 	return nil
 }
-
-// summary is the one-line description of the named command.
-func summary(name string) string {
-	for _, c := range commands() {
-		if c.name == name {
-			return c.summary
-		}
-	}
-	return ""
-}

@@ -2,7 +2,6 @@ package resp
 
 import (
 	"bytes"
-	"strconv"
 )
 
 // Error is an error reply ('-' or RESP3 '!') decoded as a value. It is a
@@ -140,18 +139,4 @@ func decodeAt(b []byte, pos, depth int, lim Limits) (any, int, error) {
 		return out, next, nil
 	}
 	return nil, 0, protoErr("unknown reply type '%s'", printable(t))
-}
-
-// AsInt returns v as an int64 if it is an integer reply or a decimal string.
-func AsInt(v any) (int64, bool) {
-	switch v := v.(type) {
-	case int64:
-		return v, true
-	case []byte:
-		return parseInt(v)
-	case string:
-		n, err := strconv.ParseInt(v, 10, 64)
-		return n, err == nil
-	}
-	return 0, false
 }

@@ -20,9 +20,6 @@ func NewWriter(wr io.Writer, size int) *Writer {
 // Write appends p (raw RESP) to the batch.
 func (w *Writer) Write(p []byte) { w.Buf = append(w.Buf, p...) }
 
-// Len is the number of bytes waiting.
-func (w *Writer) Len() int { return len(w.Buf) }
-
 // Flush writes the batch. The buffer is kept (and shrunk back when a huge
 // value made it grow) so that steady state does not allocate.
 func (w *Writer) Flush() error {

@@ -162,12 +162,6 @@ func (w *Watcher) offer(src Source, data []byte) {
 	w.opts.OnTable(t)
 }
 
-func (w *Watcher) reject(src Source, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.rejectLocked(src, err)
-}
-
 func (w *Watcher) rejectLocked(src Source, err error) {
 	w.opts.Log.Info("routing table refused, keeping the last good one", "source", src, "reason", err.Error())
 	if w.opts.OnReject != nil {

@@ -360,14 +360,6 @@ func describe(b *strings.Builder, v any) {
 	}
 }
 
-// maskHello masks the connection id and the server's version in a HELLO
-// reply (RESP2 array or RESP3 map).
-func maskHello(f string) string {
-	return helloID.ReplaceAllString(f, "${1}<id>\r\n")
-}
-
-var helloID = regexp.MustCompile(`(\$2\r\nid\r\n:)\d+\r\n`)
-
 // sameBytes reports the first difference between two transcripts.
 func diffTranscripts(want, got transcript) string {
 	var b bytes.Buffer
