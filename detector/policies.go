@@ -25,6 +25,9 @@ type policyState struct {
 	sk              *sketch.Sketch
 	// lastSent is what the last summary sent listed, for Urgent.
 	lastSent []fleet.KeyRates
+	// rescan says a directive changed the alert level or the pins since
+	// the last summary, so any key may have become urgent (mayBeUrgent).
+	rescan bool
 	// counted reads and writes, and their smoothed rate (informational:
 	// the manager shows a policy's traffic; decisions never use it).
 	reads, writes uint64
@@ -127,6 +130,7 @@ func (d *Detector) applyDirective(dir *fleet.Directive) error {
 			d.metrics.pinsRefused.Inc()
 		}
 	}
+	p.rescan = true
 	d.dirty.Store(true) // a new alert level or new pins may make a summary urgent
 	return nil
 }
@@ -151,4 +155,15 @@ func (d *Detector) policyIDs() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// policyStates lists the policies the agent tracks.
+func (d *Detector) policyStates() []*policyState {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	ps := make([]*policyState, 0, len(d.policies))
+	for _, p := range d.policies {
+		ps = append(ps, p)
+	}
+	return ps
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/detector/sketch"
 	"github.com/heatsink-dev/heatsink/detector/summary"
 	"github.com/heatsink-dev/heatsink/fleet"
 )
@@ -48,10 +49,14 @@ func (d *Detector) tick(st *sendState, out chan []byte) {
 	if d.up.takeFresh() {
 		st.last = time.Time{} // a (new) manager: tell it now
 	}
-	// Only counts or a directive can make a summary urgent (see dirty):
-	// without them, nothing needs building before the interval is up.
-	if !d.dirty.Swap(false) && !st.last.IsZero() && now.Sub(st.last) < d.reportInterval() {
-		return
+	dirty := d.dirty.Swap(false)
+	if !st.last.IsZero() && now.Sub(st.last) < d.reportInterval() {
+		// Before the interval is up a summary goes only if urgent. Only
+		// counts or a directive can make it so (see dirty), and only
+		// through what they touched: nothing needs building otherwise.
+		if !dirty || !d.mayBeUrgent(now) {
+			return
+		}
 	}
 	d.summarized.Add(1)
 	s, commit, urgent, interval := d.summarize(now)
@@ -105,16 +110,12 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 	interval = time.Second
 	first := true
 	var commits []func()
-	d.mu.RLock()
-	ps := make([]*policyState, 0, len(d.policies))
-	for _, p := range d.policies {
-		ps = append(ps, p)
-	}
-	d.mu.RUnlock()
-	for _, p := range ps {
+	for _, p := range d.policyStates() {
 		p.mu.Lock()
 		p.sk.Advance(now)
-		items := p.sk.Top(p.sk.Capacity())
+		p.sk.TakeRisen(func(sketch.Item) {}) // this summary looks at every key
+		p.rescan = false
+		items := p.sk.Items() // Build orders what it lists
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, fleet.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
 		if summary.Urgent(p.lastSent, keys, p.dir.Alert) {
@@ -142,6 +143,31 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 			c()
 		}
 	}, urgent, interval
+}
+
+// mayBeUrgent reports whether a summary built at now could be urgent
+// (summary.Urgent), from what can have changed since the previous tick: the
+// keys whose rates may have risen (sketch.TakeRisen) and new directives. It
+// may answer yes for a summary that will not be urgent, never no for one
+// that would be; so a tick without a new hot key costs a look at the keys
+// it counted, not a pass over every sketch.
+func (d *Detector) mayBeUrgent(now time.Time) bool {
+	may := false
+	for _, p := range d.policyStates() {
+		p.mu.Lock()
+		p.sk.Advance(now)
+		var over []fleet.KeyRates
+		complete := p.sk.TakeRisen(func(it sketch.Item) {
+			if k := summary.Rates(&it); summary.Over(&k, p.dir.Alert) {
+				over = append(over, k)
+			}
+		})
+		if p.rescan || !complete || (len(over) > 0 && summary.Urgent(p.lastSent, over, p.dir.Alert)) {
+			may = true
+		}
+		p.mu.Unlock()
+	}
+	return may
 }
 
 // sendSummaries POSTs each summary to the manager the uplink is connected

@@ -119,6 +119,7 @@ type entry struct {
 	sinceS int64 // admission slot number
 	hpos   int32 // place in the heap; -1 while pinned
 	pinned bool
+	risen  bool // listed in Sketch.risen
 }
 
 type slot struct{ reads, writes, nbytes uint32 }
@@ -160,6 +161,10 @@ type Sketch struct {
 	// out of the heap, so never evicted nor dropped when their window
 	// empties (see Pin).
 	pinned []int32
+	// risen lists the entries updated since the last TakeRisen (at most m;
+	// risenAll is set past that, or when a slot boundary passes).
+	risen    []int32
+	risenAll bool
 
 	cur     int64 // current slot number
 	ring    int   // cur % Slots: the current slot's place in each ring
@@ -280,6 +285,14 @@ func (s *Sketch) add(x int32, e *entry, reads, writes, nbytes uint32, w uint64) 
 	e.nbytes += uint64(nbytes)
 	e.score += w
 	e.last = s.now
+	if !e.risen {
+		if len(s.risen) < s.m {
+			e.risen = true
+			s.risen = append(s.risen, x)
+		} else {
+			s.risenAll = true
+		}
+	}
 }
 
 func satAdd(a, b uint32) uint32 {
@@ -477,6 +490,7 @@ func (s *Sketch) Advance(now time.Time) {
 		s.fade()
 	}
 	s.cur, s.ring = sn, int(sn%S)
+	s.risenAll = true // a slot left the window: see TakeRisen
 	// Recompute scores; drop keys with nothing left in the window; an
 	// inherited estimate expires with the slot it was admitted in.
 	for i := 0; i < len(s.heap); {
@@ -642,6 +656,41 @@ func (s *Sketch) fade() {
 			b.count = uint32(uint64(b.count) * uint64(s.decayN) >> 10)
 		}
 	}
+}
+
+// TakeRisen calls f with the item of every stored key whose rates may have
+// risen since the previous call, and reports whether that list is complete.
+// Between slot boundaries a key's rates rise only when it is updated: both
+// its window average and its one-slot rate fall as time passes without
+// counts (see item). So the keys updated since the last call are the only
+// candidates, unless a slot left the window (its counts leaving can raise
+// the average of a key that had few in it) or more than Capacity keys were
+// updated; then it returns false, and any key's rates may have risen. Call
+// Advance first, as for Top. The node agent uses it to look for a key that newly reached its alert level
+// without ranking the whole store at every tick.
+func (s *Sketch) TakeRisen(f func(Item)) (complete bool) {
+	for _, x := range s.risen {
+		if e := &s.ents[x]; e.risen {
+			e.risen = false
+			f(s.item(x))
+		}
+	}
+	s.risen = s.risen[:0]
+	complete = !s.risenAll
+	s.risenAll = false
+	return complete
+}
+
+// Items returns every stored key's item, in no particular order: Top
+// without the ranking, for callers that filter and order by other means.
+func (s *Sketch) Items() []Item {
+	out := make([]Item, 0, s.Len())
+	for _, set := range [2][]int32{s.heap, s.pinned} {
+		for _, x := range set {
+			out = append(out, s.item(x))
+		}
+	}
+	return out
 }
 
 // Item is one key's window counts and rates.

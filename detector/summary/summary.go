@@ -60,10 +60,16 @@ func Build(items []sketch.Item, floor, tracking fleet.Rates, maxKeys int) (keys 
 	}
 	keys = make([]fleet.KeyRates, len(listed))
 	for i, it := range listed {
-		keys[i] = fleet.KeyRates{Key: it.Key, Reads: it.ReadAvg, Writes: it.WriteAvg,
-			RecentReads: it.ReadRecent, RecentWrites: it.WriteRecent, Bytes: it.ByteRate, Pinned: it.Pinned}
+		keys[i] = Rates(it)
 	}
 	return keys, unseen
+}
+
+// Rates is how a summary lists an item: the window average and the
+// one-slot rate apart, so the manager can sum each over the nodes.
+func Rates(it *sketch.Item) fleet.KeyRates {
+	return fleet.KeyRates{Key: it.Key, Reads: it.ReadAvg, Writes: it.WriteAvg,
+		RecentReads: it.ReadRecent, RecentWrites: it.WriteRecent, Bytes: it.ByteRate, Pinned: it.Pinned}
 }
 
 // Urgent reports whether a summary should go before its interval is up: a
@@ -74,21 +80,24 @@ func Build(items []sketch.Item, floor, tracking fleet.Rates, maxKeys int) (keys 
 // share of it, whether it is spread over one node or a thousand; keys that
 // stay hot do not make summaries urgent again.
 func Urgent(last, now []fleet.KeyRates, alert fleet.Rates) bool {
-	over := func(k *fleet.KeyRates) bool {
-		return (alert.Reads > 0 && k.Reads >= alert.Reads) || (alert.Writes > 0 && k.Writes >= alert.Writes)
-	}
 	was := make(map[string]bool, len(last))
 	for i := range last {
-		if over(&last[i]) {
+		if Over(&last[i], alert) {
 			was[last[i].Key] = true
 		}
 	}
 	for i := range now {
-		if over(&now[i]) && !was[now[i].Key] {
+		if Over(&now[i], alert) && !was[now[i].Key] {
 			return true
 		}
 	}
 	return false
+}
+
+// Over reports whether k is at or above alert in either direction: the
+// keys Urgent looks at.
+func Over(k *fleet.KeyRates, alert fleet.Rates) bool {
+	return (alert.Reads > 0 && k.Reads >= alert.Reads) || (alert.Writes > 0 && k.Writes >= alert.Writes)
 }
 
 // Due reports whether a summary is due at now: its interval has passed
