@@ -118,7 +118,7 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 		items := p.sk.Items() // Build orders what it lists
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, fleet.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
-		if summary.Urgent(p.lastSent, keys, p.dir.Alert) {
+		if summary.Urgent(p.lastSent, items, p.dir.Alert) {
 			urgent = true
 		}
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
@@ -156,13 +156,13 @@ func (d *Detector) mayBeUrgent(now time.Time) bool {
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
 		p.sk.Advance(now)
-		var over []fleet.KeyRates
+		var alerting []sketch.Item
 		complete := p.sk.TakeRisen(func(it sketch.Item) {
-			if k := summary.Rates(&it); summary.Over(&k, p.dir.Alert) {
-				over = append(over, k)
+			if summary.Alerting(&it, p.dir.Alert) {
+				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || (len(over) > 0 && summary.Urgent(p.lastSent, over, p.dir.Alert)) {
+		if p.rescan || !complete || (len(alerting) > 0 && summary.Urgent(p.lastSent, alerting, p.dir.Alert)) {
 			may = true
 		}
 		p.mu.Unlock()

@@ -60,44 +60,62 @@ func Build(items []sketch.Item, floor, tracking fleet.Rates, maxKeys int) (keys 
 	}
 	keys = make([]fleet.KeyRates, len(listed))
 	for i, it := range listed {
-		keys[i] = Rates(it)
+		keys[i] = rates(it)
 	}
 	return keys, unseen
 }
 
-// Rates is how a summary lists an item: the window average and the
+// rates is how a summary lists an item: the window average and the
 // one-slot rate apart, so the manager can sum each over the nodes.
-func Rates(it *sketch.Item) fleet.KeyRates {
+func rates(it *sketch.Item) fleet.KeyRates {
 	return fleet.KeyRates{Key: it.Key, Reads: it.ReadAvg, Writes: it.WriteAvg,
 		RecentReads: it.ReadRecent, RecentWrites: it.WriteRecent, Bytes: it.ByteRate, Pinned: it.Pinned}
 }
 
+// MinUrgentCount is the fewest counts (reads and writes) on which a key can
+// make a summary urgent. A key's first batch is rated over one flush period
+// (Lead and MinSpan: 100 ms), so one read reads as 10/s: over the alert
+// level of a key spread over 1,000 nodes (4/s per node at the default
+// 5,000/s threshold). Every new background key would then make a summary
+// urgent: in the fleet simulator at 1,000 nodes, agents sent 3 urgent
+// summaries a second each, on noise. A second count within the key's span
+// is evidence: a background key that newly enters a node's store rarely
+// has it, a key hot everywhere has it within a few flush periods (10/s per
+// node, twice its threshold over 1,000 nodes: 59 % of nodes by 200 ms,
+// 80 % by 300 ms; the rest report at their interval).
+const MinUrgentCount = 2
+
 // Urgent reports whether a summary should go before its interval is up: a
-// key now listed at or above alert (either direction) was not at or above
-// it in the summary last sent. alert is the manager's estimate of a key's
-// share of the warm band on one node (threshold × (1 − hysteresis) ÷
-// nodes), so a key turning hot is sent at once from every node that sees its
-// share of it, whether it is spread over one node or a thousand; keys that
-// stay hot do not make summaries urgent again.
-func Urgent(last, now []fleet.KeyRates, alert fleet.Rates) bool {
+// key among now (the sketch's items) is Alerting but was not at or above
+// alert in the summary last sent. alert is the manager's estimate of a
+// key's share of the warm band on one node (threshold × (1 − hysteresis) ÷
+// nodes), so a key turning hot is sent at once from every node that sees
+// its share of it, whether it is spread over one node or a thousand; keys
+// that stay hot do not make summaries urgent again.
+func Urgent(last []fleet.KeyRates, now []sketch.Item, alert fleet.Rates) bool {
 	was := make(map[string]bool, len(last))
 	for i := range last {
-		if Over(&last[i], alert) {
+		if over(last[i].Reads, last[i].Writes, alert) {
 			was[last[i].Key] = true
 		}
 	}
 	for i := range now {
-		if Over(&now[i], alert) && !was[now[i].Key] {
+		if Alerting(&now[i], alert) && !was[now[i].Key] {
 			return true
 		}
 	}
 	return false
 }
 
-// Over reports whether k is at or above alert in either direction: the
-// keys Urgent looks at.
-func Over(k *fleet.KeyRates, alert fleet.Rates) bool {
-	return (alert.Reads > 0 && k.Reads >= alert.Reads) || (alert.Writes > 0 && k.Writes >= alert.Writes)
+// Alerting reports whether it is at or above alert in either direction
+// (by its window average, as summaries list it) on at least MinUrgentCount
+// counts: the keys Urgent looks at.
+func Alerting(it *sketch.Item, alert fleet.Rates) bool {
+	return it.Reads+it.Writes >= MinUrgentCount && over(it.ReadAvg, it.WriteAvg, alert)
+}
+
+func over(reads, writes float64, alert fleet.Rates) bool {
+	return (alert.Reads > 0 && reads >= alert.Reads) || (alert.Writes > 0 && writes >= alert.Writes)
 }
 
 // Due reports whether a summary is due at now: its interval has passed

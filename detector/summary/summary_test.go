@@ -67,17 +67,25 @@ func TestBuild(t *testing.T) {
 func TestUrgent(t *testing.T) {
 	alert := fleet.Rates{Reads: 10, Writes: 2}
 	k := func(key string, r, w float64) fleet.KeyRates { return fleet.KeyRates{Key: key, Reads: r, Writes: w} }
+	// it is a key rated r reads/s and w writes/s on n counts.
+	it := func(key string, r, w float64, n uint64) sketch.Item {
+		return sketch.Item{Key: key, ReadAvg: r, WriteAvg: w, ReadRate: r, WriteRate: w, Reads: n}
+	}
 	for name, tc := range map[string]struct {
-		last, now []fleet.KeyRates
-		want      bool
+		last []fleet.KeyRates
+		now  []sketch.Item
+		want bool
 	}{
-		"nothing over alert":       {now: []fleet.KeyRates{k("a", 9, 1)}},
-		"a key crosses":            {last: []fleet.KeyRates{k("a", 9, 0)}, now: []fleet.KeyRates{k("a", 11, 0)}, want: true},
-		"a new key over alert":     {now: []fleet.KeyRates{k("b", 0, 2)}, want: true},
-		"still over: not again":    {last: []fleet.KeyRates{k("a", 12, 0)}, now: []fleet.KeyRates{k("a", 30, 0)}},
-		"falls below: not urgent":  {last: []fleet.KeyRates{k("a", 12, 0)}, now: []fleet.KeyRates{k("a", 3, 0)}},
-		"writes cross, reads stay": {last: []fleet.KeyRates{k("a", 12, 0)}, now: []fleet.KeyRates{k("a", 12, 5)}},
-		"no alert level: never":    {now: []fleet.KeyRates{k("a", 1e9, 1e9)}},
+		"nothing over alert":             {now: []sketch.Item{it("a", 9, 1, 90)}},
+		"a key crosses":                  {last: []fleet.KeyRates{k("a", 9, 0)}, now: []sketch.Item{it("a", 11, 0, 110)}, want: true},
+		"a new key over alert":           {now: []sketch.Item{it("b", 0, 2, 4)}, want: true},
+		"a new key on two counts":        {now: []sketch.Item{it("b", 20, 0, 2)}, want: true},
+		"one count is not evidence":      {now: []sketch.Item{it("b", 10, 0, 1)}},
+		"still over: not again":          {last: []fleet.KeyRates{k("a", 12, 0)}, now: []sketch.Item{it("a", 30, 0, 300)}},
+		"falls below: not urgent":        {last: []fleet.KeyRates{k("a", 12, 0)}, now: []sketch.Item{it("a", 3, 0, 30)}},
+		"writes cross, reads stay":       {last: []fleet.KeyRates{k("a", 12, 0)}, now: []sketch.Item{it("a", 12, 5, 170)}},
+		"recent rate alone is not alert": {now: []sketch.Item{{Key: "a", ReadAvg: 5, ReadRate: 50, ReadRecent: 50, Reads: 50}}},
+		"no alert level: never":          {now: []sketch.Item{it("a", 1e9, 1e9, 1e9)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := alert
