@@ -48,11 +48,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		routingRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heatsink_detector_routing_requests_total",
-			Help: "Routing table requests from sidecars, by result: served, not_modified, unknown_source, unentitled.",
+			Help: "Routing tables served to sidecars and requests refused, by result: served (a long poll's table or a stream's frame), not_modified, unknown_source, unentitled.",
 		}, []string{"result"}),
 		routingWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "heatsink_detector_routing_waiters",
-			Help: "Sidecar requests waiting for a newer routing table.",
+			Help: "Sidecar long polls and streams open, waiting for a newer routing table.",
 		}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "heatsink_detector_manager_connected",

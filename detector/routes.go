@@ -11,16 +11,20 @@ import (
 )
 
 // routes holds the routing tables the manager sent and serves them to the
-// node's sidecars by long polling:
+// node's sidecars:
 //
-//	GET /routing/v1/<namespace>/<name>?after=<version>[&wait=<duration>]
+//	GET /routing/v1/<namespace>/<name>?after=<version>[&wait=<duration>][&stream=1]
 //
-// answers 200 with the table (its version in X-Heatsink-Routing-Version) as
-// soon as the agent holds one newer than after, or 304 once wait (default
-// 30s, at most 5m) passes without one. Only a pod injected for that policy
-// may ask (403 otherwise), as for counts. One routing change thus costs the
-// API server nothing per pod: the manager pushes it to each node agent once,
-// and the agent hands it to the sidecars waiting on it.
+// Without stream, a long poll: 200 with the table (its version in
+// X-Heatsink-Routing-Version) as soon as the agent holds one newer than
+// after, or 304 once wait (default 30s, at most 5m) passes without one.
+// With stream=1, one response that stays open (watch.StreamContentType):
+// each newer table as a frame when the agent gets it, and a heartbeat frame
+// every wait, so a routing change costs one write per sidecar rather than a
+// response and a new request (see serveStream). Only a pod injected for that
+// policy may ask (403 otherwise), as for counts. One routing change thus
+// costs the API server nothing per pod: the manager pushes it to each node
+// agent once, and the agent hands it to the sidecars waiting on it.
 type routes struct {
 	mu     sync.Mutex
 	tables map[string]*table
@@ -135,6 +139,10 @@ func (r *routes) handler(d *Detector) http.Handler {
 		}
 		d.metrics.routingWaiters.Inc()
 		defer d.metrics.routingWaiters.Dec()
+		if req.URL.Query().Get("stream") == "1" {
+			r.serveStream(d, w, req, policy, after, wait)
+			return
+		}
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		for {
@@ -160,6 +168,58 @@ func (r *routes) handler(d *Detector) http.Handler {
 			}
 		}
 	})
+}
+
+// serveStream holds a sidecar's routing stream: every table of policy
+// newer than after, each as a frame as soon as the agent holds it, and a
+// heartbeat frame every wait so that the sidecar can tell a live agent with
+// nothing new from a lost connection (watch.AppendFrame has the format).
+// Against a long poll, a change costs the agent one write per sidecar
+// instead of a response, a new request and its handler: at 1,000 agents
+// and 10,000 sidecars in one simulator process, the long polls' churn made
+// the last agents wait behind the first ones' sidecars. The pod's right to
+// the table is checked again before each frame.
+func (r *routes) serveStream(d *Detector, w http.ResponseWriter, req *http.Request, policy string, after int64, wait time.Duration) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	src := addrPort(stringAddr(req.RemoteAddr)).Addr()
+	w.Header().Set("Content-Type", watch.StreamContentType)
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	heartbeat := time.NewTicker(max(wait, time.Second))
+	defer heartbeat.Stop()
+	var buf []byte
+	for {
+		version, body, changed := r.current(policy)
+		if version > after {
+			if d.sources.entitled(src, policy) != verdictOK {
+				return
+			}
+			buf = watch.AppendFrame(buf[:0], version, body)
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			flusher.Flush()
+			after = version
+			d.metrics.routingRequests.WithLabelValues("served").Inc()
+			continue
+		}
+		select {
+		case <-changed:
+		case <-heartbeat.C:
+			if _, err := w.Write(watch.AppendFrame(buf[:0], 0, nil)); err != nil {
+				return
+			}
+			flusher.Flush()
+		case <-req.Context().Done():
+			return
+		case <-r.closed:
+			return
+		}
+	}
 }
 
 // stringAddr adapts "ip:port" to net.Addr for addrPort.

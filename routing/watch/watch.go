@@ -3,8 +3,9 @@
 //
 // It has two sources, and needs no credentials for the API server: the
 // node agent of the sidecar's node (the detector DaemonSet), which the
-// manager pushes every table to and which answers a long poll as soon as it
-// holds a newer one (well under a second), and, as a fallback, the routing
+// manager pushes every table to and which streams each newer one to the
+// sidecar as soon as it holds it (well under a second; an agent that
+// predates streams answers a long poll instead), and, as a fallback, the routing
 // ConfigMap mounted as a file and polled, which keeps working when the node
 // agent is away. Both feed one acceptance rule (Accept): a table is taken
 // only if it parses, its schemaVersion is one this build reads, and its
@@ -16,6 +17,7 @@
 package watch
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -52,9 +54,11 @@ type Options struct {
 	// file only.
 	Agent string
 	// HTTPClient reaches the agent; default a client with no overall
-	// timeout (the poll is long) that dials in AgentDialTimeout.
+	// timeout (the stream is long) that dials in AgentDialTimeout.
 	HTTPClient *http.Client
-	// Wait is how long one poll may wait for a newer table (default 30s).
+	// Wait is the agent's heartbeat interval on a stream, and how long a
+	// long poll may wait for a newer table (default 30s). Nothing from the
+	// agent for Wait plus 10 s ends the request.
 	Wait time.Duration
 	// Namespace and Policy name the policy whose table is followed.
 	Namespace, Policy string
@@ -84,7 +88,7 @@ type Watcher struct {
 	current  *routing.Table
 	lastFile []byte
 	// served is the newest version the agent served, accepted or not: the
-	// next poll waits for a newer one, so a refused table is not fetched
+	// next request asks for newer ones only, so a refused table is not fetched
 	// again and again.
 	served int64
 }
@@ -170,7 +174,7 @@ func (w *Watcher) rejectLocked(src Source, err error) {
 }
 
 // Run follows the table until ctx ends. The file, if any, is read once
-// before the first poll of the agent, so a sidecar starting while its node
+// before the first request to the agent, so a sidecar starting while its node
 // agent is away starts with the mounted table.
 func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -227,21 +231,23 @@ const HeaderVersion = "X-Heatsink-Routing-Version"
 // AgentDialTimeout bounds a connection attempt to the node agent.
 const AgentDialTimeout = 2 * time.Second
 
-// Poll backoff after a failed poll: from minBackoff to maxBackoff, doubling,
+// Backoff after a failed request to the agent: from minBackoff to maxBackoff, doubling,
 // jittered by ±50% so that a node's sidecars do not retry in step.
 const (
 	minBackoff = 250 * time.Millisecond
 	maxBackoff = 5 * time.Second
 )
 
-// runAgent long-polls the node agent for a table newer than the current
-// one until ctx ends. A failed poll (agent away, restarting) keeps the last
-// good table and retries with backoff.
+// runAgent follows the node agent's tables until ctx ends: it holds a
+// stream from the agent (or, from an agent that answers the request as a
+// long poll, polls again after each answer). A failed request or a lost
+// stream (agent away, restarting) keeps the last good table and retries
+// with backoff.
 func (w *Watcher) runAgent(ctx context.Context) {
 	url := "http://" + w.opts.Agent + "/routing/v1/" + w.opts.Namespace + "/" + w.opts.Policy
 	backoff := minBackoff
 	for ctx.Err() == nil {
-		err := w.pollAgent(ctx, url)
+		err := w.followAgent(ctx, url)
 		if err == nil {
 			backoff = minBackoff
 			continue
@@ -249,7 +255,7 @@ func (w *Watcher) runAgent(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		w.opts.Log.V(1).Info("node agent poll failed; keeping the last table", "agent", w.opts.Agent, "reason", err.Error())
+		w.opts.Log.V(1).Info("node agent request failed; keeping the last table", "agent", w.opts.Agent, "reason", err.Error())
 		select {
 		case <-ctx.Done():
 			return
@@ -259,18 +265,26 @@ func (w *Watcher) runAgent(ctx context.Context) {
 	}
 }
 
-// pollAgent makes one long poll and offers what it gets.
-func (w *Watcher) pollAgent(ctx context.Context, url string) error {
+// followAgent makes one request for tables newer than the current one and
+// offers what it gets: the frames of a stream while it lasts, or a long
+// poll's one answer (an agent older than streams ignores stream=1). The
+// request ends, and the agent is taken for lost, when nothing (not even a
+// heartbeat frame) came for Wait plus ten seconds. It returns nil when the
+// agent answered at all, so the next request follows at once.
+func (w *Watcher) followAgent(ctx context.Context, url string) error {
 	w.mu.Lock()
 	after := w.served
 	if w.current != nil {
 		after = max(after, w.current.Version)
 	}
 	w.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, w.opts.Wait+10*time.Second)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	idle := w.opts.Wait + 10*time.Second
+	watchdog := time.AfterFunc(idle, cancel)
+	defer watchdog.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("%s?after=%d&wait=%s", url, after, w.opts.Wait), nil)
+		fmt.Sprintf("%s?after=%d&wait=%s&stream=1", url, after, w.opts.Wait), nil)
 	if err != nil {
 		return err
 	}
@@ -279,23 +293,44 @@ func (w *Watcher) pollAgent(ctx context.Context, url string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
+	switch {
+	case resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == StreamContentType:
+		frames := 0
+		err := ReadFrames(bufio.NewReader(resp.Body), func(version int64, table []byte) {
+			watchdog.Reset(idle)
+			frames++
+			if version > 0 {
+				w.take(version, table)
+			}
+		})
+		if frames > 0 && ctx.Err() == nil {
+			return nil // the agent ended a stream that worked: ask again
+		}
+		return err
+	case resp.StatusCode == http.StatusOK:
 		data, err := io.ReadAll(io.LimitReader(resp.Body, routing.MaxTableBytes+1))
 		if err != nil {
 			return err
 		}
-		if v, err := strconv.ParseInt(resp.Header.Get(HeaderVersion), 10, 64); err == nil {
-			w.mu.Lock()
-			w.served = max(w.served, v)
-			w.mu.Unlock()
-		}
-		w.offer(SourceAgent, data)
+		v, _ := strconv.ParseInt(resp.Header.Get(HeaderVersion), 10, 64)
+		w.take(v, data)
 		return nil
-	case http.StatusNotModified:
+	case resp.StatusCode == http.StatusNotModified:
 		return nil
 	default:
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("node agent answered %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
+}
+
+// take offers a table the agent served as version (0 if unknown), and
+// remembers the version so that the next request asks for newer ones only:
+// a refused table is not fetched again and again.
+func (w *Watcher) take(version int64, data []byte) {
+	if version > 0 {
+		w.mu.Lock()
+		w.served = max(w.served, version)
+		w.mu.Unlock()
+	}
+	w.offer(SourceAgent, data)
 }

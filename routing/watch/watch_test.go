@@ -1,13 +1,16 @@
 package watch_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -286,5 +289,116 @@ func TestWatcherFileOnlyStartsWithMountedTable(t *testing.T) {
 	}
 	if _, err := watch.New(watch.Options{OnTable: rec.table}); err == nil {
 		t.Fatal("New without a source: want an error")
+	}
+}
+
+// TestAgentStreamsTables: with stream=1 the agent answers once and keeps the
+// response open: the newest table at once, each newer one as a frame on the
+// same response when the manager pushes it, and a heartbeat frame every
+// wait while nothing changes.
+func TestAgentStreamsTables(t *testing.T) {
+	f := startFleet(t)
+	f.publish(t, 1, tableJSON(t, 1, 1, "product:1"))
+	eventually.True(t, 20*time.Second, "the agent holds version 1", func() bool {
+		resp, err := http.Get("http://" + f.agent + "/routing/v1/shop/checkout?after=0&wait=0s")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	resp, err := http.Get("http://" + f.agent + "/routing/v1/shop/checkout?after=0&wait=1s&stream=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != watch.StreamContentType {
+		t.Fatalf("stream request: %d %q", resp.StatusCode, ct)
+	}
+	type frame struct {
+		version int64
+		table   *routing.Table
+	}
+	frames := make(chan frame, 16)
+	go func() {
+		defer close(frames)
+		_ = watch.ReadFrames(bufio.NewReader(resp.Body), func(v int64, b []byte) {
+			var tb *routing.Table
+			if v > 0 {
+				tb, _ = routing.Parse(b)
+			}
+			frames <- frame{v, tb}
+		})
+	}()
+	next := func(what string) frame {
+		t.Helper()
+		select {
+		case fr, ok := <-frames:
+			if !ok {
+				t.Fatalf("%s: the stream ended", what)
+			}
+			return fr
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: nothing in 20 s", what)
+		}
+		return frame{}
+	}
+	if fr := next("the current table"); fr.version != 1 || fr.table == nil || fr.table.Version != 1 {
+		t.Fatalf("first frame: version %d, table %+v", fr.version, fr.table)
+	}
+	f.publish(t, 2, tableJSON(t, 2, 1, "product:1", "product:2"))
+	fr := next("version 2")
+	for fr.version == 0 { // heartbeats may come first
+		fr = next("version 2")
+	}
+	if fr.version != 2 || fr.table == nil || len(fr.table.Entries) != 2 {
+		t.Fatalf("second table frame: version %d, table %+v", fr.version, fr.table)
+	}
+	if fr := next("a heartbeat"); fr.version != 0 || fr.table != nil {
+		t.Fatalf("with nothing new, got frame version %d", fr.version)
+	}
+}
+
+// TestWatcherFollowsALongPollingAgent: an agent that predates streams
+// answers a stream request as a long poll (a table as JSON, or 304); the
+// watcher takes the table and asks again, as it always did.
+func TestWatcherFollowsALongPollingAgent(t *testing.T) {
+	var mu sync.Mutex
+	var version int64 = 1
+	var asked []string
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.URL.RawQuery)
+		v := version
+		mu.Unlock()
+		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+		if v <= after {
+			time.Sleep(20 * time.Millisecond) // a short long poll
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(watch.HeaderVersion, strconv.FormatInt(v, 10))
+		_, _ = w.Write([]byte(tableJSON(t, v, 1, fmt.Sprintf("k%d", v))))
+	}))
+	defer old.Close()
+	rec := &recorder{}
+	w, err := watch.New(watch.Options{Agent: strings.TrimPrefix(old.URL, "http://"), Namespace: "shop", Policy: "checkout", OnTable: rec.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	eventually.True(t, 20*time.Second, "version 1 by long poll", func() bool { v, _ := rec.last(); return v == 1 })
+	mu.Lock()
+	version = 2
+	mu.Unlock()
+	eventually.True(t, 20*time.Second, "version 2 by long poll", func() bool { v, _ := rec.last(); return v == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(asked[0], "stream=1") || !strings.Contains(asked[len(asked)-1], "after=") {
+		t.Fatalf("requests %q: want stream=1 asked, and after= on each", asked)
 	}
 }

@@ -26,7 +26,8 @@ import (
 )
 
 // The routing followers (10 × N routing/watch.Watchers, one per simulated
-// sidecar, each long-polling its node agent from the sidecar's address)
+// sidecar, each following its node agent's routing stream from the
+// sidecar's address)
 // run in a child process of the node simulator: each holds a TCP
 // connection, and the agents hold the other end, so in one process 10,000
 // of them would need 20,000 descriptors next to the agents' own, over this
@@ -112,18 +113,18 @@ type followers struct {
 	c   simproto.Config
 	out *simproto.Writer
 
-	started, synced, tables, rejected, pollErrors, errors atomic.Int64
+	started, synced, tables, rejected, requestErrors, errors atomic.Int64
 }
 
 func (f *followers) stats() map[string]float64 {
 	return map[string]float64{
 		"followers_started": float64(f.started.Load()), "followers_synced": float64(f.synced.Load()),
 		"follower_tables": float64(f.tables.Load()), "follower_tables_refused": float64(f.rejected.Load()),
-		"follower_poll_errors": float64(f.pollErrors.Load()), "follower_start_errors": float64(f.errors.Load()),
+		"follower_request_errors": float64(f.requestErrors.Load()), "follower_start_errors": float64(f.errors.Load()),
 	}
 }
 
-// start starts sidecar j of node i's watcher, long-polling the agent at
+// start starts sidecar j of node i's watcher, following the agent at
 // addr from the sidecar's address (the agent serves a pod's policy's table
 // only to that pod's address).
 func (f *followers) start(ctx context.Context, wg *sync.WaitGroup, i, j int, addr string) error {
@@ -136,7 +137,7 @@ func (f *followers) start(ctx context.Context, wg *sync.WaitGroup, i, j int, add
 	first := true
 	w, err := watch.New(watch.Options{
 		Agent: addr, HTTPClient: hc, Namespace: f.c.Namespace, Policy: f.c.PolicyName(f.c.SidecarPolicy(j)),
-		Log: countingLogger(&f.pollErrors),
+		Log: countingLogger(&f.requestErrors),
 		// Called in version order, never concurrently for one watcher.
 		OnTable: func(t *routing.Table) {
 			at := time.Now()
@@ -166,11 +167,11 @@ func (f *followers) start(ctx context.Context, wg *sync.WaitGroup, i, j int, add
 	return nil
 }
 
-// countingLogger counts the watcher's "poll failed" lines (logged at V(1):
+// countingLogger counts the watcher's "request failed" lines (logged at V(1):
 // the agent away, or refusing the sidecar) and prints nothing.
 func countingLogger(n *atomic.Int64) logr.Logger {
 	return funcr.New(func(_, args string) {
-		if strings.Contains(args, "poll failed") {
+		if strings.Contains(args, "node agent request failed") {
 			n.Add(1)
 		}
 	}, funcr.Options{Verbosity: 1})

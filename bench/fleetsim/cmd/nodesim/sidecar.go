@@ -18,7 +18,7 @@ import (
 //
 // Why not a wire.Client per sidecar over UDP: 10,000 of them need 10,000
 // sockets and 10,000 flush goroutines next to the agents' 1,000 listeners
-// and the 10,000 routing long polls, over this machine's open-files limit
+// and the 10,000 routing streams, over this machine's open-files limit
 // (20,000) and a large share of its two cores in send and receive system
 // calls that measure the kernel's loopback, not heatsink. The batches,
 // the agent's decoding, entitlement check, rate limit and sketch are the
