@@ -6,6 +6,7 @@ import (
 	"flag"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,9 +156,17 @@ func TestRunPhases(t *testing.T) {
 	r := &recorder{}
 	obs := []Observer{r, r, r, r}
 	var phases []string
-	st, err := Run(t.Context(), &c, obs, time.Now(), func(p string, _ time.Time) { phases = append(phases, p) })
+	var ticks [2]atomic.Int64
+	st, err := Run(t.Context(), &c, obs, time.Now(), func(p string, _ time.Time) { phases = append(phases, p) },
+		func(node int) { ticks[node].Add(1) })
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range ticks {
+		// 200 ms of 100 ms ticks, and a last call after the final hand-out.
+		if n := ticks[i].Load(); n < 3 {
+			t.Errorf("node %d: afterTick called %d times, want one per tick and one at the end (at least 3)", i, n)
+		}
 	}
 	if diff := cmp.Diff([]string{PhaseWarmup, PhaseHot, PhaseRest}, phases); diff != "" {
 		t.Errorf("phases (-want +got):\n%s", diff)
@@ -173,7 +182,7 @@ func TestRunPhases(t *testing.T) {
 func TestRunRefusesWrongSidecarCount(t *testing.T) {
 	c := Defaults()
 	c.Nodes, c.SidecarsPerNode = 2, 2
-	if _, err := Run(t.Context(), &c, []Observer{&recorder{}}, time.Now(), func(string, time.Time) {}); err == nil {
+	if _, err := Run(t.Context(), &c, []Observer{&recorder{}}, time.Now(), func(string, time.Time) {}, nil); err == nil {
 		t.Error("Run accepted 1 sidecar for 2 nodes of 2")
 	}
 }

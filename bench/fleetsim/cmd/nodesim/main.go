@@ -12,7 +12,7 @@
 //     batches from the sidecar's pod address (simproto.SidecarIP), which the
 //     agent checks against the pods the manager told it about (see
 //     counter for why not over UDP by default); and each following its
-//     node agent's routing long poll with the real routing/watch.Watcher,
+//     node agent's routing stream with the real routing/watch.Watcher,
 //     from its pod address, in a child process (see followers.go).
 //
 // It speaks the fleet simulator's contract (package simproto: flags,
@@ -162,7 +162,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 // descriptorsNeeded estimates the parent's open files: per node, the
 // agent's UDP socket, routing listener and two connections to the manager
 // (its stream and its summaries); per sidecar, the agent's end of its
-// routing long poll and, over UDP, its wire client's socket; and a margin.
+// routing stream and, over UDP, its wire client's socket; and a margin.
 func descriptorsNeeded(c simproto.Config, transport string) uint64 {
 	perSidecar := 1
 	if transport == transportUDP {
@@ -208,8 +208,7 @@ type sim struct {
 	nodes  []*node
 	agents sync.WaitGroup
 
-	follow  *followerChild
-	flusher sync.WaitGroup
+	follow *followerChild
 }
 
 func (s *sim) run(ctx context.Context) int {
@@ -240,14 +239,7 @@ func (s *sim) run(ctx context.Context) int {
 	}
 	readyAt := time.Now()
 	s.out.Ready(readyAt)
-	obs := s.observers()
-	flushCtx, stopFlush := context.WithCancel(ctx)
-	s.startFlushers(flushCtx)
-	st, err := simproto.Run(ctx, &s.c, obs, readyAt, s.out.Phase)
-	// One more flush delivers what the last tick offered, as a wire
-	// client's Close does.
-	stopFlush()
-	s.flusher.Wait()
+	st, err := simproto.Run(ctx, &s.c, s.observers(), readyAt, s.out.Phase, s.flusher())
 	if err != nil {
 		s.out.Error(time.Now(), err.Error())
 		return 1
@@ -420,38 +412,28 @@ func (s *sim) observers() []simproto.Observer {
 	return obs
 }
 
-// startFlushers starts, for --transport direct, one goroutine per node
-// that flushes its sidecars' counts to its agent every
-// wire.DefaultFlushInterval (a wire client's own interval), and once more
-// when ctx ends.
-func (s *sim) startFlushers(ctx context.Context) {
+// flusher returns, for --transport direct, what hands node i's sidecars'
+// counts to its agent after each of the node's traffic ticks (simproto.Run
+// calls it from the node's goroutine, after the last tick too, as a wire
+// client's Close flushes): every 100 ms, a wire client's own interval
+// (wire.DefaultFlushInterval = simproto.NodeTick). A goroutine of its own per
+// node would wake 1,000 more goroutines ten times a second for nothing.
+func (s *sim) flusher() func(i int) {
 	if s.o.transport != transportDirect {
-		return
+		return nil
 	}
-	for _, n := range s.snapshot() {
-		s.flusher.Add(1)
-		go func() {
-			defer s.flusher.Done()
-			buf := make([]byte, 0, maxDatagram)
-			flush := func() {
-				for _, c := range n.counters {
-					b, e := c.flush(buf, n.agent.HandleDatagram)
-					n.batches.Add(uint64(b))
-					n.entries.Add(uint64(e))
-				}
-			}
-			t := time.NewTicker(wire.DefaultFlushInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					flush()
-					return
-				case <-t.C:
-					flush()
-				}
-			}
-		}()
+	nodes := s.snapshot()
+	bufs := make([][]byte, len(nodes))
+	return func(i int) {
+		n := nodes[i]
+		if bufs[i] == nil {
+			bufs[i] = make([]byte, 0, maxDatagram)
+		}
+		for _, c := range n.counters {
+			b, e := c.flush(bufs[i], n.agent.HandleDatagram)
+			n.batches.Add(uint64(b))
+			n.entries.Add(uint64(e))
+		}
 	}
 }
 

@@ -219,3 +219,13 @@ func TestReadAddrs(t *testing.T) {
 		t.Error("an address without a port: want an error")
 	}
 }
+
+// TestNodeTickIsTheFlushInterval: the node simulator hands each node's
+// batches to its agent after each traffic tick (flusher), so the tick must
+// be a wire client's flush interval for the batches to look like a real
+// sidecar's.
+func TestNodeTickIsTheFlushInterval(t *testing.T) {
+	if simproto.NodeTick != wire.DefaultFlushInterval {
+		t.Fatalf("simproto.NodeTick %s, wire.DefaultFlushInterval %s", simproto.NodeTick, wire.DefaultFlushInterval)
+	}
+}
