@@ -113,7 +113,7 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
 		p.sk.Advance(now)
-		p.sk.TakeRisen(func(sketch.Item) {}) // this summary looks at every key
+		p.sk.TakeUpdated(func(sketch.Item) {}) // this summary looks at every key
 		p.rescan = false
 		items := p.sk.Items() // Build orders what it lists
 		tr, tw := p.sk.Tracking()
@@ -147,17 +147,20 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 
 // mayBeUrgent reports whether a summary built at now could be urgent
 // (summary.Urgent), from what can have changed since the previous tick: the
-// keys whose rates may have risen (sketch.TakeRisen) and new directives. It
-// may answer yes for a summary that will not be urgent, never no for one
-// that would be; so a tick without a new hot key costs a look at the keys
-// it counted, not a pass over every sketch.
+// keys counted since (sketch.TakeUpdated) and new directives. A key's
+// average rises only with counts, or by at most Slots/(Slots−1) when a slot
+// leaves the window; a key that reaches its alert level that way alone was
+// just under it for a whole window, not turning hot, and goes in the next
+// summary due by the interval. Otherwise it may answer yes for a summary
+// that will not be urgent, never no for one that would be; so a tick costs
+// a look at the keys it counted, not a pass over every sketch.
 func (d *Detector) mayBeUrgent(now time.Time) bool {
 	may := false
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
 		p.sk.Advance(now)
 		var alerting []sketch.Item
-		complete := p.sk.TakeRisen(func(it sketch.Item) {
+		complete := p.sk.TakeUpdated(func(it sketch.Item) {
 			if summary.Alerting(&it, p.dir.Alert) {
 				alerting = append(alerting, it)
 			}

@@ -107,19 +107,19 @@ func (c *Config) defaults() error {
 
 // entry is one stored candidate. Its per-slot counts live in Sketch.slots.
 type entry struct {
-	key    string
-	hash   uint64
-	score  uint64 // base + weighted window counts: the ranking
-	base   uint64 // HeavyKeeper's estimate inherited at admission
-	reads  uint64 // window totals since admission
-	writes uint64
-	nbytes uint64
-	since  int64 // admission time, ns
-	last   int64 // last update, ns
-	sinceS int64 // admission slot number
-	hpos   int32 // place in the heap; -1 while pinned
-	pinned bool
-	risen  bool // listed in Sketch.risen
+	key     string
+	hash    uint64
+	score   uint64 // base + weighted window counts: the ranking
+	base    uint64 // HeavyKeeper's estimate inherited at admission
+	reads   uint64 // window totals since admission
+	writes  uint64
+	nbytes  uint64
+	since   int64 // admission time, ns
+	last    int64 // last update, ns
+	sinceS  int64 // admission slot number
+	hpos    int32 // place in the heap; -1 while pinned
+	pinned  bool
+	updated bool // listed in Sketch.updated
 }
 
 type slot struct{ reads, writes, nbytes uint32 }
@@ -161,10 +161,10 @@ type Sketch struct {
 	// out of the heap, so never evicted nor dropped when their window
 	// empties (see Pin).
 	pinned []int32
-	// risen lists the entries updated since the last TakeRisen (at most m;
-	// risenAll is set past that, or when a slot boundary passes).
-	risen    []int32
-	risenAll bool
+	// updated lists the entries updated since the last TakeUpdated (at
+	// most m; overflow is set past that).
+	updated  []int32
+	overflow bool
 
 	cur     int64 // current slot number
 	ring    int   // cur % Slots: the current slot's place in each ring
@@ -285,12 +285,12 @@ func (s *Sketch) add(x int32, e *entry, reads, writes, nbytes uint32, w uint64) 
 	e.nbytes += uint64(nbytes)
 	e.score += w
 	e.last = s.now
-	if !e.risen {
-		if len(s.risen) < s.m {
-			e.risen = true
-			s.risen = append(s.risen, x)
+	if !e.updated {
+		if len(s.updated) < s.m {
+			e.updated = true
+			s.updated = append(s.updated, x)
 		} else {
-			s.risenAll = true
+			s.overflow = true
 		}
 	}
 }
@@ -490,7 +490,6 @@ func (s *Sketch) Advance(now time.Time) {
 		s.fade()
 	}
 	s.cur, s.ring = sn, int(sn%S)
-	s.risenAll = true // a slot left the window: see TakeRisen
 	// Recompute scores; drop keys with nothing left in the window; an
 	// inherited estimate expires with the slot it was admitted in.
 	for i := 0; i < len(s.heap); {
@@ -658,26 +657,27 @@ func (s *Sketch) fade() {
 	}
 }
 
-// TakeRisen calls f with the item of every stored key whose rates may have
-// risen since the previous call, and reports whether that list is complete.
-// Between slot boundaries a key's rates rise only when it is updated: both
-// its window average and its one-slot rate fall as time passes without
-// counts (see item). So the keys updated since the last call are the only
-// candidates, unless a slot left the window (its counts leaving can raise
-// the average of a key that had few in it) or more than Capacity keys were
-// updated; then it returns false, and any key's rates may have risen. Call
-// Advance first, as for Top. The node agent uses it to look for a key that newly reached its alert level
-// without ranking the whole store at every tick.
-func (s *Sketch) TakeRisen(f func(Item)) (complete bool) {
-	for _, x := range s.risen {
-		if e := &s.ents[x]; e.risen {
-			e.risen = false
+// TakeUpdated calls f with the item of every stored key updated since the
+// previous call, and reports whether that list is complete (false when
+// more than Capacity keys were, or may have been). Call Advance first, as
+// for Top.
+//
+// With it a caller can follow keys whose rates rise without rating the
+// whole store: a key's window average and one-slot rate fall as time
+// passes without counts (see item), and rise only when it is updated, or
+// when a slot leaves the window: then the average of a key stored for about
+// the window can rise, by at most Slots/(Slots−1), as its span shrinks by
+// a slot (TestAveragesRiseOnlyWhenUpdated).
+func (s *Sketch) TakeUpdated(f func(Item)) (complete bool) {
+	for _, x := range s.updated {
+		if e := &s.ents[x]; e.updated {
+			e.updated = false
 			f(s.item(x))
 		}
 	}
-	s.risen = s.risen[:0]
-	complete = !s.risenAll
-	s.risenAll = false
+	s.updated = s.updated[:0]
+	complete = !s.overflow
+	s.overflow = false
 	return complete
 }
 
