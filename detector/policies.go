@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heatsink-dev/heatsink/detector/sketch"
+	"github.com/heatsink-dev/heatsink/detector/summary"
 	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/keyfilter"
@@ -24,7 +25,7 @@ type policyState struct {
 	filter          *keyfilter.Filter
 	sk              *sketch.Sketch
 	// lastSent is what the last summary sent listed, for Urgent.
-	lastSent []fleet.KeyRates
+	lastSent summary.Sent
 	// rescan says a directive changed the alert level or the pins since
 	// the last summary, so any key may have become urgent (mayBeUrgent).
 	rescan bool

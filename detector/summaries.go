@@ -118,7 +118,7 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 		items := p.sk.Items() // Build orders what it lists
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, fleet.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
-		if summary.Urgent(p.lastSent, items, p.dir.Alert) {
+		if summary.Urgent(&p.lastSent, items, p.dir.Alert) {
 			urgent = true
 		}
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
@@ -134,7 +134,7 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 		p.mu.Unlock()
 		commits = append(commits, func() {
 			p.mu.Lock()
-			p.lastSent = keys
+			p.lastSent.Set(keys)
 			p.mu.Unlock()
 		})
 	}
@@ -165,7 +165,7 @@ func (d *Detector) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || (len(alerting) > 0 && summary.Urgent(p.lastSent, alerting, p.dir.Alert)) {
+		if p.rescan || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
 			may = true
 		}
 		p.mu.Unlock()

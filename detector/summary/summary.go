@@ -85,6 +85,31 @@ func rates(it *sketch.Item) fleet.KeyRates {
 // 80 % by 300 ms; the rest report at their interval).
 const MinUrgentCount = 2
 
+// Sent is what an agent keeps of the last summary it sent for a policy,
+// for Urgent: its keys, and which of them were at or above an alert level
+// (worked out once per summary and alert level, not at every tick).
+type Sent struct {
+	keys  []fleet.KeyRates
+	alert fleet.Rates
+	over  map[string]bool // keys at or above alert; nil until asked
+}
+
+// Set records the keys of the summary just sent.
+func (s *Sent) Set(keys []fleet.KeyRates) { s.keys, s.over = keys, nil }
+
+// wasOver reports whether key was at or above alert in the summary.
+func (s *Sent) wasOver(key string, alert fleet.Rates) bool {
+	if s.over == nil || s.alert != alert {
+		s.alert, s.over = alert, make(map[string]bool)
+		for i := range s.keys {
+			if over(s.keys[i].Reads, s.keys[i].Writes, alert) {
+				s.over[s.keys[i].Key] = true
+			}
+		}
+	}
+	return s.over[key]
+}
+
 // Urgent reports whether a summary should go before its interval is up: a
 // key among now (the sketch's items) is Alerting but was not at or above
 // alert in the summary last sent. alert is the manager's estimate of a
@@ -92,15 +117,9 @@ const MinUrgentCount = 2
 // nodes), so a key turning hot is sent at once from every node that sees
 // its share of it, whether it is spread over one node or a thousand; keys
 // that stay hot do not make summaries urgent again.
-func Urgent(last []fleet.KeyRates, now []sketch.Item, alert fleet.Rates) bool {
-	was := make(map[string]bool, len(last))
-	for i := range last {
-		if over(last[i].Reads, last[i].Writes, alert) {
-			was[last[i].Key] = true
-		}
-	}
+func Urgent(last *Sent, now []sketch.Item, alert fleet.Rates) bool {
 	for i := range now {
-		if Alerting(&now[i], alert) && !was[now[i].Key] {
+		if Alerting(&now[i], alert) && !last.wasOver(now[i].Key, alert) {
 			return true
 		}
 	}

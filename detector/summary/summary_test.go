@@ -92,7 +92,9 @@ func TestUrgent(t *testing.T) {
 			if name == "no alert level: never" {
 				a = fleet.Rates{}
 			}
-			if got := Urgent(tc.last, tc.now, a); got != tc.want {
+			var last Sent
+			last.Set(tc.last)
+			if got := Urgent(&last, tc.now, a); got != tc.want {
 				t.Fatalf("Urgent = %v, want %v", got, tc.want)
 			}
 		})
@@ -118,5 +120,23 @@ func TestDue(t *testing.T) {
 				t.Fatalf("Due = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSentFollowsTheAlertLevel: what was over the alert level in the last
+// summary is worked out again when the level changes.
+func TestSentFollowsTheAlertLevel(t *testing.T) {
+	var s Sent
+	s.Set([]fleet.KeyRates{{Key: "a", Reads: 12}})
+	hot := []sketch.Item{{Key: "a", ReadAvg: 30, ReadRate: 30, Reads: 300}}
+	if Urgent(&s, hot, fleet.Rates{Reads: 10}) {
+		t.Fatal("a was over 10/s in the last summary: not urgent")
+	}
+	if !Urgent(&s, hot, fleet.Rates{Reads: 20}) {
+		t.Fatal("a was under 20/s in the last summary and is over it now: urgent")
+	}
+	s.Set([]fleet.KeyRates{{Key: "a", Reads: 25}})
+	if Urgent(&s, hot, fleet.Rates{Reads: 20}) {
+		t.Fatal("after a summary listing a at 25/s: not urgent at 20/s")
 	}
 }
