@@ -13,9 +13,10 @@ import (
 	"github.com/heatsink-dev/heatsink/fleet"
 )
 
-// summaryLoop computes every policy's summary each tick and sends the node's
-// summary to the manager when it is due: each report interval, or at once
-// when a key newly reaches its alert level (summary.Urgent). Sending happens
+// summaryLoop sends the node's summary to the manager when it is due: each
+// report interval, or at once when a key newly reaches its alert level
+// (summary.Urgent), which each tick checks among the keys counted since the
+// previous one (mayBeUrgent). Sending happens
 // on another goroutine, the latest summary replacing one not sent yet, so a
 // slow manager never delays counting.
 func (d *Detector) summaryLoop(ctx context.Context) {
@@ -113,7 +114,7 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
 		p.sk.Advance(now)
-		p.sk.TakeUpdated(func(sketch.Item) {}) // this summary looks at every key
+		p.sk.TakeUpdated(nil) // this summary looks at every key
 		p.rescan = false
 		items := p.sk.Items() // Build orders what it lists
 		tr, tw := p.sk.Tracking()

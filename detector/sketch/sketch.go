@@ -657,10 +657,10 @@ func (s *Sketch) fade() {
 	}
 }
 
-// TakeUpdated calls f with the item of every stored key updated since the
-// previous call, and reports whether that list is complete (false when
-// more than Capacity keys were, or may have been). Call Advance first, as
-// for Top.
+// TakeUpdated calls f (if not nil) with the item of every stored key
+// updated since the previous call, forgets them, and reports whether that
+// list is complete (false when more than Capacity keys were, or may have
+// been). Call Advance first, as for Top.
 //
 // With it a caller can follow keys whose rates rise without rating the
 // whole store: a key's window average and one-slot rate fall as time
@@ -672,7 +672,9 @@ func (s *Sketch) TakeUpdated(f func(Item)) (complete bool) {
 	for _, x := range s.updated {
 		if e := &s.ents[x]; e.updated {
 			e.updated = false
-			f(s.item(x))
+			if f != nil {
+				f(s.item(x))
+			}
 		}
 	}
 	s.updated = s.updated[:0]
