@@ -157,7 +157,7 @@ func TestRunPhases(t *testing.T) {
 	obs := []Observer{r, r, r, r}
 	var phases []string
 	var ticks [2]atomic.Int64
-	st, err := Run(t.Context(), &c, obs, time.Now(), func(p string, _ time.Time) { phases = append(phases, p) },
+	st, err := RunNodes(t.Context(), &c, obs, time.Now(), func(p string, _ time.Time) { phases = append(phases, p) },
 		func(node int) { ticks[node].Add(1) })
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestRunPhases(t *testing.T) {
 func TestRunRefusesWrongSidecarCount(t *testing.T) {
 	c := Defaults()
 	c.Nodes, c.SidecarsPerNode = 2, 2
-	if _, err := Run(t.Context(), &c, []Observer{&recorder{}}, time.Now(), func(string, time.Time) {}, nil); err == nil {
+	if _, err := Run(t.Context(), &c, []Observer{&recorder{}}, time.Now(), func(string, time.Time) {}); err == nil {
 		t.Error("Run accepted 1 sidecar for 2 nodes of 2")
 	}
 }

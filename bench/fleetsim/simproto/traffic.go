@@ -277,12 +277,19 @@ func runNode(ctx, abort context.Context, g *nodeTraffic, sched *schedule, start 
 // phase schedule runs apart from the nodes, so a busy node delays its own
 // traffic only; one goroutine doing every node's work would be preempted
 // and wait behind every other goroutine of a loaded simulator each time
-// (at 10,000 sidecars, tens of seconds). afterTick, if not nil, is called
-// with the node's index from that goroutine after each of its ticks (and
-// after the last one): a node simulator that hands its sidecars' batches to
-// its agents itself flushes them there, so that one goroutine per node
-// both offers and delivers its traffic.
-func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time), afterTick func(node int)) (TrafficStats, error) {
+// (at 10,000 sidecars, tens of seconds).
+func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time)) (TrafficStats, error) {
+	return RunNodes(ctx, c, sidecars, start, phase, nil)
+}
+
+// RunNodes is Run that also calls afterTick, if not nil, with the node's
+// index from that node's goroutine after each of its ticks (and after the
+// last one): a node simulator that hands its sidecars' batches to its
+// agents itself flushes them there, so that one goroutine per node both
+// offers and delivers its traffic. (Run keeps its signature for the legacy
+// design's node simulator, bench/fleetsim/legacy, built against this
+// package.)
+func RunNodes(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time), afterTick func(node int)) (TrafficStats, error) {
 	if len(sidecars) != c.Sidecars() || c.Nodes < 1 {
 		return TrafficStats{}, fmt.Errorf("simproto: %d sidecars for %d nodes of %d: want %d", len(sidecars), c.Nodes, c.SidecarsPerNode, c.Sidecars())
 	}

@@ -239,7 +239,7 @@ func (s *sim) run(ctx context.Context) int {
 	}
 	readyAt := time.Now()
 	s.out.Ready(readyAt)
-	st, err := simproto.Run(ctx, &s.c, s.observers(), readyAt, s.out.Phase, s.flusher())
+	st, err := simproto.RunNodes(ctx, &s.c, s.observers(), readyAt, s.out.Phase, s.flusher())
 	if err != nil {
 		s.out.Error(time.Now(), err.Error())
 		return 1
@@ -413,7 +413,7 @@ func (s *sim) observers() []simproto.Observer {
 }
 
 // flusher returns, for --transport direct, what hands node i's sidecars'
-// counts to its agent after each of the node's traffic ticks (simproto.Run
+// counts to its agent after each of the node's traffic ticks (simproto.RunNodes
 // calls it from the node's goroutine, after the last tick too, as a wire
 // client's Close flushes): every 100 ms, a wire client's own interval
 // (wire.DefaultFlushInterval = simproto.NodeTick). A goroutine of its own per
