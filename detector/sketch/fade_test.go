@@ -21,8 +21,10 @@ func TestLazyFadeIsExact(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 2))
 		now := t0
 		materialize := func(s *Sketch) {
-			for i := range s.hk {
-				s.bucket(i)
+			for p := range s.pageFades {
+				if s.pageFades[p] != s.fades {
+					s.catchUp(uint(p))
+				}
 			}
 		}
 		for step := range 3000 {
