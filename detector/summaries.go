@@ -51,7 +51,8 @@ func (d *Detector) tick(st *sendState, out chan []byte) {
 		st.last = time.Time{} // a (new) manager: tell it now
 	}
 	dirty := d.dirty.Swap(false)
-	if !st.last.IsZero() && now.Sub(st.last) < d.reportInterval() {
+	interval := d.reportInterval()
+	if !st.last.IsZero() && now.Sub(st.last) < interval {
 		// Before the interval is up a summary goes only if urgent. Only
 		// counts or a directive can make it so (see dirty), and only
 		// through what they touched: nothing needs building otherwise.
@@ -60,7 +61,7 @@ func (d *Detector) tick(st *sendState, out chan []byte) {
 		}
 	}
 	d.summarized.Add(1)
-	s, commit, urgent, interval := d.summarize(now)
+	s, commit, urgent := d.summarize(now)
 	if !summary.Due(now, st.last, interval, d.opts.Tick, urgent) || !d.up.connected() {
 		return
 	}
@@ -87,7 +88,7 @@ func (d *Detector) tick(st *sendState, out chan []byte) {
 }
 
 // reportInterval is the shortest report interval of the policies (one
-// second without any), as summarize computes it.
+// second without any).
 func (d *Detector) reportInterval() time.Duration {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -104,12 +105,9 @@ func (d *Detector) reportInterval() time.Duration {
 }
 
 // summarize builds the node's summary at now. commit records what it listed
-// as sent (call it only if it is). interval is the shortest report interval
-// of the policies.
-func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), urgent bool, interval time.Duration) {
+// as sent (call it only if it is).
+func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), urgent bool) {
 	s = &fleet.Summary{Node: d.opts.NodeName, Session: d.session}
-	interval = time.Second
-	first := true
 	var commits []func()
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
@@ -124,9 +122,6 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 		}
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
 		total := p.total.update(now, p.reads, p.writes, window)
-		if iv := time.Duration(p.dir.ReportIntervalMillis) * time.Millisecond; iv > 0 && (first || iv < interval) {
-			interval, first = iv, false
-		}
 		s.Policies = append(s.Policies, fleet.PolicySummary{
 			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
 		})
@@ -143,7 +138,7 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 		for _, c := range commits {
 			c()
 		}
-	}, urgent, interval
+	}, urgent
 }
 
 // mayBeUrgent reports whether a summary built at now could be urgent

@@ -667,7 +667,11 @@ func (s *Sketch) Tracking() (reads, writes float64) {
 // filter per policy per second was 29 % of the fleet simulator's CPU at
 // 1,000 agents × 10 policies, most of them idle; now a slot costs a page
 // per bucket used.
-func (s *Sketch) fade() { s.fades++ }
+func (s *Sketch) fade() {
+	if s.decayN < 1024 { // FadePercent 100 keeps every count
+		s.fades++
+	}
+}
 
 // pageSize is how many buckets fade together.
 const pageSize = 64
@@ -679,7 +683,7 @@ func (s *Sketch) catchUp(p uint) {
 	page := s.hk[p*pageSize : min((p+1)*pageSize, uint(len(s.hk)))]
 	for j := range page {
 		c := uint64(page[j].count)
-		for n := uint32(0); n < k && c != 0 && s.decayN < 1024; n++ {
+		for n := uint32(0); n < k && c != 0; n++ { // c strictly falls: decayN < 1024
 			c = c * uint64(s.decayN) >> 10
 		}
 		page[j].count = uint32(c)

@@ -49,20 +49,15 @@ func ReadFrames(r *bufio.Reader, f func(version int64, table []byte)) error {
 	var buf []byte
 	for {
 		line, err := r.ReadSlice('\n')
-		if err != nil {
-			if err == io.EOF && len(line) == 0 {
-				return io.EOF
-			}
-			if errors.Is(err, bufio.ErrBufferFull) || len(line) > maxHeaderLen {
-				return fmt.Errorf("%w: header longer than %d bytes", ErrFrame, maxHeaderLen)
-			}
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return err
-		}
-		if len(line) > maxHeaderLen {
+		switch {
+		case len(line) > maxHeaderLen: // bufio.ErrBufferFull too
 			return fmt.Errorf("%w: header longer than %d bytes", ErrFrame, maxHeaderLen)
+		case err == io.EOF && len(line) == 0:
+			return io.EOF
+		case err == io.EOF:
+			return io.ErrUnexpectedEOF
+		case err != nil:
+			return err
 		}
 		vs, ns, ok := bytes.Cut(line[:len(line)-1], []byte{' '})
 		if !ok {
