@@ -125,6 +125,8 @@ type Detector struct {
 	up      *uplinkState
 
 	batches, observations, summaries, ticks, summarized atomic.Uint64
+	// interval is reportInterval, in nanoseconds.
+	interval atomic.Int64
 	// dirty says something that can make a summary urgent happened since
 	// the last one was built: counts came in, or a directive changed the
 	// alert level or the pins. Without it, rates only decay, so no key can
@@ -185,6 +187,7 @@ func New(opts Options) (*Detector, error) {
 		routes:   newRoutes(),
 		up:       &uplinkState{},
 	}
+	d.interval.Store(int64(time.Second))
 	d.client = &http.Client{Transport: &http.Transport{
 		TLSClientConfig: opts.TLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
 		ForceAttemptHTTP2: false,

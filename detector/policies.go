@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/heatsink-dev/heatsink/detector/sketch"
 	"github.com/heatsink-dev/heatsink/detector/summary"
 	"github.com/heatsink-dev/heatsink/detector/wire"
@@ -33,6 +35,10 @@ type policyState struct {
 	// the manager shows a policy's traffic; decisions never use it).
 	reads, writes uint64
 	total         totalRate
+	// items is the summary's buffer, kept from one summary to the next.
+	items []sketch.Item
+	// sketchBytes and sketchKeys are the policy's gauges, looked up once.
+	sketchBytes, sketchKeys prometheus.Gauge
 }
 
 // nodeK is how many keys a node tracks per policy, at least: more than the
@@ -109,7 +115,9 @@ func (d *Detector) applyDirective(dir *fleet.Directive) error {
 		}
 	}
 	if p == nil {
-		p = &policyState{id: dir.Policy, namespace: ns, name: name}
+		p = &policyState{id: dir.Policy, namespace: ns, name: name,
+			sketchBytes: d.metrics.sketchBytes.WithLabelValues(ns, name),
+			sketchKeys:  d.metrics.sketchKeys.WithLabelValues(ns, name)}
 		d.policies[dir.Policy] = p
 		d.metrics.policies.Set(float64(len(d.policies)))
 	}
@@ -120,6 +128,7 @@ func (d *Detector) applyDirective(dir *fleet.Directive) error {
 		p.sk = sk
 	}
 	p.dir, p.filter = *dir, filter
+	d.setReportIntervalLocked()
 	pinned := p.sk.Pinned()
 	for _, k := range pinned {
 		if !slices.Contains(dir.Pins, k) {
@@ -142,6 +151,7 @@ func (d *Detector) removePolicy(id string) {
 	defer d.mu.Unlock()
 	if _, ok := d.policies[id]; ok {
 		delete(d.policies, id)
+		d.setReportIntervalLocked()
 		d.metrics.forget(id)
 		d.metrics.policies.Set(float64(len(d.policies)))
 	}

@@ -88,33 +88,38 @@ func (d *Detector) tick(st *sendState, out chan []byte) {
 }
 
 // reportInterval is the shortest report interval of the policies (one
-// second without any).
+// second without any), as setReportIntervalLocked last worked it out: it
+// changes only with directives, and every tick needs it.
 func (d *Detector) reportInterval() time.Duration {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
+	return time.Duration(d.interval.Load())
+}
+
+// setReportIntervalLocked works out reportInterval again; d.mu is held for
+// writing (directives change p.dir only under it).
+func (d *Detector) setReportIntervalLocked() {
 	interval, first := time.Second, true
 	for _, p := range d.policies {
-		p.mu.Lock()
 		iv := time.Duration(p.dir.ReportIntervalMillis) * time.Millisecond
-		p.mu.Unlock()
 		if iv > 0 && (first || iv < interval) {
 			interval, first = iv, false
 		}
 	}
-	return interval
+	d.interval.Store(int64(interval))
 }
 
 // summarize builds the node's summary at now. commit records what it listed
 // as sent (call it only if it is).
 func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), urgent bool) {
-	s = &fleet.Summary{Node: d.opts.NodeName, Session: d.session}
-	var commits []func()
-	for _, p := range d.policyStates() {
+	policies := d.policyStates()
+	s = &fleet.Summary{Node: d.opts.NodeName, Session: d.session, Policies: make([]fleet.PolicySummary, 0, len(policies))}
+	commits := make([]func(), 0, len(policies))
+	for _, p := range policies {
 		p.mu.Lock()
 		p.sk.Advance(now)
 		p.sk.TakeUpdated(nil) // this summary looks at every key
 		p.rescan = false
-		items := p.sk.Items() // Build orders what it lists
+		p.items = p.sk.AppendItems(p.items[:0]) // Build orders what it lists
+		items := p.items
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, fleet.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
 		if summary.Urgent(&p.lastSent, items, p.dir.Alert) {
@@ -125,8 +130,8 @@ func (d *Detector) summarize(now time.Time) (s *fleet.Summary, commit func(), ur
 		s.Policies = append(s.Policies, fleet.PolicySummary{
 			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
 		})
-		d.metrics.sketchBytes.WithLabelValues(p.namespace, p.name).Set(float64(p.sk.Bytes()))
-		d.metrics.sketchKeys.WithLabelValues(p.namespace, p.name).Set(float64(p.sk.Len()))
+		p.sketchBytes.Set(float64(p.sk.Bytes()))
+		p.sketchKeys.Set(float64(p.sk.Len()))
 		p.mu.Unlock()
 		commits = append(commits, func() {
 			p.mu.Lock()

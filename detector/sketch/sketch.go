@@ -716,16 +716,18 @@ func (s *Sketch) TakeUpdated(f func(Item)) (complete bool) {
 	return complete
 }
 
-// Items returns every stored key's item, in no particular order: Top
-// without the ranking, for callers that filter and order by other means.
-func (s *Sketch) Items() []Item {
-	out := make([]Item, 0, s.Len())
+// AppendItems appends every stored key's item to dst, in no particular
+// order, and returns the extended slice: Top without the ranking, for
+// callers that filter and order by other means and reuse one buffer from
+// summary to summary (an agent builds one per policy every report interval).
+func (s *Sketch) AppendItems(dst []Item) []Item {
+	dst = slices.Grow(dst, s.Len())
 	for _, set := range [2][]int32{s.heap, s.pinned} {
 		for _, x := range set {
-			out = append(out, s.item(x))
+			dst = append(dst, s.item(x))
 		}
 	}
-	return out
+	return dst
 }
 
 // Item is one key's window counts and rates.

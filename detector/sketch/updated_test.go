@@ -46,7 +46,7 @@ func TestAveragesRiseOnlyWhenUpdated(t *testing.T) {
 			checks++
 			boundary := s.cur != prevSlot
 			cur := map[string]Item{}
-			for _, it := range s.Items() {
+			for _, it := range s.AppendItems(nil) {
 				cur[it.Key] = it
 				p, ok := prev[it.Key]
 				if listed[it.Key] || !ok {
