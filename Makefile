@@ -64,6 +64,7 @@ vet: ## Run go vet.
 verify: generate manifests ## Regenerate everything and fail on any diff; check gofmt and go vet.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	go vet ./...
+	cd bench && go vet ./...
 	@git diff --exit-code -- api config charts || (echo "generated files differ from the committed ones: run make generate manifests and commit" >&2; exit 1)
 	@test -z "$$(git status --porcelain -- api config charts)" || (echo "untracked generated files:"; git status --porcelain -- api config charts; exit 1)
 
@@ -83,6 +84,7 @@ redis: ## Install redis-server, redis-tools and nutcracker when missing.
 .PHONY: test
 test: setup helm promtool ## Run every test after doing all set-up on a fresh machine.
 	go test $(GO_TEST_FLAGS) ./...
+	cd bench && go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-short
 test-short: ## Run unit tests only (no API server, no Redis).

@@ -337,6 +337,9 @@ func TestTroubles(t *testing.T) {
 		"clean":             {stats: map[string]float64{"wire_dropped": 0, "viral_reads": 10}},
 		"from the stats":    {stats: map[string]float64{"wire_send_errors": 3, "detector_restarts": 1, "wire_lost_entries": 0}, progress: map[string]float64{"detector_restarts": 9}, want: []string{"node simulator: detector_restarts = 1", "node simulator: wire_send_errors = 3"}},
 		"no done, progress": {progress: map[string]float64{"detector_restarts": 2}, want: []string{"node simulator: detector_restarts = 2"}},
+		"on schedule":       {stats: map[string]float64{"max_tick_gap_seconds": 0.46}},
+		"fell behind": {stats: map[string]float64{"max_tick_gap_seconds": 6.04}, want: []string{"node simulator: a simulated node fell 6.0 s behind its traffic " +
+			"(max_tick_gap_seconds): the machine could not run this row in real time, and its times are late by up to that"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -82,6 +82,7 @@ func run() int {
 	jsonOut := fs.String("json", "fleetsim.json", "file for the raw numbers")
 	work := fs.String("work", "", "directory for kubeconfigs and logs (default: a temporary directory, removed at the end)")
 	hold := fs.Duration("hold", 0, "keep every process of a run up this long after the routing probe (to profile the probe's fan-out: see the README)")
+	procs := fs.Int("nodesim-procs", 8, "GOMAXPROCS of every design's node simulator and its children (0: Go's default, the cores); see the README")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
@@ -145,7 +146,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	s := settings{sidecarsPerNode: *spn, traffic: t, reads: *reads, writes: *writes, sustainFor: *sustain,
-		managerTimeout: *managerTimeout, maxRSS: *maxRSS << 20, work: *work, leNamespace: "heatsink-system", hold: *hold}
+		managerTimeout: *managerTimeout, maxRSS: *maxRSS << 20, work: *work, leNamespace: "heatsink-system", hold: *hold, nodesimProcs: *procs}
 	var results []*Result
 	for _, n := range sizes {
 		for _, d := range designs {

@@ -62,6 +62,15 @@ type settings struct {
 	leNamespace     string
 	// hold keeps the processes up after the probe (for profiles).
 	hold time.Duration
+	// nodesimProcs is the node simulator's GOMAXPROCS (0: Go's default).
+	// 1,000 simulated nodes share one process; on a fleet each agent is a
+	// process of its own, mostly idle, that a routing frame wakes at once.
+	// With as many Ps as cores, Go runs goroutines woken by timers (in a
+	// P's own run queue) before those woken by the network (the global
+	// queue), so an agent's stream reader waits behind other simulated
+	// nodes' timers; with more Ps than cores the kernel shares the cores
+	// among them, closer to many processes sharing a machine.
+	nodesimProcs int
 }
 
 // Result is one design at one fleet size.
@@ -583,7 +592,11 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 	}
 	store := &eventStore{spn: s.sidecarsPerNode, notify: make(chan simproto.Event, 64)}
 	simStart := time.Now()
-	sim, err := startChild("nodesim", append(append([]string{d.nodesim}, tc.Args()...), expand(d.nodesimArgs, vars)...), nil,
+	var simEnv []string
+	if s.nodesimProcs > 0 {
+		simEnv = []string{fmt.Sprintf("GOMAXPROCS=%d", s.nodesimProcs)}
+	}
+	sim, err := startChild("nodesim", append(append([]string{d.nodesim}, tc.Args()...), expand(d.nodesimArgs, vars)...), simEnv,
 		filepath.Join(dir, "nodesim.log"), pw)
 	pw.Close()
 	if err != nil {
@@ -973,8 +986,20 @@ func troubles(stats, progress map[string]float64) []string {
 			out = append(out, fmt.Sprintf("node simulator: %s = %g", k, m[k]))
 		}
 	}
+	if gap := m[maxTickGap]; gap > maxTickGapNoted.Seconds() {
+		out = append(out, fmt.Sprintf("node simulator: a simulated node fell %.1f s behind its traffic (%s): "+
+			"the machine could not run this row in real time, and its times are late by up to that", gap, maxTickGap))
+	}
 	return out
 }
+
+// maxTickGap is the node simulator's stat of how far its most starved node
+// fell behind (simproto.TrafficStats.MaxGap); over maxTickGapNoted it is a
+// note: the simulation, not only heatsink, was late.
+const (
+	maxTickGap      = "max_tick_gap_seconds"
+	maxTickGapNoted = time.Second
+)
 
 // waitDone waits (bounded) for the node simulator's done event, or the end
 // of its output.

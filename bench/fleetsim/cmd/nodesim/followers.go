@@ -161,10 +161,33 @@ func (f *followers) start(ctx context.Context, wg *sync.WaitGroup, i, j int, add
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		growStack(watcherStackKiB)
 		_ = w.Run(ctx)
 		hc.CloseIdleConnections()
 	}()
 	return nil
+}
+
+// watcherStackKiB is the stack a watcher's goroutine starts with here.
+// A sidecar's watcher grows its goroutine's stack once, the first time it
+// parses a table with entries (encoding/json goes deeper than for the empty
+// first table), on the sidecar's own CPU. Here all 10,000 would grow at
+// the same moment, the first fan-out of the hot event, on the two cores
+// the agents need (a profile of the child then: 300 of 570 ms in
+// runtime.newstack), so the simulator grows them before the watcher
+// starts; GODEBUG=gcshrinkstackoff=1 (startFollowers) keeps them grown.
+const watcherStackKiB = 32
+
+// growStack grows the calling goroutine's stack by about kib KiB: each
+// call's frame holds a KiB the compiler cannot drop.
+//
+//go:noinline
+func growStack(kib int) byte {
+	var pad [1024]byte
+	if kib > 1 {
+		pad[kib%len(pad)] = growStack(kib - 1)
+	}
+	return pad[kib%len(pad)]
 }
 
 // countingLogger counts the watcher's "request failed" lines (logged at V(1):
@@ -200,6 +223,7 @@ func startFollowers(c simproto.Config, o *options, addrs []string, out *simproto
 	if o.followPprof != "" {
 		args = append(args, "--pprof", o.followPprof)
 	}
+
 	args = append(args, c.Args()...)
 	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
