@@ -223,7 +223,6 @@ func startFollowers(c simproto.Config, o *options, addrs []string, out *simproto
 	if o.followPprof != "" {
 		args = append(args, "--pprof", o.followPprof)
 	}
-
 	args = append(args, c.Args()...)
 	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
