@@ -187,7 +187,7 @@ func New(opts Options) (*Detector, error) {
 		routes:   newRoutes(),
 		up:       &uplinkState{},
 	}
-	d.interval.Store(int64(time.Second))
+	d.setReportIntervalLocked() // no policy yet; nothing else holds d
 	d.client = &http.Client{Transport: &http.Transport{
 		TLSClientConfig: opts.TLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
 		ForceAttemptHTTP2: false,

@@ -7,9 +7,10 @@
 # spread evenly over every node, a rest. Prints Markdown (the tables) to
 # stdout; progress goes to stderr.
 #
-#  - legacy: heatsink at FLEET_BENCH_LEGACY_REF (default 701fc4c, the tree
+#  - legacy: heatsink at FLEET_BENCH_LEGACY_REF (default bench/fleetsim/legacy/ref, 701fc4c, the tree
 #    before the fleet design), checked out in a temporary git worktree; its
-#    node simulator is bench/fleetsim/legacy/nodesim.go.txt, built there.
+#    node simulator is bench/fleetsim/legacy/nodesim.go.txt, assembled there by
+#    bench/fleetsim/legacy/assemble.sh and built.
 #  - fleet: this tree's heatsink and bench/fleetsim/cmd/nodesim.
 #
 # Then, unless FLEET_BENCH_POLICIES_ROW is empty, one more run of the fleet
@@ -34,7 +35,7 @@
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${ROOT}"
-LEGACY_REF="${FLEET_BENCH_LEGACY_REF:-701fc4c}"
+LEGACY_REF="${FLEET_BENCH_LEGACY_REF:-$(cat bench/fleetsim/legacy/ref)}"
 NODES="${FLEET_BENCH_NODES:-10,100,1000}"
 DESIGNS="${FLEET_BENCH_DESIGNS:-legacy,fleet}"
 
@@ -64,11 +65,7 @@ for d in ${DESIGNS//,/ }; do
   legacy)
     echo "bench: fleet: building heatsink at ${LEGACY_REF} and its node simulator" >&2
     git worktree add --detach "${legacy}" "${LEGACY_REF}" >/dev/null 2>&1
-    mkdir -p "${legacy}/cmd/nodesim/simproto"
-    cp bench/fleetsim/legacy/nodesim.go.txt "${legacy}/cmd/nodesim/main.go"
-    for f in bench/fleetsim/simproto/*.go; do
-      [[ "$f" == *_test.go ]] || cp "$f" "${legacy}/cmd/nodesim/simproto/"
-    done
+    bench/fleetsim/legacy/assemble.sh "${legacy}"
     (cd "${legacy}" && go build -o "${work}/legacy-heatsink" ./cmd/heatsink &&
       go build -o "${work}/legacy-nodesim" ./cmd/nodesim)
     args+=(--legacy-heatsink "${work}/legacy-heatsink" --legacy-nodesim "${work}/legacy-nodesim")

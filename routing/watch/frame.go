@@ -50,7 +50,7 @@ func ReadFrames(r *bufio.Reader, f func(version int64, table []byte)) error {
 	for {
 		line, err := r.ReadSlice('\n')
 		switch {
-		case len(line) > maxHeaderLen: // bufio.ErrBufferFull too
+		case len(line) > maxHeaderLen || errors.Is(err, bufio.ErrBufferFull):
 			return fmt.Errorf("%w: header longer than %d bytes", ErrFrame, maxHeaderLen)
 		case err == io.EOF && len(line) == 0:
 			return io.EOF
