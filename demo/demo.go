@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/demo/observe"
 )
 
 // Moments are the timeline of one viral key.
@@ -28,7 +29,7 @@ type Moments struct {
 	Key string
 	// Spike is when its traffic started.
 	Spike time.Time
-	// Detected, Routed: see KeyTimes. Relief is when the mitigation took
+	// Detected, Routed: see observe.KeyTimes. Relief is when the mitigation took
 	// effect: Routed for read mitigations (sidecars apply a table as they
 	// receive it), the start of the first split generation's epoch for a
 	// split counter. Zero when it did not happen.
@@ -70,7 +71,7 @@ type Result struct {
 	Masters   []string
 	Proxies   []string
 	APIServer string
-	Samples   []Sample
+	Samples   []observe.Sample
 	// ViralRead and Counter are the viral keys' timelines.
 	ViralRead, Counter Moments
 	// EventStart is when the scheduled event started; EventRouted when the
@@ -154,13 +155,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Keys = keys
 
-	obs, err := newObserver(s.cp.Config, Namespace, PolicyName, cfg.ReadsPerSecond, cfg.WritesPerSecond)
+	obs, err := observe.NewObserver(s.cp.Config, Namespace, PolicyName)
 	if err != nil {
 		return nil, err
 	}
 	obsCtx, stopObs := context.WithCancel(ctx)
 	defer stopObs()
-	if err := obs.start(obsCtx); err != nil {
+	if err := obs.Start(obsCtx); err != nil {
 		return nil, err
 	}
 
@@ -192,9 +193,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("applying the HotKeyPolicy: %w", err)
 	}
 
-	smp := newSampler(s.redis.Addrs())
-	defer smp.close()
-	readsBefore, err := smp.totalReads(ctx)
+	smp := observe.NewSampler(s.redis.Addrs())
+	defer smp.Close()
+	readsBefore, err := smp.TotalReads(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -210,12 +211,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	runTraffic(ctx, start, smp, wl, obs, v)
 
 	res.collect(wl, smp, s.metrics, clients[0], readsBefore)
-	samples, sErr := smp.snapshot()
+	samples, sErr := smp.Samples(), smp.Err()
 	if sErr != nil {
 		res.Failures = append(res.Failures, fmt.Errorf("sampling Redis: %w", sErr))
 	}
 	res.Samples = samples
-	snap := obs.snapshot()
+	snap := obs.Snapshot()
 	res.fillMoments(cfg, snap)
 	res.Failures = append(res.Failures, s.failures()...)
 
@@ -251,12 +252,12 @@ func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
 
 // runTraffic runs the workload and the sampler from start until the
 // workload ends or ctx is cancelled, drawing the view each second.
-func runTraffic(ctx context.Context, start time.Time, smp *sampler, wl *workload, obs *observer, v *view) {
+func runTraffic(ctx context.Context, start time.Time, smp *observe.Sampler, wl *workload, obs *observe.Observer, v *view) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); smp.run(runCtx, start) }()
+	go func() { defer wg.Done(); smp.Run(runCtx, start) }()
 	go func() { defer wg.Done(); wl.run(runCtx, start); stopRun() }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -267,8 +268,7 @@ func runTraffic(ctx context.Context, start time.Time, smp *sampler, wl *workload
 			wg.Wait()
 			return
 		case <-tick.C:
-			samples, _ := smp.snapshot()
-			v.draw(samples, obs.snapshot(), wl.counts())
+			v.draw(smp.Samples(), obs.Snapshot(), wl.counts())
 		}
 	}
 }
@@ -276,13 +276,13 @@ func runTraffic(ctx context.Context, start time.Time, smp *sampler, wl *workload
 // collect takes the final measurements once traffic has stopped, when every
 // acknowledged increment is in Redis. It reads through the still running
 // sidecars, also after an interrupt.
-func (r *Result) collect(wl *workload, smp *sampler, metricsURLs []string, client redis.UniversalClient, readsBefore int64) {
+func (r *Result) collect(wl *workload, smp *observe.Sampler, metricsURLs []string, client redis.UniversalClient, readsBefore int64) {
 	r.Counts = wl.counts()
 	r.CounterAcked = r.Counts.Increments
 	r.ClientReads = r.Counts.Reads
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if readsAfter, err := smp.totalReads(ctx); err == nil {
+	if readsAfter, err := smp.TotalReads(ctx); err == nil {
 		r.UpstreamReads = readsAfter - readsBefore
 	}
 	if ec, err := scrapeEngines(ctx, metricsURLs); err != nil {
@@ -352,7 +352,7 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 }
 
 // fillMoments derives the keys' timelines and the before/after ratios.
-func (r *Result) fillMoments(cfg Config, snap snapshot) {
+func (r *Result) fillMoments(cfg Config, snap observe.Snapshot) {
 	m := func(key string, at time.Duration) Moments {
 		kt := snap.Keys[key]
 		mo := Moments{Key: key, Spike: r.Start.Add(at), Detected: kt.Detected, Routed: kt.Routed}

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"encoding/json"
 	"image/png"
 	"math"
 	"os"
@@ -11,36 +10,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/demo/observe"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/webhook"
 )
-
-func TestParseInfo(t *testing.T) {
-	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\n" +
-		"# Commandstats\r\ncmdstat_get:calls=100,usec=5,usec_per_call=0.05,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_mget:calls=7,usec=1\r\ncmdstat_incr:calls=50,usec=2\r\n"
-	got, err := parseInfo(info)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(counters{commands: 1234, reads: 107}, got, cmp.AllowUnexported(counters{})); diff != "" {
-		t.Errorf("parseInfo (-want +got):\n%s", diff)
-	}
-	for name, bad := range map[string]string{
-		"missing total": "# Stats\r\ncmdstat_get:calls=1\r\n",
-		"garbled total": "total_commands_processed:x\r\n",
-		"garbled calls": "total_commands_processed:1\r\ncmdstat_get:calls=x\r\n",
-		"empty":         "",
-	} {
-		if _, err := parseInfo(bad); err == nil {
-			t.Errorf("%s: parseInfo accepted %q", name, bad)
-		}
-	}
-}
 
 // threeMasters is the slot layout `redis-cli --cluster create` gives three
 // masters.
@@ -108,7 +83,7 @@ func result(start time.Time) *Result {
 		if i >= 4 && i <= 5 {
 			ops[0] = 700
 		}
-		r.Samples = append(r.Samples, Sample{At: at, T: at.Sub(start), OpsPerSec: ops})
+		r.Samples = append(r.Samples, observe.Sample{At: at, T: at.Sub(start), OpsPerSec: ops})
 	}
 	return r
 }
@@ -120,9 +95,9 @@ func TestFillMoments(t *testing.T) {
 	cfg.ViralReadAt, cfg.ViralWriteAt = 3*time.Second, 3*time.Second
 	split := routing.Entry{Key: "c", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1_000_005, Shards: 4}}}}
 	read := routing.Entry{Key: "v", Coalesce: true}
-	snap := snapshot{
+	snap := observe.Snapshot{
 		Table: &routing.Table{EpochMillis: 1000},
-		Keys: map[string]KeyTimes{
+		Keys: map[string]observe.KeyTimes{
 			"v": {Detected: start.Add(4 * time.Second), Routed: start.Add(5 * time.Second), Entry: &read},
 			"c": {Detected: start.Add(3500 * time.Millisecond), Routed: start.Add(4500 * time.Millisecond), SplitEffective: start.Add(5 * time.Second), Entry: &split},
 			"e": {Routed: start.Add(2 * time.Second)},
@@ -187,72 +162,15 @@ func TestMitigations(t *testing.T) {
 	}
 }
 
-func TestObserverTimes(t *testing.T) {
-	o := &observer{ns: Namespace, policy: PolicyName, readT: 100, writeT: 50, keys: map[string]*KeyTimes{}}
-	over := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	state := func(ks ...decide.KeyState) string {
-		b, err := json.Marshal(decide.State{Keys: ks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	// The manager's state says when it first saw the key over a threshold.
-	o.detectedLocked(state(decide.KeyState{Key: "k", ReadOverSince: &over}))
-	if got := o.snapshot().Keys["k"].Detected; !got.Equal(over) {
-		t.Fatalf("detected %v, want the manager's %v", got, over)
-	}
-	later := over.Add(time.Second)
-	o.detectedLocked(state(decide.KeyState{Key: "k", ReadHot: true, Since: &later}))
-	if got := o.snapshot().Keys["k"].Detected; !got.Equal(over) {
-		t.Fatalf("detected moved to %v once hot, want it kept at %v", got, over)
-	}
-
-	table := func(v int64, e ...routing.Entry) *corev1.ConfigMap {
-		tb := routing.Table{SchemaVersion: routing.SchemaVersion, Policy: Namespace + "/" + PolicyName, Version: v, EpochMillis: 5000, Entries: e}
-		data, err := tb.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cm := &corev1.ConfigMap{Data: map[string]string{routing.ConfigMapKey: string(data)}}
-		cm.Name = routing.ConfigMapName(PolicyName)
-		return cm
-	}
-	o.onConfigMap(table(1, routing.Entry{Key: "k", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 10, Shards: 4}}}}))
-	first := o.snapshot().Keys["k"]
-	if first.Routed.IsZero() || first.Entry == nil {
-		t.Fatalf("routed key not recorded: %+v", first)
-	}
-	if want := time.UnixMilli(50_000); !first.SplitEffective.Equal(want) {
-		t.Errorf("split effective %v, want %v (epoch 10 of 5s)", first.SplitEffective, want)
-	}
-	// A later resize and removal keep the first moments.
-	o.onConfigMap(table(2, routing.Entry{Key: "k", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 12, Shards: 8}}}}))
-	o.onConfigMap(table(3))
-	last := o.snapshot()
-	if k := last.Keys["k"]; !k.Routed.Equal(first.Routed) || !k.SplitEffective.Equal(first.SplitEffective) || k.Entry != nil {
-		t.Errorf("after resize and removal: %+v, want the first moments and no entry", k)
-	}
-	if last.Table.Version != 3 {
-		t.Errorf("table version %d, want 3", last.Table.Version)
-	}
-	bad := table(4)
-	bad.Data[routing.ConfigMapKey] = "{not json"
-	o.onConfigMap(bad)
-	if o.snapshot().Table.Version != 3 {
-		t.Error("an unparsable table replaced the last good one")
-	}
-}
-
 func TestViewDraws(t *testing.T) {
 	start := time.Now().Add(-10 * time.Second)
 	var buf strings.Builder
 	cfg := Short()
 	cfg.Live = true
 	v := &view{cfg: cfg, out: &buf, keys: Keys{ViralRead: "product:v", Counter: "likes:c", HotMaster: 1}, masters: []string{"a:1", "b:2", "c:3"}, start: start, eventStart: start.Add(time.Minute)}
-	snap := snapshot{Table: &routing.Table{Version: 7, EpochMillis: 1000, Entries: []routing.Entry{{Key: "product:v", Source: routing.SourceDetected, Coalesce: true}}},
-		Keys: map[string]KeyTimes{"product:v": {Routed: start.Add(cfg.ViralReadAt + 1500*time.Millisecond)}}}
-	v.draw([]Sample{{OpsPerSec: []float64{100, 900, 100}}}, snap, Counts{Ops: map[string]int64{"background": 10}})
+	snap := observe.Snapshot{Table: &routing.Table{Version: 7, EpochMillis: 1000, Entries: []routing.Entry{{Key: "product:v", Source: routing.SourceDetected, Coalesce: true}}},
+		Keys: map[string]observe.KeyTimes{"product:v": {Routed: start.Add(cfg.ViralReadAt + 1500*time.Millisecond)}}}
+	v.draw([]observe.Sample{{OpsPerSec: []float64{100, 900, 100}}}, snap, Counts{Ops: map[string]int64{"background": 10}})
 	out := buf.String()
 	for _, want := range []string{"routing v7", "master 2", "holds the viral keys", "busiest ÷ mean: 2.45", "product:v", "coalesce", "1.5s"} {
 		if !strings.Contains(out, want) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/demo/observe"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -23,7 +24,7 @@ type view struct {
 
 const barWidth = 40
 
-func (v *view) draw(samples []Sample, snap snapshot, c Counts) {
+func (v *view) draw(samples []observe.Sample, snap observe.Snapshot, c Counts) {
 	now := time.Now()
 	var total int64
 	for _, n := range c.Ops {
@@ -38,7 +39,7 @@ func (v *view) draw(samples []Sample, snap snapshot, c Counts) {
 	for _, n := range c.Errors {
 		errs += n
 	}
-	var last Sample
+	var last observe.Sample
 	if len(samples) > 0 {
 		last = samples[len(samples)-1]
 	}
@@ -115,7 +116,7 @@ func (v *view) draw(samples []Sample, snap snapshot, c Counts) {
 }
 
 // line prints one line per second for logs and tests.
-func (v *view) line(now time.Time, last Sample, snap snapshot, rate float64, errs int64) {
+func (v *view) line(now time.Time, last observe.Sample, snap observe.Snapshot, rate float64, errs int64) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%3.0fs ops/s per master:", now.Sub(v.start).Seconds())
 	for _, x := range last.OpsPerSec {
@@ -142,7 +143,7 @@ func (v *view) spikeOf(key string) (time.Time, bool) {
 }
 
 // reliefOf is when a routed key's mitigation takes effect (see Moments).
-func reliefOf(kt KeyTimes) time.Time {
+func reliefOf(kt observe.KeyTimes) time.Time {
 	if kt.SplitEffective.After(kt.Routed) {
 		return kt.SplitEffective
 	}

@@ -14,10 +14,13 @@
 # etcd and kubectl come from bin/k8s/<k8s>/ (hack/setup-envtest.sh).
 #
 # Why build: prebuilt downloads are not reachable from our CI machines, the
-# Go module proxy is. Debian's containerd (1.6) is too old for kubelet 1.37.
+# Go module proxy is (hack/lib.sh builds, skipping work already done).
+# Debian's containerd (1.6) is too old for kubelet 1.37.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=hack/lib.sh
+source "${ROOT}/hack/lib.sh"
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-2.4.2}"
 COREDNS_VERSION="${COREDNS_VERSION:-1.15.0}"
@@ -25,8 +28,6 @@ OUT="${ROOT}/bin/cluster/${K8S_VERSION}"
 CTRD_OUT="${ROOT}/bin/containerd/${CONTAINERD_VERSION}"
 DNS_OUT="${ROOT}/bin/coredns/${COREDNS_VERSION}"
 SRC="${ROOT}/bin/.tools-src"
-
-mkdir -p "${OUT}" "${CTRD_OUT}" "${DNS_OUT}" "${SRC}"
 
 debs=(runc containernetworking-plugins iptables redis-server redis-tools)
 missing_debs=()
@@ -41,84 +42,24 @@ if ((${#missing_debs[@]} > 0)); then
   DEBIAN_FRONTEND=noninteractive ${SUDO} apt-get install -y -qq --no-install-recommends "${missing_debs[@]}" >/dev/null
 fi
 
-# Staging modules that k8s.io/kubernetes replaces with ./staging paths; the
-# same recipe as hack/setup-envtest.sh.
-staging_modules() {
-  local mod
-  mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v${K8S_VERSION}.mod"
-  [[ -f "${mod}" ]] || go mod download "k8s.io/kubernetes@v${K8S_VERSION}" >/dev/null
-  sed -n '/^replace (/,/^)/p' "${mod}" | awk '/=>/ {print $1}'
-}
-
-build_kube() {
-  local dir="${SRC}/cluster-kubernetes-${K8S_VERSION}" staging_version="v0.${K8S_VERSION#1.}"
-  local major="${K8S_VERSION%%.*}" minor
-  minor="$(echo "${K8S_VERSION}" | cut -d. -f2)"
-  mkdir -p "${dir}"
-  {
-    echo "module heatsink.dev/tools/cluster-kubernetes"
-    echo
-    echo "go 1.26.0"
-    echo
-    echo "require k8s.io/kubernetes v${K8S_VERSION}"
-    echo
-    echo "replace ("
-    staging_modules | while read -r m; do echo "	${m} => ${m} ${staging_version}"; done
-    echo ")"
-  } >"${dir}/go.mod"
-  {
-    echo "//go:build tools"
-    echo
-    echo "package tools"
-    echo
-    echo "import ("
-    for cmd in "$@"; do echo "	_ \"k8s.io/kubernetes/cmd/${cmd}\""; done
-    echo ")"
-  } >"${dir}/tools.go"
-  (cd "${dir}" && GOFLAGS=-mod=mod go get "k8s.io/kubernetes/cmd/kube-apiserver@v${K8S_VERSION}" >/dev/null)
-  (cd "${dir}" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
-  local v="k8s.io/component-base/version"
-  local ldflags="-s -X ${v}.gitVersion=v${K8S_VERSION} -X ${v}.gitMajor=${major} -X ${v}.gitMinor=${minor} -X ${v}.gitTreeState=clean -X ${v}.buildDate=1970-01-01T00:00:00Z"
-  for cmd in "$@"; do
-    echo "setup-cluster: building ${cmd} ${K8S_VERSION} (first time only; 2-6 min each on 2 cores)" >&2
-    (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags="${ldflags}" -o "${OUT}/${cmd}.tmp" "k8s.io/kubernetes/cmd/${cmd}")
-    mv "${OUT}/${cmd}.tmp" "${OUT}/${cmd}"
-  done
-}
-
-build_containerd() {
-  local dir="${SRC}/containerd-${CONTAINERD_VERSION}"
-  mkdir -p "${dir}"
+containerd_module() {
+  local dir="$1"
+  shift
   cat >"${dir}/go.mod" <<MOD
 module heatsink.dev/tools/containerd
 
 go 1.26.0
 MOD
-  cat >"${dir}/tools.go" <<GO
-//go:build tools
-
-package tools
-
-import (
-$(for cmd in "$@"; do echo "	_ \"github.com/containerd/containerd/v2/cmd/${cmd}\""; done)
-)
-GO
+  write_tools_go "${dir}" "$@"
   (cd "${dir}" && GOFLAGS=-mod=mod go get "github.com/containerd/containerd/v2@v${CONTAINERD_VERSION}" >/dev/null)
   (cd "${dir}" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
-  local ldflags="-s -X github.com/containerd/containerd/v2/version.Version=v${CONTAINERD_VERSION}"
-  for cmd in "$@"; do
-    echo "setup-cluster: building ${cmd} ${CONTAINERD_VERSION} (first time only; containerd ~3 min)" >&2
-    (cd "${dir}" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags="${ldflags}" -o "${CTRD_OUT}/${cmd}.tmp" "github.com/containerd/containerd/v2/cmd/${cmd}")
-    mv "${CTRD_OUT}/${cmd}.tmp" "${CTRD_OUT}/${cmd}"
-  done
 }
 
 # CoreDNS with only the plugins the Corefile of hack/cluster uses: its own
 # main (as CoreDNS documents for custom builds) compiles a fraction of the
 # full build's dependencies.
-build_coredns() {
-  local dir="${SRC}/coredns-${COREDNS_VERSION}"
-  mkdir -p "${dir}"
+coredns_module() {
+  local dir="$1"
   cat >"${dir}/go.mod" <<MOD
 module heatsink.dev/tools/coredns
 
@@ -142,22 +83,22 @@ func init() { dnsserver.Directives = []string{"bind", "ready", "errors", "cache"
 
 func main() { coremain.Run() }
 GO
-  echo "setup-cluster: building coredns ${COREDNS_VERSION} (first time only, ~2 min)" >&2
   (cd "${dir}" && GOFLAGS=-mod=mod go get "github.com/coredns/coredns@v${COREDNS_VERSION}" >/dev/null 2>&1 &&
-    GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 &&
-    CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "${DNS_OUT}/coredns.tmp" .)
-  mv "${DNS_OUT}/coredns.tmp" "${DNS_OUT}/coredns"
+    GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1)
 }
 
-[[ -x "${DNS_OUT}/coredns" ]] || build_coredns
+build_go_tools "${SRC}/coredns-${COREDNS_VERSION}" "${DNS_OUT}" "${COREDNS_VERSION} (first time only, ~2 min)" \
+  coredns_module -s heatsink.dev/tools/coredns
 
-missing=()
-for b in containerd containerd-shim-runc-v2 ctr; do [[ -x "${CTRD_OUT}/${b}" ]] || missing+=("${b}"); done
-((${#missing[@]} == 0)) || build_containerd "${missing[@]}"
+ctrd=github.com/containerd/containerd/v2
+build_go_tools "${SRC}/containerd-${CONTAINERD_VERSION}" "${CTRD_OUT}" "${CONTAINERD_VERSION} (first time only; containerd ~3 min)" \
+  containerd_module "-s -X ${ctrd}/version.Version=v${CONTAINERD_VERSION}" \
+  "${ctrd}/cmd/containerd" "${ctrd}/cmd/containerd-shim-runc-v2" "${ctrd}/cmd/ctr"
 
-missing=()
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do [[ -x "${OUT}/${b}" ]] || missing+=("${b}"); done
-((${#missing[@]} == 0)) || build_kube "${missing[@]}"
+kube=k8s.io/kubernetes/cmd
+build_go_tools "${SRC}/cluster-kubernetes-${K8S_VERSION}" "${OUT}" "${K8S_VERSION} (first time only; 2-6 min each on 2 cores)" \
+  kube_module "$(kube_ldflags)" \
+  "${kube}/kube-apiserver" "${kube}/kube-controller-manager" "${kube}/kube-scheduler" "${kube}/kubelet" "${kube}/kube-proxy"
 
 # etcd and kubectl: envtest's.
 "${ROOT}/hack/setup-envtest.sh" >/dev/null

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/heatsink-dev/heatsink/demo/observe"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/routing"
@@ -271,7 +272,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 			t.Fatal(err)
 		}
 	})
-	obs := newObserver(t, ctx, c, appNamespace, policyName)
+	obs := newObserver(t, ctx, appNamespace, policyName)
 
 	rep.step(t, name+": annotated Deployment rolled out with sidecars", func() {
 		kubectl(t, render(deploymentYAML, e), "apply", "-f", "-")
@@ -282,14 +283,14 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 		checkSidecar(t, p)
 	}
 
-	smp := newSampler(masters)
-	defer smp.close()
+	smp := observe.NewSampler(masters)
+	defer smp.Close()
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
-	go smp.run(sctx)
+	go smp.Run(sctx, time.Now())
 	// Baseline: background traffic only.
-	eventually.Succeeds(t, time.Minute, func() error { return smp.atLeast(6) })
-	baseline := len(smp.snapshot())
+	eventually.Succeeds(t, time.Minute, func() error { return smp.AtLeast(6) })
+	baseline := len(smp.Samples())
 
 	readKey, counter := "product:viral", "likes:viral"
 	spike := time.Now()
@@ -299,7 +300,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	var routed map[string]time.Time
 	rep.step(t, name+": viral keys detected and routed", func() {
 		eventually.Succeeds(t, 3*time.Minute, func() error {
-			routed = obs.routed(readKey, counter)
+			routed = routedAt(obs.Snapshot(), readKey, counter)
 			if len(routed) < 2 {
 				return fmt.Errorf("routed so far: %v", routed)
 			}
@@ -312,18 +313,18 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	rep.step(t, name+": relief seen in Redis INFO", func() {
 		eventually.Succeeds(t, 3*time.Minute, func() error {
 			var ok bool
-			relief, ok = smp.calm(spike, 1.4, 5)
+			relief, ok = calm(smp.Samples(), spike, 1.4, 5)
 			if !ok {
-				return fmt.Errorf("not calm yet; last ratios %v", smp.lastRatios(8))
+				return fmt.Errorf("not calm yet; last ratios %v", lastRatios(smp.Samples(), 8))
 			}
 			return nil
 		})
 	})
 	waitSamples(t, smp, 10)
-	samples := smp.snapshot()
+	samples := smp.Samples()
 	before, peak := ratios(samples[baseline:], spike, relief)
 	after, _ := ratios(samples, relief, time.Time{})
-	det := obs.detected(readKey, counter)
+	det := detectedAt(obs.Snapshot(), readKey, counter)
 	for _, k := range []string{readKey, counter} {
 		rep.add("| %s: %s spike → detected / routed | %s / %s |", name, k, sub(det[k], spike), sub(routed[k], spike))
 	}
@@ -333,7 +334,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 		t.Errorf("no relief: busiest ÷ mean %.2f before, %.2f after", before, after)
 	}
 	errsBefore := workloadErrors(t, pods)
-	tableBefore := obs.table()
+	tableBefore := obs.Snapshot().Table
 
 	upgradeStart := time.Now()
 	rep.step(t, name+": upgrade with a changed value, traffic on", func() { m.upgrade(t) })
@@ -344,10 +345,10 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	rep.add("| %s: upgrade start → new manager leads | %s |", name, led.Sub(upgradeStart).Round(100*time.Millisecond))
 	// Traffic goes on for ten more seconds through the rolled components.
 	waitSamples(t, smp, 10)
-	if lost := obs.lostKeys(); len(lost) > 0 {
+	if lost := lostKeys(obs.Snapshot()); len(lost) > 0 {
 		t.Errorf("the routing table lost %v during the upgrade", lost)
 	}
-	tableAfter := obs.table()
+	tableAfter := obs.Snapshot().Table
 	for _, k := range []string{readKey, counter} {
 		if tableAfter == nil || tableAfter.Lookup(k) == nil {
 			t.Errorf("after the upgrade the routing table has no entry for %s", k)
@@ -389,7 +390,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	}
 	rep.add("| %s: counter exactness | %s: %d = %d acknowledged INCRs |", name, exact, value, acked)
 	stopSampling()
-	writeSamples(t, filepath.Join(e.Out, "samples-"+name+".csv"), smp.snapshot(), spike)
+	writeSamples(t, filepath.Join(e.Out, "samples-"+name+".csv"), smp.Samples(), spike)
 	rep.add("| %s: pod restarts | %s |", name, restarts(t, c))
 	rep.add("| %s: Warning events (out/e2e/%s-events.txt) | %d |", name, name, saveDiagnostics(t, e, name))
 
@@ -463,15 +464,15 @@ func saveDiagnostics(t *testing.T, e env, name string) int {
 }
 
 // writeSamples writes the per-second load of every master, from the spike.
-func writeSamples(t *testing.T, file string, smp []sample, spike time.Time) {
+func writeSamples(t *testing.T, file string, smp []observe.Sample, spike time.Time) {
 	var b strings.Builder
 	b.WriteString("seconds_since_spike,ops_per_master...,busiest_over_mean\n")
 	for _, x := range smp {
-		fmt.Fprintf(&b, "%.1f", x.at.Sub(spike).Seconds())
-		for _, v := range x.ops {
+		fmt.Fprintf(&b, "%.1f", x.At.Sub(spike).Seconds())
+		for _, v := range x.OpsPerSec {
 			fmt.Fprintf(&b, ",%.0f", v)
 		}
-		fmt.Fprintf(&b, ",%.2f\n", x.ratio())
+		fmt.Fprintf(&b, ",%.2f\n", x.Ratio())
 	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		t.Fatal(err)
@@ -482,10 +483,10 @@ func writeSamples(t *testing.T, file string, smp []sample, spike time.Time) {
 }
 
 // waitSamples waits for n more seconds of samples.
-func waitSamples(t *testing.T, smp *sampler, n int) {
+func waitSamples(t *testing.T, smp *observe.Sampler, n int) {
 	t.Helper()
-	want := len(smp.snapshot()) + n
-	eventually.Succeeds(t, time.Duration(n)*time.Second+time.Minute, func() error { return smp.atLeast(want) })
+	want := len(smp.Samples()) + n
+	eventually.Succeeds(t, time.Duration(n)*time.Second+time.Minute, func() error { return smp.AtLeast(want) })
 }
 
 func sub(a, b time.Time) string {

@@ -1,5 +1,7 @@
-// Package repo tests properties of the repository itself: its licence, and
-// that `make fuzz` (hack/fuzz.sh) runs every fuzz target.
+// Package repo tests properties of the repository itself: its licence,
+// that `make fuzz` (hack/fuzz.sh) runs every fuzz target, that the README's
+// layout matches the tree, that every policy field has its test, and that
+// git tracks no built output.
 package repo
 
 import (

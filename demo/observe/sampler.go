@@ -1,4 +1,10 @@
-package demo
+// Package observe measures a running heatsink from outside, as its users
+// would: the load on each Redis master, from Redis's own INFO counters, and
+// when the routing table first listed each key, from the API server. The
+// demo and the e2e test both report these numbers, so they measure them
+// with this one implementation. It lives under demo/ because it is a
+// harness: cmd/heatsink must not link it (cmd/heatsink's deps test).
+package observe
 
 import (
 	"bufio"
@@ -79,25 +85,38 @@ func parseInfo(info string) (counters, error) {
 	return c, nil
 }
 
-// sampler measures each master's ops/s once a second.
-type sampler struct {
+// rates turns two readings of every master, seconds apart, into a sample's
+// per-second rates.
+func rates(prev, cur []counters, seconds float64) (ops, reads []float64) {
+	ops, reads = make([]float64, len(cur)), make([]float64, len(cur))
+	for i := range cur {
+		// The INFO call itself is one command on each master.
+		ops[i] = max(0, float64(cur[i].commands-prev[i].commands-1)/seconds)
+		reads[i] = float64(cur[i].reads-prev[i].reads) / seconds
+	}
+	return ops, reads
+}
+
+// Sampler measures each master's ops/s once a second.
+type Sampler struct {
 	masters []*redis.Client
-	start   time.Time
 
 	mu      sync.Mutex
 	samples []Sample
 	err     error
 }
 
-func newSampler(addrs []string) *sampler {
-	s := &sampler{}
+// NewSampler returns a sampler of the masters at addrs, in that order. Close
+// it when done.
+func NewSampler(addrs []string) *Sampler {
+	s := &Sampler{}
 	for _, a := range addrs {
 		s.masters = append(s.masters, redis.NewClient(&redis.Options{Addr: a, Protocol: 2, DisableIdentity: true, PoolSize: 1}))
 	}
 	return s
 }
 
-func (s *sampler) read(ctx context.Context) ([]counters, error) {
+func (s *Sampler) read(ctx context.Context) ([]counters, error) {
 	out := make([]counters, len(s.masters))
 	for i, m := range s.masters {
 		info, err := m.Info(ctx, "stats", "commandstats").Result()
@@ -111,9 +130,9 @@ func (s *sampler) read(ctx context.Context) ([]counters, error) {
 	return out, nil
 }
 
-// run samples every second until ctx ends.
-func (s *sampler) run(ctx context.Context, start time.Time) {
-	s.start = start
+// Run samples every second until ctx ends; each sample's T is its offset
+// from start. A failed reading is skipped and kept as Err.
+func (s *Sampler) Run(ctx context.Context, start time.Time) {
 	prev, err := s.read(ctx)
 	if err != nil {
 		s.setErr(err)
@@ -136,13 +155,8 @@ func (s *sampler) run(ctx context.Context, start time.Time) {
 			continue
 		}
 		now := time.Now()
-		dt := now.Sub(prevAt).Seconds()
-		smp := Sample{At: now, T: now.Sub(start), OpsPerSec: make([]float64, len(cur)), ReadsPerSec: make([]float64, len(cur))}
-		for i := range cur {
-			// The INFO call itself is one command on each master.
-			smp.OpsPerSec[i] = max(0, float64(cur[i].commands-prev[i].commands-1)/dt)
-			smp.ReadsPerSec[i] = float64(cur[i].reads-prev[i].reads) / dt
-		}
+		smp := Sample{At: now, T: now.Sub(start)}
+		smp.OpsPerSec, smp.ReadsPerSec = rates(prev, cur, now.Sub(prevAt).Seconds())
 		prev, prevAt = cur, now
 		s.mu.Lock()
 		s.samples = append(s.samples, smp)
@@ -150,21 +164,39 @@ func (s *sampler) run(ctx context.Context, start time.Time) {
 	}
 }
 
-func (s *sampler) setErr(err error) {
+func (s *Sampler) setErr(err error) {
 	s.mu.Lock()
 	s.err = err
 	s.mu.Unlock()
 }
 
-// snapshot returns the samples so far and the last error.
-func (s *sampler) snapshot() ([]Sample, error) {
+// Samples returns the samples so far.
+func (s *Sampler) Samples() []Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Sample(nil), s.samples...), s.err
+	return append([]Sample(nil), s.samples...)
 }
 
-// totalReads returns the GET/MGET calls every master has served so far.
-func (s *sampler) totalReads(ctx context.Context) (int64, error) {
+// Err returns the last reading's error, if any.
+func (s *Sampler) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// AtLeast returns nil once there are n samples, and otherwise says how many
+// there are and the last error (for polling with eventually).
+func (s *Sampler) AtLeast(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.samples) >= n {
+		return nil
+	}
+	return fmt.Errorf("%d samples of %d (last error: %v)", len(s.samples), n, s.err)
+}
+
+// TotalReads returns the GET/MGET calls every master has served so far.
+func (s *Sampler) TotalReads(ctx context.Context) (int64, error) {
 	cs, err := s.read(ctx)
 	if err != nil {
 		return 0, err
@@ -176,7 +208,8 @@ func (s *sampler) totalReads(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-func (s *sampler) close() {
+// Close closes the connections to the masters.
+func (s *Sampler) Close() {
 	for _, m := range s.masters {
 		_ = m.Close()
 	}

@@ -1,4 +1,4 @@
-package demo
+package observe
 
 import (
 	"context"
@@ -29,6 +29,9 @@ type KeyTimes struct {
 	Detected time.Time
 	// Routed is when the routing table first listed the key.
 	Routed time.Time
+	// Dropped is when a table first left the key out after listing it
+	// (zero if none did).
+	Dropped time.Time
 	// SplitEffective is the start of the epoch from which the first split
 	// generation the key was ever given takes writes (zero if never split).
 	SplitEffective time.Time
@@ -36,20 +39,21 @@ type KeyTimes struct {
 	Entry *routing.Entry
 }
 
-// observer follows the demo namespace's routing ConfigMap and HotKeyPolicy,
-// and remembers when each key was detected and routed.
-type observer struct {
-	ns, policy    string
-	readT, writeT int64
-	cache         cache.Cache
-	mu            sync.Mutex
-	keys          map[string]*KeyTimes
-	table         *routing.Table
-	tableErr      error
-	status        v1alpha1.HotKeyPolicyStatus
+// Observer follows a namespace's routing ConfigMap and HotKeyPolicy, and
+// remembers when each key was detected and routed.
+type Observer struct {
+	policy string
+	cache  cache.Cache
+
+	mu     sync.Mutex
+	keys   map[string]*KeyTimes
+	table  *routing.Table
+	status v1alpha1.HotKeyPolicyStatus
 }
 
-func newObserver(cfg *rest.Config, ns, policy string, readT, writeT int64) (*observer, error) {
+// NewObserver returns an observer of the policy named policy in namespace
+// ns; Start starts it.
+func NewObserver(cfg *rest.Config, ns, policy string) (*Observer, error) {
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:            scheme.New(),
 		DefaultNamespaces: map[string]cache.Config{ns: {}},
@@ -57,11 +61,17 @@ func newObserver(cfg *rest.Config, ns, policy string, readT, writeT int64) (*obs
 	if err != nil {
 		return nil, err
 	}
-	return &observer{ns: ns, policy: policy, readT: readT, writeT: writeT, cache: c, keys: map[string]*KeyTimes{}}, nil
+	o := newObserver(policy)
+	o.cache = c
+	return o, nil
 }
 
-// start runs the informers and waits for their first list.
-func (o *observer) start(ctx context.Context) error {
+func newObserver(policy string) *Observer {
+	return &Observer{policy: policy, keys: map[string]*KeyTimes{}}
+}
+
+// Start runs the informers until ctx ends and waits for their first list.
+func (o *Observer) Start(ctx context.Context) error {
 	handler := func(on func(obj any)) toolscache.ResourceEventHandler {
 		return toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { on(obj) },
@@ -85,12 +95,12 @@ func (o *observer) start(ctx context.Context) error {
 	}
 	go func() { _ = o.cache.Start(ctx) }()
 	if !o.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("watching the demo namespace: caches did not sync")
+		return fmt.Errorf("watching policy %s: caches did not sync", o.policy)
 	}
 	return nil
 }
 
-func (o *observer) key(k string) *KeyTimes {
+func (o *Observer) key(k string) *KeyTimes {
 	kt := o.keys[k]
 	if kt == nil {
 		kt = &KeyTimes{}
@@ -99,23 +109,25 @@ func (o *observer) key(k string) *KeyTimes {
 	return kt
 }
 
-func (o *observer) onConfigMap(obj any) {
+func (o *Observer) onConfigMap(obj any) {
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok || cm.Name != routing.ConfigMapName(o.policy) {
 		return
 	}
 	now := time.Now()
 	t, err := routing.Parse([]byte(cm.Data[routing.ConfigMapKey]))
+	if err != nil {
+		return // keep the last good table: the manager never publishes a bad one
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if err != nil {
-		o.tableErr = err
-		return
-	}
-	o.table, o.tableErr = t, nil
+	o.table = t
 	o.detectedLocked(cm.Data[controllers.StateKey])
 	for k, kt := range o.keys {
 		if t.Lookup(k) == nil {
+			if kt.Entry != nil && kt.Dropped.IsZero() {
+				kt.Dropped = now
+			}
 			kt.Entry = nil
 		}
 	}
@@ -140,7 +152,7 @@ func (o *observer) onConfigMap(obj any) {
 // detectedLocked notes, from the manager's published state, when it first
 // saw each key over a threshold: a key over it but not yet hot carries the
 // time (readOverSince / writeOverSince) until sustainFor has passed.
-func (o *observer) detectedLocked(state string) {
+func (o *Observer) detectedLocked(state string) {
 	var st decide.State
 	if state == "" || json.Unmarshal([]byte(state), &st) != nil {
 		return
@@ -152,7 +164,7 @@ func (o *observer) detectedLocked(state string) {
 	}
 }
 
-func (o *observer) onPolicy(obj any) {
+func (o *Observer) onPolicy(obj any) {
 	p, ok := obj.(*v1alpha1.HotKeyPolicy)
 	if !ok || p.Name != o.policy {
 		return
@@ -162,19 +174,21 @@ func (o *observer) onPolicy(obj any) {
 	o.mu.Unlock()
 }
 
-// snapshot is a consistent copy of what the observer knows.
-type snapshot struct {
-	Keys   map[string]KeyTimes
+// Snapshot is a consistent copy of what the observer knows.
+type Snapshot struct {
+	Keys map[string]KeyTimes
+	// Table is the latest routing table (nil before the first).
 	Table  *routing.Table
 	Status v1alpha1.HotKeyPolicyStatus
 	// Nodes is the number of nodes whose agents the manager hears from.
 	Nodes int
 }
 
-func (o *observer) snapshot() snapshot {
+// Snapshot returns what the observer knows now.
+func (o *Observer) Snapshot() Snapshot {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s := snapshot{Keys: make(map[string]KeyTimes, len(o.keys)), Table: o.table, Status: *o.status.DeepCopy(), Nodes: int(o.status.ReportingNodes)}
+	s := Snapshot{Keys: make(map[string]KeyTimes, len(o.keys)), Table: o.table, Status: *o.status.DeepCopy(), Nodes: int(o.status.ReportingNodes)}
 	for k, v := range o.keys {
 		s.Keys[k] = *v
 	}
