@@ -208,25 +208,24 @@ var errQuit = errors.New("quit")
 // early (the session goes on); a non-nil error ends the session.
 func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
-	info, known := command.Lookup(args[0])
 	cluster := s.p.cfg.Cluster
-	r := decide(info, known, args, s.mode())
-	if r.op == opHello && !s.helloShared(r.proto) {
-		r.op = opOwnConn // the shared connection cannot answer it: Redis will
+	c := s.p.classify(args, s.mode())
+	if c.route.op == opHello && !s.helloShared(c.route.proto) {
+		c.route.op = opOwnConn // the shared connection cannot answer it: Redis will
 	}
-	if r.op == opOwnConn || r.op == opExclusive {
+	if c.route.op == opOwnConn || c.route.op == opExclusive {
 		// The command changes or depends on connection state, or holds its
 		// connection: from now on this client gets its own upstream
-		// connection.
+		// connection, and the command is classified again for it.
 		s.drain()
 		s.dedicated = true
 		s.p.m.dedicated.Inc()
-		r = decide(info, known, args, s.mode())
+		c = s.p.classify(args, s.mode())
 	}
 	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.
 	s.quiet = s.replyOff || s.skipNext
 	s.skipNext = false
-	switch r.op {
+	switch c.route.op {
 	case opReplyMode:
 		s.setReplyMode(replyMode(args))
 		return false, nil
@@ -234,12 +233,12 @@ func (s *session) handle() (done bool, err error) {
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
 		return true, errQuit
 	case opRefuse:
-		s.localError(r.err)
+		s.localError(c.route.err)
 		return false, nil
 	case opHello:
 		return false, nil // answered by helloShared
 	case opPipe:
-		return true, s.subscribe(info)
+		return true, s.subscribe(&c)
 	case opState:
 		return false, s.sessionCommand()
 	case opFanout:
@@ -247,7 +246,7 @@ func (s *session) handle() (done bool, err error) {
 		return false, nil
 	}
 	var inval []string
-	if info.Kind == command.Multi {
+	if c.info.Kind == command.Multi {
 		if cluster && s.pinned < 0 {
 			if s.pinPending {
 				s.localError("ERR MULTI calls can not be nested")
@@ -260,35 +259,23 @@ func (s *session) handle() (done bool, err error) {
 		s.inTx = true
 	}
 
-	key := info.FirstKey(args)
-	if key != nil {
-		// Only a command naming a mitigated key does more than this: one
-		// map lookup, plus one per other key of a multi-key command when
-		// the table is not empty.
-		if e := s.p.cfg.Engine; e != nil && e.Names(info, args, key) {
-			handled, iv := s.mitigated(args)
-			if handled {
-				return false, nil
-			}
-			inval = iv
+	if c.mitigated {
+		if s.mitigated(&c, args) {
+			return false, nil
 		}
-		// Writes are reported here with their request size; reads once
-		// their reply (and so the value size) is known, in drain.
-		if o := s.p.cfg.Observer; o != nil && info.Write {
-			o.Observe(s.p.cfg.Policy, string(key), 0, 1, uint32(len(s.cmd.Raw)))
-		}
+		inval = invalidates(s.p.cfg.Engine, args, c.decision)
 	}
-	if info.IsBlocking(args) {
+	// Writes are reported here with their request size; reads once their
+	// reply (and so the value size) is known, in drain.
+	s.p.observeSent(&c, s.cmd.Raw)
+	if c.blocking {
 		s.blocking = true
 	}
 
-	node := 0
+	node := c.node
 	if cluster {
-		switch {
-		case s.pinned >= 0:
+		if s.pinned >= 0 {
 			node = s.pinned
-		case key != nil:
-			node = s.p.topo.nodeOf(slotOf(key))
 		}
 		if s.pinPending {
 			// The transaction goes to the node of its first keyed command.
@@ -298,7 +285,7 @@ func (s *session) handle() (done bool, err error) {
 				return false, nil
 			}
 		}
-		switch info.Kind {
+		switch c.info.Kind {
 		case command.Watch:
 			s.watching = true
 			if s.pinned < 0 {
@@ -314,7 +301,7 @@ func (s *session) handle() (done bool, err error) {
 			defer s.unpin()
 		}
 	} else {
-		switch info.Kind {
+		switch c.info.Kind {
 		case command.Watch:
 			s.watching = true
 		case command.Unwatch:
@@ -323,29 +310,23 @@ func (s *session) handle() (done bool, err error) {
 			s.inTx, s.watching = false, false
 		}
 	}
-	if !s.stickyState && (cluster || s.dedicated) && info.Kind == command.Plain && leavesState(args) {
+	if c.sticky && (cluster || s.dedicated) {
 		s.stickyState = true
 	}
-	if isClientSub(args, "TRACKING", 3) {
-		s.tracking = command.EqFold(args[2], "ON")
+	if c.tracking {
+		s.tracking = c.trackingOn
 	}
-	var rk string
-	if s.p.cfg.Observer != nil && key != nil && !info.Write {
-		rk = string(key)
-	}
-	if s.forward(node, s.cmd.Raw, false, rk) == nil {
+	if s.forward(node, s.cmd.Raw, false, c.readKey) == nil {
 		pd := &s.pend[len(s.pend)-1]
 		pd.invalidate = inval
-		if info.Kind == command.Unsubscribe {
-			pd.frames = int32(info.Frames(args))
-		}
+		pd.frames = c.frames
 	}
 	return false, nil
 }
 
-// mode is what decide needs to know of this session.
+// mode is what classify needs to know of this session.
 func (s *session) mode() mode {
-	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto}
+	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto, inTx: s.inTx || s.pinPending}
 }
 
 func (s *session) unpin() { s.pinned = -1 }
@@ -518,7 +499,7 @@ func (s *session) drain() {
 			continue
 		}
 		if pd.key != "" {
-			s.p.cfg.Observer.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(len(s.rep.Raw)))
+			s.p.observe(pd.key, 1, 0, len(s.rep.Raw))
 		}
 		s.cw.Write(s.rep.Raw)
 		if len(s.cw.Buf) > flushAbove && !s.holding {

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
@@ -18,13 +17,10 @@ import (
 // pub/sub and MONITOR replies arrive unasked, so the proxy stops framing.
 // In cluster mode SUBSCRIBE goes to the first node (Redis Cluster
 // propagates PUBLISH to every node) and SSUBSCRIBE to its channel's node.
-func (s *session) subscribe(info command.Info) error {
-	node := 0
-	if s.pinned >= 0 {
+func (s *session) subscribe(c *classified) error {
+	node := c.node // SSUBSCRIBE's channel is its key
+	if c.key == nil && s.pinned >= 0 {
 		node = s.pinned
-	}
-	if s.p.cfg.Cluster && info.FirstIndex() == 1 && len(s.cmd.Args) > 1 {
-		node = s.p.topo.nodeOf(slotOf(s.cmd.Args[1]))
 	}
 	raw := append([]byte(nil), s.cmd.Raw...)
 	s.drain()
