@@ -1,6 +1,12 @@
 package engine
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // SetForm maps a command of the SET family to the value and SET options
 // that Engine.Set takes, so that the proxy and the go-redis hook route
@@ -41,4 +47,84 @@ func SetForm(name string, args []any) (val any, opts []any, ok bool) {
 		return args[1], []any{"PX", args[0]}, true
 	}
 	return nil, nil, false
+}
+
+// setArgs is what the engine needs to know of SET's options.
+type setArgs struct {
+	conditional bool // NX or XX
+	keepTTL     bool
+	ex, px      int64
+	exat, pxat  int64
+}
+
+// ttl is the expiry the options set, relative to now.
+func (s setArgs) ttl(now time.Time) (time.Duration, bool) {
+	switch {
+	case s.ex > 0:
+		return time.Duration(s.ex) * time.Second, true
+	case s.px > 0:
+		return time.Duration(s.px) * time.Millisecond, true
+	case s.exat > 0:
+		return time.Unix(s.exat, 0).Sub(now), true
+	case s.pxat > 0:
+		return time.UnixMilli(s.pxat).Sub(now), true
+	}
+	return 0, false
+}
+
+func parseSetArgs(args []any) (setArgs, error) {
+	var s setArgs
+	str := func(a any) (string, error) {
+		switch v := a.(type) {
+		case string:
+			return v, nil
+		case []byte:
+			return string(v), nil
+		case int:
+			return strconv.Itoa(v), nil
+		case int64:
+			return strconv.FormatInt(v, 10), nil
+		}
+		return "", fmt.Errorf("ERR heatsink: SET option of type %T", a)
+	}
+	for i := 0; i < len(args); i++ {
+		name, err := str(args[i])
+		if err != nil {
+			return s, err
+		}
+		switch strings.ToUpper(name) {
+		case "NX", "XX":
+			s.conditional = true
+		case "KEEPTTL":
+			s.keepTTL = true
+		case "GET":
+			return s, errors.New("ERR heatsink: SET ... GET is not supported on a mitigated key")
+		case "EX", "PX", "EXAT", "PXAT":
+			if i+1 >= len(args) {
+				return s, errors.New("ERR syntax error")
+			}
+			i++
+			v, err := str(args[i])
+			if err != nil {
+				return s, err
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return s, errors.New("ERR invalid expire time in 'set' command")
+			}
+			switch strings.ToUpper(name) {
+			case "EX":
+				s.ex = n
+			case "PX":
+				s.px = n
+			case "EXAT":
+				s.exat = n
+			case "PXAT":
+				s.pxat = n
+			}
+		default:
+			return s, fmt.Errorf("ERR heatsink: SET option %q is not supported on a mitigated key", name)
+		}
+	}
+	return s, nil
 }

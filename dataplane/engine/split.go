@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // counter is this process's view of one split counter's total, so that INCR
@@ -263,4 +265,42 @@ func (e *Engine) pruneCounters() {
 			delete(e.counters, k)
 		}
 	}
+}
+
+// setCounter sets a split counter's logical value to n without touching its
+// shards: it reads the total T and adds n-T to the base key. Increments that
+// land between the read and the write are kept, as if SET happened at the
+// read.
+func (e *Engine) setCounter(ctx context.Context, p *plan, n int64) error {
+	if err := e.flushKey(ctx, p.key); err != nil {
+		return err
+	}
+	total, _, err := e.sum(ctx, p)
+	if err != nil {
+		return err
+	}
+	if err := e.client.IncrBy(ctx, p.key, n-total).Err(); err != nil {
+		e.m.upstreamErrors.Inc()
+		return err
+	}
+	e.forgetCounter(p.key)
+	return nil
+}
+
+// writeKey is the physical key that takes a write of a split counter now: a
+// random shard of the current write generation, or the base key when that
+// generation has no shards or none has started.
+func (e *Engine) writeKey(p *plan, now time.Time) string {
+	epoch := routing.EpochAt(now, e.table.Load().table.EpochMillis)
+	gens := p.entry.Split.Generations
+	for i := len(gens) - 1; i >= 0; i-- {
+		if gens[i].FromEpoch <= epoch {
+			if gens[i].Shards == 0 {
+				return p.key
+			}
+			e.m.fanout.Inc()
+			return p.gens[i][e.opts.IntN(int(gens[i].Shards))]
+		}
+	}
+	return p.key
 }

@@ -9,17 +9,13 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
-// mitigated handles a command that names at least one mitigated key: it is
-// served through the engine (handled), refused with an error reply
-// (handled), or left to be forwarded raw (not handled), in which case inval
-// lists the mitigated keys whose cached copy a raw write must drop.
-func (s *session) mitigated(args [][]byte) (handled bool, inval []string) {
-	e := s.p.cfg.Engine
-	d := e.Decide(args, s.inTx || s.pinPending)
-	if d.Op != engine.OpRaw && s.execEngine(d, args) {
-		return true, nil
-	}
-	return false, invalidates(e, args, d)
+// mitigated serves a command that names at least one mitigated key
+// through the engine, or refuses it with an error reply, as its
+// classification says (handled); false leaves it to be forwarded raw
+// (c.decision is engine.OpRaw, or the command is malformed for the engine:
+// Redis gives its own error).
+func (s *session) mitigated(c *classified, args [][]byte) (handled bool) {
+	return c.decision.Op != engine.OpRaw && s.execEngine(c.decision, args)
 }
 
 // invalidates lists the mitigated keys of a command sent raw that may
@@ -41,7 +37,7 @@ func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
 	defer cancel()
 	var obs engine.Observe
 	if s.p.cfg.Observer != nil {
-		obs = s.observe
+		obs = s.p.observe
 	}
 	r, ok := s.p.cfg.Engine.Serve(ctx, d, args, s.raw, obs)
 	if !ok {
@@ -169,11 +165,6 @@ func (s *session) roundTrip(cmds, keys [][]byte) []resp.Reply {
 		out = append(out, rep)
 	}
 	return out
-}
-
-// observe reports an access served by the engine.
-func (s *session) observe(key string, reads, writes uint32, n int) {
-	s.p.cfg.Observer.Observe(s.p.cfg.Policy, key, reads, writes, uint32(n))
 }
 
 // appendEngineError turns an engine error into an error reply, keeping a

@@ -10,14 +10,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
 // The event loop's client side: taking connections in, parsing their
-// commands and deciding each (decide), delivering replies in order, engine
-// commands on a goroutine, and handing a client to a session.
+// commands and classifying each (classify), delivering replies in order,
+// engine commands on a goroutine, and handing a client to a session.
 
 type cstate uint8
 
@@ -218,14 +217,13 @@ func (l *loop) parse(c *lclient) {
 // command handles l.cmd, parsed from offset off of the client's buffer.
 func (l *loop) command(c *lclient, off int) {
 	args := l.cmd.Args
-	info, known := command.Lookup(args[0])
-	r := decide(info, known, args, mode{shared: true, cluster: l.p.cfg.Cluster, proto: c.proto})
-	switch r.op {
+	cl := l.p.classify(args, mode{shared: true, cluster: l.p.cfg.Cluster, proto: c.proto})
+	switch cl.route.op {
 	case opHello:
 		if l.waitDrain(c, off) {
 			return
 		}
-		u := l.up(0, r.proto)
+		u := l.up(0, cl.route.proto)
 		if !u.open() {
 			// Being opened: the HELLO is taken again once it is (or goes
 			// to a session, which reports the error, if it fails).
@@ -238,9 +236,9 @@ func (l *loop) command(c *lclient, off int) {
 			l.handoff(c, off)
 			return
 		}
-		c.proto = r.proto
+		c.proto = cl.route.proto
 		l.localReply(c, u.hello)
-		if r.proto == 3 {
+		if cl.route.proto == 3 {
 			for _, node := range l.p.topo.masters() {
 				l.fillSpares(node, 3) // its blocking commands find a connection ready
 			}
@@ -248,7 +246,7 @@ func (l *loop) command(c *lclient, off int) {
 		return
 	case opRefuse:
 		if !l.waitDrain(c, off) {
-			l.localReply(c, resp.AppendError(nil, r.err))
+			l.localReply(c, resp.AppendError(nil, cl.route.err))
 		}
 		return
 	case opQuit:
@@ -266,43 +264,30 @@ func (l *loop) command(c *lclient, off int) {
 			return
 		}
 	}
-	key := info.FirstKey(args)
 	var inval []string
-	if key != nil {
-		if e := l.p.cfg.Engine; e != nil && e.Names(info, args, key) {
-			d := e.Decide(args, false)
-			if d.Op != engine.OpRaw {
-				if !l.waitDrain(c, off) && !l.cacheHit(c, d, args) {
-					l.runEngine(c, d, invalidates(e, args, d))
-				}
-				return
+	if cl.mitigated {
+		e := l.p.cfg.Engine
+		if cl.decision.Op != engine.OpRaw {
+			if !l.waitDrain(c, off) && !l.cacheHit(c, &cl, args) {
+				l.runEngine(c, &cl, invalidates(e, args, cl.decision))
 			}
-			inval = invalidates(e, args, d)
+			return
 		}
-		if o := l.p.cfg.Observer; o != nil && info.Write {
-			o.Observe(l.p.cfg.Policy, string(key), 0, 1, uint32(len(l.cmd.Raw)))
-		}
+		inval = invalidates(e, args, cl.decision)
 	}
-	var rk string
-	if l.p.cfg.Observer != nil && key != nil && !info.Write {
-		rk = string(key)
-	}
-	node := 0
-	if l.p.cfg.Cluster && key != nil {
-		node = l.p.topo.nodeOf(slotOf(key))
-	}
-	if r.op == opExclusive {
-		l.exclusive(c, node, l.cmd.Raw, rk, inval)
+	l.p.observeSent(&cl, l.cmd.Raw)
+	if cl.route.op == opExclusive {
+		l.exclusive(c, cl.node, l.cmd.Raw, cl.readKey, inval)
 		return
 	}
-	l.forward(c, node, l.cmd.Raw, rk, inval)
+	l.forward(c, cl.node, l.cmd.Raw, cl.readKey, inval)
 }
 
 // cacheHit answers a GET from the engine's local cache, inline, when the
 // value is cached (the client owes no reply, so none of its own writes is
 // in flight).
-func (l *loop) cacheHit(c *lclient, d engine.Decision, args [][]byte) bool {
-	if d.Op != engine.OpGet {
+func (l *loop) cacheHit(c *lclient, cl *classified, args [][]byte) bool {
+	if cl.decision.Op != engine.OpGet {
 		return false
 	}
 	val, found, ok := l.p.cfg.Engine.Cached(unsafeString(args[1]))
@@ -316,8 +301,8 @@ func (l *loop) cacheHit(c *lclient, d engine.Decision, args [][]byte) bool {
 		c.out = resp.AppendNull(c.out, c.proto)
 	}
 	l.outBytes += int64(len(c.out) - n)
-	if o := l.p.cfg.Observer; o != nil {
-		o.Observe(l.p.cfg.Policy, string(args[1]), 1, 0, uint32(len(val)))
+	if l.p.cfg.Observer != nil {
+		l.p.observe(cl.readKey, 1, 0, len(val)) // a GET's key is its first
 	}
 	l.nEng++
 	return true
@@ -381,7 +366,7 @@ func (l *loop) deliver(c *lclient, seq uint64, b []byte) {
 
 // runEngine serves an engine command on a goroutine with a session of its
 // own (sharing the multiplexed pool); the client's later commands wait.
-func (l *loop) runEngine(c *lclient, d engine.Decision, inval []string) {
+func (l *loop) runEngine(c *lclient, cl *classified, inval []string) {
 	c.state = cEngine
 	raw := append([]byte(nil), l.cmd.Raw...)
 	args := make([][]byte, len(l.cmd.Args))
@@ -390,15 +375,13 @@ func (l *loop) runEngine(c *lclient, d engine.Decision, inval []string) {
 	}
 	proto := c.proto
 	p := l.p
+	d, node := cl.decision, cl.node
 	go func() {
 		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
 			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1)), holding: true}
 		defer s.closeUpstreams() // cluster mode: its own node connections
 		if !s.execEngine(d, args) {
-			node := 0 // malformed for the engine: Redis gives its own error
-			if p.cfg.Cluster && len(args) > 1 {
-				node = p.topo.nodeOf(slotOf(args[1]))
-			}
+			// Malformed for the engine: Redis gives its own error.
 			s.forward(node, raw, false, "")
 			s.pend[len(s.pend)-1].invalidate = inval
 			s.drain()

@@ -331,7 +331,7 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 // upReplies hands out every reply u has buffered, and streams the part of
 // a large one received so far to its client.
 func (l *loop) upReplies(u *lupstream) {
-	e, o := l.p.cfg.Engine, l.p.cfg.Observer
+	e := l.p.cfg.Engine
 	for {
 		ok, err := u.r.TryReply(&l.rep)
 		if err != nil {
@@ -363,7 +363,7 @@ func (l *loop) upReplies(u *lupstream) {
 			e.Invalidate(k)
 		}
 		if f.key != "" {
-			o.Observe(l.p.cfg.Policy, f.key, 1, 0, uint32(size))
+			l.p.observe(f.key, 1, 0, size)
 		}
 	}
 	if u.r.Pending() >= streamAbove && u.head < len(u.fifo) {
@@ -498,7 +498,7 @@ func (l *loop) redirect(f fent, raw []byte) {
 				p.cfg.Engine.Invalidate(k)
 			}
 			if f.key != "" {
-				p.cfg.Observer.Observe(p.cfg.Policy, f.key, 1, 0, uint32(len(out)))
+				p.observe(f.key, 1, 0, len(out))
 			}
 		})
 	}()

@@ -66,11 +66,15 @@ type mode struct {
 	cluster bool
 	// proto is the client's RESP version (2 or 3).
 	proto int
+	// inTx: inside MULTI (or a cluster MULTI the session holds back until
+	// it knows the node), where Redis must queue every command, so the
+	// engine cannot serve one (classify; decide ignores it).
+	inTx bool
 }
 
-// decide is the proxy's one routing decision for a client command, taken
-// by the event loop (loop.command) and by sessions (session.handle) alike.
-// It is pure: c and known come from command.Lookup(args[0]).
+// decide is the proxy's one routing decision for a client command, the
+// route of its classification (classify). It is pure: c and known come
+// from command.Lookup(args[0]).
 func decide(c command.Info, known bool, args [][]byte, m mode) route {
 	switch {
 	case c.Kind == command.Quit:

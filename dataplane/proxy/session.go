@@ -2,13 +2,10 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
 	"os"
-	"strconv"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -211,25 +208,24 @@ var errQuit = errors.New("quit")
 // early (the session goes on); a non-nil error ends the session.
 func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
-	info, known := command.Lookup(args[0])
 	cluster := s.p.cfg.Cluster
-	r := decide(info, known, args, s.mode())
-	if r.op == opHello && !s.helloShared(r.proto) {
-		r.op = opOwnConn // the shared connection cannot answer it: Redis will
+	c := s.p.classify(args, s.mode())
+	if c.route.op == opHello && !s.helloShared(c.route.proto) {
+		c.route.op = opOwnConn // the shared connection cannot answer it: Redis will
 	}
-	if r.op == opOwnConn || r.op == opExclusive {
+	if c.route.op == opOwnConn || c.route.op == opExclusive {
 		// The command changes or depends on connection state, or holds its
 		// connection: from now on this client gets its own upstream
-		// connection.
+		// connection, and the command is classified again for it.
 		s.drain()
 		s.dedicated = true
 		s.p.m.dedicated.Inc()
-		r = decide(info, known, args, s.mode())
+		c = s.p.classify(args, s.mode())
 	}
 	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.
 	s.quiet = s.replyOff || s.skipNext
 	s.skipNext = false
-	switch r.op {
+	switch c.route.op {
 	case opReplyMode:
 		s.setReplyMode(replyMode(args))
 		return false, nil
@@ -237,12 +233,12 @@ func (s *session) handle() (done bool, err error) {
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
 		return true, errQuit
 	case opRefuse:
-		s.localError(r.err)
+		s.localError(c.route.err)
 		return false, nil
 	case opHello:
 		return false, nil // answered by helloShared
 	case opPipe:
-		return true, s.subscribe(info)
+		return true, s.subscribe(&c)
 	case opState:
 		return false, s.sessionCommand()
 	case opFanout:
@@ -250,7 +246,7 @@ func (s *session) handle() (done bool, err error) {
 		return false, nil
 	}
 	var inval []string
-	if info.Kind == command.Multi {
+	if c.info.Kind == command.Multi {
 		if cluster && s.pinned < 0 {
 			if s.pinPending {
 				s.localError("ERR MULTI calls can not be nested")
@@ -263,35 +259,23 @@ func (s *session) handle() (done bool, err error) {
 		s.inTx = true
 	}
 
-	key := info.FirstKey(args)
-	if key != nil {
-		// Only a command naming a mitigated key does more than this: one
-		// map lookup, plus one per other key of a multi-key command when
-		// the table is not empty.
-		if e := s.p.cfg.Engine; e != nil && e.Names(info, args, key) {
-			handled, iv := s.mitigated(args)
-			if handled {
-				return false, nil
-			}
-			inval = iv
+	if c.mitigated {
+		if s.mitigated(&c, args) {
+			return false, nil
 		}
-		// Writes are reported here with their request size; reads once
-		// their reply (and so the value size) is known, in drain.
-		if o := s.p.cfg.Observer; o != nil && info.Write {
-			o.Observe(s.p.cfg.Policy, string(key), 0, 1, uint32(len(s.cmd.Raw)))
-		}
+		inval = invalidates(s.p.cfg.Engine, args, c.decision)
 	}
-	if info.IsBlocking(args) {
+	// Writes are reported here with their request size; reads once their
+	// reply (and so the value size) is known, in drain.
+	s.p.observeSent(&c, s.cmd.Raw)
+	if c.blocking {
 		s.blocking = true
 	}
 
-	node := 0
+	node := c.node
 	if cluster {
-		switch {
-		case s.pinned >= 0:
+		if s.pinned >= 0 {
 			node = s.pinned
-		case key != nil:
-			node = s.p.topo.nodeOf(slotOf(key))
 		}
 		if s.pinPending {
 			// The transaction goes to the node of its first keyed command.
@@ -301,7 +285,7 @@ func (s *session) handle() (done bool, err error) {
 				return false, nil
 			}
 		}
-		switch info.Kind {
+		switch c.info.Kind {
 		case command.Watch:
 			s.watching = true
 			if s.pinned < 0 {
@@ -317,7 +301,7 @@ func (s *session) handle() (done bool, err error) {
 			defer s.unpin()
 		}
 	} else {
-		switch info.Kind {
+		switch c.info.Kind {
 		case command.Watch:
 			s.watching = true
 		case command.Unwatch:
@@ -326,52 +310,26 @@ func (s *session) handle() (done bool, err error) {
 			s.inTx, s.watching = false, false
 		}
 	}
-	if !s.stickyState && (cluster || s.dedicated) && info.Kind == command.Plain && leavesState(args) {
+	if c.sticky && (cluster || s.dedicated) {
 		s.stickyState = true
 	}
-	if isClientSub(args, "TRACKING", 3) {
-		s.tracking = command.EqFold(args[2], "ON")
+	if c.tracking {
+		s.tracking = c.trackingOn
 	}
-	var rk string
-	if s.p.cfg.Observer != nil && key != nil && !info.Write {
-		rk = string(key)
-	}
-	if s.forward(node, s.cmd.Raw, false, rk) == nil {
+	if s.forward(node, s.cmd.Raw, false, c.readKey) == nil {
 		pd := &s.pend[len(s.pend)-1]
 		pd.invalidate = inval
-		if info.Kind == command.Unsubscribe {
-			pd.frames = int32(info.Frames(args))
-		}
+		pd.frames = c.frames
 	}
 	return false, nil
 }
 
-// mode is what decide needs to know of this session.
+// mode is what classify needs to know of this session.
 func (s *session) mode() mode {
-	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto}
+	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto, inTx: s.inTx || s.pinPending}
 }
 
 func (s *session) unpin() { s.pinned = -1 }
-
-// undoState takes back a remembered AUTH, HELLO or SELECT that Redis (or
-// the proxy, for an unreachable upstream) refused.
-func (s *session) undoState(u undo) {
-	s.prelude.undo(u)
-	s.proto = u.proto
-}
-
-// keepProto makes the state replayed on a new upstream connection open it
-// in the client's protocol: a client that switched to RESP3 with a HELLO
-// the proxy answered itself (the event loop, the shared pool) has no HELLO
-// of its own to replay.
-func (s *session) keepProto() {
-	if s.proto == 3 && s.prelude.cmds[slotHello] == nil {
-		s.prelude.set(slotHello, hello3)
-	}
-}
-
-// hello3 opens a connection in RESP3.
-var hello3 = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
 
 // invalidate drops the cached copies of the mitigated keys a raw write
 // named.
@@ -458,88 +416,6 @@ func (s *session) local(f func([]byte) []byte) {
 	s.nLocal++
 }
 
-// relayPushes passes what Redis pushes on the session's connections
-// (RESP3 client-tracking invalidations) to the client while the session
-// waits for the client's next command, as a direct connection delivers
-// them at once: a client-side cache that checks for invalidations before
-// serving a value must see them without sending anything. The returned
-// func stops the relay before the session uses its connections again.
-func (s *session) relayPushes() (stop func()) {
-	if !s.tracking || s.proto != 3 || len(s.pend) > 0 {
-		return func() {}
-	}
-	var ups []*upstream
-	for _, u := range s.ups {
-		if u != nil && u.conn != nil {
-			ups = append(ups, u)
-		}
-	}
-	if len(ups) == 0 {
-		return func() {}
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex // client writes
-	failed := make([]error, len(ups))
-	for i, u := range ups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var rep resp.Reply
-			for {
-				if err := u.r.ReadReply(&rep); err != nil {
-					if !isTimeout(err) {
-						failed[i] = err
-					}
-					return
-				}
-				if !rep.IsPush() {
-					failed[i] = errors.New("reply without a request")
-					return
-				}
-				mu.Lock()
-				_, err := s.conn.Write(rep.Raw)
-				mu.Unlock()
-				if err != nil {
-					return
-				}
-			}
-		}()
-	}
-	return func() {
-		for _, u := range ups {
-			u.conn.SetReadDeadline(time.Unix(1, 0))
-		}
-		wg.Wait()
-		for i, u := range ups {
-			u.conn.SetReadDeadline(time.Time{})
-			if failed[i] != nil {
-				s.fail(u, failed[i])
-			}
-		}
-		for i, u := range s.ups {
-			if u != nil && u.conn == nil {
-				s.ups[i] = nil
-			}
-		}
-	}
-}
-
-// setReplyMode applies CLIENT REPLY ON, OFF or SKIP as Redis does: ON
-// answers OK; OFF and SKIP answer nothing, and SKIP (unless OFF is in
-// force) silences the next command.
-func (s *session) setReplyMode(m int) {
-	switch m {
-	case replyOn:
-		s.replyOff = false
-		s.quiet = false
-		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
-	case replyOff:
-		s.replyOff = true
-	case replySkip:
-		s.skipNext = !s.replyOff
-	}
-}
-
 func (s *session) localError(msg string) {
 	s.local(func(b []byte) []byte { return resp.AppendError(b, msg) })
 }
@@ -623,7 +499,7 @@ func (s *session) drain() {
 			continue
 		}
 		if pd.key != "" {
-			s.p.cfg.Observer.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(len(s.rep.Raw)))
+			s.p.observe(pd.key, 1, 0, len(s.rep.Raw))
 		}
 		s.cw.Write(s.rep.Raw)
 		if len(s.cw.Buf) > flushAbove && !s.holding {
@@ -756,175 +632,6 @@ func (u *upstream) armDeadline(now time.Time, timeout time.Duration) {
 		u.deadline = now.Add(timeout)
 		u.conn.SetDeadline(u.deadline)
 	}
-}
-
-// redirect follows MOVED/ASK for one command (after a resharding; rare) on
-// a one-shot connection, since the session's connection to the target may
-// still owe replies of this batch. It writes the final reply.
-func (s *session) redirect(raw []byte) {
-	for hop := 0; hop < 5; hop++ {
-		line := string(s.rep.Line)
-		ask := line[0] == 'A'
-		f := splitFields(line)
-		if len(f) != 3 {
-			break
-		}
-		if ask {
-			s.p.m.redirects.WithLabelValues("ask").Inc()
-		} else {
-			s.p.m.redirects.WithLabelValues("moved").Inc()
-			s.p.topo.refreshAsync()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.p.cfg.DialTimeout)
-		u, err := s.p.dialRaw(ctx, f[2])
-		cancel()
-		s.keepProto()
-		if err != nil {
-			s.cw.Buf = resp.AppendError(s.cw.Buf, errRedirect(f[2], err))
-			return
-		}
-		u.conn.SetDeadline(time.Now().Add(s.p.controlTimeout()))
-		n := 1 + s.prelude.len()
-		s.prelude.each(func(c []byte) { u.w.Write(c) })
-		if ask {
-			u.w.Write([]byte("*1\r\n$6\r\nASKING\r\n"))
-			n++
-		}
-		u.w.Write(raw)
-		err = u.w.Flush()
-		for i := 0; err == nil && i < n; i++ {
-			err = u.r.ReadReply(&s.rep)
-		}
-		if err != nil {
-			u.close()
-			s.cw.Buf = resp.AppendError(s.cw.Buf, errRedirect(f[2], err))
-			return
-		}
-		if !(s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK ")))) {
-			s.cw.Write(s.rep.Raw)
-			u.close()
-			return
-		}
-		// Copy the reply line before the connection (and its buffer) goes.
-		s.rep.Line = append([]byte(nil), s.rep.Line...)
-		u.close()
-	}
-	s.cw.Buf = resp.AppendError(s.cw.Buf, errTooManyRedirects)
-}
-
-func splitFields(s string) []string {
-	var out []string
-	for _, f := range bytes.Fields([]byte(s)) {
-		out = append(out, string(f))
-	}
-	return out
-}
-
-// sessionCommand forwards AUTH/SELECT/HELLO/RESET and remembers it so that
-// upstream connections opened later (another cluster node, a reconnect)
-// get the same state. In cluster mode it also goes to every node
-// connection already open; the client sees the first node's reply.
-func (s *session) sessionCommand() error {
-	args := s.cmd.Args
-	raw := append([]byte(nil), s.cmd.Raw...)
-	var un undo // how to take the remembered state back if Redis refuses
-	if command.EqFold(args[0], "RESET") {
-		s.prelude.reset()
-		s.stickyState = false
-		s.proto = 2
-		s.pinned, s.pinPending, s.inTx, s.watching = -1, false, false, false
-	} else {
-		un = s.prelude.setUndoable(stateSlot(args[0]), raw, s.proto)
-		if command.EqFold(args[0], "HELLO") && len(args) > 1 {
-			if v, err := strconv.Atoi(string(args[1])); err == nil && (v == 2 || v == 3) {
-				s.proto = v
-			}
-		}
-	}
-	home := 0
-	if s.pinned >= 0 {
-		home = s.pinned
-	}
-	if err := s.forward(home, raw, false, ""); err != nil {
-		if un.active {
-			s.undoState(un)
-		}
-		return nil
-	}
-	s.pend[len(s.pend)-1].undo = un
-	if s.p.cfg.Cluster {
-		for i, u := range s.ups {
-			if i != home && u != nil {
-				s.forward(i, raw, true, "")
-			}
-		}
-	}
-	return nil
-}
-
-// subscribe turns the session into a raw pipe to one upstream connection:
-// pub/sub and MONITOR replies arrive unasked, so the proxy stops framing.
-// In cluster mode SUBSCRIBE goes to the first node (Redis Cluster
-// propagates PUBLISH to every node) and SSUBSCRIBE to its channel's node.
-func (s *session) subscribe(info command.Info) error {
-	node := 0
-	if s.pinned >= 0 {
-		node = s.pinned
-	}
-	if s.p.cfg.Cluster && info.FirstIndex() == 1 && len(s.cmd.Args) > 1 {
-		node = s.p.topo.nodeOf(slotOf(s.cmd.Args[1]))
-	}
-	raw := append([]byte(nil), s.cmd.Raw...)
-	s.drain()
-	if err := s.cw.Flush(); err != nil {
-		return err
-	}
-	u, err := s.upstream(node)
-	if err != nil {
-		s.localError(errUnreachable(s.p.topo.addr(node), err))
-		return errQuit
-	}
-	s.drain() // the state replayed on a new connection
-	if u.conn == nil {
-		s.cw.Flush()
-		return errQuit
-	}
-	u.conn.SetDeadline(time.Time{})
-	// CLIENT REPLY is the proxy's until now; from here Redis applies it.
-	if s.replyOff {
-		u.w.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n"))
-	} else if s.quiet {
-		u.w.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n"))
-	}
-	u.w.Write(raw)
-	u.w.Write(s.cr.Take())
-	if err := u.w.Flush(); err != nil {
-		return err
-	}
-	if rest := u.r.Take(); len(rest) > 0 {
-		if _, err := s.conn.Write(rest); err != nil {
-			return err
-		}
-	}
-	s.nFwd++
-	done := make(chan struct{}, 2)
-	go func() {
-		io.Copy(u.conn, s.conn)
-		// Half-close so Redis sees the client's EOF; TCP and TLS
-		// connections both can.
-		if cw, ok := u.conn.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
-			u.conn.Close()
-		}
-		done <- struct{}{}
-	}()
-	go func() { io.Copy(s.conn, u.conn); s.conn.Close(); done <- struct{}{} }()
-	<-done
-	s.conn.Close()
-	u.conn.Close()
-	<-done
-	return errQuit
 }
 
 // slotOf is the cluster slot of key (routing.SlotBytes: the same function

@@ -309,14 +309,14 @@ func (s *session) drainShared() {
 			s.rlens = append(s.rlens, 0)
 		}
 	}
-	e, o := s.p.cfg.Engine, s.p.cfg.Observer
+	e := s.p.cfg.Engine
 	for i := range s.pend {
 		pd := &s.pend[i]
 		for _, k := range pd.invalidate {
 			e.Invalidate(k)
 		}
 		if pd.key != "" {
-			o.Observe(s.p.cfg.Policy, pd.key, 1, 0, uint32(s.rlens[i]))
+			s.p.observe(pd.key, 1, 0, int(s.rlens[i]))
 		}
 	}
 	s.pend = s.pend[:0]

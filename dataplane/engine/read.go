@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// Reads: GET through the local cache, coalesced, or from a replica or the
+// sum of a split counter's shards.
+
+// readResult is what a (possibly shared) upstream read returns.
+type readResult struct {
+	val   []byte
+	found bool
+}
+
+// Get reads a key. found is false when the key does not exist. The returned
+// slice may be shared with other callers and the cache: do not modify it.
+func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, err error) {
+	p := e.plan(key)
+	if p == nil {
+		return e.getRaw(ctx, key)
+	}
+	now := e.clock.Now()
+	active := p.entry.Active(now)
+	lc := p.entry.LocalCache
+	if active && lc != nil {
+		if v, f, ok := e.cache.get(key, now); ok {
+			e.m.cacheHits.Inc()
+			return v, f, nil
+		}
+		e.m.cacheMisses.Inc()
+	}
+	if !active || (!p.entry.Coalesce && lc == nil) {
+		r, err := e.fetch(ctx, p, active)
+		return r.val, r.found, err
+	}
+	ch := e.flight.DoChan(key, func() (any, error) {
+		// A caller that missed the cache just before the previous flight
+		// filled it must not read upstream again.
+		if lc != nil {
+			if v, f, ok := e.cache.get(key, e.clock.Now()); ok {
+				return readResult{v, f}, nil
+			}
+		}
+		seq := e.cache.seq(key)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.UpstreamTimeout)
+		defer cancel()
+		var r readResult
+		var err error
+		if tr := e.track.Load(); tr != nil && lc != nil && p.entry.Split == nil {
+			// The base key is the truth, and reading it on the tracking
+			// connection makes the server report its next change.
+			e.m.upstreamReads.Inc()
+			r.val, r.found, err = tr.get(fctx, key)
+			var re resp.Error
+			if err != nil && !errors.As(err, &re) && fctx.Err() == nil {
+				// No tracking connection (an old server, a failover
+				// in progress): read as without tracking, so the TTL
+				// alone bounds staleness, rather than fail the read.
+				e.m.upstreamErrors.Inc()
+				r, err = e.fetch(fctx, p, true)
+			}
+		} else {
+			r, err = e.fetch(fctx, p, true)
+		}
+		if err == nil && lc != nil {
+			e.cache.put(key, seq, r.val, r.found, e.clock.Now().Add(e.ttl(lc)))
+		}
+		return r, err
+	})
+	select {
+	case res := <-ch:
+		if res.Shared {
+			e.m.coalesced.Inc()
+		}
+		if res.Err != nil {
+			return nil, false, res.Err
+		}
+		r := res.Val.(readResult)
+		return r.val, r.found, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+}
+
+// Cached returns key's value from the local cache without any I/O. ok is
+// false when the key has no fresh cached value (or no local cache in
+// force); the caller then uses Get. It lets an event loop, which must never
+// block, answer cache hits inline.
+func (e *Engine) Cached(key string) (val []byte, found, ok bool) {
+	p := e.plan(key)
+	if p == nil || p.entry.LocalCache == nil {
+		return nil, false, false
+	}
+	now := e.clock.Now()
+	if !p.entry.Active(now) {
+		return nil, false, false
+	}
+	if val, found, ok = e.cache.get(key, now); ok {
+		e.m.cacheHits.Inc()
+	}
+	return val, found, ok
+}
+
+// ttl is a local-cache TTL shortened by a random jitter of up to
+// JitterPercent, so entries filled together do not expire together and no
+// entry outlives TTLMillis.
+func (e *Engine) ttl(lc *routing.LocalCache) time.Duration {
+	d := time.Duration(lc.TTLMillis) * time.Millisecond
+	if j := int64(lc.JitterPercent); j > 0 && j <= 100 {
+		span := int64(d) * j / 100
+		if span > 0 {
+			d -= time.Duration(e.opts.IntN(int(span) + 1))
+		}
+	}
+	return d
+}
+
+func (e *Engine) getRaw(ctx context.Context, key string) ([]byte, bool, error) {
+	e.m.upstreamReads.Inc()
+	b, err := e.client.Get(ctx, key).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, false, nil
+	case err != nil:
+		e.m.upstreamErrors.Inc()
+		return nil, false, err
+	}
+	return b, true, nil
+}
+
+// fetch reads key upstream: the sum of a split counter, one random copy of
+// a replicated value, or the base key.
+func (e *Engine) fetch(ctx context.Context, p *plan, active bool) (readResult, error) {
+	switch {
+	case p.entry.Split != nil && p.hasShards:
+		total, exists, err := e.sum(ctx, p)
+		if err != nil || !exists {
+			return readResult{}, err
+		}
+		return readResult{val: strconv.AppendInt(nil, total, 10), found: true}, nil
+	case active && len(p.replicas) > 0:
+		i := e.opts.IntN(len(p.replicas) + 1)
+		if i > 0 {
+			e.m.fanout.Inc()
+			v, found, err := e.getRaw(ctx, p.replicas[i-1])
+			if err != nil || found {
+				return readResult{v, found}, err
+			}
+			// The replica expired or was never filled: the base key is
+			// the truth.
+		}
+	}
+	v, found, err := e.getRaw(ctx, p.key)
+	return readResult{v, found}, err
+}
+
+// errNotInteger is returned when a split counter's key holds something else.
+var errNotInteger = errors.New("ERR heatsink: a physical key of a split counter does not hold an integer")
+
+// sum reads the base key and every shard of every generation in one
+// pipeline (a cluster client sends one batch per node) and adds them up.
+func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, err error) {
+	e.m.upstreamReads.Inc()
+	e.m.fanout.Add(float64(len(p.readKeys) - 1))
+	cmds, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, k := range p.readKeys {
+			pipe.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		e.m.upstreamErrors.Inc()
+		return 0, false, err
+	}
+	for _, c := range cmds {
+		s, err := c.(*redis.StringCmd).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			e.m.upstreamErrors.Inc()
+			return 0, false, err
+		}
+		n, perr := strconv.ParseInt(s, 10, 64)
+		if perr != nil {
+			return 0, false, errNotInteger
+		}
+		total += n
+		exists = true
+	}
+	return total, exists, nil
+}

@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+)
+
+// classified is everything the proxy decides about one client command
+// before any I/O. The event loop (loop.command) and sessions
+// (session.handle) both take it from classify, once per command, and then
+// differ only in how the bytes move.
+type classified struct {
+	info  command.Info
+	known bool
+	// route is decide's answer for the client's connection.
+	route route
+	// key is the first key, nil for none. It aliases the command.
+	key []byte
+	// node is the node serving key's slot in a cluster; 0 for a keyless
+	// command and in standalone mode. A session's pinned transaction goes
+	// to its own node instead.
+	node int
+	// mitigated: the command names a key of the engine's table; decision
+	// is then how the engine serves it (engine.OpRaw: sent raw, after which
+	// invalidates lists the cached copies to drop).
+	mitigated bool
+	decision  engine.Decision
+	// readKey is the key of a read, for the Observer, which gets it with
+	// the reply's size once the reply came; "" without an Observer, for a
+	// write, or a keyless command.
+	readKey string
+	// observeWrite: a write naming a key while an Observer is set; it is
+	// reported with its request's size when it is sent raw.
+	observeWrite bool
+	// blocking: the invocation may block in Redis (BLPOP, XREAD BLOCK).
+	blocking bool
+	// sticky: the command leaves connection state the proxy cannot replay
+	// (CLIENT SETNAME, READONLY, ...; see leavesState).
+	sticky bool
+	// tracking is set for CLIENT TRACKING, trackingOn when it turns it on.
+	tracking, trackingOn bool
+	// frames is the number of frames an unsubscribe command is answered
+	// with (command.Info.Frames); 0 for every other command.
+	frames int32
+}
+
+// classify is the proxy's one classification of a client command (args[0]
+// is its name), given what m says of the client's connection: decide's
+// route, then the first key, its cluster node, the engine's decision and
+// what the Observer is to be told. It does no I/O; it reads the engine's
+// table and the slot map as they are now.
+func (p *Proxy) classify(args [][]byte, m mode) classified {
+	info, known := command.Lookup(args[0])
+	c := classified{
+		info:     info,
+		known:    known,
+		route:    decide(info, known, args, m),
+		key:      info.FirstKey(args),
+		blocking: info.IsBlocking(args),
+		sticky:   info.Kind == command.Plain && leavesState(args),
+	}
+	if isClientSub(args, "TRACKING", 3) {
+		c.tracking, c.trackingOn = true, command.EqFold(args[2], "ON")
+	}
+	if info.Kind == command.Unsubscribe {
+		c.frames = int32(info.Frames(args))
+	}
+	if c.key == nil {
+		return c
+	}
+	if m.cluster {
+		c.node = p.topo.nodeOf(slotOf(c.key))
+	}
+	// Only a command naming a mitigated key does more than this: one map
+	// lookup, plus one per other key of a multi-key command when the table
+	// is not empty.
+	if e := p.cfg.Engine; e != nil && e.Names(info, args, c.key) {
+		c.mitigated = true
+		c.decision = e.Decide(args, m.inTx)
+	}
+	if p.cfg.Observer != nil {
+		if info.Write {
+			c.observeWrite = true
+		} else {
+			c.readKey = string(c.key)
+		}
+	}
+	return c
+}
+
+// observe reports one access of key to the Observer, if one is set; every
+// report of the proxy goes through it. Writes sent raw are reported with
+// their request's size as they are sent, reads sent raw with their reply's
+// size once it came, and the engine reports what it serves (engine.Observe)
+// itself.
+func (p *Proxy) observe(key string, reads, writes uint32, n int) {
+	if o := p.cfg.Observer; o != nil {
+		o.Observe(p.cfg.Policy, key, reads, writes, uint32(n))
+	}
+}
+
+// observeSent reports a command c sent raw (raw its bytes) if it writes:
+// a read is reported once its reply came (classified.readKey).
+func (p *Proxy) observeSent(c *classified, raw []byte) {
+	if c.observeWrite {
+		p.observe(string(c.key), 0, 1, len(raw))
+	}
+}
