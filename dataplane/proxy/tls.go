@@ -8,8 +8,9 @@ import (
 	"os"
 )
 
-// TLSOptions describe TLS to Redis as a HotKeyPolicy's spec.target.tls does
-// (the injector mounts the policy's CA Secret as a file).
+// TLSOptions describe TLS to Redis. The injector fills CAFile and ServerName
+// from a HotKeyPolicy's spec.target.tls (caSecretRef, mounted as a file, and
+// serverName).
 type TLSOptions struct {
 	// CAFile is a PEM bundle of the CAs that sign Redis' certificate; empty
 	// means the system roots.
@@ -18,9 +19,11 @@ type TLSOptions struct {
 	// means the host of each address dialled (which in cluster mode differs
 	// per node).
 	ServerName string
-	// InsecureSkipVerify accepts any certificate. It exists because the
-	// policy API offers it; it forfeits protection against a man in the
-	// middle.
+	// InsecureSkipVerify accepts any certificate, forfeiting protection
+	// against a man in the middle. It is for a proxy run by hand (the
+	// --tls-insecure-skip-verify flag, e.g. against a test Redis with a
+	// self-signed certificate): the policy API has no such field, so the
+	// injector never sets it.
 	InsecureSkipVerify bool
 }
 
@@ -31,7 +34,7 @@ func ClientTLS(o TLSOptions) (*tls.Config, error) {
 	cfg := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		ServerName:         o.ServerName,
-		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // opt-in, mirrors the policy API
+		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // opt-in by flag only, never from a policy
 	}
 	if o.CAFile != "" {
 		pem, err := os.ReadFile(o.CAFile)
