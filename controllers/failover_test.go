@@ -25,12 +25,12 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/detector"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // Lease timing of the failover test: short, so the test is, and the same
@@ -138,14 +138,14 @@ func TestLeaderFailoverDuringAHotEvent(t *testing.T) {
 	defer close(stopTraffic)
 	go func() {
 		src := netip.MustParseAddr(podIP)
-		tick := time.NewTicker(wire.DefaultFlushInterval)
+		tick := time.NewTicker(sidecarlink.FlushInterval)
 		defer tick.Stop()
 		for {
 			select {
 			case <-stopTraffic:
 				return
 			case <-tick.C:
-				agent.HandleDatagram(src, wire.AppendBatch(nil, ns+"/"+name, []wire.Entry{{Key: []byte(hot), Reads: 1000, Bytes: 64000}}))
+				agent.HandleDatagram(src, sidecarlink.AppendBatch(nil, ns+"/"+name, []sidecarlink.Entry{{Key: []byte(hot), Reads: 1000, Bytes: 64000}}))
 			}
 		}
 	}()

@@ -32,7 +32,7 @@ import (
 // API call at all.
 //
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=get;list;create;patch;delete
+// +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=create;patch
 
 // PodCacheOptions restricts the manager's pod cache to injected pods and
 // keeps only what the hub reads of them (name, namespace, label, node,
@@ -120,8 +120,7 @@ func (r *HotKeyPolicyReconciler) setupFleet(ctx context.Context, mgr manager.Man
 
 // primeFleet gives a newly elected manager's hub every policy and published
 // table before node agents connect, so their snapshot names every policy
-// (an agent forgets the policies a snapshot leaves out). It also deletes the
-// per-node reports detectors wrote before the fleet stream.
+// (an agent forgets the policies a snapshot leaves out).
 func (r *HotKeyPolicyReconciler) primeFleet(ctx context.Context) error {
 	var policies v1alpha1.HotKeyPolicyList
 	if err := r.Client.List(ctx, &policies); err != nil {
@@ -141,12 +140,6 @@ func (r *HotKeyPolicyReconciler) primeFleet(ctx context.Context) error {
 			continue
 		}
 		r.Fleet.SetRouting(id, prev.Table.Version, []byte(prev.tableJSON), tableKeys(prev.Table))
-	}
-	var legacy v1alpha1.HotKeyReportList
-	if err := r.APIReader.List(ctx, &legacy, client.HasLabels{v1alpha1.LabelNode}); err == nil {
-		for i := range legacy.Items {
-			_ = r.Client.Delete(ctx, &legacy.Items[i])
-		}
 	}
 	return nil
 }

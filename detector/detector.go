@@ -2,8 +2,8 @@
 // node, `heatsink detector`). It
 //
 //   - receives the access counts of the sidecars on its node over UDP
-//     (package wire), accepting a pod's counts only for the policy the pod
-//     was injected for and at a bounded rate per pod;
+//     (package sidecarlink), accepting a pod's counts only for the policy
+//     the pod was injected for and at a bounded rate per pod;
 //   - keeps one windowed heavy-hitter sketch per policy (package sketch) and
 //     every tick decides what to tell the elected manager (package summary):
 //     the keys at or above the floor the manager set, with a bound on every
@@ -41,7 +41,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // Defaults of Options.
@@ -147,7 +147,7 @@ func New(opts Options) (*Detector, error) {
 		return nil, errors.New("detector: Token or TokenFile (shared with the manager) is required")
 	}
 	if opts.ListenAddr == "" {
-		opts.ListenAddr = fmt.Sprintf(":%d", wire.DefaultPort)
+		opts.ListenAddr = fmt.Sprintf(":%d", sidecarlink.DefaultPort)
 	}
 	if opts.Resolve == nil {
 		opts.Resolve = net.DefaultResolver.LookupHost

@@ -18,7 +18,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
@@ -53,7 +53,7 @@ func labelIs(m *dto.Metric, name, value string) bool {
 }
 
 // harness is a real fleet hub and a real node agent connected to it, with
-// one fake clock for both, and a sidecar's wire client on 127.0.0.1 (the
+// one fake clock for both, and a sidecar's counts client on 127.0.0.1 (the
 // pod the manager names for the test policy).
 type harness struct {
 	t   *testing.T
@@ -62,7 +62,7 @@ type harness struct {
 	hubReg *prometheus.Registry
 	d      *Detector
 	clk    *clocktesting.FakeClock
-	c      *wire.Client
+	c      *counts.Client
 }
 
 func start(t *testing.T) *harness {
@@ -110,7 +110,7 @@ func startOpts(t *testing.T, mut func(*v1alpha1.HotKeyPolicySpec), mutOpts func(
 	go func() { _ = h.d.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	// The sidecar's client, flushed by hand so each flush is one step.
-	if h.c, err = wire.NewClient(h.d.Addr().String(), wire.ClientOptions{FlushInterval: time.Hour}); err != nil {
+	if h.c, err = counts.NewClient(h.d.Addr().String(), counts.ClientOptions{FlushInterval: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.c.Close() })
@@ -145,7 +145,7 @@ func (h *harness) reads(key string) int64 {
 	return snap.Keys[key].ReadsPerSecond
 }
 
-// TestAgentReportsToTheManager drives a real agent from a sidecar's wire
+// TestAgentReportsToTheManager drives a real agent from a sidecar's counts
 // client and a real hub, with a fake clock for every time rule.
 func TestAgentReportsToTheManager(t *testing.T) {
 	h := start(t)
@@ -222,7 +222,7 @@ func TestAgentReportsToTheManager(t *testing.T) {
 			return counterValue(t, h.d, "heatsink_detector_batches_total", "unentitled") == 1
 		})
 		// A pod the manager did not name (another address of this host).
-		stranger, err := wire.NewClient(h.d.Addr().String(), wire.ClientOptions{FlushInterval: time.Hour, LocalAddr: "127.0.0.2"})
+		stranger, err := counts.NewClient(h.d.Addr().String(), counts.ClientOptions{FlushInterval: time.Hour, LocalAddr: "127.0.0.2"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // ingest reads batches until ctx ends. One reader is enough: decoding and
@@ -17,8 +17,8 @@ import (
 func (d *Detector) ingest(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { _ = d.conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	buf := make([]byte, wire.MaxDatagram+1)
-	var dec wire.Decoder
+	buf := make([]byte, sidecarlink.MaxDatagram+1)
+	var dec sidecarlink.Decoder
 	for {
 		n, from, err := d.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
@@ -40,7 +40,7 @@ func (d *Detector) ingest(ctx context.Context) {
 // of the fleet simulator, which feeds thousands of simulated nodes real wire
 // batches without a socket each. It is safe for concurrent use.
 func (d *Detector) HandleDatagram(src netip.Addr, buf []byte) {
-	var dec wire.Decoder
+	var dec sidecarlink.Decoder
 	d.handle(&dec, src, buf)
 }
 
@@ -48,10 +48,10 @@ func (d *Detector) HandleDatagram(src netip.Addr, buf []byte) {
 // may not send for the policy it names, or one over the pod's rate is
 // dropped whole and counted by reason; it never panics (the decoder is
 // fuzzed).
-func (d *Detector) handle(dec *wire.Decoder, src netip.Addr, buf []byte) {
+func (d *Detector) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 	b, err := dec.Decode(buf)
 	if err != nil {
-		d.metrics.batches.WithLabelValues(wire.Reason(err)).Inc()
+		d.metrics.batches.WithLabelValues(sidecarlink.Reason(err)).Inc()
 		return
 	}
 	policy := unsafe.String(unsafe.SliceData(b.Policy), len(b.Policy)) // aliases buf for the calls below

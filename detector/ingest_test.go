@@ -9,8 +9,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/heatsink-dev/heatsink/detector/sketch/sketchtest"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/fleet"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 const (
@@ -56,8 +56,8 @@ func offline(tb testing.TB, include, exclude []string, opts ...func(*Options)) *
 
 func TestHandleFilters(t *testing.T) {
 	d := offline(t, []string{"product:*"}, []string{"product:secret*"})
-	var dec wire.Decoder
-	d.handle(&dec, pod, wire.AppendBatch(nil, policy, []wire.Entry{
+	var dec sidecarlink.Decoder
+	d.handle(&dec, pod, sidecarlink.AppendBatch(nil, policy, []sidecarlink.Entry{
 		{Key: []byte("product:1"), Reads: 5}, {Key: []byte("product:secret"), Reads: 5}, {Key: []byte("session:1"), Reads: 5},
 	}))
 	if s := d.Stats(); s.Batches != 1 || s.Observations != 1 {
@@ -75,13 +75,13 @@ func TestHandleFilters(t *testing.T) {
 func TestHandleCountsOnlyWhatPodsMaySend(t *testing.T) {
 	d := offline(t, nil, nil, func(o *Options) { o.SourceRate = 100 })
 	batch := func(policy string, n int) []byte {
-		es := make([]wire.Entry, n)
+		es := make([]sidecarlink.Entry, n)
 		for i := range es {
-			es[i] = wire.Entry{Key: []byte{'k', byte('a' + i%26), byte('a' + i/26)}, Reads: 1}
+			es[i] = sidecarlink.Entry{Key: []byte{'k', byte('a' + i%26), byte('a' + i/26)}, Reads: 1}
 		}
-		return wire.AppendBatch(nil, policy, es)
+		return sidecarlink.AppendBatch(nil, policy, es)
 	}
-	var dec wire.Decoder
+	var dec sidecarlink.Decoder
 	for name, tc := range map[string]struct {
 		src    netip.Addr
 		policy string
@@ -113,15 +113,15 @@ func TestHandleCountsOnlyWhatPodsMaySend(t *testing.T) {
 // FuzzHandle: whatever arrives on the socket, the agent does not panic and
 // counts only well-formed batches.
 func FuzzHandle(f *testing.F) {
-	f.Add(wire.AppendBatch(nil, policy, []wire.Entry{{Key: []byte("product:1"), Reads: 1}}))
-	f.Add(wire.AppendBatch(nil, "shop/other", []wire.Entry{{Key: []byte("k"), Writes: 1}}))
+	f.Add(sidecarlink.AppendBatch(nil, policy, []sidecarlink.Entry{{Key: []byte("product:1"), Reads: 1}}))
+	f.Add(sidecarlink.AppendBatch(nil, "shop/other", []sidecarlink.Entry{{Key: []byte("k"), Writes: 1}}))
 	f.Add([]byte("HS\x01\x00"))
 	d := offline(f, nil, nil)
-	var dec wire.Decoder
+	var dec sidecarlink.Decoder
 	f.Fuzz(func(t *testing.T, in []byte) {
 		before := d.Stats().Batches
 		d.handle(&dec, pod, in)
-		if _, err := (&wire.Decoder{}).Decode(in); err != nil && d.Stats().Batches != before {
+		if _, err := (&sidecarlink.Decoder{}).Decode(in); err != nil && d.Stats().Batches != before {
 			t.Fatal("a rejected batch was counted")
 		}
 	})
@@ -132,20 +132,20 @@ func FuzzHandle(f *testing.F) {
 func BenchmarkIngest(b *testing.B) {
 	st := sketchtest.NewStream(1_000_000, 2_000_000, 1.0, 0.1, 42)
 	var batches [][]byte
-	var entries []wire.Entry
+	var entries []sidecarlink.Entry
 	for i, r := range st.Ranks {
-		e := wire.Entry{Key: []byte(st.Keys[r]), Reads: 1, Bytes: 64}
+		e := sidecarlink.Entry{Key: []byte(st.Keys[r]), Reads: 1, Bytes: 64}
 		if st.Writes[i] {
 			e.Reads, e.Writes = 0, 1
 		}
 		entries = append(entries, e)
 		if len(entries) == 100 {
-			batches = append(batches, wire.AppendBatch(nil, policy, entries))
+			batches = append(batches, sidecarlink.AppendBatch(nil, policy, entries))
 			entries = entries[:0]
 		}
 	}
 	d := offline(b, []string{"product:*"}, nil, func(o *Options) { o.SourceRate = 1e12 })
-	var dec wire.Decoder
+	var dec sidecarlink.Decoder
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime()

@@ -12,7 +12,7 @@ type metrics struct {
 	sketchBytes     *prometheus.GaugeVec   // namespace, policy
 	sketchKeys      *prometheus.GaugeVec   // namespace, policy
 	summaries       *prometheus.CounterVec // result: sent, error, no_manager, superseded
-	routingRequests *prometheus.CounterVec // result: served, not_modified, unknown_source, unentitled
+	routingRequests *prometheus.CounterVec // result: served, unknown_source, unentitled
 	routingWaiters  prometheus.Gauge
 	connected       prometheus.Gauge
 	connects        prometheus.Counter
@@ -48,11 +48,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		routingRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "heatsink_detector_routing_requests_total",
-			Help: "Routing tables served to sidecars and requests refused, by result: served (a long poll's table or a stream's frame), not_modified, unknown_source, unentitled.",
+			Help: "Routing tables served to sidecars and requests refused, by result: served (a table's frame on a stream), unknown_source, unentitled.",
 		}, []string{"result"}),
 		routingWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "heatsink_detector_routing_waiters",
-			Help: "Sidecar long polls and streams open, waiting for a newer routing table.",
+			Help: "Sidecar routing streams open.",
 		}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "heatsink_detector_manager_connected",

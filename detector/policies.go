@@ -11,9 +11,9 @@ import (
 
 	"github.com/heatsink-dev/heatsink/detector/sketch"
 	"github.com/heatsink-dev/heatsink/detector/summary"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/keyfilter"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // policyState is what the agent keeps for one policy. mu guards the sketch
@@ -76,8 +76,8 @@ func SketchConfig(dir *fleet.Directive, memory int) sketch.Config {
 		// flush period is the shortest span a rate can honestly be measured
 		// over: with both, a key's rate is right from its first batch, so the
 		// first summary that lists a hot key already says how hot it is.
-		Lead:    wire.DefaultFlushInterval,
-		MinSpan: wire.DefaultFlushInterval,
+		Lead:    sidecarlink.FlushInterval,
+		MinSpan: sidecarlink.FlushInterval,
 	}
 }
 

@@ -11,9 +11,6 @@ const (
 	// gave a sidecar (the manager tells each node agent which pods may send
 	// counts for which policy by it).
 	LabelPolicy = "heatsink.dev/policy"
-	// LabelNode marked the reports single detectors wrote before the fleet
-	// stream; the manager deletes reports that carry it.
-	LabelNode = "heatsink.dev/node"
 )
 
 // HotKeyReportSpec is the manager's cluster-wide view of one policy's
@@ -24,13 +21,6 @@ type HotKeyReportSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	PolicyName string `json:"policyName"`
-
-	// nodeName is empty in the manager's aggregated report. Reports of
-	// single nodes (written by detectors before the fleet stream) carried it;
-	// the manager deletes them.
-	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	NodeName string `json:"nodeName,omitempty"`
 
 	// window is the sliding window the rates were measured over.
 	// +required

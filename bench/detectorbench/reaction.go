@@ -8,8 +8,8 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/detector"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/fleet"
 )
 
@@ -48,7 +48,7 @@ func reactionTest(ctx context.Context, trials int) error {
 		}
 		time.Sleep(10 * time.Millisecond) // polling until the agent follows the hub
 	}
-	c, err := wire.NewClient(d.Addr().String(), wire.ClientOptions{})
+	c, err := counts.NewClient(d.Addr().String(), counts.ClientOptions{})
 	if err != nil {
 		return err
 	}

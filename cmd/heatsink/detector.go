@@ -14,8 +14,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/heatsink-dev/heatsink/detector"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/fleet"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // runDetector runs one node's agent (the DaemonSet's container). It makes
@@ -23,7 +23,7 @@ import (
 func runDetector(args []string) error {
 	fs := flag.NewFlagSet("detector", flag.ContinueOnError)
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the node this agent serves (default $NODE_NAME, from the downward API)")
-	listen := fs.String("listen", fmt.Sprintf(":%d", wire.DefaultPort), "address sidecars send their counts to (UDP) and read routing tables from (TCP)")
+	listen := fs.String("listen", fmt.Sprintf(":%d", sidecarlink.DefaultPort), "address sidecars send their counts to (UDP) and read routing tables from (TCP)")
 	manager := fs.String("manager-address", fmt.Sprintf("heatsink-fleet.heatsink-system.svc:%d", fleet.DefaultPort), "host:port of the managers' fleet server; a host that resolves to every manager (a headless Service): the agent stays with the leader")
 	tokenFile := fs.String("token-file", "/var/run/heatsink/fleet/token", "file holding the fleet token (the mounted Secret the manager creates); read before each connection, so the agent may start before it exists")
 	caFile := fs.String("tls-ca-file", "/var/run/heatsink/fleet-ca/ca-bundle.crt", "PEM bundle of the CAs of the manager's fleet certificate; empty: plaintext")

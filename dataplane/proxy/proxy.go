@@ -38,7 +38,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
-// Observer receives key accesses (the detector client, detector/wire).
+// Observer receives key accesses (the detector client, dataplane/counts).
 // Observe must not block.
 type Observer interface {
 	Observe(policy, key string, reads, writes, bytes uint32)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
-	"github.com/heatsink-dev/heatsink/routing/watch"
+	"github.com/heatsink-dev/heatsink/dataplane/watch"
 )
 
 // An application applies its policy's routing table in-process: the engine

@@ -39,7 +39,7 @@ type Hook struct {
 var _ redis.Hook = (*Hook)(nil)
 
 // Observer receives key accesses: the node's detector client
-// (detector/wire.Client, the one the sidecar uses). Observe must not
+// (detector/counts.Client, the one the sidecar uses). Observe must not
 // block.
 type Observer interface {
 	Observe(policy, key string, reads, writes, bytes uint32)

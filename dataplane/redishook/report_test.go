@@ -11,18 +11,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/proxytest"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // detector is a UDP socket standing for the node's detector: it decodes
-// the batches a wire.Client sends and adds them up per key.
+// the batches a counts.Client sends and adds them up per key.
 type detector struct {
 	conn *net.UDPConn
 }
@@ -39,15 +40,15 @@ func newDetector(t *testing.T) *detector {
 
 func (d *detector) addr() string { return d.conn.LocalAddr().String() }
 
-type counts struct{ Reads, Writes, Bytes uint32 }
+type keyCounts struct{ Reads, Writes, Bytes uint32 }
 
 // received reads every batch until none comes for 300 ms (the sender has
 // been flushed before) and sums them per "policy|key".
-func (d *detector) received(t *testing.T) map[string]counts {
+func (d *detector) received(t *testing.T) map[string]keyCounts {
 	t.Helper()
-	out := map[string]counts{}
+	out := map[string]keyCounts{}
 	buf := make([]byte, 64<<10)
-	var dec wire.Decoder
+	var dec sidecarlink.Decoder
 	for {
 		d.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		n, err := d.conn.Read(buf)
@@ -64,7 +65,7 @@ func (d *detector) received(t *testing.T) map[string]counts {
 		for _, e := range b.Entries {
 			k := string(b.Policy) + "|" + string(e.Key)
 			c := out[k]
-			out[k] = counts{c.Reads + e.Reads, c.Writes + e.Writes, c.Bytes + e.Bytes}
+			out[k] = keyCounts{c.Reads + e.Reads, c.Writes + e.Writes, c.Bytes + e.Bytes}
 		}
 	}
 }
@@ -99,7 +100,7 @@ func reportScript(ctx context.Context, c redis.UniversalClient) {
 
 // TestHookReportsLikeTheSidecar plays the same commands through the
 // sidecar proxy and through the go-redis hook, each reporting to a
-// detector with the same client (wire.Client): the detector must receive
+// detector with the same client (counts.Client): the detector must receive
 // the same reads, writes and bytes per key from both. Before, an
 // application using only the hook reported nothing.
 func TestHookReportsLikeTheSidecar(t *testing.T) {
@@ -116,7 +117,7 @@ func TestHookReportsLikeTheSidecar(t *testing.T) {
 	// Through the sidecar.
 	s1 := redistest.Standalone(t)
 	d1 := newDetector(t)
-	w1, err := wire.NewClient(d1.addr(), wire.ClientOptions{})
+	w1, err := counts.NewClient(d1.addr(), counts.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestHookReportsLikeTheSidecar(t *testing.T) {
 	// Through the hook.
 	s2 := redistest.Standalone(t)
 	d2 := newDetector(t)
-	w2, err := wire.NewClient(d2.addr(), wire.ClientOptions{})
+	w2, err := counts.NewClient(d2.addr(), counts.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,9 @@ package sidecar
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/dataplane/counts"
+	"github.com/heatsink-dev/heatsink/dataplane/watch"
 	"github.com/heatsink-dev/heatsink/routing"
-	"github.com/heatsink-dev/heatsink/routing/watch"
 )
 
 // sidecarMetrics are what the sidecar itself (not the proxy or the engine)
@@ -36,22 +36,22 @@ func (m *sidecarMetrics) reject(src watch.Source) { m.rejected.WithLabelValues(s
 // registerDetectorStats exports the node agent client's counters. Drops are
 // counts the agent never gets: a sidecar that drops many makes its node
 // under-report, and keys may not be found hot.
-func registerDetectorStats(reg prometheus.Registerer, dc *wire.Client) {
-	counter := func(name, help string, v func(wire.Stats) uint64) prometheus.Collector {
+func registerDetectorStats(reg prometheus.Registerer, dc *counts.Client) {
+	counter := func(name, help string, v func(counts.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(dc.Stats())) })
 	}
 	reg.MustRegister(
 		counter("heatsink_proxy_detector_observations_dropped_total",
 			"Key accesses not sent to the node agent: the per-interval buffer was full, the key too long or empty, or the client closed.",
-			func(s wire.Stats) uint64 { return s.Dropped }),
+			func(s counts.Stats) uint64 { return s.Dropped }),
 		counter("heatsink_proxy_detector_send_errors_total",
 			"Batches to the node agent that the kernel refused (no agent listening, for one); their entries are lost.",
-			func(s wire.Stats) uint64 { return s.SendErrors }),
+			func(s counts.Stats) uint64 { return s.SendErrors }),
 		counter("heatsink_proxy_detector_entries_lost_total",
 			"Key entries in batches that could not be sent to the node agent.",
-			func(s wire.Stats) uint64 { return s.LostEntries }),
+			func(s counts.Stats) uint64 { return s.LostEntries }),
 		counter("heatsink_proxy_detector_batches_total",
 			"Batches sent to the node agent.",
-			func(s wire.Stats) uint64 { return s.Batches }),
+			func(s counts.Stats) uint64 { return s.Batches }),
 	)
 }

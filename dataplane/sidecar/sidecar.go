@@ -21,12 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
-	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/dataplane/watch"
 	"github.com/heatsink-dev/heatsink/routing"
-	"github.com/heatsink-dev/heatsink/routing/watch"
 )
 
 // Config is the sidecar's configuration (flags / HEATSINK_* variables).
@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
 	}
 	if cfg.Detector != "" {
-		dc, err := wire.NewClient(cfg.Detector, wire.ClientOptions{LocalAddr: cfg.SourceAddr})
+		dc, err := counts.NewClient(cfg.Detector, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
 		if err != nil {
 			return fmt.Errorf("detector client: %w", err)
 		}

@@ -21,11 +21,11 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
+	"github.com/heatsink-dev/heatsink/dataplane/watch"
 	"github.com/heatsink-dev/heatsink/routing"
-	"github.com/heatsink-dev/heatsink/routing/watch"
 )
 
-// The routing followers (10 × N routing/watch.Watchers, one per simulated
+// The routing followers (10 × N dataplane/watch.Watchers, one per simulated
 // sidecar, each following its node agent's routing stream from the
 // sidecar's address)
 // run in a child process of the node simulator: each holds a TCP

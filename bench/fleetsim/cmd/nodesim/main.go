@@ -12,7 +12,7 @@
 //     batches from the sidecar's pod address (simproto.SidecarIP), which the
 //     agent checks against the pods the manager told it about (see
 //     counter for why not over UDP by default); and each following its
-//     node agent's routing stream with the real routing/watch.Watcher,
+//     node agent's routing stream with the real dataplane/watch.Watcher,
 //     from its pod address, in a child process (see followers.go).
 //
 // It speaks the fleet simulator's contract (package simproto: flags,
@@ -40,8 +40,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
+	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/detector"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -50,7 +50,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 const (
 	// transportDirect hands each batch to the agent's HandleDatagram.
 	transportDirect = "direct"
-	// transportUDP sends it with a wire.Client per sidecar, bound to the
+	// transportUDP sends it with a counts.Client per sidecar, bound to the
 	// sidecar's address.
 	transportUDP = "udp"
 )
@@ -68,7 +68,7 @@ type options struct {
 func bindOptions(fs *flag.FlagSet) *options {
 	o := &options{}
 	fs.Float64Var(&o.startRate, "start-rate", 500, "node agents, and routing followers, started per second")
-	fs.StringVar(&o.transport, "transport", transportDirect, "how sidecars' batches reach their agent: direct (HandleDatagram, no socket) or udp (a wire.Client per sidecar from its address; needs a descriptor each)")
+	fs.StringVar(&o.transport, "transport", transportDirect, "how sidecars' batches reach their agent: direct (HandleDatagram, no socket) or udp (a counts.Client per sidecar from its address; needs a descriptor each)")
 	fs.BoolVar(&o.follow, "follow", false, "internal: be the routing followers' child process (agents' routing addresses on stdin)")
 	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this loopback address")
 	fs.StringVar(&o.followPprof, "follow-pprof", "", "the routing followers' child process serves net/http/pprof on this loopback address")
@@ -192,9 +192,9 @@ func raiseNoFile() uint64 {
 type node struct {
 	agent    *detector.Detector
 	reg      *prometheus.Registry
-	counters []*counter     // --transport direct
-	clients  []*wire.Client // --transport udp
-	batches  atomic.Uint64  // batches handed to the agent (direct)
+	counters []*counter       // --transport direct
+	clients  []*counts.Client // --transport udp
+	batches  atomic.Uint64    // batches handed to the agent (direct)
 	entries  atomic.Uint64
 }
 
@@ -379,7 +379,7 @@ func (s *sim) sidecars(n *node, i int) error {
 	for j := range s.c.SidecarsPerNode {
 		ip := simproto.SidecarIP(i, j)
 		if s.o.transport == transportUDP {
-			wc, err := wire.NewClient(n.agent.Addr().String(), wire.ClientOptions{LocalAddr: ip})
+			wc, err := counts.NewClient(n.agent.Addr().String(), counts.ClientOptions{LocalAddr: ip})
 			if err != nil {
 				return fmt.Errorf("sidecar %d/%d: %w", i, j, err)
 			}
@@ -416,7 +416,7 @@ func (s *sim) observers() []simproto.Observer {
 // counts to its agent after each of the node's traffic ticks (simproto.RunNodes
 // calls it from the node's goroutine, after the last tick too, as a wire
 // client's Close flushes): every 100 ms, a wire client's own interval
-// (wire.DefaultFlushInterval = simproto.NodeTick). A goroutine of its own per
+// (sidecarlink.FlushInterval = simproto.NodeTick). A goroutine of its own per
 // node would wake 1,000 more goroutines ten times a second for nothing.
 func (s *sim) flusher() func(i int) {
 	if s.o.transport != transportDirect {

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
-	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -106,7 +106,7 @@ type decoded struct {
 func decodeAll(t *testing.T, c *counter) []decoded {
 	t.Helper()
 	var out []decoded
-	var dec wire.Decoder
+	var dec sidecarlink.Decoder
 	buf := make([]byte, 0, maxDatagram)
 	c.flush(buf, func(src netip.Addr, b []byte) {
 		if len(b) > maxDatagram {
@@ -132,8 +132,8 @@ func TestCounterAggregatesAndEncodes(t *testing.T) {
 	c.Observe("fleet/catalogue", "product:viral", 2, 0, 1024)
 	c.Observe("fleet/catalogue", "likes:counter", 0, 5, 40)
 	c.Observe("fleet/other", "bg:1", 1, 0, 100)
-	c.Observe("fleet/catalogue", "", 1, 0, 1)                                    // empty key: dropped
-	c.Observe("fleet/catalogue", strings.Repeat("k", wire.MaxKeyLen+1), 1, 0, 1) // too long: dropped
+	c.Observe("fleet/catalogue", "", 1, 0, 1)                                           // empty key: dropped
+	c.Observe("fleet/catalogue", strings.Repeat("k", sidecarlink.MaxKeyLen+1), 1, 0, 1) // too long: dropped
 	got := decodeAll(t, c)
 	want := []decoded{
 		{src: src, policy: "fleet/catalogue", ents: map[string][3]uint32{"product:viral": {5, 0, 2560}, "likes:counter": {0, 5, 40}}},
@@ -188,7 +188,7 @@ func TestAgentCounters(t *testing.T) {
 		counterFamily("heatsink_detector_batches_total", map[string]float64{"accepted": 90, "unknown_source": 3, "rate_limited": 2}),
 		counterFamily("heatsink_detector_summaries_total", map[string]float64{"sent": 30, "superseded": 1, "no_manager": 4, "error": 1}),
 		counterFamily("heatsink_detector_manager_connects_total", map[string]float64{"": 2}),
-		counterFamily("heatsink_detector_routing_requests_total", map[string]float64{"served": 20, "not_modified": 5, "unentitled": 1}),
+		counterFamily("heatsink_detector_routing_requests_total", map[string]float64{"served": 20, "unentitled": 1}),
 		counterFamily("heatsink_detector_observations_total", map[string]float64{"counted": 1000}), // not a done counter
 	}
 	got := map[string]float64{"agent_batches_accepted": 10} // a second agent's, summed
@@ -197,7 +197,7 @@ func TestAgentCounters(t *testing.T) {
 		"agent_batches_accepted": 100, "datagrams_refused_unknown_source": 3, "datagrams_refused_rate_limited": 2,
 		"agent_summaries_sent": 30, "agent_summaries_superseded": 1, "agent_summaries_lost_no_manager": 4, "agent_summaries_lost_error": 1,
 		"agent_stream_connects":   2,
-		"routing_requests_served": 20, "routing_requests_not_modified": 5, "routing_requests_refused_unentitled": 1,
+		"routing_requests_served": 20, "routing_requests_refused_unentitled": 1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("agentCounters (-want +got):\n%s", diff)
@@ -225,7 +225,7 @@ func TestReadAddrs(t *testing.T) {
 // be a wire client's flush interval for the batches to look like a real
 // sidecar's.
 func TestNodeTickIsTheFlushInterval(t *testing.T) {
-	if simproto.NodeTick != wire.DefaultFlushInterval {
-		t.Fatalf("simproto.NodeTick %s, wire.DefaultFlushInterval %s", simproto.NodeTick, wire.DefaultFlushInterval)
+	if simproto.NodeTick != sidecarlink.FlushInterval {
+		t.Fatalf("simproto.NodeTick %s, sidecarlink.FlushInterval %s", simproto.NodeTick, sidecarlink.FlushInterval)
 	}
 }

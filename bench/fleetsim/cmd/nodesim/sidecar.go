@@ -6,17 +6,17 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/heatsink-dev/heatsink/detector/wire"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // counter is one simulated sidecar's counting client: it aggregates the key
-// accesses offered to it as wire.Client does (one entry per distinct
+// accesses offered to it as counts.Client does (one entry per distinct
 // (policy, key) between two flushes, counts summed, at most maxKeys entries)
-// and flush encodes them into real wire batches of at most maxDatagram
+// and flush encodes them into real counts batches of at most maxDatagram
 // bytes, which the node hands to its agent's HandleDatagram as if they had
 // arrived from the sidecar's pod address.
 //
-// Why not a wire.Client per sidecar over UDP: 10,000 of them need 10,000
+// Why not a counts.Client per sidecar over UDP: 10,000 of them need 10,000
 // sockets and 10,000 flush goroutines next to the agents' 1,000 listeners
 // and the 10,000 routing streams, over this machine's open-files limit
 // (20,000) and a large share of its two cores in send and receive system
@@ -42,11 +42,11 @@ type counted struct {
 	reads, writes, nbytes uint32
 }
 
-// maxDatagram is the batch size limit, wire.Client's default (under the
+// maxDatagram is the batch size limit, counts.Client's default (under the
 // usual MTU).
 const maxDatagram = 1400
 
-// defaultMaxKeys is wire.Client's default bound on distinct keys between
+// defaultMaxKeys is counts.Client's default bound on distinct keys between
 // two flushes.
 const defaultMaxKeys = 16384
 
@@ -55,12 +55,12 @@ func newCounter(src netip.Addr, maxKeys int) *counter {
 }
 
 // Observe counts reads, writes and value bytes of key under policy, as
-// wire.Client.Observe does: empty or too long keys and keys beyond maxKeys
+// counts.Client.Observe does: empty or too long keys and keys beyond maxKeys
 // distinct ones are dropped and counted.
 func (c *counter) Observe(policy, key string, reads, writes, bytes uint32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if key == "" || len(key) > wire.MaxKeyLen || policy == "" || len(policy) > wire.MaxPolicyLen {
+	if key == "" || len(key) > sidecarlink.MaxKeyLen || policy == "" || len(policy) > sidecarlink.MaxPolicyLen {
 		c.dropped++
 		return
 	}
@@ -103,7 +103,7 @@ func (c *counter) flush(buf []byte, send func(src netip.Addr, batch []byte)) (ba
 	}
 	// Entries of one policy together; sidecars serve one policy, so this
 	// is one pass in practice.
-	var enc wire.Encoder
+	var enc sidecarlink.Encoder
 	for len(ents) > 0 {
 		policy := ents[0].policy
 		enc.Reset(buf, policy, maxDatagram)

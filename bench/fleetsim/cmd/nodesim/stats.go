@@ -18,7 +18,7 @@ import (
 //     they went out (by design, not a loss);
 //   - agent_stream_connects: streams established (one per agent at start;
 //     more is a reconnection);
-//   - routing_requests_<result>, with unknown_source and unentitled as
+//   - routing_requests_served, with unknown_source and unentitled as
 //     routing_requests_refused_<reason>.
 func agentCounters(families []*dto.MetricFamily, into map[string]float64) {
 	for _, mf := range families {
@@ -43,8 +43,8 @@ func agentCounters(families []*dto.MetricFamily, into map[string]float64) {
 				into["agent_stream_connects"] += v
 			case "heatsink_detector_routing_requests_total":
 				switch result {
-				case "served", "not_modified":
-					into["routing_requests_"+result] += v
+				case "served":
+					into["routing_requests_served"] += v
 				default:
 					into["routing_requests_refused_"+result] += v
 				}

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,12 +16,13 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/dataplane/watch"
 	"github.com/heatsink-dev/heatsink/detector"
 	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 
 	"github.com/heatsink-dev/heatsink/routing"
-	"github.com/heatsink-dev/heatsink/routing/watch"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 func tableJSON(t *testing.T, version int64, schema int, keys ...string) string {
@@ -168,7 +167,7 @@ func TestWatcherFollowsItsNodeAgentAndKeepsLastGood(t *testing.T) {
 	file := filepath.Join(t.TempDir(), routing.ConfigMapKey)
 	rec := &recorder{}
 	w, err := watch.New(watch.Options{
-		Agent: f.agent, Namespace: "shop", Policy: "checkout", Wait: 2 * time.Second,
+		Agent: f.agent, Namespace: "shop", Policy: "checkout", Heartbeat: 2 * time.Second,
 		File: file, FilePoll: 20 * time.Millisecond,
 		OnTable: rec.table, OnReject: rec.reject,
 	})
@@ -236,10 +235,10 @@ func TestAgentServesOnlyEntitledPods(t *testing.T) {
 	f := startFleet(t)
 	f.publish(t, 1, tableJSON(t, 1, 1, "product:1"))
 	for path, want := range map[string]int{
-		"/routing/v1/shop/checkout?after=0&wait=1s": http.StatusOK,
-		"/routing/v1/shop/other?after=0&wait=1s":    http.StatusForbidden,
-		"/routing/v1/other/checkout?after=0":        http.StatusForbidden,
-		"/routing/v1/shop":                          http.StatusNotFound,
+		sidecarlink.RoutingRequest{Namespace: "shop", Name: "checkout", Heartbeat: time.Second}.URI(): http.StatusOK,
+		sidecarlink.RoutingRequest{Namespace: "shop", Name: "other", Heartbeat: time.Second}.URI():    http.StatusForbidden,
+		sidecarlink.RoutingRequest{Namespace: "other", Name: "checkout"}.URI():                        http.StatusForbidden,
+		sidecarlink.RoutingPathPrefix + "shop":                                                        http.StatusNotFound,
 	} {
 		resp, err := http.Get("http://" + f.agent + path)
 		if err != nil {
@@ -252,7 +251,7 @@ func TestAgentServesOnlyEntitledPods(t *testing.T) {
 	}
 	// From another address (a pod the manager did not name): refused.
 	port := f.agent[strings.LastIndex(f.agent, ":")+1:]
-	if resp, err := http.Get("http://127.0.0.2:" + port + "/routing/v1/shop/checkout?after=0"); err == nil {
+	if resp, err := http.Get("http://127.0.0.2:" + port + sidecarlink.RoutingRequest{Namespace: "shop", Name: "checkout"}.URI()); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusForbidden {
 			t.Errorf("GET from an unnamed address = %d, want 403", resp.StatusCode)
@@ -292,27 +291,19 @@ func TestWatcherFileOnlyStartsWithMountedTable(t *testing.T) {
 	}
 }
 
-// TestAgentStreamsTables: with stream=1 the agent answers once and keeps the
-// response open: the newest table at once, each newer one as a frame on the
-// same response when the manager pushes it, and a heartbeat frame every
-// wait while nothing changes.
+// TestAgentStreamsTables: the agent answers once and keeps the response
+// open: the newest table as soon as it holds one, each newer one as a frame
+// on the same response when the manager pushes it, and a heartbeat frame
+// every heartbeat interval while nothing changes.
 func TestAgentStreamsTables(t *testing.T) {
 	f := startFleet(t)
 	f.publish(t, 1, tableJSON(t, 1, 1, "product:1"))
-	eventually.True(t, 20*time.Second, "the agent holds version 1", func() bool {
-		resp, err := http.Get("http://" + f.agent + "/routing/v1/shop/checkout?after=0&wait=0s")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	resp, err := http.Get("http://" + f.agent + "/routing/v1/shop/checkout?after=0&wait=1s&stream=1")
+	resp, err := http.Get("http://" + f.agent + sidecarlink.RoutingRequest{Namespace: "shop", Name: "checkout", Heartbeat: time.Second}.URI())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != watch.StreamContentType {
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != sidecarlink.StreamContentType {
 		t.Fatalf("stream request: %d %q", resp.StatusCode, ct)
 	}
 	type frame struct {
@@ -322,7 +313,7 @@ func TestAgentStreamsTables(t *testing.T) {
 	frames := make(chan frame, 16)
 	go func() {
 		defer close(frames)
-		_ = watch.ReadFrames(bufio.NewReader(resp.Body), func(v int64, b []byte) {
+		_ = sidecarlink.ReadFrames(bufio.NewReader(resp.Body), func(v int64, b []byte) {
 			var tb *routing.Table
 			if v > 0 {
 				tb, _ = routing.Parse(b)
@@ -343,62 +334,27 @@ func TestAgentStreamsTables(t *testing.T) {
 		}
 		return frame{}
 	}
-	if fr := next("the current table"); fr.version != 1 || fr.table == nil || fr.table.Version != 1 {
+	// nextTable skips heartbeats: the agent may get version 1 from the
+	// manager after the stream opened.
+	nextTable := func(what string) frame {
+		t.Helper()
+		fr := next(what)
+		for fr.version == 0 {
+			if fr.table != nil {
+				t.Fatalf("%s: a heartbeat with a table", what)
+			}
+			fr = next(what)
+		}
+		return fr
+	}
+	if fr := nextTable("the current table"); fr.version != 1 || fr.table == nil || fr.table.Version != 1 {
 		t.Fatalf("first frame: version %d, table %+v", fr.version, fr.table)
 	}
 	f.publish(t, 2, tableJSON(t, 2, 1, "product:1", "product:2"))
-	fr := next("version 2")
-	for fr.version == 0 { // heartbeats may come first
-		fr = next("version 2")
-	}
-	if fr.version != 2 || fr.table == nil || len(fr.table.Entries) != 2 {
+	if fr := nextTable("version 2"); fr.version != 2 || fr.table == nil || len(fr.table.Entries) != 2 {
 		t.Fatalf("second table frame: version %d, table %+v", fr.version, fr.table)
 	}
 	if fr := next("a heartbeat"); fr.version != 0 || fr.table != nil {
 		t.Fatalf("with nothing new, got frame version %d", fr.version)
-	}
-}
-
-// TestWatcherFollowsALongPollingAgent: an agent that predates streams
-// answers a stream request as a long poll (a table as JSON, or 304); the
-// watcher takes the table and asks again, as it always did.
-func TestWatcherFollowsALongPollingAgent(t *testing.T) {
-	var mu sync.Mutex
-	var version int64 = 1
-	var asked []string
-	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		asked = append(asked, r.URL.RawQuery)
-		v := version
-		mu.Unlock()
-		after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
-		if v <= after {
-			time.Sleep(20 * time.Millisecond) // a short long poll
-			w.WriteHeader(http.StatusNotModified)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set(watch.HeaderVersion, strconv.FormatInt(v, 10))
-		_, _ = w.Write([]byte(tableJSON(t, v, 1, fmt.Sprintf("k%d", v))))
-	}))
-	defer old.Close()
-	rec := &recorder{}
-	w, err := watch.New(watch.Options{Agent: strings.TrimPrefix(old.URL, "http://"), Namespace: "shop", Policy: "checkout", OnTable: rec.table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = w.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	eventually.True(t, 20*time.Second, "version 1 by long poll", func() bool { v, _ := rec.last(); return v == 1 })
-	mu.Lock()
-	version = 2
-	mu.Unlock()
-	eventually.True(t, 20*time.Second, "version 2 by long poll", func() bool { v, _ := rec.last(); return v == 2 })
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(asked[0], "stream=1") || !strings.Contains(asked[len(asked)-1], "after=") {
-		t.Fatalf("requests %q: want stream=1 asked, and after= on each", asked)
 	}
 }

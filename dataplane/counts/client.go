@@ -1,4 +1,9 @@
-package wire
+// Package counts is the sidecar's side of the counts link to its node
+// agent (package sidecarlink has the format and why it is UDP): a Client
+// aggregates key accesses per (policy, key) and sends them every
+// sidecarlink.FlushInterval, never blocking the caller. The sidecar's proxy
+// and the go-redis hook use it.
+package counts
 
 import (
 	"errors"
@@ -12,6 +17,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // ClientOptions tune a Client. The zero value is the default.
@@ -67,7 +74,7 @@ type Client struct {
 
 	sendMu sync.Mutex // serialises flushes (ticker, Flush, Close)
 	spare  []entry
-	encs   []Encoder
+	encs   []sidecarlink.Encoder
 	buf    [][]byte
 
 	closed atomic.Bool
@@ -94,7 +101,7 @@ type shard struct {
 // lost.
 func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = DefaultFlushInterval
+		opts.FlushInterval = sidecarlink.FlushInterval
 	}
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 16384
@@ -102,11 +109,11 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if opts.MaxDatagram <= 0 {
 		opts.MaxDatagram = 1400
 	}
-	if opts.MaxDatagram > MaxDatagram {
-		return nil, fmt.Errorf("wire: MaxDatagram %d exceeds %d", opts.MaxDatagram, MaxDatagram)
+	if opts.MaxDatagram > sidecarlink.MaxDatagram {
+		return nil, fmt.Errorf("counts: MaxDatagram %d exceeds %d", opts.MaxDatagram, sidecarlink.MaxDatagram)
 	}
-	if opts.MaxDatagram < headerLen+2+binary16+MaxPolicyLen+EntrySize(string(make([]byte, MaxKeyLen))) {
-		return nil, fmt.Errorf("wire: MaxDatagram %d cannot hold one entry with the longest key", opts.MaxDatagram)
+	if opts.MaxDatagram < sidecarlink.MinDatagram {
+		return nil, fmt.Errorf("counts: MaxDatagram %d cannot hold one entry with the longest key", opts.MaxDatagram)
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -115,13 +122,13 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if opts.LocalAddr != "" {
 		ip := net.ParseIP(opts.LocalAddr)
 		if ip == nil {
-			return nil, fmt.Errorf("wire: LocalAddr %q is not an IP address", opts.LocalAddr)
+			return nil, fmt.Errorf("counts: LocalAddr %q is not an IP address", opts.LocalAddr)
 		}
 		d.LocalAddr = &net.UDPAddr{IP: ip}
 	}
 	conn, err := d.Dial("udp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("wire: detector address %q: %w", addr, err)
+		return nil, fmt.Errorf("counts: detector address %q: %w", addr, err)
 	}
 	c := &Client{
 		conn:    conn,
@@ -138,14 +145,12 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-const binary16 = 3 // max varint length of a policy length
-
 // Observe counts reads, writes and value bytes of key under policy
 // ("<namespace>/<name>"). It never blocks on the network. It does not retain
 // key (it copies it the first time it sees it in an interval), so key may
 // alias a reused buffer; policy is retained.
 func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
-	if len(key) == 0 || len(key) > MaxKeyLen || len(policy) == 0 || len(policy) > MaxPolicyLen || c.closed.Load() {
+	if len(key) == 0 || len(key) > sidecarlink.MaxKeyLen || len(policy) == 0 || len(policy) > sidecarlink.MaxPolicyLen || c.closed.Load() {
 		c.dropped.Add(1)
 		return
 	}
@@ -243,7 +248,6 @@ func (c *Client) encode(ents []entry) {
 		enc := c.encoder(e.policy)
 		if !enc.Fits(e.key) {
 			c.send(enc)
-			enc.Reset(enc.buf, e.policy, c.opts.MaxDatagram)
 		}
 		enc.Add(e.key, e.reads, e.writes, e.nbytes)
 	}
@@ -251,17 +255,17 @@ func (c *Client) encode(ents []entry) {
 
 // encoder finds or starts the open batch of policy. Sidecars serve one or a
 // few policies, so a linear search is the fastest lookup.
-func (c *Client) encoder(policy string) *Encoder {
+func (c *Client) encoder(policy string) *sidecarlink.Encoder {
 	for i := range c.encs {
-		if c.encs[i].policy == policy {
+		if c.encs[i].Policy() == policy {
 			return &c.encs[i]
 		}
 	}
 	n := len(c.encs)
 	if n < len(c.buf) {
-		c.encs = append(c.encs, Encoder{})
+		c.encs = append(c.encs, sidecarlink.Encoder{})
 	} else {
-		c.encs = append(c.encs, Encoder{})
+		c.encs = append(c.encs, sidecarlink.Encoder{})
 		c.buf = append(c.buf, make([]byte, 0, c.opts.MaxDatagram))
 	}
 	enc := &c.encs[n]
@@ -269,7 +273,7 @@ func (c *Client) encoder(policy string) *Encoder {
 	return enc
 }
 
-func (c *Client) send(enc *Encoder) {
+func (c *Client) send(enc *sidecarlink.Encoder) {
 	n := enc.Len()
 	if n == 0 {
 		return
@@ -280,14 +284,14 @@ func (c *Client) send(enc *Encoder) {
 	} else {
 		c.batches.Add(1)
 	}
-	enc.Reset(enc.buf, enc.policy, c.opts.MaxDatagram)
+	enc.Restart()
 }
 
 // Close sends what is buffered and releases the socket. Observe after Close
 // drops.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
-		return errors.New("wire: client already closed")
+		return errors.New("counts: client already closed")
 	}
 	close(c.stop)
 	<-c.done

@@ -1,4 +1,4 @@
-package wire
+package sidecarlink
 
 import (
 	"bytes"
@@ -102,9 +102,9 @@ func TestDecodeDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// FuzzDecode checks that no input panics the decoder, and that whatever it
+// FuzzDecodeBatch checks that no input panics the decoder, and that whatever it
 // accepts re-encodes to the same bytes modulo the count's varint form.
-func FuzzDecode(f *testing.F) {
+func FuzzDecodeBatch(f *testing.F) {
 	f.Add(AppendBatch(nil, "ns/p", entries("a", "b")))
 	f.Add(AppendBatch(nil, "shop/checkout", entries("product:iphone_17")))
 	f.Add([]byte{'H', 'S', 1, 0})

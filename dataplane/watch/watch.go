@@ -4,8 +4,8 @@
 // It has two sources, and needs no credentials for the API server: the
 // node agent of the sidecar's node (the detector DaemonSet), which the
 // manager pushes every table to and which streams each newer one to the
-// sidecar as soon as it holds it (well under a second; an agent that
-// predates streams answers a long poll instead), and, as a fallback, the routing
+// sidecar as soon as it holds it (well under a second; package sidecarlink
+// has the request and the stream's frames), and, as a fallback, the routing
 // ConfigMap mounted as a file and polled, which keeps working when the node
 // agent is away. Both feed one acceptance rule (Accept): a table is taken
 // only if it parses, its schemaVersion is one this build reads, and its
@@ -27,7 +27,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +34,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // Source names where a table came from, for logs and OnReject.
@@ -56,10 +56,10 @@ type Options struct {
 	// HTTPClient reaches the agent; default a client with no overall
 	// timeout (the stream is long) that dials in AgentDialTimeout.
 	HTTPClient *http.Client
-	// Wait is the agent's heartbeat interval on a stream, and how long a
-	// long poll may wait for a newer table (default 30s). Nothing from the
-	// agent for Wait plus 10 s ends the request.
-	Wait time.Duration
+	// Heartbeat is the agent's heartbeat interval on the stream (default
+	// sidecarlink.DefaultHeartbeat). Nothing from the agent for Heartbeat
+	// plus 10 s ends the stream.
+	Heartbeat time.Duration
 	// Namespace and Policy name the policy whose table is followed.
 	Namespace, Policy string
 	// File is the path of the mounted ConfigMap key (…/routing.json); empty
@@ -104,8 +104,8 @@ func New(opts Options) (*Watcher, error) {
 	if opts.Agent != "" && (opts.Namespace == "" || opts.Policy == "") {
 		return nil, errors.New("watch: Namespace and Policy are required with an Agent")
 	}
-	if opts.Wait <= 0 {
-		opts.Wait = 30 * time.Second
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = sidecarlink.DefaultHeartbeat
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{
@@ -225,9 +225,6 @@ func (w *Watcher) pollFile() {
 	}
 }
 
-// HeaderVersion carries the version of the table the agent served.
-const HeaderVersion = "X-Heatsink-Routing-Version"
-
 // AgentDialTimeout bounds a connection attempt to the node agent.
 const AgentDialTimeout = 2 * time.Second
 
@@ -239,15 +236,13 @@ const (
 )
 
 // runAgent follows the node agent's tables until ctx ends: it holds a
-// stream from the agent (or, from an agent that answers the request as a
-// long poll, polls again after each answer). A failed request or a lost
-// stream (agent away, restarting) keeps the last good table and retries
-// with backoff.
+// stream from the agent, and opens a new one when it ends. A failed request
+// or a lost stream (agent away, restarting) keeps the last good table and
+// retries with backoff.
 func (w *Watcher) runAgent(ctx context.Context) {
-	url := "http://" + w.opts.Agent + "/routing/v1/" + w.opts.Namespace + "/" + w.opts.Policy
 	backoff := minBackoff
 	for ctx.Err() == nil {
-		err := w.followAgent(ctx, url)
+		err := w.followAgent(ctx)
 		if err == nil {
 			backoff = minBackoff
 			continue
@@ -265,13 +260,12 @@ func (w *Watcher) runAgent(ctx context.Context) {
 	}
 }
 
-// followAgent makes one request for tables newer than the current one and
-// offers what it gets: the frames of a stream while it lasts, or a long
-// poll's one answer (an agent older than streams ignores stream=1). The
-// request ends, and the agent is taken for lost, when nothing (not even a
-// heartbeat frame) came for Wait plus ten seconds. It returns nil when the
-// agent answered at all, so the next request follows at once.
-func (w *Watcher) followAgent(ctx context.Context, url string) error {
+// followAgent opens one stream of tables newer than the current one and
+// offers each as it comes. The stream ends, and the agent is taken for
+// lost, when nothing (not even a heartbeat frame) came for Heartbeat plus
+// ten seconds. It returns nil when the stream brought at least one frame,
+// so the next one opens at once.
+func (w *Watcher) followAgent(ctx context.Context) error {
 	w.mu.Lock()
 	after := w.served
 	if w.current != nil {
@@ -280,11 +274,11 @@ func (w *Watcher) followAgent(ctx context.Context, url string) error {
 	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	idle := w.opts.Wait + 10*time.Second
+	idle := w.opts.Heartbeat + 10*time.Second
 	watchdog := time.AfterFunc(idle, cancel)
 	defer watchdog.Stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("%s?after=%d&wait=%s&stream=1", url, after, w.opts.Wait), nil)
+	uri := sidecarlink.RoutingRequest{Namespace: w.opts.Namespace, Name: w.opts.Policy, After: after, Heartbeat: w.opts.Heartbeat}.URI()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.opts.Agent+uri, nil)
 	if err != nil {
 		return err
 	}
@@ -293,44 +287,30 @@ func (w *Watcher) followAgent(ctx context.Context, url string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == StreamContentType:
-		frames := 0
-		err := ReadFrames(bufio.NewReader(resp.Body), func(version int64, table []byte) {
-			watchdog.Reset(idle)
-			frames++
-			if version > 0 {
-				w.take(version, table)
-			}
-		})
-		if frames > 0 && ctx.Err() == nil {
-			return nil // the agent ended a stream that worked: ask again
-		}
-		return err
-	case resp.StatusCode == http.StatusOK:
-		data, err := io.ReadAll(io.LimitReader(resp.Body, routing.MaxTableBytes+1))
-		if err != nil {
-			return err
-		}
-		v, _ := strconv.ParseInt(resp.Header.Get(HeaderVersion), 10, 64)
-		w.take(v, data)
-		return nil
-	case resp.StatusCode == http.StatusNotModified:
-		return nil
-	default:
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != sidecarlink.StreamContentType {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("node agent answered %s: %s", resp.Status, bytes.TrimSpace(msg))
+		return fmt.Errorf("node agent answered %s (%s): %s", resp.Status, resp.Header.Get("Content-Type"), bytes.TrimSpace(msg))
 	}
+	frames := 0
+	err = sidecarlink.ReadFrames(bufio.NewReader(resp.Body), func(version int64, table []byte) {
+		watchdog.Reset(idle)
+		frames++
+		if version > 0 {
+			w.take(version, table)
+		}
+	})
+	if frames > 0 && ctx.Err() == nil {
+		return nil // the agent ended a stream that worked: ask again
+	}
+	return err
 }
 
-// take offers a table the agent served as version (0 if unknown), and
-// remembers the version so that the next request asks for newer ones only:
-// a refused table is not fetched again and again.
+// take offers a table the agent served as version, and remembers the
+// version so that the next request asks for newer ones only: a refused
+// table is not fetched again and again.
 func (w *Watcher) take(version int64, data []byte) {
-	if version > 0 {
-		w.mu.Lock()
-		w.served = max(w.served, version)
-		w.mu.Unlock()
-	}
+	w.mu.Lock()
+	w.served = max(w.served, version)
+	w.mu.Unlock()
 	w.offer(SourceAgent, data)
 }

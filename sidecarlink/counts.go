@@ -1,22 +1,15 @@
-// Package wire is the format in which sidecars send key-access counts to
-// their node's detector, and the client the sidecars use to send them.
-//
-// A batch is one UDP datagram. UDP because the counts are a lossy, best-effort
-// signal by nature (a lost batch slightly lowers one node's rate estimate for
-// ~100 ms), and because a datagram socket can never block or back-pressure the
-// proxy's hot path, needs no connection state in the detector, and keeps
-// working unchanged when the detector restarts. docs/detector.md has the full
-// reasoning.
-//
-// Version 1 layout (all integers are unsigned LEB128 varints, "uv"):
+package sidecarlink
+
+// The counts datagram. Version 1 layout (all integers are unsigned LEB128
+// varints, "uv"):
 //
 //	magic    2 bytes  'H' 'S'
 //	version  1 byte   1
 //	flags    1 byte   0 (reserved; a batch with any flag set is rejected)
 //	policy   uv length, then that many bytes: "<namespace>/<name>"
-//	count    uv number of entries, 1..MaxEntries (this package always
-//	         writes it as a 2-byte varint so it can be patched in place;
-//	         readers accept any varint form)
+//	count    uv number of entries, 1..MaxEntries (Encoder always writes it
+//	         as a 2-byte varint so it can be patched in place; Decoder
+//	         accepts any varint form)
 //	entries  count times:
 //	           key     uv length (1..MaxKeyLen), then the key bytes
 //	           reads   uv (≤ 2^32-1)
@@ -24,8 +17,7 @@
 //	           bytes   uv (≤ 2^32-1) value bytes read and written
 //
 // Nothing may follow the last entry. A batch is accepted whole or rejected
-// whole: the detector validates it completely before it counts anything.
-package wire
+// whole: the agent validates it completely before it counts anything.
 
 import (
 	"encoding/binary"
@@ -36,17 +28,22 @@ import (
 )
 
 const (
-	// Version is the only version this package writes and reads.
-	Version = 1
-	// DefaultPort is the detector's ingest port on each node (UDP).
-	DefaultPort = 7946
-	// DefaultFlushInterval is how often a client sends what it aggregated.
-	DefaultFlushInterval = 100 * time.Millisecond
-	// MaxDatagram is the largest batch the detector reads; a larger one is
+	// CountsVersion is the only counts datagram version this package
+	// writes and reads.
+	CountsVersion = 1
+	// FlushInterval is how often a sidecar sends what it aggregated. The
+	// agent relies on it: a key's first batch carries one interval of
+	// traffic, and one interval is the shortest span it measures a rate
+	// over.
+	FlushInterval = 100 * time.Millisecond
+	// MaxDatagram is the largest batch the agent reads; a larger one is
 	// truncated by the kernel and rejected as oversized.
 	MaxDatagram = 65507
+	// MinDatagram is the smallest datagram limit a sender may use: one entry
+	// with the longest key under the longest policy.
+	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 3*binary.MaxVarintLen32
 	// MaxKeyLen is the longest key a batch may carry. Longer keys are not
-	// counted by the client: reports carry keys of at most 512 bytes.
+	// counted by the sidecar: reports carry keys of at most 512 bytes.
 	MaxKeyLen = 512
 	// MaxPolicyLen bounds "<namespace>/<name>" (63 + 1 + 253).
 	MaxPolicyLen = 317
@@ -112,7 +109,7 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 	if buf[0] != magic[0] || buf[1] != magic[1] {
 		return nil, ErrMagic
 	}
-	if buf[2] != Version {
+	if buf[2] != CountsVersion {
 		return nil, fmt.Errorf("%w: %d", ErrVersion, buf[2])
 	}
 	if buf[3] != 0 {
@@ -214,13 +211,20 @@ func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 3*bin
 func (e *Encoder) Reset(buf []byte, policy string, limit int) {
 	e.limit, e.policy = limit, policy
 	e.buf = buf[:0]
-	e.buf = append(e.buf, magic[0], magic[1], Version, 0)
+	e.buf = append(e.buf, magic[0], magic[1], CountsVersion, 0)
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(policy)))
 	e.buf = append(e.buf, policy...)
 	e.countAt = len(e.buf)
 	e.buf = append(e.buf, 0x80, 0x00) // count placeholder: 2-byte varint of 0
 	e.count = 0
 }
+
+// Restart starts the next batch of the same policy in the same storage
+// (after Bytes was sent).
+func (e *Encoder) Restart() { e.Reset(e.buf, e.policy, e.limit) }
+
+// Policy is the policy of the current batch.
+func (e *Encoder) Policy() string { return e.policy }
 
 // Fits reports whether an entry for key fits in the current batch.
 func (e *Encoder) Fits(key string) bool {

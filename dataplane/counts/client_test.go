@@ -1,4 +1,4 @@
-package wire
+package counts
 
 import (
 	"net"
@@ -7,8 +7,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // listen opens a real UDP socket for the client to send to.
@@ -27,7 +29,7 @@ func listen(t *testing.T) net.PacketConn {
 func receive(t *testing.T, pc net.PacketConn, want int) map[string][3]uint32 {
 	t.Helper()
 	got := map[string][3]uint32{}
-	buf := make([]byte, MaxDatagram+1)
+	buf := make([]byte, sidecarlink.MaxDatagram+1)
 	n := 0
 	for n < want {
 		_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -35,7 +37,7 @@ func receive(t *testing.T, pc net.PacketConn, want int) map[string][3]uint32 {
 		if err != nil {
 			t.Fatalf("after %d of %d entries: %v", n, want, err)
 		}
-		var d Decoder
+		var d sidecarlink.Decoder
 		b, err := d.Decode(buf[:l])
 		if err != nil {
 			t.Fatalf("client sent a bad batch: %v", err)
@@ -112,7 +114,7 @@ func TestClientBoundsMemoryAndDrops(t *testing.T) {
 		c.Observe("ns/p", "k"+itoa(i), 1, 0, 0)
 	}
 	c.Observe("ns/p", "", 1, 0, 0)
-	c.Observe("ns/p", strings.Repeat("k", MaxKeyLen+1), 1, 0, 0)
+	c.Observe("ns/p", strings.Repeat("k", sidecarlink.MaxKeyLen+1), 1, 0, 0)
 	s := c.Stats()
 	if s.Observed > 64 || s.Observed+s.Dropped != 10002 {
 		t.Errorf("stats = %+v, want at most 64 buffered and the rest dropped", s)
