@@ -212,11 +212,10 @@ func (f *flow) stateUntil(what, policy string, ok func(stateDoc) bool) {
 	f.t.Helper()
 	key := client.ObjectKey{Namespace: f.ns, Name: policy}
 	f.eventually(what, func() error {
-		f.r.parsed.mu.Lock()
-		e, found := f.r.parsed.m[key]
-		f.r.parsed.mu.Unlock()
+		var e parsedEntry
+		f.r.mem.with(key, func(m *policyMemory) { e = m.parsed })
 		doc := stateDoc{Keys: e.doc.state.Keys, Observed: e.doc.observe}
-		if !found || !ok(doc) {
+		if e.rv == "" || !ok(doc) {
 			return fmt.Errorf("state %+v", doc)
 		}
 		return nil

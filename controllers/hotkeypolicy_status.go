@@ -224,7 +224,9 @@ func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy
 // ratesDue says whether a pass at now may refresh the rates status shows:
 // a report interval or more since it last did.
 func (r *HotKeyPolicyReconciler) ratesDue(key types.NamespacedName, now time.Time) bool {
-	return !now.Before(r.ratesShown.get(key).Add(cmp.Or(r.ReportInterval, DefaultReportInterval)))
+	var shown time.Time
+	r.mem.with(key, func(m *policyMemory) { shown = m.ratesShown })
+	return !now.Before(shown.Add(cmp.Or(r.ReportInterval, DefaultReportInterval)))
 }
 
 // writeStatus patches the status, only when it changed, and remembers what
@@ -239,11 +241,12 @@ func (r *HotKeyPolicyReconciler) writeStatus(ctx context.Context, policy *v1alph
 	if err := r.Client.Status().Patch(ctx, policy, client.MergeFrom(base)); err != nil {
 		return err
 	}
-	key := client.ObjectKeyFromObject(policy)
-	r.written.set(key, writtenStatus{baseRV: base.ResourceVersion, status: st.DeepCopy()})
-	if refreshed {
-		r.ratesShown.set(key, now)
-	}
+	r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) {
+		m.written = writtenStatus{baseRV: base.ResourceVersion, status: st.DeepCopy()}
+		if refreshed {
+			m.ratesShown = now
+		}
+	})
 	return nil
 }
 
@@ -260,7 +263,8 @@ type writtenStatus struct {
 // compare with the status before that write, and write it again and emit
 // its Events again.
 func (r *HotKeyPolicyReconciler) caughtUp(policy *v1alpha1.HotKeyPolicy) {
-	w := r.written.get(client.ObjectKeyFromObject(policy))
+	var w writtenStatus
+	r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) { w = m.written })
 	if w.status != nil && w.baseRV != "" && w.baseRV == policy.ResourceVersion {
 		policy.Status = *w.status.DeepCopy()
 	}

@@ -443,7 +443,7 @@ func TestCaughtUp(t *testing.T) {
 		return p
 	}
 	r.caughtUp(policy("7")) // nothing written yet: nothing to do
-	r.written.set(client.ObjectKeyFromObject(policy("7")), writtenStatus{baseRV: "7", status: written})
+	r.mem.with(client.ObjectKeyFromObject(policy("7")), func(m *policyMemory) { m.written = writtenStatus{baseRV: "7", status: written} })
 	stale := policy("7")
 	r.caughtUp(stale)
 	if diff := cmp.Diff(written, &stale.Status); diff != "" {
