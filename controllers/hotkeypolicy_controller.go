@@ -83,15 +83,8 @@ type HotKeyPolicyReconciler struct {
 	ReportInterval time.Duration
 
 	triggers chan event.GenericEvent
-	// reports: each policy's last written report; ratesShown: when its
-	// status last refreshed the rates of keys it already showed.
-	reports    book[reportState]
-	ratesShown book[time.Time]
-	// written: each policy's last status write (see caughtUp).
-	written book[writtenStatus]
-	redis   *redisClients
-	parsed  parsedCache
-	refills refillBook
+	// mem is what the reconciler remembers of each policy between passes.
+	mem memory
 }
 
 // DefaultMaxConcurrentReconciles is the default number of reconcile workers.
@@ -160,8 +153,7 @@ func (r *HotKeyPolicyReconciler) init(mgr ctrl.Manager) error {
 	if r.Metrics == nil {
 		r.Metrics = NewMetrics(metrics.Registry)
 	}
-	r.redis = newRedisClients(r.Redis)
-	if err := mgr.Add(r.redis); err != nil { // closes clients at shutdown
+	if err := mgr.Add(&r.mem); err != nil { // closes Redis clients at shutdown
 		return err
 	}
 	if r.Fleet == nil {
@@ -225,7 +217,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if p.pub.err != nil {
 		return ctrl.Result{}, p.pub.err
 	}
-	next := p.next(r.refills.next(p.key))
+	next := p.next()
 	log.FromContext(ctx).V(1).Info("reconciled", "hotKeys", len(p.out.Keys), "routingVersion", p.pub.version, "next", next)
 	return requeueAt(p.now, next), nil
 }
@@ -243,15 +235,11 @@ func (r *HotKeyPolicyReconciler) getPolicy(ctx context.Context, key types.Namesp
 	return policy, nil
 }
 
-// forget drops what the reconciler keeps in memory for a policy: its Redis
-// client, parsed routing ConfigMap, booked refills and metric series.
+// forget drops what the reconciler keeps in memory for a policy (its
+// policyMemory, Redis client closed), its metric series and its place in the
+// hub.
 func (r *HotKeyPolicyReconciler) forget(key types.NamespacedName) {
-	r.redis.forget(key)
-	r.parsed.forget(key)
-	r.refills.forget(key)
-	r.reports.forget(key)
-	r.ratesShown.forget(key)
-	r.written.forget(key)
+	r.mem.forget(key)
 	r.Metrics.forget(key.Namespace, key.Name)
 	r.Fleet.RemovePolicy(policyID(key))
 }

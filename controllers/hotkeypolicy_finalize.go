@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,17 +151,15 @@ func (r *HotKeyPolicyReconciler) drainForDeletion(ctx context.Context, policy *v
 func drainStatus(policy *v1alpha1.HotKeyPolicy, pub publishResult, act actResult, splitKeys int) *v1alpha1.HotKeyPolicyStatus {
 	st := policy.Status.DeepCopy()
 	st.RoutingVersion = max(st.RoutingVersion, pub.version)
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: policy.Generation})
-	}
-	set(v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonDraining,
+	gen := policy.Generation
+	setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonDraining,
 		fmt.Sprintf("policy deleted: %d split keys are unsplit and folded before the routing table is removed", splitKeys))
 	if act.reason != "" {
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, act.reason, truncate(fmt.Sprintf(
+		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionTrue, act.reason, truncate(fmt.Sprintf(
 			"deletion blocked: %d split keys cannot be folded (%s); it retries with backoff. Annotate %s=true to delete without folding (shard values stay in Redis, unread)",
 			splitKeys, act.message, AnnotationSkipFold)))
 	} else {
-		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
+		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}
 	return st
 }

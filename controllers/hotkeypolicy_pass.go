@@ -42,9 +42,11 @@ type pass struct {
 	out      decide.Output
 	enforced *decide.Output
 
-	// Filled in by enact: what happened in Redis and in the ConfigMap.
-	act actResult
-	pub publishResult
+	// Filled in by enact: what happened in Redis and in the ConfigMap, and
+	// when the policy's next booked refill is due (zero if none).
+	act    actResult
+	pub    publishResult
+	refill time.Time
 
 	// ratesDue: status may refresh the rates of keys it already shows (the
 	// last refresh was a report interval ago or more).
@@ -106,11 +108,12 @@ func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
 		rp.fill(rctx, r.fills(p.key, p.prev, p.enforced, p.scheduled, p.now))
 	}
 	p.act = rp.res
+	r.mem.with(p.key, func(m *policyMemory) { p.refill = m.refills.next() })
 }
 
 // next is when the pass's outcome changes by itself: the decision's next
 // check, a node turning stale, a schedule phase change, a fold or fill
-// retry, or refill (the policy's next due refill); zero if never.
-func (p *pass) next(refill time.Time) time.Time {
-	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, refill)
+// retry, or the next booked refill; zero if never.
+func (p *pass) next() time.Time {
+	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, p.refill)
 }

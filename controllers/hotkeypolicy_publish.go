@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,7 +24,7 @@ import (
 // Keeping it beside the table it explains means a restarted or newly elected
 // manager keeps every mitigation; data-path readers only read
 // routing.ConfigMapKey. The hysteresis timers are the leader's memory (see
-// parsedCache): a new leader starts them over, which can only delay a
+// parsedEntry): a new leader starts them over, which can only delay a
 // change, and a timer set or cleared is no write.
 const StateKey = "manager-state.json"
 
@@ -96,7 +94,9 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 		return nil, fmt.Errorf("get routing ConfigMap: %w", err)
 	}
 	key := client.ObjectKeyFromObject(policy)
-	doc, ok := r.parsed.get(key, cm.ResourceVersion)
+	var doc routingDoc
+	var ok bool
+	r.mem.with(key, func(m *policyMemory) { doc, ok = m.parsed.at(cm.ResourceVersion) })
 	if !ok {
 		var tableErr, stateErr error
 		doc, tableErr, stateErr = parseRouting(cm.Data)
@@ -106,12 +106,12 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 		if stateErr != nil {
 			log.FromContext(ctx).Error(stateErr, "manager state unreadable; hysteresis timers restart")
 		}
-		r.parsed.put(key, cm.ResourceVersion, doc)
+		r.mem.with(key, func(m *policyMemory) { m.parsed = parsedEntry{rv: cm.ResourceVersion, doc: doc} })
 	}
 	return newPublished(policy.Status.RoutingVersion, cm, doc), nil
 }
 
-// routingDoc is the parsed data of a routing ConfigMap. parsedCache shares
+// routingDoc is the parsed data of a routing ConfigMap. parsedEntry shares
 // it between passes: decisions never mutate it.
 type routingDoc struct {
 	table *routing.Table // nil when absent or unreadable
@@ -171,60 +171,35 @@ func newPublished(statusVersion int64, cm *corev1.ConfigMap, doc routingDoc) *pu
 	return p
 }
 
-// parsedCache keeps the last parsed routing ConfigMap of each policy by
-// resourceVersion: a 1,000-entry table costs milliseconds to parse and
-// validate, and most passes find it unchanged. It is also the leader's
-// memory of the state, timers included: a pass that writes the ConfigMap
-// puts what it wrote under the new resourceVersion with its full state, and
-// a pass that writes nothing remembers its state over the entry's
-// (remember), so the next pass continues the timers either way.
-type parsedCache struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]parsedEntry
-}
-
+// parsedEntry is the last parsed routing ConfigMap of a policy, by
+// resourceVersion (policyMemory.parsed): a 1,000-entry table costs
+// milliseconds to parse and validate, and most passes find it unchanged. It
+// is also the leader's memory of the state, timers included: a pass that
+// writes the ConfigMap puts what it wrote under the new resourceVersion with
+// its full state, and a pass that writes nothing remembers its state over
+// the entry's (remember), so the next pass continues the timers either way.
 type parsedEntry struct {
 	rv  string
 	doc routingDoc
 }
 
-func (c *parsedCache) get(key types.NamespacedName, rv string) (routingDoc, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[key]
-	if !ok || e.rv != rv || rv == "" {
+// at is the parsed ConfigMap of resourceVersion rv, if that is the one
+// remembered.
+func (e parsedEntry) at(rv string) (routingDoc, bool) {
+	if e.rv != rv || rv == "" {
 		return routingDoc{}, false
 	}
 	return e.doc, true
 }
 
-func (c *parsedCache) put(key types.NamespacedName, rv string, doc routingDoc) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[types.NamespacedName]parsedEntry)
-	}
-	c.m[key] = parsedEntry{rv: rv, doc: doc}
-}
-
-// remember replaces the state of key's entry with a pass's newer one, if
-// the entry is still that of resourceVersion rv (a pass that found the
-// ConfigMap changed since starts from what it holds).
-func (c *parsedCache) remember(key types.NamespacedName, rv string, state decide.State, observe []routing.Entry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[key]
-	if !ok || e.rv != rv || rv == "" {
+// remember replaces the entry's state with a pass's newer one, if the entry
+// is still that of resourceVersion rv (a pass that found the ConfigMap
+// changed since starts from what it holds).
+func (e *parsedEntry) remember(rv string, state decide.State, observe []routing.Entry) {
+	if e.rv != rv || rv == "" {
 		return
 	}
 	e.doc.state, e.doc.observe = state, observe
-	c.m[key] = e
-}
-
-func (c *parsedCache) forget(key types.NamespacedName) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, key)
 }
 
 // publishResult says what publish did.
@@ -348,7 +323,7 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		keys[i] = e.Key
 	}
 	if c.unchanged(prev) {
-		r.parsed.remember(client.ObjectKeyFromObject(policy), prev.rv, c.doc.state, c.doc.observe)
+		r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) { m.parsed.remember(prev.rv, c.doc.state, c.doc.observe) })
 		return publishResult{version: c.version, table: c.tableJSON, keys: keys, draining: c.draining}
 	}
 	ac := corev1ac.ConfigMap(routingName(policy), policy.Namespace).
@@ -369,7 +344,7 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		return publishResult{version: prev.Version, err: fmt.Errorf("apply routing ConfigMap: %w", err)}
 	}
 	if ac.ResourceVersion != nil { // the applied object, as the API server returned it
-		r.parsed.put(client.ObjectKeyFromObject(policy), *ac.ResourceVersion, c.doc)
+		r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) { m.parsed = parsedEntry{rv: *ac.ResourceVersion, doc: c.doc} })
 	}
 	if c.version != prev.Version {
 		r.Metrics.publications.Inc()

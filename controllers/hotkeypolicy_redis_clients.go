@@ -2,19 +2,15 @@ package controllers
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -58,65 +54,6 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 	}
 	return redis.NewClient(&redis.Options{Addr: target.Addresses[0], Username: creds.Username, Password: creds.Password,
 		TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
-}
-
-// redisClients keeps one client per policy, replaced when the target or the
-// credentials change, closed when the policy goes or the manager stops.
-type redisClients struct {
-	dial RedisDialer
-	mu   sync.Mutex
-	m    map[types.NamespacedName]redisClient
-}
-
-type redisClient struct {
-	fingerprint string
-	client      redis.UniversalClient
-}
-
-func newRedisClients(dial RedisDialer) *redisClients {
-	return &redisClients{dial: dial, m: make(map[types.NamespacedName]redisClient)}
-}
-
-func (c *redisClients) get(key types.NamespacedName, target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
-	h := sha256.New()
-	fmt.Fprintf(h, "%q %v %v %q %q %q", target.Addresses, target.Cluster, target.TLS, creds.Username, creds.Password, creds.CA)
-	fp := hex.EncodeToString(h.Sum(nil))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rc, ok := c.m[key]; ok {
-		if rc.fingerprint == fp {
-			return rc.client, nil
-		}
-		_ = rc.client.Close()
-		delete(c.m, key)
-	}
-	cl, err := c.dial(target, creds)
-	if err != nil {
-		return nil, err
-	}
-	c.m[key] = redisClient{fingerprint: fp, client: cl}
-	return cl, nil
-}
-
-func (c *redisClients) forget(key types.NamespacedName) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rc, ok := c.m[key]; ok {
-		_ = rc.client.Close()
-		delete(c.m, key)
-	}
-}
-
-// Start implements manager.Runnable: it closes every client at shutdown.
-func (c *redisClients) Start(ctx context.Context) error {
-	<-ctx.Done()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, rc := range c.m {
-		_ = rc.client.Close()
-		delete(c.m, k)
-	}
-	return nil
 }
 
 var errCredentials = errors.New("credentials missing")

@@ -84,7 +84,10 @@ func (p *redisPass) client(ctx context.Context) redis.UniversalClient {
 		p.fail(reason, err)
 		return nil
 	}
-	cl, err := p.r.redis.get(client.ObjectKeyFromObject(p.policy), p.policy.Spec.Target, creds)
+	var cl redis.UniversalClient
+	p.r.mem.with(client.ObjectKeyFromObject(p.policy), func(m *policyMemory) {
+		cl, err = m.client(p.r.Redis, p.policy.Spec.Target, creds)
+	})
 	if err != nil {
 		p.fail(v1alpha1.ReasonRedisUnavailable, err)
 		return nil
@@ -165,7 +168,9 @@ func (p *redisPass) fill(ctx context.Context, fills []decide.Fill) {
 	if cl == nil {
 		return
 	}
-	key := client.ObjectKeyFromObject(p.policy)
+	book := func(f decide.Fill, at time.Time) {
+		p.r.mem.with(client.ObjectKeyFromObject(p.policy), func(m *policyMemory) { m.refills.filled(f, at) })
+	}
 	for i, f := range fills {
 		if err := fillReplicas(ctx, cl, f); err != nil {
 			p.redisFailed(ctx, err)
@@ -173,12 +178,12 @@ func (p *redisPass) fill(ctx context.Context, fills []decide.Fill) {
 			// would not see them as new: keep them as refills to retry.
 			for _, rest := range fills[i:] {
 				rest.Refill = false
-				p.r.refills.filled(key, rest, p.res.retryAt)
+				book(rest, p.res.retryAt)
 			}
 			return
 		}
 		p.res.filled++
-		p.r.refills.filled(key, f, p.now.Add(p.r.Margin))
+		book(f, p.now.Add(p.r.Margin))
 	}
 }
 
@@ -195,9 +200,12 @@ func (r *HotKeyPolicyReconciler) actInRedis(ctx context.Context, policy *v1alpha
 // fills lists the replica fills of this pass (see decide.Fills) and
 // forgets the booked refills of keys no longer replicated alike.
 func (r *HotKeyPolicyReconciler) fills(key types.NamespacedName, prev *published, out *decide.Output, scheduled []decide.ScheduledKey, now time.Time) []decide.Fill {
-	fills := decide.Fills(now, r.Margin, prev.Table, out.Entries, scheduled, r.refills.due(key, now))
-	r.refills.drop(key, out.Entries)
-	return fills
+	var due map[string]int
+	r.mem.with(key, func(m *policyMemory) {
+		due = m.refills.due(now)
+		m.refills.drop(out.Entries)
+	})
+	return decide.Fills(now, r.Margin, prev.Table, out.Entries, scheduled, due)
 }
 
 // fillReplicas copies the base value into every replica with the replica

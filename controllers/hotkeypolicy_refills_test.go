@@ -11,9 +11,10 @@ import (
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// TestRefillBook is a unit test of the refill bookkeeping (no API server,
-// no Redis): which refills are due when, and which are forgotten.
-func TestRefillBook(t *testing.T) {
+// TestRefills is a unit test of the refill bookkeeping in the reconciler's
+// memory (no API server, no Redis): which refills are due when, and which
+// are forgotten.
+func TestRefills(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "p"}
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	margin := 10 * time.Second
@@ -57,25 +58,33 @@ func TestRefillBook(t *testing.T) {
 			now:       t0.Add(2 * margin), wantDue: map[string]int{"b": 2}, wantNext: t0.Add(2 * margin)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var b refillBook
+			var m memory
 			for _, bk := range tc.fills {
-				b.filled(key, bk.f, bk.at)
+				m.with(key, func(pm *policyMemory) { pm.refills.filled(bk.f, bk.at) })
 			}
 			if tc.published != nil {
-				b.drop(key, tc.published)
+				m.with(key, func(pm *policyMemory) { pm.refills.drop(tc.published) })
 			}
-			if diff := cmp.Diff(tc.wantDue, b.due(key, tc.now)); diff != "" {
+			due := func(key types.NamespacedName) (out map[string]int) {
+				m.with(key, func(pm *policyMemory) { out = pm.refills.due(tc.now) })
+				return out
+			}
+			next := func() (out time.Time) {
+				m.with(key, func(pm *policyMemory) { out = pm.refills.next() })
+				return out
+			}
+			if diff := cmp.Diff(tc.wantDue, due(key)); diff != "" {
 				t.Errorf("due (-want +got):\n%s", diff)
 			}
-			if got := b.next(key); !got.Equal(tc.wantNext) {
+			if got := next(); !got.Equal(tc.wantNext) {
 				t.Errorf("next = %v, want %v", got, tc.wantNext)
 			}
 			other := types.NamespacedName{Namespace: "ns", Name: "other"}
-			if got := b.due(other, tc.now); len(got) != 0 {
+			if got := due(other); len(got) != 0 {
 				t.Errorf("another policy's refills: %v", got)
 			}
-			b.forget(key)
-			if got := b.next(key); !got.IsZero() {
+			m.forget(key)
+			if got := next(); !got.IsZero() {
 				t.Errorf("after forget, next = %v", got)
 			}
 		})

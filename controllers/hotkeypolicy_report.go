@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,34 +24,6 @@ import (
 // the hub's view, so its write rate can be bounded per policy, whatever the
 // number of nodes.
 const DefaultReportInterval = 10 * time.Second
-
-// book remembers one value per policy, in the manager's memory (a new
-// leader starts without: it writes once, then remembers).
-type book[T any] struct {
-	mu   sync.Mutex
-	last map[types.NamespacedName]T
-}
-
-func (b *book[T]) get(k types.NamespacedName) T {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.last[k]
-}
-
-func (b *book[T]) set(k types.NamespacedName, v T) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.last == nil {
-		b.last = map[types.NamespacedName]T{}
-	}
-	b.last[k] = v
-}
-
-func (b *book[T]) forget(k types.NamespacedName) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.last, k)
-}
 
 // reportState is a policy's last written report.
 type reportState struct {
@@ -173,7 +144,8 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 	th := hub.ParamsFromSpec(p.spec).Thresholds
 	cands := reportCandidates(p.fleet, th, int(p.spec.Detection.TopK))
 	nodes := int32(p.fleet.FreshNodes)
-	last := r.reports.get(p.key)
+	var last reportState
+	r.mem.with(p.key, func(m *policyMemory) { last = m.report })
 	if !reportDue(p.now, last, nodes, cands, th, cmp.Or(r.ReportInterval, DefaultReportInterval)) {
 		return
 	}
@@ -190,7 +162,7 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 		log.FromContext(ctx).Error(err, "writing the aggregated report")
 		return
 	}
-	r.reports.set(p.key, reportState{at: p.now, nodes: nodes, cands: cands})
+	r.mem.with(p.key, func(m *policyMemory) { m.report = reportState{at: p.now, nodes: nodes, cands: cands} })
 }
 
 // upsertReport creates the report, owned by the policy (so it goes with

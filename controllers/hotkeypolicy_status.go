@@ -19,6 +19,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/schedule"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -32,8 +33,11 @@ const maxStatusHotKeys = 50
 // maxStatusEvents is the schema's cap on status.nextEvents.
 const maxStatusEvents = 32
 
-// buildStatus computes the next status from what the pass found and did.
-// Conditions keep their lastTransitionTime unless their status changes.
+// buildStatus computes the next status from what the pass found and did:
+// the counts and lists it shows, then each condition by its own setter, as
+// Cluster API's controllers do (one pure function per condition, tested
+// alone). Conditions keep their lastTransitionTime unless their status
+// changes.
 func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st := p.policy.Status.DeepCopy()
 	st.ObservedGeneration = p.policy.Generation
@@ -46,83 +50,110 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.RoutingVersion = max(st.RoutingVersion, p.pub.version)
 	st.ReportingNodes, st.StaleNodes = shownNodes(st.ReportingNodes, st.StaleNodes, int32(p.agg.FreshNodes), int32(p.agg.StaleNodes))
 	st.HotKeyCount = int32(len(p.out.Keys))
-	shown := make(map[string]v1alpha1.HotKeyStatus, len(st.HotKeys))
-	for _, hk := range st.HotKeys {
+	st.HotKeys = shownHotKeys(st.HotKeys, p.out.Keys, p.ratesDue, &p.spec.Thresholds)
+	st.NextEvents = nextEvents(p.evs)
+
+	gen := p.policy.Generation
+	setReadyCondition(st, gen, p.spec.Mode, p.pub)
+	setMitigatingCondition(st, gen, &p.out)
+	setDegradedCondition(st, gen, p.act, p.schedErrs)
+	return st
+}
+
+// shownHotKeys are the hot keys status shows: the first maxStatusHotKeys of
+// keys (hottest first), in the order of their names (by heat, two keys at
+// about the same heat would swap places from pass to pass, and each swap
+// would be a status write). A key already shown in old keeps its shown
+// rates unless ratesDue and they moved (rateMoved): rates are shown, not
+// decided on, so the status changes when something did, not at every step
+// of a key's rise or decay.
+func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesDue bool, th *v1alpha1.Thresholds) []v1alpha1.HotKeyStatus {
+	shown := make(map[string]v1alpha1.HotKeyStatus, len(old))
+	for _, hk := range old {
 		shown[hk.Key] = hk
 	}
-	st.HotKeys = nil
-	for i, k := range p.out.Keys {
-		if i == maxStatusHotKeys {
-			break
-		}
+	var out []v1alpha1.HotKeyStatus
+	for _, k := range keys[:min(len(keys), maxStatusHotKeys)] {
 		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
 			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source}
-		// Rates are shown, not decided on: a shown rate is refreshed at most
-		// once a report interval (ratesDue), and then only if it moved by
-		// more than a fifth and by more than a twentieth of its threshold,
-		// so the status (and its write to the API server) changes when
-		// something did, not at every step of a key's rise or decay.
-		if old, ok := shown[k.Key]; ok && (!p.ratesDue ||
-			!rateMoved(old.ReadsPerSecond, hk.ReadsPerSecond, p.spec.Thresholds.ReadsPerSecond) &&
-				!rateMoved(old.WritesPerSecond, hk.WritesPerSecond, p.spec.Thresholds.WritesPerSecond)) {
-			hk.ReadsPerSecond, hk.WritesPerSecond = old.ReadsPerSecond, old.WritesPerSecond
+		if o, ok := shown[k.Key]; ok && (!ratesDue ||
+			!rateMoved(o.ReadsPerSecond, hk.ReadsPerSecond, th.ReadsPerSecond) && !rateMoved(o.WritesPerSecond, hk.WritesPerSecond, th.WritesPerSecond)) {
+			hk.ReadsPerSecond, hk.WritesPerSecond = o.ReadsPerSecond, o.WritesPerSecond
 		}
 		if k.Since != nil {
 			t := metav1.NewTime(k.Since.UTC().Truncate(time.Second))
 			hk.Since = &t
 		}
-		st.HotKeys = append(st.HotKeys, hk)
+		out = append(out, hk)
 	}
-	// The hottest are shown, in the keys' order: by heat, two keys at
-	// about the same heat would swap places from pass to pass, and each
-	// swap would be a status write.
-	slices.SortFunc(st.HotKeys, func(a, b v1alpha1.HotKeyStatus) int { return strings.Compare(a.Key, b.Key) })
-	st.NextEvents = nil
-	for i, ev := range p.evs {
-		if i == maxStatusEvents {
-			break
-		}
-		st.NextEvents = append(st.NextEvents, v1alpha1.ScheduledEventStatus{Name: ev.Name,
+	slices.SortFunc(out, func(a, b v1alpha1.HotKeyStatus) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// nextEvents are the first maxStatusEvents schedule events status lists.
+func nextEvents(evs []schedule.Event) []v1alpha1.ScheduledEventStatus {
+	var out []v1alpha1.ScheduledEventStatus
+	for _, ev := range evs[:min(len(evs), maxStatusEvents)] {
+		out = append(out, v1alpha1.ScheduledEventStatus{Name: ev.Name,
 			Start: metav1.NewTime(ev.Start), End: metav1.NewTime(ev.End), PrewarmAt: metav1.NewTime(ev.PrewarmAt)})
 	}
+	return out
+}
 
-	gen := p.policy.Generation
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
-	}
+// setCondition sets one condition of st, observed at generation gen.
+func setCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, typ string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+// setReadyCondition: False when the routing ConfigMap could not be
+// published; in Observe mode True/Observing (saying which splits from
+// before the switch still drain); otherwise True/Published with the
+// version in force (st.RoutingVersion).
+func setReadyCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1alpha1.PolicyMode, pub publishResult) {
 	switch {
-	case p.pub.err != nil:
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, p.pub.err.Error())
-	case p.spec.Mode == v1alpha1.ModeObserve && p.pub.draining > 0:
-		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, fmt.Sprintf(
-			"decisions are computed and shown in status; %d keys split before the switch to Observe stay published until unsplit and folded", p.pub.draining))
-	case p.spec.Mode == v1alpha1.ModeObserve:
-		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, "decisions are computed and shown in status; nothing is published")
+	case pub.err != nil:
+		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, pub.err.Error())
+	case mode == v1alpha1.ModeObserve && pub.draining > 0:
+		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, fmt.Sprintf(
+			"decisions are computed and shown in status; %d keys split before the switch to Observe stay published until unsplit and folded", pub.draining))
+	case mode == v1alpha1.ModeObserve:
+		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, "decisions are computed and shown in status; nothing is published")
 	default:
-		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("routing table version %d published", st.RoutingVersion))
+		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("routing table version %d published", st.RoutingVersion))
 	}
-	if len(p.out.Keys) > 0 {
-		msg := fmt.Sprintf("%d keys mitigated", len(p.out.Keys))
-		if p.out.Capped > 0 {
-			msg += fmt.Sprintf("; %d more left out by capacity.maxMitigatedKeys", p.out.Capped)
-		}
-		set(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, msg)
-	} else {
-		set(v1alpha1.ConditionMitigating, metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys, "no key is mitigated")
+}
+
+// setMitigatingCondition: True while the decision mitigates a key (counting
+// those the cap left out), False otherwise.
+func setMitigatingCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, out *decide.Output) {
+	if len(out.Keys) == 0 {
+		setCondition(st, gen, v1alpha1.ConditionMitigating, metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys, "no key is mitigated")
+		return
 	}
+	msg := fmt.Sprintf("%d keys mitigated", len(out.Keys))
+	if out.Capped > 0 {
+		msg += fmt.Sprintf("; %d more left out by capacity.maxMitigatedKeys", out.Capped)
+	}
+	setCondition(st, gen, v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, msg)
+}
+
+// setDegradedCondition says the worst that is wrong, first of: the pass's
+// Redis work failed, a schedule cannot be evaluated, nodes hosting the
+// policy's pods are stale (st's shown counts: shownNodes shows a stale
+// count going to or from zero at once). False when nothing is.
+func setDegradedCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, act actResult, schedErrs []error) {
 	switch {
-	case p.act.reason != "":
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, p.act.reason, truncate(p.act.message))
-	case len(p.schedErrs) > 0:
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(p.schedErrs...).Error()))
-	case p.agg.StaleNodes > 0:
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
+	case act.reason != "":
+		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionTrue, act.reason, truncate(act.message))
+	case len(schedErrs) > 0:
+		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionTrue, ReasonInvalidSchedule, truncate(errors.Join(schedErrs...).Error()))
+	case st.StaleNodes > 0:
+		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonStaleReports,
 			fmt.Sprintf("%d of %d nodes hosting the policy's pods sent no summary for %d report intervals; their traffic is not counted",
 				st.StaleNodes, st.StaleNodes+st.ReportingNodes, hub.StaleAfterIntervals))
 	default:
-		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
+		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
 	}
-	return st
 }
 
 // rateMoved says whether a shown rate should change from old to new: by
@@ -224,7 +255,9 @@ func (r *HotKeyPolicyReconciler) recordTransitions(policy *v1alpha1.HotKeyPolicy
 // ratesDue says whether a pass at now may refresh the rates status shows:
 // a report interval or more since it last did.
 func (r *HotKeyPolicyReconciler) ratesDue(key types.NamespacedName, now time.Time) bool {
-	return !now.Before(r.ratesShown.get(key).Add(cmp.Or(r.ReportInterval, DefaultReportInterval)))
+	var shown time.Time
+	r.mem.with(key, func(m *policyMemory) { shown = m.ratesShown })
+	return !now.Before(shown.Add(cmp.Or(r.ReportInterval, DefaultReportInterval)))
 }
 
 // writeStatus patches the status, only when it changed, and remembers what
@@ -239,11 +272,12 @@ func (r *HotKeyPolicyReconciler) writeStatus(ctx context.Context, policy *v1alph
 	if err := r.Client.Status().Patch(ctx, policy, client.MergeFrom(base)); err != nil {
 		return err
 	}
-	key := client.ObjectKeyFromObject(policy)
-	r.written.set(key, writtenStatus{baseRV: base.ResourceVersion, status: st.DeepCopy()})
-	if refreshed {
-		r.ratesShown.set(key, now)
-	}
+	r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) {
+		m.written = writtenStatus{baseRV: base.ResourceVersion, status: st.DeepCopy()}
+		if refreshed {
+			m.ratesShown = now
+		}
+	})
 	return nil
 }
 
@@ -260,7 +294,8 @@ type writtenStatus struct {
 // compare with the status before that write, and write it again and emit
 // its Events again.
 func (r *HotKeyPolicyReconciler) caughtUp(policy *v1alpha1.HotKeyPolicy) {
-	w := r.written.get(client.ObjectKeyFromObject(policy))
+	var w writtenStatus
+	r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) { w = m.written })
 	if w.status != nil && w.baseRV != "" && w.baseRV == policy.ResourceVersion {
 		policy.Status = *w.status.DeepCopy()
 	}

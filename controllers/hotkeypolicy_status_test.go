@@ -293,6 +293,88 @@ func TestBuildStatus(t *testing.T) {
 	}
 }
 
+// conditionSet checks a condition setter on a status holding another
+// condition: set must add want and leave the other one as it was.
+func conditionSet(t *testing.T, st *v1alpha1.HotKeyPolicyStatus, set func(*v1alpha1.HotKeyPolicyStatus), want metav1.Condition) {
+	t.Helper()
+	other := metav1.Condition{Type: "Other", Status: metav1.ConditionTrue, Reason: "Other", Message: "not this setter's", ObservedGeneration: 1}
+	st.Conditions = []metav1.Condition{other}
+	set(st)
+	if diff := cmp.Diff([]metav1.Condition{other, want}, st.Conditions, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
+		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+}
+
+func TestSetReadyCondition(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mode v1alpha1.PolicyMode
+		pub  publishResult
+		want metav1.Condition
+	}{
+		"published: the version in force": {mode: v1alpha1.ModeEnforce, pub: publishResult{version: 4},
+			want: cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "routing table version 7 published")},
+		"publication failed, whatever the mode": {mode: v1alpha1.ModeObserve, pub: publishResult{err: errors.New("apply: conflict"), draining: 2},
+			want: cond(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, "apply: conflict")},
+		"Observe mode": {mode: v1alpha1.ModeObserve,
+			want: cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, "decisions are computed and shown in status; nothing is published")},
+		"Observe mode still draining": {mode: v1alpha1.ModeObserve, pub: publishResult{draining: 3},
+			want: cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving,
+				"decisions are computed and shown in status; 3 keys split before the switch to Observe stay published until unsplit and folded")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := &v1alpha1.HotKeyPolicyStatus{RoutingVersion: 7}
+			conditionSet(t, st, func(st *v1alpha1.HotKeyPolicyStatus) { setReadyCondition(st, 4, tc.mode, tc.pub) }, tc.want)
+		})
+	}
+}
+
+func TestSetMitigatingCondition(t *testing.T) {
+	for name, tc := range map[string]struct {
+		out  decide.Output
+		want metav1.Condition
+	}{
+		"nothing mitigated": {want: notHot},
+		"nothing mitigated, some capped: still nothing mitigated": {out: decide.Output{Capped: 2}, want: notHot},
+		"keys mitigated": {out: decide.Output{Keys: hotKeys(3)},
+			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "3 keys mitigated")},
+		"keys mitigated, some capped": {out: decide.Output{Keys: hotKeys(1), Capped: 2},
+			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "1 keys mitigated; 2 more left out by capacity.maxMitigatedKeys")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			conditionSet(t, &v1alpha1.HotKeyPolicyStatus{}, func(st *v1alpha1.HotKeyPolicyStatus) { setMitigatingCondition(st, 4, &tc.out) }, tc.want)
+		})
+	}
+}
+
+func TestSetDegradedCondition(t *testing.T) {
+	redisDown := actResult{reason: v1alpha1.ReasonRedisUnavailable, message: "dial tcp: refused"}
+	badCron := []error{errors.New("schedule bf: bad cron"), errors.New("schedule x: unknown time zone")}
+	long := strings.Repeat("x", 2000)
+	degraded := func(reason, msg string) metav1.Condition {
+		return cond(v1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+	}
+	for name, tc := range map[string]struct {
+		act              actResult
+		schedErrs        []error
+		reporting, stale int32
+		want             metav1.Condition
+	}{
+		"healthy":             {reporting: 3, want: healthy},
+		"Redis failed: first": {act: redisDown, schedErrs: badCron, stale: 1, want: degraded(v1alpha1.ReasonRedisUnavailable, "dial tcp: refused")},
+		"then every bad schedule": {schedErrs: badCron, stale: 1,
+			want: degraded(ReasonInvalidSchedule, "schedule bf: bad cron\nschedule x: unknown time zone")},
+		"then stale nodes, out of every node hosting pods": {reporting: 3, stale: 1,
+			want: degraded(v1alpha1.ReasonStaleReports, "1 of 4 nodes hosting the policy's pods sent no summary for 5 report intervals; their traffic is not counted")},
+		"a long message is cut at 1024 bytes": {act: actResult{reason: v1alpha1.ReasonRedisUnavailable, message: long},
+			want: degraded(v1alpha1.ReasonRedisUnavailable, long[:1024])},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := &v1alpha1.HotKeyPolicyStatus{ReportingNodes: tc.reporting, StaleNodes: tc.stale}
+			conditionSet(t, st, func(st *v1alpha1.HotKeyPolicyStatus) { setDegradedCondition(st, 4, tc.act, tc.schedErrs) }, tc.want)
+		})
+	}
+}
+
 func TestRatesRefreshed(t *testing.T) {
 	k := func(key string, r, w int64) v1alpha1.HotKeyStatus {
 		return v1alpha1.HotKeyStatus{Key: key, ReadsPerSecond: r, WritesPerSecond: w}
@@ -443,7 +525,7 @@ func TestCaughtUp(t *testing.T) {
 		return p
 	}
 	r.caughtUp(policy("7")) // nothing written yet: nothing to do
-	r.written.set(client.ObjectKeyFromObject(policy("7")), writtenStatus{baseRV: "7", status: written})
+	r.mem.with(client.ObjectKeyFromObject(policy("7")), func(m *policyMemory) { m.written = writtenStatus{baseRV: "7", status: written} })
 	stale := policy("7")
 	r.caughtUp(stale)
 	if diff := cmp.Diff(written, &stale.Status); diff != "" {

@@ -146,99 +146,146 @@ type Output struct {
 }
 
 // Decide computes the next routing decision. It is pure: same input, same
-// output.
+// output. It takes four steps, each its own function.
 func Decide(in Input) Output {
-	spec := in.Spec
-	now := in.Now
-	var out Output
-	epochMillis := spec.Mitigations.Split.Epoch.Milliseconds()
+	keys := advanceKeys(in)                   // 1. hysteresis per key
+	m := mitigate(in, keys)                   // 2. entries: detected keys, then scheduled ones
+	splits := planSplits(in, m.entries)       // 3. splits move at epoch boundaries
+	return assemble(in.Spec, keys, m, splits) // 4. the output, sorted
+}
 
-	// 1. Hysteresis per key: previous keys plus newly observed ones.
-	states := make(map[string]*KeyState, len(in.State.Keys)+len(in.Observations))
+// keyStates is what step 1 (advanceKeys) leaves: each key's state after
+// this pass's hysteresis, and what changed.
+type keyStates struct {
+	byKey map[string]*KeyState
+	// hottest lists byKey's keys, hottest first (by name among equals).
+	hottest []string
+	// next is when a timer runs out (zero if none).
+	next time.Time
+	// started and ended count the keys that became hot / cooled down;
+	// capped those over a threshold long enough but left out by the cap.
+	started, ended, capped int
+}
+
+// advanceKeys is step 1: the hysteresis of every key remembered in
+// in.State and of every key newly observed over a threshold (step, per
+// direction). Keys are taken hottest first, so that when
+// capacity.maxMitigatedKeys bites the hottest keys win.
+func advanceKeys(in Input) keyStates {
+	spec, now := in.Spec, in.Now
+	ks := keyStates{byKey: make(map[string]*KeyState, len(in.State.Keys)+len(in.Observations))}
 	hotCount := 0
 	for i := range in.State.Keys {
 		k := in.State.Keys[i]
-		states[k.Key] = &k
+		ks.byKey[k.Key] = &k
 		if k.hot() {
 			hotCount++
 		}
 	}
 	for key, o := range in.Observations {
-		if _, ok := states[key]; !ok && (o.ReadsPerSecond > spec.Thresholds.ReadsPerSecond || o.WritesPerSecond > spec.Thresholds.WritesPerSecond) {
-			states[key] = &KeyState{Key: key}
+		if _, ok := ks.byKey[key]; !ok && (o.ReadsPerSecond > spec.Thresholds.ReadsPerSecond || o.WritesPerSecond > spec.Thresholds.WritesPerSecond) {
+			ks.byKey[key] = &KeyState{Key: key}
 		}
 	}
-	keys := make([]string, 0, len(states))
-	for k := range states {
-		keys = append(keys, k)
+	ks.hottest = make([]string, 0, len(ks.byKey))
+	for k := range ks.byKey {
+		ks.hottest = append(ks.hottest, k)
 	}
-	// Hottest first, so that when the cap bites the hottest keys win.
-	sort.Slice(keys, func(i, j int) bool {
-		hi, hj := heat(spec, in.Observations[keys[i]]), heat(spec, in.Observations[keys[j]])
+	sort.Slice(ks.hottest, func(i, j int) bool {
+		hi, hj := heat(spec, in.Observations[ks.hottest[i]]), heat(spec, in.Observations[ks.hottest[j]])
 		if hi != hj {
 			return hi > hj
 		}
-		return keys[i] < keys[j]
+		return ks.hottest[i] < ks.hottest[j]
 	})
 	limit := int(spec.Capacity.MaxMitigatedKeys)
-	for _, key := range keys {
-		ks := states[key]
+	for _, key := range ks.hottest {
+		k := ks.byKey[key]
 		o := in.Observations[key]
-		wasHot := ks.hot()
-		over := earliestPtr(ks.ReadOverSince, ks.WriteOverSince)
+		wasHot := k.hot()
+		over := earliestPtr(k.ReadOverSince, k.WriteOverSince)
 		room := hotCount < limit || wasHot
-		n1 := step(now, &ks.ReadHot, &ks.ReadOverSince, &ks.ReadUnderSince, o.ReadsPerSecond, spec.Thresholds.ReadsPerSecond, spec, room)
-		room = room || ks.ReadHot
-		n2 := step(now, &ks.WriteHot, &ks.WriteOverSince, &ks.WriteUnderSince, o.WritesPerSecond, spec.Thresholds.WritesPerSecond, spec, room)
-		out.NextCheck = earliestNZ(out.NextCheck, n1, n2)
+		n1 := step(now, &k.ReadHot, &k.ReadOverSince, &k.ReadUnderSince, o.ReadsPerSecond, spec.Thresholds.ReadsPerSecond, spec, room)
+		room = room || k.ReadHot
+		n2 := step(now, &k.WriteHot, &k.WriteOverSince, &k.WriteUnderSince, o.WritesPerSecond, spec.Thresholds.WritesPerSecond, spec, room)
+		ks.next = earliestNZ(ks.next, n1, n2)
 		switch {
-		case !wasHot && ks.hot():
+		case !wasHot && k.hot():
 			t := now
-			ks.Since = &t
+			k.Since = &t
 			// Over since before this pass, or only now (sustainFor 0).
-			ks.DetectedAt = &t
+			k.DetectedAt = &t
 			if over != nil {
 				d := *over
-				ks.DetectedAt = &d
+				k.DetectedAt = &d
 			}
 			hotCount++
-			out.Started++
-		case wasHot && !ks.hot():
-			ks.Since, ks.DetectedAt = nil, nil
+			ks.started++
+		case wasHot && !k.hot():
+			k.Since, k.DetectedAt = nil, nil
 			hotCount--
-			out.Ended++
+			ks.ended++
 		}
-		if !ks.hot() && (ks.ReadOverSince != nil || ks.WriteOverSince != nil) && !room {
-			out.Capped++
+		if !k.hot() && (k.ReadOverSince != nil || k.WriteOverSince != nil) && !room {
+			ks.capped++
 		}
 	}
+	return ks
+}
 
-	// 2. Entries: detected keys, then scheduled keys merged in.
-	entries := make(map[string]*routing.Entry)
-	decisions := make(map[string]*KeyDecision)
-	for _, key := range keys {
-		ks := states[key]
+// mitigations is what step 2 (mitigate) leaves: the routing entry and the
+// status decision of every mitigated key, by key.
+type mitigations struct {
+	entries   map[string]*routing.Entry
+	decisions map[string]*KeyDecision
+	// next is when a split shrink is due (zero if none).
+	next time.Time
+}
+
+// mitigate is step 2: the entries of the hot keys (detectedEntry), then
+// those of the scheduled keys in [PrewarmAt, End) merged in
+// (mergeScheduled). It moves the hot keys' shrink timers in keys.
+func mitigate(in Input, keys keyStates) mitigations {
+	m := mitigations{entries: make(map[string]*routing.Entry), decisions: make(map[string]*KeyDecision)}
+	for _, key := range keys.hottest {
+		ks := keys.byKey[key]
 		if !ks.hot() {
 			continue
 		}
-		o := in.Observations[key]
-		e, d, next := detectedEntry(now, spec, key, ks, o, lastShards(in.Current, key))
-		out.NextCheck = earliestNZ(out.NextCheck, next)
+		e, d, next := detectedEntry(in.Now, in.Spec, key, ks, in.Observations[key], lastShards(in.Current, key))
+		m.next = earliestNZ(m.next, next)
 		if e != nil {
-			entries[key] = e
+			m.entries[key] = e
 			d.Since = ks.Since
-			decisions[key] = d
+			m.decisions[key] = d
 		}
 	}
 	for _, sk := range in.Scheduled {
-		if now.Before(sk.PrewarmAt) || !now.Before(sk.End) {
+		if in.Now.Before(sk.PrewarmAt) || !in.Now.Before(sk.End) {
 			continue
 		}
-		mergeScheduled(spec, entries, decisions, sk, in.Observations[sk.Key])
+		mergeScheduled(in.Spec, m.entries, m.decisions, sk, in.Observations[sk.Key])
 	}
+	return m
+}
 
-	// 3. Splits move at epoch boundaries; keys that lost their split keep
-	// their generations until folded.
+// splitPlan is what step 3 (planSplits) leaves besides the entries it
+// updates: the retired generations to fold, and when the plan changes by
+// itself (zero if never).
+type splitPlan struct {
+	folds []GenRef
+	next  time.Time
+}
+
+// planSplits is step 3: every key split now (in.Current) or to be split
+// (entries) moves its generations toward the size entries ask for, at
+// epoch boundaries (planGenerations). It updates entries: a key no longer
+// split keeps its generations until folded (an entry with only the split,
+// if it is no longer mitigated otherwise: reads still sum the shards,
+// writes go to the base key), and a split with no generation left is
+// removed.
+func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
+	var plan splitPlan
 	desired := make(map[string]int32)
 	for key, e := range entries {
 		if e.Split != nil {
@@ -261,14 +308,15 @@ func Decide(in Input) Output {
 			splitKeys[k] = true
 		}
 	}
+	epochMillis := in.Spec.Mitigations.Split.Epoch.Milliseconds()
 	for key := range splitKeys {
 		var gens []routing.Generation
 		if c := current[key]; c != nil && c.Split != nil {
 			gens = c.Split.Generations
 		}
-		gens, folds, next := planGenerations(now, epochMillis, in.Margin, key, gens, desired[key])
-		out.Folds = append(out.Folds, folds...)
-		out.NextCheck = earliestNZ(out.NextCheck, next)
+		gens, folds, next := planGenerations(in.Now, epochMillis, in.Margin, key, gens, desired[key])
+		plan.folds = append(plan.folds, folds...)
+		plan.next = earliestNZ(plan.next, next)
 		e := entries[key]
 		if len(gens) == 0 {
 			if e != nil {
@@ -277,8 +325,8 @@ func Decide(in Input) Output {
 			continue
 		}
 		if e == nil {
-			// No longer hot: keep only the split so reads still sum the
-			// shards until they are folded; writes go to the base key.
+			// No longer mitigated but still split: only the split, until
+			// folded.
 			e = &routing.Entry{Key: key, Source: routing.SourceDetected}
 			if c := current[key]; c != nil {
 				e.Source, e.NotBefore, e.NotAfter = c.Source, c.NotBefore, c.NotAfter
@@ -287,25 +335,30 @@ func Decide(in Input) Output {
 		}
 		e.Split = &routing.Split{Generations: gens}
 	}
+	return plan
+}
 
-	// 4. Assemble, sorted.
-	for key, e := range entries {
-		if !hasMitigation(e) {
-			delete(entries, key)
+// assemble is step 4: the Output of the three steps before, sorted: the
+// entries left with a mitigation by key, the folds by key and epoch, the
+// mitigated keys hottest first, the state of every key not idle by key,
+// and the earliest time any of them changes by itself.
+func assemble(spec *v1alpha1.HotKeyPolicySpec, keys keyStates, m mitigations, splits splitPlan) Output {
+	out := Output{NextCheck: earliestNZ(keys.next, m.next, splits.next), Started: keys.started, Ended: keys.ended, Capped: keys.capped}
+	out.Entries = make([]routing.Entry, 0, len(m.entries))
+	for _, e := range m.entries {
+		if hasMitigation(e) {
+			out.Entries = append(out.Entries, *e)
 		}
 	}
-	out.Entries = make([]routing.Entry, 0, len(entries))
-	for _, e := range entries {
-		out.Entries = append(out.Entries, *e)
-	}
 	sort.Slice(out.Entries, func(i, j int) bool { return out.Entries[i].Key < out.Entries[j].Key })
+	out.Folds = splits.folds
 	sort.Slice(out.Folds, func(i, j int) bool {
 		if out.Folds[i].Key != out.Folds[j].Key {
 			return out.Folds[i].Key < out.Folds[j].Key
 		}
 		return out.Folds[i].FromEpoch < out.Folds[j].FromEpoch
 	})
-	for _, d := range decisions {
+	for _, d := range m.decisions {
 		out.Keys = append(out.Keys, *d)
 	}
 	sort.Slice(out.Keys, func(i, j int) bool {
@@ -316,8 +369,8 @@ func Decide(in Input) Output {
 		}
 		return out.Keys[i].Key < out.Keys[j].Key
 	})
-	for _, key := range sortedKeys(states) {
-		if ks := states[key]; !ks.idle() {
+	for _, key := range sortedKeys(keys.byKey) {
+		if ks := keys.byKey[key]; !ks.idle() {
 			out.State.Keys = append(out.State.Keys, *ks)
 		}
 	}
