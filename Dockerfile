@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
-# One image, one static binary: `heatsink manager`, `heatsink detector`,
-# `heatsink proxy` (the injected sidecar). One image rather than three: the
-# three share almost all their code, a node pulls one layer for its detector
+# One image, one static binary: `heatsink manager`, `heatsink node-agent`,
+# `heatsink sidecar` (the injected sidecar). One image rather than three: the
+# three share almost all their code, a node pulls one layer for its node agent
 # and every sidecar, and the versions can never skew.
 
 # --- build -------------------------------------------------------------------

@@ -106,7 +106,7 @@ bench: setup ## Run every benchmark and write bench-report.md.
 ##@ Build
 
 .PHONY: build
-build: $(HEATSINK) ## Build the heatsink binary (manager, detector, proxy subcommands).
+build: $(HEATSINK) ## Build the heatsink binary (manager, node agent, proxy subcommands).
 
 .PHONY: $(HEATSINK)
 $(HEATSINK):

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
@@ -23,7 +23,7 @@ import (
 
 // BenchmarkReconcile measures one steady-state Reconcile of a policy with
 // 1,000 hot keys (half read-hot, half write-hot and split) from 500 nodes'
-// summaries of 200 keys each in the fleet hub, against a real API server:
+// summaries of 200 keys each in the hub, against a real API server:
 //   - cached: the routing ConfigMap read from the manager's informer cache
 //     (how the manager runs);
 //   - uncached: the same reconcile reading straight from the API server,
@@ -56,11 +56,11 @@ func BenchmarkReconcile(b *testing.B) {
 	}
 	for n := range 500 {
 		node := fmt.Sprintf("node-%03d", n)
-		h.UpsertPod(ns+"/pod-"+node, node, fleet.Pod{IP: fmt.Sprintf("198.18.%d.%d", n/250, n%250+1), Policy: ns + "/bench"})
-		ps := fleet.PolicySummary{Policy: ns + "/bench"}
+		h.UpsertPod(ns+"/pod-"+node, node, agentlink.Pod{IP: fmt.Sprintf("198.18.%d.%d", n/250, n%250+1), Policy: ns + "/bench"})
+		ps := agentlink.PolicySummary{Policy: ns + "/bench"}
 		for i := range 200 {
 			k := (n*200 + i) % 1000
-			kr := fleet.KeyRates{Key: fmt.Sprintf("product:%06d", k)}
+			kr := agentlink.KeyRates{Key: fmt.Sprintf("product:%06d", k)}
 			if k%2 == 0 {
 				kr.Reads = 1000 // × 100 nodes = 100k reads/s
 			} else {
@@ -68,7 +68,7 @@ func BenchmarkReconcile(b *testing.B) {
 			}
 			ps.Keys = append(ps.Keys, kr)
 		}
-		h.Ingest(&fleet.Summary{Node: node, Session: 1, Seq: 1, Policies: []fleet.PolicySummary{ps}})
+		h.Ingest(&agentlink.Summary{Node: node, Session: 1, Seq: 1, Policies: []agentlink.PolicySummary{ps}})
 	}
 	r := &HotKeyPolicyReconciler{Clock: clk, Fleet: h}
 	mgr := testenv.RunManager(b, cp, func(m manager.Manager) error { return r.init(m) })

@@ -24,11 +24,11 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/detector"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
+	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -120,7 +120,7 @@ func TestLeaderFailoverDuringAHotEvent(t *testing.T) {
 	eventually.True(t, 20*time.Second, "replica a leads", func() bool { return listening("127.0.2.1", port) })
 	startManager(t, cp, net.JoinHostPort("127.0.2.2", port))
 
-	agent, err := detector.New(detector.Options{
+	agent, err := nodeagent.New(nodeagent.Options{
 		NodeName: "node-a", ListenAddr: "127.0.0.1:0", Manager: "managers.test:" + port, Token: "failover",
 		Resolve: func(context.Context, string) ([]string, error) { return []string{"127.0.2.1", "127.0.2.2"}, nil },
 	})

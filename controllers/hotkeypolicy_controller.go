@@ -1,5 +1,5 @@
 // Package controllers holds the manager's reconcilers. The HotKeyPolicy
-// reconciler turns detector reports into a published routing table: observe
+// reconciler turns node agent reports into a published routing table: observe
 // (sum fresh reports) → decide (pure, package decide) → fold retired shards
 // in Redis → publish (routing ConfigMap) → fill replicas in Redis → status.
 // Redis work has one deadline per pass and workers are several, so one

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
@@ -65,14 +65,14 @@ func (f *flow) policy(name string, mut ...func(*v1alpha1.HotKeyPolicy)) *v1alpha
 func (f *flow) report(policy, node string, c ...v1alpha1.Candidate) {
 	f.t.Helper()
 	id := f.ns + "/" + policy
-	f.hub.UpsertPod(id+"-"+node, node, fleet.Pod{IP: podIP(node), Policy: id})
-	ps := fleet.PolicySummary{Policy: id}
+	f.hub.UpsertPod(id+"-"+node, node, agentlink.Pod{IP: podIP(node), Policy: id})
+	ps := agentlink.PolicySummary{Policy: id}
 	for _, k := range c {
 		r, w := float64(k.ReadsPerSecond), float64(k.WritesPerSecond)
-		ps.Keys = append(ps.Keys, fleet.KeyRates{Key: k.Key, Reads: r, Writes: w, RecentReads: r, RecentWrites: w})
+		ps.Keys = append(ps.Keys, agentlink.KeyRates{Key: k.Key, Reads: r, Writes: w, RecentReads: r, RecentWrites: w})
 	}
 	f.seq++
-	f.hub.Ingest(&fleet.Summary{Node: node, Session: 1, Seq: f.seq, Policies: []fleet.PolicySummary{ps}})
+	f.hub.Ingest(&agentlink.Summary{Node: node, Session: 1, Seq: f.seq, Policies: []agentlink.PolicySummary{ps}})
 }
 
 // podIP is a made-up address for a node's pod (only its uniqueness matters).

@@ -10,13 +10,13 @@ import (
 )
 
 // The observe step is the one place the reconciler learns how hot keys
-// are: the fleet hub (package hub) holds every node's latest summary for
+// are: the hub (package hub) holds every node's latest summary for
 // the policy and turns them into one estimate per key (the exact sum for
 // pinned keys, the upper bound otherwise), the node health for status, and
 // when a node turns stale. observe hands the hub the policy's current
 // detection parameters first, so node agents count with them.
 
-// observe fills p.agg and p.fleet from the hub and reports whether the view
+// observe fills p.agg and p.hubSnap from the hub and reports whether the view
 // can be decided on: a manager that has just been elected has not heard
 // from every node yet, and must not take "not heard" for "cold"; it then
 // returns false and the time to look again.
@@ -44,7 +44,7 @@ func (r *HotKeyPolicyReconciler) observe(p *pass) (warm bool, warmAt time.Time, 
 			delete(snap.Estimates, k)
 		}
 	}
-	p.agg, p.fleet = snap.Aggregate, snap
+	p.agg, p.hubSnap = snap.Aggregate, snap
 	return true, time.Time{}, nil
 }
 

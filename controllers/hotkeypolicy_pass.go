@@ -28,8 +28,8 @@ type pass struct {
 	// agg is what observe saw: the cluster-wide rates of the policy's keys
 	// and the health of the nodes that count them; fleet is the hub's whole
 	// view (bounds, exactness) for the report.
-	agg   decide.Aggregate
-	fleet hub.Snapshot
+	agg     decide.Aggregate
+	hubSnap hub.Snapshot
 	// prev is the routing ConfigMap as loaded (table, state, version).
 	prev *published
 

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -34,7 +34,7 @@ func redisFlows(t *testing.T, env *flowEnv) {
 		f.report("stalled", "n1", cand("page:stalled", 100000, 0))
 		// A node agent hosting one of the policy's pods, following the
 		// hub's stream as a real one does.
-		f.hub.UpsertPod(f.ns+"/stalled-agent", "agent-stalled", fleet.Pod{IP: podIP("agent-stalled"), Policy: f.ns + "/stalled"})
+		f.hub.UpsertPod(f.ns+"/stalled-agent", "agent-stalled", agentlink.Pod{IP: podIP("agent-stalled"), Policy: f.ns + "/stalled"})
 		agent := followHub(t, f.hub, "agent-stalled")
 		pending(f, "stalled")
 		f.step(2*time.Second, "stalled")
@@ -144,11 +144,11 @@ func followHub(t *testing.T, h *hub.Hub, node string) *hubFollower {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+fleet.PathWatch+"?node="+node, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+agentlink.PathWatch+"?node="+node, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleet.SetToken(req, "test")
+	agentlink.SetToken(req, "test")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -162,11 +162,11 @@ func followHub(t *testing.T, h *hub.Hub, node string) *hubFollower {
 		defer resp.Body.Close()
 		dec := json.NewDecoder(resp.Body)
 		for {
-			var ev fleet.Event
+			var ev agentlink.Event
 			if dec.Decode(&ev) != nil {
 				return
 			}
-			if ev.Type != fleet.TypeRouting || ev.Routing == nil {
+			if ev.Type != agentlink.TypeRouting || ev.Routing == nil {
 				continue
 			}
 			if tbl, err := routing.Parse(ev.Routing.Table); err == nil {

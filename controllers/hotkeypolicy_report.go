@@ -142,8 +142,8 @@ func round(f float64) int64 {
 // and nothing depends on it.
 func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 	th := hub.ParamsFromSpec(p.spec).Thresholds
-	cands := reportCandidates(p.fleet, th, int(p.spec.Detection.TopK))
-	nodes := int32(p.fleet.FreshNodes)
+	cands := reportCandidates(p.hubSnap, th, int(p.spec.Detection.TopK))
+	nodes := int32(p.hubSnap.FreshNodes)
 	var last reportState
 	r.mem.with(p.key, func(m *policyMemory) { last = m.report })
 	if !reportDue(p.now, last, nodes, cands, th, cmp.Or(r.ReportInterval, DefaultReportInterval)) {
@@ -154,7 +154,7 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 			Labels: map[string]string{v1alpha1.LabelPolicy: p.policy.Name}},
 		Spec: v1alpha1.HotKeyReportSpec{
 			PolicyName: p.policy.Name, Window: p.spec.Detection.Window, GeneratedAt: metav1.NewTime(p.now),
-			Nodes: nodes, UnseenReadsPerSecond: round(p.fleet.Unseen.Reads), UnseenWritesPerSecond: round(p.fleet.Unseen.Writes),
+			Nodes: nodes, UnseenReadsPerSecond: round(p.hubSnap.Unseen.Reads), UnseenWritesPerSecond: round(p.hubSnap.Unseen.Writes),
 			Candidates: cands,
 		},
 	}

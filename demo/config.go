@@ -1,6 +1,6 @@
 // Package demo runs all of heatsink on this machine and shows a hot key being
 // detected and relieved: a real kube-apiserver and etcd, a 3-master Redis
-// Cluster, the manager (reconciler and webhooks), two detectors standing for
+// Cluster, the manager (reconciler and webhooks), two node agents standing for
 // two nodes, four sidecar proxies (two per node) and a workload generator
 // whose traffic goes through the proxies. It measures the load on each Redis
 // master from Redis itself (INFO), so what it shows is what Redis served.

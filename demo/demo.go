@@ -239,7 +239,7 @@ func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
 		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
 		{"Redis Cluster: 3 masters on loopback", func() error { return s.startRedis(ctx) }},
 		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg.Margin) }},
-		{"detectors: node-a, node-b", s.startDetectors},
+		{"node agents: node-a, node-b", s.startNodeAgents},
 		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
 	}
 	for _, st := range steps {

@@ -13,7 +13,7 @@ import (
 )
 
 // TestEndToEnd runs the demo's scenario, shortened, on real parts: a
-// kube-apiserver, a 3-master Redis Cluster, the manager, two detectors and
+// kube-apiserver, a 3-master Redis Cluster, the manager, two node agents and
 // four sidecar proxies. It checks the promises of the demo: both viral keys
 // are mitigated within 3 s of their spike, the busiest master ends under
 // 1.5 × the mean, the split counter equals the acknowledged increments, and

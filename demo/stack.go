@@ -21,9 +21,9 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
-	"github.com/heatsink-dev/heatsink/detector"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
+	"github.com/heatsink-dev/heatsink/nodeagent"
 	hswebhook "github.com/heatsink-dev/heatsink/webhook"
 )
 
@@ -33,7 +33,7 @@ const (
 	PolicyName = "catalogue"
 )
 
-// nodes are the simulated nodes; each has one node agent (detector) and
+// nodes are the simulated nodes; each has one node agent and
 // two proxies.
 var nodes = []string{"node-a", "node-b"}
 
@@ -57,11 +57,11 @@ type stack struct {
 	// Unavailable lists the stages that could not run, with the reason.
 	unavailable []string
 
-	hub       string   // the manager's fleet server
-	detectors []string // node agent addresses, one per node
-	proxies   []string // listen addresses, two per node
-	metrics   []string // /metrics URLs of the proxies
-	proxyNode []int    // node index of each proxy
+	hub        string   // the manager's fleet server
+	nodeAgents []string // node agent addresses, one per node
+	proxies    []string // listen addresses, two per node
+	metrics    []string // /metrics URLs of the proxies
+	proxyNode  []int    // node index of each proxy
 
 	mu      sync.Mutex
 	cancels []context.CancelFunc
@@ -173,7 +173,7 @@ func (s *stack) startRedis(ctx context.Context) error {
 func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
 	opts := s.cp.ManagerOptions()
 	opts.Logger = s.log.WithName("manager")
-	// Detectors of the simulated nodes run controllers in this process too.
+	// Node agents of the simulated nodes run controllers in this process too.
 	opts.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
 	opts.Cache = managerCache()
 	mgr, err := ctrl.NewManager(s.cp.Config, opts)
@@ -205,17 +205,17 @@ func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
 	return nil
 }
 
-// startDetectors starts one node agent per simulated node on a free
+// startNodeAgents starts one node agent per simulated node on a free
 // loopback port, connected to the manager's fleet server.
-func (s *stack) startDetectors() error {
+func (s *stack) startNodeAgents() error {
 	for _, node := range nodes {
-		l := s.log.WithName("detector").WithValues("node", node)
-		d, err := detector.New(detector.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: s.hub, Token: fleetToken, Logger: &l})
+		l := s.log.WithName("node-agent").WithValues("node", node)
+		d, err := nodeagent.New(nodeagent.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: s.hub, Token: fleetToken, Logger: &l})
 		if err != nil {
 			return err
 		}
-		s.detectors = append(s.detectors, d.Addr().String())
-		s.goRun("detector "+node, d.Run)
+		s.nodeAgents = append(s.nodeAgents, d.Addr().String())
+		s.goRun("node-agent "+node, d.Run)
 	}
 	return nil
 }
@@ -239,8 +239,8 @@ func (s *stack) startProxies(ctx context.Context) error {
 			}
 			s.metrics = append(s.metrics, "http://"+hl.Addr().String()+"/metrics")
 			det := ""
-			if n < len(s.detectors) {
-				det = s.detectors[n]
+			if n < len(s.nodeAgents) {
+				det = s.nodeAgents[n]
 			}
 			src := podAddr(len(s.proxies))
 			if err := s.registerPod(ctx, fmt.Sprintf("app-%d", len(s.proxies)), nodes[n], src); err != nil {
@@ -250,7 +250,7 @@ func (s *stack) startProxies(ctx context.Context) error {
 			}
 			cfg := sidecar.Config{
 				Listener: ln, HTTPListener: hl, Upstreams: s.redis.Addrs(), Cluster: true,
-				Policy: PolicyName, Namespace: Namespace, Detector: det, SourceAddr: src,
+				Policy: PolicyName, Namespace: Namespace, NodeAgent: det, SourceAddr: src,
 				Logger: s.slog.With("proxy", strconv.Itoa(len(s.proxies))),
 			}
 			s.goRun("proxy "+addr, func(ctx context.Context) error { return sidecar.Run(ctx, cfg) })

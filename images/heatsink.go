@@ -29,7 +29,7 @@ type Heatsink struct {
 func (h Heatsink) Labels() map[string]string {
 	return map[string]string{
 		"org.opencontainers.image.title":       "heatsink",
-		"org.opencontainers.image.description": "heatsink: manager, detector and sidecar proxy (subcommands of one binary)",
+		"org.opencontainers.image.description": "heatsink: manager, node agent and sidecar (subcommands of one binary)",
 		"org.opencontainers.image.version":     h.Version,
 		"org.opencontainers.image.revision":    h.Revision,
 		"org.opencontainers.image.source":      h.Source,

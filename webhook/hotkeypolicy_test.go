@@ -312,7 +312,7 @@ func TestAdmission(t *testing.T) {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { schedule()(p); schedule()(p) },
 			wantField: "spec.schedules[1]", wantMsg: "Duplicate value",
 		},
-		// Explicit values are validated, never replaced by a default (issue 14).
+		// Explicit values are validated, never replaced by a default.
 		"explicit zero thresholds": {
 			raw:       map[string]any{"spec.thresholds": map[string]any{"readsPerSecond": 0, "writesPerSecond": 0}},
 			wantField: "spec.thresholds.readsPerSecond", wantMsg: "greater than or equal to 1",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // The injection webhook is called only for pods that carry the annotation
@@ -77,8 +78,6 @@ const (
 	ProxyListen = "127.0.0.1:6380"
 	// ProxyHTTPAddress serves the proxy's metrics and health.
 	ProxyHTTPAddress = ":9091"
-	// DetectorPort is the detector's ingest port, a hostPort on every node.
-	DetectorPort = 7946
 	// InjectPath is the path the injection webhook is served at.
 	InjectPath = "/mutate--v1-pod-heatsink-inject"
 )
@@ -86,19 +85,19 @@ const (
 // InjectorConfig is what the injected container looks like beyond what the
 // policy decides.
 type InjectorConfig struct {
-	// Image is the heatsink image; the container runs `heatsink proxy`.
+	// Image is the heatsink image; the container runs `heatsink sidecar`.
 	Image string
 	// PullPolicy is the image pull policy; empty leaves the API default.
 	PullPolicy corev1.PullPolicy
 	// Resources are the proxy's requests and limits.
 	Resources corev1.ResourceRequirements
-	// DetectorAddress is the node agent the proxy sends its access counts
-	// to (UDP) and reads routing tables from (TCP), HEATSINK_DETECTOR: the
-	// detector Service with internalTrafficPolicy Local (e.g.
-	// heatsink-detector.heatsink-system.svc:7946), which delivers only to
+	// NodeAgentAddress is the node agent the proxy sends its access counts
+	// to (UDP) and reads routing tables from (TCP), HEATSINK_NODE_AGENT: the
+	// node agent Service with internalTrafficPolicy Local (e.g.
+	// heatsink-node-agent.heatsink-system.svc:7946), which delivers only to
 	// the agent on the sender's node. Empty means the agent's hostPort on the
 	// pod's node, $(HEATSINK_NODE_IP):7946.
-	DetectorAddress string
+	NodeAgentAddress string
 	// RoutingFile mounts the policy's routing ConfigMap into the pod as a
 	// fallback for when the node agent is away. Off by default: each
 	// node's kubelet then watches that ConfigMap through the API server, a
@@ -218,7 +217,7 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		Name:            ProxyContainerName,
 		Image:           cfg.Image,
 		ImagePullPolicy: cfg.PullPolicy,
-		Args:            []string{"proxy"},
+		Args:            []string{"sidecar"},
 		RestartPolicy:   &always,
 		Env:             proxyEnv(policy, cfg),
 		Ports: []corev1.ContainerPort{
@@ -302,9 +301,10 @@ func hasVolume(pod *corev1.Pod, name string) bool {
 // proxyEnv is the proxy's environment. Order matters: a $(VAR) reference
 // expands only variables defined before it.
 func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar {
-	detector := cfg.DetectorAddress
-	if detector == "" {
-		detector = fmt.Sprintf("$(HEATSINK_NODE_IP):%d", DetectorPort)
+	agent := cfg.NodeAgentAddress
+	if agent == "" {
+		// the node agent's ingest port, a hostPort on every node
+		agent = fmt.Sprintf("$(HEATSINK_NODE_IP):%d", sidecarlink.DefaultPort)
 	}
 	fieldRef := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
@@ -313,7 +313,7 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar
 		{Name: "HEATSINK_POLICY", Value: policy.Name},
 		{Name: "HEATSINK_NAMESPACE", ValueFrom: fieldRef("metadata.namespace")},
 		{Name: "HEATSINK_NODE_IP", ValueFrom: fieldRef("status.hostIP")},
-		{Name: "HEATSINK_DETECTOR", Value: detector},
+		{Name: "HEATSINK_NODE_AGENT", Value: agent},
 		{Name: "HEATSINK_UPSTREAM", Value: strings.Join(policy.Spec.Target.Addresses, ",")},
 		{Name: "HEATSINK_CLUSTER", Value: fmt.Sprintf("%t", policy.Spec.Target.Cluster)},
 		{Name: "HEATSINK_LISTEN", Value: ProxyListen},

@@ -87,12 +87,12 @@ func TestInjectRoutingFileOnRequest(t *testing.T) {
 	}
 }
 
-func TestInjectDetectorService(t *testing.T) {
+func TestInjectNodeAgentService(t *testing.T) {
 	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
-	cfg := webhook.InjectorConfig{Image: testImage, DetectorAddress: "heatsink-detector.heatsink-system.svc:7946"}
+	cfg := webhook.InjectorConfig{Image: testImage, NodeAgentAddress: "heatsink-node-agent.heatsink-system.svc:7946"}
 	webhook.Inject(pod, testPolicy("shop", "catalogue"), cfg)
-	if got := envOf(pod.Spec.InitContainers[0])["HEATSINK_DETECTOR"]; got != cfg.DetectorAddress {
-		t.Errorf("HEATSINK_DETECTOR = %q, want %q", got, cfg.DetectorAddress)
+	if got := envOf(pod.Spec.InitContainers[0])["HEATSINK_NODE_AGENT"]; got != cfg.NodeAgentAddress {
+		t.Errorf("HEATSINK_NODE_AGENT = %q, want %q", got, cfg.NodeAgentAddress)
 	}
 }
 
@@ -112,7 +112,7 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 		"HEATSINK_POLICY":         "catalogue",
 		"HEATSINK_NAMESPACE":      "field:metadata.namespace",
 		"HEATSINK_NODE_IP":        "field:status.hostIP",
-		"HEATSINK_DETECTOR":       "$(HEATSINK_NODE_IP):7946",
+		"HEATSINK_NODE_AGENT":     "$(HEATSINK_NODE_IP):7946",
 		"HEATSINK_UPSTREAM":       "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
 		"HEATSINK_CLUSTER":        "true",
 		"HEATSINK_LISTEN":         "127.0.0.1:6380",
@@ -124,7 +124,7 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 	if d := cmp.Diff(want, envOf(*proxy)); d != "" {
 		t.Errorf("proxy env (-want +got):\n%s", d)
 	}
-	if proxy.Image != testImage || strings.Join(proxy.Args, " ") != "proxy" {
+	if proxy.Image != testImage || strings.Join(proxy.Args, " ") != "sidecar" {
 		t.Errorf("image %q args %q, want %q [proxy]", proxy.Image, proxy.Args, testImage)
 	}
 	if proxy.RestartPolicy == nil || *proxy.RestartPolicy != corev1.ContainerRestartPolicyAlways {

@@ -45,7 +45,7 @@ type HotKeyPolicySpec struct {
 	// +kubebuilder:default={}
 	Keys KeySelector `json:"keys,omitempty"`
 
-	// detection tunes the heavy-hitter detectors.
+	// detection tunes the heavy-hitter node agents.
 	// +optional
 	// +kubebuilder:default={}
 	Detection Detection `json:"detection,omitempty"`
@@ -68,7 +68,7 @@ type HotKeyPolicySpec struct {
 	Mitigations Mitigations `json:"mitigations,omitempty"`
 
 	// schedules are known spikes: their keys are mitigated from start-leadTime
-	// until start+duration, whatever the detectors see.
+	// until start+duration, whatever the node agents see.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -133,7 +133,7 @@ type KeySelector struct {
 	Exclude []string `json:"exclude,omitempty"`
 }
 
-// Detection tunes the detectors' sketches and reports.
+// Detection tunes the node agents' sketches and reports.
 // +kubebuilder:validation:XValidation:rule="!has(self.reportInterval) || !has(self.window) || !self.reportInterval.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || !self.window.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.reportInterval) <= duration(self.window)",message="detection.reportInterval must not be longer than detection.window"
 type Detection struct {
 	// window is the sliding window over which rates are measured. Default: 10s.
@@ -144,14 +144,14 @@ type Detection struct {
 	// +kubebuilder:validation:MaxLength=32
 	Window metav1.Duration `json:"window,omitzero"`
 
-	// topK is how many keys each detector tracks per policy. Default: 64.
+	// topK is how many keys each node agent tracks per policy. Default: 64.
 	// +optional
 	// +kubebuilder:default=64
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	TopK int32 `json:"topK,omitempty"`
 
-	// reportInterval is the least time between two reports of one detector for
+	// reportInterval is the least time between two reports of one node agent for
 	// this policy. Default: 1s.
 	// +optional
 	// +kubebuilder:default="1s"
@@ -538,7 +538,7 @@ const (
 type HotKeySource string
 
 const (
-	// SourceDetected: detectors measured the key over a threshold.
+	// SourceDetected: node agents measured the key over a threshold.
 	SourceDetected HotKeySource = "Detected"
 	// SourceScheduled: a schedule named the key.
 	SourceScheduled HotKeySource = "Scheduled"
@@ -566,7 +566,7 @@ type HotKeyStatus struct {
 	// since is when the mitigation started.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
-	// source says whether a detector or a schedule made the key hot.
+	// source says whether a node agent or a schedule made the key hot.
 	Source HotKeySource `json:"source"`
 }
 

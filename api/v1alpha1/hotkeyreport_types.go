@@ -36,7 +36,7 @@ type HotKeyReportSpec struct {
 
 	// unseenReadsPerSecond and unseenWritesPerSecond bound the estimation
 	// error: a key's estimate (when not exact) exceeds its true cluster-wide
-	// rate by at most this much. See docs/detector.md.
+	// rate by at most this much. See docs/node-agent.md.
 	// +optional
 	UnseenReadsPerSecond int64 `json:"unseenReadsPerSecond,omitempty"`
 	// +optional

@@ -46,21 +46,21 @@ func TestCLIConventions(t *testing.T) {
 		wantStdout []string // each must appear
 		wantStderr string   // must appear exactly once
 	}{
-		"--help":                  {args: []string{"--help"}, wantStdout: []string{"manager", "detector", "proxy", "version", "help"}},
-		"-h":                      {args: []string{"-h"}, wantStdout: []string{"manager", "detector", "proxy"}},
-		"help":                    {args: []string{"help"}, wantStdout: []string{"manager", "detector", "proxy", "version"}},
+		"--help":                  {args: []string{"--help"}, wantStdout: []string{"manager", "node-agent", "sidecar", "version", "help"}},
+		"-h":                      {args: []string{"-h"}, wantStdout: []string{"manager", "node-agent", "sidecar"}},
+		"help":                    {args: []string{"help"}, wantStdout: []string{"manager", "node-agent", "sidecar", "version"}},
 		"help manager":            {args: []string{"help", "manager"}, wantStdout: []string{"--kubeconfig", "--metrics-secure", "--enable-http2", "--proxy-image"}},
 		"manager --help":          {args: []string{"manager", "--help"}, wantStdout: []string{"Usage: heatsink manager", "--kubeconfig", "--leader-elect"}},
-		"detector --help":         {args: []string{"detector", "--help"}, wantStdout: []string{"Usage: heatsink detector", "--node-name", "--manager-address"}},
-		"proxy --help":            {args: []string{"proxy", "--help"}, wantStdout: []string{"Usage: heatsink proxy", "--upstream"}},
+		"node-agent --help":       {args: []string{"node-agent", "--help"}, wantStdout: []string{"Usage: heatsink node-agent", "--node-name", "--manager-address"}},
+		"sidecar --help":          {args: []string{"sidecar", "--help"}, wantStdout: []string{"Usage: heatsink sidecar", "--upstream"}},
 		"version":                 {args: []string{"version"}, wantStdout: []string{"heatsink ", "go1."}},
 		"--version":               {args: []string{"--version"}, wantStdout: []string{"heatsink "}},
 		"no command":              {wantCode: 2, wantStderr: "Usage:"},
 		"unknown command":         {args: []string{"frobnicate"}, wantCode: 2, wantStderr: `unknown command "frobnicate"`},
 		"unknown flag":            {args: []string{"manager", "--bogus"}, wantCode: 2, wantStderr: "flag provided but not defined: -bogus"},
 		"stray argument":          {args: []string{"version", "extra"}, wantCode: 2, wantStderr: "unexpected arguments: extra"},
-		"bad flag value":          {args: []string{"proxy", "--max-bulk=0"}, wantCode: 2, wantStderr: "--max-bulk must be positive"},
-		"detector without node":   {args: []string{"detector", "--node-name="}, wantCode: 2, wantStderr: "--node-name or $NODE_NAME is required"},
+		"bad flag value":          {args: []string{"sidecar", "--max-bulk=0"}, wantCode: 2, wantStderr: "--max-bulk must be positive"},
+		"node-agent without node": {args: []string{"node-agent", "--node-name="}, wantCode: 2, wantStderr: "--node-name or $NODE_NAME is required"},
 		"manager, bad kubeconfig": {args: []string{"manager", "--kubeconfig=" + missing}, wantCode: 1, wantStderr: missing},
 	}
 	for name, tc := range tests {

@@ -1,5 +1,5 @@
 // Command heatsink is the one binary of heatsink; its subcommands are the
-// components: manager (control plane), detector (per node) and proxy
+// components: manager (control plane), node agent (per node) and proxy
 // (sidecar), plus version and help. The demo has its own binary
 // (demo/heatsink-demo).
 //
@@ -29,8 +29,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"manager", "run the control plane: HotKeyPolicy reconciler and admission webhooks (Deployment)", runManager},
-		{"detector", "run a node agent: counts its node's traffic, streams summaries to the manager, serves routing to its sidecars (DaemonSet)", runDetector},
-		{"proxy", "run the sidecar RESP proxy beside an application (injected)", runProxy},
+		{"node-agent", "run a node agent: counts its node's traffic, streams summaries to the manager, serves routing to its sidecars (DaemonSet)", runNodeAgent},
+		{"sidecar", "run the sidecar (a RESP proxy) beside an application (injected)", runSidecar},
 		{"version", "print the version and exit", runVersion},
 		{"help", "print this help, or a command's with `heatsink help <command>`", nil},
 	}

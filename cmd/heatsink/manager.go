@@ -121,7 +121,7 @@ func runManager(args []string) error {
 		// every ConfigMap of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
-			// Only injected pods, stripped to what the fleet hub needs.
+			// Only injected pods, stripped to what the hub needs.
 			&corev1.Pod{}: controllers.PodCacheOptions(),
 		}},
 	})

@@ -59,7 +59,7 @@ type webhookConfig struct {
 	proxyMemoryRequest string
 	proxyCPULimit      string
 	proxyMemoryLimit   string
-	detectorAddress    string
+	nodeAgentAddress   string
 	routingFile        bool
 
 	// rotator is set by prepareWebhookServer with self-signed certificates.
@@ -80,9 +80,9 @@ func bindWebhookFlags(fs *flag.FlagSet) *webhookConfig {
 	fs.StringVar(&c.certExtraNames, "webhook-cert-extra-names", "", "comma-separated extra DNS names for the self-signed serving certificate, for webhooks called by URL (e.g. a manager run outside the cluster)")
 	fs.DurationVar(&c.certCheckInterval, "webhook-cert-check-interval", 10*time.Minute, "how often the self-signed certificates are checked for renewal")
 	fs.BoolVar(&c.inject, "enable-sidecar-injection", true, "serve the sidecar injection webhook for pods annotated heatsink.dev/inject")
-	fs.StringVar(&c.proxyImage, "proxy-image", "", "image of the injected proxy sidecar (runs `heatsink proxy`); empty: the manager's own image, read from its Pod ($POD_NAME, container \"manager\"), so an image override of the install cannot leave the sidecars on another version")
+	fs.StringVar(&c.proxyImage, "proxy-image", "", "image of the injected proxy sidecar (runs `heatsink sidecar`); empty: the manager's own image, read from its Pod ($POD_NAME, container \"manager\"), so an image override of the install cannot leave the sidecars on another version")
 	fs.StringVar(&c.proxyPullPolicy, "proxy-image-pull-policy", "", "pull policy of the injected sidecar: Always, IfNotPresent, Never; empty for the API default")
-	fs.StringVar(&c.detectorAddress, "detector-address", "", "node agent address the injected sidecar sends counts to (UDP) and reads routing tables from (TCP), e.g. the node-local Service heatsink-detector.heatsink-system.svc:7946 (in a manifest, heatsink-detector.$(POD_NAMESPACE).svc:7946 follows the install's namespace); empty: the agent's hostPort on the pod's node")
+	fs.StringVar(&c.nodeAgentAddress, "node-agent-address", "", "node agent address the injected sidecar sends counts to (UDP) and reads routing tables from (TCP), e.g. the node-local Service heatsink-node-agent.heatsink-system.svc:7946 (in a manifest, heatsink-node-agent.$(POD_NAMESPACE).svc:7946 follows the install's namespace); empty: the agent's hostPort on the pod's node")
 	fs.BoolVar(&c.routingFile, "inject-routing-file", false, "also mount each policy's routing ConfigMap into injected pods, as a fallback for when the node agent is away (each node's kubelet then watches it)")
 	d := hswebhook.DefaultProxyResources()
 	fs.StringVar(&c.proxyCPURequest, "proxy-cpu-request", d.Requests.Cpu().String(), "CPU request of the injected sidecar")
@@ -212,7 +212,7 @@ func (c *webhookConfig) injectorConfig() (hswebhook.InjectorConfig, error) {
 	default:
 		return hswebhook.InjectorConfig{}, fmt.Errorf("--proxy-image-pull-policy=%q: want Always, IfNotPresent or Never", p)
 	}
-	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, DetectorAddress: c.detectorAddress, RoutingFile: c.routingFile}, nil
+	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, NodeAgentAddress: c.nodeAgentAddress, RoutingFile: c.routingFile}, nil
 }
 
 // setupWebhooks registers the admission webhooks and, with self-signed

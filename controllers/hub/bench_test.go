@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/heatsink-dev/heatsink/fleet"
+	"github.com/heatsink-dev/heatsink/agentlink"
 )
 
 // BenchmarkIngest is the manager's cost of one node's summary at fleet
@@ -22,19 +22,19 @@ func BenchmarkIngest(b *testing.B) {
 	bodies := make([][]byte, nodes)
 	for n := range nodes {
 		node := fmt.Sprintf("node-%04d", n)
-		h.UpsertPod("ns/pod-"+node, node, fleet.Pod{IP: fmt.Sprintf("198.18.%d.%d", n/250, n%250+1), Policy: "ns/p"})
-		ps := fleet.PolicySummary{Policy: "ns/p", Directive: 1, Unseen: fleet.Rates{Reads: 0.5, Writes: 0.1}}
+		h.UpsertPod("ns/pod-"+node, node, agentlink.Pod{IP: fmt.Sprintf("198.18.%d.%d", n/250, n%250+1), Policy: "ns/p"})
+		ps := agentlink.PolicySummary{Policy: "ns/p", Directive: 1, Unseen: agentlink.Rates{Reads: 0.5, Writes: 0.1}}
 		for k := range keys {
 			// Keys overlap between nodes, as a shared background does.
 			key := fmt.Sprintf("bg:%d", (k*7+n)%(keys*3))
-			ps.Keys = append(ps.Keys, fleet.KeyRates{Key: key, Reads: 1.5, RecentReads: 1.4})
+			ps.Keys = append(ps.Keys, agentlink.KeyRates{Key: key, Reads: 1.5, RecentReads: 1.4})
 		}
-		if bodies[n], err = fleet.MarshalSummary(nil, &fleet.Summary{Node: node, Session: 1, Seq: 1, Policies: []fleet.PolicySummary{ps}}); err != nil {
+		if bodies[n], err = agentlink.MarshalSummary(nil, &agentlink.Summary{Node: node, Session: 1, Seq: 1, Policies: []agentlink.PolicySummary{ps}}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for n := range nodes { // warm: every node has a summary in the view
-		s, _ := fleet.UnmarshalSummary(bodies[n])
+		s, _ := agentlink.UnmarshalSummary(bodies[n])
 		h.Ingest(s)
 	}
 	b.ReportAllocs()
@@ -44,7 +44,7 @@ func BenchmarkIngest(b *testing.B) {
 		if n == 0 {
 			seq++
 		}
-		s, err := fleet.UnmarshalSummary(bodies[n])
+		s, err := agentlink.UnmarshalSummary(bodies[n])
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -59,9 +59,9 @@ func BenchmarkSnapshot(b *testing.B) {
 	v := newView()
 	for n := range 1000 {
 		node := fmt.Sprintf("node-%04d", n)
-		ps := fleet.PolicySummary{Policy: "ns/p", Unseen: fleet.Rates{Reads: 0.5}}
+		ps := agentlink.PolicySummary{Policy: "ns/p", Unseen: agentlink.Rates{Reads: 0.5}}
 		for k := range 300 {
-			ps.Keys = append(ps.Keys, fleet.KeyRates{Key: fmt.Sprintf("bg:%d", (k*7+n)%900), Reads: 1.5})
+			ps.Keys = append(ps.Keys, agentlink.KeyRates{Key: fmt.Sprintf("bg:%d", (k*7+n)%900), Reads: 1.5})
 		}
 		v.apply(t0, node, 1, 1, &ps)
 	}

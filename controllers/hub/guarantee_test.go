@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/detector"
-	"github.com/heatsink-dev/heatsink/detector/sketch"
-	"github.com/heatsink-dev/heatsink/detector/summary"
-	"github.com/heatsink-dev/heatsink/fleet"
+	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/nodeagent"
+	"github.com/heatsink-dev/heatsink/nodeagent/sketch"
+	"github.com/heatsink-dev/heatsink/nodeagent/summary"
 )
 
-// The detection guarantee (docs/detector.md), end to end over the pure
+// The detection guarantee (docs/node-agent.md), end to end over the pure
 // parts that carry it: every simulated node runs the agent's sketch and
 // summary decisions, the hub's view sums them and pins what is near a
 // threshold. Whatever the number of nodes and however a key's traffic is
@@ -83,7 +83,7 @@ func checkGuarantee(t *testing.T, nodes int, th Thresholds, spread func(node, no
 	)
 	p := Params{Thresholds: th, Window: 10 * time.Second, ReportInterval: time.Second, TopK: 64}
 	dir := directive("ns/p", p, nodes, DefaultFloorFraction, nil, 1)
-	cfg := detector.SketchConfig(&dir, detector.DefaultMemoryPerPolicy)
+	cfg := nodeagent.SketchConfig(&dir, nodeagent.DefaultMemoryPerPolicy)
 	sks := make([]*sketch.Sketch, nodes)
 	rngs := make([]*rand.Rand, nodes)
 	zipfs := make([]*rand.Zipf, nodes)
@@ -142,8 +142,8 @@ func checkGuarantee(t *testing.T, nodes int, th Thresholds, spread func(node, no
 		for i, sk := range sks {
 			sk.Advance(now)
 			tr, tw := sk.Tracking()
-			keys, unseen := summary.Build(sk.Top(sk.Capacity()), dir.Floor, fleet.Rates{Reads: tr, Writes: tw}, detector.DefaultMaxKeysPerSummary)
-			v.apply(now, fmt.Sprint("node-", i), 1, seq, &fleet.PolicySummary{Policy: "ns/p", Directive: directive, Unseen: unseen, Keys: keys})
+			keys, unseen := summary.Build(sk.Top(sk.Capacity()), dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, nodeagent.DefaultMaxKeysPerSummary)
+			v.apply(now, fmt.Sprint("node-", i), 1, seq, &agentlink.PolicySummary{Policy: "ns/p", Directive: directive, Unseen: unseen, Keys: keys})
 		}
 	}
 	rate := func(snap Snapshot, key string) float64 { return float64(snap.Keys[key].ReadsPerSecond) }

@@ -33,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
-	"github.com/heatsink-dev/heatsink/fleet"
+	"github.com/heatsink-dev/heatsink/agentlink"
 )
 
 // Options configure a Hub.
@@ -79,8 +79,8 @@ type Hub struct {
 
 	mu       sync.RWMutex
 	policies map[string]*policy
-	pods     map[string]fleet.Pod // by "<namespace>/<name>" of the pod
-	podNode  map[string]string    // pod → node
+	pods     map[string]agentlink.Pod // by "<namespace>/<name>" of the pod
+	podNode  map[string]string        // pod → node
 	nodes    map[string]*node
 	// leaderSince is when this hub started serving; zero before. Views are
 	// warm one report interval (and a half) later.
@@ -112,8 +112,8 @@ type policy struct {
 	hasParams bool
 	// nodes counts this policy's pods per node.
 	nodes   map[string]int
-	dir     fleet.Directive
-	routing *fleet.Routing
+	dir     agentlink.Directive
+	routing *agentlink.Routing
 	// dirLine and routingLine are dir and routing as stream lines, encoded
 	// once: sent to every node hosting the policy's pods.
 	dirLine, routingLine []byte
@@ -129,7 +129,7 @@ type policy struct {
 }
 
 type node struct {
-	pods   map[string]fleet.Pod // by pod name
+	pods   map[string]agentlink.Pod // by pod name
 	stream *agentStream
 }
 
@@ -156,7 +156,7 @@ func New(opts Options) (*Hub, error) {
 	}
 	return &Hub{
 		opts: opts, metrics: m,
-		policies: map[string]*policy{}, pods: map[string]fleet.Pod{}, podNode: map[string]string{}, nodes: map[string]*node{},
+		policies: map[string]*policy{}, pods: map[string]agentlink.Pod{}, podNode: map[string]string{}, nodes: map[string]*node{},
 		// Versions start at the wall clock, so a new leader's directives
 		// are newer than any its predecessor sent (see view.minDirective).
 		version:  uint64(opts.Clock.Now().UnixNano()),
@@ -181,7 +181,7 @@ func (h *Hub) Addr(ctx context.Context) (string, error) {
 func (h *Hub) Start(ctx context.Context) error {
 	if h.onPrime != nil {
 		if err := h.onPrime(ctx); err != nil {
-			return fmt.Errorf("fleet hub: prime: %w", err)
+			return fmt.Errorf("hub: prime: %w", err)
 		}
 	}
 	ln, err := net.Listen("tcp", h.opts.Addr)
@@ -281,7 +281,7 @@ func (h *Hub) RemovePolicy(id string) {
 		return
 	}
 	delete(h.policies, id)
-	line := h.encode(fleet.Event{Type: fleet.TypePolicyRemoved, Removed: id})
+	line := h.encode(agentlink.Event{Type: agentlink.TypePolicyRemoved, Removed: id})
 	for n := range p.nodes {
 		h.sendLine(n, line)
 	}
@@ -303,10 +303,10 @@ func (h *Hub) SetRouting(id string, version int64, table []byte, mitigated []str
 	if p.routing != nil && p.routing.Version >= version {
 		return
 	}
-	p.routing = &fleet.Routing{Policy: id, Version: version, Table: table}
+	p.routing = &agentlink.Routing{Policy: id, Version: version, Table: table}
 	p.mitigated = mitigated
 	// Encoded once, whatever the number of nodes it goes to.
-	p.routingLine = h.encode(fleet.Event{Type: fleet.TypeRouting, Routing: p.routing})
+	p.routingLine = h.encode(agentlink.Event{Type: agentlink.TypeRouting, Routing: p.routing})
 	q := queued{line: p.routingLine, pushed: h.opts.Clock.Now()}
 	for n := range p.nodes {
 		h.queue(n, q)
@@ -316,7 +316,7 @@ func (h *Hub) SetRouting(id string, version int64, table []byte, mitigated []str
 
 // UpsertPod records a pod allowed to send counts for a policy: an injected
 // pod with an address and a node. A pod without either is removed.
-func (h *Hub) UpsertPod(name, nodeName string, pod fleet.Pod) {
+func (h *Hub) UpsertPod(name, nodeName string, pod agentlink.Pod) {
 	if nodeName == "" || pod.IP == "" || pod.Policy == "" {
 		h.DeletePod(name)
 		return
@@ -332,7 +332,7 @@ func (h *Hub) UpsertPod(name, nodeName string, pod fleet.Pod) {
 	h.podNode[name] = nodeName
 	n := h.nodes[nodeName]
 	if n == nil {
-		n = &node{pods: map[string]fleet.Pod{}}
+		n = &node{pods: map[string]agentlink.Pod{}}
 		h.nodes[nodeName] = n
 	}
 	n.pods[name] = pod
@@ -376,7 +376,7 @@ func (h *Hub) removePod(name string) {
 		p.nodes[nodeName]--
 		if p.nodes[nodeName] <= 0 {
 			delete(p.nodes, nodeName)
-			h.sendLine(nodeName, h.encode(fleet.Event{Type: fleet.TypePolicyRemoved, Removed: p.id}))
+			h.sendLine(nodeName, h.encode(agentlink.Event{Type: agentlink.TypePolicyRemoved, Removed: p.id}))
 			h.refreshDirective(p, nil, false)
 			h.setExpected(p)
 		}
@@ -415,7 +415,7 @@ func (h *Hub) refreshDirective(p *policy, pins []string, force bool) {
 	p.vmu.Lock()
 	p.view.setPins(pins, next.Version)
 	p.vmu.Unlock()
-	p.dirLine = h.encode(fleet.Event{Type: fleet.TypePolicy, Directive: &p.dir})
+	p.dirLine = h.encode(agentlink.Event{Type: agentlink.TypePolicy, Directive: &p.dir})
 	for n := range p.nodes {
 		h.sendLine(n, p.dirLine)
 	}
@@ -445,11 +445,11 @@ func (h *Hub) sendPolicy(nodeName string, p *policy) {
 // sendPods sends a node its current pods.
 func (h *Hub) sendPods(nodeName string) {
 	n := h.nodes[nodeName]
-	pods := []fleet.Pod{}
+	pods := []agentlink.Pod{}
 	if n != nil {
 		for _, p := range n.pods {
 			pods = append(pods, p)
 		}
 	}
-	h.sendLine(nodeName, h.encode(fleet.Event{Type: fleet.TypePods, Pods: pods}))
+	h.sendLine(nodeName, h.encode(agentlink.Event{Type: agentlink.TypePods, Pods: pods}))
 }

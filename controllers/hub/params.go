@@ -4,8 +4,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/fleet"
 )
 
 // Params are what the hub needs of a policy's spec.
@@ -49,21 +49,21 @@ const DefaultFloorFraction = 0.1
 // Floor is the rate at or above which every node lists a key: fraction of a
 // node's share (threshold ÷ nodes) of each threshold. nodes is how many
 // nodes host pods of the policy (at least 1).
-func Floor(th Thresholds, nodes int, fraction float64) fleet.Rates {
+func Floor(th Thresholds, nodes int, fraction float64) agentlink.Rates {
 	n := float64(max(nodes, 1))
-	return fleet.Rates{Reads: fraction * float64(th.Reads) / n, Writes: fraction * float64(th.Writes) / n}
+	return agentlink.Rates{Reads: fraction * float64(th.Reads) / n, Writes: fraction * float64(th.Writes) / n}
 }
 
 // Alert is one node's share of the warm band (threshold × (1 − hysteresis)
 // ÷ nodes): a key newly over it on a node is sent at once.
-func Alert(th Thresholds, nodes int) fleet.Rates {
+func Alert(th Thresholds, nodes int) agentlink.Rates {
 	n := float64(max(nodes, 1))
-	return fleet.Rates{Reads: (1 - th.Hysteresis) * float64(th.Reads) / n, Writes: (1 - th.Hysteresis) * float64(th.Writes) / n}
+	return agentlink.Rates{Reads: (1 - th.Hysteresis) * float64(th.Reads) / n, Writes: (1 - th.Hysteresis) * float64(th.Writes) / n}
 }
 
 // directive builds a policy's directive.
-func directive(id string, p Params, nodes int, fraction float64, pins []string, version uint64) fleet.Directive {
-	return fleet.Directive{
+func directive(id string, p Params, nodes int, fraction float64, pins []string, version uint64) agentlink.Directive {
+	return agentlink.Directive{
 		Policy: id, Version: version,
 		Include: p.Include, Exclude: p.Exclude,
 		ReadsPerSecond: p.Thresholds.Reads, WritesPerSecond: p.Thresholds.Writes,
@@ -78,7 +78,7 @@ func directive(id string, p Params, nodes int, fraction float64, pins []string, 
 // sameDirective reports whether two directives tell an agent the same thing
 // (versions aside). Floors compare within 5%: node counts wobble during a
 // rollout, and a floor a few percent off changes nothing that matters.
-func sameDirective(a, b fleet.Directive) bool {
+func sameDirective(a, b agentlink.Directive) bool {
 	close := func(x, y float64) bool { return x == y || (x > 0 && y > 0 && x/y < 1.05 && y/x < 1.05) }
 	return a.Policy == b.Policy && slices.Equal(a.Include, b.Include) && slices.Equal(a.Exclude, b.Exclude) &&
 		a.ReadsPerSecond == b.ReadsPerSecond && a.WritesPerSecond == b.WritesPerSecond &&

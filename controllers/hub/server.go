@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/fleet"
+	"github.com/heatsink-dev/heatsink/agentlink"
 )
 
 // agentStream is one node agent's event stream: encoded lines queued for the
@@ -33,24 +33,24 @@ const streamQueue = 1024
 
 func (h *Hub) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+fleet.PathSummary, h.serveSummary)
-	mux.HandleFunc("GET "+fleet.PathWatch, h.serveWatch)
+	mux.HandleFunc("POST "+agentlink.PathSummary, h.serveSummary)
+	mux.HandleFunc("GET "+agentlink.PathWatch, h.serveWatch)
 	return mux
 }
 
 // serveSummary takes one node's summary.
 func (h *Hub) serveSummary(w http.ResponseWriter, r *http.Request) {
-	if !fleet.Authorized(r, h.opts.Token) {
+	if !agentlink.Authorized(r, h.opts.Token) {
 		h.metrics.summaries.WithLabelValues("unauthorized").Inc()
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, fleet.MaxSummaryBytes+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, agentlink.MaxSummaryBytes+1))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	s, err := fleet.UnmarshalSummary(body)
+	s, err := agentlink.UnmarshalSummary(body)
 	if err != nil {
 		h.metrics.summaries.WithLabelValues("malformed").Inc()
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -63,12 +63,12 @@ func (h *Hub) serveSummary(w http.ResponseWriter, r *http.Request) {
 // Ingest takes a node's summary as if it had been posted (the server calls
 // it; in-process tests may too). Policies the node does not host are
 // ignored: a node speaks only for the pods the manager knows are on it.
-func (h *Hub) Ingest(s *fleet.Summary) {
+func (h *Hub) Ingest(s *agentlink.Summary) {
 	now := h.opts.Clock.Now()
 	h.mu.RLock()
 	type job struct {
 		p  *policy
-		ps *fleet.PolicySummary
+		ps *agentlink.PolicySummary
 	}
 	jobs := make([]job, 0, len(s.Policies))
 	ignored := 0
@@ -110,12 +110,12 @@ func (h *Hub) trigger(p *policy) {
 // serveWatch holds a node agent's event stream: a snapshot of everything
 // about its node, then changes as they happen, and heartbeats.
 func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
-	if !fleet.Authorized(r, h.opts.Token) {
+	if !agentlink.Authorized(r, h.opts.Token) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
 	nodeName := r.URL.Query().Get("node")
-	if nodeName == "" || len(nodeName) > fleet.MaxNodeLen {
+	if nodeName == "" || len(nodeName) > agentlink.MaxNodeLen {
 		http.Error(w, "query parameter node is required", http.StatusBadRequest)
 		return
 	}
@@ -130,9 +130,9 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 32<<10)
-	heartbeat := h.opts.Clock.NewTicker(fleet.HeartbeatInterval)
+	heartbeat := h.opts.Clock.NewTicker(agentlink.HeartbeatInterval)
 	defer heartbeat.Stop()
-	hb, _ := json.Marshal(fleet.Event{Type: fleet.TypeHeartbeat})
+	hb, _ := json.Marshal(agentlink.Event{Type: agentlink.TypeHeartbeat})
 	hb = append(hb, '\n')
 	var pushed []time.Time
 	write := func(q queued) bool {
@@ -192,7 +192,7 @@ func (h *Hub) attach(nodeName string, st *agentStream) {
 	defer h.mu.Unlock()
 	n := h.nodes[nodeName]
 	if n == nil {
-		n = &node{pods: map[string]fleet.Pod{}}
+		n = &node{pods: map[string]agentlink.Pod{}}
 		h.nodes[nodeName] = n
 	}
 	if n.stream != nil {
@@ -207,7 +207,7 @@ func (h *Hub) attach(nodeName string, st *agentStream) {
 		}
 	}
 	h.sendPods(nodeName)
-	h.sendLine(nodeName, h.encode(fleet.Event{Type: fleet.TypeSynced}))
+	h.sendLine(nodeName, h.encode(agentlink.Event{Type: agentlink.TypeSynced}))
 }
 
 func (h *Hub) detach(nodeName string, st *agentStream) {
@@ -235,7 +235,7 @@ func (h *Hub) connectedLocked() int {
 }
 
 // encode turns an event into a stream line.
-func (h *Hub) encode(ev fleet.Event) []byte {
+func (h *Hub) encode(ev agentlink.Event) []byte {
 	line, err := json.Marshal(ev)
 	if err != nil {
 		h.opts.Log.Error(err, "encoding fleet event")

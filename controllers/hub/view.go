@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/fleet"
 )
 
 // view is the manager's picture of one policy's traffic across the fleet,
@@ -15,7 +15,7 @@ import (
 // sums the estimates need, so that a snapshot costs O(keys), not
 // O(nodes × keys).
 //
-// The estimate of a key (see docs/detector.md, "The guarantee"):
+// The estimate of a key (see docs/node-agent.md, "The guarantee"):
 //   - lower = Σ rates of the nodes that listed it (the larger of the sum of
 //     window averages and the sum of recent rates);
 //   - upper = lower + Σ Unseen of the fresh nodes that did not list it (each
@@ -33,7 +33,7 @@ type view struct {
 	nodes map[string]*nodeState
 	keys  map[string]*keySum
 	// unseen is Σ Unseen over the nodes in nodes.
-	unseen fleet.Rates
+	unseen agentlink.Rates
 	// expected are the nodes hosting pods of the policy, with when each
 	// started to: a node is stale when it is expected, has been for the
 	// grace period, and sends nothing.
@@ -57,14 +57,14 @@ type nodeState struct {
 	session, seq uint64
 	lastSeen     time.Time
 	directive    uint64
-	unseen       fleet.Rates
-	total        fleet.Rates
-	keys         []fleet.KeyRates
+	unseen       agentlink.Rates
+	total        agentlink.Rates
+	keys         []agentlink.KeyRates
 }
 
 type keySum struct {
 	// reads and writes sum the nodes' window averages, rreads and rwrites
-	// their recent rates (fleet.KeyRates).
+	// their recent rates (agentlink.KeyRates).
 	reads, writes, bytes float64
 	rreads, rwrites      float64
 	// unseenR and unseenW are Σ Unseen of the nodes that listed the key.
@@ -86,7 +86,7 @@ func newView() *view {
 // (the agent restarted) replaces the node's counts. Every key the summary or
 // the node's previous one listed is re-placed in its band, once; a change is
 // recorded for takeBandChange.
-func (v *view) apply(now time.Time, node string, session, seq uint64, ps *fleet.PolicySummary) {
+func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentlink.PolicySummary) {
 	old := v.nodes[node]
 	if old != nil && old.session == session && seq <= old.seq {
 		return
@@ -214,7 +214,7 @@ func (v *view) expire(now time.Time, maxAge time.Duration) {
 			v.forget(node)
 		}
 	}
-	v.unseen = fleet.Rates{}
+	v.unseen = agentlink.Rates{}
 	for _, n := range v.nodes {
 		v.unseen.Reads += n.unseen.Reads
 		v.unseen.Writes += n.unseen.Writes
@@ -254,7 +254,7 @@ func (v *view) heardFromAll(since time.Time) bool {
 
 // estimate is one key's rates as the manager knows them.
 type estimate struct {
-	lower, upper fleet.Rates
+	lower, upper agentlink.Rates
 	bytes        float64
 	// exact: the key is pinned and every fresh node applied the pin, so
 	// lower is the exact sum and upper equals it.
@@ -263,7 +263,7 @@ type estimate struct {
 
 // value is what decisions take: the exact sum when there is one, otherwise
 // the upper bound.
-func (e estimate) value() fleet.Rates {
+func (e estimate) value() agentlink.Rates {
 	if e.exact {
 		return e.lower
 	}
@@ -285,10 +285,10 @@ func (v *view) minDirective() uint64 {
 
 func (v *view) estimate(s *keySum) estimate {
 	e := estimate{
-		lower: fleet.Rates{Reads: max(s.reads, s.rreads, 0), Writes: max(s.writes, s.rwrites, 0)},
+		lower: agentlink.Rates{Reads: max(s.reads, s.rreads, 0), Writes: max(s.writes, s.rwrites, 0)},
 		bytes: max(s.bytes, 0),
 	}
-	e.upper = fleet.Rates{
+	e.upper = agentlink.Rates{
 		Reads:  e.lower.Reads + max(v.unseen.Reads-s.unseenR, 0),
 		Writes: e.lower.Writes + max(v.unseen.Writes-s.unseenW, 0),
 	}
@@ -308,17 +308,17 @@ type Snapshot struct {
 	// Unseen is Σ Unseen over fresh nodes: the most any key can be
 	// underestimated by (its upper bound exceeds its true rate by at most
 	// this much). The guarantee holds while it stays below the threshold
-	// (docs/detector.md).
-	Unseen fleet.Rates
+	// (docs/node-agent.md).
+	Unseen agentlink.Rates
 	// Total is the policy's counted traffic over the fresh nodes.
-	Total fleet.Rates
+	Total agentlink.Rates
 	// Pinned counts pinned keys, Exact those whose pin every node applied.
 	Pinned, Exact int
 }
 
 // Estimate is one key's bounds.
 type Estimate struct {
-	Lower, Upper fleet.Rates
+	Lower, Upper agentlink.Rates
 	Bytes        float64
 	Exact        bool
 }
@@ -330,7 +330,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 	snap := Snapshot{
 		Aggregate: decide.Aggregate{Keys: make(map[string]decide.Observation, len(v.keys))},
 		Estimates: make(map[string]Estimate, len(v.keys)),
-		Unseen:    fleet.Rates{Reads: max(v.unseen.Reads, 0), Writes: max(v.unseen.Writes, 0)},
+		Unseen:    agentlink.Rates{Reads: max(v.unseen.Reads, 0), Writes: max(v.unseen.Writes, 0)},
 		Pinned:    len(v.pins),
 	}
 	for k, s := range v.keys {

@@ -4,17 +4,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/fleet"
+	"github.com/heatsink-dev/heatsink/agentlink"
 )
 
 var t0 = time.Unix(1_000_000, 0)
 
-func psum(directive uint64, unseen float64, keys ...fleet.KeyRates) *fleet.PolicySummary {
-	return &fleet.PolicySummary{Policy: "ns/p", Directive: directive, Unseen: fleet.Rates{Reads: unseen}, Keys: keys}
+func psum(directive uint64, unseen float64, keys ...agentlink.KeyRates) *agentlink.PolicySummary {
+	return &agentlink.PolicySummary{Policy: "ns/p", Directive: directive, Unseen: agentlink.Rates{Reads: unseen}, Keys: keys}
 }
 
-func kr(key string, reads float64) fleet.KeyRates {
-	return fleet.KeyRates{Key: key, Reads: reads, RecentReads: reads}
+func kr(key string, reads float64) agentlink.KeyRates {
+	return agentlink.KeyRates{Key: key, Reads: reads, RecentReads: reads}
 }
 
 func TestViewSumsBoundsAndExactness(t *testing.T) {

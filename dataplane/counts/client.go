@@ -51,7 +51,7 @@ type Stats struct {
 	Dropped uint64
 	// Batches counts datagrams sent.
 	Batches uint64
-	// SendErrors counts datagrams the kernel refused (e.g. no detector
+	// SendErrors counts datagrams the kernel refused (e.g. no node agent
 	// listening); their entries are lost.
 	SendErrors uint64
 	// LostEntries counts (policy, key) entries in datagrams that failed.
@@ -60,7 +60,7 @@ type Stats struct {
 
 const shards = 16
 
-// Client aggregates key accesses and sends them to a detector. Observe is
+// Client aggregates key accesses and sends them to a node agent. Observe is
 // safe for concurrent use, never blocks on the network and never allocates
 // for a key already seen in the current interval.
 type Client struct {
@@ -97,7 +97,7 @@ type shard struct {
 }
 
 // NewClient returns a client sending to addr ("host:port", UDP). It does not
-// need the detector to be up: batches sent while it is away are counted as
+// need the node agent to be up: batches sent while it is away are counted as
 // lost.
 func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	if opts.FlushInterval <= 0 {
@@ -128,7 +128,7 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 	}
 	conn, err := d.Dial("udp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("counts: detector address %q: %w", addr, err)
+		return nil, fmt.Errorf("counts: node agent address %q: %w", addr, err)
 	}
 	c := &Client{
 		conn:    conn,

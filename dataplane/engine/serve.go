@@ -47,7 +47,7 @@ func errReply(err error) Reply { return Reply{Kind: ReplyError, Err: err} }
 // node, so a multi-key command whose keys span slots is answered.
 type Raw func(ctx context.Context, cmds [][][]byte) []Reply
 
-// Observe is told every key access a served command made: the detector
+// Observe is told every key access a served command made: the node agent
 // must keep seeing a mitigated key, or its mitigation would end while it
 // is hot. bytes is the value's size.
 type Observe func(key string, reads, writes uint32, bytes int)

@@ -1,6 +1,6 @@
 // Package proxy is the heatsink sidecar: a RESP proxy that forwards an
 // application's commands to Redis (standalone or Cluster), reports key
-// accesses to the node's detector and hands the commands on mitigated keys
+// accesses to the node's agent and hands the commands on mitigated keys
 // to the routing engine.
 //
 // Two ways of serving a client, chosen per connection:
@@ -38,7 +38,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
-// Observer receives key accesses (the detector client, dataplane/counts).
+// Observer receives key accesses (the node agent client, dataplane/counts).
 // Observe must not block.
 type Observer interface {
 	Observe(policy, key string, reads, writes, bytes uint32)

@@ -95,8 +95,8 @@ func TestDecide(t *testing.T) {
 // TestRefusalsNameTheCommand checks the refusal texts the docs list.
 func TestRefusalsNameTheCommand(t *testing.T) {
 	for name, tc := range map[string]struct{ got, want string }{
-		"replication": {refuseReplication([]byte("psync")), "ERR heatsink proxy: PSYNC is not supported through the proxy (it turns the connection into a replication stream)"},
-		"cluster":     {refuseClusterWide([]byte("scan")), "ERR heatsink proxy: SCAN acts on every node of a cluster; run it against each node directly"},
+		"replication": {refuseReplication([]byte("psync")), "ERR heatsink sidecar: PSYNC is not supported through the proxy (it turns the connection into a replication stream)"},
+		"cluster":     {refuseClusterWide([]byte("scan")), "ERR heatsink sidecar: SCAN acts on every node of a cluster; run it against each node directly"},
 	} {
 		if diff := cmp.Diff(tc.want, tc.got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)

@@ -22,11 +22,11 @@ func Example() {
 	rdb.AddHook(redishook.New(eng))
 
 	w, err := watch.New(watch.Options{
-		// The node agent of the pod's node (the detector DaemonSet's
+		// The node agent of the pod's node (the node agent DaemonSet's
 		// Service with internalTrafficPolicy: Local): it serves the tables
 		// the manager pushes, to pods injected for the policy, and the pod
 		// needs no API credentials.
-		Agent: "heatsink-detector.heatsink-system.svc:7946", Namespace: "shop", Policy: "checkout",
+		Agent: "heatsink-node-agent.heatsink-system.svc:7946", Namespace: "shop", Policy: "checkout",
 		File:    "/etc/heatsink/routing/routing.json", // the mounted ConfigMap, if any
 		OnTable: eng.SetTable,
 	})

@@ -38,8 +38,8 @@ type Hook struct {
 
 var _ redis.Hook = (*Hook)(nil)
 
-// Observer receives key accesses: the node's detector client
-// (detector/counts.Client, the one the sidecar uses). Observe must not
+// Observer receives key accesses: the node's agent client
+// (node agent/counts.Client, the one the sidecar uses). Observe must not
 // block.
 type Observer interface {
 	Observe(policy, key string, reads, writes, bytes uint32)
@@ -53,7 +53,7 @@ type Option func(*Hook)
 // every command, a write when the command may write (with its request's
 // size), a read otherwise (with its reply's size, once it came); for
 // commands the engine serves, every key it touched. Without it an
-// application that only uses the hook sends the detector nothing, and its
+// application that only uses the hook sends the node agent nothing, and its
 // hot keys are never detected.
 func WithObserver(o Observer, policy string) Option {
 	return func(h *Hook) { h.obs, h.policy = o, policy }

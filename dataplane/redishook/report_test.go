@@ -22,29 +22,29 @@ import (
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
-// detector is a UDP socket standing for the node's detector: it decodes
+// node agent is a UDP socket standing for the node's agent: it decodes
 // the batches a counts.Client sends and adds them up per key.
-type detector struct {
+type nodeAgent struct {
 	conn *net.UDPConn
 }
 
-func newDetector(t *testing.T) *detector {
+func newNodeAgent(t *testing.T) *nodeAgent {
 	t.Helper()
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &detector{conn: c}
+	return &nodeAgent{conn: c}
 }
 
-func (d *detector) addr() string { return d.conn.LocalAddr().String() }
+func (d *nodeAgent) addr() string { return d.conn.LocalAddr().String() }
 
 type keyCounts struct{ Reads, Writes, Bytes uint32 }
 
 // received reads every batch until none comes for 300 ms (the sender has
 // been flushed before) and sums them per "policy|key".
-func (d *detector) received(t *testing.T) map[string]keyCounts {
+func (d *nodeAgent) received(t *testing.T) map[string]keyCounts {
 	t.Helper()
 	out := map[string]keyCounts{}
 	buf := make([]byte, 64<<10)
@@ -100,7 +100,7 @@ func reportScript(ctx context.Context, c redis.UniversalClient) {
 
 // TestHookReportsLikeTheSidecar plays the same commands through the
 // sidecar proxy and through the go-redis hook, each reporting to a
-// detector with the same client (counts.Client): the detector must receive
+// node agent with the same client (counts.Client): the node agent must receive
 // the same reads, writes and bytes per key from both. Before, an
 // application using only the hook reported nothing.
 func TestHookReportsLikeTheSidecar(t *testing.T) {
@@ -116,7 +116,7 @@ func TestHookReportsLikeTheSidecar(t *testing.T) {
 
 	// Through the sidecar.
 	s1 := redistest.Standalone(t)
-	d1 := newDetector(t)
+	d1 := newNodeAgent(t)
 	w1, err := counts.NewClient(d1.addr(), counts.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestHookReportsLikeTheSidecar(t *testing.T) {
 
 	// Through the hook.
 	s2 := redistest.Standalone(t)
-	d2 := newDetector(t)
+	d2 := newNodeAgent(t)
 	w2, err := counts.NewClient(d2.addr(), counts.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestHookReportsLikeTheSidecar(t *testing.T) {
 		t.Fatal("the sidecar reported nothing")
 	}
 	if diff := cmp.Diff(viaSidecar, viaHook); diff != "" {
-		t.Errorf("the detector hears different accesses from the hook (-sidecar +hook):\n%s", diff)
+		t.Errorf("the node agent hears different accesses from the hook (-sidecar +hook):\n%s", diff)
 	}
 }
 

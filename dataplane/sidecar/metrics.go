@@ -41,16 +41,16 @@ func registerDetectorStats(reg prometheus.Registerer, dc *counts.Client) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(dc.Stats())) })
 	}
 	reg.MustRegister(
-		counter("heatsink_proxy_detector_observations_dropped_total",
+		counter("heatsink_proxy_node_agent_observations_dropped_total",
 			"Key accesses not sent to the node agent: the per-interval buffer was full, the key too long or empty, or the client closed.",
 			func(s counts.Stats) uint64 { return s.Dropped }),
-		counter("heatsink_proxy_detector_send_errors_total",
+		counter("heatsink_proxy_node_agent_send_errors_total",
 			"Batches to the node agent that the kernel refused (no agent listening, for one); their entries are lost.",
 			func(s counts.Stats) uint64 { return s.SendErrors }),
-		counter("heatsink_proxy_detector_entries_lost_total",
+		counter("heatsink_proxy_node_agent_entries_lost_total",
 			"Key entries in batches that could not be sent to the node agent.",
 			func(s counts.Stats) uint64 { return s.LostEntries }),
-		counter("heatsink_proxy_detector_batches_total",
+		counter("heatsink_proxy_node_agent_batches_total",
 			"Batches sent to the node agent.",
 			func(s counts.Stats) uint64 { return s.Batches }),
 	)

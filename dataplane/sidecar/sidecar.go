@@ -1,7 +1,7 @@
 // Package sidecar wires the heatsink sidecar together: the RESP proxy, the
 // routing engine on a go-redis client, the routing table watcher, the
-// detector client and the HTTP endpoint (/metrics, /healthz, /readyz). The
-// `heatsink proxy` command only parses flags into a Config and calls Run.
+// node agent client and the HTTP endpoint (/metrics, /healthz, /readyz). The
+// `heatsink sidecar` command only parses flags into a Config and calls Run.
 package sidecar
 
 import (
@@ -41,10 +41,10 @@ type Config struct {
 	Policy      string
 	Namespace   string
 	RoutingFile string
-	// Detector is host:port of the node's detector; empty disables reports.
-	Detector string
-	Username string
-	Password string
+	// Node agent is host:port of the node's agent; empty disables reports.
+	NodeAgent string
+	Username  string
+	Password  string
 	// TLS, if set, is used for every connection to Redis (the proxy's and
 	// the engine's); build it with proxy.ClientTLS. nil means plaintext.
 	TLS *tls.Config
@@ -119,10 +119,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cc, ok := rc.(*redis.ClusterClient); ok {
 		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
 	}
-	if cfg.Detector != "" {
-		dc, err := counts.NewClient(cfg.Detector, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
+	if cfg.NodeAgent != "" {
+		dc, err := counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
 		if err != nil {
-			return fmt.Errorf("detector client: %w", err)
+			return fmt.Errorf("counts client: %w", err)
 		}
 		defer dc.Close()
 		pcfg.Observer = dc
@@ -154,7 +154,7 @@ func Run(ctx context.Context, cfg Config) error {
 		go srv.Serve(hl)
 		defer srv.Close()
 	}
-	log.Info("heatsink proxy serving", "listen", ln.Addr().String(), "upstreams", cfg.Upstreams, "cluster", cfg.Cluster)
+	log.Info("heatsink sidecar serving", "listen", ln.Addr().String(), "upstreams", cfg.Upstreams, "cluster", cfg.Cluster)
 	return p.Serve(ctx, ln)
 }
 
@@ -179,7 +179,7 @@ func engineClient(cfg Config, proxyOf func() *proxy.Proxy) redis.UniversalClient
 }
 
 // startWatcher follows the routing table into the engine: from the node
-// agent (the detector address, over TCP), and from the mounted file. The
+// agent (the node agent address, over TCP), and from the mounted file. The
 // sidecar holds no API credentials. Without a policy there is nothing to
 // follow and the proxy only forwards and reports.
 func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidecarMetrics, log *slog.Logger) error {
@@ -187,11 +187,11 @@ func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidec
 		log.Info("no policy configured: routing table not followed")
 		return nil
 	}
-	if cfg.Detector == "" && cfg.RoutingFile == "" {
+	if cfg.NodeAgent == "" && cfg.RoutingFile == "" {
 		return errors.New("no node agent and no routing file: cannot follow the routing table")
 	}
 	opts := watch.Options{
-		Agent: cfg.Detector, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
+		Agent: cfg.NodeAgent, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
 		OnTable: func(t *routing.Table) { eng.SetTable(t); sm.table(t) },
 		OnReject: func(src watch.Source, err error) {
 			sm.reject(src)

@@ -138,7 +138,7 @@ func TestSidecarExportsRoutingVersionAndDrops(t *testing.T) {
 	go func() {
 		done <- sidecar.Run(ctx, sidecar.Config{
 			Listener: ln, HTTPListener: hl, Upstreams: []string{srv.Addr},
-			Policy: "p", Namespace: "ns", RoutingFile: file, Detector: agent,
+			Policy: "p", Namespace: "ns", RoutingFile: file, NodeAgent: agent,
 		})
 	}()
 	t.Cleanup(func() {
@@ -154,8 +154,8 @@ func TestSidecarExportsRoutingVersionAndDrops(t *testing.T) {
 		c.Get(context.Background(), "some:key") // an access to report
 		_, metrics := get(t, base+"/metrics")
 		v, ok := metricValue(metrics, "heatsink_proxy_routing_version")
-		errs, _ := metricValue(metrics, "heatsink_proxy_detector_send_errors_total")
-		_, dropped := metricValue(metrics, "heatsink_proxy_detector_observations_dropped_total")
+		errs, _ := metricValue(metrics, "heatsink_proxy_node_agent_send_errors_total")
+		_, dropped := metricValue(metrics, "heatsink_proxy_node_agent_observations_dropped_total")
 		return ok && v == 7 && errs > 0 && dropped
 	})
 }

@@ -2,7 +2,7 @@
 // newer good table to a callback (the engine's SetTable).
 //
 // It has two sources, and needs no credentials for the API server: the
-// node agent of the sidecar's node (the detector DaemonSet), which the
+// node agent of the sidecar's node (the node agent DaemonSet), which the
 // manager pushes every table to and which streams each newer one to the
 // sidecar as soon as it holds it (well under a second; package sidecarlink
 // has the request and the stream's frames), and, as a fallback, the routing

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/dataplane/watch"
-	"github.com/heatsink-dev/heatsink/detector"
-	"github.com/heatsink-dev/heatsink/fleet"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/nodeagent"
 
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
@@ -101,7 +101,7 @@ func (r *recorder) last() (int64, int) {
 	return r.versions[len(r.versions)-1], len(r.rejects)
 }
 
-// fleetUnderTest is a real fleet hub and one real node agent connected to
+// fleetUnderTest is a real hub and one real node agent connected to
 // it, as a sidecar's node has them; the sidecar's pod is 127.0.0.1.
 type fleetUnderTest struct {
 	hub   *hub.Hub
@@ -127,7 +127,7 @@ func startFleet(t *testing.T) *fleetUnderTest {
 	spec := &v1alpha1.HotKeyPolicySpec{}
 	v1alpha1.SetDefaults(spec)
 	h.SetPolicy(testPolicy, hub.ParamsFromSpec(spec))
-	h.UpsertPod("shop/app-0", "node-a", fleet.Pod{IP: "127.0.0.1", Policy: testPolicy})
+	h.UpsertPod("shop/app-0", "node-a", agentlink.Pod{IP: "127.0.0.1", Policy: testPolicy})
 	f := &fleetUnderTest{hub: h}
 	f.agent, f.stop = startAgent(t, addr, "127.0.0.1:0")
 	return f
@@ -136,7 +136,7 @@ func startFleet(t *testing.T) *fleetUnderTest {
 // startAgent runs a node agent for node-a on listen until stop.
 func startAgent(t *testing.T, manager, listen string) (routingAddr string, stop func()) {
 	t.Helper()
-	d, err := detector.New(detector.Options{NodeName: "node-a", ListenAddr: listen, Manager: manager, Token: "t0ken"})
+	d, err := nodeagent.New(nodeagent.Options{NodeName: "node-a", ListenAddr: listen, Manager: manager, Token: "t0ken"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Command heatsink-demo runs the whole of heatsink on this machine (a real
-// kube-apiserver and etcd, a 3-master Redis Cluster, the manager, detectors
+// kube-apiserver and etcd, a 3-master Redis Cluster, the manager, node agents
 // and sidecars) and shows a hot key detected and relieved. It is a separate
 // binary so that the demo and its harnesses never reach the shipped image.
 package main

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proxy benchmarks, side by side in one run with redis-benchmark:
-#  1. direct Redis vs the heatsink proxy vs twemproxy (nutcracker): 50
+#  1. direct Redis vs the heatsink sidecar vs twemproxy (nutcracker): 50
 #     clients, GET/SET/INCR, pipeline depth 1 and 16, random keys;
 #  2. one upstream command per client command on random keys (INFO
 #     commandstats);
@@ -122,9 +122,10 @@ if [[ -n "${BEFORE}" ]]; then
 fi
 heatsink() { # LOGNAME PORT [flags...]
   local name=$1 port=$2; shift 2
-  local bin="${work}/heatsink"
-  [[ "${name}" == before ]] && bin="${work}/heatsink-before"
-  "${bin}" proxy --listen "127.0.0.1:${port}" --http-address "127.0.0.1:$(freeport)" "$@" >"${work}/${name}.log" 2>&1 &
+  local bin="${work}/heatsink" sub=sidecar
+  # a tree from before the subcommand was named sidecar calls it proxy
+  [[ "${name}" == before ]] && bin="${work}/heatsink-before" && { "${bin}" sidecar --help >/dev/null 2>&1 || sub=proxy; }
+  "${bin}" "${sub}" --listen "127.0.0.1:${port}" --http-address "127.0.0.1:$(freeport)" "$@" >"${work}/${name}.log" 2>&1 &
   pids+=($!); servers+=($!)
   waitport "${port}"
 }
@@ -136,11 +137,11 @@ if [[ -n "${BEFORE}" ]]; then
   BPORT=$(freeport); heatsink before "${BPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file ""
   MAIN=(direct heatsink before twemproxy)
 fi
-# The same, reporting every key access to a detector address (UDP; nothing
+# The same, reporting every key access to a node agent address (UDP; nothing
 # listens there, so this is the cost of aggregating and sending).
 echo '{"schemaVersion":1,"policy":"bench/bench","version":1,"epochMillis":60000,"entries":[]}' >"${work}/empty.json"
 OPORT=$(freeport); heatsink heatsink-reports "${OPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file "${work}/empty.json" \
-  --policy bench --namespace bench --detector "127.0.0.1:$(freeport)"
+  --policy bench --namespace bench --node-agent "127.0.0.1:$(freeport)"
 TPORT=$(freeport)
 # twemproxy: server_connections lets it pipeline to Redis over several
 # connections. A spot check of 1, 2 and 4 on this 2-core machine had 4 best
@@ -195,12 +196,12 @@ for depth in 1 16; do
   done
 done
 
-echo "## Proxy: direct Redis vs heatsink proxy vs twemproxy"
+echo "## Proxy: direct Redis vs heatsink sidecar vs twemproxy"
 echo
 echo "redis-benchmark, ${CLIENTS} clients, ${REQUESTS} requests per run, random keys (-r 1000000); each row is the median of ${MAIN_ROUNDS} interleaved rounds (target order rotated each round) on the same machine ($(nproc) cores shared by Redis, the proxy, the load generator and whatever else runs). $(if [[ ${PIN} == 1 ]]; then echo "CPU placement: redis-benchmark on CPU 0, Redis and the proxy under test on CPUs 1-$((NCPU - 1)), the same for every target (PROXY_BENCH_PIN=0 turns it off; the unpinned table follows)."; else echo "No CPU pinning."; fi) Latencies in ms. twemproxy: nutcracker, server_connections ${TWEMPROXY_CONNS:-4}. heatsink: default settings (its event loop serves these clients; one upstream connection per RESP version)."
 echo
 if [[ -n "${BEFORE}" ]]; then
-  echo "heatsink@${BEFORE}: the proxy as built at ${BEFORE}, the tree whose numbers the committed snapshot shows, measured in the same rounds: heatsink / before is the regression check, free of the machine's state."
+  echo "heatsink@${BEFORE}: the proxy as built at ${BEFORE}, a reference tree, measured in the same rounds: heatsink / before is the regression check, free of the machine's state."
   echo
   echo "| test | depth | direct ops/s | heatsink ops/s | heatsink@${BEFORE} ops/s | twemproxy ops/s | heatsink / direct | heatsink@${BEFORE} / direct | twemproxy / direct | heatsink / heatsink@${BEFORE} | direct p50/p99 | heatsink p50/p99 | heatsink@${BEFORE} p50/p99 | twemproxy p50/p99 |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -251,7 +252,7 @@ if [[ "${PIN}" == 1 ]]; then
   done
   echo
 fi
-# Cost of reporting accesses to the detector.
+# Cost of reporting accesses to the node agent.
 PORT[reports]=$OPORT
 for depth in 1 16; do
   order=(heatsink reports)
@@ -262,7 +263,7 @@ for depth in 1 16; do
   done
   finish "heatsink/${depth}/rget"; finish "reports/${depth}/rget"
 done
-echo "**Detector reports on** (every GET reported; medians of ${ROUNDS} interleaved rounds):"
+echo "**Node agent reports on** (every GET reported; medians of ${ROUNDS} interleaved rounds):"
 echo
 echo "| depth | heatsink ops/s | heatsink + reports ops/s | ratio |"
 echo "|---|---|---|---|"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Resident memory of the heatsink proxy (the sidecar) under the loads that
+# Resident memory of the heatsink sidecar (the sidecar) under the loads that
 # used to make it grow without bound: 1,000 clients × 10k-deep pipelines,
 # 100 clients that never read replies of 4 KB values, 5,000 idle
 # connections, 8 clients reading a 64 MiB value at once, a 2M-distinct-key
-# flood (with detector reports on, so their
+# flood (with node agent reports on, so their
 # aggregation is counted too). Once with the event loop (the default) and
 # once with sessions only (--event-loop=false). The load generator is
 # bench/proxyrss; RSS is read from /proc/<pid>/status every 20 ms.
@@ -47,14 +47,14 @@ waitport "${RPORT}"
 
 echo "## Proxy memory (RSS)"
 echo
-echo "Resident memory of \`heatsink proxy\` (default settings, memory ceiling included; reports to a detector address on) under each load, sampled every 20 ms. \"After\" is the lowest RSS within 10 s of the load's connections closing. Load generator: \`bench/proxyrss\`."
+echo "Resident memory of \`heatsink sidecar\` (default settings, memory ceiling included; reports to a node agent address on) under each load, sampled every 20 ms. \"After\" is the lowest RSS within 10 s of the load's connections closing. Load generator: \`bench/proxyrss\`."
 echo
 for mode in loop sessions; do
   HPORT=$(freeport)
   flags=()
   [[ "${mode}" == sessions ]] && flags+=(--event-loop=false)
-  "${work}/heatsink" proxy --listen "127.0.0.1:${HPORT}" --http-address "127.0.0.1:$(freeport)" \
-    --upstream "127.0.0.1:${RPORT}" --routing-file "" --detector "127.0.0.1:$(freeport)" "${flags[@]}" \
+  "${work}/heatsink" sidecar --listen "127.0.0.1:${HPORT}" --http-address "127.0.0.1:$(freeport)" \
+    --upstream "127.0.0.1:${RPORT}" --routing-file "" --node-agent "127.0.0.1:$(freeport)" "${flags[@]}" \
     >"${work}/proxy-${mode}.log" 2>&1 &
   ppid=$!
   pids+=("${ppid}")

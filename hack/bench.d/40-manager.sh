@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Manager benchmark: one reconcile of a HotKeyPolicy with 1,000 hot keys from
-# 500 nodes' summaries in the fleet hub (200 keys each), against the 100 ms budget.
+# 500 nodes' summaries in the hub (200 keys each), against the 100 ms budget.
 #  - aggregate+decide: the pure path (aggregate, decide), no API server;
 #  - reconcile (cached): a full steady-state Reconcile through the manager's
 #    informer cache against a real kube-apiserver (envtest);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fleet simulator (issue 12): today's design against the fleet design, in one
+# Fleet simulator: today's design against the fleet design, in one
 # run, at several fleet sizes (bench/fleetsim). For each size and design: a
 # real kube-apiserver + etcd, the design's real `heatsink manager` (a
 # process) and its node simulator (a process: N simulated nodes running the
@@ -15,7 +15,7 @@
 #
 # Then, unless FLEET_BENCH_POLICIES_ROW is empty, one more run of the fleet
 # design alone with several policies (default 1000:10, 1,000 nodes × 10
-# policies, each with its own viral key and counter: issue 12's target of
+# policies, each with its own viral key and counter: the target of
 # at most 50 mutating requests/s from heatsink during a hot event), printed
 # as a second table.
 #

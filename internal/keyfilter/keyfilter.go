@@ -2,7 +2,7 @@
 // glob patterns. The syntax is Redis's own (as in KEYS and SCAN MATCH): '*'
 // any run of bytes, '?' one byte, '[abc]', '[^a-z]' classes, '\' escapes the
 // next byte. Matching is on bytes, never allocates and runs in time linear in
-// the key for patterns with one '*', as keys are matched on the detector's hot
+// the key for patterns with one '*', as keys are matched on the node agent's hot
 // path.
 package keyfilter
 

@@ -14,7 +14,7 @@
 // the demo does; an upgrade with a changed value keeps the routing table and
 // breaks no client; the counter is exact; the policy is deleted and heatsink
 // uninstalled with nothing stuck. Each step's time, the pods' restarts and
-// the sidecar's and detector's RSS are written to $E2E_OUT/report.md.
+// the sidecar's and node agent's RSS are written to $E2E_OUT/report.md.
 package e2e
 
 import (
@@ -190,7 +190,7 @@ func clusterInfo(addr string) (string, error) {
 type installer interface {
 	name() string
 	install(t *testing.T)
-	// upgrade changes a value and rolls the manager and the detector.
+	// upgrade changes a value and rolls the manager and the node agent.
 	upgrade(t *testing.T)
 	uninstall(t *testing.T)
 }
@@ -206,7 +206,7 @@ func (h helmInstaller) install(t *testing.T) {
 }
 func (h helmInstaller) upgrade(t *testing.T) {
 	run(t, nil, h.e.Helm, "upgrade", "heatsink", h.chart(), "--namespace", systemNamespace, "--reuse-values",
-		"--set", "manager.logLevel=debug", "--set", "detector.podAnnotations.e2e/upgraded=yes", "--wait", "--timeout", "5m")
+		"--set", "manager.logLevel=debug", "--set", "nodeAgent.podAnnotations.e2e/upgraded=yes", "--wait", "--timeout", "5m")
 }
 func (h helmInstaller) uninstall(t *testing.T) {
 	run(t, nil, h.e.Helm, "uninstall", "heatsink", "--namespace", systemNamespace, "--wait", "--timeout", "3m")
@@ -223,7 +223,7 @@ func (k kustomizeInstaller) dir() string  { return filepath.Join(k.e.Root, "conf
 func (k kustomizeInstaller) install(t *testing.T) {
 	kubectl(t, nil, "apply", "--server-side", "-k", k.dir())
 	kubectl(t, nil, "-n", systemNamespace, "rollout", "status", "deployment/heatsink-manager", "--timeout=300s")
-	kubectl(t, nil, "-n", systemNamespace, "rollout", "status", "daemonset/heatsink-detector", "--timeout=300s")
+	kubectl(t, nil, "-n", systemNamespace, "rollout", "status", "daemonset/heatsink-node-agent", "--timeout=300s")
 }
 
 // upgrade applies an overlay of config/default that changes the pods'
@@ -239,7 +239,7 @@ patches:
 - target: {kind: Deployment, name: heatsink-manager}
   patch: |-
     - {op: add, path: /spec/template/metadata/annotations/e2e~1upgraded, value: "yes"}
-- target: {kind: DaemonSet, name: heatsink-detector}
+- target: {kind: DaemonSet, name: heatsink-node-agent}
   patch: |-
     - {op: add, path: /spec/template/metadata/annotations/e2e~1upgraded, value: "yes"}
 `, rel)
@@ -248,7 +248,7 @@ patches:
 	}
 	kubectl(t, nil, "apply", "--server-side", "-k", dir)
 	kubectl(t, nil, "-n", systemNamespace, "rollout", "status", "deployment/heatsink-manager", "--timeout=300s")
-	kubectl(t, nil, "-n", systemNamespace, "rollout", "status", "daemonset/heatsink-detector", "--timeout=300s")
+	kubectl(t, nil, "-n", systemNamespace, "rollout", "status", "daemonset/heatsink-node-agent", "--timeout=300s")
 }
 func (k kustomizeInstaller) uninstall(t *testing.T) {
 	kubectl(t, nil, "delete", "-k", k.dir(), "--timeout=180s")
@@ -444,9 +444,9 @@ func saveDiagnostics(t *testing.T, e env, name string) int {
 		"-o", "custom-columns=NS:.metadata.namespace,OBJECT:.involvedObject.name,REASON:.reason,COUNT:.count,MESSAGE:.message", "--no-headers")
 	_ = os.WriteFile(filepath.Join(e.Out, name+"-events.txt"), []byte(events), 0o644)
 	for file, args := range map[string][]string{
-		"manager":  {"-n", systemNamespace, "logs", "deployment/heatsink-manager", "--all-containers"},
-		"detector": {"-n", systemNamespace, "logs", "daemonset/heatsink-detector", "--all-containers"},
-		"sidecar":  {"-n", appNamespace, "logs", "deployment/app", "-c", "heatsink-proxy"},
+		"manager":    {"-n", systemNamespace, "logs", "deployment/heatsink-manager", "--all-containers"},
+		"node-agent": {"-n", systemNamespace, "logs", "daemonset/heatsink-node-agent", "--all-containers"},
+		"sidecar":    {"-n", appNamespace, "logs", "deployment/app", "-c", "heatsink-proxy"},
 	} {
 		out, err := runErr(nil, "kubectl", args...)
 		if err != nil {
@@ -632,7 +632,7 @@ func restarts(t *testing.T, c client.Client) string {
 	return "0"
 }
 
-// residentMemory reads the RSS of the sidecars', the detector's and the
+// residentMemory reads the RSS of the sidecars', the node agent's and the
 // manager's processes from /proc, finding their PIDs through containerd.
 func residentMemory(t *testing.T, e env, c client.Client) map[string]string {
 	pids := map[string]string{} // container ID → PID

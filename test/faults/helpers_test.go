@@ -184,7 +184,7 @@ func heatsinkBinary(t *testing.T) string {
 	return out
 }
 
-// proxyProcess is `heatsink proxy` running as its own process.
+// proxyProcess is `heatsink sidecar` running as its own process.
 type proxyProcess struct {
 	addr   string
 	cmd    *exec.Cmd
@@ -193,14 +193,14 @@ type proxyProcess struct {
 	output strings.Builder
 }
 
-// startProxyProcess runs `heatsink proxy` (through prefix, e.g. prlimit)
+// startProxyProcess runs `heatsink sidecar` (through prefix, e.g. prlimit)
 // listening on a free port, in front of upstream.
 func startProxyProcess(t *testing.T, upstream string, prefix []string, flags ...string) *proxyProcess {
 	t.Helper()
 	bin := heatsinkBinary(t)
 	port := freePort(t, false)
 	pp := &proxyProcess{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
-	args := append(append([]string{}, prefix...), bin, "proxy", "--listen", pp.addr, "--upstream", upstream,
+	args := append(append([]string{}, prefix...), bin, "sidecar", "--listen", pp.addr, "--upstream", upstream,
 		"--http-address", net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t, false))), "--routing-file", "")
 	args = append(args, flags...)
 	pp.cmd = exec.Command(args[0], args[1:]...)
@@ -233,7 +233,7 @@ func startProxyProcess(t *testing.T, upstream string, prefix []string, flags ...
 	eventually.Succeeds(t, 30*time.Second, func() error {
 		select {
 		case <-pp.done:
-			return eventually.Permanent(fmt.Errorf("heatsink proxy exited: %s", pp.log()))
+			return eventually.Permanent(fmt.Errorf("heatsink sidecar exited: %s", pp.log()))
 		default:
 		}
 		return c.Ping(context.Background()).Err()

@@ -19,7 +19,7 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
 
-// TestSIGTERMMidPipeline stops `heatsink proxy` with SIGTERM while 50
+// TestSIGTERMMidPipeline stops `heatsink sidecar` with SIGTERM while 50
 // clients stream pipelines of INCRs: it exits 0 within its drain timeout,
 // every reply a client got is a whole, well-formed reply, and Redis ran
 // exactly the INCRs whose replies came back (the commands left unanswered
@@ -113,7 +113,7 @@ func TestSIGTERMMidPipeline(t *testing.T) {
 	}
 }
 
-// TestOutOfFileDescriptors runs `heatsink proxy` with 64 file descriptors
+// TestOutOfFileDescriptors runs `heatsink sidecar` with 64 file descriptors
 // and connects more clients than it can hold: it must not exit (before, an
 // EMFILE from accept ended it and every connection with it); the clients
 // it holds keep being served, and once some leave, the waiting ones are

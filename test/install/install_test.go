@@ -77,14 +77,14 @@ func run(t *testing.T, dir string, name string, args ...string) []byte {
 
 // valueSets are the chart configurations under test, by name.
 var valueSets = map[string][]string{
-	"default":           nil,
-	"ha-certmanager":    {"-f", "testdata/values-ha-certmanager.yaml"},
-	"minimal":           {"-f", "testdata/values-minimal.yaml"},
-	"one-replica":       {"--set", "manager.replicas=1", "--set", "metrics.serviceMonitor.enabled=true"},
-	"detector-hostport": {"--set", "detector.ingestMode=hostPort", "--set", "rbac.create=false"},
-	"monitoring":        {"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true"},
-	"secret-namespaces": {"--set", "rbac.secretNamespaces={shop,social}", "--set", "manager.metricsSecure=false"},
-	"openshift-style":   {"-f", "testdata/values-openshift.yaml"},
+	"default":             nil,
+	"ha-certmanager":      {"-f", "testdata/values-ha-certmanager.yaml"},
+	"minimal":             {"-f", "testdata/values-minimal.yaml"},
+	"one-replica":         {"--set", "manager.replicas=1", "--set", "metrics.serviceMonitor.enabled=true"},
+	"node-agent-hostport": {"--set", "nodeAgent.ingestMode=hostPort", "--set", "rbac.create=false"},
+	"monitoring":          {"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true"},
+	"secret-namespaces":   {"--set", "rbac.secretNamespaces={shop,social}", "--set", "manager.metricsSecure=false"},
+	"openshift-style":     {"-f", "testdata/values-openshift.yaml"},
 }
 
 func helmTemplate(t *testing.T, tl tools, args []string) []byte {
@@ -118,8 +118,8 @@ func TestHelmSchemaRejectsBadValues(t *testing.T) {
 		"zero replicas":     "manager.replicas=0",
 		"bad cert source":   "webhook.certificates.source=vault",
 		"bad pull policy":   "image.pullPolicy=Sometimes",
-		"port out of range": "detector.ingestPort=70000",
-		"bad ingest mode":   "detector.ingestMode=multicast",
+		"port out of range": "nodeAgent.ingestPort=70000",
+		"bad ingest mode":   "nodeAgent.ingestMode=multicast",
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(tl.helm, "template", "x", filepath.Join(tl.root, "charts", "heatsink"), "--kube-version", kubeVersion(), "--set", set)

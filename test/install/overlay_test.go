@@ -44,7 +44,7 @@ var knownStale = map[string]string{}
 // checkOverlayReferences checks that every reference follows the overlay's
 // namespace and image: nothing names heatsink-system or the default image,
 // binding subjects, webhook Services, cert-manager's DNS names and CA
-// injection name the new namespace, and the manager derives the detector
+// injection name the new namespace, and the manager derives the node agent
 // address and the sidecar image at run time.
 func checkOverlayReferences(t *testing.T, manifest []byte, objs []*unstructured.Unstructured) {
 	t.Helper()
@@ -101,7 +101,7 @@ func checkOverlayReferences(t *testing.T, manifest []byte, objs []*unstructured.
 					if strings.HasPrefix(a, "--proxy-image=") {
 						t.Errorf("%s: %s: the sidecar must default to the manager's own image", what, a)
 					}
-					if strings.HasPrefix(a, "--detector-address=") && !strings.Contains(a, "$(POD_NAMESPACE)") {
+					if strings.HasPrefix(a, "--node-agent-address=") && !strings.Contains(a, "$(POD_NAMESPACE)") {
 						t.Errorf("%s: %s does not follow the namespace", what, a)
 					}
 				}

@@ -23,9 +23,9 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
-	"github.com/heatsink-dev/heatsink/detector"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/nodeagent"
 )
 
 func root(t *testing.T) string {
@@ -122,7 +122,7 @@ func (r *recorder) has(name string) bool {
 }
 
 // exported collects the metric names every heatsink component registers:
-// the manager (reconciler, fleet hub), a node agent and a sidecar, each
+// the manager (reconciler, hub), a node agent and a sidecar, each
 // built as it runs.
 func exported(t *testing.T) (map[string]bool, map[string][]string) {
 	t.Helper()
@@ -133,10 +133,10 @@ func exported(t *testing.T) (map[string]bool, map[string][]string) {
 	}
 	// The agent takes a kernel-chosen UDP port and the same port over TCP,
 	// which another process may hold: a few tries, each on a new port.
-	var d *detector.Detector
+	var d *nodeagent.Agent
 	var err error
 	for range 5 {
-		d, err = detector.New(detector.Options{NodeName: "n1", Manager: "127.0.0.1:1", Token: "t", ListenAddr: "127.0.0.1:0", Registerer: rec})
+		d, err = nodeagent.New(nodeagent.Options{NodeName: "n1", Manager: "127.0.0.1:1", Token: "t", ListenAddr: "127.0.0.1:0", Registerer: rec})
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
@@ -173,10 +173,10 @@ func exported(t *testing.T) (map[string]bool, map[string][]string) {
 	done := make(chan error, 1)
 	go func() {
 		done <- sidecar.Run(sctx, sidecar.Config{Listener: listen(), Upstreams: []string{"127.0.0.1:1"},
-			Policy: "p", Namespace: "ns", RoutingFile: file, Detector: agent, Registry: side})
+			Policy: "p", Namespace: "ns", RoutingFile: file, NodeAgent: agent, Registry: side})
 	}()
 	eventually.True(t, 10*time.Second, "the sidecar registers its metrics", func() bool {
-		return side.has("heatsink_proxy_routing_version") && side.has("heatsink_proxy_detector_send_errors_total")
+		return side.has("heatsink_proxy_routing_version") && side.has("heatsink_proxy_node_agent_send_errors_total")
 	})
 	scancel()
 	if err := <-done; err != nil {

@@ -33,7 +33,7 @@ package repo
 //     a word of a code span or fenced block that contains a slash and whose
 //     first segment is a top-level entry git tracks (`hack/bench.sh`,
 //     `dataplane/proxy/tls.go`, `config/crd/bases/*.yaml`,
-//     `routing/watch.Watcher`: a Go identifier after the package is allowed,
+//     `dataplane/watch.Watcher`: a Go identifier after the package is allowed,
 //     as is a trailing /...). Words with placeholders (<x>, {x}, $X) and
 //     paths outside the repository's tracked top level (bin/, /etc/...,
 //     ../ in code, which is relative to wherever the reader's file is) are
@@ -149,7 +149,7 @@ func newRefChecker(root, tmp string) (*refChecker, error) {
 		}
 	}
 	if len(c.flags) < 3 {
-		return nil, fmt.Errorf("heatsink --help lists %d commands; want manager, detector, proxy...:\n%s", len(c.flags), help)
+		return nil, fmt.Errorf("heatsink --help lists %d commands; want manager, node-agent, sidecar...:\n%s", len(c.flags), help)
 	}
 
 	crds, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
@@ -560,15 +560,15 @@ func TestDocReferenceRules(t *testing.T) {
 		want []string // "line: ref"
 	}{
 		"a flag the proxy has": {
-			doc: "Run `heatsink proxy --listen 127.0.0.1:6380 --event-loop=false`.\n",
+			doc: "Run `heatsink sidecar --listen 127.0.0.1:6380 --event-loop=false`.\n",
 		},
 		"a flag the proxy lacks": {
-			doc:  "Run `heatsink proxy --listen :6380 --no-such-flag`.\n",
-			want: []string{"1: heatsink proxy --no-such-flag"},
+			doc:  "Run `heatsink sidecar --listen :6380 --no-such-flag`.\n",
+			want: []string{"1: heatsink sidecar --no-such-flag"},
 		},
 		"another subcommand's flag": {
-			doc:  "```sh\nbin/heatsink detector --node-name n1 \\\n  --upstream redis:6379\n```\n",
-			want: []string{"2: heatsink detector --upstream"},
+			doc:  "```sh\nbin/heatsink node-agent --node-name n1 \\\n  --upstream redis:6379\n```\n",
+			want: []string{"2: heatsink node-agent --upstream"},
 		},
 		"a subcommand that does not exist": {
 			doc:  "Start it with `heatsink agent --listen :7946`.\n",
@@ -606,16 +606,16 @@ func TestDocReferenceRules(t *testing.T) {
 			want: []string{"2: HotKeyPolicy spec.thresholds.sustainsFor"},
 		},
 		"repository paths": {
-			doc: "See `hack/bench.sh`, `hack/bench.d/*.sh`, `routing/watch.Watcher`, `./dataplane/...`, " +
+			doc: "See `hack/bench.sh`, `hack/bench.d/*.sh`, `dataplane/watch.Watcher`, `./dataplane/...`, " +
 				"`go test ./dataplane/proxy -bench Forward`, `bin/heatsink`, `/etc/heatsink/tls/ca.crt`,\n" +
 				"`dataplane/proxy/tsl.go` and `go test ./proxy`.\n" +
-				"```go\nimport \"github.com/heatsink-dev/heatsink/detector/wires\"\n```\n",
-			want: []string{"2: dataplane/proxy/tsl.go", "4: detector/wires"},
+				"```go\nimport \"github.com/heatsink-dev/heatsink/nodeagent/wires\"\n```\n",
+			want: []string{"2: dataplane/proxy/tsl.go", "4: nodeagent/wires"},
 		},
 		"links": {
-			doc: "[design](design.md), [the guarantee](detector.md#the-guarantee), [x](nothing.md), " +
-				"[y](detector.md#no-such-heading), [z](../../outside), [web](https://example.com/a/b), [top](#links)\n\n## Links\n",
-			want: []string{"1: nothing.md", "1: detector.md#no-such-heading", "1: ../../outside"},
+			doc: "[design](design.md), [the guarantee](node-agent.md#the-guarantee), [x](nothing.md), " +
+				"[y](node-agent.md#no-such-heading), [z](../../outside), [web](https://example.com/a/b), [top](#links)\n\n## Links\n",
+			want: []string{"1: nothing.md", "1: node-agent.md#no-such-heading", "1: ../../outside"},
 		},
 	}
 	for name, tc := range tests {

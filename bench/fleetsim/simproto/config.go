@@ -33,7 +33,7 @@ type Config struct {
 	// at ViralRate and CounterRate over its own sidecars. 1, the default,
 	// is Policy alone.
 	Policies int
-	// Kubeconfig reaches the API server (the legacy design's detectors and
+	// Kubeconfig reaches the API server (the legacy design's node agents and
 	// sidecars talk to it).
 	Kubeconfig string
 	// ManagerFleet is the elected manager's fleet address and Token its

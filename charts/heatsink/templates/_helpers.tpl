@@ -39,8 +39,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.serviceAccount.manager.create }}{{ default (printf "%s-manager" (include "heatsink.fullname" .)) .Values.serviceAccount.manager.name }}{{ else }}{{ default "default" .Values.serviceAccount.manager.name }}{{ end }}
 {{- end }}
 
-{{- define "heatsink.detectorServiceAccount" -}}
-{{- if .Values.serviceAccount.detector.create }}{{ default (printf "%s-detector" (include "heatsink.fullname" .)) .Values.serviceAccount.detector.name }}{{ else }}{{ default "default" .Values.serviceAccount.detector.name }}{{ end }}
+{{- define "heatsink.nodeAgentServiceAccount" -}}
+{{- if .Values.serviceAccount.nodeAgent.create }}{{ default (printf "%s-node-agent" (include "heatsink.fullname" .)) .Values.serviceAccount.nodeAgent.name }}{{ else }}{{ default "default" .Values.serviceAccount.nodeAgent.name }}{{ end }}
 {{- end }}
 
 {{/* The webhook Service; its DNS name is in the serving certificate. */}}
@@ -65,18 +65,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ include "heatsink.fullname" . }}-fleet-token
 {{- end }}
 
-{{- define "heatsink.detectorService" -}}
-{{ include "heatsink.fullname" . }}-detector
+{{- define "heatsink.nodeAgentService" -}}
+{{ include "heatsink.fullname" . }}-node-agent
 {{- end }}
 
 {{/* Where injected sidecars send their access counts. */}}
-{{- define "heatsink.detectorAddress" -}}
-{{- if eq .Values.detector.ingestMode "service" -}}
+{{- define "heatsink.nodeAgentAddress" -}}
+{{- if eq .Values.nodeAgent.ingestMode "service" -}}
 {{- /* $(POD_NAMESPACE): the kubelet expands it in the manager's args. */ -}}
-{{ include "heatsink.detectorService" . }}.$(POD_NAMESPACE).svc:{{ .Values.detector.ingestPort }}
+{{ include "heatsink.nodeAgentService" . }}.$(POD_NAMESPACE).svc:{{ .Values.nodeAgent.ingestPort }}
 {{- else -}}
 {{- /* $$ escapes the reference in the manager's own args; the kubelet expands
      it in the sidecar, from HEATSINK_NODE_IP (status.hostIP). */ -}}
-$$(HEATSINK_NODE_IP):{{ .Values.detector.ingestPort }}
+$$(HEATSINK_NODE_IP):{{ .Values.nodeAgent.ingestPort }}
 {{- end -}}
 {{- end }}

@@ -1,4 +1,4 @@
-// Package proxytest serves a heatsink proxy in process for a test: on a free
+// Package proxytest serves a heatsink sidecar in process for a test: on a free
 // loopback port, drained when the test ends, its Serve error reported.
 package proxytest
 

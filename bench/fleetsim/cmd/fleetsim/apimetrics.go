@@ -201,7 +201,7 @@ type HubPush struct {
 const hubPushMetric = "heatsink_manager_fleet_routing_push_seconds"
 
 // parseHubPush reads HubPush from a manager's metrics; nil when it has no
-// such histogram (a design without the fleet hub) or no sample.
+// such histogram (a design without the hub) or no sample.
 func parseHubPush(r io.Reader) (*HubPush, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)

@@ -1,5 +1,4 @@
-// Command fleetsim is the fleet simulator of `make bench` (issue 12, item
-// 8): for each fleet size and each design it runs a real kube-apiserver and
+// Command fleetsim is the fleet simulator of `make bench`: for each fleet size and each design it runs a real kube-apiserver and
 // etcd, the design's real `heatsink manager` as a process and the design's
 // node simulator as another (N simulated nodes running the design's
 // node-agent code, 10 × N simulated sidecars), drives a warm-up, a hot event

@@ -108,7 +108,7 @@ type Result struct {
 	// AgentProbe is the probe's version to the node agents.
 	AgentProbe *FanOut `json:"agentProbe,omitempty"`
 	// HubPush is the manager's timing of its pushes to the agents' streams,
-	// read from its /metrics after the probe (designs with the fleet hub,
+	// read from its /metrics after the probe (designs with the hub,
 	// whose manager serves plain-HTTP metrics: --metrics-secure=false).
 	HubPush *HubPush `json:"hubPush,omitempty"`
 	// PhaseAt is when the node simulator's phases began (its events);

@@ -2,7 +2,7 @@
 // simulator (bench/fleetsim): this tree's node agent, N times in one
 // process.
 //
-//   - N simulated nodes, each a real node agent (detector.New + Run) on its
+//   - N simulated nodes, each a real node agent (nodeagent.New + Run) on its
 //     own loopback address (simproto.NodeIP), streaming from the elected
 //     manager's fleet endpoint (--manager-fleet, --token; plaintext, as the
 //     orchestrator runs the manager with --fleet-tls=false) and sending it
@@ -41,7 +41,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
 	"github.com/heatsink-dev/heatsink/dataplane/counts"
-	"github.com/heatsink-dev/heatsink/detector"
+	"github.com/heatsink-dev/heatsink/nodeagent"
 )
 
 func main() { os.Exit(run(os.Args[1:])) }
@@ -190,7 +190,7 @@ func raiseNoFile() uint64 {
 // node is one simulated node: its agent, the registry its metrics go to,
 // and its sidecars' counting clients.
 type node struct {
-	agent    *detector.Detector
+	agent    *nodeagent.Agent
 	reg      *prometheus.Registry
 	counters []*counter       // --transport direct
 	clients  []*counts.Client // --transport udp
@@ -311,7 +311,7 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 			return notReady("starting node agents", err)
 		}
 		reg := prometheus.NewRegistry()
-		d, err := detector.New(detector.Options{
+		d, err := nodeagent.New(nodeagent.Options{
 			NodeName: simproto.NodeName(i), ListenAddr: simproto.NodeIP(i) + ":0",
 			Manager: s.c.ManagerFleet, Token: s.c.Token, Registerer: reg, Logger: &discard,
 			// When this agent holds each version: the manager → agents
@@ -438,7 +438,7 @@ func (s *sim) flusher() func(i int) {
 }
 
 // tracksAll reports whether agent knows every policy of the run.
-func (s *sim) tracksAll(agent *detector.Detector) bool {
+func (s *sim) tracksAll(agent *nodeagent.Agent) bool {
 	for k := range s.c.Policies {
 		if !agent.Tracks(s.c.PolicyRefOf(k)) {
 			return false

@@ -185,11 +185,11 @@ func counterFamily(name string, byResult map[string]float64) *dto.MetricFamily {
 
 func TestAgentCounters(t *testing.T) {
 	fams := []*dto.MetricFamily{
-		counterFamily("heatsink_detector_batches_total", map[string]float64{"accepted": 90, "unknown_source": 3, "rate_limited": 2}),
-		counterFamily("heatsink_detector_summaries_total", map[string]float64{"sent": 30, "superseded": 1, "no_manager": 4, "error": 1}),
-		counterFamily("heatsink_detector_manager_connects_total", map[string]float64{"": 2}),
-		counterFamily("heatsink_detector_routing_requests_total", map[string]float64{"served": 20, "unentitled": 1}),
-		counterFamily("heatsink_detector_observations_total", map[string]float64{"counted": 1000}), // not a done counter
+		counterFamily("heatsink_node_agent_batches_total", map[string]float64{"accepted": 90, "unknown_source": 3, "rate_limited": 2}),
+		counterFamily("heatsink_node_agent_summaries_total", map[string]float64{"sent": 30, "superseded": 1, "no_manager": 4, "error": 1}),
+		counterFamily("heatsink_node_agent_manager_connects_total", map[string]float64{"": 2}),
+		counterFamily("heatsink_node_agent_routing_requests_total", map[string]float64{"served": 20, "unentitled": 1}),
+		counterFamily("heatsink_node_agent_observations_total", map[string]float64{"counted": 1000}), // not a done counter
 	}
 	got := map[string]float64{"agent_batches_accepted": 10} // a second agent's, summed
 	agentCounters(fams, got)

@@ -26,29 +26,29 @@ func agentCounters(families []*dto.MetricFamily, into map[string]float64) {
 			v := m.GetCounter().GetValue()
 			result := label(m, "result")
 			switch mf.GetName() {
-			case "heatsink_detector_batches_total":
+			case "heatsink_node_agent_batches_total":
 				if result == "accepted" {
 					into["agent_batches_accepted"] += v
 				} else {
 					into["datagrams_refused_"+result] += v
 				}
-			case "heatsink_detector_summaries_total":
+			case "heatsink_node_agent_summaries_total":
 				switch result {
 				case "sent", "superseded":
 					into["agent_summaries_"+result] += v
 				default:
 					into["agent_summaries_lost_"+result] += v
 				}
-			case "heatsink_detector_manager_connects_total":
+			case "heatsink_node_agent_manager_connects_total":
 				into["agent_stream_connects"] += v
-			case "heatsink_detector_routing_requests_total":
+			case "heatsink_node_agent_routing_requests_total":
 				switch result {
 				case "served":
 					into["routing_requests_served"] += v
 				default:
 					into["routing_requests_refused_"+result] += v
 				}
-			case "heatsink_detector_pins_refused_total":
+			case "heatsink_node_agent_pins_refused_total":
 				into["agent_pins_refused"] += v
 			}
 		}

@@ -1,0 +1,81 @@
+package agentlink
+
+import "encoding/json"
+
+// EventType says which field of an Event is set.
+type EventType string
+
+const (
+	// TypePolicy carries a policy's Directive (new or changed).
+	TypePolicy EventType = "policy"
+	// TypePolicyRemoved names a policy the node agent must forget.
+	TypePolicyRemoved EventType = "policyRemoved"
+	// TypePods carries the full list of pods on the node that may send
+	// counts, replacing the previous list.
+	TypePods EventType = "pods"
+	// TypeRouting carries a routing table for the node's sidecars.
+	TypeRouting EventType = "routing"
+	// TypeSynced ends the snapshot that opens every stream: the node agent
+	// then knows everything the manager knows about its node.
+	TypeSynced EventType = "synced"
+	// TypeHeartbeat keeps an idle stream alive and shows the manager is.
+	TypeHeartbeat EventType = "heartbeat"
+)
+
+// Event is one line of the watch stream.
+type Event struct {
+	Type      EventType  `json:"type"`
+	Directive *Directive `json:"directive,omitempty"`
+	Removed   string     `json:"removed,omitempty"`
+	Pods      []Pod      `json:"pods,omitempty"`
+	Routing   *Routing   `json:"routing,omitempty"`
+}
+
+// Directive is what a node agent needs to count one policy's traffic: the
+// policy's detection parameters and the manager's current floor and pins.
+type Directive struct {
+	// Policy is "<namespace>/<name>".
+	Policy string `json:"policy"`
+	// Version grows with every change of this directive on one stream; the
+	// agent echoes it in its summaries so the manager knows which floor and
+	// pins a summary was computed with.
+	Version uint64 `json:"version"`
+	// Include and Exclude are the policy's key globs (spec.keys).
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude,omitempty"`
+	// ReadsPerSecond and WritesPerSecond are the policy's cluster-wide
+	// thresholds; they weigh reads against writes in the sketch.
+	ReadsPerSecond  int64 `json:"readsPerSecond"`
+	WritesPerSecond int64 `json:"writesPerSecond"`
+	// WindowMillis and ReportIntervalMillis are spec.detection's.
+	WindowMillis         int64 `json:"windowMillis"`
+	ReportIntervalMillis int64 `json:"reportIntervalMillis"`
+	// TopK is spec.detection.topK.
+	TopK int32 `json:"topK"`
+	// Floor: the agent lists every key whose rate on its node reaches it.
+	Floor Rates `json:"floor"`
+	// Alert: a key newly at or above it on the node makes the agent send its
+	// summary at once instead of at the end of the interval. It is one node's
+	// share of the warm band (threshold × (1 − hysteresis) ÷ nodes).
+	Alert Rates `json:"alert"`
+	// Pins are keys the agent counts exactly and always lists.
+	Pins []string `json:"pins,omitempty"`
+}
+
+// Pod is one pod address allowed to send counts, and the policy it was
+// injected for: its sidecar may send counts and read routing for that
+// policy only.
+type Pod struct {
+	IP     string `json:"ip"`
+	Policy string `json:"policy"`
+	// Name is "<namespace>/<name>", for logs and metrics only.
+	Name string `json:"name,omitempty"`
+}
+
+// Routing is a policy's routing table as the manager published it (the
+// routing.json of its ConfigMap).
+type Routing struct {
+	Policy  string          `json:"policy"`
+	Version int64           `json:"version"`
+	Table   json.RawMessage `json:"table"`
+}

@@ -1,0 +1,313 @@
+package agentlink
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Summary is one node agent's view of its node's traffic, sent every tick.
+type Summary struct {
+	// Node is the node's name.
+	Node string
+	// Session identifies the agent process (random at start): a restarted
+	// agent's counts start over, and the manager forgets the old ones.
+	Session uint64
+	// Seq numbers the summaries of a session, so a late duplicate is ignored.
+	Seq uint64
+	// Policies holds one entry per policy the manager told the agent about.
+	Policies []PolicySummary
+}
+
+// PolicySummary is one policy's traffic on one node.
+type PolicySummary struct {
+	// Policy is "<namespace>/<name>".
+	Policy string
+	// Directive is the version of the policy directive (floor, pins) the
+	// agent applied when it computed this summary; 0 if none yet.
+	Directive uint64
+	// Unseen bounds every key this summary does not list: on this node, such
+	// a key's read rate is below Unseen.Reads and its write rate below
+	// Unseen.Writes (the floor, or the sketch's tracking level when that is
+	// higher). Pinned keys are always listed, so Unseen never applies to them.
+	Unseen Rates
+	// Total is the policy's counted traffic on this node.
+	Total Rates
+	// Keys are the keys at or above the floor, and every pinned key this node
+	// saw, with their rates.
+	Keys []KeyRates
+}
+
+// Rates are per-second rates.
+type Rates struct {
+	Reads  float64 `json:"reads"`
+	Writes float64 `json:"writes"`
+}
+
+// KeyRates is one key's rates on one node.
+type KeyRates struct {
+	Key string
+	// Reads and Writes are the window averages; RecentReads and
+	// RecentWrites the rates over the last slot. Both are unbiased
+	// estimates; the manager sums each over the nodes and takes the larger
+	// sum (a key turning hot shows in the recent rates first). Taking the
+	// larger per node instead would read high: for a key with few counts per
+	// slot on each node, the larger of two noisy values overestimates, and
+	// summing a thousand nodes adds the error up.
+	Reads, Writes             float64
+	RecentReads, RecentWrites float64
+	// Bytes is value bytes read and written per second.
+	Bytes float64
+	// Pinned is set when the rates are exact counts (the key is pinned by
+	// the directive the summary names), not the sketch's estimate.
+	Pinned bool
+}
+
+// Limits of a Summary, enforced by both sides.
+const (
+	MaxNodeLen        = 253
+	MaxPolicyLen      = 317 // "<namespace>/<name>"
+	MaxKeyLen         = 512
+	MaxPolicies       = 1024
+	MaxKeysPerPolicy  = 8192
+	MaxSummaryBytes   = 32 << 20
+	summaryVersion    = 1
+	summaryHeaderSize = 4
+	// rateScale: rates travel as unsigned integers in thousandths per second.
+	rateScale = 1000
+)
+
+var summaryMagic = [2]byte{'H', 'F'}
+
+// ErrMalformed is what every decoding error wraps.
+var ErrMalformed = errors.New("malformed summary")
+
+// MarshalSummary appends the binary form of s to buf. The layout (integers
+// are unsigned LEB128 varints, rates in thousandths per second):
+//
+//	'H' 'F' version(1) flags(0)
+//	node: len, bytes    session    seq    policy count
+//	per policy: id len, bytes   directive   unseen reads, writes
+//	            total reads, writes   key count
+//	            per key: len, bytes   reads   writes   recent reads   recent writes
+//	                     bytes/s   flags (bit 0: pinned)
+//
+// Binary because at 1,000 nodes the manager decodes hundreds of thousands
+// of key rates per second; JSON would cost it a core.
+func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
+	if err := s.validate(); err != nil {
+		return buf, err
+	}
+	buf = append(buf, summaryMagic[0], summaryMagic[1], summaryVersion, 0)
+	buf = appendString(buf, s.Node)
+	buf = binary.AppendUvarint(buf, s.Session)
+	buf = binary.AppendUvarint(buf, s.Seq)
+	buf = binary.AppendUvarint(buf, uint64(len(s.Policies)))
+	for i := range s.Policies {
+		p := &s.Policies[i]
+		buf = appendString(buf, p.Policy)
+		buf = binary.AppendUvarint(buf, p.Directive)
+		buf = appendRate(buf, p.Unseen.Reads)
+		buf = appendRate(buf, p.Unseen.Writes)
+		buf = appendRate(buf, p.Total.Reads)
+		buf = appendRate(buf, p.Total.Writes)
+		buf = binary.AppendUvarint(buf, uint64(len(p.Keys)))
+		for j := range p.Keys {
+			k := &p.Keys[j]
+			buf = appendString(buf, k.Key)
+			buf = appendRate(buf, k.Reads)
+			buf = appendRate(buf, k.Writes)
+			buf = appendRate(buf, k.RecentReads)
+			buf = appendRate(buf, k.RecentWrites)
+			buf = appendRate(buf, k.Bytes)
+			var flags byte
+			if k.Pinned {
+				flags = 1
+			}
+			buf = append(buf, flags)
+		}
+	}
+	return buf, nil
+}
+
+func (s *Summary) validate() error {
+	if len(s.Node) == 0 || len(s.Node) > MaxNodeLen {
+		return fmt.Errorf("%w: node name of %d bytes", ErrMalformed, len(s.Node))
+	}
+	if len(s.Policies) > MaxPolicies {
+		return fmt.Errorf("%w: %d policies", ErrMalformed, len(s.Policies))
+	}
+	for i := range s.Policies {
+		p := &s.Policies[i]
+		if len(p.Policy) == 0 || len(p.Policy) > MaxPolicyLen {
+			return fmt.Errorf("%w: policy name of %d bytes", ErrMalformed, len(p.Policy))
+		}
+		if len(p.Keys) > MaxKeysPerPolicy {
+			return fmt.Errorf("%w: %d keys for %s", ErrMalformed, len(p.Keys), p.Policy)
+		}
+		for j := range p.Keys {
+			if l := len(p.Keys[j].Key); l == 0 || l > MaxKeyLen {
+				return fmt.Errorf("%w: key of %d bytes", ErrMalformed, l)
+			}
+		}
+	}
+	return nil
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+func appendRate(buf []byte, r float64) []byte {
+	switch {
+	case !(r > 0): // also NaN
+		r = 0
+	case r > math.MaxUint64/(2*rateScale):
+		r = math.MaxUint64 / (2 * rateScale)
+	}
+	return binary.AppendUvarint(buf, uint64(math.Round(r*rateScale)))
+}
+
+// UnmarshalSummary decodes a Summary. It never panics and refuses anything
+// but exactly one well-formed summary (trailing bytes included).
+func UnmarshalSummary(buf []byte) (*Summary, error) {
+	if len(buf) > MaxSummaryBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrMalformed, len(buf))
+	}
+	if len(buf) < summaryHeaderSize || buf[0] != summaryMagic[0] || buf[1] != summaryMagic[1] {
+		return nil, fmt.Errorf("%w: bad header", ErrMalformed)
+	}
+	if buf[2] != summaryVersion || buf[3] != 0 {
+		return nil, fmt.Errorf("%w: version %d flags %#x", ErrMalformed, buf[2], buf[3])
+	}
+	d := decoder{p: buf[summaryHeaderSize:]}
+	s := &Summary{}
+	s.Node = d.str(MaxNodeLen, "node")
+	s.Session = d.uv(math.MaxUint64, "session")
+	s.Seq = d.uv(math.MaxUint64, "seq")
+	np := d.count(MaxPolicies, 6, "policy count")
+	if d.err == nil && np > 0 {
+		s.Policies = make([]PolicySummary, 0, np)
+	}
+	for i := 0; i < np && d.err == nil; i++ {
+		var p PolicySummary
+		p.Policy = d.str(MaxPolicyLen, "policy")
+		p.Directive = d.uv(math.MaxUint64, "directive")
+		p.Unseen.Reads, p.Unseen.Writes = d.rate("unseen reads"), d.rate("unseen writes")
+		p.Total.Reads, p.Total.Writes = d.rate("total reads"), d.rate("total writes")
+		nk := d.count(MaxKeysPerPolicy, 6, "key count")
+		if d.err == nil && nk > 0 {
+			p.Keys = make([]KeyRates, 0, nk)
+		}
+		for j := 0; j < nk && d.err == nil; j++ {
+			var k KeyRates
+			k.Key = d.str(MaxKeyLen, "key")
+			k.Reads, k.Writes = d.rate("reads"), d.rate("writes")
+			k.RecentReads, k.RecentWrites = d.rate("recent reads"), d.rate("recent writes")
+			k.Bytes = d.rate("bytes")
+			switch f := d.byte("key flags"); f {
+			case 0:
+			case 1:
+				k.Pinned = true
+			default:
+				d.fail(fmt.Sprintf("key flags %#x", f))
+			}
+			p.Keys = append(p.Keys, k)
+		}
+		s.Policies = append(s.Policies, p)
+	}
+	if d.err == nil && len(d.p) != 0 {
+		d.fail(fmt.Sprintf("%d trailing bytes", len(d.p)))
+	}
+	if d.err == nil && (s.Node == "" || hasEmpty(s)) {
+		d.fail("empty name")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return s, nil
+}
+
+func hasEmpty(s *Summary) bool {
+	for _, p := range s.Policies {
+		if p.Policy == "" {
+			return true
+		}
+		for _, k := range p.Keys {
+			if k.Key == "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// decoder reads fields until the first error, which it keeps.
+type decoder struct {
+	p   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrMalformed, what)
+	}
+	d.p = nil
+}
+
+func (d *decoder) uv(max uint64, what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.p)
+	if n <= 0 || v > max {
+		d.fail(what)
+		return 0
+	}
+	d.p = d.p[n:]
+	return v
+}
+
+// count reads a count of items that take at least minSize bytes each, and
+// refuses counts the remaining bytes cannot hold (no allocation on lies).
+func (d *decoder) count(max uint64, minSize int, what string) int {
+	n := d.uv(max, what)
+	if d.err == nil && n > uint64(len(d.p)/minSize) {
+		d.fail(what + " exceeds the bytes left")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) str(max uint64, what string) string {
+	l := d.uv(max, what)
+	if d.err != nil {
+		return ""
+	}
+	if uint64(len(d.p)) < l {
+		d.fail(what + " truncated")
+		return ""
+	}
+	s := string(d.p[:l])
+	d.p = d.p[l:]
+	return s
+}
+
+func (d *decoder) rate(what string) float64 {
+	return float64(d.uv(math.MaxUint64, what)) / rateScale
+}
+
+func (d *decoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.p) == 0 {
+		d.fail(what)
+		return 0
+	}
+	b := d.p[0]
+	d.p = d.p[1:]
+	return b
+}

@@ -1,0 +1,83 @@
+package agentlink
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func sample() *Summary {
+	return &Summary{Node: "node-a", Session: 42, Seq: 7, Policies: []PolicySummary{
+		{Policy: "shop/checkout", Directive: 3, Unseen: Rates{Reads: 1.5, Writes: 0.25}, Total: Rates{Reads: 9000, Writes: 120},
+			Keys: []KeyRates{{Key: "product:1", Reads: 812.125, RecentReads: 900.5, Bytes: 4096}, {Key: "likes:9", Writes: 40, RecentWrites: 38, Pinned: true}}},
+		{Policy: "shop/empty"},
+	}}
+}
+
+func TestSummaryRoundTrip(t *testing.T) {
+	buf, err := MarshalSummary(nil, sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalSummary(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(sample(), got); d != "" {
+		t.Fatalf("round trip (-want +got):\n%s", d)
+	}
+}
+
+func TestSummaryRefusesBadInput(t *testing.T) {
+	good, _ := MarshalSummary(nil, sample())
+	for name, buf := range map[string][]byte{
+		"empty":         nil,
+		"bad magic":     append([]byte("XX"), good[2:]...),
+		"bad version":   append([]byte{'H', 'F', 9, 0}, good[4:]...),
+		"truncated":     good[:len(good)-3],
+		"trailing byte": append(append([]byte{}, good...), 0),
+		"huge count":    {'H', 'F', 1, 0, 1, 'n', 0, 0, 0xff, 0xff, 0x03},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := UnmarshalSummary(buf); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err = %v, want ErrMalformed", err)
+			}
+		})
+	}
+	for name, s := range map[string]*Summary{
+		"no node":   {},
+		"empty key": {Node: "n", Policies: []PolicySummary{{Policy: "a/b", Keys: []KeyRates{{}}}}},
+	} {
+		t.Run("marshal "+name, func(t *testing.T) {
+			if _, err := MarshalSummary(nil, s); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// FuzzUnmarshalSummary: any input is refused or decodes into a summary that
+// encodes back to the same bytes (the format has one encoding per value).
+func FuzzUnmarshalSummary(f *testing.F) {
+	good, _ := MarshalSummary(nil, sample())
+	f.Add(good)
+	f.Add([]byte{'H', 'F', 1, 0})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s, err := UnmarshalSummary(in)
+		if err != nil {
+			return
+		}
+		out, err := MarshalSummary(nil, s)
+		if err != nil {
+			t.Fatalf("decoded summary does not encode: %v", err)
+		}
+		back, err := UnmarshalSummary(out)
+		if err != nil {
+			t.Fatalf("re-encoded summary does not decode: %v", err)
+		}
+		if d := cmp.Diff(s, back); d != "" {
+			t.Fatalf("unstable round trip:\n%s", d)
+		}
+	})
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/dataplane/counts"
+	"github.com/heatsink-dev/heatsink/nodeagent"
+)
+
+// reactionTest measures, with real clocks, a real node agent, the
+// manager's real hub and a sidecar's wire client, how long a key that
+// turns from cold to 6000 reads/s (over the default 5000) takes to appear in
+// the manager's view of the fleet, and to appear there over its threshold.
+// Default settings: window 10s, report interval 1s, client flush 100ms.
+// (The whole path to the sidecars, with the API server, is the fleet
+// simulator's: hack/bench.d/50-fleet.sh.)
+func reactionTest(ctx context.Context, trials int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const policy, node, token = "bench/checkout", "node-bench", "bench-token"
+	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: token, WarmUp: -1})
+	if err != nil {
+		return err
+	}
+	go func() { _ = h.Start(ctx) }()
+	addr, err := h.Addr(ctx)
+	if err != nil {
+		return err
+	}
+	spec := &v1alpha1.HotKeyPolicySpec{}
+	v1alpha1.SetDefaults(spec)
+	h.SetPolicy(policy, hub.ParamsFromSpec(spec))
+	h.UpsertPod("bench/app-0", node, agentlink.Pod{IP: "127.0.0.1", Policy: policy})
+	d, err := nodeagent.New(nodeagent.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: token})
+	if err != nil {
+		return err
+	}
+	go func() { _ = d.Run(ctx) }()
+	for !d.Stats().Connected || !d.Tracks(policy) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(10 * time.Millisecond) // polling until the agent follows the hub
+	}
+	c, err := counts.NewClient(d.Addr().String(), counts.ClientOptions{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	// Background traffic: 200 warm keys at 20 reads/s each.
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	go paceRate(bg, 20, func(n uint32) {
+		for i := range 200 {
+			c.Observe(policy, fmt.Sprintf("product:warm-%d", i), n, 0, 100*n)
+		}
+	})
+
+	var appear, over []time.Duration
+	fmt.Println("### Reaction: cold key to the manager's view, real clock, node agent and hub")
+	fmt.Println()
+	fmt.Println("A key goes from cold to 6000 reads/s (default threshold 5000, window 10s, report interval 1s, sidecar flush 100ms).")
+	fmt.Println()
+	fmt.Println("| trial | in the manager's view | in the view over threshold |")
+	fmt.Println("|---:|---:|---:|")
+	for i := range trials {
+		key := fmt.Sprintf("product:hot-%d", i)
+		hot, stopHot := context.WithCancel(ctx)
+		start := time.Now()
+		go paceRate(hot, 6000, func(n uint32) { c.Observe(policy, key, n, 0, 512*n) })
+		var tIn, tOver time.Duration
+		for tOver == 0 && time.Since(start) < 10*time.Second {
+			snap, _ := h.Snapshot(policy)
+			if est, ok := snap.Keys[key]; ok {
+				if tIn == 0 {
+					tIn = time.Since(start)
+				}
+				if est.ReadsPerSecond >= v1alpha1.DefaultReadsPerSecond {
+					tOver = time.Since(start)
+				}
+			}
+			time.Sleep(5 * time.Millisecond) // polling the hub
+		}
+		stopHot()
+		if tOver == 0 {
+			fmt.Printf("| %d | %s | not within 10s |\n", i+1, ms(tIn))
+			continue
+		}
+		appear, over = append(appear, tIn), append(over, tOver)
+		fmt.Printf("| %d | %s | %s |\n", i+1, ms(tIn), ms(tOver))
+		time.Sleep(500 * time.Millisecond) // let the next trial start mid-interval
+	}
+	if len(over) > 0 {
+		slices.Sort(appear)
+		slices.Sort(over)
+		fmt.Printf("| median | %s | %s |\n", ms(appear[len(appear)/2]), ms(over[len(over)/2]))
+		fmt.Printf("| worst | %s | %s |\n", ms(appear[len(appear)-1]), ms(over[len(over)-1]))
+	}
+	fmt.Println()
+	return nil
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%d ms", d.Milliseconds())
+}
+
+// paceRate calls f about every 10ms with the number of operations owed
+// since the start at rate per second, so that the offered rate holds even
+// when the sender is descheduled on a loaded machine (a ticker drops ticks).
+func paceRate(ctx context.Context, rate float64, f func(n uint32)) {
+	start := time.Now()
+	var sent uint64
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		owed := uint64(time.Since(start).Seconds() * rate)
+		if owed > sent {
+			f(uint32(owed - sent))
+			sent = owed
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

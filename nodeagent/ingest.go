@@ -1,0 +1,102 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+	"unsafe"
+
+	"github.com/heatsink-dev/heatsink/sidecarlink"
+)
+
+// ingest reads batches until ctx ends. One reader is enough: decoding and
+// counting a batch takes microseconds, and the socket's receive buffer
+// absorbs bursts.
+func (d *Agent) ingest(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() { _ = d.conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	buf := make([]byte, sidecarlink.MaxDatagram+1)
+	var dec sidecarlink.Decoder
+	for {
+		n, from, err := d.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			d.log.V(1).Info("ingest read failed", "err", err.Error())
+			continue
+		}
+		d.handle(&dec, from.Addr(), buf[:n])
+	}
+}
+
+// HandleDatagram counts one batch as if it arrived from src: the entry point
+// of the fleet simulator, which feeds thousands of simulated nodes real wire
+// batches without a socket each. It is safe for concurrent use.
+func (d *Agent) HandleDatagram(src netip.Addr, buf []byte) {
+	var dec sidecarlink.Decoder
+	d.handle(&dec, src, buf)
+}
+
+// handle counts one datagram from src. A bad batch, a batch from a pod that
+// may not send for the policy it names, or one over the pod's rate is
+// dropped whole and counted by reason; it never panics (the decoder is
+// fuzzed).
+func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
+	b, err := dec.Decode(buf)
+	if err != nil {
+		d.metrics.batches.WithLabelValues(sidecarlink.Reason(err)).Inc()
+		return
+	}
+	policy := unsafe.String(unsafe.SliceData(b.Policy), len(b.Policy)) // aliases buf for the calls below
+	if v := d.sources.entitled(src, policy); v != verdictOK {
+		d.metrics.batches.WithLabelValues(string(v)).Inc()
+		return
+	}
+	d.mu.RLock()
+	p := d.policies[policy]
+	d.mu.RUnlock()
+	if p == nil {
+		d.metrics.batches.WithLabelValues("unknown_policy").Inc()
+		return
+	}
+	now := d.opts.Clock.Now()
+	if !d.sources.admit(src, len(b.Entries), now) {
+		d.metrics.batches.WithLabelValues(string(verdictRateLimited)).Inc()
+		return
+	}
+	counted, filtered := 0, 0
+	p.mu.Lock()
+	p.sk.Advance(now)
+	for i := range b.Entries {
+		e := &b.Entries[i]
+		// The key aliases buf only for the calls below; the sketch copies
+		// what it keeps.
+		key := unsafe.String(unsafe.SliceData(e.Key), len(e.Key))
+		if !p.filter.Match(key) {
+			filtered++
+			continue
+		}
+		p.sk.Update(key, e.Reads, e.Writes, e.Bytes)
+		p.reads += uint64(e.Reads)
+		p.writes += uint64(e.Writes)
+		counted++
+	}
+	p.mu.Unlock()
+	d.batches.Add(1)
+	d.observations.Add(uint64(counted))
+	if counted > 0 {
+		d.dirty.Store(true)
+	}
+	d.metrics.accepted.Inc()
+	d.metrics.counted.Add(float64(counted))
+	if filtered > 0 {
+		d.metrics.filtered.Add(float64(filtered))
+	}
+}

@@ -1,0 +1,167 @@
+package sketch
+
+// Reading the sketch: items, the top keys, the updated keys and the bound
+// on every key outside the store.
+
+import (
+	"slices"
+	"strings"
+)
+
+// Tracking returns the rates below which a key the store does not hold
+// lies, read and write apart: zero while the store has room (every key that
+// came is stored), otherwise the weighted rate of the store's weakest key
+// turned into a read rate and a write rate. A key outside the store would
+// have displaced that key had its estimate been higher, so this bounds it as
+// closely as the filter's admission rule does (HeavyKeeper underestimates,
+// never overestimates, so the bound holds in practice, not by proof).
+func (s *Sketch) Tracking() (reads, writes float64) {
+	if len(s.heap)+len(s.pinned) < s.m || len(s.heap) == 0 {
+		return 0, 0
+	}
+	it := s.item(s.heap[0])
+	w := it.ReadRate*float64(s.cfg.ReadWeight) + it.WriteRate*float64(s.cfg.WriteWeight)
+	return w / float64(s.cfg.ReadWeight), w / float64(s.cfg.WriteWeight)
+}
+
+// TakeUpdated calls f (if not nil) with the item of every stored key
+// updated since the previous call, forgets them, and reports whether that
+// list is complete (false when more than Capacity keys were, or may have
+// been). Call Advance first, as for Top.
+//
+// With it a caller can follow keys whose rates rise without rating the
+// whole store: a key's window average and one-slot rate fall as time
+// passes without counts (see item), and rise only when it is updated, or
+// when a slot leaves the window: then the average of a key stored for about
+// the window can rise, by at most Slots/(Slots−1), as its span shrinks by
+// a slot (TestAveragesRiseOnlyWhenUpdated).
+func (s *Sketch) TakeUpdated(f func(Item)) (complete bool) {
+	for _, x := range s.updated {
+		if e := &s.ents[x]; e.updated {
+			e.updated = false
+			if f != nil {
+				f(s.item(x))
+			}
+		}
+	}
+	s.updated = s.updated[:0]
+	complete = !s.overflow
+	s.overflow = false
+	return complete
+}
+
+// AppendItems appends every stored key's item to dst, in no particular
+// order, and returns the extended slice: Top without the ranking, for
+// callers that filter and order by other means and reuse one buffer from
+// summary to summary (an agent builds one per policy every report interval).
+func (s *Sketch) AppendItems(dst []Item) []Item {
+	dst = slices.Grow(dst, s.Len())
+	for _, set := range [2][]int32{s.heap, s.pinned} {
+		for _, x := range set {
+			dst = append(dst, s.item(x))
+		}
+	}
+	return dst
+}
+
+// Item is one key's window counts and rates.
+type Item struct {
+	Key string
+	// Score is the ranking: weighted reads and writes in the window,
+	// including the filter's estimate at admission.
+	Score uint64
+	// Reads, Writes and Bytes are exact counts since the key entered the
+	// store, within the window.
+	Reads, Writes, Bytes uint64
+	// ReadRate, WriteRate and ByteRate are per second; see Top.
+	ReadRate, WriteRate, ByteRate float64
+	// ReadAvg, WriteAvg and ByteAvg are the window averages alone, and
+	// ReadRecent and WriteRecent the one-slot rates alone (see Top). Each is
+	// an unbiased estimate; their maximum (ReadRate...) is not: for a key
+	// with few counts per slot the one-slot rate is noisy, and the larger of
+	// two noisy values overestimates. A sum over many nodes must therefore
+	// add each apart and take the larger of the sums (agentlink.KeyRates).
+	ReadAvg, WriteAvg, ByteAvg float64
+	ReadRecent, WriteRecent    float64
+	// Pinned is set for keys held by Pin: their counts are exact since the
+	// key was stored (pinned, or earlier).
+	Pinned bool
+}
+
+// Top returns up to n items, highest score first. Rates are the larger of
+// the window average (over the time the key has been tracked, plus Lead, at
+// least MinSpan) and the rate over the last slot's length (the current partial slot
+// plus the overlapping share of the previous one):
+// the first makes a key that turns hot show its rate after one slot, the
+// second lets a long-tracked key that turns hot be seen without waiting for
+// its window average to catch up. Falling rates thus fade with the window,
+// which suits hysteresis.
+func (s *Sketch) Top(n int) []Item {
+	order := slices.Concat(s.heap, s.pinned)
+	slices.SortFunc(order, func(a, b int32) int {
+		ea, eb := &s.ents[a], &s.ents[b]
+		switch {
+		case ea.score > eb.score:
+			return -1
+		case ea.score < eb.score:
+			return 1
+		}
+		return strings.Compare(ea.key, eb.key)
+	})
+	if len(order) > n {
+		order = order[:n]
+	}
+	out := make([]Item, len(order))
+	for i, x := range order {
+		out[i] = s.item(x)
+	}
+	return out
+}
+
+// item computes entry x's counts and rates (see Top).
+func (s *Sketch) item(x int32) Item {
+	S := int64(s.cfg.Slots)
+	window := s.cfg.Window.Nanoseconds()
+	curStart := s.cur * s.slotDur
+	inCur := min(max(s.now-curStart, 0), s.slotDur)
+	e := &s.ents[x]
+	// Counts reach up to the key's last batch; once it misses a batch
+	// (quiet for more than Lead) the span runs on with the clock, so the
+	// rate of a key that stopped falls.
+	end := max(e.last, s.now-int64(s.cfg.Lead))
+	// The window's counts cover S-1 whole slots and the current one so far;
+	// dividing them by the whole window would read 1/S low.
+	// Each batch also carries the Lead before it arrived.
+	covered := (S-1)*s.slotDur + inCur + int64(s.cfg.Lead)
+	span := min(max(end-e.since+int64(s.cfg.Lead), int64(s.cfg.MinSpan)), window+int64(s.cfg.Lead), covered)
+	avg := func(v uint64) float64 { return float64(v) * 1e9 / float64(span) }
+	c := s.slots[int(x)*s.cfg.Slots+int(s.cur%S)]
+	var p slot
+	if e.sinceS < s.cur && S > 1 {
+		p = s.slots[int(x)*s.cfg.Slots+int((s.cur-1)%S)]
+	}
+	// A one-slot sliding window: the current partial slot plus the share of
+	// the previous slot that is still within one slot of the data's end
+	// (end, as for the average: the key's last batch, or Lead ago). The
+	// current slot's batches carry traffic from Lead before they arrived, so
+	// the current slot covers its time up to end plus Lead, and the previous
+	// slot contributes the rest of one slot.
+	inData := min(max(end-curStart, 0), s.slotDur)
+	prevShare := max(float64(s.slotDur-inData-int64(s.cfg.Lead)), 0) / float64(s.slotDur)
+	recentSpan := float64(max(s.slotDur, inData+int64(s.cfg.Lead)))
+	recent := func(a, b uint32) float64 {
+		return (float64(a) + float64(b)*prevShare) * 1e9 / recentSpan
+	}
+	it := Item{
+		Key: e.key, Score: e.score, Reads: e.reads, Writes: e.writes, Bytes: e.nbytes, Pinned: e.pinned,
+		ReadAvg: avg(e.reads), WriteAvg: avg(e.writes), ByteAvg: avg(e.nbytes),
+		ReadRecent: recent(c.reads, p.reads), WriteRecent: recent(c.writes, p.writes),
+	}
+	it.ReadRate = max(it.ReadAvg, it.ReadRecent)
+	it.WriteRate = max(it.WriteAvg, it.WriteRecent)
+	it.ByteRate = max(it.ByteAvg, recent(c.nbytes, p.nbytes))
+	return it
+}
+
+// Len is the number of keys stored, pinned ones included.
+func (s *Sketch) Len() int { return len(s.heap) + len(s.pinned) }
