@@ -122,41 +122,57 @@ func (s *session) scan() {
 	}
 	fwd := make([][]byte, len(args))
 	copy(fwd, args)
-	fwd[1] = strconv.AppendUint(nil, nc, 10)
-	rep := s.roundTripNodes([][]byte{resp.AppendArgs(nil, fwd)}, []int{nodes[pos]})[0]
-	if rep.IsError() {
-		s.relay(rep.Raw)
-		return
-	}
-	v, _, err := resp.Decode(rep.Raw, resp.ReplyLimits())
-	arr, _ := v.([]any)
-	var next uint64
-	var keys []any
-	ok = false
-	if err == nil && len(arr) == 2 {
-		cur, _ := arr[0].([]byte)
-		keys, ok = arr[1].([]any)
-		next, err = strconv.ParseUint(string(cur), 10, 64)
-	}
-	if err != nil || !ok {
-		s.localError(errUnreadable)
-		return
-	}
-	var out uint64 // 0: the last node is done
-	switch {
-	case next != 0:
-		if out, ok = encodeScan(pos, next, len(nodes), tag); !ok {
-			s.localError(errScanCursorTooLarge(s.p.topo.addr(nodes[pos])))
+	for {
+		fwd[1] = strconv.AppendUint(nil, nc, 10)
+		rep := s.roundTripNodes([][]byte{resp.AppendArgs(nil, fwd)}, []int{nodes[pos]})[0]
+		if rep.IsError() {
+			s.relay(rep.Raw)
 			return
 		}
-	case pos+1 < len(nodes):
-		out, _ = encodeScan(pos+1, 0, len(nodes), tag)
+		next, keys, ok := scanReply(rep.Raw)
+		if !ok {
+			s.localError(errUnreadable)
+			return
+		}
+		var out uint64 // 0: the last node is done
+		switch {
+		case next != 0:
+			if out, ok = encodeScan(pos, next, len(nodes), tag); !ok {
+				s.localError(errScanCursorTooLarge(s.p.topo.addr(nodes[pos])))
+				return
+			}
+		case pos+1 < len(nodes):
+			if len(keys) == 0 {
+				// This node is done and gave nothing more: go on with the
+				// next in the same call (at most one SCAN per master), so
+				// an empty keyspace ends at once, as on one Redis.
+				pos, nc = pos+1, 0
+				continue
+			}
+			out, _ = encodeScan(pos+1, 0, len(nodes), tag)
+		}
+		b := resp.AppendArrayHeader(nil, 2)
+		b = resp.AppendBulk(b, strconv.AppendUint(nil, out, 10))
+		b = resp.AppendArrayHeader(b, len(keys))
+		b = appendKeys(b, keys)
+		s.relay(b)
+		return
 	}
-	b := resp.AppendArrayHeader(nil, 2)
-	b = resp.AppendBulk(b, strconv.AppendUint(nil, out, 10))
-	b = resp.AppendArrayHeader(b, len(keys))
-	b = appendKeys(b, keys)
-	s.relay(b)
+}
+
+// scanReply takes a node's SCAN reply apart: its next cursor and its keys.
+func scanReply(raw []byte) (next uint64, keys []any, ok bool) {
+	v, _, err := resp.Decode(raw, resp.ReplyLimits())
+	arr, _ := v.([]any)
+	if err != nil || len(arr) != 2 {
+		return 0, nil, false
+	}
+	cur, _ := arr[0].([]byte)
+	if keys, ok = arr[1].([]any); !ok {
+		return 0, nil, false
+	}
+	next, err = strconv.ParseUint(string(cur), 10, 64)
+	return next, keys, err == nil
 }
 
 // relay appends a reply made or read back by the session, in order.
