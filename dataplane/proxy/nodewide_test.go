@@ -60,6 +60,7 @@ func scanAll(t *testing.T, c *redis.Client, opts ...any) []string {
 			seen[k.(string)] = true
 		}
 		if cursor == "0" {
+			t.Logf("SCAN %v: %d keys in %d calls", opts, len(seen), calls+1)
 			break
 		}
 	}
