@@ -211,8 +211,8 @@ func TestLoopReconnectsAfterUpstreamLoss(t *testing.T) {
 			switch {
 			case err == nil:
 				got = v
-			case !strings.Contains(err.Error(), "heatsink sidecar: upstream"):
-				t.Fatalf("round %d: GET after the connection loss: %v, want a heatsink sidecar error or the value", round, err)
+			case !strings.Contains(err.Error(), "heatsink proxy: upstream"):
+				t.Fatalf("round %d: GET after the connection loss: %v, want a heatsink proxy error or the value", round, err)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-// Package proxy is the heatsink sidecar: a RESP proxy that forwards an
+// Package proxy is the heatsink proxy: a RESP proxy that forwards an
 // application's commands to Redis (standalone or Cluster), reports key
 // accesses to the node's agent and hands the commands on mitigated keys
 // to the routing engine.

@@ -173,8 +173,8 @@ func TestUpstreamFailureIsAnErrorNotAHang(t *testing.T) {
 	}
 	srv.Stop()
 	err := c.Get(ctx, "k").Err()
-	if err == nil || !strings.Contains(err.Error(), "heatsink sidecar") {
-		t.Fatalf("GET with Redis down: %v, want a heatsink sidecar error", err)
+	if err == nil || !strings.Contains(err.Error(), "heatsink proxy") {
+		t.Fatalf("GET with Redis down: %v, want a heatsink proxy error", err)
 	}
 }
 
@@ -215,7 +215,7 @@ func TestRefusedCommandsExplainWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "-ERR heatsink sidecar: SYNC is not supported through the proxy (it turns the connection into a replication stream)\r\n+PONG\r\n+OK\r\n"
+	want := "-ERR heatsink proxy: SYNC is not supported through the proxy (it turns the connection into a replication stream)\r\n+PONG\r\n+OK\r\n"
 	if string(all) != want {
 		t.Fatalf("got %q, want %q", all, want)
 	}

@@ -10,23 +10,53 @@ import (
 // are engine.Classify's.)
 
 func refuseReplication(name []byte) string {
-	return "ERR heatsink sidecar: " + command.Upper(name) + " is not supported through the proxy (it turns the connection into a replication stream)"
+	return "ERR heatsink proxy: " + command.Upper(name) + " is not supported through the proxy (it turns the connection into a replication stream)"
 }
 
+// refuseClusterWide: SWAPDB, the one node-wide command a cluster cannot
+// serve (Redis Cluster has database 0 only, and swapping it on every
+// master is not one atomic swap).
 func refuseClusterWide(name []byte) string {
-	return "ERR heatsink sidecar: " + command.Upper(name) + " acts on every node of a cluster; run it against each node directly"
+	return "ERR heatsink proxy: " + command.Upper(name) + " acts on every node of a cluster; run it against each node directly"
+}
+
+// refuseNodeWideInTx: a cluster transaction runs on one master, so a
+// command answered from every master cannot be queued in it.
+func refuseNodeWideInTx(name []byte) string {
+	return "ERR heatsink proxy: " + command.Upper(name) + " inside MULTI is not supported in cluster mode (the transaction runs on one master)"
 }
 
 // refuseMaintNotifications: push notifications of server maintenance are
 // per connection, and the proxy handles upstream reconnections itself.
 // Clients (go-redis probes this by default) treat the error as "not
 // supported".
-const refuseMaintNotifications = "ERR heatsink sidecar: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy"
+const refuseMaintNotifications = "ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy"
 
-// refuseClientKill: the connections Redis sees are the proxy's, shared by
-// many clients; killing one would cut off others (and a client's own
-// address or id is not what Redis knows).
-const refuseClientKill = "ERR heatsink sidecar: CLIENT KILL is not supported through the proxy (the connections Redis sees are the proxy's); run it against Redis directly"
+// refuseClientKill: the filters may match connections that are not the
+// client's own (other clients' connections, or the proxy's connections
+// that carry other clients); the proxy kills only the client's own
+// (clientkill.go).
+const refuseClientKill = "ERR heatsink proxy: CLIENT KILL through the proxy may name only the client's own connection (by ID or ADDR, as CLIENT ID or CLIENT INFO give them); run it against Redis directly"
+
+// refuseClientKillInTx: the kill would run at EXEC, when the proxy no
+// longer decides what it names.
+const refuseClientKillInTx = "ERR heatsink proxy: CLIENT KILL inside MULTI is not supported through the proxy"
+
+// errScanCursor: a SCAN cursor the proxy did not make for the cluster's
+// node set as it is now (scan.go).
+func errScanCursor(cursor []byte) string {
+	return "ERR heatsink proxy: SCAN cursor " + string(cursor) + " is not one this proxy made for the cluster's current slot map (the map changed during the iteration, or the cursor comes from elsewhere); start again from 0"
+}
+
+// errScanCursorTooLarge: a node's own cursor that the proxy's cursor
+// encoding has no room for (scan.go).
+func errScanCursorTooLarge(addr string) string {
+	return "ERR heatsink proxy: SCAN cursor of node " + addr + " too large for the proxy's cursor encoding"
+}
+
+// errInvalidCursor is Redis' own reply to a SCAN cursor that is not a
+// number.
+const errInvalidCursor = "ERR invalid cursor"
 
 // errMaxClients is Redis' own reply to a connection over maxclients, which
 // the proxy gives a connection it has no file descriptor to serve with.
@@ -35,21 +65,21 @@ const errMaxClients = "ERR max number of clients reached"
 // Errors that stand for a reply Redis could not give.
 
 func errUnreachable(addr string, err error) string {
-	return "ERR heatsink sidecar: upstream " + addr + " unreachable: " + err.Error()
+	return "ERR heatsink proxy: upstream " + addr + " unreachable: " + err.Error()
 }
 
 func errUpstream(addr string, err error) string {
-	return "ERR heatsink sidecar: upstream " + addr + ": " + errText(err)
+	return "ERR heatsink proxy: upstream " + addr + ": " + errText(err)
 }
 
-const errConnectionLost = "ERR heatsink sidecar: upstream connection lost"
+const errConnectionLost = "ERR heatsink proxy: upstream connection lost"
 
 func errRedirect(addr string, err error) string {
-	return "ERR heatsink sidecar: redirect to " + addr + ": " + errText(err)
+	return "ERR heatsink proxy: redirect to " + addr + ": " + errText(err)
 }
 
-const errTooManyRedirects = "ERR heatsink sidecar: too many cluster redirections"
+const errTooManyRedirects = "ERR heatsink proxy: too many cluster redirections"
 
-const errUnreadable = "ERR heatsink sidecar: unreadable upstream reply"
+const errUnreadable = "ERR heatsink proxy: unreadable upstream reply"
 
-const errNoMaster = "ERR heatsink sidecar: no master known in the cluster's slot map"
+const errNoMaster = "ERR heatsink proxy: no master known in the cluster's slot map"

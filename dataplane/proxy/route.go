@@ -48,6 +48,14 @@ const (
 	// master of a cluster, as a cluster client does, and answers one reply
 	// (mergeFanout).
 	opFanout
+	// opNodeWide serves a command that acts on a whole server (KEYS, SCAN,
+	// DBSIZE, RANDOMKEY, FLUSHALL, FLUSHDB, INFO keyspace) in a cluster by
+	// asking every master and answering as one Redis holding all the keys
+	// would (nodewide.go).
+	opNodeWide
+	// opClientKill serves CLIENT KILL when it names only the client's own
+	// connection, and refuses it otherwise (clientkill.go).
+	opClientKill
 )
 
 // route is the decision for one command.
@@ -81,12 +89,24 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 		return route{op: opQuit}
 	case c.Kind == command.Replication:
 		return route{op: opRefuse, err: refuseReplication(args[0])}
-	case c.Kind == command.ClusterWide && m.cluster:
+	case c.Kind == command.ClusterWide && m.cluster && !nodeWide(args):
 		return route{op: opRefuse, err: refuseClusterWide(args[0])}
 	case isClientSub(args, "MAINT_NOTIFICATIONS", 2):
 		return route{op: opRefuse, err: refuseMaintNotifications}
-	case isClientSub(args, "KILL", 2):
-		return route{op: opRefuse, err: refuseClientKill}
+	case m.cluster && m.inTx && nodeWide(args):
+		return route{op: opRefuse, err: refuseNodeWideInTx(args[0])}
+	}
+	if m.cluster && nodeWide(args) || isClientSub(args, "KILL", 3) {
+		// Answered from several replies, or from what the proxy knows
+		// of the client's connection: on a session, which can wait for
+		// them.
+		switch {
+		case m.shared:
+			return route{op: opOwnConn}
+		case isClientSub(args, "KILL", 3):
+			return route{op: opClientKill}
+		}
+		return route{op: opNodeWide}
 	}
 	fanout := m.cluster && command.IsFanout(args)
 	if m.shared {

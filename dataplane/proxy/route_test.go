@@ -58,8 +58,10 @@ func TestDecide(t *testing.T) {
 		"CLIENT REPLY OFF":                {"client reply off", own, route{op: opReplyMode}},
 		"CLIENT REPLY SKIP":               {"CLIENT REPLY SKIP", ownCluster, route{op: opReplyMode}},
 		"CLIENT REPLY malformed":          {"CLIENT REPLY MAYBE", own, route{op: opForward}},
-		"CLIENT KILL":                     {"CLIENT KILL ID 7", shared, route{op: opRefuse, err: refuseClientKill}},
-		"CLIENT KILL on its own":          {"client kill 127.0.0.1:1", own, route{op: opRefuse, err: refuseClientKill}},
+		"CLIENT KILL needs its own":       {"CLIENT KILL ID 7", shared, route{op: opOwnConn}},
+		"CLIENT KILL on its own":          {"client kill 127.0.0.1:1", own, route{op: opClientKill}},
+		"CLIENT KILL in a cluster":        {"CLIENT KILL ID 7 SKIPME no", ownCluster, route{op: opClientKill}},
+		"CLIENT KILL alone to Redis":      {"CLIENT KILL", own, route{op: opForward}},
 		"CLIENT SETINFO on its own":       {"CLIENT SETINFO LIB-NAME x", own, route{op: opForward}},
 		"CLIENT SETINFO malformed":        {"CLIENT SETINFO LIB-NAME", shared, route{op: opOwnConn}},
 		"HELLO alone keeps the protocol":  {"HELLO", mode{shared: true, proto: 3}, route{op: opHello, proto: 3}},
@@ -71,8 +73,15 @@ func TestDecide(t *testing.T) {
 		"QUIT":                            {"quit", shared, route{op: opQuit}},
 		"QUIT on its own":                 {"QUIT", ownCluster, route{op: opQuit}},
 		"KEYS standalone is shared":       {"KEYS *", shared, route{op: opForward}},
-		"KEYS in a cluster":               {"KEYS *", sharedCluster, route{op: opRefuse, err: refuseClusterWide([]byte("keys"))}},
-		"FLUSHALL in a cluster session":   {"FLUSHALL", ownCluster, route{op: opRefuse, err: refuseClusterWide([]byte("FLUSHALL"))}},
+		"KEYS in a cluster loop":          {"KEYS *", sharedCluster, route{op: opOwnConn}},
+		"KEYS in a cluster session":       {"keys *", ownCluster, route{op: opNodeWide}},
+		"FLUSHALL in a cluster session":   {"FLUSHALL ASYNC", ownCluster, route{op: opNodeWide}},
+		"SCAN in a cluster session":       {"SCAN 0 MATCH a* COUNT 5", ownCluster, route{op: opNodeWide}},
+		"INFO keyspace in a cluster":      {"INFO keyspace", ownCluster, route{op: opNodeWide}},
+		"INFO in a cluster":               {"INFO", ownCluster, route{op: opForward}},
+		"INFO keyspace standalone":        {"INFO keyspace", shared, route{op: opForward}},
+		"DBSIZE in a cluster MULTI":       {"DBSIZE", mode{cluster: true, proto: 2, inTx: true}, route{op: opRefuse, err: refuseNodeWideInTx([]byte("DBSIZE"))}},
+		"SWAPDB in a cluster":             {"SWAPDB 0 1", ownCluster, route{op: opRefuse, err: refuseClusterWide([]byte("SWAPDB"))}},
 		"SYNC":                            {"sync", shared, route{op: opRefuse, err: refuseReplication([]byte("SYNC"))}},
 		"PSYNC on its own":                {"PSYNC ? -1", own, route{op: opRefuse, err: refuseReplication([]byte("PSYNC"))}},
 		"MAINT_NOTIFICATIONS shared":      {"CLIENT MAINT_NOTIFICATIONS ON", shared, route{op: opRefuse, err: refuseMaintNotifications}},
@@ -95,8 +104,8 @@ func TestDecide(t *testing.T) {
 // TestRefusalsNameTheCommand checks the refusal texts the docs list.
 func TestRefusalsNameTheCommand(t *testing.T) {
 	for name, tc := range map[string]struct{ got, want string }{
-		"replication": {refuseReplication([]byte("psync")), "ERR heatsink sidecar: PSYNC is not supported through the proxy (it turns the connection into a replication stream)"},
-		"cluster":     {refuseClusterWide([]byte("scan")), "ERR heatsink sidecar: SCAN acts on every node of a cluster; run it against each node directly"},
+		"replication": {refuseReplication([]byte("psync")), "ERR heatsink proxy: PSYNC is not supported through the proxy (it turns the connection into a replication stream)"},
+		"cluster":     {refuseClusterWide([]byte("scan")), "ERR heatsink proxy: SCAN acts on every node of a cluster; run it against each node directly"},
 	} {
 		if diff := cmp.Diff(tc.want, tc.got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)

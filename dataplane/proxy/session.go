@@ -244,6 +244,11 @@ func (s *session) handle() (done bool, err error) {
 	case opFanout:
 		s.fanout()
 		return false, nil
+	case opNodeWide:
+		s.nodeWideCmd()
+		return false, nil
+	case opClientKill:
+		return s.clientKill()
 	}
 	var inval []string
 	if c.info.Kind == command.Multi {

@@ -259,6 +259,31 @@ var scenarios = []scenario{
 		{c: "a", cmds: cmds("SET {t}only 1", "DBSIZE", "KEYS *", "RANDOMKEY", "SCAN 0", "SELECT 2", "SET {t}db2 x", "MOVE {t}db2 0", "SELECT 0", "GET {t}db2",
 			"SWAPDB 0 3", "DBSIZE", "SWAPDB 0 3", "FLUSHDB", "DBSIZE")},
 	}},
+	// Node-wide commands on a keyspace of one slot: directly, the one
+	// master of {t}; through a cluster-mode proxy, every master, merged
+	// (the other masters are empty). SCAN's cursors differ (the proxy's
+	// carry the node), so only its errors are compared here; its full
+	// iterations are tested in dataplane/proxy (nodewide_test.go).
+	{name: "node-wide commands", steps: []step{
+		{c: "a", cmds: cmds("SET {t}a 1", "SET {t}b 2 EX 1000", "RPUSH {t}l x", "DBSIZE", "KEYS *", "KEYS {t}?", "KEYS nomatch*")},
+		{c: "a", cmd: one("RANDOMKEY"), mask: shape},
+		{c: "a", cmd: one("INFO keyspace"), mask: anyTTL},
+		{c: "a", cmds: cmds("SCAN abc", "SCAN 0 COUNT x", "SCAN 0 TYPE", "SCAN", "KEYS", "DBSIZE x", "FLUSHDB LATER", "RANDOMKEY x")},
+		{c: "a", cmds: cmds("FLUSHDB", "DBSIZE", "RANDOMKEY", "KEYS *", "INFO keyspace", "SET {t}c 3", "FLUSHALL ASYNC", "DBSIZE",
+			"SET {t}d 4", "FLUSHDB SYNC", "EXISTS {t}d", "FLUSHALL SYNC", "SCAN 0")},
+	}},
+	// CLIENT KILL naming the client's own connection (by the ID CLIENT ID
+	// gave), or none: Redis' replies, and the connection closed when it
+	// killed itself.
+	{name: "CLIENT KILL of the own connection", steps: []step{
+		{c: "a", cmd: one("CLIENT ID"), save: "id", mask: anyInt},
+		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "ID", "${id}"}, {"CLIENT", "KILL", "ID", "${id}", "SKIPME", "yes"},
+			{"CLIENT", "KILL", "ID", "${id}", "TYPE", "pubsub", "SKIPME", "no"}, {"CLIENT", "KILL", "1.1.1.1:1111"},
+			{"CLIENT", "KILL", "ADDR", "1.1.1.1:1111"}, {"CLIENT", "KILL", "TYPE", "greg"}, {"CLIENT", "KILL", "ID", "0"},
+			{"CLIENT", "KILL", "ID", "1", "SKIPME"}, {"CLIENT", "KILL", "USER", "nosuchuser"}, {"CLIENT", "KILL"}, {"PING"}}},
+		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "ID", "${id}", "SKIPME", "no"}, {"PING"}}, untilClose: true},
+		{c: "b", cmd: one("PING")},
+	}},
 	{name: "CLIENT subcommands", steps: []step{
 		{c: "a", cmd: one("CLIENT ID"), mask: anyInt},
 		{c: "a", cmds: cmds("CLIENT SETNAME app", "CLIENT GETNAME", "CLIENT NO-EVICT on", "CLIENT NO-TOUCH on", "CLIENT GETREDIR", "CLIENT SETNAME bad name", "CLIENT NOSUCH")},
