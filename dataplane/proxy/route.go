@@ -48,6 +48,12 @@ const (
 	// master of a cluster, as a cluster client does, and answers one reply
 	// (mergeFanout).
 	opFanout
+	// opTopology answers a cluster topology command (CLUSTER SLOTS, ...,
+	// READONLY) as the one-node cluster the sidecar presents (topology.go).
+	opTopology
+	// opInfo forwards INFO and patches its reply (standalone mode:
+	// patchClusterEnabled).
+	opInfo
 )
 
 // route is the decision for one command.
@@ -87,6 +93,11 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 		return route{op: opRefuse, err: refuseMaintNotifications}
 	case isClientSub(args, "KILL", 2):
 		return route{op: opRefuse, err: refuseClientKill}
+	case !m.inTx && isTopology(args):
+		// Inside MULTI Redis queues it: it goes there, as it would.
+		return route{op: opTopology}
+	case !m.cluster && isInfo(args):
+		return route{op: opInfo}
 	}
 	fanout := m.cluster && command.IsFanout(args)
 	if m.shared {

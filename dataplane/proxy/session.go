@@ -244,6 +244,12 @@ func (s *session) handle() (done bool, err error) {
 	case opFanout:
 		s.fanout()
 		return false, nil
+	case opTopology:
+		s.local(func(b []byte) []byte { return append(b, topologyReply(args, s.conn.LocalAddr(), s.proto)...) })
+		return false, nil
+	case opInfo:
+		s.info()
+		return false, nil
 	}
 	var inval []string
 	if c.info.Kind == command.Multi {
