@@ -294,6 +294,14 @@ func play(t *testing.T, name string, newClient func() client) {
 			if got != strconv.Itoa(nIncr) {
 				t.Errorf("the split counter read %q through the client; want %d", got, nIncr)
 			}
+			if up.cluster {
+				// The migrated slot's key was met: the sidecar followed the
+				// redirection (the client, holding only the sidecar, could
+				// not have).
+				if n, _ := s.metric("heatsink_proxy_redirects_total"); n < 1 {
+					t.Errorf("the sidecar followed %v redirections; the migrated slot should have given one", n)
+				}
+			}
 			// A reader outside the sidecar sees no value under the logical
 			// key: the counts are in its shards.
 			if v := directGet(t, up, prefix+"ctr"); v != "" {
