@@ -215,3 +215,18 @@ func (s *session) info() {
 		s.cw.Buf = append(s.cw.Buf, patchClusterEnabled(rs[0].Raw)...)
 	}
 }
+
+// slotArgNode is the master serving the slot CLUSTER COUNTKEYSINSLOT or
+// GETKEYSINSLOT names (cluster mode), so that they count that slot's keys
+// where they are; 0 (the first master) for any other command and for a
+// malformed slot, which Redis then refuses itself.
+func (p *Proxy) slotArgNode(args [][]byte) int {
+	if len(args) < 3 || !eqFold(args[0], "CLUSTER") || !(eqFold(args[1], "COUNTKEYSINSLOT") || eqFold(args[1], "GETKEYSINSLOT")) {
+		return 0
+	}
+	slot, err := strconv.Atoi(string(args[2]))
+	if err != nil || slot < 0 || slot > 16383 {
+		return 0
+	}
+	return p.topo.nodeOf(uint16(slot))
+}

@@ -337,6 +337,8 @@ var scenarios = []scenario{
 		{c: "a", cmd: one("CLUSTER NODES"), mask: shape},
 		{c: "a", cmd: one("INFO cluster")},
 		{c: "a", cmds: cmds("MULTI", "CLUSTER KEYSLOT {t}k", "EXEC")},
+		// Counted on the master of the slot named (15891 is {t}'s).
+		{c: "a", cmds: cmds("SET {t}k v", "CLUSTER COUNTKEYSINSLOT 15891", "CLUSTER GETKEYSINSLOT 15891 10", "CLUSTER COUNTKEYSINSLOT 99999")},
 	}},
 	{name: "large values", steps: []step{
 		{c: "a", cmd: []string{"SET", "{t}big", strings.Repeat("v", 20<<20)}},
