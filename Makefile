@@ -71,7 +71,7 @@ verify: generate manifests ## Regenerate everything and fail on any diff; check 
 ##@ Test
 
 .PHONY: setup
-setup: envtest redis build ## Do all set-up: control-plane binaries, redis-server, the heatsink binary.
+setup: envtest redis clients build ## Do all set-up: control-plane binaries, redis-server, client libraries, the heatsink binary.
 
 .PHONY: envtest
 envtest: ## Build kube-apiserver, etcd and kubectl into bin/k8s/<version> (skipped when present).
@@ -80,6 +80,10 @@ envtest: ## Build kube-apiserver, etcd and kubectl into bin/k8s/<version> (skipp
 .PHONY: redis
 redis: ## Install redis-server, redis-tools and nutcracker when missing.
 	hack/setup-redis.sh
+
+.PHONY: clients
+clients: ## Install the client libraries test/clients drives (python3-redis, ioredis into bin/node_modules) when missing.
+	hack/setup-clients.sh
 
 .PHONY: test
 test: setup helm promtool ## Run every test after doing all set-up on a fresh machine.

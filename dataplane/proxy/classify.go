@@ -66,6 +66,9 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 		c.frames = int32(info.Frames(args))
 	}
 	if c.key == nil {
+		if m.cluster {
+			c.node = p.slotArgNode(args)
+		}
 		return c
 	}
 	if m.cluster {

@@ -249,6 +249,16 @@ func (l *loop) command(c *lclient, off int) {
 			l.localReply(c, resp.AppendError(nil, cl.route.err))
 		}
 		return
+	case opTopology:
+		if !l.waitDrain(c, off) {
+			l.localReply(c, topologyReply(args, sockName(c.fd), c.proto))
+		}
+		return
+	case opInfo:
+		if !l.waitDrain(c, off) {
+			l.runInfo(c)
+		}
+		return
 	case opQuit:
 		c.state = cClosing
 		c.final = resp.AppendStatus(nil, "OK")

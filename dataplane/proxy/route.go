@@ -56,6 +56,12 @@ const (
 	// opClientKill serves CLIENT KILL when it names only the client's own
 	// connection, and refuses it otherwise (clientkill.go).
 	opClientKill
+	// opTopology answers a cluster topology command (CLUSTER SLOTS, ...,
+	// READONLY) as the one-node cluster the sidecar presents (topology.go).
+	opTopology
+	// opInfo forwards INFO and patches its reply (standalone mode:
+	// patchClusterEnabled).
+	opInfo
 )
 
 // route is the decision for one command.
@@ -95,6 +101,11 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 		return route{op: opRefuse, err: refuseMaintNotifications}
 	case m.cluster && m.inTx && nodeWide(args):
 		return route{op: opRefuse, err: refuseNodeWideInTx(args[0])}
+	case !m.inTx && isTopology(args):
+		// Inside MULTI Redis queues it: it goes there, as it would.
+		return route{op: opTopology}
+	case !m.cluster && isInfo(args):
+		return route{op: opInfo}
 	}
 	if m.cluster && nodeWide(args) || isClientSub(args, "KILL", 3) {
 		// Answered from several replies, or from what the proxy knows

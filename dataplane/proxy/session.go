@@ -249,6 +249,12 @@ func (s *session) handle() (done bool, err error) {
 		return false, nil
 	case opClientKill:
 		return s.clientKill()
+	case opTopology:
+		s.local(func(b []byte) []byte { return append(b, topologyReply(args, s.conn.LocalAddr(), s.proto)...) })
+		return false, nil
+	case opInfo:
+		s.info()
+		return false, nil
 	}
 	var inval []string
 	if c.info.Kind == command.Multi {

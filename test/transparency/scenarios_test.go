@@ -349,6 +349,22 @@ var scenarios = []scenario{
 		{c: "a", cmd: one("TIME"), mask: shape},
 		{c: "a", cmd: one("COMMAND COUNT"), mask: anyInt},
 	}},
+	// A cluster client's start-up commands, answered by the sidecar as a
+	// one-node cluster (dataplane/proxy/topology.go): where a cluster node
+	// gives the same bytes (READONLY, KEYSLOT) or the same shape (its id,
+	// its INFO and NODES text), they must match; the slot map itself
+	// differs by design (one node owning every slot) and is covered by
+	// dataplane/proxy's topology tests and test/clients.
+	{name: "cluster client start-up", clusterOnly: true, steps: []step{
+		{c: "a", cmds: cmds("READONLY", "READWRITE", "CLUSTER KEYSLOT {t}k", "CLUSTER KEYSLOT somekey", "CLUSTER SLOTS x", "CLUSTER REPLICAS")},
+		{c: "a", cmd: one("CLUSTER MYID"), mask: shape},
+		{c: "a", cmd: one("CLUSTER INFO"), mask: shape},
+		{c: "a", cmd: one("CLUSTER NODES"), mask: shape},
+		{c: "a", cmd: one("INFO cluster")},
+		{c: "a", cmds: cmds("MULTI", "CLUSTER KEYSLOT {t}k", "EXEC")},
+		// Counted on the master of the slot named (15891 is {t}'s).
+		{c: "a", cmds: cmds("SET {t}k v", "CLUSTER COUNTKEYSINSLOT 15891", "CLUSTER GETKEYSINSLOT 15891 10", "CLUSTER COUNTKEYSINSLOT 99999")},
+	}},
 	{name: "large values", steps: []step{
 		{c: "a", cmd: []string{"SET", "{t}big", strings.Repeat("v", 20<<20)}},
 		{c: "a", cmds: cmds("STRLEN {t}big", "GET {t}big", "APPEND {t}big x", "GETRANGE {t}big -3 -1")},

@@ -1,0 +1,48 @@
+//go:build linux
+
+package proxy
+
+import (
+	"net"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+)
+
+// The event loop's part of the one-node cluster (topology.go).
+
+// sockName is the local address of the client connection fd: the address
+// the client connected to, which the topology replies advertise.
+func sockName(fd int) net.Addr {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+	}
+	return nil
+}
+
+// runInfo forwards the client's INFO and patches the reply
+// (patchClusterEnabled) on a goroutine, as an engine command runs: the
+// client's later commands wait, so its replies stay in order.
+func (l *loop) runInfo(c *lclient) {
+	c.state = cEngine
+	raw := append([]byte(nil), l.cmd.Raw...)
+	proto, p := c.proto, l.p
+	go func() {
+		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
+			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1)), holding: true}
+		defer s.closeUpstreams()
+		s.forward(0, raw, false, "")
+		s.drain()
+		s.flushMetrics()
+		out := patchClusterEnabled(s.cw.Buf)
+		l.post(func() { l.engineDone(c, out) })
+	}()
+}

@@ -1,0 +1,21 @@
+# redis-py RedisCluster through the sidecar: prints "ready" once it holds
+# the slot map, waits for a line on stdin, runs the workload and prints
+# what GET <prefix>ctr answers. Arguments: host port prefix nset nhot nincr.
+import sys
+
+from redis.cluster import RedisCluster
+
+host, port, prefix = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+nset, nhot, nincr = (int(a) for a in sys.argv[4:7])
+
+rc = RedisCluster(host=host, port=port, decode_responses=True)
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(nset):
+    rc.set(f"{prefix}k:{i}", "v")
+for _ in range(nhot):
+    rc.get(f"{prefix}hot")
+for _ in range(nincr):
+    rc.incr(f"{prefix}ctr")
+print(rc.get(f"{prefix}ctr"), flush=True)
+rc.close()
