@@ -87,7 +87,7 @@ func TestDecide(t *testing.T) {
 		"SCAN in a cluster session":       {"SCAN 0 MATCH a* COUNT 5", ownCluster, route{op: opNodeWide}},
 		"INFO keyspace in a cluster":      {"INFO keyspace", ownCluster, route{op: opNodeWide}},
 		"INFO in a cluster":               {"INFO", ownCluster, route{op: opForward}},
-		"INFO keyspace standalone":        {"INFO keyspace", shared, route{op: opForward}},
+		"INFO keyspace standalone":        {"INFO keyspace", shared, route{op: opInfo}},
 		"DBSIZE in a cluster MULTI":       {"DBSIZE", mode{cluster: true, proto: 2, inTx: true}, route{op: opRefuse, err: refuseNodeWideInTx([]byte("DBSIZE"))}},
 		"SWAPDB in a cluster":             {"SWAPDB 0 1", ownCluster, route{op: opRefuse, err: refuseClusterWide([]byte("SWAPDB"))}},
 		"SYNC":                            {"sync", shared, route{op: opRefuse, err: refuseReplication([]byte("SYNC"))}},

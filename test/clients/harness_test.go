@@ -40,10 +40,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
-	"github.com/heatsink-dev/heatsink/detector/wire"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // The workload every client runs through the sidecar.
@@ -99,7 +99,7 @@ func startSidecar(t *testing.T, up upstream, prefix string) *stack {
 	go func() {
 		done <- sidecar.Run(ctx, sidecar.Config{
 			Listener: ln, HTTPListener: hl, Upstreams: up.addrs, Cluster: up.cluster,
-			Policy: "p", Namespace: "ns", RoutingFile: file, Detector: rep.addr,
+			Policy: "p", Namespace: "ns", RoutingFile: file, NodeAgent: rep.addr,
 		})
 	}()
 	t.Cleanup(func() {
@@ -177,7 +177,7 @@ func listenReports(t *testing.T) *reports {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var dec wire.Decoder
+		var dec sidecarlink.Decoder
 		buf := make([]byte, 64<<10)
 		for {
 			n, _, err := pc.ReadFrom(buf)
