@@ -27,8 +27,8 @@ type Command struct {
 	Streamed bool
 	Big      int
 	inline   []byte
-	words  []byte
-	ends   []int
+	words    []byte
+	ends     []int
 }
 
 // ReadCommand parses the next command, reading from the connection only when
