@@ -158,3 +158,34 @@ func abandon(addr, key string, announced, sent int) string {
 	return fmt.Sprintf("%d of %d MiB sent in %.1f s, then closed; next client: EXISTS %s, PING %s", sent, announced,
 		took.Seconds(), strings.TrimSpace(ex), strings.TrimSpace(pong))
 }
+
+// heldSet sends MSET key <mib MiB> key2 x through the proxy: its keys
+// follow the value, so the proxy holds it whole (up to a quarter of its
+// memory ceiling) or refuses it.
+func heldSet(addr, key string, mib int) string {
+	n := int64(mib) << 20
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Minute))
+	w := bufio.NewWriterSize(c, 256<<10)
+	fmt.Fprintf(w, "*5\r\n$4\r\nMSET\r\n$%d\r\n%s\r\n$%d\r\n", len(key), key, n)
+	if _, err := io.Copy(w, newValueReader(n)); err != nil {
+		return "write: " + err.Error()
+	}
+	fmt.Fprintf(w, "\r\n$%d\r\n%s2\r\n$1\r\nx\r\n", len(key)+1, key)
+	if err := w.Flush(); err != nil {
+		return "write: " + err.Error()
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "reply: " + err.Error()
+	}
+	line = strings.TrimSpace(line)
+	if len(line) > 60 {
+		line = line[:60] + "…"
+	}
+	return "reply " + line
+}

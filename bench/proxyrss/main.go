@@ -41,6 +41,7 @@ func main() {
 	large := flag.Int("large-mib", 64, "size of the value the large-reply clients read, in MiB")
 	bigSets := flag.String("bigset-mib", "60,150", "comma-separated sizes of the values SET by one client, in MiB")
 	abandonMiB := flag.String("abandon-mib", "500:400", "announced:sent MiB of the value a client abandons")
+	heldMiB := flag.String("held-mib", "40,100", "comma-separated sizes of the values of an MSET (held whole, or refused), in MiB")
 	flag.Parse()
 	if *pid == 0 {
 		log.Fatal("-pid is required")
@@ -98,6 +99,17 @@ func main() {
 		m.scenario(fmt.Sprintf("a SET announcing %d MiB, %d MiB sent fast, then the client hangs up", announced, sent), func() string {
 			return abandon(*addr, "rss:abandoned", announced, sent)
 		})
+	}
+	if run("held") {
+		for _, f := range strings.Split(*heldMiB, ",") {
+			mib, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				log.Fatalf("-held-mib: %v", err)
+			}
+			m.scenario(fmt.Sprintf("one MSET of a %d MiB value and a small one", mib), func() string {
+				return heldSet(*addr, "rss:held", mib)
+			})
+		}
 	}
 	if run("flood") {
 		m.scenario(fmt.Sprintf("%d distinct keys (SET, pipelined)", *keys), func() string {

@@ -27,8 +27,10 @@ import (
 // head: it is unknown to the proxy (it looks at no key of it), or a plain
 // command whose keys all come before the large argument (every command
 // that carries a value: the key comes first). The others are held whole,
-// as before, up to Config.MaxBuffered, and refused above it (held whole,
-// a 512 MiB argument would exceed the sidecar's memory): a command whose
+// as before, up to holdMax (half of Config.MaxBuffered), and refused above
+// it (held whole, a 512 MiB argument would exceed the sidecar's memory;
+// holding costs several times the command's size while its buffer grows
+// and it is copied to the upstream connection): a command whose
 // keys follow the large argument (MSET k1 <big> k2 v2), a script (EVAL's
 // keys follow the script), a blocking or pub/sub command, one whose route
 // is not forwarding (SCRIPT LOAD in a cluster goes to every master).
@@ -100,7 +102,7 @@ func (s *session) bigRoute(args [][]byte) (bigAction, string) {
 	info, known := command.Lookup(args[0])
 	size := len(s.cmd.Raw) + s.cmd.Big
 	if !keysInHead(info, known, args, len(s.cmd.Args)) {
-		return s.holdUpTo(size, s.p.cfg.MaxBuffered, "its keys or route depend on the arguments after it")
+		return s.holdUpTo(size, s.holdMax(), "its keys or route depend on the arguments after it")
 	}
 	if !s.p.cfg.Cluster && !s.dedicated {
 		s.drain()
@@ -109,7 +111,7 @@ func (s *session) bigRoute(args [][]byte) (bigAction, string) {
 	}
 	c := s.p.classify(args, s.mode())
 	if c.route.op != opForward || c.blocking {
-		return s.holdUpTo(size, s.p.cfg.MaxBuffered, "its keys or route depend on the arguments after it")
+		return s.holdUpTo(size, s.holdMax(), "its keys or route depend on the arguments after it")
 	}
 	if c.mitigated && c.decision.Op != engine.OpRaw {
 		if size <= engineValueMax {
@@ -120,6 +122,12 @@ func (s *session) bigRoute(args [][]byte) (bigAction, string) {
 	}
 	return bigStream, ""
 }
+
+// holdMax is the largest command held whole that could have been
+// streamed but for its routing: half of what the proxy buffers for
+// clients, so that holding it (a few times its size, briefly) stays under
+// the memory ceiling.
+func (s *session) holdMax() int64 { return s.p.cfg.MaxBuffered / 2 }
 
 // holdUpTo holds a command of size bytes whole if it is at most limit,
 // and refuses it otherwise (why: the reason it cannot be streamed).

@@ -262,7 +262,7 @@ func TestLargeValuePipelined(t *testing.T) {
 
 // The rules for a large value that cannot be streamed: on a key the engine
 // serves itself, held whole up to 4 MiB and refused above; a command whose
-// keys follow the value, held whole up to Config.MaxBuffered and refused
+// keys follow the value, held whole up to half Config.MaxBuffered and refused
 // above. A large value the engine would send raw anyway is streamed, and
 // the key's cached copy dropped.
 func TestLargeValueRules(t *testing.T) {
@@ -278,7 +278,7 @@ func TestLargeValueRules(t *testing.T) {
 	for _, noLoop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sessions-only=%v", noLoop), func(t *testing.T) {
 			direct.FlushAll(ctx)
-			addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng, NoEventLoop: noLoop, MaxBuffered: 4 << 20})
+			addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng, NoEventLoop: noLoop, MaxBuffered: 8 << 20})
 			c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 			defer c.Close()
 
@@ -315,7 +315,7 @@ func TestLargeValueRules(t *testing.T) {
 			if v, err := c.Get(ctx, "hot").Result(); err != nil || v != v5 {
 				t.Fatalf("GET hot after a streamed SET: %d bytes, %v", len(v), err)
 			}
-			// Keys after the value: held whole up to MaxBuffered.
+			// Keys after the value: held whole up to MaxBuffered/2.
 			if err := c.MSet(ctx, "m1", v2, "m2", "x").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -324,7 +324,7 @@ func TestLargeValueRules(t *testing.T) {
 			}
 			err = c.MSet(ctx, "m1", v5, "m2", "y").Err()
 			if err == nil || !strings.HasPrefix(err.Error(), "ERR heatsink proxy: MSET with an argument of ") {
-				t.Fatalf("MSET m1 <5 MiB> over MaxBuffered: %v", err)
+				t.Fatalf("MSET m1 <5 MiB> over MaxBuffered/2: %v", err)
 			}
 			if v, _ := direct.Get(ctx, "m2").Result(); v != "x" {
 				t.Fatal("the refused MSET changed a key")
