@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"errors"
 	"strconv"
 	"time"
 
@@ -70,7 +72,9 @@ func (s *session) bigCommand() (args [][]byte, ok bool, err error) {
 	act, msg := s.bigRoute(args)
 	switch act {
 	case bigHold:
-		s.cr.HoldWhole()
+		if !s.cr.HoldWhole() {
+			return nil, false, errors.New("proxy: a streamed command could not be held whole")
+		}
 		if err := s.cr.ReadCommand(&s.cmd); err != nil {
 			return nil, false, err
 		}
@@ -169,6 +173,10 @@ func keysInHead(info command.Info, known bool, args [][]byte, head int) bool {
 // the client's rest is read (and dropped).
 func (s *session) forwardStreamed(node int, c *classified, inval []string) error {
 	swallow := s.quiet
+	// The head is copied first: while drain waits for a blocking command
+	// sent before, it reads ahead from the client (watchClient), which may
+	// move the bytes the head points to.
+	head := bytes.Clone(s.cmd.Raw)
 	s.drain()
 	u, err := s.upstream(node)
 	if err != nil {
@@ -186,7 +194,7 @@ func (s *session) forwardStreamed(node int, c *classified, inval []string) error
 		u.deadline = time.Time{}
 		u.conn.SetDeadline(u.deadline)
 	}
-	u.w.Write(s.cmd.Raw)
+	u.w.Write(head)
 	werr := u.w.Flush()
 	for werr == nil {
 		b, done, err := s.cr.Chunk()
