@@ -106,7 +106,10 @@ type InjectorConfig struct {
 }
 
 // DefaultProxyResources are the proxy's requests and limits unless configured:
-// a RESP proxy with a bounded local cache.
+// a RESP proxy with a bounded local cache. The sidecar's --max-memory
+// defaults to 75 % of the memory limit (sidecar.InjectedMemoryLimit is the
+// same 256Mi); large values are streamed, so any value up to Redis' 512 MiB
+// fits (docs/proxy.md, Memory defaults).
 func DefaultProxyResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{

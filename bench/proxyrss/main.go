@@ -1,7 +1,8 @@
 // Command proxyrss measures the resident memory of a running heatsink
 // proxy under the loads that used to make it grow without bound: deep
 // pipelines from many clients, clients that never read their replies,
-// thousands of idle connections, and a flood of distinct keys. It drives
+// thousands of idle connections, a flood of distinct keys, and large values
+// read, written, and abandoned half-sent (bigvalue.go). It drives
 // the proxy at -addr and samples /proc/<pid>/status of -pid (VmRSS) every
 // 20 ms; it prints one Markdown table row per scenario.
 //
@@ -38,6 +39,9 @@ func main() {
 	idle := flag.Int("idle", 5000, "idle connections")
 	keys := flag.Int("keys", 2_000_000, "distinct keys of the flood")
 	large := flag.Int("large-mib", 64, "size of the value the large-reply clients read, in MiB")
+	bigSets := flag.String("bigset-mib", "60,150", "comma-separated sizes of the values SET by one client, in MiB")
+	abandonMiB := flag.String("abandon-mib", "500:400", "announced:sent MiB of the value a client abandons")
+	heldMiB := flag.String("held-mib", "40,100", "comma-separated sizes of the values of an MSET (held whole, or refused), in MiB")
 	flag.Parse()
 	if *pid == 0 {
 		log.Fatal("-pid is required")
@@ -73,6 +77,39 @@ func main() {
 		m.scenario(fmt.Sprintf("8 clients reading a %d MiB value at once", *large), func() string {
 			return largeReaders(*addr, 8, *large)
 		})
+	}
+	if run("bigset") {
+		for _, f := range strings.Split(*bigSets, ",") {
+			mib, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				log.Fatalf("-bigset-mib: %v", err)
+			}
+			m.scenario(fmt.Sprintf("one SET of a %d MiB value", mib), func() string {
+				return bigSet(*addr, *redisAddr, "rss:bigset", mib)
+			})
+		}
+	}
+	if run("abandon") {
+		a, s, ok := strings.Cut(*abandonMiB, ":")
+		announced, err1 := strconv.Atoi(a)
+		sent, err2 := strconv.Atoi(s)
+		if !ok || err1 != nil || err2 != nil || sent > announced {
+			log.Fatalf("-abandon-mib %q: want announced:sent", *abandonMiB)
+		}
+		m.scenario(fmt.Sprintf("a SET announcing %d MiB, %d MiB sent fast, then the client hangs up", announced, sent), func() string {
+			return abandon(*addr, "rss:abandoned", announced, sent)
+		})
+	}
+	if run("held") {
+		for _, f := range strings.Split(*heldMiB, ",") {
+			mib, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				log.Fatalf("-held-mib: %v", err)
+			}
+			m.scenario(fmt.Sprintf("one MSET of a %d MiB value and a small one", mib), func() string {
+				return heldSet(*addr, "rss:held", mib)
+			})
+		}
 	}
 	if run("flood") {
 		m.scenario(fmt.Sprintf("%d distinct keys (SET, pipelined)", *keys), func() string {

@@ -61,11 +61,11 @@ func runSidecar(args []string) error {
 	fs.StringVar(&tlsOpts.ServerName, "tls-server-name", env("HEATSINK_TLS_SERVER_NAME", ""), "name to verify in Redis' certificate; empty uses each address's host (HEATSINK_TLS_SERVER_NAME)")
 	fs.BoolVar(&tlsOpts.InsecureSkipVerify, "tls-insecure-skip-verify", envBool("HEATSINK_TLS_INSECURE_SKIP_VERIFY"), "do not verify Redis' certificate (HEATSINK_TLS_INSECURE_SKIP_VERIFY)")
 	c.Limits = proxy.DefaultClientLimits()
-	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes (HEATSINK_MAX_BULK)")
+	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes: Redis' proto-max-bulk-len; values over 1 MiB are streamed, not held (HEATSINK_MAX_BULK)")
 	eventLoop := fs.Bool("event-loop", !envBool("HEATSINK_NO_EVENT_LOOP"), "serve stateless clients from one epoll event loop (Linux, plaintext upstream); false gives every client a goroutine (HEATSINK_NO_EVENT_LOOP=true)")
 	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz (HEATSINK_HTTP_ADDRESS)")
 	replyTimeout := fs.String("reply-timeout", env("HEATSINK_REPLY_TIMEOUT", "0"), "if set (e.g. 30s), the longest the proxy waits for a Redis reply before answering an error; 0, the default, waits as long as Redis takes, like a direct connection (HEATSINK_REPLY_TIMEOUT)")
-	maxMemory := fs.String("max-memory", env("HEATSINK_MAX_MEMORY", ""), "the sidecar's memory ceiling (bytes or a quantity such as 192Mi); empty: 75% of the container's memory limit, or 192Mi without one (HEATSINK_MAX_MEMORY)")
+	maxMemory := fs.String("max-memory", env("HEATSINK_MAX_MEMORY", ""), "the sidecar's memory ceiling (bytes or a quantity such as 192Mi); empty: 75% of the container's memory limit, or 192Mi (75% of the injected 256Mi) without one (HEATSINK_MAX_MEMORY)")
 	if err := parseFlags(fs, args, "Runs the sidecar: a RESP proxy on 127.0.0.1 that forwards every command, counts key accesses for the node agent and applies the policy's routing table. Every flag defaults to its HEATSINK_* variable, which the injector sets."); err != nil {
 		return err
 	}

@@ -102,10 +102,10 @@ func (p *Proxy) observe(key string, reads, writes uint32, n int) {
 	}
 }
 
-// observeSent reports a command c sent raw (raw its bytes) if it writes:
-// a read is reported once its reply came (classified.readKey).
-func (p *Proxy) observeSent(c *classified, raw []byte) {
+// observeSent reports a command c sent raw (n bytes) if it writes: a read
+// is reported once its reply came (classified.readKey).
+func (p *Proxy) observeSent(c *classified, n int) {
 	if c.observeWrite {
-		p.observe(string(c.key), 0, 1, len(raw))
+		p.observe(string(c.key), 0, 1, n)
 	}
 }

@@ -216,6 +216,12 @@ func (l *loop) parse(c *lclient) {
 
 // command handles l.cmd, parsed from offset off of the client's buffer.
 func (l *loop) command(c *lclient, off int) {
+	if l.cmd.Streamed {
+		// A large value, not all here: a session passes it on as it
+		// arrives, on a connection of its own (bigvalue.go).
+		l.handoff(c, off)
+		return
+	}
 	args := l.cmd.Args
 	cl := l.p.classify(args, mode{shared: true, cluster: l.p.cfg.Cluster, proto: c.proto})
 	switch cl.route.op {
@@ -285,7 +291,7 @@ func (l *loop) command(c *lclient, off int) {
 		}
 		inval = invalidates(e, args, cl.decision)
 	}
-	l.p.observeSent(&cl, l.cmd.Raw)
+	l.p.observeSent(&cl, len(l.cmd.Raw))
 	if cl.route.op == opExclusive {
 		l.exclusive(c, cl.node, l.cmd.Raw, cl.readKey, inval)
 		return

@@ -82,7 +82,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger logs connection-level events; never Redis keys or values.
 	Logger *slog.Logger
-	// Limits bound client frames (DefaultClientLimits if zero).
+	// Limits bound client frames (DefaultClientLimits if zero). A zero
+	// StreamAbove is 1 MiB: commands with a larger value are passed on as
+	// they arrive (bigvalue.go).
 	Limits resp.Limits
 	// SharedConns is the number of multiplexed upstream connections per
 	// RESP version that sessions share in standalone mode (default 2; the
@@ -175,6 +177,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.Limits.MaxDepth == 0 {
 		cfg.Limits = DefaultClientLimits()
+	}
+	if cfg.Limits.StreamAbove == 0 {
+		cfg.Limits.StreamAbove = streamValueAbove // negative: every command held whole
 	}
 	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
 	if cfg.SharedConns == 0 {

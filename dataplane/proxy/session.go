@@ -50,6 +50,9 @@ type pend struct {
 	// frames is the number of frames the command is answered with when it
 	// is not one (UNSUBSCRIBE naming channels); they may be RESP3 pushes.
 	frames int32
+	// streamed: the command was passed on as it arrived (bigvalue.go), so
+	// it cannot be sent again after a redirect.
+	streamed bool
 }
 
 type session struct {
@@ -95,6 +98,8 @@ type session struct {
 	watching   bool
 
 	nFwd, nEng, nLocal float64
+	// padded holds a streamed command's arguments (bigArgs).
+	padded [][]byte
 
 	// Multiplexed mode (standalone, until the client touches connection
 	// state): commands collect in sbuf and go through a shared connection;
@@ -208,6 +213,13 @@ var errQuit = errors.New("quit")
 // early (the session goes on); a non-nil error ends the session.
 func (s *session) handle() (done bool, err error) {
 	args := s.cmd.Args
+	if s.cmd.Streamed {
+		// A large value, not all here (bigvalue.go).
+		var ok bool
+		if args, ok, err = s.bigCommand(); !ok {
+			return true, err
+		}
+	}
 	cluster := s.p.cfg.Cluster
 	c := s.p.classify(args, s.mode())
 	if c.route.op == opHello && !s.helloShared(c.route.proto) {
@@ -278,7 +290,7 @@ func (s *session) handle() (done bool, err error) {
 	}
 	// Writes are reported here with their request size; reads once their
 	// reply (and so the value size) is known, in drain.
-	s.p.observeSent(&c, s.cmd.Raw)
+	s.p.observeSent(&c, len(s.cmd.Raw)+s.cmd.Big)
 	if c.blocking {
 		s.blocking = true
 	}
@@ -326,6 +338,9 @@ func (s *session) handle() (done bool, err error) {
 	}
 	if c.tracking {
 		s.tracking = c.trackingOn
+	}
+	if s.cmd.Streamed {
+		return true, s.forwardStreamed(node, &c, inval)
 	}
 	if s.forward(node, s.cmd.Raw, false, c.readKey) == nil {
 		pd := &s.pend[len(s.pend)-1]
@@ -506,6 +521,10 @@ func (s *session) drain() {
 			s.undoState(pd.undo)
 		}
 		if s.p.cfg.Cluster && s.pinned < 0 && !s.rep.Partial && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
+			if pd.streamed {
+				s.redirectStreamed()
+				continue
+			}
 			s.redirect(s.rawlog[pd.off:pd.end])
 			continue
 		}

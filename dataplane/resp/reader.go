@@ -35,6 +35,14 @@ type Limits struct {
 	// ReadValue take apart (the reply scanner of ReadReply and TryReply has
 	// no nesting limit: it only counts the elements still owed).
 	MaxDepth int
+	// StreamAbove, when positive, lets ReadCommand and TryCommand return a
+	// multibulk command before all of it has arrived, as its head
+	// (Command.Streamed), once one of its bulk arguments announces more
+	// than StreamAbove bytes or its bytes before an argument pass
+	// StreamAbove: the caller passes the rest on with Chunk as it arrives
+	// (stream.go), so a 512 MiB value is never held whole. Zero holds
+	// every command whole.
+	StreamAbove int
 }
 
 // defaultLimits mirror Redis' own defaults for what a client may send. It
@@ -94,6 +102,8 @@ type Reader struct {
 	// streaming: a reply is being released as it arrives (TakePartial),
 	// so Fill reads in bounded steps.
 	streaming bool
+	// fs is the progress of a command being passed on as it arrives.
+	fs frameStream
 }
 
 // shrinkAbove is the buffer size above which an empty buffer is given back.
@@ -119,7 +129,9 @@ func NewReader(rd io.Reader, size int, limits Limits) *Reader {
 }
 
 // Reset makes the Reader read from rd, keeping its buffer.
-func (r *Reader) Reset(rd io.Reader) { r.rd, r.r, r.w, r.need, r.scan = rd, 0, 0, 0, replyScan{} }
+func (r *Reader) Reset(rd io.Reader) {
+	r.rd, r.r, r.w, r.need, r.scan, r.fs = rd, 0, 0, 0, replyScan{}, frameStream{}
+}
 
 // SetSource makes the Reader read from rd from now on, keeping the bytes
 // already buffered: a connection handed from one owner to another (an
@@ -131,8 +143,10 @@ func (r *Reader) SetSource(rd io.Reader) { r.rd = rd }
 func (r *Reader) Offset() int { return r.r }
 
 // Rewind moves the parse position back to off, an Offset taken since the
-// last Fill, so the frames after it are parsed again (by a new owner).
-func (r *Reader) Rewind(off int) { r.r = off }
+// last Fill, so the frames after it are parsed again (by a new owner). A
+// streamed command's head un-parsed this way is forgotten with its
+// progress: it is returned again, whole or as a head, by the next parse.
+func (r *Reader) Rewind(off int) { r.r, r.fs = off, frameStream{} }
 
 // Buffered is the number of bytes read from the connection and not yet
 // consumed. A proxy uses it to know whether more pipelined commands are
@@ -150,7 +164,7 @@ func (r *Reader) Fill() error {
 		}
 	}
 	want := r.need - (r.w - r.r) // bytes still missing from the frame
-	if r.streaming {
+	if r.streaming || r.fs.active {
 		want = min(want, streamStep)
 	}
 	if want < 512 {

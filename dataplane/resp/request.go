@@ -15,16 +15,29 @@ type Command struct {
 	// Raw is the command's bytes exactly as received (for forwarding). For
 	// an inline command it is re-encoded as a RESP array in the Command's
 	// own buffer.
-	Raw    []byte
-	inline []byte
-	words  []byte
-	ends   []int
+	Raw []byte
+	// Argc is the number of arguments of the command, len(Args) but for a
+	// streamed one.
+	Argc int
+	// Streamed: the command is a head (Limits.StreamAbove): Args are its
+	// first arguments, all here, Raw its bytes so far, and the rest of its
+	// Argc arguments is passed on with Reader.Chunk. Big is then the length
+	// of the argument after Args if Raw ends with that argument's header
+	// (the large value whose bytes follow), else 0.
+	Streamed bool
+	Big      int
+	inline   []byte
+	words    []byte
+	ends     []int
 }
 
 // ReadCommand parses the next command, reading from the connection only when
 // the buffer holds no complete command. Empty inline lines and multibulk
 // headers announcing no argument are skipped as Redis does.
 func (r *Reader) ReadCommand(c *Command) error {
+	if r.fs.active {
+		return errStreamPending
+	}
 	for {
 		if r.r < r.w {
 			n, err := r.parseCommand(c)
@@ -48,6 +61,9 @@ func (r *Reader) ReadCommand(c *Command) error {
 // reports false (and consumes nothing) otherwise. Proxies use it to gather a
 // pipeline without blocking.
 func (r *Reader) TryCommand(c *Command) (bool, error) {
+	if r.fs.active {
+		return false, errStreamPending
+	}
 	for r.r < r.w {
 		n, err := r.parseCommand(c)
 		if err == errIncomplete {
@@ -70,6 +86,7 @@ func (r *Reader) TryCommand(c *Command) (bool, error) {
 // and returns the consumed length (0 for a frame that carries no command).
 func (r *Reader) parseCommand(c *Command) (int, error) {
 	r.need = 0
+	c.Streamed, c.Big = false, 0
 	b := r.buf[r.r:r.w]
 	if b[0] != '*' {
 		return r.parseInline(c, b)
@@ -98,16 +115,28 @@ func (r *Reader) parseCommand(c *Command) (int, error) {
 		r.r += pos
 		return 0, nil
 	}
+	// above is the size from which a command is streamed (0: never; nor
+	// the command HoldWhole asked for whole).
+	above := r.limits.StreamAbove
+	if r.fs.hold {
+		above = 0
+	}
 	for k := int64(0); k < count; k++ {
 		j := cIndex(b[pos:], '\r')
 		if j < 0 {
 			if len(b)-pos > r.limits.MaxInline {
 				return 0, protoErr("too big bulk count string")
 			}
+			if above > 0 && k > 0 && pos > above {
+				return r.streamHead(c, pos, count, 0, count-k)
+			}
 			r.need = len(b) + 1
 			return 0, errIncomplete
 		}
 		if pos+j+2 > len(b) {
+			if above > 0 && k > 0 && pos > above {
+				return r.streamHead(c, pos, count, 0, count-k)
+			}
 			r.need = pos + j + 2
 			return 0, errIncomplete
 		}
@@ -118,10 +147,20 @@ func (r *Reader) parseCommand(c *Command) (int, error) {
 		if !ok || size < 0 || size > int64(r.limits.MaxBulk) {
 			return 0, protoErr("invalid bulk length")
 		}
+		hdr := pos
 		pos += j + 2
 		end := pos + int(size)
 		// The two bytes after the bulk are skipped unread, as Redis does.
 		if end+2 > len(b) {
+			switch {
+			case above > 0 && k > 0 && size > int64(above):
+				// A large value: its header goes with the head, its
+				// bytes are streamed.
+				c.Big = int(size)
+				return r.streamHead(c, pos, count, size+2, count-k-1)
+			case above > 0 && k > 0 && hdr > above:
+				return r.streamHead(c, hdr, count, 0, count-k)
+			}
 			r.need = end + 2
 			return 0, errIncomplete
 		}
@@ -129,8 +168,10 @@ func (r *Reader) parseCommand(c *Command) (int, error) {
 		pos = end + 2
 	}
 	c.Raw = b[:pos:pos]
+	c.Argc = len(c.Args)
 	r.r += pos
 	r.need = 0
+	r.fs.hold = false
 	return pos, nil
 }
 
@@ -172,6 +213,7 @@ func (r *Reader) parseInline(c *Command, b []byte) (int, error) {
 	// Re-encode so that the proxy always forwards RESP arrays.
 	c.inline = AppendArgs(c.inline[:0], c.Args)
 	c.Raw = c.inline
+	c.Argc = len(c.Args)
 	return consumed, nil
 }
 

@@ -13,15 +13,25 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
+// InjectedMemoryLimit is the memory limit the injector gives the sidecar's
+// container unless configured (webhook.DefaultProxyResources; a test
+// there keeps the two equal). docs/proxy.md, Memory defaults, has the one
+// table of the defaults derived from it.
+const InjectedMemoryLimit = 256 << 20
+
 // DefaultMaxMemory is the memory ceiling when none is configured: 75 % of
 // the container's memory limit (the cgroup's), leaving headroom for what
-// Go's runtime and the kernel hold outside the heap, or 192 MiB when the
-// process has no limit (the injected sidecar's default limit is 256 Mi).
+// Go's runtime and the kernel hold outside the heap, or 75 % of
+// InjectedMemoryLimit (192 MiB) when the process has no limit. A quarter
+// of it bounds what the proxy buffers for clients (Config.MaxMemory).
+// Large values do not count against it: they are streamed (proxy,
+// bigvalue.go), so --max-bulk stays Redis' 512 MiB whatever the limit.
 func DefaultMaxMemory() int64 {
-	if limit := cgroupMemoryLimit(); limit > 0 {
-		return limit / 4 * 3
+	limit := cgroupMemoryLimit()
+	if limit <= 0 {
+		limit = InjectedMemoryLimit
 	}
-	return 192 << 20
+	return limit / 4 * 3
 }
 
 // cgroupMemoryLimit is the memory limit of the process's cgroup (v2, then

@@ -369,6 +369,23 @@ var scenarios = []scenario{
 		{c: "a", cmd: []string{"SET", "{t}big", strings.Repeat("v", 20<<20)}},
 		{c: "a", cmds: cmds("STRLEN {t}big", "GET {t}big", "APPEND {t}big x", "GETRANGE {t}big -3 -1")},
 	}},
+	// Values over 1 MiB are streamed by the proxy (passed on as they
+	// arrive), in pipelines, with arguments after them; MSET's are held
+	// whole (its keys follow the value).
+	{name: "large values streamed among other commands", steps: []step{
+		{c: "a", cmds: [][]string{
+			{"SET", "{t}n", "1"}, {"SET", "{t}v", strings.Repeat("a", 2<<20), "EX", "1000"}, {"INCR", "{t}n"},
+			{"HSET", "{t}h", "f", strings.Repeat("b", 3<<20), "g", "small"}, {"HGET", "{t}h", "g"}, {"HSTRLEN", "{t}h", "f"},
+			{"RPUSH", "{t}l", strings.Repeat("c", 2<<20), "x"}, {"LLEN", "{t}l"}, {"RPOP", "{t}l"},
+			{"MSET", "{t}m1", strings.Repeat("d", 2<<20), "{t}m2", "x"}, {"STRLEN", "{t}m1"}, {"GET", "{t}m2"},
+			{"SET", "{t}v2", strings.Repeat("e", 2<<20), "NOSUCHOPTION"}, {"EXISTS", "{t}v2"}, {"TTL", "{t}v"}, {"GET", "{t}v"},
+		}},
+		{c: "b", cmds: cmds("STRLEN {t}v", "PING")},
+	}},
+	{name: "a malformed argument after a large value", steps: []step{
+		{c: "a", raw: "*4\r\n$3\r\nSET\r\n$4\r\n{t}k\r\n$2097152\r\n" + strings.Repeat("v", 2<<20) + "\r\n+EX\r\n", untilClose: true},
+		{c: "b", cmds: cmds("EXISTS {t}k", "PING")},
+	}},
 	{name: "a reply of 1.1 million elements", steps: append(bigList(), step{c: "a", cmds: cmds("LLEN {t}big", "LRANGE {t}big 0 -1", "PING")})},
 	{name: "QUIT", steps: []step{
 		{c: "a", cmds: cmds("SET {t}q 1", "QUIT", "SET {t}q 2"), untilClose: true},
