@@ -13,20 +13,9 @@ import (
 // through the proxy is then known wherever its keys are, and SCRIPT KILL
 // reaches the node running the script.
 func (s *session) fanout() {
-	raw := append([]byte(nil), s.cmd.Raw...)
 	kill := command.EqFold(s.cmd.Args[1], "KILL")
 	exists := command.EqFold(s.cmd.Args[1], "EXISTS")
-	nodes := s.p.topo.masters()
-	cmds := make([][]byte, len(nodes))
-	for i := range nodes {
-		cmds[i] = raw
-	}
-	replies := s.roundTripNodes(cmds, nodes)
-	raws := make([][]byte, len(replies))
-	for i, r := range replies {
-		raws[i] = r.Raw
-	}
-	out := mergeFanout(raws, kill, exists)
+	out := mergeFanout(s.toEveryMaster(), kill, exists)
 	s.local(func(b []byte) []byte { return append(b, out...) })
 }
 
@@ -95,4 +84,21 @@ func (s *session) roundTripNodes(cmds [][]byte, nodes []int) []resp.Reply {
 	s.roundTripTo = nodes
 	defer func() { s.roundTripTo = nil }()
 	return s.roundTrip(cmds, keys)
+}
+
+// toEveryMaster sends the client's command as it is to every master of the
+// cluster and returns their raw replies, in the masters' order.
+func (s *session) toEveryMaster() [][]byte {
+	raw := append([]byte(nil), s.cmd.Raw...)
+	nodes := s.p.topo.masters()
+	cmds := make([][]byte, len(nodes))
+	for i := range nodes {
+		cmds[i] = raw
+	}
+	replies := s.roundTripNodes(cmds, nodes)
+	raws := make([][]byte, len(replies))
+	for i, r := range replies {
+		raws[i] = r.Raw
+	}
+	return raws
 }

@@ -43,18 +43,7 @@ func (s *session) nodeWideCmd() {
 		s.scan()
 		return
 	}
-	nodes := s.p.topo.masters()
-	raw := append([]byte(nil), s.cmd.Raw...)
-	cmds := make([][]byte, len(nodes))
-	for i := range nodes {
-		cmds[i] = raw
-	}
-	replies := s.roundTripNodes(cmds, nodes)
-	raws := make([][]byte, len(replies))
-	for i, r := range replies {
-		raws[i] = r.Raw
-	}
-	out := mergeNodeWide(args[0], raws, s.proto)
+	out := mergeNodeWide(args[0], s.toEveryMaster(), s.proto)
 	s.local(func(b []byte) []byte { return append(b, out...) })
 }
 
