@@ -11,7 +11,7 @@ import (
 )
 
 // The manager reads its own Pod, once at start, to give the sidecar its own
-// image (OwnImage); its ClusterRole already gets pods (controllers/fleet.go).
+// image (OwnImage); its ClusterRole already gets pods (controllers/hub_feed.go).
 
 // OwnImage returns the image of container in the Pod namespace/name: the
 // manager's own image, which the injected sidecar runs by default, so that an

@@ -1,5 +1,5 @@
-// Package fleet is the contract between the manager and the node agents (the
-// node agent DaemonSet): what each node agent tells the elected manager about
+// Package agentlink is the contract between the manager and the node agents (the
+// heatsink node-agent DaemonSet): what each node agent tells the elected manager about
 // its node's traffic, and what the manager tells each node agent back. Both
 // sides import it, as both sides of the routing table import package routing.
 //
