@@ -465,8 +465,11 @@ func (s *session) drain() {
 			}
 			continue
 		}
-		if pd.frames > 1 || pd.frames == 1 && s.proto == 3 {
-			// Its frames are its replies, pushes included.
+		if pd.frames > 0 {
+			// Its frames are its replies, RESP3 pushes or not: which they
+			// are depends on the protocol in force when Redis ran it, not
+			// on s.proto now (a HELLO or RESET later in the batch has
+			// changed that already).
 			if err := s.readFrames(u, int(pd.frames), pd.swallow); err != nil {
 				s.fail(u, err)
 				if !pd.swallow {
@@ -519,17 +522,39 @@ func (s *session) drain() {
 }
 
 // readFrames reads n frames of u, pushes or not, as the replies of one
-// command, and appends them unless swallow.
+// unsubscribe command, and appends them unless swallow. Other pushes
+// (client-tracking invalidations) are passed on uncounted, as readReply
+// passes them.
 func (s *session) readFrames(u *upstream, n int, swallow bool) error {
-	for ; n > 0; n-- {
+	for n > 0 {
 		if err := u.r.ReadReply(&s.rep); err != nil {
 			return err
 		}
-		if !swallow {
+		counted := !s.rep.IsPush() || isUnsubscribePush(s.rep.Raw)
+		if counted {
+			n--
+		}
+		if !swallow || !counted {
 			s.cw.Write(s.rep.Raw)
 		}
 	}
 	return nil
+}
+
+// isUnsubscribePush reports a RESP3 push that answers UNSUBSCRIBE,
+// PUNSUBSCRIBE or SUNSUBSCRIBE (its first element names it).
+func isUnsubscribePush(raw []byte) bool {
+	i := bytes.Index(raw, []byte("\r\n"))
+	if i < 0 {
+		return false
+	}
+	rest := raw[i+2:]
+	for _, kind := range []string{"$11\r\nunsubscribe\r\n", "$12\r\npunsubscribe\r\n", "$12\r\nsunsubscribe\r\n"} {
+		if bytes.HasPrefix(rest, []byte(kind)) {
+			return true
+		}
+	}
+	return false
 }
 
 // watchClient reads ahead from the client while the session waits for a
