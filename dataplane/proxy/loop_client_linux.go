@@ -29,6 +29,9 @@ const (
 	// cWaitUp: the next command (HELLO) waits for an upstream connection
 	// being opened.
 	cWaitUp
+	// cWaitFence: the next command is to be presented (presend) once the
+	// fence up now is down.
+	cWaitFence
 	// cEngine: an engine command runs on a goroutine.
 	cEngine
 	// cBlocked: a blocking command or a script runs on a connection of its
@@ -69,6 +72,10 @@ type lclient struct {
 	// pausing is the upstream connection not read until c writes the large
 	// reply it streams.
 	pausing *lupstream
+	// pre is the command written for the session c is handed to;
+	// noPresend: its next handoff goes without (no spare came in time).
+	pre       *presented
+	noPresend bool
 }
 
 func (c *lclient) owed() uint64 { return c.sent - c.recv }
@@ -271,7 +278,9 @@ func (l *loop) command(c *lclient, off int) {
 		l.nLocal++
 		return
 	case opOwnConn, opPipe, opState, opReplyMode:
-		l.handoff(c, off)
+		if !l.presend(c, &cl, args, off) {
+			l.handoff(c, off)
+		}
 		return
 	case opExclusive:
 		// Its effects must follow those of the client's earlier commands,
@@ -424,6 +433,7 @@ func (l *loop) forget(c *lclient) {
 	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, nil)
 	l.owners[c.fd] = owner{}
 	l.dropExclusive(c)
+	l.dropPresented(c)
 	c.state = cClosed
 	if u := c.pausing; u != nil {
 		l.resumeLater(u)
@@ -451,6 +461,8 @@ func (l *loop) closeClient(c *lclient) {
 func (l *loop) toSession(c *lclient) {
 	fd := c.fd
 	proto := c.proto
+	pr := c.pre
+	c.pre = nil
 	l.forget(c)
 	f := os.NewFile(uintptr(fd), "client")
 	nc, err := net.FileConn(f)
@@ -458,12 +470,18 @@ func (l *loop) toSession(c *lclient) {
 	if err != nil {
 		l.p.log.Info("closing client connection: handing it to a session failed", "err", err)
 		l.p.m.connections.Dec()
+		if pr != nil {
+			unix.Close(pr.u.fd)
+		}
 		return
 	}
 	s := newSession(l.p, nc)
 	c.r.SetSource(nc)
 	s.cr = c.r
 	s.proto = proto
+	if pr != nil {
+		l.p.presentedUpstream(s, pr)
+	}
 	if !l.p.startSession(s) {
 		l.p.m.connections.Dec()
 	}

@@ -75,6 +75,9 @@ func (l *loop) finishClient(c *lclient) {
 	if c.owed() == 0 && len(c.out) == c.woff {
 		switch c.state {
 		case cHandoff:
+			if c.pre != nil && c.pre.waiting {
+				break // Redis is answering its presented command
+			}
 			l.toSession(c)
 			return
 		case cClosing:
@@ -171,6 +174,9 @@ func (l *loop) flushClient(c *lclient) bool {
 }
 
 func (l *loop) flushUp(u *lupstream) {
+	if l.p.fences.held() {
+		return // written once the fence is down (fenceDown)
+	}
 	for u.woff < len(u.wbuf) {
 		n, err := rawWrite(u.fd, u.wbuf[u.woff:])
 		if err == unix.EINTR {

@@ -100,6 +100,10 @@ type loop struct {
 	// the next round; resumes are upstream connections to read again.
 	again   []*lclient
 	resumes []*lupstream
+	// presenting is the command being presented (at most one at a time);
+	// fenceWait the clients waiting to present theirs.
+	presenting *presenting
+	fenceWait  []*lclient
 
 	cmd resp.Command
 	rep resp.Reply

@@ -21,3 +21,6 @@ func newLoop(*Proxy) (*loop, error) {
 func (l *loop) start()                         {}
 func (l *loop) adopt(net.Conn) bool            { return false }
 func (l *loop) shutdown(<-chan time.Time) bool { return true }
+
+func (l *loop) post(func()) bool { return false }
+func (l *loop) fenceDown()       {}

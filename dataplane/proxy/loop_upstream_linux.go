@@ -60,6 +60,9 @@ type lupstream struct {
 	since    time.Time
 	events   uint32
 	wblocked bool
+	// presented: a command written for this client's session-to-be, not
+	// yet answered (loop_presend_linux.go).
+	presented *lclient
 }
 
 func (u *lupstream) owed() int { return len(u.fifo) - u.head }
@@ -226,6 +229,7 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 				u.r = resp.NewReader(fdIO(fd), 4<<10, resp.ReplyLimits())
 				l.own(fd, owner{u: u})
 				l.spares[u.node][u.proto] = append(l.spares[u.node][u.proto], u)
+				l.spareCame()
 				return
 			}
 		}
@@ -312,6 +316,10 @@ func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) 
 }
 
 func (l *loop) upEvent(u *lupstream, ev uint32) {
+	if u.presented != nil {
+		l.presentAnswered(u) // the session reads the answer
+		return
+	}
 	if ev&unix.EPOLLOUT != 0 {
 		u.wblocked = false
 	}

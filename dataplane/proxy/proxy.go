@@ -124,6 +124,9 @@ type Proxy struct {
 	sessionSeq atomic.Uint64
 	// warm keeps connections ready for sessions that need their own.
 	warm *warmPool
+	// fences hold other clients' commands while a command that gave its
+	// client a connection of its own is unanswered (fence.go).
+	fences fences
 	// dials spaces out dials to an address that refuses them.
 	dials backoff
 	// acceptErrs counts accept failures for rate-limited logging.
@@ -238,6 +241,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)
 		} else {
 			p.loop = l
+			p.fences.wake = func() { l.post(l.fenceDown) }
 			l.start()
 		}
 	}

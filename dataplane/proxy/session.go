@@ -114,6 +114,15 @@ type session struct {
 	partial     chan []byte
 	partialDone chan struct{}
 	sh          *shared // the shared connection last used
+	// pre is the connection on which the event loop already wrote the
+	// session's first command (loop.presend), preRest the part of it the
+	// socket did not take: the session's write of that command sends only
+	// preRest (see send).
+	pre     *upstream
+	preRest []byte
+	// fence is up from the moment the session took a connection of its
+	// own for a command until Redis answered that command.
+	fence *fence
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
@@ -142,6 +151,7 @@ func (s *session) closeUpstreams() {
 func (s *session) run() {
 	defer s.conn.Close()
 	defer s.closeUpstreams()
+	defer s.releaseFence()
 	if len(s.pend) > 0 {
 		// Commands the event loop sent on this session's behalf before
 		// handing the client over (in the order it read them).
@@ -153,6 +163,7 @@ func (s *session) run() {
 	for {
 		stop := s.relayPushes()
 		err := s.cr.ReadCommand(&s.cmd)
+
 		stop()
 		for err == nil {
 			var done bool
@@ -170,6 +181,7 @@ func (s *session) run() {
 			}
 		}
 		s.drain()
+		s.releaseFence()
 		if resp.IsProtocolError(err) {
 			s.p.m.protocolErrors.Inc()
 			s.cw.Buf = resp.AppendError(s.cw.Buf, "ERR "+err.Error())
@@ -222,6 +234,12 @@ func (s *session) handle() (done bool, err error) {
 	}
 	cluster := s.p.cfg.Cluster
 	c := s.p.classify(args, s.mode())
+	if pre := s.pre; pre != nil {
+		// The loop sent it raw to this node: the slot map or the engine's
+		// table may have changed since, but the command went as it decided.
+		c.node, c.mitigated = pre.node, false
+		defer s.checkPresented()
+	}
 	if c.route.op == opHello && !s.helloShared(c.route.proto) {
 		c.route.op = opOwnConn // the shared connection cannot answer it: Redis will
 	}
@@ -232,6 +250,12 @@ func (s *session) handle() (done bool, err error) {
 		s.drain()
 		s.dedicated = true
 		s.p.m.dedicated.Inc()
+		if c.route.op == opOwnConn {
+			// Until Redis has answered it, no command read after it is
+			// written (fence.go); a blocking command or a script is not
+			// answered at once and keeps no fence.
+			s.fence = s.p.fences.raise()
+		}
 		c = s.p.classify(args, s.mode())
 	}
 	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.
@@ -384,7 +408,7 @@ func (s *session) forward(node int, raw []byte, swallow bool, key string) error 
 		}
 		return err
 	}
-	u.w.Write(raw)
+	s.send(u, raw)
 	u.queued++
 	pd := pend{node: int32(node), swallow: swallow, key: key}
 	if s.p.cfg.Cluster {
@@ -397,6 +421,37 @@ func (s *session) forward(node int, raw []byte, swallow bool, key string) error 
 		s.nFwd++
 	}
 	return nil
+}
+
+// send queues raw on u, unless it is the command the event loop already
+// wrote there (s.pre): then only what the socket did not take.
+func (s *session) send(u *upstream, raw []byte) {
+	if u != s.pre {
+		u.w.Write(raw)
+		return
+	}
+	u.w.Write(s.preRest)
+	s.pre, s.preRest = nil, nil
+}
+
+// releaseFence takes the session's fence down, if it has one up.
+func (s *session) releaseFence() {
+	if s.fence != nil {
+		s.p.fences.release(s.fence)
+		s.fence = nil
+	}
+}
+
+// checkPresented runs after the session's first command: if the command
+// the event loop wrote for it was not the one it sent (presendable
+// predicts what handle does; this is its safety net), that connection's
+// reply would answer nothing, so the connection is failed instead.
+func (s *session) checkPresented() {
+	if u := s.pre; u != nil {
+		s.pre, s.preRest = nil, nil
+		s.p.log.Error("a command the event loop sent for a session was not the session's; closing that connection")
+		s.fail(u, errors.New("presented command not sent by the session"))
+	}
 }
 
 // upstream returns the session's connection to node: one taken from the
@@ -457,6 +512,7 @@ func (s *session) drain() {
 		s.drainShared()
 		return
 	}
+	s.p.fences.wait(s.fence)
 	var now time.Time
 	for _, u := range s.ups {
 		if u == nil || u.queued == 0 {
@@ -491,8 +547,11 @@ func (s *session) drain() {
 			}
 			continue
 		}
-		if pd.frames > 1 || pd.frames == 1 && s.proto == 3 {
-			// Its frames are its replies, pushes included.
+		if pd.frames > 0 {
+			// Its frames are its replies, RESP3 pushes or not: which they
+			// are depends on the protocol in force when Redis ran it, not
+			// on s.proto now (a HELLO or RESET later in the batch has
+			// changed that already).
 			if err := s.readFrames(u, int(pd.frames), pd.swallow); err != nil {
 				s.fail(u, err)
 				if !pd.swallow {
@@ -517,6 +576,7 @@ func (s *session) drain() {
 		if pd.swallow {
 			continue
 		}
+		s.releaseFence() // its command is answered, so it has run
 		if pd.undo.active && s.rep.IsError() {
 			s.undoState(pd.undo)
 		}
@@ -549,17 +609,39 @@ func (s *session) drain() {
 }
 
 // readFrames reads n frames of u, pushes or not, as the replies of one
-// command, and appends them unless swallow.
+// unsubscribe command, and appends them unless swallow. Other pushes
+// (client-tracking invalidations) are passed on uncounted, as readReply
+// passes them.
 func (s *session) readFrames(u *upstream, n int, swallow bool) error {
-	for ; n > 0; n-- {
+	for n > 0 {
 		if err := u.r.ReadReply(&s.rep); err != nil {
 			return err
 		}
-		if !swallow {
+		counted := !s.rep.IsPush() || isUnsubscribePush(s.rep.Raw)
+		if counted {
+			n--
+		}
+		if !swallow || !counted {
 			s.cw.Write(s.rep.Raw)
 		}
 	}
 	return nil
+}
+
+// isUnsubscribePush reports a RESP3 push that answers UNSUBSCRIBE,
+// PUNSUBSCRIBE or SUNSUBSCRIBE (its first element names it).
+func isUnsubscribePush(raw []byte) bool {
+	i := bytes.Index(raw, []byte("\r\n"))
+	if i < 0 {
+		return false
+	}
+	rest := raw[i+2:]
+	for _, kind := range []string{"$11\r\nunsubscribe\r\n", "$12\r\npunsubscribe\r\n", "$12\r\nsunsubscribe\r\n"} {
+		if bytes.HasPrefix(rest, []byte(kind)) {
+			return true
+		}
+	}
+	return false
 }
 
 // watchClient reads ahead from the client while the session waits for a

@@ -44,10 +44,19 @@ func (s *session) subscribe(c *classified) error {
 	} else if s.quiet {
 		u.w.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n"))
 	}
-	u.w.Write(raw)
+	s.send(u, raw)
 	u.w.Write(s.cr.Take())
+	s.p.fences.wait(s.fence)
 	if err := u.w.Flush(); err != nil {
 		return err
+	}
+	if s.fence != nil {
+		// The fence is down once Redis has answered (at the latest after
+		// fenceMax: with CLIENT REPLY OFF it does not answer).
+		u.conn.SetReadDeadline(time.Now().Add(fenceMax))
+		u.r.Fill()
+		u.conn.SetReadDeadline(time.Time{})
+		s.releaseFence()
 	}
 	if rest := u.r.Take(); len(rest) > 0 {
 		if _, err := s.conn.Write(rest); err != nil {

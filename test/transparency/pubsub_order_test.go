@@ -1,0 +1,150 @@
+package transparency
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+)
+
+// TestSubscribeThenPublishWithoutWaiting: a connected client sends
+// SUBSCRIBE and, without waiting for its confirmation, another client
+// PUBLISHes on the channel. Directly, Redis has read the SUBSCRIBE first,
+// so the message is delivered, every time. Through the event loop the
+// subscribing client is handed to a session; before, the session wrote its
+// SUBSCRIBE after the PUBLISH the loop had read later (998 of 1,000 lost).
+// Now the loop writes it at once and holds the commands read after it
+// until Redis has answered it (fence.go): 0 lost in 1,000 tries.
+//
+// Sessions only (NoEventLoop, TLS upstreams) still lose some (about 90 of
+// 1,000, from 995): Go's netpoller often wakes the publisher's goroutine
+// before the subscriber's, so the PUBLISH is read first (docs/proxy.md,
+// Ordering). That subtest asserts only with HEATSINK_KNOWN_GAPS=1.
+// Every read has a deadline, so the test cannot hang.
+func TestSubscribeThenPublishWithoutWaiting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	s := redistest.Standalone(t)
+	targets := []target{{name: "direct", addr: s.Addr}}
+	for _, noLoop := range []bool{false, true} {
+		name := "proxy-loop"
+		if noLoop {
+			name = "proxy-sessions"
+		}
+		targets = append(targets, target{name: name, addr: startProxy(t, proxy.Config{Upstreams: []string{s.Addr}, NoEventLoop: noLoop})})
+	}
+	const tries = 1000
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			lost := subscribeThenPublish(t, tg.addr, "sp", tries, "SUBSCRIBE", "PUBLISH")
+			t.Logf("%s: %d of %d lost", tg.name, lost, tries)
+			if lost > 0 && (tg.name != "proxy-sessions" || knownGaps()) {
+				t.Errorf("%d of %d messages published right after SUBSCRIBE were lost", lost, tries)
+			}
+		})
+	}
+}
+
+// subscribeThenPublish runs tries rounds of: a new client, once
+// connected, subscribes with sub (one channel or pattern), another
+// publishes with pub at once; it returns how many messages the subscriber
+// did not get.
+func subscribeThenPublish(t *testing.T, addr, prefix string, tries int, sub, pub string) (lost int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	p := dial(t, addr)
+	defer p.conn.Close()
+	for i := range tries {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tries not done within 2 minutes", i)
+		}
+		ch := fmt.Sprintf("%s:%d", prefix, i)
+		a := dial(t, addr)
+		// An established connection, as a client's pool holds: directly,
+		// Redis may otherwise read the PUBLISH before it has accepted a
+		// brand-new connection at all.
+		send(t, a.conn, "PING")
+		if f := readFrame(a.conn, a.r); f != "+PONG\r\n" {
+			t.Fatalf("try %d: PING answered %q", i, f)
+		}
+		send(t, a.conn, sub, ch)
+		send(t, p.conn, pub, ch, "m")
+		n := readFrame(p.conn, p.r)
+		confirm := readFrame(a.conn, a.r)
+		if !strings.Contains(confirm, strings.ToLower(sub)) {
+			t.Fatalf("try %d: %s answered %q", i, sub, confirm)
+		}
+		if n != ":1\r\n" {
+			lost++
+		} else if msg := readFrame(a.conn, a.r); !strings.Contains(msg, "message") {
+			t.Fatalf("try %d: the subscriber got %q, want the message", i, msg)
+		}
+		a.conn.Close()
+	}
+	return lost
+}
+
+// TestPublishAfterPunsubscribeWithoutWaiting is Redis' own pub/sub test
+// "PUBLISH/PSUBSCRIBE after PUNSUBSCRIBE without arguments" (tests/unit/
+// pubsub.tcl) played many times: a client subscribed to three patterns
+// sends PUNSUBSCRIBE and, without waiting for its answer, another client
+// publishes on each: Redis must count no receiver. Through the proxy the
+// subscribed client is a raw pipe on goroutines of its own, which the
+// event loop's reading of the publisher overtakes (about 280 of 900
+// delivered through the loop, 140 with sessions only): not fixed yet, so
+// the proxy targets assert only with HEATSINK_KNOWN_GAPS=1.
+func TestPublishAfterPunsubscribeWithoutWaiting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	s := redistest.Standalone(t)
+	targets := []target{{name: "direct", addr: s.Addr}}
+	for _, noLoop := range []bool{false, true} {
+		name := "proxy-loop"
+		if noLoop {
+			name = "proxy-sessions"
+		}
+		targets = append(targets, target{name: name, addr: startProxy(t, proxy.Config{Upstreams: []string{s.Addr}, NoEventLoop: noLoop})})
+	}
+	const tries = 300
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			r := dial(t, tg.addr)
+			defer r.conn.Close()
+			delivered := 0
+			for i := range tries {
+				a := dial(t, tg.addr)
+				var pats []string
+				for k := 1; k <= 3; k++ {
+					pats = append(pats, fmt.Sprintf("chan%d.%d.*", k, i))
+				}
+				send(t, a.conn, append([]string{"PSUBSCRIBE"}, pats...)...)
+				for range pats {
+					if f := readFrame(a.conn, a.r); !strings.Contains(f, "psubscribe") {
+						t.Fatalf("try %d: PSUBSCRIBE answered %q", i, f)
+					}
+				}
+				send(t, a.conn, "PUNSUBSCRIBE")
+				for k := 1; k <= 3; k++ {
+					send(t, r.conn, "PUBLISH", fmt.Sprintf("chan%d.%d.hi", k, i), "hello")
+					if f := readFrame(r.conn, r.r); f != ":0\r\n" {
+						delivered++
+					}
+				}
+				a.conn.Close()
+			}
+			t.Logf("%s: %d of %d delivered", tg.name, delivered, 3*tries)
+			if delivered > 0 && (tg.name == "direct" || knownGaps()) {
+				t.Errorf("%d of %d messages published after PUNSUBSCRIBE reached the unsubscribed client", delivered, 3*tries)
+			}
+		})
+	}
+}
+
+// knownGaps turns on the assertions of what the proxy does not do yet.
+func knownGaps() bool { return os.Getenv("HEATSINK_KNOWN_GAPS") == "1" }
