@@ -384,10 +384,6 @@ func (l *loop) upReplies(u *lupstream) {
 	}
 }
 
-// streamAbove is the size from which the part of a reply received so far
-// is passed on before the rest arrives.
-const streamAbove = 256 << 10
-
 // stream passes the received part of the large reply at the head of u's
 // queue to its client, if that client is owed nothing before it, instead
 // of holding the whole reply (a value may be up to 512 MiB). While the

@@ -363,3 +363,7 @@ func (s *session) helloShared(v int) bool {
 	s.local(func(b []byte) []byte { return append(b, c.hello...) })
 	return true
 }
+
+// streamAbove is the size from which the part of a reply received so far
+// is passed on before the rest arrives.
+const streamAbove = 256 << 10
