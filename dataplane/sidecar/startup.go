@@ -85,7 +85,7 @@ func (s *startup) follow(ctx context.Context, inForce <-chan struct{}, src func(
 		defer timer.Stop()
 		select {
 		case <-inForce:
-			s.open(true, "routing state in force from "+string(src()))
+			s.open(true, inForceBy(src()))
 			return
 		case <-timer.C:
 			s.open(false, fmt.Sprintf("no routing table from %s within the %s startup wait: serving WITHOUT the routing table (split counters read as their base key alone, replicated keys written to their base only) until one arrives", waitingFor, s.wait))
@@ -97,7 +97,7 @@ func (s *startup) follow(ctx context.Context, inForce <-chan struct{}, src func(
 	case <-inForce:
 		s.mu.Lock()
 		s.inForce, s.unmitigated = true, false
-		s.why = "routing state in force from " + string(src()) + " (after serving without it)"
+		s.why = inForceBy(src()) + " (after serving without it)"
 		s.mu.Unlock()
 		s.m.inForce.Set(1)
 		s.m.unmitigated.Set(0)
@@ -141,4 +141,17 @@ func (s *startup) serveStartupz(w http.ResponseWriter, _ *http.Request) {
 	default:
 		fmt.Fprintln(w, "ok: "+why)
 	}
+}
+
+// inForceBy says how the routing state in force became known.
+func inForceBy(src watch.Source) string {
+	switch src {
+	case watch.SourceAgent:
+		return "routing table in force from the node agent"
+	case watch.SourceFile:
+		return "routing table in force from the mounted file"
+	case watch.SourceUnpublished:
+		return "no routing table in force: the mounted routing ConfigMap shows none was published"
+	}
+	return "routing state in force from " + string(src)
 }
