@@ -10,7 +10,9 @@
 // agent is away. Both feed one acceptance rule (Accept): a table is taken
 // only if it parses, its schemaVersion is one this build reads, and its
 // version is greater than the current one. Anything else is reported and
-// ignored, so the data path keeps the last good table.
+// ignored, so the data path keeps the last good table. InForce tells when
+// the routing state in force is known (inforce.go): the sidecar serves no
+// client before.
 //
 // It lives apart from package routing so that importers of the table types
 // (the go-redis hook in an application) do not pull in an HTTP client loop.
