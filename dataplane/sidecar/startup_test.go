@@ -485,3 +485,33 @@ func TestNewSidecarPastTheStartupWaitServesUnmitigatedLoudly(t *testing.T) {
 			s.metric(t, "heatsink_proxy_routing_in_force") == 1
 	})
 }
+
+// TestSidecarStoppedWhileHoldingExitsCleanly: a sidecar stopped before
+// anything was in force closes its held connections and returns nil.
+func TestSidecarStoppedWhileHoldingExitsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	srv := redistest.Standalone(t)
+	seedSplitCounter(t, srv.Addr)
+	ln := listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- sidecar.Run(ctx, sidecar.Config{Listener: ln, Upstreams: []string{srv.Addr}, Policy: "p", Namespace: "ns",
+			NodeAgent: goneAgent(t), StartupWait: time.Minute})
+	}()
+	replies := heldPipeline(t, ln.Addr().String())
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	if got := <-replies; len(got) == 0 || !strings.HasPrefix(got[0], "error: ") {
+		t.Fatalf("held pipeline of a stopped sidecar got %q, want the connection closed unanswered", got)
+	}
+}
