@@ -149,9 +149,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if w == nil {
-		go st.follow(ctx, nil, nil, "")
+		st.follow(ctx, nil, nil, "")
 	} else {
-		go st.follow(ctx, w.InForce(), w.InForceSource, sources(cfg))
+		st.follow(ctx, w.InForce(), w.InForceSource, sources(cfg))
 	}
 
 	ln := cfg.Listener

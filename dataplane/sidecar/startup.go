@@ -68,8 +68,10 @@ func newStartup(reg prometheus.Registerer, wait time.Duration, log *slog.Logger)
 }
 
 // follow opens the gate when inForce closes (src tells from what), or when
-// the wait passes, whichever comes first; waitingFor describes the sources
-// for the logs and /startupz. A nil inForce (no policy) opens it at once.
+// the wait passes, whichever comes first, and then goes on until inForce
+// closes; waitingFor describes the sources for the logs and /startupz. A
+// nil inForce (no policy) opens it at once. It returns at once, following
+// on a goroutine of its own.
 func (s *startup) follow(ctx context.Context, inForce <-chan struct{}, src func() watch.Source, waitingFor string) {
 	if inForce == nil {
 		s.open(true, "no policy configured: nothing to wait for")
@@ -78,6 +80,10 @@ func (s *startup) follow(ctx context.Context, inForce <-chan struct{}, src func(
 	s.mu.Lock()
 	s.why = "waiting for the routing table in force from " + waitingFor
 	s.mu.Unlock()
+	go s.run(ctx, inForce, src, waitingFor)
+}
+
+func (s *startup) run(ctx context.Context, inForce <-chan struct{}, src func() watch.Source, waitingFor string) {
 	if s.wait < 0 {
 		s.open(false, "startup wait disabled (--startup-wait=0): serving before the routing table in force")
 	} else {
