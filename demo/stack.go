@@ -252,6 +252,10 @@ func (s *stack) startProxies(ctx context.Context) error {
 				Listener: ln, HTTPListener: hl, Upstreams: s.redis.Addrs(), Cluster: true,
 				Policy: PolicyName, Namespace: Namespace, NodeAgent: det, SourceAddr: src,
 				Logger: s.slog.With("proxy", strconv.Itoa(len(s.proxies))),
+				// The demo starts its simulated pods before it applies the
+				// policy (a real pod cannot be injected before), so there
+				// is no table to wait for: serve at once.
+				StartupWait: -1,
 			}
 			s.goRun("proxy "+addr, func(ctx context.Context) error { return sidecar.Run(ctx, cfg) })
 			s.proxies = append(s.proxies, addr)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,6 +81,23 @@ const (
 	ProxyHTTPAddress = ":9091"
 	// InjectPath is the path the injection webhook is served at.
 	InjectPath = "/mutate--v1-pod-heatsink-inject"
+	// ProxyStartupWait is the proxy's --startup-wait (HEATSINK_STARTUP_WAIT):
+	// the longest it holds the application's commands at start for the
+	// routing table in force, after which it serves without it (its
+	// DefaultStartupWait, set explicitly so the probe below and the wait
+	// cannot drift apart).
+	ProxyStartupWait = 10 * time.Second
+	// ProxyStartupPath answers 200 once the proxy serves: the routing
+	// state in force is known, or ProxyStartupWait passed.
+	ProxyStartupPath = "/startupz"
+	// proxyStartupPeriod and proxyStartupSlack make the startup probe: one
+	// probe a second, so the application starts within a second of the
+	// table; failing for ProxyStartupWait plus the slack (the process's own
+	// start, an image pulled slowly is not counted: the probe starts with
+	// the container) before the kubelet restarts the proxy. The proxy
+	// passes by itself at ProxyStartupWait, so a restart means it is stuck.
+	proxyStartupPeriod = time.Second
+	proxyStartupSlack  = 20 * time.Second
 )
 
 // InjectorConfig is what the injected container looks like beyond what the
@@ -228,11 +246,12 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		},
 		Resources: *cfg.Resources.DeepCopy(),
 		// The kubelet starts the application's containers once this probe
-		// passes, so their first connection finds the proxy listening.
+		// passes: the proxy then serves under the routing table in force
+		// (or, past ProxyStartupWait, without it, and says so).
 		StartupProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("hs-proxy-http")}},
-			PeriodSeconds:    1,
-			FailureThreshold: 30,
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: ProxyStartupPath, Port: intstr.FromString("hs-proxy-http")}},
+			PeriodSeconds:    int32(proxyStartupPeriod / time.Second),
+			FailureThreshold: int32((ProxyStartupWait + proxyStartupSlack) / proxyStartupPeriod),
 		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: NoTokenVolumeName, MountPath: ServiceAccountTokenPath, ReadOnly: true},
@@ -260,8 +279,14 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 			Name: RoutingVolumeName,
 			VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: routing.ConfigMapName(policy.Name)},
-				// Optional: the manager writes the ConfigMap when it first
-				// publishes; until then the proxy forwards everything as is.
+				// Optional, on purpose: a ConfigMap absent when the kubelet
+				// sets the volume up means no table was in force (the
+				// manager writes it before any node agent gets a table, and
+				// keeps it until its table holds no split), and the empty
+				// volume the kubelet mounts then proves it to the proxy
+				// (watch.Unpublished), which serves at once. Required, it
+				// would keep the pod in ContainerCreating until the first
+				// publication.
 				Optional: &optional,
 			}},
 		})
@@ -321,6 +346,7 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar
 		{Name: "HEATSINK_CLUSTER", Value: fmt.Sprintf("%t", policy.Spec.Target.Cluster)},
 		{Name: "HEATSINK_LISTEN", Value: ProxyListen},
 		{Name: "HEATSINK_HTTP_ADDRESS", Value: ProxyHTTPAddress},
+		{Name: "HEATSINK_STARTUP_WAIT", Value: ProxyStartupWait.String()},
 	}
 	routingFile := ""
 	if cfg.RoutingFile {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -87,6 +88,32 @@ func TestInjectRoutingFileOnRequest(t *testing.T) {
 	}
 }
 
+// TestInjectStartupProbeCoversTheWait: the application starts once the
+// proxy's /startupz passes, probed every second; the proxy passes it by
+// itself at its startup wait at the latest, so the probe must not give up
+// (and have the kubelet restart the proxy) before then, with room for the
+// process's start.
+func TestInjectStartupProbeCoversTheWait(t *testing.T) {
+	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
+	webhook.Inject(pod, testPolicy("shop", "catalogue"), webhook.InjectorConfig{Image: testImage, RoutingFile: true})
+	proxy := pod.Spec.InitContainers[0]
+	wait, err := time.ParseDuration(envOf(proxy)["HEATSINK_STARTUP_WAIT"])
+	if err != nil || wait != webhook.ProxyStartupWait {
+		t.Fatalf("HEATSINK_STARTUP_WAIT = %v (%v), want %s", wait, err, webhook.ProxyStartupWait)
+	}
+	p := proxy.StartupProbe
+	if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != webhook.ProxyStartupPath || p.HTTPGet.Port.String() != proxy.Ports[0].Name {
+		t.Fatalf("startup probe %+v: want GET %s on %s", p, webhook.ProxyStartupPath, proxy.Ports[0].Name)
+	}
+	period := time.Duration(p.PeriodSeconds) * time.Second
+	if period != time.Second {
+		t.Errorf("startup probe period %s: the application would start up to that long after the table", period)
+	}
+	if giveUp := period * time.Duration(p.FailureThreshold); giveUp < wait+10*time.Second {
+		t.Errorf("startup probe gives up after %s (period %s × %d), within 10 s of the %s startup wait", giveUp, period, p.FailureThreshold, wait)
+	}
+}
+
 func TestInjectNodeAgentService(t *testing.T) {
 	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
 	cfg := webhook.InjectorConfig{Image: testImage, NodeAgentAddress: "heatsink-node-agent.heatsink-system.svc:7946"}
@@ -118,6 +145,7 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 		"HEATSINK_LISTEN":         "127.0.0.1:6380",
 		"HEATSINK_ROUTING_FILE":   "",
 		"HEATSINK_HTTP_ADDRESS":   ":9091",
+		"HEATSINK_STARTUP_WAIT":   "10s",
 		"HEATSINK_REDIS_USERNAME": "secret:redis-auth/username",
 		"HEATSINK_REDIS_PASSWORD": "secret:redis-auth/password",
 	}

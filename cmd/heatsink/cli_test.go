@@ -60,6 +60,7 @@ func TestCLIConventions(t *testing.T) {
 		"unknown flag":            {args: []string{"manager", "--bogus"}, wantCode: 2, wantStderr: "flag provided but not defined: -bogus"},
 		"stray argument":          {args: []string{"version", "extra"}, wantCode: 2, wantStderr: "unexpected arguments: extra"},
 		"bad flag value":          {args: []string{"sidecar", "--max-bulk=0"}, wantCode: 2, wantStderr: "--max-bulk must be positive"},
+		"bad startup wait":        {args: []string{"sidecar", "--startup-wait=-1s"}, wantCode: 2, wantStderr: `--startup-wait="-1s"`},
 		"node-agent without node": {args: []string{"node-agent", "--node-name="}, wantCode: 2, wantStderr: "--node-name or $NODE_NAME is required"},
 		"manager, bad kubeconfig": {args: []string{"manager", "--kubeconfig=" + missing}, wantCode: 1, wantStderr: missing},
 	}

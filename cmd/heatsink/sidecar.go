@@ -63,8 +63,9 @@ func runSidecar(args []string) error {
 	c.Limits = proxy.DefaultClientLimits()
 	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes: Redis' proto-max-bulk-len; values over 1 MiB are streamed, not held (HEATSINK_MAX_BULK)")
 	eventLoop := fs.Bool("event-loop", !envBool("HEATSINK_NO_EVENT_LOOP"), "serve stateless clients from one epoll event loop (Linux, plaintext upstream); false gives every client a goroutine (HEATSINK_NO_EVENT_LOOP=true)")
-	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz (HEATSINK_HTTP_ADDRESS)")
+	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz, /startupz (HEATSINK_HTTP_ADDRESS)")
 	replyTimeout := fs.String("reply-timeout", env("HEATSINK_REPLY_TIMEOUT", "0"), "if set (e.g. 30s), the longest the proxy waits for a Redis reply before answering an error; 0, the default, waits as long as Redis takes, like a direct connection (HEATSINK_REPLY_TIMEOUT)")
+	startupWait := fs.String("startup-wait", env("HEATSINK_STARTUP_WAIT", sidecar.DefaultStartupWait.String()), "the longest the proxy holds its clients at start (they connect, their commands wait) until it has the routing table in force, from the node agent or the mounted file; past it, it serves without the table and says so (log, heatsink_proxy_serving_unmitigated, /startupz); 0 serves at once (HEATSINK_STARTUP_WAIT)")
 	maxMemory := fs.String("max-memory", env("HEATSINK_MAX_MEMORY", ""), "the sidecar's memory ceiling (bytes or a quantity such as 192Mi); empty: 75% of the container's memory limit, or 192Mi (75% of the injected 256Mi) without one (HEATSINK_MAX_MEMORY)")
 	if err := parseFlags(fs, args, "Runs the sidecar: a RESP proxy on 127.0.0.1 that forwards every command, counts key accesses for the node agent and applies the policy's routing table. Every flag defaults to its HEATSINK_* variable, which the injector sets."); err != nil {
 		return err
@@ -75,6 +76,12 @@ func runSidecar(args []string) error {
 	var err error
 	if c.ReplyTimeout, err = time.ParseDuration(*replyTimeout); err != nil || c.ReplyTimeout < 0 {
 		return usageError{fmt.Errorf("--reply-timeout=%q: want a non-negative duration such as 30s or 0", *replyTimeout)}
+	}
+	if c.StartupWait, err = time.ParseDuration(*startupWait); err != nil || c.StartupWait < 0 {
+		return usageError{fmt.Errorf("--startup-wait=%q: want a non-negative duration such as 10s, or 0", *startupWait)}
+	}
+	if c.StartupWait == 0 {
+		c.StartupWait = -1 // sidecar.Config: negative serves at once
 	}
 	if c.MaxMemory, err = sidecar.ParseMemory(*maxMemory); err != nil {
 		return usageError{fmt.Errorf("--max-memory: %w", err)}

@@ -102,6 +102,13 @@ type Config struct {
 	// clients that send only stateless commands, and hands the others to
 	// sessions; see loop_linux.go.
 	NoEventLoop bool
+	// Hold, if set, keeps Serve from accepting any client until it is
+	// closed (the sidecar closes it once the routing table in force is
+	// known, or its startup wait passed). Meanwhile connections complete in
+	// the kernel's listen backlog and their commands wait in its socket
+	// buffers: the proxy reads nothing it could serve wrongly and holds no
+	// memory for them.
+	Hold <-chan struct{}
 }
 
 // Proxy serves RESP clients. Create it with New, run it with Serve.
@@ -248,6 +255,14 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	// Connections of their own for the first clients that need one, ready
 	// before they ask (the event loop keeps spares of its own).
 	p.warm.fill(0)
+	if p.cfg.Hold != nil {
+		select {
+		case <-p.cfg.Hold:
+		case <-ctx.Done():
+			ln.Close()
+			return p.shutdown()
+		}
+	}
 	p.ready.Store(true)
 	acceptDone := make(chan error, 1)
 	go func() { acceptDone <- p.accept(ln) }()

@@ -1,6 +1,7 @@
 // Package sidecar wires the heatsink sidecar together: the RESP proxy, the
 // routing engine on a go-redis client, the routing table watcher, the
-// node agent client and the HTTP endpoint (/metrics, /healthz, /readyz). The
+// node agent client and the HTTP endpoint (/metrics, /healthz, /readyz,
+// /startupz). The
 // `heatsink sidecar` command only parses flags into a Config and calls Run.
 package sidecar
 
@@ -62,7 +63,12 @@ type Config struct {
 	// buffers for clients before it stops reading those that do not keep
 	// up. Zero means DefaultMaxMemory.
 	MaxMemory int64
-	// HTTPAddress serves /metrics, /healthz, /readyz; empty disables it.
+	// StartupWait bounds how long the proxy holds its clients at start
+	// while the routing state in force is unknown (startup.go); zero means
+	// DefaultStartupWait, a negative value serves at once.
+	StartupWait time.Duration
+	// HTTPAddress serves /metrics, /healthz, /readyz, /startupz; empty
+	// disables it.
 	HTTPAddress string
 	// HTTPListener, if set, is used instead of listening on HTTPAddress.
 	HTTPListener net.Listener
@@ -109,12 +115,17 @@ func Run(ctx context.Context, cfg Config) error {
 	eng := engine.New(rc, engine.Options{Registerer: reg})
 	defer eng.Close()
 	sm := newSidecarMetrics(reg)
+	if cfg.StartupWait == 0 {
+		cfg.StartupWait = DefaultStartupWait
+	}
+	st := newStartup(reg, cfg.StartupWait, log)
 
 	pcfg := proxy.Config{
 		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
+		Hold: st.gate,
 	}
 	if cc, ok := rc.(*redis.ClusterClient); ok {
 		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
@@ -133,8 +144,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	if err := startWatcher(ctx, cfg, eng, sm, log); err != nil {
+	w, err := startWatcher(ctx, cfg, eng, sm, log)
+	if err != nil {
 		return err
+	}
+	if w == nil {
+		st.follow(ctx, nil, nil, "")
+	} else {
+		st.follow(ctx, w.InForce(), w.InForceSource, sources(cfg))
 	}
 
 	ln := cfg.Listener
@@ -144,7 +161,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	if hl := cfg.HTTPListener; hl != nil || cfg.HTTPAddress != "" {
-		srv := &http.Server{Handler: Handler(p, reg), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: handler(p, reg, st), ReadHeaderTimeout: 5 * time.Second}
 		if hl == nil {
 			if hl, err = net.Listen("tcp", cfg.HTTPAddress); err != nil {
 				ln.Close()
@@ -182,13 +199,13 @@ func engineClient(cfg Config, proxyOf func() *proxy.Proxy) redis.UniversalClient
 // agent (the node agent address, over TCP), and from the mounted file. The
 // sidecar holds no API credentials. Without a policy there is nothing to
 // follow and the proxy only forwards and reports.
-func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidecarMetrics, log *slog.Logger) error {
+func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidecarMetrics, log *slog.Logger) (*watch.Watcher, error) {
 	if cfg.Policy == "" {
 		log.Info("no policy configured: routing table not followed")
-		return nil
+		return nil, nil
 	}
 	if cfg.NodeAgent == "" && cfg.RoutingFile == "" {
-		return errors.New("no node agent and no routing file: cannot follow the routing table")
+		return nil, errors.New("no node agent and no routing file: cannot follow the routing table")
 	}
 	opts := watch.Options{
 		Agent: cfg.NodeAgent, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
@@ -202,27 +219,42 @@ func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidec
 	if cfg.SourceAddr != "" {
 		ip := net.ParseIP(cfg.SourceAddr)
 		if ip == nil {
-			return fmt.Errorf("SourceAddr %q is not an IP address", cfg.SourceAddr)
+			return nil, fmt.Errorf("SourceAddr %q is not an IP address", cfg.SourceAddr)
 		}
 		d := &net.Dialer{Timeout: watch.AgentDialTimeout, LocalAddr: &net.TCPAddr{IP: ip}}
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	}
 	w, err := watch.New(opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	go func() {
 		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("routing watcher stopped", "err", err)
 		}
 	}()
-	return nil
+	return w, nil
 }
 
-// Handler serves /metrics, /healthz (the process is up) and /readyz (the
-// proxy serves and reaches Redis).
-func Handler(p *proxy.Proxy, g prometheus.Gatherer) http.Handler {
+// sources names where the sidecar looks for its table, for the logs.
+func sources(cfg Config) string {
+	switch {
+	case cfg.NodeAgent != "" && cfg.RoutingFile != "":
+		return "node agent " + cfg.NodeAgent + " or file " + cfg.RoutingFile
+	case cfg.NodeAgent != "":
+		return "node agent " + cfg.NodeAgent + " (no routing file)"
+	default:
+		return "file " + cfg.RoutingFile + " (no node agent)"
+	}
+}
+
+// handler serves /metrics, /healthz (the process is up), /readyz (the
+// proxy serves and reaches Redis) and /startupz (the proxy serves: the
+// routing state in force is known, or the startup wait passed; the native
+// sidecar's startup probe).
+func handler(p *proxy.Proxy, g prometheus.Gatherer, st *startup) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/startupz", st.serveStartupz)
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -10,7 +10,9 @@
 // agent is away. Both feed one acceptance rule (Accept): a table is taken
 // only if it parses, its schemaVersion is one this build reads, and its
 // version is greater than the current one. Anything else is reported and
-// ignored, so the data path keeps the last good table.
+// ignored, so the data path keeps the last good table. InForce tells when
+// the routing state in force is known (inforce.go): the sidecar serves no
+// client before.
 //
 // It lives apart from package routing so that importers of the table types
 // (the go-redis hook in an application) do not pull in an HTTP client loop.
@@ -91,6 +93,10 @@ type Watcher struct {
 	// next request asks for newer ones only, so a refused table is not fetched
 	// again and again.
 	served int64
+	// inForce is closed, and inForceSrc set, once the routing state in
+	// force is known (inforce.go).
+	inForce    chan struct{}
+	inForceSrc Source
 }
 
 // New returns a watcher; it does nothing until Run.
@@ -119,7 +125,7 @@ func New(opts Options) (*Watcher, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Watcher{opts: opts}, nil
+	return &Watcher{opts: opts, inForce: make(chan struct{})}, nil
 }
 
 // Current returns the last accepted table, or nil before the first.
@@ -164,6 +170,7 @@ func (w *Watcher) offer(src Source, data []byte) {
 	}
 	w.current = t
 	w.opts.OnTable(t)
+	w.markInForceLocked(src)
 }
 
 func (w *Watcher) rejectLocked(src Source, err error) {
@@ -213,6 +220,10 @@ func (w *Watcher) pollFile() {
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			w.opts.Log.Info("cannot read the routing table file", "file", w.opts.File, "reason", err.Error())
+		} else if !w.inForceKnown() && Unpublished(w.opts.File) {
+			w.mu.Lock()
+			w.markInForceLocked(SourceUnpublished)
+			w.mu.Unlock()
 		}
 		return
 	}
@@ -256,7 +267,11 @@ func (w *Watcher) runAgent(ctx context.Context) {
 			return
 		case <-w.opts.Clock.After(time.Duration(float64(backoff) * (0.5 + rand.Float64()))):
 		}
-		backoff = min(2*backoff, maxBackoff)
+		ceiling := maxBackoff
+		if !w.inForceKnown() {
+			ceiling = startupMaxBackoff
+		}
+		backoff = min(2*backoff, ceiling)
 	}
 }
 
