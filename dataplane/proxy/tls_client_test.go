@@ -2,122 +2,28 @@ package proxy_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
-	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/internal/testing/testpki"
 )
 
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // its certificate, PEM
-}
-
-var serial atomic.Int64
-
-func newTestCA(t *testing.T, dir, name string) *testCA {
+// mtlsRedis starts a real redis-server with tls-auth-clients yes and
+// returns its TLS address and a plaintext client for checks around the
+// proxy.
+func mtlsRedis(t *testing.T, dir string, serverCA, clientCA *testpki.CA) (string, *redis.Client) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	file := filepath.Join(dir, name+".crt")
-	writePEM(t, file, "CERTIFICATE", der)
-	return &testCA{cert: cert, key: key, file: file}
-}
-
-// issue writes a certificate for cn signed by ca (a server certificate for
-// 127.0.0.1 when server is true, a client one otherwise) to certFile and
-// keyFile, replacing what they held.
-func (ca *testCA) issue(t *testing.T, cn string, server bool, certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	// Written next to the file and renamed over it, as the kubelet swaps a
-	// Secret's files: a reader never sees half a file.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// mtlsRedis starts a real redis-server whose TLS port verifies clients
-// (tls-auth-clients yes) against clientCA; the server certificate is signed
-// by serverCA. It returns the TLS address and a plaintext client for
-// checks made around the proxy.
-func mtlsRedis(t *testing.T, dir string, serverCA, clientCA *testCA) (string, *redis.Client) {
-	t.Helper()
-	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	serverCA.issue(t, "redis.test", true, certFile, keyFile)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	srv := redistest.Standalone(t, "--requirepass", "s3cret",
-		"--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", clientCA.file, "--tls-auth-clients", "yes")
+	tlsAddr, srv := testpki.MTLSRedis(t, dir, serverCA, clientCA, "--requirepass", "s3cret")
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret"})
 	t.Cleanup(func() { direct.Close() })
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), direct
+	return tlsAddr, direct
 }
 
 // TestTLSClientCertificate: against a Redis with tls-auth-clients yes, a
@@ -128,11 +34,11 @@ func mtlsRedis(t *testing.T, dir string, serverCA, clientCA *testCA) (string, *r
 func TestTLSClientCertificate(t *testing.T) {
 	skipShort(t)
 	dir := t.TempDir()
-	serverCA, clientCA := newTestCA(t, dir, "server-ca"), newTestCA(t, dir, "client-ca")
+	serverCA, clientCA := testpki.NewCA(t, dir, "server-ca"), testpki.NewCA(t, dir, "client-ca")
 	tlsAddr, direct := mtlsRedis(t, dir, serverCA, clientCA)
 	ctx := context.Background()
 
-	noCert, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.file})
+	noCert, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +48,8 @@ func TestTLSClientCertificate(t *testing.T) {
 	}
 
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	clientCA.issue(t, "heatsink-1", false, certFile, keyFile)
-	withCert, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.file, CertFile: certFile, KeyFile: keyFile})
+	clientCA.Issue(t, "heatsink-1", false, certFile, keyFile)
+	withCert, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File, CertFile: certFile, KeyFile: keyFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,13 +78,13 @@ func TestTLSClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCA2 := newTestCA(t, dir, "client-ca-2")
-	clientCA2.issue(t, "heatsink-2", false, certFile, keyFile)
-	if err := direct.ConfigSet(ctx, "tls-ca-cert-file", clientCA2.file).Err(); err != nil {
+	clientCA2 := testpki.NewCA(t, dir, "client-ca-2")
+	clientCA2.Issue(t, "heatsink-2", false, certFile, keyFile)
+	if err := direct.ConfigSet(ctx, "tls-ca-cert-file", clientCA2.File).Err(); err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(serverCA.cert)
+	roots.AddCert(serverCA.Cert)
 	stale := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret", MaxRetries: -1,
 		TLSConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{oldPair}, MinVersion: tls.VersionTLS12}})
 	defer stale.Close()
@@ -214,14 +120,14 @@ func TestTLSClientCertificate(t *testing.T) {
 // use.
 func TestTLSClientCertificateFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
+	ca := testpki.NewCA(t, dir, "ca")
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	ca.issue(t, "a", false, certFile, keyFile)
+	ca.Issue(t, "a", false, certFile, keyFile)
 	if _, err := proxy.ClientTLS(proxy.TLSOptions{CertFile: certFile}); err == nil {
 		t.Error("a certificate without its key was accepted")
 	}
 	otherCert, otherKey := filepath.Join(dir, "o.crt"), filepath.Join(dir, "o.key")
-	ca.issue(t, "b", false, otherCert, otherKey)
+	ca.Issue(t, "b", false, otherCert, otherKey)
 	if _, err := proxy.ClientTLS(proxy.TLSOptions{CertFile: certFile, KeyFile: otherKey}); err == nil || !strings.Contains(err.Error(), "client certificate") {
 		t.Errorf("a certificate with another's key: %v", err)
 	}
@@ -234,11 +140,11 @@ func TestTLSClientCertificateFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only the certificate renewed: the pair on disk does not match.
-	ca.issue(t, "c", false, certFile, filepath.Join(dir, "unused.key"))
+	ca.Issue(t, "c", false, certFile, filepath.Join(dir, "unused.key"))
 	if got, err := cfg.GetClientCertificate(nil); err != nil || got != first {
 		t.Errorf("mismatched pair on disk: got %v, %v; want the last good pair", got, err)
 	}
-	ca.issue(t, "d", false, certFile, keyFile)
+	ca.Issue(t, "d", false, certFile, keyFile)
 	got, err := cfg.GetClientCertificate(nil)
 	if err != nil || got == first {
 		t.Fatalf("renewed pair: got %v, %v", got, err)
