@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,13 @@ var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+hge
 func TestManagerACL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
+	}
+	doc, err := os.ReadFile("../docs/proxy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := "~{*}hs:* -@all " + strings.Join(managerACL[2:], " "); !strings.Contains(string(doc), line) {
+		t.Fatalf("docs/proxy.md (Hardened Redis) does not give the rules tested here: %s", line)
 	}
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
@@ -100,4 +108,3 @@ func toAny(s []string) []any {
 	}
 	return out
 }
-

@@ -109,15 +109,15 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 		t.Fatalf("no %s container in %+v", webhook.ProxyContainerName, pod.Spec)
 	}
 	want := map[string]string{
-		"HEATSINK_POLICY":         "catalogue",
-		"HEATSINK_NAMESPACE":      "field:metadata.namespace",
-		"HEATSINK_NODE_IP":        "field:status.hostIP",
-		"HEATSINK_NODE_AGENT":     "$(HEATSINK_NODE_IP):7946",
-		"HEATSINK_UPSTREAM":       "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
-		"HEATSINK_CLUSTER":        "true",
-		"HEATSINK_LISTEN":         "127.0.0.1:6380",
-		"HEATSINK_ROUTING_FILE":   "",
-		"HEATSINK_HTTP_ADDRESS":   ":9091",
+		"HEATSINK_POLICY":              "catalogue",
+		"HEATSINK_NAMESPACE":           "field:metadata.namespace",
+		"HEATSINK_NODE_IP":             "field:status.hostIP",
+		"HEATSINK_NODE_AGENT":          "$(HEATSINK_NODE_IP):7946",
+		"HEATSINK_UPSTREAM":            "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
+		"HEATSINK_CLUSTER":             "true",
+		"HEATSINK_LISTEN":              "127.0.0.1:6380",
+		"HEATSINK_ROUTING_FILE":        "",
+		"HEATSINK_HTTP_ADDRESS":        ":9091",
 		"HEATSINK_REDIS_USERNAME_FILE": "/etc/heatsink/credentials/username",
 		"HEATSINK_REDIS_PASSWORD_FILE": "/etc/heatsink/credentials/password",
 	}

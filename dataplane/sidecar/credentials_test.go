@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -86,5 +87,60 @@ func TestSidecarRotatedCredentials(t *testing.T) {
 	}
 	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v1" {
 		t.Fatalf("shared connections after the change: %q, %v", got, err)
+	}
+}
+
+// TestSidecarACL: a Redis user with the sidecar's own rules (docs/proxy.md,
+// Hardened Redis: +ping in standalone mode) plus the application's commands
+// serves the application, and /readyz names the command a user without
+// +ping lacks.
+func TestSidecarACL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	srv := redistest.Standalone(t, "--requirepass", "admin-pw")
+	ctx := context.Background()
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "admin-pw"})
+	defer direct.Close()
+	app := []any{"~app:*", "~{*}hs:*", "+get", "+set"} // the application's own rights
+	for _, tc := range []struct {
+		user      string
+		own       []any
+		wantReady string
+	}{
+		{"full", []any{"+ping"}, "ok"},
+		{"noping", nil, "'ping'"},
+	} {
+		args := append(append([]any{"ACL", "SETUSER", tc.user, "reset", "on", ">pw"}, app...), tc.own...)
+		if err := direct.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		userFile, passFile := filepath.Join(dir, "username"), filepath.Join(dir, "password")
+		testpki.WriteFile(t, userFile, []byte(tc.user))
+		testpki.WriteFile(t, passFile, []byte("pw"))
+		ln, hl := listen(t), listen(t)
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- sidecar.Run(runCtx, sidecar.Config{Listener: ln, HTTPListener: hl,
+				Upstreams: []string{srv.Addr}, UsernameFile: userFile, PasswordFile: passFile})
+		}()
+		c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+		if err := c.Set(ctx, "app:k", tc.user, 0).Err(); err != nil {
+			t.Errorf("%s: SET through the sidecar: %v", tc.user, err)
+		}
+		if got, err := c.Get(ctx, "app:k").Result(); err != nil || got != tc.user {
+			t.Errorf("%s: GET through the sidecar: %q, %v", tc.user, got, err)
+		}
+		_, body := get(t, "http://"+hl.Addr().String()+"/readyz")
+		if !strings.Contains(body, tc.wantReady) {
+			t.Errorf("%s: /readyz says %q, want %q", tc.user, body, tc.wantReady)
+		}
+		c.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
 }
