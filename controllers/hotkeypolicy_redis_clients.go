@@ -22,6 +22,10 @@ type Credentials struct {
 	Password string
 	// CA is the PEM bundle of RedisTLS.caSecretRef, if any.
 	CA []byte
+	// Cert and Key are the PEM client certificate and key of
+	// RedisTLS.clientCertSecretRef, if any. The Secret is read at every
+	// pass, and a changed pair opens a new client (see policyMemory.client).
+	Cert, Key []byte
 }
 
 // RedisDialer opens a client to a policy's target. Tests may substitute one;
@@ -41,6 +45,13 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 			}
 			tc.RootCAs = pool
 		}
+		if len(creds.Cert) > 0 || len(creds.Key) > 0 {
+			pair, err := tls.X509KeyPair(creds.Cert, creds.Key)
+			if err != nil {
+				return nil, fmt.Errorf("redis TLS client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
 	}
 	// ContextTimeoutEnabled makes every op honour the pass deadline (see
 	// DefaultRedisTimeout) on top of the per-op timeouts, retries included.
@@ -58,7 +69,8 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 
 var errCredentials = errors.New("credentials missing")
 
-// credentials reads the policy's credentials Secret (and TLS CA Secret).
+// credentials reads the policy's credentials Secret and its TLS CA and
+// client certificate Secrets.
 func (r *HotKeyPolicyReconciler) credentials(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (Credentials, error) {
 	var creds Credentials
 	reader := r.APIReader
@@ -91,6 +103,17 @@ func (r *HotKeyPolicyReconciler) credentials(ctx context.Context, policy *v1alph
 			return creds, err
 		}
 		creds.CA = s.Data["ca.crt"]
+	}
+	if t.TLS != nil && t.TLS.ClientCertSecretRef != nil {
+		name := t.TLS.ClientCertSecretRef.Name
+		s, err := read(name)
+		if err != nil {
+			return creds, err
+		}
+		creds.Cert, creds.Key = s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]
+		if len(creds.Cert) == 0 || len(creds.Key) == 0 {
+			return creds, fmt.Errorf("%w: Secret %q lacks %q or %q (a kubernetes.io/tls Secret has both)", errCredentials, name, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+		}
 	}
 	return creds, nil
 }

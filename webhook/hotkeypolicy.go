@@ -113,6 +113,9 @@ func ValidateSpec(spec *v1alpha1.HotKeyPolicySpec, path *field.Path) (field.Erro
 	if t := spec.Target.TLS; t != nil && t.CASecretRef != nil {
 		errs = append(errs, secretName(path.Child("target", "tls", "caSecretRef", "name"), t.CASecretRef.Name)...)
 	}
+	if t := spec.Target.TLS; t != nil && t.ClientCertSecretRef != nil {
+		errs = append(errs, secretName(path.Child("target", "tls", "clientCertSecretRef", "name"), t.ClientCertSecretRef.Name)...)
+	}
 	for i, g := range spec.Keys.Include {
 		if err := keyfilter.Validate(g); err != nil {
 			errs = append(errs, field.Invalid(path.Child("keys", "include").Index(i), g, err.Error()))

@@ -381,6 +381,10 @@ func TestAdmission(t *testing.T) {
 			raw:       map[string]any{"spec.target.tls": map[string]any{"caSecretRef": map[string]any{"name": "shop/redis-ca"}}},
 			wantField: "spec.target.tls.caSecretRef.name", wantMsg: "not a Secret name",
 		},
+		"client certificate Secret name with a slash (webhook)": {
+			raw:       map[string]any{"spec.target.tls": map[string]any{"clientCertSecretRef": map[string]any{"name": "shop/redis-client"}}},
+			wantField: "spec.target.tls.clientCertSecretRef.name", wantMsg: "not a Secret name",
+		},
 		"name longer than a label value (webhook)": {
 			name:      strings.Repeat("a", 64),
 			wantField: "metadata.name", wantMsg: "must be at most 63 characters",

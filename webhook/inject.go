@@ -266,6 +266,7 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		caSecret = t.CASecretRef.Name
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TLSVolumeName, MountPath: TLSMountPath, ReadOnly: true})
 	}
+	mountSecrets(pod, &c, policy)
 	pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
 	if !hasVolume(pod, NoTokenVolumeName) {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
@@ -354,20 +355,7 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar
 	}
 	// Set even when empty: the proxy's default is the mounted path.
 	env = append(env, corev1.EnvVar{Name: "HEATSINK_ROUTING_FILE", Value: routingFile})
-	if ref := policy.Spec.Target.CredentialsSecretRef; ref != nil && ref.Name != "" {
-		optional := true
-		secretKey := func(key string) *corev1.EnvVarSource {
-			return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: ref.Name},
-				Key:                  key,
-				Optional:             &optional,
-			}}
-		}
-		env = append(env,
-			corev1.EnvVar{Name: "HEATSINK_REDIS_USERNAME", ValueFrom: secretKey("username")},
-			corev1.EnvVar{Name: "HEATSINK_REDIS_PASSWORD", ValueFrom: secretKey("password")},
-		)
-	}
+	// The credentials come as files (mountSecrets).
 	if t := policy.Spec.Target.TLS; t != nil {
 		env = append(env, corev1.EnvVar{Name: "HEATSINK_TLS", Value: "true"})
 		if t.ServerName != "" {

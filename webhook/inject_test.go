@@ -136,18 +136,18 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 		t.Fatalf("no %s container in %+v", webhook.ProxyContainerName, pod.Spec)
 	}
 	want := map[string]string{
-		"HEATSINK_POLICY":         "catalogue",
-		"HEATSINK_NAMESPACE":      "field:metadata.namespace",
-		"HEATSINK_NODE_IP":        "field:status.hostIP",
-		"HEATSINK_NODE_AGENT":     "$(HEATSINK_NODE_IP):7946",
-		"HEATSINK_UPSTREAM":       "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
-		"HEATSINK_CLUSTER":        "true",
-		"HEATSINK_LISTEN":         "127.0.0.1:6380",
-		"HEATSINK_ROUTING_FILE":   "",
-		"HEATSINK_HTTP_ADDRESS":   ":9091",
-		"HEATSINK_STARTUP_WAIT":   "10s",
-		"HEATSINK_REDIS_USERNAME": "secret:redis-auth/username",
-		"HEATSINK_REDIS_PASSWORD": "secret:redis-auth/password",
+		"HEATSINK_POLICY":              "catalogue",
+		"HEATSINK_NAMESPACE":           "field:metadata.namespace",
+		"HEATSINK_NODE_IP":             "field:status.hostIP",
+		"HEATSINK_NODE_AGENT":          "$(HEATSINK_NODE_IP):7946",
+		"HEATSINK_UPSTREAM":            "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
+		"HEATSINK_CLUSTER":             "true",
+		"HEATSINK_LISTEN":              "127.0.0.1:6380",
+		"HEATSINK_ROUTING_FILE":        "",
+		"HEATSINK_HTTP_ADDRESS":        ":9091",
+		"HEATSINK_STARTUP_WAIT":        "10s",
+		"HEATSINK_REDIS_USERNAME_FILE": "/etc/heatsink/credentials/username",
+		"HEATSINK_REDIS_PASSWORD_FILE": "/etc/heatsink/credentials/password",
 	}
 	if d := cmp.Diff(want, envOf(*proxy)); d != "" {
 		t.Errorf("proxy env (-want +got):\n%s", d)
@@ -172,11 +172,13 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 	}
 	// No API credential reaches the proxy: an empty directory covers the
 	// token path, and no routing ConfigMap is mounted unless asked for.
-	var noToken *corev1.Volume
+	var noToken, creds *corev1.Volume
 	for i := range pod.Spec.Volumes {
 		switch pod.Spec.Volumes[i].Name {
 		case webhook.NoTokenVolumeName:
 			noToken = &pod.Spec.Volumes[i]
+		case webhook.CredentialsVolumeName:
+			creds = &pod.Spec.Volumes[i]
 		case webhook.RoutingVolumeName:
 			t.Errorf("routing ConfigMap mounted by default: %+v", pod.Spec.Volumes[i])
 		}
@@ -184,8 +186,18 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 	if noToken == nil || noToken.EmptyDir == nil {
 		t.Errorf("no empty volume over the token path: %+v", pod.Spec.Volumes)
 	}
-	if len(proxy.VolumeMounts) != 1 || proxy.VolumeMounts[0].MountPath != webhook.ServiceAccountTokenPath || proxy.VolumeMounts[0].Name != webhook.NoTokenVolumeName {
-		t.Errorf("proxy mounts: %+v", proxy.VolumeMounts)
+	// The credentials Secret comes as files the proxy re-reads (rotation
+	// without a restart), optional as its keys may be.
+	if creds == nil || creds.Secret == nil || creds.Secret.SecretName != "redis-auth" || creds.Secret.Optional == nil || !*creds.Secret.Optional ||
+		len(creds.Secret.Items) != 2 || creds.Secret.Items[0].Key != "username" || creds.Secret.Items[1].Key != "password" {
+		t.Errorf("credentials volume = %+v, want Secret redis-auth, keys username and password, optional", creds)
+	}
+	wantMounts := []corev1.VolumeMount{
+		{Name: webhook.NoTokenVolumeName, MountPath: webhook.ServiceAccountTokenPath, ReadOnly: true},
+		{Name: webhook.CredentialsVolumeName, MountPath: "/etc/heatsink/credentials/", ReadOnly: true},
+	}
+	if d := cmp.Diff(wantMounts, proxy.VolumeMounts); d != "" {
+		t.Errorf("proxy mounts (-want +got):\n%s", d)
 	}
 	if pod.Labels[v1alpha1.LabelPolicy] != "catalogue" {
 		t.Errorf("label %s = %q, want catalogue", v1alpha1.LabelPolicy, pod.Labels[v1alpha1.LabelPolicy])
@@ -245,16 +257,17 @@ func TestInjectionWebhook(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got.Spec.InitContainers) != 1 || len(got.Spec.Volumes) != 1 {
+		if len(got.Spec.InitContainers) != 1 || len(got.Spec.Volumes) != 2 {
 			t.Fatalf("second pass duplicated the sidecar: %d init containers, %d volumes", len(got.Spec.InitContainers), len(got.Spec.Volumes))
 		}
 		checkProxy(t, got)
 	})
-	t.Run("TLS policy mounts the CA and sets the TLS environment", func(t *testing.T) {
+	t.Run("TLS policy mounts the CA and the client certificate and sets the TLS environment", func(t *testing.T) {
 		pol := testPolicy(ns, "secure")
 		pol.Spec.Target.TLS = &v1alpha1.RedisTLS{
-			CASecretRef: &corev1.LocalObjectReference{Name: "redis-ca"},
-			ServerName:  "redis.shop.svc",
+			CASecretRef:         &corev1.LocalObjectReference{Name: "redis-ca"},
+			ServerName:          "redis.shop.svc",
+			ClientCertSecretRef: &corev1.LocalObjectReference{Name: "redis-client"},
 		}
 		if err := cp.Client.Create(ctx, pol); err != nil {
 			t.Fatal(err)
@@ -272,6 +285,8 @@ func TestInjectionWebhook(t *testing.T) {
 			"HEATSINK_TLS":             "true",
 			"HEATSINK_TLS_SERVER_NAME": "redis.shop.svc",
 			"HEATSINK_TLS_CA_FILE":     "/etc/heatsink/tls/ca.crt",
+			"HEATSINK_TLS_CERT_FILE":   "/etc/heatsink/tls-client/tls.crt",
+			"HEATSINK_TLS_KEY_FILE":    "/etc/heatsink/tls-client/tls.key",
 		} {
 			if env[k] != want {
 				t.Errorf("%s = %q, want %q", k, env[k], want)
@@ -296,6 +311,26 @@ func TestInjectionWebhook(t *testing.T) {
 			vol.Secret.Optional == nil || *vol.Secret.Optional ||
 			len(vol.Secret.Items) != 1 || vol.Secret.Items[0].Key != "ca.crt" {
 			t.Fatalf("CA volume = %+v, want Secret redis-ca, key ca.crt, not optional", vol)
+		}
+		var client *corev1.Volume
+		for i := range got.Spec.Volumes {
+			if got.Spec.Volumes[i].Name == webhook.ClientCertVolumeName {
+				client = &got.Spec.Volumes[i]
+			}
+		}
+		if client == nil || client.Secret == nil || client.Secret.SecretName != "redis-client" ||
+			client.Secret.Optional == nil || *client.Secret.Optional || len(client.Secret.Items) != 2 ||
+			client.Secret.Items[0].Key != "tls.crt" || client.Secret.Items[1].Key != "tls.key" {
+			t.Fatalf("client certificate volume = %+v, want Secret redis-client, keys tls.crt and tls.key, not optional", client)
+		}
+		mounted = false
+		for _, m := range c.VolumeMounts {
+			if m.Name == webhook.ClientCertVolumeName {
+				mounted = m.MountPath == "/etc/heatsink/tls-client/" && m.ReadOnly
+			}
+		}
+		if !mounted {
+			t.Errorf("client certificate not mounted read-only at /etc/heatsink/tls-client/: %+v", c.VolumeMounts)
 		}
 	})
 	t.Run("TLS without a CA or server name sets only HEATSINK_TLS", func(t *testing.T) {

@@ -93,7 +93,12 @@ type RedisTarget struct {
 	Cluster bool `json:"cluster,omitempty"`
 
 	// credentialsSecretRef names a Secret in the policy's namespace holding
-	// keys "password" and, optionally, "username" (Redis ACL user).
+	// keys "password" and, optionally, "username" (Redis ACL user). The
+	// manager reads it at every pass; the injector mounts it into the
+	// sidecar as files, read at each new connection to Redis, so a rotated
+	// password applies to new connections without a restart while open
+	// ones stay authenticated. docs/proxy.md (Hardened Redis) lists the ACL
+	// rules the user needs.
 	// +optional
 	CredentialsSecretRef *corev1.LocalObjectReference `json:"credentialsSecretRef,omitempty"`
 
@@ -113,6 +118,17 @@ type RedisTLS struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ServerName string `json:"serverName,omitempty"`
+
+	// clientCertSecretRef names a Secret in the policy's namespace of type
+	// kubernetes.io/tls (keys "tls.crt" and "tls.key") holding the client
+	// certificate heatsink presents to Redis, for a Redis that verifies
+	// clients (tls-auth-clients yes). The manager reads it for its own
+	// connections; the injector mounts it into the sidecar, which re-reads
+	// it when the kubelet updates the files, so a renewed certificate is
+	// used by new connections without a restart. Absent means no client
+	// certificate.
+	// +optional
+	ClientCertSecretRef *corev1.LocalObjectReference `json:"clientCertSecretRef,omitempty"`
 }
 
 // KeySelector selects logical keys by Redis glob patterns (*, ?, [abc], \x).

@@ -52,13 +52,17 @@ func runSidecar(args []string) error {
 	fs.StringVar(&c.RoutingFile, "routing-file", env("HEATSINK_ROUTING_FILE", "/etc/heatsink/routing/routing.json"), "mounted routing table, the fallback when the node agent is away; empty: none (HEATSINK_ROUTING_FILE)")
 	fs.StringVar(&c.NodeAgent, "node-agent", env("HEATSINK_NODE_AGENT", ""), "host:port of the node agent: counts go to it over UDP, routing tables come from it over TCP; empty: no reports, routing from the file only (HEATSINK_NODE_AGENT)")
 	fs.StringVar(&c.Username, "redis-username", env("HEATSINK_REDIS_USERNAME", ""), "upstream ACL user (HEATSINK_REDIS_USERNAME)")
-	// The password comes from the environment only: a flag would show it
-	// in ps and in the pod's command line.
+	// The password comes from the environment or a file only: a flag would
+	// show it in ps and in the pod's command line.
 	c.Password = os.Getenv("HEATSINK_REDIS_PASSWORD")
+	fs.StringVar(&c.UsernameFile, "redis-username-file", env("HEATSINK_REDIS_USERNAME_FILE", ""), "file holding the upstream ACL user, read at each new connection to Redis (the injector mounts the policy's credentials Secret); replaces --redis-username (HEATSINK_REDIS_USERNAME_FILE)")
+	fs.StringVar(&c.PasswordFile, "redis-password-file", env("HEATSINK_REDIS_PASSWORD_FILE", ""), "file holding the upstream password, read at each new connection to Redis, so a rotated Secret needs no restart; replaces HEATSINK_REDIS_PASSWORD (HEATSINK_REDIS_PASSWORD_FILE)")
 	useTLS := fs.Bool("tls", envBool("HEATSINK_TLS"), "connect to Redis over TLS (HEATSINK_TLS)")
 	var tlsOpts proxy.TLSOptions
 	fs.StringVar(&tlsOpts.CAFile, "tls-ca-file", env("HEATSINK_TLS_CA_FILE", ""), "PEM bundle of the CAs that sign Redis' certificate; empty uses the system roots (HEATSINK_TLS_CA_FILE)")
 	fs.StringVar(&tlsOpts.ServerName, "tls-server-name", env("HEATSINK_TLS_SERVER_NAME", ""), "name to verify in Redis' certificate; empty uses each address's host (HEATSINK_TLS_SERVER_NAME)")
+	fs.StringVar(&tlsOpts.CertFile, "tls-cert-file", env("HEATSINK_TLS_CERT_FILE", ""), "PEM client certificate presented to Redis (tls-auth-clients yes), re-read when it changes (HEATSINK_TLS_CERT_FILE)")
+	fs.StringVar(&tlsOpts.KeyFile, "tls-key-file", env("HEATSINK_TLS_KEY_FILE", ""), "PEM key of --tls-cert-file (HEATSINK_TLS_KEY_FILE)")
 	fs.BoolVar(&tlsOpts.InsecureSkipVerify, "tls-insecure-skip-verify", envBool("HEATSINK_TLS_INSECURE_SKIP_VERIFY"), "do not verify Redis' certificate (HEATSINK_TLS_INSECURE_SKIP_VERIFY)")
 	c.Limits = proxy.DefaultClientLimits()
 	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes: Redis' proto-max-bulk-len; values over 1 MiB are streamed, not held (HEATSINK_MAX_BULK)")
@@ -89,6 +93,9 @@ func runSidecar(args []string) error {
 	c.NoEventLoop = !*eventLoop
 	if c.Limits.MaxBulk <= 0 {
 		return usageError{fmt.Errorf("--max-bulk must be positive, got %d", c.Limits.MaxBulk)}
+	}
+	if !*useTLS && (tlsOpts.CertFile != "" || tlsOpts.KeyFile != "") {
+		return usageError{fmt.Errorf("--tls-cert-file and --tls-key-file need --tls")}
 	}
 	if *useTLS {
 		cfg, err := proxy.ClientTLS(tlsOpts)

@@ -96,7 +96,7 @@ type Result struct {
 // key of its own that expires after the ack key (KEYS[3]), and a credit
 // after that (a stale folder, a late writer's increments) goes on from it,
 // so a number is never reused while an ack key could hold it.
-var credit = redis.NewScript(`
+var credit = newScript(`
 local p = redis.call('HGET', KEYS[2], ARGV[1])
 if p then return p end
 redis.call('INCRBY', KEYS[1], ARGV[2])
@@ -117,7 +117,7 @@ return rec
 // retireSeq moves a folded shard's sequence number out of the ledger into
 // its own key, which expires after ARGV[2] ms: the ledger does not grow with
 // every generation ever folded. A pending record keeps it in place.
-var retireSeq = redis.NewScript(`
+var retireSeq = newScript(`
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 local f = 'seq:' .. ARGV[1]
 local n = redis.call('HGET', KEYS[1], f)
@@ -132,7 +132,7 @@ return 1
 // seqKey is where Retire keeps a shard's sequence number.
 func seqKey(key, shard string) string { return routing.SameSlotKey(key, "foldseq:"+shard) }
 
-var debit = redis.NewScript(`
+var debit = newScript(`
 local a = tonumber(redis.call('GET', KEYS[2]) or '0')
 if a >= tonumber(ARGV[2]) then return 0 end
 redis.call('DECRBY', KEYS[1], ARGV[1])
@@ -140,7 +140,7 @@ redis.call('SET', KEYS[2], ARGV[2])
 return 1
 `)
 
-var clearRecord = redis.NewScript(`
+var clearRecord = newScript(`
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
   return redis.call('HDEL', KEYS[1], ARGV[1])
 end
@@ -192,7 +192,7 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 		if err := f.fault(StepCredit); err != nil {
 			return false, err
 		}
-		rec, err := credit.Run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, shard, v).Text()
+		rec, err := credit.run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, shard, v).Text()
 		if err != nil {
 			return false, fmt.Errorf("fold: credit base key: %w", err)
 		}
@@ -217,13 +217,13 @@ func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Res
 		return err
 	}
 	ack := routing.SameSlotKey(shard, "foldack")
-	if err := debit.Run(ctx, f.client, []string{shard, ack}, v, n).Err(); err != nil {
+	if err := debit.run(ctx, f.client, []string{shard, ack}, v, n).Err(); err != nil {
 		return fmt.Errorf("fold: debit shard: %w", err)
 	}
 	if err := f.fault(StepClear); err != nil {
 		return err
 	}
-	if err := clearRecord.Run(ctx, f.client, []string{ledger}, shard, rec).Err(); err != nil {
+	if err := clearRecord.run(ctx, f.client, []string{ledger}, shard, rec).Err(); err != nil {
 		return fmt.Errorf("fold: clear ledger: %w", err)
 	}
 	res.Moves++
@@ -265,7 +265,7 @@ func (f *Folder) Retire(ctx context.Context, key string, gen routing.Generation,
 	ledger := routing.SameSlotKey(key, "fold")
 	for _, shard := range routing.ShardKeys(key, gen) {
 		keys := []string{ledger, seqKey(key, shard)}
-		if err := retireSeq.Run(ctx, f.client, keys, shard, (2 * ttl).Milliseconds()).Err(); err != nil {
+		if err := retireSeq.run(ctx, f.client, keys, shard, (2 * ttl).Milliseconds()).Err(); err != nil {
 			return fmt.Errorf("fold: retire sequence number: %w", err)
 		}
 	}

@@ -52,6 +52,11 @@ type Config struct {
 	Cluster bool
 	// Username and Password authenticate every upstream connection.
 	Username, Password string
+	// Credentials, if set, replaces Username and Password: it is called
+	// for every new upstream connection (FileCredentials.Get), so rotated
+	// credentials apply to new connections while open ones stay as they
+	// were authenticated.
+	Credentials func() (username, password string, err error)
 	// TLS, if set, wraps every upstream connection in TLS (see ClientTLS);
 	// nil means plaintext. Credentials are sent only after the handshake.
 	TLS *tls.Config
@@ -454,10 +459,18 @@ func (p *Proxy) dial(ctx context.Context, addr string) (*upstream, error) {
 	}
 	setNoDelay(c)
 	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.ReplyLimits()), w: resp.NewWriter(c, 16<<10)}
-	if p.cfg.Password != "" {
-		args := [][]byte{[]byte("AUTH"), []byte(p.cfg.Password)}
-		if p.cfg.Username != "" {
-			args = [][]byte{[]byte("AUTH"), []byte(p.cfg.Username), []byte(p.cfg.Password)}
+	user, pass := p.cfg.Username, p.cfg.Password
+	if p.cfg.Credentials != nil {
+		if user, pass, err = p.cfg.Credentials(); err != nil {
+			c.Close()
+			p.m.upstreamErrors.WithLabelValues("auth").Inc()
+			return nil, err
+		}
+	}
+	if pass != "" {
+		args := [][]byte{[]byte("AUTH"), []byte(pass)}
+		if user != "" {
+			args = [][]byte{[]byte("AUTH"), []byte(user), []byte(pass)}
 		}
 		c.SetDeadline(time.Now().Add(p.controlTimeout()))
 		u.w.Buf = resp.AppendArgs(u.w.Buf, args)

@@ -26,7 +26,7 @@ import (
 
 // testPKI writes a CA and a server certificate for 127.0.0.1 and
 // "redis.test" signed by it, and returns the CA, cert and key file paths.
-func testPKI(t *testing.T) (caFile, certFile, keyFile string) {
+func testPKI(t testing.TB) (caFile, certFile, keyFile string) {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

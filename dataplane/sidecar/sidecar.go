@@ -46,6 +46,11 @@ type Config struct {
 	NodeAgent string
 	Username  string
 	Password  string
+	// UsernameFile and PasswordFile, if set, replace Username and
+	// Password: the mounted credentials Secret, read at each new
+	// connection to Redis so that a rotated Secret applies without a
+	// restart (proxy.FileCredentials).
+	UsernameFile, PasswordFile string
 	// TLS, if set, is used for every connection to Redis (the proxy's and
 	// the engine's); build it with proxy.ClientTLS. nil means plaintext.
 	TLS *tls.Config
@@ -110,7 +115,14 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// p is set below, before the engine's client sends anything.
 	var p *proxy.Proxy
-	rc := engineClient(cfg, func() *proxy.Proxy { return p })
+	var creds *proxy.FileCredentials
+	if cfg.UsernameFile != "" || cfg.PasswordFile != "" {
+		creds = &proxy.FileCredentials{UsernameFile: cfg.UsernameFile, PasswordFile: cfg.PasswordFile}
+		if _, _, err := creds.Get(); err != nil {
+			return err
+		}
+	}
+	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p })
 	defer rc.Close()
 	eng := engine.New(rc, engine.Options{Registerer: reg})
 	defer eng.Close()
@@ -126,6 +138,9 @@ func Run(ctx context.Context, cfg Config) error {
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
 		Hold: st.gate,
+	}
+	if creds != nil {
+		pcfg.Credentials = creds.Get
 	}
 	if cc, ok := rc.(*redis.ClusterClient); ok {
 		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
@@ -180,10 +195,18 @@ func Run(ctx context.Context, cfg Config) error {
 // (ClusterOptions.ClusterSlots): the sidecar keeps one slot map, so the
 // proxy's raw connections and the engine never disagree about which node
 // serves a slot while the cluster is resharded.
-func engineClient(cfg Config, proxyOf func() *proxy.Proxy) redis.UniversalClient {
+func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *proxy.Proxy) redis.UniversalClient {
 	uo := &redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		TLSConfig: cfg.TLS,
+	}
+	if creds != nil {
+		// go-redis asks at each new connection, as the proxy does. Get
+		// fails only before the first good read, which Run checked.
+		uo.CredentialsProvider = func() (string, string) {
+			u, p, _ := creds.Get()
+			return u, p
+		}
 	}
 	if !cfg.Cluster {
 		return redis.NewUniversalClient(uo)

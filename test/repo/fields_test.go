@@ -24,11 +24,12 @@ import (
 var fieldTests = map[string]string{
 	"mode": "controllers TestHotKeyPolicyFlows/observe mode publishes nothing",
 
-	"target.addresses":                 "webhook TestInjectIsCompleteAndIdempotent",
-	"target.cluster":                   "webhook TestInjectIsCompleteAndIdempotent",
-	"target.credentialsSecretRef.name": "controllers TestHotKeyPolicyFlows/credentials from the Secret; missing ones degrade",
-	"target.tls.caSecretRef.name":      "webhook TestInjectIsCompleteAndIdempotent",
-	"target.tls.serverName":            "webhook TestInjectIsCompleteAndIdempotent",
+	"target.addresses":                    "webhook TestInjectIsCompleteAndIdempotent",
+	"target.cluster":                      "webhook TestInjectIsCompleteAndIdempotent",
+	"target.credentialsSecretRef.name":    "controllers TestHotKeyPolicyFlows/credentials from the Secret; missing ones degrade",
+	"target.tls.caSecretRef.name":         "webhook TestInjectIsCompleteAndIdempotent",
+	"target.tls.clientCertSecretRef.name": "controllers TestDialRedisClientCertificate",
+	"target.tls.serverName":               "webhook TestInjectIsCompleteAndIdempotent",
 
 	"keys.include": "nodeagent TestAgentReportsToTheManager/a key over its threshold reaches the manager at the next tick",
 	"keys.exclude": "nodeagent TestAgentReportsToTheManager/a key over its threshold reaches the manager at the next tick",
