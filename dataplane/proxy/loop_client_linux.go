@@ -175,7 +175,9 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 			return
 		}
 	}
+	l.probeFill(c)
 	if err := c.r.Fill(); err != nil {
+		l.probeParsed()
 		if errors.Is(err, unix.EAGAIN) {
 			return
 		}
@@ -190,6 +192,7 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 	}
 	l.nBatches++
 	l.parse(c)
+	l.probeParsed()
 	l.markDirty(c)
 }
 
@@ -418,6 +421,7 @@ func (l *loop) forget(c *lclient) {
 	unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, nil)
 	l.owners[c.fd] = owner{}
 	l.dropExclusive(c)
+	l.probeGone(c, nil)
 	c.state = cClosed
 	if u := c.pausing; u != nil {
 		l.resumeLater(u)
