@@ -11,19 +11,22 @@ import "time"
 // forwarded. Its time is the sum of two spans on the loop's monotonic
 // clock:
 //
-//   - request: from just before the client read (the read system call)
-//     that brought the command's bytes, to the end of the upstream write
-//     that put its last byte on the connection to Redis;
-//   - reply: from just before the upstream read that brought its reply
-//     (its last part, for a reply that came in several reads), to the end
-//     of the client write that put the reply's last byte on the client's
+//   - request: from the start of the loop's round that read the command's
+//     bytes (the moment the loop took the ready events from epoll), to the
+//     end of the upstream write that put its last byte on the connection
+//     to Redis;
+//   - reply: from the start of the round that read its reply (its last
+//     part, for a reply that came in several reads), to the end of the
+//     client write that put the reply's last byte on the client's
 //     connection.
 //
 // What Redis and the network take (from the upstream write to the upstream
 // read) is left out, so the sum is what the sidecar adds to the command's
-// latency: reading, parsing, classifying, waiting for the end of the loop's
-// round (the other clients' commands of that round are parsed before any
-// is written), and the system calls. In a pipeline the command picked is
+// latency: the other events of the round handled before this one, reading,
+// parsing, classifying, waiting for the end of the round (the other
+// clients' commands of that round are parsed before any is written), and
+// the system calls. Waking up for the round (the netpoller, the epoll_wait
+// that takes the events) is not in it. In a pipeline the command picked is
 // the first of the client's read, so its time includes parsing the rest of
 // the pipeline. A command is dropped from the sample (never observed) when
 // a peer's time would be counted as the proxy's (the upstream connection
@@ -33,8 +36,9 @@ import "time"
 // session goroutine (TLS upstream, connection state, pub/sub), by the
 // engine or by the proxy itself are not sampled.
 //
-// The cost is a few compare-and-branch per command and four clock reads
-// and one histogram observation per sampled command; nothing allocates.
+// The cost is a few compare-and-branch per command and, per sampled
+// command, two clock reads (the round's start is read anyway) and one
+// histogram observation; nothing allocates.
 
 // overheadEvery is how many commands are forwarded between two sampled
 // ones (at least: one is followed at a time).
@@ -60,8 +64,8 @@ type probe struct {
 	stage probeStage
 	left  int // commands to forward before the next sample (probeIdle)
 	// fillC is the client whose read the loop is parsing, and fillAt the
-	// time just before that read: set only while that read's commands are
-	// parsed, so a sample's start is the read that brought it.
+	// start of the round of that read: set only while that read's commands
+	// are parsed, so a sample's start is the read that brought it.
 	fillC  *lclient
 	fillAt int64
 	// start is fillAt of the sample's read, before the request span ends;
@@ -80,12 +84,15 @@ type probe struct {
 // monotonic clock).
 func (l *loop) nanos() int64 { return int64(time.Since(l.epoch)) }
 
-// probeFill notes the time before c's read when a sample is wanted.
+// probeFill notes c's read when a sample is wanted.
 func (l *loop) probeFill(c *lclient) {
 	if l.pr.stage == probeArmed {
-		l.pr.fillC, l.pr.fillAt = c, l.nanos()
+		l.pr.fillC, l.pr.fillAt = c, l.roundStart()
 	}
 }
+
+// roundStart is the start of the round on the loop's clock.
+func (l *loop) roundStart() int64 { return int64(l.now.Sub(l.epoch)) }
 
 // probeForward counts a command queued on u for c, and takes it as the
 // sample when one is wanted and it came with the read being parsed.
@@ -120,11 +127,10 @@ func (l *loop) probeWritten(u *lupstream) {
 	pr.stage = probeSent
 }
 
-// probeUpRead notes the time before a read of u while the sample's reply
-// is awaited.
+// probeUpRead notes a read of u while the sample's reply is awaited.
 func (l *loop) probeUpRead(u *lupstream) {
 	if l.pr.stage == probeSent && l.pr.u == u {
-		l.pr.start = l.nanos()
+		l.pr.start = l.roundStart()
 	}
 }
 

@@ -500,7 +500,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "accept_errors_total",
 			Help: "Client connections that could not be accepted (out of file descriptors or memory); the proxy backs off and keeps serving."}),
 		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "command_overhead_seconds",
-			Help: "The proxy's own time per forwarded command, excluding Redis' and the network's: from the client read that brought it to the upstream write that sent it, plus from the upstream read that brought its reply to the client write that delivered it. One command in 64 served by the event loop is sampled (docs/proxy.md).",
+			Help: "The proxy's own time per forwarded command, excluding Redis' and the network's: from the start of the event loop's round that read it to the upstream write that sent it, plus from the start of the round that read its reply to the client write that delivered it. One command in 64 served by the event loop is sampled (docs/proxy.md).",
 			// 1 µs to about 100 ms in steps of about 1.58 (10^0.2): a
 			// p50 of tens of µs falls between close buckets.
 			Buckets: prometheus.ExponentialBucketsRange(1e-6, 0.1, 26)}),
