@@ -182,7 +182,9 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 			return
 		}
 	}
+	l.probeFill(c)
 	if err := c.r.Fill(); err != nil {
+		l.probeParsed()
 		if errors.Is(err, unix.EAGAIN) {
 			return
 		}
@@ -197,6 +199,7 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 	}
 	l.nBatches++
 	l.parse(c)
+	l.probeParsed()
 	l.markDirty(c)
 }
 
@@ -434,6 +437,7 @@ func (l *loop) forget(c *lclient) {
 	l.owners[c.fd] = owner{}
 	l.dropExclusive(c)
 	l.dropPresented(c)
+	l.probeGone(c, nil)
 	c.state = cClosed
 	if u := c.pausing; u != nil {
 		l.resumeLater(u)

@@ -151,6 +151,7 @@ func (l *loop) flushClient(c *lclient) bool {
 		}
 		if err == unix.EAGAIN {
 			c.wblocked = true
+			l.probeClientWritten(c)
 			return true
 		}
 		if err != nil {
@@ -160,6 +161,7 @@ func (l *loop) flushClient(c *lclient) bool {
 		c.woff += n
 		l.outBytes -= int64(n)
 	}
+	l.probeClientWritten(c)
 
 	if cap(c.out) > 64<<10 {
 		c.out = nil // a burst is over: give its memory back
@@ -192,6 +194,7 @@ func (l *loop) flushUp(u *lupstream) {
 		}
 		u.woff += n
 	}
+	l.probeWritten(u)
 	switch {
 	case u.woff == len(u.wbuf):
 		if cap(u.wbuf) > 256<<10 {

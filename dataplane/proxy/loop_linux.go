@@ -109,6 +109,11 @@ type loop struct {
 	rep resp.Reply
 
 	nFwd, nBatches, nLocal, nEng float64
+
+	// pr follows the sampled command (loop_overhead_linux.go) on the clock
+	// started at epoch.
+	pr    probe
+	epoch time.Time
 }
 
 // loopEligible reports whether the configuration lets the event loop serve
@@ -127,7 +132,7 @@ func newLoop(p *Proxy) (*loop, error) {
 		unix.Close(ep)
 		return nil, err
 	}
-	l := &loop{p: p, ep: ep, wakefd: wfd, done: make(chan struct{})}
+	l := &loop{p: p, ep: ep, wakefd: wfd, done: make(chan struct{}), epoch: time.Now()}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wfd)}); err != nil {
 		unix.Close(ep)
 		unix.Close(wfd)

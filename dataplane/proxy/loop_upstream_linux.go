@@ -96,6 +96,7 @@ func (l *loop) forwardOn(u *lupstream, c *lclient, raw []byte, key string, inval
 		u.since = l.now
 	}
 	u.wbuf = append(u.wbuf, raw...)
+	l.probeForward(u, c)
 	f := fent{c: c, seq: c.sent, key: key, inval: inval}
 	if l.p.cfg.Cluster {
 		f.off = int32(len(u.rawlog))
@@ -183,6 +184,7 @@ func (l *loop) closeUp(u *lupstream) {
 
 // dropUp takes u's descriptor out of the loop, closes it and forgets u.
 func (l *loop) dropUp(u *lupstream) {
+	l.probeGone(nil, u)
 	if u.fd >= 0 {
 		unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, u.fd, nil)
 		l.owners[u.fd] = owner{}
@@ -326,6 +328,7 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 	if ev&(unix.EPOLLIN|unix.EPOLLERR|unix.EPOLLHUP) == 0 || u.paused != nil {
 		return
 	}
+	l.probeUpRead(u)
 	if err := u.r.Fill(); err != nil {
 		if errors.Is(err, unix.EAGAIN) {
 			return
@@ -361,8 +364,10 @@ func (l *loop) upReplies(u *lupstream) {
 		u.head++
 		l.inflight--
 		size := len(l.rep.Raw) + u.streamed
+		redir := l.p.cfg.Cluster && !l.rep.Partial && isRedirect(&l.rep) && f.c.state != cClosed
+		l.probeReply(u, &f, len(l.rep.Raw), u.streamed == 0 && !l.rep.Partial && !redir)
 		u.streamed = 0
-		if l.p.cfg.Cluster && !l.rep.Partial && isRedirect(&l.rep) && f.c.state != cClosed {
+		if redir {
 			l.redirect(f, u.rawlog[f.off:f.end])
 			continue
 		}
