@@ -291,7 +291,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		// Every key the flows used.
-		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip"}
+		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip", "likes:db2", "page:db2"}
 		for _, mf := range mfs {
 			seen[mf.GetName()] = true
 			for _, m := range mf.GetMetric() {

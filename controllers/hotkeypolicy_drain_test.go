@@ -75,6 +75,35 @@ func drainFlows(t *testing.T, env *flowEnv) {
 		folded(t, rc, "likes:del", g)
 	})
 
+	t.Run("a policy of database 2 publishes its database and folds there", func(t *testing.T) {
+		f := newFlow(t)
+		rc2 := redis.NewClient(&redis.Options{Addr: srv.Addr, DB: 2})
+		defer rc2.Close()
+		f.policy("db2", withRedis, func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Database = 2 })
+		// Database 0's key of the same name, shard included, is not the
+		// policy's: the fold leaves it.
+		g := splitInEffect(f, "db2", "likes:db2", rc2)
+		rc.Set(ctx, "likes:db2", 1, 0)
+		rc.Set(ctx, routing.ShardKeys("likes:db2", g)[0], 1, 0)
+		tbl, _, err := f.table("db2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tbl.Database != 2 || tbl.SchemaVersion != 2 {
+			t.Fatalf("published table: database %d, schemaVersion %d; want 2, 2", tbl.Database, tbl.SchemaVersion)
+		}
+		del(f, "db2")
+		unsplitThenFolded(f, "db2", "likes:db2", g)
+		f.eventually("ConfigMap and policy gone", gone(f, "db2"))
+		folded(t, rc2, "likes:db2", g)
+		if v, _ := rc.Get(ctx, routing.ShardKeys("likes:db2", g)[0]).Int64(); v != 1 {
+			t.Errorf("database 0's shard = %d, want 1: the fold reached another database", v)
+		}
+		if v, _ := rc.Get(ctx, "likes:db2").Int64(); v != 1 {
+			t.Errorf("database 0's base key = %d, want 1", v)
+		}
+	})
+
 	t.Run("foreground cascading deletion keeps the routing table until the drain is done", func(t *testing.T) {
 		f := newFlow(t)
 		f.policy("fg", withRedis)

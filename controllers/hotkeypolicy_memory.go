@@ -101,7 +101,7 @@ type redisClient struct {
 // lock.
 func (pm *policyMemory) client(dial RedisDialer, target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%q %v %v %q %q %q %q %q", target.Addresses, target.Cluster, target.TLS, creds.Username, creds.Password, creds.CA, creds.Cert, creds.Key)
+	fmt.Fprintf(h, "%q %v %d %v %q %q %q %q %q", target.Addresses, target.Cluster, target.Database, target.TLS, creds.Username, creds.Password, creds.CA, creds.Cert, creds.Key)
 	fp := hex.EncodeToString(h.Sum(nil))
 	if pm.redis != nil && pm.redis.fingerprint == fp {
 		return pm.redis.client, nil

@@ -244,8 +244,9 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 		entries = enforced.Entries
 	}
 	t := &routing.Table{
-		SchemaVersion: routing.SchemaVersion,
+		SchemaVersion: routing.SchemaVersionFor(spec.Target.Database),
 		Policy:        policy.Namespace + "/" + policy.Name,
+		Database:      spec.Target.Database,
 		EpochMillis:   spec.Mitigations.Split.Epoch.Milliseconds(),
 		Entries:       entries,
 		LocalCache:    cacheSettings(&spec.Mitigations.LocalCache),

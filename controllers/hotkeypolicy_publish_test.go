@@ -42,7 +42,8 @@ func tableJSON(t *testing.T, version, epochMillis int64, entries []routing.Entry
 		entries = []routing.Entry{}
 	}
 	_, spec := publishFixture()
-	b, err := (&routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "ns/p", Version: version, EpochMillis: epochMillis, Entries: entries,
+	// A policy of database 0 writes what it wrote before databases existed.
+	b, err := (&routing.Table{SchemaVersion: routing.SchemaVersionFor(0), Policy: "ns/p", Version: version, EpochMillis: epochMillis, Entries: entries,
 		LocalCache: cacheSettings(&spec.Mitigations.LocalCache)}).Marshal()
 	if err != nil {
 		t.Fatal(err)

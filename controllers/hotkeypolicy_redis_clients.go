@@ -63,7 +63,9 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 	if len(target.Addresses) == 0 {
 		return nil, errors.New("redis target has no address")
 	}
-	return redis.NewClient(&redis.Options{Addr: target.Addresses[0], Username: creds.Username, Password: creds.Password,
+	// DB: folds and replica fills act in the database the policy governs
+	// (a cluster has only database 0, which the schema enforces).
+	return redis.NewClient(&redis.Options{Addr: target.Addresses[0], DB: int(target.Database), Username: creds.Username, Password: creds.Password,
 		TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
 }
 

@@ -74,6 +74,40 @@ func redisFlows(t *testing.T, env *flowEnv) {
 		f.eventually("stalled policy gone", gone(f, "stalled"))
 	})
 
+	t.Run("replicas of a policy of database 2 are filled in database 2", func(t *testing.T) {
+		f := newFlow(t)
+		rc2 := redis.NewClient(&redis.Options{Addr: env.srv.Addr, DB: 2})
+		defer rc2.Close()
+		rc2.Set(ctx, "page:db2", "db2", 0)
+		rc.Set(ctx, "page:db2", "db0", 0)
+		f.policy("fill-db2", withRedis, func(p *v1alpha1.HotKeyPolicy) {
+			p.Spec.Target.Database = 2
+			p.Spec.Mitigations.Replicate.Enabled = ptr.To(true)
+		})
+		f.report("fill-db2", "n1", cand("page:db2", 100000, 0))
+		pending(f, "fill-db2")
+		f.step(2*time.Second, "fill-db2")
+		f.eventually("replicas filled in database 2 from database 2's value", func() error {
+			tbl, _, err := f.table("fill-db2")
+			if err != nil {
+				return err
+			}
+			e := tbl.Lookup("page:db2")
+			if e == nil || e.Replicate == nil {
+				return fmt.Errorf("entries %+v", tbl.Entries)
+			}
+			for _, k := range routing.ReplicaKeys("page:db2", int(e.Replicate.Replicas)) {
+				if v, err := rc2.Get(ctx, k).Result(); v != "db2" {
+					return fmt.Errorf("db 2 replica %q = %q (%v), want db2", k, v, err)
+				}
+				if n := rc.Exists(ctx, k).Val(); n != 0 {
+					return fmt.Errorf("replica %q written in database 0", k)
+				}
+			}
+			return nil
+		})
+	})
+
 	t.Run("replicas are filled again once the table has reached the sidecars", func(t *testing.T) {
 		f := newFlow(t)
 		rc.Set(ctx, "page:refill", "v1", 0)

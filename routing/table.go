@@ -16,7 +16,27 @@ import (
 
 // SchemaVersion is the version of the JSON layout. A reader refuses a table
 // with a greater version (and keeps its last good one) rather than guessing.
-const SchemaVersion = 1
+//
+// Version 2 added Database. A field a reader may safely ignore keeps the
+// version (see LocalCache); Database may not be ignored, since a reader
+// that did would apply a table for database 2 to database 0. So a writer
+// stamps a table with SchemaVersionFor: 1 while the table governs database
+// 0 (what every version-1 reader assumes, so they go on reading it during
+// an upgrade), 2 otherwise, which version-1 readers refuse.
+const SchemaVersion = 2
+
+// SchemaVersionFor is the oldest schema version that can carry a table for
+// database: what a writer stamps its table with.
+func SchemaVersionFor(database int32) int {
+	if database != 0 {
+		return 2
+	}
+	return 1
+}
+
+// MaxDatabase is the greatest database index a table may name: Redis has 16
+// databases (0 to 15) unless configured otherwise.
+const MaxDatabase = 15
 
 // ConfigMapKey is the ConfigMap data key holding the JSON table.
 const ConfigMapKey = "routing.json"
@@ -42,6 +62,12 @@ type Table struct {
 	Policy string `json:"policy"`
 	// Version grows by one at each publication that changes the entries.
 	Version int64 `json:"version"`
+	// Database is the logical database (SELECT index) the table governs:
+	// readers apply it only to commands sent in that database, and pass
+	// every other database's commands through untouched. Absent means 0,
+	// so a table for database 0 has the same bytes as before the field
+	// existed. Needs schemaVersion 2 when not 0 (SchemaVersionFor).
+	Database int32 `json:"database,omitempty"`
 	// EpochMillis is the split epoch length; epoch n covers wall-clock Unix
 	// milliseconds [n*EpochMillis, (n+1)*EpochMillis).
 	EpochMillis int64 `json:"epochMillis"`
@@ -169,6 +195,14 @@ func (t *Table) Validate() error {
 	}
 	if t.EpochMillis <= 0 {
 		return errors.New("routing table: epochMillis must be positive")
+	}
+	if t.Database < 0 || t.Database > MaxDatabase {
+		return fmt.Errorf("routing table: database %d out of range (want 0..%d)", t.Database, MaxDatabase)
+	}
+	if t.SchemaVersion < SchemaVersionFor(t.Database) {
+		// A version-1 reader would have ignored the field: such a table
+		// was not written by a writer that knew what it meant.
+		return fmt.Errorf("routing table: database %d needs schemaVersion %d, not %d", t.Database, SchemaVersionFor(t.Database), t.SchemaVersion)
 	}
 	if c := t.LocalCache; c != nil && (c.MaxEntries < 0 || c.MaxBytes < 0) {
 		return errors.New("routing table: localCache.maxEntries and maxBytes must not be negative")

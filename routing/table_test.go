@@ -48,3 +48,52 @@ func TestLocalCacheSettingsRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestDatabase: a table names the database it governs; 0 is the default
+// and keeps schemaVersion 1 (and the bytes of a table written before the
+// field existed), any other database needs schemaVersion 2, which a
+// version-1 reader refuses instead of applying the table to database 0.
+func TestDatabase(t *testing.T) {
+	for name, tc := range map[string]struct {
+		json    string
+		want    int32
+		wantErr string
+	}{
+		"absent is 0":              {json: `{"schemaVersion":1,"policy":"ns/p","version":1,"epochMillis":60000,"entries":[]}`},
+		"2 at schema 2":            {json: `{"schemaVersion":2,"policy":"ns/p","version":1,"database":2,"epochMillis":60000,"entries":[]}`, want: 2},
+		"0 at schema 2":            {json: `{"schemaVersion":2,"policy":"ns/p","version":1,"database":0,"epochMillis":60000,"entries":[]}`},
+		"2 at schema 1 is refused": {json: `{"schemaVersion":1,"policy":"ns/p","version":1,"database":2,"epochMillis":60000,"entries":[]}`, wantErr: "database 2 needs schemaVersion 2"},
+		"16 is out of range":       {json: `{"schemaVersion":2,"policy":"ns/p","version":1,"database":16,"epochMillis":60000,"entries":[]}`, wantErr: "database 16 out of range"},
+		"negative":                 {json: `{"schemaVersion":2,"policy":"ns/p","version":1,"database":-1,"epochMillis":60000,"entries":[]}`, wantErr: "out of range"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tbl, err := Parse([]byte(tc.json))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tbl.Database != tc.want {
+				t.Errorf("database = %d, want %d", tbl.Database, tc.want)
+			}
+		})
+	}
+	// The writer's stamp: database 0 keeps the version-1 bytes.
+	for db, want := range map[int32]string{
+		0: `{"schemaVersion":1,"policy":"ns/p","version":1,"epochMillis":60000,"entries":[]}`,
+		3: `{"schemaVersion":2,"policy":"ns/p","version":1,"database":3,"epochMillis":60000,"entries":[]}`,
+	} {
+		tbl := Table{SchemaVersion: SchemaVersionFor(db), Policy: "ns/p", Version: 1, Database: db, EpochMillis: 60000, Entries: []Entry{}}
+		b, err := tbl.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != want {
+			t.Errorf("database %d marshals to %s, want %s", db, b, want)
+		}
+	}
+}

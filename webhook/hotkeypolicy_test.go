@@ -180,6 +180,21 @@ func TestAdmission(t *testing.T) {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{} },
 			wantField: "spec.target.addresses", wantMsg: "should have at least 1 items",
 		},
+		"database with a cluster": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target.Cluster = true
+				p.Spec.Target.Database = 2
+			},
+			wantField: "spec.target", wantMsg: "target.database must be 0 when target.cluster is true: a Redis Cluster has only database 0",
+		},
+		"database over 15": {
+			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Database = 16 },
+			wantField: "spec.target.database", wantMsg: "should be less than or equal to 15",
+		},
+		"negative database": {
+			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Database = -1 },
+			wantField: "spec.target.database", wantMsg: "should be greater than or equal to 0",
+		},
 		"address without port (webhook)": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{"redis.default.svc"} },
 			wantField: "spec.target.addresses[0]", wantMsg: "must be host:port",
@@ -449,6 +464,10 @@ func TestAdmission(t *testing.T) {
 			raw: map[string]any{"spec.thresholds.hysteresisPercent": 0, "spec.capacity.headroomPercent": 0, "spec.mitigations.localCache.jitterPercent": 0},
 		},
 		"name of 63 characters": {name: strings.Repeat("b", 63)},
+		"database 15":           {raw: map[string]any{"spec.target.database": 15}},
+		"explicit database 0 with a cluster": {
+			raw: map[string]any{"spec.target.cluster": true, "spec.target.database": 0},
+		},
 		"fractional durations": {
 			raw: map[string]any{"spec.detection.window": "1.5m", "spec.thresholds.cooldown": "1h30m"},
 		},
@@ -504,6 +523,25 @@ func TestAdmission(t *testing.T) {
 		want.Mitigations.LocalCache.JitterPercent = v1alpha1.DefaultJitterPercent
 		if diff := cmp.Diff(want, got.Spec); diff != "" {
 			t.Errorf("stored spec differs from the documented defaults (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("target.database cannot be changed", func(t *testing.T) {
+		p := policy("database", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Database = 2 })
+		if err := cp.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		// Other fields of the target may change; the database may not.
+		p.Spec.Target.Addresses = []string{"redis-2.default.svc:6379"}
+		if err := cp.Client.Update(ctx, p); err != nil {
+			t.Fatalf("changing the address: %v", err)
+		}
+		for _, db := range []int32{3, 0} {
+			p.Spec.Target.Database = db
+			err := cp.Client.Update(ctx, p)
+			if err == nil || !strings.Contains(err.Error(), "spec.target.database:") || !strings.Contains(err.Error(), "target.database cannot be changed") {
+				t.Fatalf("changing database 2 to %d: %v, want a refusal naming spec.target.database", db, err)
+			}
 		}
 	})
 

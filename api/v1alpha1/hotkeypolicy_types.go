@@ -77,6 +77,7 @@ type HotKeyPolicySpec struct {
 }
 
 // RedisTarget is how the manager and sidecars reach Redis.
+// +kubebuilder:validation:XValidation:rule="!has(self.cluster) || !self.cluster || !has(self.database) || self.database == 0",message="target.database must be 0 when target.cluster is true: a Redis Cluster has only database 0"
 type RedisTarget struct {
 	// addresses are host:port seed addresses. For a cluster, any subset of the
 	// nodes; the rest are discovered.
@@ -91,6 +92,23 @@ type RedisTarget struct {
 	// +optional
 	// +kubebuilder:default=false
 	Cluster bool `json:"cluster,omitempty"`
+
+	// database is the logical database (the index a client SELECTs, 0 to
+	// 15: Redis' default of 16 databases) whose keys this policy governs.
+	// The manager folds split counters and fills replicas in it, and a
+	// sidecar applies the routing table only to client connections that
+	// have selected it; the commands of connections in any other database
+	// pass through untouched and are not counted for this policy. A Redis
+	// Cluster has only database 0. It cannot be changed once set, because
+	// split counters and replicas live in it: to govern another database,
+	// delete the policy (which folds its splits back) and create a new one.
+	// Default: 0.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=15
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="target.database cannot be changed: split counters and replicas live in the database; delete the policy (which folds its splits back) and create a new one"
+	Database int32 `json:"database,omitempty"`
 
 	// credentialsSecretRef names a Secret in the policy's namespace holding
 	// keys "password" and, optionally, "username" (Redis ACL user). The

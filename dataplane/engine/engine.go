@@ -81,12 +81,17 @@ func (o *Options) defaults() {
 // concurrent use.
 type Engine struct {
 	client redis.UniversalClient
-	opts   Options
-	clock  clock.WithTicker
-	table  atomic.Pointer[index]
-	cache  *cache
-	flight singleflight.Group
-	m      *metrics
+	// clientDB is client's database; dbClients are the engine's own
+	// clients of the other databases a table named (database.go).
+	clientDB  int32
+	dbMu      sync.Mutex
+	dbClients map[int32]*redis.Client
+	opts      Options
+	clock     clock.WithTicker
+	table     atomic.Pointer[index]
+	cache     *cache
+	flight    singleflight.Group
+	m         *metrics
 
 	// track holds the tracking connections while tracking is on (the
 	// table's localCache.tracking, or Options.Tracking for a table that
@@ -111,6 +116,7 @@ func New(client redis.UniversalClient, opts Options) *Engine {
 	opts.defaults()
 	e := &Engine{
 		client:       client,
+		clientDB:     clientDB(client),
 		opts:         opts,
 		clock:        opts.Clock,
 		cache:        newCache(opts.MaxCacheEntries, opts.MaxCacheBytes),
@@ -121,7 +127,7 @@ func New(client redis.UniversalClient, opts Options) *Engine {
 		done:         make(chan struct{}),
 	}
 	e.setTracking(opts.Tracking)
-	e.table.Store(emptyIndex)
+	e.table.Store(e.newIndex(emptyTable))
 	go e.flushLoop()
 	return e
 }
@@ -130,11 +136,14 @@ func New(client redis.UniversalClient, opts Options) *Engine {
 type index struct {
 	table *routing.Table
 	plans map[string]*plan
+	// client sends to the table's database; nil when the engine cannot
+	// reach it (plans is then empty: see database.go).
+	client redis.UniversalClient
 	// flushEvery is the shortest pre-aggregation interval (0: none).
 	flushEvery time.Duration
 }
 
-var emptyIndex = &index{table: &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1}, plans: map[string]*plan{}}
+var emptyTable = &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1}
 
 // plan is one entry with its physical keys computed once per table.
 type plan struct {
@@ -173,9 +182,11 @@ func newPlan(en routing.Entry) *plan {
 // SetTable atomically replaces the routing table; nil empties it. The table
 // must be valid (routing.Parse validates) and must not be modified after.
 func (e *Engine) SetTable(t *routing.Table) {
-	ix := emptyIndex
-	if t != nil && len(t.Entries) > 0 {
-		ix = &index{table: t, plans: make(map[string]*plan, len(t.Entries))}
+	if t == nil {
+		t = &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1, Database: e.Database()}
+	}
+	ix := e.newIndex(t)
+	if ix.client != nil {
 		for _, en := range t.Entries {
 			ix.plans[en.Key] = newPlan(en)
 			if pa := en.PreAggregate; pa != nil {
@@ -185,8 +196,9 @@ func (e *Engine) SetTable(t *routing.Table) {
 				}
 			}
 		}
-	} else if t != nil {
-		ix = &index{table: t, plans: map[string]*plan{}}
+	}
+	if old := e.table.Load(); old.table.Database != t.Database {
+		e.switchDatabase(old)
 	}
 	e.table.Store(ix)
 	e.applyCacheSettings(ix.table)
@@ -285,6 +297,7 @@ func (e *Engine) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 		defer cancel()
 		err = e.Flush(ctx)
+		e.closeDBClients()
 	})
 	return err
 }

@@ -126,7 +126,7 @@ func (e *Engine) ttl(lc *routing.LocalCache) time.Duration {
 
 func (e *Engine) getRaw(ctx context.Context, key string) ([]byte, bool, error) {
 	e.m.upstreamReads.Inc()
-	b, err := e.client.Get(ctx, key).Bytes()
+	b, err := e.rc().Get(ctx, key).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, false, nil
@@ -171,7 +171,7 @@ var errNotInteger = errors.New("ERR heatsink: a physical key of a split counter 
 func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, err error) {
 	e.m.upstreamReads.Inc()
 	e.m.fanout.Add(float64(len(p.readKeys) - 1))
-	cmds, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, k := range p.readKeys {
 			pipe.Get(ctx, k)
 		}

@@ -236,7 +236,7 @@ func (e *Engine) flushKey(ctx context.Context, key string) error {
 	if p := e.plan(key); p != nil && p.entry.Split != nil && p.hasShards && p.entry.Active(now) {
 		target = e.writeKey(p, now)
 	}
-	if err := e.client.IncrBy(ctx, target, d).Err(); err != nil {
+	if err := e.rc().IncrBy(ctx, target, d).Err(); err != nil {
 		e.m.upstreamErrors.Inc()
 		c.mu.Lock()
 		c.pending += d
@@ -279,7 +279,7 @@ func (e *Engine) setCounter(ctx context.Context, p *plan, n int64) error {
 	if err != nil {
 		return err
 	}
-	if err := e.client.IncrBy(ctx, p.key, n-total).Err(); err != nil {
+	if err := e.rc().IncrBy(ctx, p.key, n-total).Err(); err != nil {
 		e.m.upstreamErrors.Inc()
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,7 +28,8 @@ import (
 // invalidations it would have carried are lost, so every cached value is
 // dropped; the next fill reconnects.
 
-// trackers holds the tracking connection of each node address.
+// trackers holds the tracking connection of each node address and
+// database.
 type trackers struct {
 	e  *Engine
 	mu sync.Mutex
@@ -57,9 +59,11 @@ type respReply struct {
 	err error
 }
 
-// nodeOptions returns the options of the node that serves key.
+// nodeOptions returns the options of the node that serves key, with the
+// table's database (DB).
 func (e *Engine) nodeOptions(ctx context.Context, key string) (*redis.Options, error) {
-	switch c := e.client.(type) {
+	rc := e.rc()
+	switch c := rc.(type) {
 	case *redis.Client:
 		return c.Options(), nil
 	case *redis.ClusterClient:
@@ -69,7 +73,7 @@ func (e *Engine) nodeOptions(ctx context.Context, key string) (*redis.Options, e
 		}
 		return n.Options(), nil
 	}
-	return nil, fmt.Errorf("heatsink: CLIENT TRACKING needs a *redis.Client or *redis.ClusterClient, not %T", e.client)
+	return nil, fmt.Errorf("heatsink: CLIENT TRACKING needs a *redis.Client or *redis.ClusterClient, not %T", rc)
 }
 
 // trackedGet reads key through the tracking connection of its node.
@@ -83,10 +87,13 @@ func (ts *trackers) get(ctx context.Context, key string) ([]byte, bool, error) {
 		ts.mu.Unlock()
 		return nil, false, errClosed
 	}
-	tr := ts.m[opts.Addr]
+	// One connection per node and database: a connection reads (and
+	// tracks) one database.
+	id := opts.Addr + "/" + strconv.Itoa(opts.DB)
+	tr := ts.m[id]
 	if tr == nil {
 		tr = &tracker{t: ts, opts: opts}
-		ts.m[opts.Addr] = tr
+		ts.m[id] = tr
 	}
 	ts.mu.Unlock()
 	v, err := tr.do(ctx, "GET", key)
@@ -178,7 +185,13 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 		}
 		hello = append(hello, "AUTH", user, pass)
 	}
-	for _, cmd := range [][]string{hello, {"CLIENT", "TRACKING", "ON"}} {
+	setup := [][]string{hello, {"CLIENT", "TRACKING", "ON"}}
+	if tr.opts.DB != 0 {
+		// The fills read the table's database, as the client's own
+		// connections would.
+		setup = append(setup, []string{"SELECT", strconv.Itoa(tr.opts.DB)})
+	}
+	for _, cmd := range setup {
 		if _, err := conn.Write(encodeCommand(cmd...)); err != nil {
 			_ = conn.Close()
 			return nil, nil, err

@@ -46,7 +46,7 @@ func (e *Engine) Set(ctx context.Context, key string, val []byte, args ...any) (
 }
 
 func (e *Engine) setRaw(ctx context.Context, key string, val []byte, args []any) (bool, error) {
-	err := e.client.Do(ctx, setCmd(key, val, args)...).Err()
+	err := e.rc().Do(ctx, setCmd(key, val, args)...).Err()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return false, nil
@@ -89,13 +89,13 @@ func (e *Engine) setReplicated(ctx context.Context, p *plan, val []byte, args []
 		if !ok || err != nil {
 			return ok, err
 		}
-		if _, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error { writeReplicas(pipe); return nil }); err != nil {
+		if _, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error { writeReplicas(pipe); return nil }); err != nil {
 			e.m.upstreamErrors.Inc()
 			return true, err
 		}
 		return true, nil
 	}
-	cmds, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.Do(ctx, setCmd(p.key, val, args)...)
 		writeReplicas(pipe)
 		return nil
@@ -122,7 +122,7 @@ func (e *Engine) setReplicatedKeepTTL(ctx context.Context, p *plan, val []byte, 
 	var set *redis.Cmd
 	var pttl *redis.DurationCmd
 	var at *redis.Cmd
-	_, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		set = pipe.Do(ctx, setCmd(p.key, val, args)...)
 		pttl = pipe.PTTL(ctx, p.key)
 		at = pipe.Do(ctx, "pexpiretime", p.key)
@@ -141,7 +141,7 @@ func (e *Engine) setReplicatedKeepTTL(ctx context.Context, p *plan, val []byte, 
 	_ = err // PEXPIRETIME may be unknown (Redis < 7): PTTL is used then
 	left := pttl.Val()
 	pxat, _ := at.Int64()
-	_, err = e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, r := range p.replicas {
 			switch {
 			case left == -2 || left == 0:
@@ -170,7 +170,7 @@ func (e *Engine) setReplicatedKeepTTL(ctx context.Context, p *plan, val []byte, 
 func (e *Engine) Del(ctx context.Context, key string) (int64, error) {
 	p := e.plan(key)
 	if p == nil {
-		return e.client.Del(ctx, key).Result()
+		return e.rc().Del(ctx, key).Result()
 	}
 	e.invalidate(key)
 	defer e.invalidate(key)
@@ -185,7 +185,7 @@ func (e *Engine) Del(ctx context.Context, key string) (int64, error) {
 		if total == 0 {
 			return 0, nil
 		}
-		if err := e.client.DecrBy(ctx, p.key, total).Err(); err != nil {
+		if err := e.rc().DecrBy(ctx, p.key, total).Err(); err != nil {
 			e.m.upstreamErrors.Inc()
 			return 0, err
 		}
@@ -193,11 +193,11 @@ func (e *Engine) Del(ctx context.Context, key string) (int64, error) {
 		return 1, nil
 	}
 	if len(p.replicas) == 0 {
-		return e.client.Del(ctx, key).Result()
+		return e.rc().Del(ctx, key).Result()
 	}
 	e.m.fanout.Add(float64(len(p.replicas)))
 	var del *redis.IntCmd
-	_, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		del = pipe.Del(ctx, key)
 		for _, r := range p.replicas {
 			pipe.Del(ctx, r)
@@ -218,14 +218,14 @@ func (e *Engine) Del(ctx context.Context, key string) (int64, error) {
 func (e *Engine) IncrBy(ctx context.Context, key string, n int64) (int64, error) {
 	p := e.plan(key)
 	if p == nil {
-		return e.client.IncrBy(ctx, key, n).Result()
+		return e.rc().IncrBy(ctx, key, n).Result()
 	}
 	e.invalidate(key)
 	defer e.invalidate(key)
 	now := e.clock.Now()
 	active := p.entry.Active(now)
 	if p.entry.Split == nil {
-		v, err := e.client.IncrBy(ctx, key, n).Result()
+		v, err := e.rc().IncrBy(ctx, key, n).Result()
 		if err != nil {
 			e.m.upstreamErrors.Inc()
 			return 0, err
@@ -237,7 +237,7 @@ func (e *Engine) IncrBy(ctx context.Context, key string, n int64) (int64, error)
 	}
 	if !p.hasShards {
 		// Every generation writes to the base key: it is the whole counter.
-		return e.client.IncrBy(ctx, key, n).Result()
+		return e.rc().IncrBy(ctx, key, n).Result()
 	}
 	if active && p.entry.PreAggregate != nil {
 		return e.preAggregate(ctx, p, n)
@@ -246,7 +246,7 @@ func (e *Engine) IncrBy(ctx context.Context, key string, n int64) (int64, error)
 	if active {
 		target = e.writeKey(p, now)
 	}
-	shardVal, err := e.client.IncrBy(ctx, target, n).Result()
+	shardVal, err := e.rc().IncrBy(ctx, target, n).Result()
 	if err != nil {
 		e.m.upstreamErrors.Inc()
 		return 0, err
@@ -261,7 +261,7 @@ func (e *Engine) IncrBy(ctx context.Context, key string, n int64) (int64, error)
 func (e *Engine) copyToReplicas(ctx context.Context, p *plan, v int64) {
 	ttl := time.Duration(p.entry.Replicate.TTLMillis) * time.Millisecond
 	e.m.fanout.Add(float64(len(p.replicas)))
-	_, err := e.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, r := range p.replicas {
 			pipe.Set(ctx, r, v, ttl)
 		}

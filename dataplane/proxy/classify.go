@@ -74,6 +74,11 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 	if m.cluster {
 		c.node = p.topo.nodeOf(slotOf(c.key))
 	}
+	if !p.tableDB(m.db) {
+		// Another database than the table's: neither served by the
+		// engine nor counted for the policy.
+		return c
+	}
 	// Only a command naming a mitigated key does more than this: one map
 	// lookup, plus one per other key of a multi-key command when the table
 	// is not empty.

@@ -52,6 +52,10 @@ type undo struct {
 	prev   []byte
 	pseq   uint64
 	proto  int // the session's protocol before a HELLO
+	// db is the session's database before a SELECT, restored unless
+	// another change (dbSeq) came after (session_db.go).
+	db    int32
+	dbSeq uint64
 }
 
 // setUndoable is set, returning how to take it back.

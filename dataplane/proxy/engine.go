@@ -15,7 +15,18 @@ import (
 // (c.decision is engine.OpRaw, or the command is malformed for the engine:
 // Redis gives its own error).
 func (s *session) mitigated(c *classified, args [][]byte) (handled bool) {
-	return c.decision.Op != engine.OpRaw && s.execEngine(c.decision, args)
+	if c.decision.Op == engine.OpRaw {
+		return false
+	}
+	// Every reply owed comes first (execEngine drains too): a SELECT among
+	// them that Redis refused has moved the session back to a database
+	// the table may not govern.
+	s.drain()
+	if !s.p.tableDB(s.db) {
+		*c = s.p.classify(args, s.mode())
+		return false
+	}
+	return s.execEngine(c.decision, args)
 }
 
 // invalidates lists the mitigated keys of a command sent raw that may

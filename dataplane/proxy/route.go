@@ -84,6 +84,10 @@ type mode struct {
 	// it knows the node), where Redis must queue every command, so the
 	// engine cannot serve one (classify; decide ignores it).
 	inTx bool
+	// db is the connection's database (session_db.go; 0 in the event
+	// loop): a command in another database than the table's is only
+	// forwarded (classify; decide ignores it).
+	db int32
 }
 
 // decide is the proxy's one routing decision for a client command, the

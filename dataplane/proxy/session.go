@@ -97,6 +97,13 @@ type session struct {
 	inTx       bool
 	watching   bool
 
+	// db is the client's database as the proxy sent it (unknownDB when it
+	// cannot tell), dbSeq numbers its changes, txSelect marks a SELECT
+	// queued in the open transaction (session_db.go).
+	db       int32
+	dbSeq    uint64
+	txSelect bool
+
 	nFwd, nEng, nLocal float64
 	// padded holds a streamed command's arguments (bigArgs).
 	padded [][]byte
@@ -319,6 +326,9 @@ func (s *session) handle() (done bool, err error) {
 		s.blocking = true
 	}
 
+	if c.info.Kind == command.EndTx {
+		s.endTxDB(args[0])
+	}
 	node := c.node
 	if cluster {
 		if s.pinned >= 0 {
@@ -376,7 +386,7 @@ func (s *session) handle() (done bool, err error) {
 
 // mode is what classify needs to know of this session.
 func (s *session) mode() mode {
-	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto, inTx: s.inTx || s.pinPending}
+	return mode{shared: !s.p.cfg.Cluster && !s.dedicated, cluster: s.p.cfg.Cluster, proto: s.proto, inTx: s.inTx || s.pinPending, db: s.db}
 }
 
 func (s *session) unpin() { s.pinned = -1 }
@@ -573,13 +583,15 @@ func (s *session) drain() {
 		}
 		u.queued--
 		s.invalidate(pd)
+		if pd.undo.active && s.rep.IsError() {
+			// Before swallow: a refused SELECT is taken back under
+			// CLIENT REPLY OFF too.
+			s.undoState(pd.undo)
+		}
 		if pd.swallow {
 			continue
 		}
 		s.releaseFence() // its command is answered, so it has run
-		if pd.undo.active && s.rep.IsError() {
-			s.undoState(pd.undo)
-		}
 		if s.p.cfg.Cluster && s.pinned < 0 && !s.rep.Partial && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
 			if pd.streamed {
 				s.redirectStreamed()

@@ -32,6 +32,7 @@ func (s *session) sessionCommand() error {
 			}
 		}
 	}
+	s.stateDB(args, &un)
 	home := 0
 	if s.pinned >= 0 {
 		home = s.pinned
@@ -58,6 +59,7 @@ func (s *session) sessionCommand() error {
 func (s *session) undoState(u undo) {
 	s.prelude.undo(u)
 	s.proto = u.proto
+	s.undoDB(u)
 }
 
 // keepProto makes the state replayed on a new upstream connection open it

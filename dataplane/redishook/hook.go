@@ -14,6 +14,9 @@
 //
 // The engine issues its own commands through the same client; the hook
 // marks their context so it does not intercept them again.
+//
+// The table governs one database (routing.Table.Database): a client of
+// another database (redis.Options.DB) goes through untouched, unreported.
 package redishook
 
 import (
@@ -87,7 +90,7 @@ func (h *Hook) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook routes one command.
 func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if bypassed(ctx) {
+		if bypassed(ctx) || h.otherDB() {
 			return next(ctx, cmd)
 		}
 		if h.idle() {
@@ -139,7 +142,7 @@ func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // without sending anything, otherwise.
 func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if bypassed(ctx) || len(cmds) == 0 {
+		if bypassed(ctx) || len(cmds) == 0 || h.otherDB() {
 			return next(ctx, cmds)
 		}
 		if h.idle() {
@@ -213,6 +216,13 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		return first
 	}
 }
+
+// otherDB reports that the client's database (its Options().DB, which
+// the engine was given) is not the one the table governs: its commands
+// then pass through untouched and are not reported for the policy, as the
+// sidecar does for a connection that selected another database. A SELECT
+// sent by hand on a redis.Conn is not seen (see docs/engine.md).
+func (h *Hook) otherDB() bool { return h.e.ClientDB() != h.e.Database() }
 
 // idle reports an empty table: then the hook does nothing, for one atomic
 // load.
