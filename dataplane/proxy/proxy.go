@@ -100,6 +100,10 @@ type Config struct {
 	// clients that send only stateless commands, and hands the others to
 	// sessions; see loop_linux.go.
 	NoEventLoop bool
+	// FollowMaster lets SetMaster move the upstream (standalone mode: the
+	// master a Sentinel names; see master.go). Upstreams holds the master
+	// at start.
+	FollowMaster bool
 }
 
 // Proxy serves RESP clients. Create it with New, run it with Serve.
@@ -126,6 +130,10 @@ type Proxy struct {
 	dials backoff
 	// acceptErrs counts accept failures for rate-limited logging.
 	acceptErrs atomic.Int64
+	// conns registers the upstream connections and dialGen counts master
+	// switches (FollowMaster mode, master.go).
+	conns   conns
+	dialGen atomic.Uint64
 }
 
 // warmConns is how many idle connections per node the warm pool keeps.
@@ -407,6 +415,11 @@ func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
 	u, err := p.dial(ctx, addr)
 	if err == nil || ctx.Err() == nil {
 		p.dials.result(addr, time.Now(), err)
+	}
+	if err == nil && p.cfg.FollowMaster {
+		if err = p.track(addr, u); err != nil {
+			return nil, err
+		}
 	}
 	return u, err
 }
