@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -22,6 +23,13 @@ import (
 // disconnected after its replies, as on any upstream loss, and reconnects.
 // New connections go to the new master.
 //
+// Fence closes the same connections when a failover is about to promote a
+// replica (dataplane/sentinel says when), and refuses new ones until
+// SetMaster: the old master stays reachable, and a master, for a second
+// or more after the promotion, and every write it acknowledged then would
+// be lost when it resynchronises from the new master. Clients get an
+// error at once meanwhile, never a reply from the old master.
+//
 // Every connection dialed in FollowMaster mode is registered (tracked)
 // with the address it was dialed to; SetMaster changes the address and
 // takes the registered connections under one lock, so a dial racing with
@@ -31,13 +39,20 @@ import (
 // generation they started under (dialGen), checked when they complete.
 
 // errMasterSwitched answers the commands in flight on a connection closed
-// by a master switch.
+// by a master switch or a fence.
 var errMasterSwitched = errors.New("master switched (Sentinel failover); the command may or may not have been applied")
+
+// errFenced answers the commands sent while a failover promotes a replica
+// (Fence): the old master may no longer be written to, the new one is not
+// known yet.
+var errFenced = errors.New("master failing over (Sentinel); retry")
 
 // conns is the registry of upstream connections (FollowMaster mode).
 type conns struct {
 	mu   sync.Mutex
 	live map[*trackedConn]struct{}
+	// fenced is set and cleared under mu, read without it by dialRaw.
+	fenced atomic.Bool
 }
 
 // trackedConn is an upstream connection in the registry; closing it
@@ -68,6 +83,10 @@ func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
 func (p *Proxy) track(addr string, u *upstream) error {
 	p.conns.mu.Lock()
 	defer p.conns.mu.Unlock()
+	if p.conns.fenced.Load() {
+		u.conn.Close()
+		return errFenced
+	}
 	if addr != p.topo.addr(0) {
 		u.conn.Close()
 		return errMasterSwitched
@@ -84,9 +103,9 @@ func (p *Proxy) track(addr string, u *upstream) error {
 // Master is the upstream address in use (standalone mode: the master).
 func (p *Proxy) Master() string { return p.topo.addr(0) }
 
-// SetMaster moves the upstream to addr (FollowMaster mode): new
-// connections go to addr, and every connection to the old address is
-// closed. It reports whether the address changed.
+// SetMaster moves the upstream to addr (FollowMaster mode), and lifts a
+// fence: new connections go to addr, and every connection to the old
+// address is closed. It reports whether the address changed.
 func (p *Proxy) SetMaster(addr string) (bool, error) {
 	if !p.cfg.FollowMaster || p.cfg.Cluster {
 		return false, errors.New("proxy: SetMaster needs FollowMaster in standalone mode")
@@ -96,11 +115,42 @@ func (p *Proxy) SetMaster(addr string) (bool, error) {
 	}
 	p.conns.mu.Lock()
 	old := p.topo.addr(0)
+	wasFenced := p.conns.fenced.Load()
+	p.conns.fenced.Store(false)
 	if old == addr {
 		p.conns.mu.Unlock()
+		if wasFenced {
+			p.log.Info("upstream master resumed after a fence", "master", addr)
+		}
 		return false, nil
 	}
 	p.topo.setMaster(addr)
+	n := p.closeTrackedLocked()
+	p.log.Info("upstream master switched", "from", old, "to", addr, "connections_closed", n)
+	return true, nil
+}
+
+// Fence stops all traffic to the master (FollowMaster mode) until
+// SetMaster: a failover is promoting a replica, and a write the old master
+// acknowledged from now on would be lost. Every upstream connection is
+// closed, and commands get an error at once instead of a connection.
+func (p *Proxy) Fence() {
+	if !p.cfg.FollowMaster {
+		return
+	}
+	p.conns.mu.Lock()
+	if p.conns.fenced.Load() {
+		p.conns.mu.Unlock()
+		return
+	}
+	p.conns.fenced.Store(true)
+	n := p.closeTrackedLocked()
+	p.log.Info("upstream master fenced: a failover is promoting a replica", "master", p.topo.addr(0), "connections_closed", n)
+}
+
+// closeTrackedLocked closes every registered connection and the event
+// loop's; p.conns.mu is held, and released.
+func (p *Proxy) closeTrackedLocked() int {
 	p.dialGen.Add(1)
 	victims := make([]*trackedConn, 0, len(p.conns.live))
 	for c := range p.conns.live {
@@ -114,8 +164,7 @@ func (p *Proxy) SetMaster(addr string) (bool, error) {
 	if p.loop != nil {
 		p.loop.switchMasterAsync()
 	}
-	p.log.Info("upstream master switched", "from", old, "to", addr, "connections_closed", len(victims))
-	return true, nil
+	return len(victims)
 }
 
 // setMaster replaces node 0's address (standalone mode, where node 0 is

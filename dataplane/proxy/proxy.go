@@ -409,6 +409,9 @@ func (p *Proxy) Ready(ctx context.Context) error {
 // dialRaw connects to addr and authenticates with the configured
 // credentials. The connection's deadlines are cleared on success.
 func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
+	if p.conns.fenced.Load() {
+		return nil, errFenced // a failover is promoting a replica (master.go)
+	}
 	if err := p.dials.check(addr, time.Now()); err != nil {
 		return nil, err // Redis refused a dial moments ago: do not hammer it
 	}

@@ -5,10 +5,31 @@
 //
 // It follows Sentinel's client guidelines (https://redis.io/docs/latest/
 // develop/reference/sentinel-clients/): every Sentinel is asked for the
-// master, the address named is checked with ROLE before it is used, a
-// subscription to +switch-master on one Sentinel (another when that one
-// fails) says at once when the master moved, and the Sentinels are asked
-// again every few seconds in case a message was lost.
+// master, the address named is checked with ROLE before it is used,
+// +switch-master messages say at once when the master moved, and the
+// Sentinels are asked again every few seconds in case a message was lost.
+//
+// Every Sentinel is subscribed to, not one: measured with three Sentinels
+// and SENTINEL FAILOVER, the Sentinel that leads the failover publishes
+// +switch-master about three seconds after the others (once its replicas
+// are reconfigured; the others learn the new master from its hello at the
+// promotion), and only the leader publishes the failover's progress.
+//
+// The fence. Between the moment the leader promotes a replica (REPLICAOF
+// NO ONE) and the moment anyone hears +switch-master, about a second, the
+// old master is still reachable and still a master (Sentinel reconfigures
+// it several seconds later), and every write it acknowledges then is lost
+// when it resynchronises from the new master: measured, thousands of
+// acknowledged INCRs of a failover under load. So when the leader
+// publishes +failover-state-send-slaveof-noone for this master (one
+// Sentinel tick, 50 to 100 ms, before it sends REPLICAOF NO ONE), the
+// follower fences (OnFence): the sidecar stops sending anything to the old
+// master, and clients get errors, until the switch (OnSwitch) or, if the
+// failover is aborted, the resumption of the old master (OnSwitch with
+// old == new). The fence cannot save a write the old master acknowledged
+// before it and had not yet replicated when the replica was promoted:
+// that loss is Redis' asynchronous replication, which min-replicas-to-write
+// bounds.
 //
 // Sentinels are asked with SENTINEL MASTER rather than
 // GET-MASTER-ADDR-BY-NAME because its reply carries the configuration
@@ -27,6 +48,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,9 +77,14 @@ type Options struct {
 	// Timeout bounds one exchange with a Sentinel or a data node
 	// (default 1s).
 	Timeout time.Duration
-	// OnSwitch, if set, is called (on the follower's goroutine, one call
-	// at a time) after the master changed, with the old and new address.
+	// OnSwitch, if set, is called after the master changed, with the old
+	// and new address, and after a fence with old == new when the master
+	// stays (the failover was aborted).
 	OnSwitch func(old, new string)
+	// OnFence, if set, is called when a failover of the master is about
+	// to promote a replica: nothing may be sent to master until OnSwitch.
+	// Callbacks are made one at a time, from the follower's goroutines.
+	OnFence func(master string)
 	// Logger logs switches and unreachable Sentinels.
 	Logger *slog.Logger
 }
@@ -70,6 +97,11 @@ type Follower struct {
 	mu     sync.Mutex
 	master string
 	epoch  int64
+	// fenced: a failover is promoting a replica; fencedAt is when.
+	fenced   bool
+	fencedAt time.Time
+	// cb serialises the callbacks.
+	cb sync.Mutex
 
 	kick chan struct{}
 }
@@ -128,7 +160,7 @@ func (f *Follower) Master() string {
 func (f *Follower) Discover(ctx context.Context) (string, error) {
 	delay := 50 * time.Millisecond
 	for {
-		addr, epoch, err := f.resolve(ctx)
+		addr, epoch, _, err := f.resolve(ctx)
 		if err == nil {
 			f.mu.Lock()
 			f.master, f.epoch = addr, epoch
@@ -150,12 +182,14 @@ func (f *Follower) Discover(ctx context.Context) (string, error) {
 // Run follows the master until ctx ends: it subscribes to +switch-master
 // and asks the Sentinels again on every message and every Recheck.
 func (f *Follower) Run(ctx context.Context) {
-	go f.subscribe(ctx)
+	for i := range f.sentinels {
+		go f.subscribe(ctx, i)
+	}
 	tick := time.NewTicker(f.opts.Recheck)
 	defer tick.Stop()
-	// retry is armed when a check triggered by a message failed (the new
-	// master not confirmed yet): checks follow every 100 ms until one
-	// succeeds, rather than waiting for the next tick.
+	// retry is armed when a check failed (the new master not confirmed
+	// yet, or fenced while the failover runs): checks follow every 100 ms
+	// until one succeeds, rather than waiting for the next tick.
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -168,27 +202,56 @@ func (f *Follower) Run(ctx context.Context) {
 		case <-retry.C:
 		}
 		if err := f.check(ctx); err != nil && ctx.Err() == nil {
-			f.opts.Logger.Warn("sentinel check failed", "master", f.opts.MasterName, "err", err)
+			if !errors.Is(err, errFenced) {
+				f.opts.Logger.Warn("sentinel check failed", "master", f.opts.MasterName, "err", err)
+			}
 			retry.Reset(100 * time.Millisecond)
 		}
 	}
 }
 
-// Check asks the Sentinels now and switches if they name a newer master.
+// errFenced keeps the checks coming (every 100 ms) while fenced.
+var errFenced = errors.New("failover in progress")
+
+// check asks the Sentinels now and switches if they name a newer master;
+// while fenced, it lifts the fence on the old master once no Sentinel has
+// a failover of it in progress.
 func (f *Follower) check(ctx context.Context) error {
-	addr, epoch, err := f.resolve(ctx)
+	addr, epoch, busy, err := f.resolve(ctx)
+	if errors.Is(err, errFenced) {
+		// The newest word is a failover in progress: fence now, should
+		// the message announcing the promotion have been lost.
+		f.fence()
+		return err
+	}
 	if err != nil {
 		return err
 	}
+	f.cb.Lock()
+	defer f.cb.Unlock()
 	f.mu.Lock()
-	old, oldEpoch := f.master, f.epoch
+	old, oldEpoch, fenced := f.master, f.epoch, f.fenced
 	if addr == old || epoch < oldEpoch {
 		// The same master, or an answer older than the configuration in
 		// force (a Sentinel that has not heard of the failover yet).
+		if !fenced {
+			f.mu.Unlock()
+			return nil
+		}
+		if busy {
+			f.mu.Unlock()
+			return errFenced
+		}
+		f.fenced = false
+		since := time.Since(f.fencedAt)
 		f.mu.Unlock()
+		f.opts.Logger.Warn("redis failover did not happen; resuming the master", "master", f.opts.MasterName, "address", old, "fenced_for", since.String())
+		if f.opts.OnSwitch != nil {
+			f.opts.OnSwitch(old, old)
+		}
 		return nil
 	}
-	f.master, f.epoch = addr, epoch
+	f.master, f.epoch, f.fenced = addr, epoch, false
 	f.mu.Unlock()
 	f.opts.Logger.Info("redis master switched", "master", f.opts.MasterName, "from", old, "to", addr, "config_epoch", epoch)
 	if f.opts.OnSwitch != nil {
@@ -197,17 +260,37 @@ func (f *Follower) check(ctx context.Context) error {
 	return nil
 }
 
+// fence stops traffic to the master: a replica is being promoted.
+func (f *Follower) fence() {
+	f.cb.Lock()
+	defer f.cb.Unlock()
+	f.mu.Lock()
+	if f.fenced || f.master == "" {
+		f.mu.Unlock()
+		return
+	}
+	f.fenced, f.fencedAt = true, time.Now()
+	master := f.master
+	f.mu.Unlock()
+	f.opts.Logger.Info("redis failover promoting a replica; fencing the master", "master", f.opts.MasterName, "address", master)
+	if f.opts.OnFence != nil {
+		f.opts.OnFence(master)
+	}
+}
+
 // answer is one Sentinel's view of the master.
 type answer struct {
 	addr  string
 	epoch int64
-	err   error
+	// busy: this Sentinel has a failover of the master in progress.
+	busy bool
+	err  error
 }
 
 // resolve asks every Sentinel at once for the master, takes the answer of
 // the highest configuration epoch, and checks that the node it names says
-// it is a master.
-func (f *Follower) resolve(ctx context.Context) (string, int64, error) {
+// it is a master. busy reports a failover in progress at some Sentinel.
+func (f *Follower) resolve(ctx context.Context) (addr string, epoch int64, busy bool, err error) {
 	answers := make([]answer, len(f.sentinels))
 	var wg sync.WaitGroup
 	for i, s := range f.sentinels {
@@ -225,18 +308,29 @@ func (f *Follower) resolve(ctx context.Context) (string, int64, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", f.opts.Addrs[i], a.err))
 			continue
 		}
-		if best < 0 || a.epoch > answers[best].epoch {
+		busy = busy || a.busy
+		// The highest epoch wins; on a tie, a Sentinel with no failover
+		// in progress: the leader of a failover reports the new epoch
+		// with the old master's address until the failover ends (about
+		// three seconds after the promotion, measured), while the others
+		// already report the new master at that epoch.
+		if best < 0 || a.epoch > answers[best].epoch || a.epoch == answers[best].epoch && answers[best].busy && !a.busy {
 			best = i
 		}
 	}
 	if best < 0 {
-		return "", 0, fmt.Errorf("no Sentinel answered: %w", errors.Join(errs...))
+		return "", 0, false, fmt.Errorf("no Sentinel answered: %w", errors.Join(errs...))
 	}
 	a := answers[best]
-	if err := f.verify(ctx, a.addr); err != nil {
-		return "", 0, err
+	if a.busy {
+		// Only the failover's leader is this recent: its address is the
+		// master being failed over, not the outcome. Wait for the outcome.
+		return "", 0, true, errFenced
 	}
-	return a.addr, a.epoch, nil
+	if err := f.verify(ctx, a.addr); err != nil {
+		return "", 0, busy, err
+	}
+	return a.addr, a.epoch, busy, nil
 }
 
 func (f *Follower) ask(ctx context.Context, s *redis.SentinelClient) answer {
@@ -253,7 +347,8 @@ func (f *Follower) ask(ctx context.Context, s *redis.SentinelClient) answer {
 	if err != nil {
 		return answer{err: fmt.Errorf("SENTINEL MASTER: config-epoch %q", m["config-epoch"])}
 	}
-	return answer{addr: net.JoinHostPort(m["ip"], m["port"]), epoch: epoch}
+	busy := slices.Contains(strings.Split(m["flags"], ","), "failover_in_progress")
+	return answer{addr: net.JoinHostPort(m["ip"], m["port"]), epoch: epoch, busy: busy}
 }
 
 // verify asks addr for its ROLE: a Sentinel may name a node that is not
@@ -277,27 +372,38 @@ func (f *Follower) verify(ctx context.Context, addr string) error {
 	return nil
 }
 
-// subscribe listens to +switch-master on one Sentinel, the next one when
-// it fails, and kicks a check on every message about this master and
-// every (re)subscription (a switch may have happened meanwhile).
-func (f *Follower) subscribe(ctx context.Context) {
-	for i := 0; ctx.Err() == nil; i++ {
-		s := f.sentinels[i%len(f.sentinels)]
-		err := f.listen(ctx, s)
+// channels are the Sentinel events the follower listens to: the switch,
+// the promotion about to happen (the fence), and the ends of a failover
+// (a check then switches, or lifts the fence).
+var channels = []string{
+	"+switch-master",
+	"+failover-state-send-slaveof-noone", "+failover-state-wait-promotion", "+promoted-slave",
+	"-failover-abort-not-elected", "-failover-abort-no-good-slave", "-failover-abort-slave-timeout",
+	"+failover-end", "+failover-end-for-timeout",
+}
+
+// subscribe listens to Sentinel i until ctx ends, subscribing again after
+// a failure (the other Sentinels' subscriptions go on meanwhile).
+func (f *Follower) subscribe(ctx context.Context, i int) {
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := f.listen(ctx, f.sentinels[i])
 		if ctx.Err() != nil {
 			return
 		}
-		f.opts.Logger.Warn("sentinel subscription lost; trying the next Sentinel", "sentinel", f.opts.Addrs[i%len(f.opts.Addrs)], "err", err)
-		if (i+1)%len(f.sentinels) == 0 {
-			// Every Sentinel failed in turn: wait before the next round.
-			t := time.NewTimer(f.opts.Timeout)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
+		if time.Since(start) > 10*time.Second {
+			delay = 100 * time.Millisecond
 		}
+		f.opts.Logger.Warn("sentinel subscription lost; subscribing again", "sentinel", f.opts.Addrs[i], "err", err, "retry_in", delay.String())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, 5*time.Second)
 	}
 }
 
@@ -305,12 +411,14 @@ func (f *Follower) subscribe(ctx context.Context) {
 // silent through a Recheck and does not answer a PING within the next is
 // taken as lost.
 func (f *Follower) listen(ctx context.Context, s *redis.SentinelClient) error {
-	ps := s.Subscribe(ctx, "+switch-master")
+	ps := s.Subscribe(ctx, channels...)
 	defer ps.Close()
-	if _, err := ps.ReceiveTimeout(ctx, f.opts.Timeout); err != nil {
-		return err
+	for range channels {
+		if _, err := ps.ReceiveTimeout(ctx, f.opts.Timeout); err != nil {
+			return err
+		}
 	}
-	f.poke()
+	f.poke() // a switch may have happened while unsubscribed
 	pinged := false
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, f.opts.Recheck)
@@ -326,14 +434,34 @@ func (f *Follower) listen(ctx context.Context, s *redis.SentinelClient) error {
 			return err
 		}
 		pinged = false
-		f.opts.Logger.Debug("sentinel message", "msg", fmt.Sprintf("%T %v", msg, msg))
-		if m, ok := msg.(*redis.Message); ok {
-			// "<master name> <old ip> <old port> <new ip> <new port>"
-			if name, _, _ := strings.Cut(m.Payload, " "); name == f.opts.MasterName {
-				f.poke()
-			}
+		m, ok := msg.(*redis.Message)
+		if !ok || !f.about(m) {
+			continue
 		}
+		switch m.Channel {
+		case "+failover-state-send-slaveof-noone", "+failover-state-wait-promotion", "+promoted-slave":
+			f.fence()
+		}
+		f.poke()
 	}
+}
+
+// about reports a message about this follower's master. +switch-master
+// starts with the master's name; the others describe an instance, then
+// "@ <master name> <ip> <port>".
+func (f *Follower) about(m *redis.Message) bool {
+	if m.Channel == "+switch-master" {
+		name, _, _ := strings.Cut(m.Payload, " ")
+		return name == f.opts.MasterName
+	}
+	_, rest, ok := strings.Cut(m.Payload, " @ ")
+	if !ok {
+		// A master's own event (an abort) carries no "@": "master <name> ...".
+		fields := strings.Fields(m.Payload)
+		return len(fields) > 1 && fields[0] == "master" && fields[1] == f.opts.MasterName
+	}
+	name, _, _ := strings.Cut(rest, " ")
+	return name == f.opts.MasterName
 }
 
 func (f *Follower) poke() {

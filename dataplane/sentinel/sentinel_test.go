@@ -31,7 +31,7 @@ func TestFollowerFollowsFailover(t *testing.T) {
 	var at time.Time
 	f, err := sentinel.New(sentinel.Options{
 		Addrs: h.SentinelAddrs(), MasterName: h.Opts.MasterName,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		OnSwitch: func(_, addr string) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -24,13 +24,15 @@ type masterFollow struct {
 	f   *sentinel.Follower
 	log *slog.Logger
 	tls *tls.Config
-	// switched is Config.OnMasterSwitch.
-	switched func(old, new string)
+	// switched is Config.OnMasterSwitch, fencedHook Config.OnMasterFence.
+	switched   func(old, new string)
+	fencedHook func()
 
-	mu   sync.Mutex
-	addr string
-	p    *proxy.Proxy
-	live map[*engineConn]struct{}
+	mu     sync.Mutex
+	addr   string
+	fenced bool
+	p      *proxy.Proxy
+	live   map[*engineConn]struct{}
 }
 
 // startFollow discovers the master through the Sentinels (waiting until
@@ -42,12 +44,12 @@ func startFollow(ctx context.Context, cfg *Config, log *slog.Logger) (*masterFol
 	if cfg.Cluster {
 		return nil, errors.New("sidecar: Sentinel does not apply to a Redis Cluster")
 	}
-	m := &masterFollow{log: log, tls: cfg.TLS, switched: cfg.OnMasterSwitch, live: map[*engineConn]struct{}{}}
+	m := &masterFollow{log: log, tls: cfg.TLS, switched: cfg.OnMasterSwitch, fencedHook: cfg.OnMasterFence, live: map[*engineConn]struct{}{}}
 	f, err := sentinel.New(sentinel.Options{
 		Addrs: cfg.Sentinels, MasterName: cfg.SentinelMaster,
 		Username: cfg.SentinelUsername, Password: cfg.SentinelPassword,
 		DataUsername: cfg.Username, DataPassword: cfg.Password, TLS: cfg.TLS,
-		OnSwitch: m.onSwitch, Logger: log,
+		OnSwitch: m.onSwitch, OnFence: m.onFence, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -67,10 +69,12 @@ func startFollow(ctx context.Context, cfg *Config, log *slog.Logger) (*masterFol
 func (m *masterFollow) run(ctx context.Context, p *proxy.Proxy) {
 	m.mu.Lock()
 	m.p = p
-	addr := m.addr
+	addr, fenced := m.addr, m.fenced
 	m.mu.Unlock()
-	// A switch between Discover and now was applied to m.addr only.
-	if _, err := p.SetMaster(addr); err != nil {
+	// A switch or fence between Discover and now was applied to m only.
+	if fenced {
+		p.Fence()
+	} else if _, err := p.SetMaster(addr); err != nil {
 		m.log.Error("proxy master switch failed", "err", err)
 	}
 	m.f.Run(ctx)
@@ -78,13 +82,18 @@ func (m *masterFollow) run(ctx context.Context, p *proxy.Proxy) {
 
 func (m *masterFollow) close() { m.f.Close() }
 
-// onSwitch moves the proxy and the engine's connections to the new master.
+// onSwitch moves the proxy and the engine's connections to the new master
+// (or back to the old one after a fence, old == addr).
 func (m *masterFollow) onSwitch(old, addr string) {
 	m.mu.Lock()
-	m.addr = addr
+	m.addr, m.fenced = addr, false
 	p := m.p
 	victims := m.live
-	m.live = map[*engineConn]struct{}{}
+	if old != addr {
+		m.live = map[*engineConn]struct{}{}
+	} else {
+		victims = nil // closed by the fence already
+	}
 	m.mu.Unlock()
 	if p != nil {
 		if _, err := p.SetMaster(addr); err != nil {
@@ -94,8 +103,28 @@ func (m *masterFollow) onSwitch(old, addr string) {
 	for c := range victims {
 		_ = c.Conn.Close()
 	}
-	if m.switched != nil {
+	if m.switched != nil && old != addr {
 		m.switched(old, addr)
+	}
+}
+
+// onFence stops the proxy and the engine from using the master: a
+// failover is promoting a replica (dataplane/sentinel).
+func (m *masterFollow) onFence(string) {
+	m.mu.Lock()
+	m.fenced = true
+	p := m.p
+	victims := m.live
+	m.live = map[*engineConn]struct{}{}
+	m.mu.Unlock()
+	if p != nil {
+		p.Fence()
+	}
+	for c := range victims {
+		_ = c.Conn.Close()
+	}
+	if m.fencedHook != nil {
+		m.fencedHook()
 	}
 }
 
@@ -103,8 +132,11 @@ func (m *masterFollow) onSwitch(old, addr string) {
 // master, whatever address go-redis asks for.
 func (m *masterFollow) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	m.mu.Lock()
-	addr := m.addr
+	addr, fenced := m.addr, m.fenced
 	m.mu.Unlock()
+	if fenced {
+		return nil, errors.New("redis master failing over (Sentinel); retry")
+	}
 	nd := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	var c net.Conn
 	var err error
@@ -118,7 +150,7 @@ func (m *masterFollow) dial(ctx context.Context, _, _ string) (net.Conn, error) 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.addr != addr {
+	if m.addr != addr || m.fenced {
 		c.Close()
 		return nil, errors.New("redis master switched while connecting")
 	}

@@ -2,8 +2,6 @@ package sidecar_test
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,9 +21,18 @@ import (
 
 // switchRecorder keeps the times of the sidecar's master switches.
 type switchRecorder struct {
-	mu  sync.Mutex
-	at  []time.Time
-	new []string
+	mu      sync.Mutex
+	at      []time.Time
+	new     []string
+	fenceAt time.Time
+}
+
+func (r *switchRecorder) fence() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fenceAt.IsZero() {
+		r.fenceAt = time.Now()
+	}
 }
 
 func (r *switchRecorder) record(_, addr string) {
@@ -55,8 +62,7 @@ func runSentinelSidecar(t *testing.T, h *redisproc.Sentinel, rec *switchRecorder
 		done <- sidecar.Run(ctx, sidecar.Config{
 			Listener: ln, Sentinels: h.SentinelAddrs(), SentinelMaster: h.Opts.MasterName,
 			SentinelPassword: h.Opts.SentinelPassword, Password: h.Opts.Password,
-			OnMasterSwitch: rec.record,
-			Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			OnMasterSwitch: rec.record, OnMasterFence: rec.fence,
 		})
 	}()
 	t.Cleanup(func() {
@@ -258,8 +264,16 @@ func TestSidecarFollowsSentinelFailover(t *testing.T) {
 	if notified.IsZero() {
 		t.Fatal("no +switch-master message seen")
 	}
-	t.Logf("failover %s -> %s: +switch-master %v after SENTINEL FAILOVER; the sidecar switched %v after the first +switch-master",
-		oldMaster, newMaster, notified.Sub(start).Round(time.Millisecond), switchedAt.Sub(notified).Round(time.Microsecond))
+	rec.mu.Lock()
+	fencedAt := rec.fenceAt
+	rec.mu.Unlock()
+	if fencedAt.IsZero() {
+		t.Error("the sidecar did not fence the old master before the switch")
+		fencedAt = switchedAt
+	}
+	t.Logf("failover %s -> %s: fence %v after SENTINEL FAILOVER, first +switch-master at %v; the sidecar switched %v after the first +switch-master (fenced for %v)",
+		oldMaster, newMaster, fencedAt.Sub(start).Round(time.Millisecond), notified.Sub(start).Round(time.Millisecond),
+		switchedAt.Sub(notified).Round(time.Microsecond), switchedAt.Sub(fencedAt).Round(time.Millisecond))
 
 	for _, w := range load.wrong {
 		t.Error("wrong reply: " + w)

@@ -47,8 +47,10 @@ type Config struct {
 	SentinelMaster                     string
 	SentinelUsername, SentinelPassword string
 	// OnMasterSwitch, if set, is called after the sidecar moved to a new
-	// master (Sentinel mode).
+	// master, and OnMasterFence after it stopped using the master because
+	// a failover is promoting a replica (Sentinel mode).
 	OnMasterSwitch func(old, new string)
+	OnMasterFence  func()
 	Policy         string
 	Namespace      string
 	RoutingFile    string
