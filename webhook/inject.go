@@ -319,6 +319,7 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar
 		{Name: "HEATSINK_LISTEN", Value: ProxyListen},
 		{Name: "HEATSINK_HTTP_ADDRESS", Value: ProxyHTTPAddress},
 	}
+	env = append(env, sentinelEnv(policy.Spec.Target.Sentinel)...)
 	routingFile := ""
 	if cfg.RoutingFile {
 		routingFile = RoutingFile
