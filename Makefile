@@ -78,7 +78,7 @@ envtest: ## Build kube-apiserver, etcd and kubectl into bin/k8s/<version> (skipp
 	hack/setup-envtest.sh
 
 .PHONY: redis
-redis: ## Install redis-server, redis-tools and nutcracker when missing.
+redis: ## Install redis-server, redis-tools, redis-sentinel and nutcracker when missing.
 	hack/setup-redis.sh
 
 .PHONY: clients

@@ -102,6 +102,9 @@ type redisClient struct {
 func (pm *policyMemory) client(dial RedisDialer, target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q %v %d %v %q %q %q %q %q", target.Addresses, target.Cluster, target.Database, target.TLS, creds.Username, creds.Password, creds.CA, creds.Cert, creds.Key)
+	if sn := target.Sentinel; sn != nil {
+		fmt.Fprintf(h, " sentinel %q %q %q %q", sn.Addresses, sn.MasterName, creds.SentinelUsername, creds.SentinelPassword)
+	}
 	fp := hex.EncodeToString(h.Sum(nil))
 	if pm.redis != nil && pm.redis.fingerprint == fp {
 		return pm.redis.client, nil

@@ -26,14 +26,17 @@ type Credentials struct {
 	// RedisTLS.clientCertSecretRef, if any. The Secret is read at every
 	// pass, and a changed pair opens a new client (see policyMemory.client).
 	Cert, Key []byte
+	// SentinelUsername and SentinelPassword are the Sentinels' own
+	// credentials (RedisSentinel.credentialsSecretRef), if any.
+	SentinelUsername, SentinelPassword string
 }
 
 // RedisDialer opens a client to a policy's target. Tests may substitute one;
 // production uses DialRedis.
 type RedisDialer func(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error)
 
-// DialRedis opens a go-redis client (cluster or standalone) to target. It
-// does not connect until first use.
+// DialRedis opens a go-redis client (cluster, standalone, or the master
+// that Sentinels name) to target. It does not connect until first use.
 func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
 	var tc *tls.Config
 	if target.TLS != nil {
@@ -56,6 +59,16 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 	// ContextTimeoutEnabled makes every op honour the pass deadline (see
 	// DefaultRedisTimeout) on top of the per-op timeouts, retries included.
 	const timeout = 2 * time.Second
+	if sn := target.Sentinel; sn != nil {
+		// go-redis' FailoverClient asks the Sentinels for the master,
+		// checks its role and follows +switch-master, as the sidecar does.
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: sn.MasterName, SentinelAddrs: sn.Addresses,
+			SentinelUsername: creds.SentinelUsername, SentinelPassword: creds.SentinelPassword,
+			Username: creds.Username, Password: creds.Password,
+			TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true,
+		}), nil
+	}
 	if target.Cluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: target.Addresses, Username: creds.Username, Password: creds.Password,
 			TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
@@ -98,6 +111,18 @@ func (r *HotKeyPolicyReconciler) credentials(ctx context.Context, policy *v1alph
 			return creds, fmt.Errorf("%w: Secret %q has no key \"password\"", errCredentials, ref.Name)
 		}
 		creds.Username, creds.Password = string(s.Data["username"]), string(pw)
+	}
+	if t.Sentinel != nil && t.Sentinel.CredentialsSecretRef != nil {
+		ref := t.Sentinel.CredentialsSecretRef
+		s, err := read(ref.Name)
+		if err != nil {
+			return creds, err
+		}
+		pw, ok := s.Data["password"]
+		if !ok {
+			return creds, fmt.Errorf("%w: Secret %q has no key \"password\"", errCredentials, ref.Name)
+		}
+		creds.SentinelUsername, creds.SentinelPassword = string(s.Data["username"]), string(pw)
 	}
 	if t.TLS != nil && t.TLS.CASecretRef != nil {
 		s, err := read(t.TLS.CASecretRef.Name)

@@ -110,6 +110,16 @@ func ValidateSpec(spec *v1alpha1.HotKeyPolicySpec, path *field.Path) (field.Erro
 	if ref := spec.Target.CredentialsSecretRef; ref != nil {
 		errs = append(errs, secretName(path.Child("target", "credentialsSecretRef", "name"), ref.Name)...)
 	}
+	if sn := spec.Target.Sentinel; sn != nil {
+		for i, a := range sn.Addresses {
+			if err := validateHostPort(a); err != nil {
+				errs = append(errs, field.Invalid(path.Child("target", "sentinel", "addresses").Index(i), a, err.Error()))
+			}
+		}
+		if ref := sn.CredentialsSecretRef; ref != nil {
+			errs = append(errs, secretName(path.Child("target", "sentinel", "credentialsSecretRef", "name"), ref.Name)...)
+		}
+	}
 	if t := spec.Target.TLS; t != nil && t.CASecretRef != nil {
 		errs = append(errs, secretName(path.Child("target", "tls", "caSecretRef", "name"), t.CASecretRef.Name)...)
 	}

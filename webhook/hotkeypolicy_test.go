@@ -177,7 +177,7 @@ func TestAdmission(t *testing.T) {
 			wantField: "spec.mode", wantMsg: "Unsupported value",
 		},
 		"no address": {
-			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{} },
+			raw:       map[string]any{"spec.target.addresses": []any{}},
 			wantField: "spec.target.addresses", wantMsg: "should have at least 1 items",
 		},
 		"database with a cluster": {
@@ -194,6 +194,34 @@ func TestAdmission(t *testing.T) {
 		"negative database": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Database = -1 },
 			wantField: "spec.target.database", wantMsg: "should be greater than or equal to 0",
+		},
+		"neither addresses nor sentinel": {
+			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = nil },
+			wantField: "spec.target", wantMsg: "exactly one of addresses",
+		},
+		"addresses and sentinel": {
+			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Sentinel = testSentinel() },
+			wantField: "spec.target", wantMsg: "exactly one of addresses",
+		},
+		"sentinel with cluster": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target = v1alpha1.RedisTarget{Sentinel: testSentinel(), Cluster: true}
+			},
+			wantField: "spec.target", wantMsg: "target.sentinel cannot be used with cluster: true",
+		},
+		"sentinel without master name": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target = v1alpha1.RedisTarget{Sentinel: testSentinel()}
+				p.Spec.Target.Sentinel.MasterName = ""
+			},
+			wantField: "spec.target.sentinel.masterName", wantMsg: "at least 1 chars long",
+		},
+		"sentinel address without port (webhook)": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target = v1alpha1.RedisTarget{Sentinel: testSentinel()}
+				p.Spec.Target.Sentinel.Addresses = []string{"sentinel.default.svc"}
+			},
+			wantField: "spec.target.sentinel.addresses[0]", wantMsg: "must be host:port",
 		},
 		"address without port (webhook)": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{"redis.default.svc"} },
@@ -468,6 +496,9 @@ func TestAdmission(t *testing.T) {
 		"explicit database 0 with a cluster": {
 			raw: map[string]any{"spec.target.cluster": true, "spec.target.database": 0},
 		},
+		"sentinel target": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target = v1alpha1.RedisTarget{Sentinel: testSentinel()} },
+		},
 		"fractional durations": {
 			raw: map[string]any{"spec.detection.window": "1.5m", "spec.thresholds.cooldown": "1h30m"},
 		},
@@ -551,4 +582,11 @@ func TestAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+func testSentinel() *v1alpha1.RedisSentinel {
+	return &v1alpha1.RedisSentinel{
+		Addresses:  []string{"sentinel-0.default.svc:26379", "sentinel-1.default.svc:26379"},
+		MasterName: "mymaster",
+	}
 }

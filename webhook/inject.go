@@ -349,6 +349,7 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar
 		{Name: "HEATSINK_HTTP_ADDRESS", Value: ProxyHTTPAddress},
 		{Name: "HEATSINK_STARTUP_WAIT", Value: ProxyStartupWait.String()},
 	}
+	env = append(env, sentinelEnv(policy.Spec.Target.Sentinel)...)
 	routingFile := ""
 	if cfg.RoutingFile {
 		routingFile = RoutingFile

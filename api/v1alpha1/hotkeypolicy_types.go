@@ -78,15 +78,26 @@ type HotKeyPolicySpec struct {
 
 // RedisTarget is how the manager and sidecars reach Redis.
 // +kubebuilder:validation:XValidation:rule="!has(self.cluster) || !self.cluster || !has(self.database) || self.database == 0",message="target.database must be 0 when target.cluster is true: a Redis Cluster has only database 0"
+// +kubebuilder:validation:XValidation:rule="has(self.addresses) != has(self.sentinel)",message="target needs exactly one of addresses (the Redis nodes) and sentinel (the Sentinels that name the master)"
+// +kubebuilder:validation:XValidation:rule="!has(self.sentinel) || !has(self.cluster) || !self.cluster",message="target.sentinel cannot be used with cluster: true (a Redis Cluster fails over by itself; list its nodes in addresses)"
 type RedisTarget struct {
-	// addresses are host:port seed addresses. For a cluster, any subset of the
-	// nodes; the rest are discovered.
-	// +required
+	// addresses are host:port addresses: the Redis server, or for a
+	// cluster any subset of the nodes (the rest are discovered). Exactly
+	// one of addresses and sentinel is set.
+	// +optional
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=261
 	// +kubebuilder:validation:items:MinLength=3
-	Addresses []string `json:"addresses"`
+	Addresses []string `json:"addresses,omitempty"`
+
+	// sentinel names Redis Sentinels and the master they monitor: the
+	// manager and the sidecars find the master through them and follow its
+	// failovers, while applications keep pointing at the sidecar.
+	// credentialsSecretRef and tls apply to the master and replicas (and
+	// tls to the Sentinels too).
+	// +optional
+	Sentinel *RedisSentinel `json:"sentinel,omitempty"`
 
 	// cluster is true when the target is a Redis Cluster. Default: false.
 	// +optional
@@ -123,6 +134,31 @@ type RedisTarget struct {
 	// tls enables TLS to Redis. Absent means plaintext.
 	// +optional
 	TLS *RedisTLS `json:"tls,omitempty"`
+}
+
+// RedisSentinel names the Sentinels that monitor a master.
+type RedisSentinel struct {
+	// addresses are the Sentinels' host:port addresses; list them all.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:MinLength=3
+	Addresses []string `json:"addresses"`
+
+	// masterName is the name the Sentinels monitor the master under
+	// (sentinel monitor <masterName> ...), such as mymaster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[^\s@]+$`
+	MasterName string `json:"masterName"`
+
+	// credentialsSecretRef names a Secret in the policy's namespace holding
+	// the Sentinels' own credentials: key "password" and, optionally,
+	// "username". Absent: the Sentinels need none.
+	// +optional
+	CredentialsSecretRef *corev1.LocalObjectReference `json:"credentialsSecretRef,omitempty"`
 }
 
 // RedisTLS configures TLS to Redis.

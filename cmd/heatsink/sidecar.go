@@ -47,6 +47,11 @@ func runSidecar(args []string) error {
 	fs.StringVar(&c.Listen, "listen", env("HEATSINK_LISTEN", "127.0.0.1:6380"), "address the application connects to (HEATSINK_LISTEN)")
 	upstream := fs.String("upstream", env("HEATSINK_UPSTREAM", ""), "comma-separated Redis host:port (cluster: seeds) (HEATSINK_UPSTREAM)")
 	fs.BoolVar(&c.Cluster, "cluster", envBool("HEATSINK_CLUSTER"), "upstream is a Redis Cluster (HEATSINK_CLUSTER)")
+	sentinels := fs.String("sentinel", env("HEATSINK_SENTINEL_ADDRESSES", ""), "comma-separated Redis Sentinel host:port, instead of --upstream: the master of --sentinel-master is found through them and followed across failovers (HEATSINK_SENTINEL_ADDRESSES)")
+	fs.StringVar(&c.SentinelMaster, "sentinel-master", env("HEATSINK_SENTINEL_MASTER", ""), "name the Sentinels monitor the master under (HEATSINK_SENTINEL_MASTER)")
+	fs.StringVar(&c.SentinelUsername, "sentinel-username", env("HEATSINK_SENTINEL_USERNAME", ""), "ACL user of the Sentinels (HEATSINK_SENTINEL_USERNAME)")
+	// As for Redis' password: from the environment only.
+	c.SentinelPassword = os.Getenv("HEATSINK_SENTINEL_PASSWORD")
 	fs.StringVar(&c.Policy, "policy", env("HEATSINK_POLICY", ""), "HotKeyPolicy name whose routing table to follow (HEATSINK_POLICY)")
 	fs.StringVar(&c.Namespace, "namespace", env("HEATSINK_NAMESPACE", ""), "namespace of the policy (HEATSINK_NAMESPACE)")
 	fs.StringVar(&c.RoutingFile, "routing-file", env("HEATSINK_ROUTING_FILE", "/etc/heatsink/routing/routing.json"), "mounted routing table, the fallback when the node agent is away; empty: none (HEATSINK_ROUTING_FILE)")
@@ -108,6 +113,19 @@ func runSidecar(args []string) error {
 		if a = strings.TrimSpace(a); a != "" {
 			c.Upstreams = append(c.Upstreams, a)
 		}
+	}
+	for _, a := range strings.Split(*sentinels, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			c.Sentinels = append(c.Sentinels, a)
+		}
+	}
+	switch {
+	case len(c.Sentinels) > 0 && len(c.Upstreams) > 0:
+		return usageError{fmt.Errorf("--upstream and --sentinel are exclusive: name the Redis nodes or the Sentinels")}
+	case len(c.Sentinels) > 0 && c.SentinelMaster == "":
+		return usageError{fmt.Errorf("--sentinel needs --sentinel-master, the name the Sentinels monitor the master under")}
+	case len(c.Sentinels) > 0 && c.Cluster:
+		return usageError{fmt.Errorf("--sentinel does not apply to a Redis Cluster (--cluster)")}
 	}
 	c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -206,9 +206,10 @@ func (l *loop) dial(node, v int) *lupstream {
 // dialUp opens u's connection on a goroutine.
 func (l *loop) dialUp(u *lupstream) {
 	p := l.p
+	gen := p.dialGen.Load()
 	go func() {
 		fd, hello, err := p.dialLoopUpstream(u.node, u.proto)
-		if !l.post(func() { l.dialed(u, fd, hello, err) }) && err == nil {
+		if !l.post(func() { l.dialed(u, fd, hello, p.checkGen(gen, fd, err)) }) && err == nil {
 			unix.Close(fd)
 		}
 	}()

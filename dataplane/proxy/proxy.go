@@ -114,6 +114,10 @@ type Config struct {
 	// buffers: the proxy reads nothing it could serve wrongly and holds no
 	// memory for them.
 	Hold <-chan struct{}
+	// FollowMaster lets SetMaster move the upstream (standalone mode: the
+	// master a Sentinel names; see master.go). Upstreams holds the master
+	// at start.
+	FollowMaster bool
 }
 
 // Proxy serves RESP clients. Create it with New, run it with Serve.
@@ -143,6 +147,10 @@ type Proxy struct {
 	dials backoff
 	// acceptErrs counts accept failures for rate-limited logging.
 	acceptErrs atomic.Int64
+	// conns registers the upstream connections and dialGen counts master
+	// switches (FollowMaster mode, master.go).
+	conns   conns
+	dialGen atomic.Uint64
 }
 
 // warmConns is how many idle connections per node the warm pool keeps.
@@ -430,12 +438,20 @@ func (p *Proxy) Ready(ctx context.Context) error {
 // dialRaw connects to addr and authenticates with the configured
 // credentials. The connection's deadlines are cleared on success.
 func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
+	if p.conns.fenced.Load() {
+		return nil, errFenced // a failover is promoting a replica (master.go)
+	}
 	if err := p.dials.check(addr, time.Now()); err != nil {
 		return nil, err // Redis refused a dial moments ago: do not hammer it
 	}
 	u, err := p.dial(ctx, addr)
 	if err == nil || ctx.Err() == nil {
 		p.dials.result(addr, time.Now(), err)
+	}
+	if err == nil && p.cfg.FollowMaster {
+		if err = p.track(addr, u); err != nil {
+			return nil, err
+		}
 	}
 	return u, err
 }

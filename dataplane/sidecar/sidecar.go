@@ -36,12 +36,25 @@ type Config struct {
 	Listen string
 	// Listener, if set, is served instead of listening on Listen (for
 	// in-process use).
-	Listener    net.Listener
-	Upstreams   []string
-	Cluster     bool
-	Policy      string
-	Namespace   string
-	RoutingFile string
+	Listener  net.Listener
+	Upstreams []string
+	Cluster   bool
+	// Sentinels, if set (instead of Upstreams), are the Redis Sentinels
+	// that name the master of SentinelMaster; the proxy and the engine
+	// follow it across failovers (sentinel.go). SentinelUsername and
+	// SentinelPassword authenticate to the Sentinels; Username and
+	// Password to the master.
+	Sentinels                          []string
+	SentinelMaster                     string
+	SentinelUsername, SentinelPassword string
+	// OnMasterSwitch, if set, is called after the sidecar moved to a new
+	// master, and OnMasterFence after it stopped using the master because
+	// a failover is promoting a replica (Sentinel mode).
+	OnMasterSwitch func(old, new string)
+	OnMasterFence  func()
+	Policy         string
+	Namespace      string
+	RoutingFile    string
 	// Node agent is host:port of the node's agent; empty disables reports.
 	NodeAgent string
 	Username  string
@@ -113,6 +126,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	var follow *masterFollow
+	if len(cfg.Sentinels) > 0 {
+		var err error
+		if follow, err = startFollow(ctx, &cfg, log); err != nil {
+			return err
+		}
+		defer follow.close()
+	}
 	// p is set below, before the engine's client sends anything.
 	var p *proxy.Proxy
 	var creds *proxy.FileCredentials
@@ -122,7 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p })
+	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p }, follow)
 	defer rc.Close()
 	eng := engine.New(rc, engine.Options{Registerer: reg})
 	defer eng.Close()
@@ -137,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
-		Hold: st.gate,
+		Hold: st.gate, FollowMaster: follow != nil,
 	}
 	if creds != nil {
 		pcfg.Credentials = creds.Get
@@ -157,6 +178,9 @@ func Run(ctx context.Context, cfg Config) error {
 	p, err := proxy.New(pcfg)
 	if err != nil {
 		return err
+	}
+	if follow != nil {
+		go follow.run(ctx, p)
 	}
 
 	w, err := startWatcher(ctx, cfg, eng, sm, log)
@@ -195,7 +219,7 @@ func Run(ctx context.Context, cfg Config) error {
 // (ClusterOptions.ClusterSlots): the sidecar keeps one slot map, so the
 // proxy's raw connections and the engine never disagree about which node
 // serves a slot while the cluster is resharded.
-func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *proxy.Proxy) redis.UniversalClient {
+func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *proxy.Proxy, follow *masterFollow) redis.UniversalClient {
 	uo := &redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		TLSConfig: cfg.TLS,
@@ -207,6 +231,11 @@ func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *prox
 			u, p, _ := creds.Get()
 			return u, p
 		}
+	}
+	if follow != nil {
+		// The follower's dialer connects to the current master (TLS
+		// included) and drops the old master's connections on a switch.
+		uo.Dialer, uo.TLSConfig = follow.dial, nil
 	}
 	if !cfg.Cluster {
 		return redis.NewUniversalClient(uo)

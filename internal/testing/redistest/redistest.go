@@ -30,3 +30,15 @@ func Cluster(tb testing.TB) *redisproc.Cluster {
 	tb.Cleanup(c.Stop)
 	return c
 }
+
+// Sentinel starts a master, its replicas and the Sentinels that monitor it
+// (redisproc.StartSentinel) and stops them at cleanup.
+func Sentinel(tb testing.TB, opts redisproc.SentinelOptions) *redisproc.Sentinel {
+	tb.Helper()
+	s, err := redisproc.StartSentinel(context.Background(), opts)
+	if err != nil {
+		tb.Fatalf("start redis sentinel: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}

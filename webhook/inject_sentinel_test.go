@@ -1,0 +1,64 @@
+package webhook_test
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/webhook"
+)
+
+// TestInjectSentinelTarget gives the sidecar the Sentinels, the master
+// name and the Sentinels' credentials (from their Secret), and no upstream.
+func TestInjectSentinelTarget(t *testing.T) {
+	policy := testPolicy("shop", "catalogue")
+	policy.Spec.Target = v1alpha1.RedisTarget{
+		Sentinel: &v1alpha1.RedisSentinel{
+			Addresses:            []string{"sentinel-0.shop.svc:26379", "sentinel-1.shop.svc:26379"},
+			MasterName:           "mymaster",
+			CredentialsSecretRef: &corev1.LocalObjectReference{Name: "sentinel-auth"},
+		},
+		CredentialsSecretRef: &corev1.LocalObjectReference{Name: "redis-auth"},
+	}
+	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
+	webhook.Inject(pod, policy, webhook.InjectorConfig{Image: testImage})
+	env := envOf(pod.Spec.InitContainers[0])
+	want := map[string]string{
+		"HEATSINK_UPSTREAM":           "",
+		"HEATSINK_CLUSTER":            "false",
+		"HEATSINK_SENTINEL_ADDRESSES": "sentinel-0.shop.svc:26379,sentinel-1.shop.svc:26379",
+		"HEATSINK_SENTINEL_MASTER":    "mymaster",
+		"HEATSINK_SENTINEL_USERNAME":  "secret:sentinel-auth/username",
+		"HEATSINK_SENTINEL_PASSWORD":  "secret:sentinel-auth/password",
+		"HEATSINK_REDIS_PASSWORD":     "secret:redis-auth/password",
+	}
+	for k, v := range want {
+		if got, ok := env[k]; !ok || got != v {
+			t.Errorf("%s = %q (set: %v), want %q", k, got, ok, v)
+		}
+	}
+}
+
+// TestValidateSentinelTarget refuses a Sentinel address that is not
+// host:port and a Secret reference no Secret can have.
+func TestValidateSentinelTarget(t *testing.T) {
+	spec := &v1alpha1.HotKeyPolicySpec{Target: v1alpha1.RedisTarget{Sentinel: &v1alpha1.RedisSentinel{
+		Addresses: []string{"sentinel-0:26379", "no-port"}, MasterName: "mymaster",
+		CredentialsSecretRef: &corev1.LocalObjectReference{Name: "Not_A_Name"},
+	}}}
+	errs, _ := webhook.ValidateSpec(spec, field.NewPath("spec"))
+	got := map[string]bool{}
+	for _, e := range errs {
+		got[e.Field] = true
+	}
+	for _, f := range []string{"spec.target.sentinel.addresses[1]", "spec.target.sentinel.credentialsSecretRef.name"} {
+		if !got[f] {
+			t.Errorf("no error on %s; errors: %v", f, errs)
+		}
+	}
+	if got["spec.target.sentinel.addresses[0]"] {
+		t.Errorf("a good Sentinel address refused: %v", errs)
+	}
+}
