@@ -37,17 +37,24 @@ type presented struct {
 
 // presendable reports whether the session's handling of the command
 // (handle, for a client handed over by the loop) sends it as it is to
-// cl.node and nothing before it: not CLIENT REPLY (the proxy's own), a
-// cluster-wide fan-out, a cluster MULTI (held back until its node is
-// known), or a command on a mitigated key (the engine's).
-func (l *loop) presendable(cl *classified, args [][]byte) bool {
+// cl.node and nothing before it. The session's own route says so: it
+// forwards, pipes or remembers the command, where it does not answer it
+// itself or from several replies (CLIENT REPLY, CLIENT KILL, node-wide
+// commands, fan-outs, topology, INFO's patch). Nor a cluster MULTI (held
+// back until its node is known), or a command on a mitigated key (the
+// engine's).
+func (l *loop) presendable(c *lclient, cl *classified, args [][]byte) bool {
 	switch {
-	case cl.mitigated || replyMode(args) != 0:
+	case cl.mitigated:
 		return false
-	case l.p.cfg.Cluster && (cl.info.Kind == command.Multi || command.IsFanout(args)):
+	case l.p.cfg.Cluster && cl.info.Kind == command.Multi:
 		return false
 	}
-	return true
+	switch decide(cl.info, cl.known, args, mode{cluster: l.p.cfg.Cluster, proto: c.proto}).op {
+	case opForward, opPipe, opState:
+		return true
+	}
+	return false
 }
 
 // presenting is the command the loop is presenting: from the moment it
@@ -73,7 +80,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		c.noPresend = false
 		return false
 	}
-	if !l.presendable(cl, args) {
+	if !l.presendable(c, cl, args) {
 		return false
 	}
 	if l.waitDrain(c, off) {
@@ -235,7 +242,17 @@ func (p *Proxy) presentedUpstream(s *session, pr *presented) {
 		p.log.Info("handing a presented command to a session failed", "err", err)
 		return
 	}
-	u := &upstream{node: pr.node, conn: nc, r: resp.NewReader(nc, 16<<10, resp.ReplyLimits()), w: resp.NewWriter(nc, 16<<10)}
+	u := &upstream{node: pr.node, conn: nc}
+	if p.cfg.FollowMaster {
+		// A switch of master must close it as it closes every other
+		// upstream connection (master.go); if the master moved already,
+		// the session sends the command again, to the new one.
+		if err := p.track(p.topo.addr(pr.node), u); err != nil {
+			p.log.Info("handing a presented command to a session failed", "err", err)
+			return
+		}
+	}
+	u.r, u.w = resp.NewReader(u.conn, 16<<10, resp.ReplyLimits()), resp.NewWriter(u.conn, 16<<10)
 	for len(s.ups) <= pr.node {
 		s.ups = append(s.ups, nil)
 	}
