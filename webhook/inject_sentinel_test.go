@@ -26,13 +26,13 @@ func TestInjectSentinelTarget(t *testing.T) {
 	webhook.Inject(pod, policy, webhook.InjectorConfig{Image: testImage})
 	env := envOf(pod.Spec.InitContainers[0])
 	want := map[string]string{
-		"HEATSINK_UPSTREAM":           "",
-		"HEATSINK_CLUSTER":            "false",
-		"HEATSINK_SENTINEL_ADDRESSES": "sentinel-0.shop.svc:26379,sentinel-1.shop.svc:26379",
-		"HEATSINK_SENTINEL_MASTER":    "mymaster",
-		"HEATSINK_SENTINEL_USERNAME":  "secret:sentinel-auth/username",
-		"HEATSINK_SENTINEL_PASSWORD":  "secret:sentinel-auth/password",
-		"HEATSINK_REDIS_PASSWORD":     "secret:redis-auth/password",
+		"HEATSINK_UPSTREAM":            "",
+		"HEATSINK_CLUSTER":             "false",
+		"HEATSINK_SENTINEL_ADDRESSES":  "sentinel-0.shop.svc:26379,sentinel-1.shop.svc:26379",
+		"HEATSINK_SENTINEL_MASTER":     "mymaster",
+		"HEATSINK_SENTINEL_USERNAME":   "secret:sentinel-auth/username",
+		"HEATSINK_SENTINEL_PASSWORD":   "secret:sentinel-auth/password",
+		"HEATSINK_REDIS_PASSWORD_FILE": "/etc/heatsink/credentials/password",
 	}
 	for k, v := range want {
 		if got, ok := env[k]; !ok || got != v {

@@ -118,7 +118,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 				t.Errorf("%d commands hung (no reply or error within 5 s)", n)
 			}
 			for _, e := range l.errors() {
-				if !strings.Contains(e, "heatsink sidecar") {
+				if !strings.Contains(e, "heatsink proxy") {
 					t.Errorf("unexpected error: %s", e)
 				}
 			}

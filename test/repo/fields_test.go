@@ -19,17 +19,21 @@ import (
 
 // fieldTests names, for every field of HotKeyPolicySpec, the test that sets
 // it and observes what it promises ("dir TestName" or "dir TestName/sub
-// test"), or why none is listed yet ("pending: ..."). Issue 14: every spec
-// field must take effect or be removed.
+// test"), or why none is listed yet ("pending: ..."): every spec field must
+// take effect or be removed.
 var fieldTests = map[string]string{
 	"mode": "controllers TestHotKeyPolicyFlows/observe mode publishes nothing",
 
-	"target.addresses":                    "webhook TestInjectIsCompleteAndIdempotent",
-	"target.cluster":                      "webhook TestInjectIsCompleteAndIdempotent",
-	"target.credentialsSecretRef.name":    "controllers TestHotKeyPolicyFlows/credentials from the Secret; missing ones degrade",
-	"target.tls.caSecretRef.name":         "webhook TestInjectIsCompleteAndIdempotent",
-	"target.tls.clientCertSecretRef.name": "controllers TestDialRedisClientCertificate",
-	"target.tls.serverName":               "webhook TestInjectIsCompleteAndIdempotent",
+	"target.addresses":                          "webhook TestInjectIsCompleteAndIdempotent",
+	"target.cluster":                            "webhook TestInjectIsCompleteAndIdempotent",
+	"target.credentialsSecretRef.name":          "controllers TestHotKeyPolicyFlows/credentials from the Secret; missing ones degrade",
+	"target.tls.caSecretRef.name":               "webhook TestInjectIsCompleteAndIdempotent",
+	"target.tls.clientCertSecretRef.name":       "controllers TestDialRedisClientCertificate",
+	"target.tls.serverName":                     "webhook TestInjectIsCompleteAndIdempotent",
+	"target.database":                           "controllers TestHotKeyPolicyFlows/a policy of database 2 publishes its database and folds there",
+	"target.sentinel.addresses":                 "dataplane/sidecar TestSidecarFollowsSentinelFailover",
+	"target.sentinel.masterName":                "dataplane/sidecar TestSidecarFollowsSentinelFailover",
+	"target.sentinel.credentialsSecretRef.name": "controllers TestDialRedisThroughSentinel",
 
 	"keys.include": "nodeagent TestAgentReportsToTheManager/a key over its threshold reaches the manager at the next tick",
 	"keys.exclude": "nodeagent TestAgentReportsToTheManager/a key over its threshold reaches the manager at the next tick",
