@@ -101,28 +101,29 @@ func (r *HotKeyPolicyReconciler) credentials(ctx context.Context, policy *v1alph
 		return s, err
 	}
 	t := policy.Spec.Target
-	if ref := t.CredentialsSecretRef; ref != nil {
-		s, err := read(ref.Name)
+	// userAndPassword reads a credentials Secret: key password required,
+	// username optional (Redis' default user).
+	userAndPassword := func(name string) (user, password string, err error) {
+		s, err := read(name)
 		if err != nil {
-			return creds, err
+			return "", "", err
 		}
 		pw, ok := s.Data["password"]
 		if !ok {
-			return creds, fmt.Errorf("%w: Secret %q has no key \"password\"", errCredentials, ref.Name)
+			return "", "", fmt.Errorf("%w: Secret %q has no key \"password\"", errCredentials, name)
 		}
-		creds.Username, creds.Password = string(s.Data["username"]), string(pw)
+		return string(s.Data["username"]), string(pw), nil
+	}
+	var err error
+	if ref := t.CredentialsSecretRef; ref != nil {
+		if creds.Username, creds.Password, err = userAndPassword(ref.Name); err != nil {
+			return creds, err
+		}
 	}
 	if t.Sentinel != nil && t.Sentinel.CredentialsSecretRef != nil {
-		ref := t.Sentinel.CredentialsSecretRef
-		s, err := read(ref.Name)
-		if err != nil {
+		if creds.SentinelUsername, creds.SentinelPassword, err = userAndPassword(t.Sentinel.CredentialsSecretRef.Name); err != nil {
 			return creds, err
 		}
-		pw, ok := s.Data["password"]
-		if !ok {
-			return creds, fmt.Errorf("%w: Secret %q has no key \"password\"", errCredentials, ref.Name)
-		}
-		creds.SentinelUsername, creds.SentinelPassword = string(s.Data["username"]), string(pw)
 	}
 	if t.TLS != nil && t.TLS.CASecretRef != nil {
 		s, err := read(t.TLS.CASecretRef.Name)

@@ -156,9 +156,12 @@ type Cluster struct {
 }
 
 // Addrs are the masters' addresses.
-func (c *Cluster) Addrs() []string {
-	out := make([]string, len(c.Servers))
-	for i, s := range c.Servers {
+func (c *Cluster) Addrs() []string { return addrs(c.Servers) }
+
+// addrs are the servers' addresses, in order.
+func addrs(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
 		out[i] = s.Addr
 	}
 	return out

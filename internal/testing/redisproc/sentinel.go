@@ -51,13 +51,7 @@ type Sentinel struct {
 }
 
 // SentinelAddrs are the Sentinels' addresses.
-func (s *Sentinel) SentinelAddrs() []string {
-	out := make([]string, len(s.Sentinels))
-	for i, x := range s.Sentinels {
-		out[i] = x.Addr
-	}
-	return out
-}
+func (s *Sentinel) SentinelAddrs() []string { return addrs(s.Sentinels) }
 
 // StartSentinel starts a master, its replicas and the Sentinels, and waits
 // until every replica is in sync and every Sentinel knows every replica and
