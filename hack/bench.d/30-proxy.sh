@@ -29,6 +29,8 @@
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${ROOT}"
+# shellcheck source=hack/lib.sh
+source "${ROOT}/hack/lib.sh"
 
 REQUESTS="${PROXY_BENCH_REQUESTS:-100000}"
 ROUNDS="${PROXY_BENCH_ROUNDS:-5}"
@@ -143,21 +145,7 @@ echo '{"schemaVersion":1,"policy":"bench/bench","version":1,"epochMillis":60000,
 OPORT=$(freeport); heatsink heatsink-reports "${OPORT}" --upstream "127.0.0.1:${RPORT}" --routing-file "${work}/empty.json" \
   --policy bench --namespace bench --node-agent "127.0.0.1:$(freeport)"
 TPORT=$(freeport)
-# twemproxy: server_connections lets it pipeline to Redis over several
-# connections. A spot check of 1, 2 and 4 on this 2-core machine had 4 best
-# or equal (depth 16 gains most), so it gets 4 (TWEMPROXY_CONNS overrides).
-cat >"${work}/nutcracker.yml" <<YML
-bench:
-  listen: 127.0.0.1:${TPORT}
-  hash: fnv1a_64
-  distribution: ketama
-  redis: true
-  server_connections: ${TWEMPROXY_CONNS:-4}
-  auto_eject_hosts: false
-  timeout: 5000
-  servers:
-   - 127.0.0.1:${RPORT}:1
-YML
+twemproxy_conf "${TPORT}" "${RPORT}" >"${work}/nutcracker.yml"
 nutcracker -c "${work}/nutcracker.yml" -s "$(freeport)" -o "${work}/nutcracker.log" &
 pids+=($!); servers+=($!)
 waitport "${TPORT}"

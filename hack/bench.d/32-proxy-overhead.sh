@@ -17,6 +17,8 @@
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${ROOT}"
+# shellcheck source=hack/lib.sh
+source "${ROOT}/hack/lib.sh"
 
 REPEATS="${PROXY_OVERHEAD_REPEATS:-5}"
 N1="${PROXY_OVERHEAD_N1:-20000}"    # requests of the one-client run
@@ -67,19 +69,7 @@ HPORT=$(freeport); MPORT=$(freeport)
 pids+=($!); servers+=($!)
 waitport "${HPORT}"
 TPORT=$(freeport)
-# twemproxy as in 30-proxy.sh: 4 server connections (TWEMPROXY_CONNS).
-cat >"${work}/nutcracker.yml" <<YML
-bench:
-  listen: 127.0.0.1:${TPORT}
-  hash: fnv1a_64
-  distribution: ketama
-  redis: true
-  server_connections: ${TWEMPROXY_CONNS:-4}
-  auto_eject_hosts: false
-  timeout: 5000
-  servers:
-   - 127.0.0.1:${RPORT}:1
-YML
+twemproxy_conf "${TPORT}" "${RPORT}" >"${work}/nutcracker.yml"
 nutcracker -c "${work}/nutcracker.yml" -s "$(freeport)" -o "${work}/nutcracker.log" &
 pids+=($!); servers+=($!)
 waitport "${TPORT}"
