@@ -1,6 +1,10 @@
 package agentlink
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
 
 // EventType says which field of an Event is set.
 type EventType string
@@ -79,3 +83,45 @@ type Routing struct {
 	Version int64           `json:"version"`
 	Table   json.RawMessage `json:"table"`
 }
+
+// Validate reports why an event read from the stream cannot be applied: an
+// unknown type, or a type without the payload it names. The node agent
+// drops such an event (and logs it) instead of acting on half of it.
+func (e *Event) Validate() error {
+	switch e.Type {
+	case TypePolicy:
+		if e.Directive == nil || e.Directive.Policy == "" {
+			return errors.New("agentlink: policy event without a directive naming its policy")
+		}
+	case TypePolicyRemoved:
+		if e.Removed == "" {
+			return errors.New("agentlink: policyRemoved event without the policy's name")
+		}
+	case TypeRouting:
+		if e.Routing == nil || e.Routing.Policy == "" || len(e.Routing.Table) == 0 {
+			return errors.New("agentlink: routing event without a policy and its table")
+		}
+	case TypePods, TypeSynced, TypeHeartbeat:
+	default:
+		return fmt.Errorf("agentlink: unknown event type %q", e.Type)
+	}
+	return nil
+}
+
+// DecodeEvent reads one event of the stream and validates it. An event
+// that decoded but is invalid gives an error wrapping ErrInvalidEvent; any
+// other error means the stream cannot be read on.
+func DecodeEvent(dec *json.Decoder) (Event, error) {
+	var e Event
+	if err := dec.Decode(&e); err != nil {
+		return Event{}, err
+	}
+	if err := e.Validate(); err != nil {
+		return e, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	return e, nil
+}
+
+// ErrInvalidEvent marks an event that decoded but cannot be applied; the
+// stream itself is still readable.
+var ErrInvalidEvent = errors.New("invalid event")

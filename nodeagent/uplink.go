@@ -219,8 +219,12 @@ func (d *Agent) watch(ctx context.Context, addr, token string) (synced bool, err
 	dec := json.NewDecoder(resp.Body)
 	seen := map[string]bool{}
 	for {
-		var ev agentlink.Event
-		if err := dec.Decode(&ev); err != nil {
+		ev, err := agentlink.DecodeEvent(dec)
+		if errors.Is(err, agentlink.ErrInvalidEvent) {
+			d.log.Error(err, "event from the manager dropped")
+			continue
+		}
+		if err != nil {
 			if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				err = errors.New("stream idle or closed")
 			}
