@@ -214,7 +214,7 @@ func (s *session) forwardStreamed(node int, c *classified, inval []string) error
 		}
 		s.invalidateKeys(inval) // the write may have been applied
 		if !swallow {
-			s.localError(errUpstream(s.p.topo.addr(node), werr))
+			s.localError(s.p.upstreamError(s.p.topo.addr(node), werr))
 		}
 		return nil
 	}

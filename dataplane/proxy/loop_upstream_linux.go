@@ -528,7 +528,7 @@ func (l *loop) failUp(u *lupstream, err error) {
 	if l.p.cfg.Cluster {
 		l.p.topo.refreshAsync() // the node may have failed over
 	}
-	l.failOwed(u, errUpstream(l.p.topo.addr(u.node), err))
+	l.failOwed(u, l.p.upstreamError(l.p.topo.addr(u.node), err))
 	l.unExcl(u)
 	if c := u.paused; c != nil {
 		c.pausing, u.paused = nil, nil

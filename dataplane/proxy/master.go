@@ -176,3 +176,13 @@ func (t *topology) setMaster(addr string) {
 	t.addrs[0] = addr
 	t.index[addr] = 0
 }
+
+// upstreamError is errUpstream, except while a failover is fenced: then the
+// connection failed because the fence closed it, and the client is told
+// so (retry), not of a closed socket.
+func (p *Proxy) upstreamError(addr string, err error) string {
+	if p.cfg.FollowMaster && p.conns.fenced.Load() {
+		err = errFenced
+	}
+	return errUpstream(addr, err)
+}

@@ -565,7 +565,7 @@ func (s *session) drain() {
 			if err := s.readFrames(u, int(pd.frames), pd.swallow); err != nil {
 				s.fail(u, err)
 				if !pd.swallow {
-					s.cw.Buf = resp.AppendError(s.cw.Buf, errUpstream(s.p.topo.addr(int(pd.node)), err))
+					s.cw.Buf = resp.AppendError(s.cw.Buf, s.p.upstreamError(s.p.topo.addr(int(pd.node)), err))
 				}
 				continue
 			}
@@ -577,7 +577,7 @@ func (s *session) drain() {
 			s.invalidate(pd) // the write may have been applied
 			s.fail(u, err)
 			if !pd.swallow {
-				s.cw.Buf = resp.AppendError(s.cw.Buf, errUpstream(s.p.topo.addr(int(pd.node)), err))
+				s.cw.Buf = resp.AppendError(s.cw.Buf, s.p.upstreamError(s.p.topo.addr(int(pd.node)), err))
 			}
 			continue
 		}

@@ -259,7 +259,7 @@ func (c *shared) readLoop() {
 		}
 		c.p.m.upstreamErrors.WithLabelValues(kind).Inc()
 	}
-	msg := errUpstream(c.p.topo.addr(0), err)
+	msg := c.p.upstreamError(c.p.topo.addr(0), err)
 	for _, w := range local {
 		for ; w.n > 0; w.n-- {
 			w.s.cw.Buf = resp.AppendError(w.s.cw.Buf, msg)
