@@ -116,3 +116,20 @@ bench:
    - 127.0.0.1:$2:1
 YML
 }
+
+# require_tools TOOL...: exits with a message naming the first tool missing.
+require_tools() {
+  local b
+  for b in "$@"; do
+    command -v "$b" >/dev/null || { echo "bench: $b not installed" >&2; exit 1; }
+  done
+}
+
+# bench_cleanup: a benchmark's EXIT trap: stops the processes it started
+# (the caller's pids array) and removes its work folder (${work}).
+bench_cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "${work}"
+}

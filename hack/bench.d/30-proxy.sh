@@ -42,16 +42,8 @@ MAIN_ROUNDS="${PROXY_BENCH_MAIN_ROUNDS:-11}"
 CLIENTS=50
 work="$(mktemp -d)"
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "${work}"
-}
-trap cleanup EXIT
-
-for b in redis-server redis-benchmark redis-cli nutcracker python3 taskset; do
-  command -v "$b" >/dev/null || { echo "bench: $b not installed" >&2; exit 1; }
-done
+trap bench_cleanup EXIT
+require_tools redis-server redis-benchmark redis-cli nutcracker python3 taskset
 
 NCPU=$(nproc)
 PIN="${PROXY_BENCH_PIN:-1}"
