@@ -35,6 +35,8 @@ const (
 	DefaultEpoch             = 60 * time.Second
 	DefaultFlushInterval     = 100 * time.Millisecond
 	DefaultLeadTime          = 5 * time.Minute
+	DefaultMaxReplicaLag     = time.Second
+	DefaultLagCheckInterval  = time.Second
 )
 
 // SetDefaults fills every unset field of spec with its default, as the schema
@@ -66,6 +68,9 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	boolean(&m.Replicate.Enabled, false)
 	boolean(&m.Split.Enabled, false)
 	boolean(&m.PreAggregate.Enabled, false)
+	boolean(&m.ReplicaReads.Enabled, false)
+	dur(&m.ReplicaReads.MaxLag, DefaultMaxReplicaLag)
+	dur(&m.ReplicaReads.LagCheckInterval, DefaultLagCheckInterval)
 	dur(&m.LocalCache.TTL, DefaultCacheTTL)
 	i32(&m.LocalCache.MaxEntries, DefaultMaxEntries)
 	i64(&m.LocalCache.MaxBytes, DefaultMaxBytes)
@@ -121,3 +126,6 @@ func (c Split) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
 
 // IsEnabled reports whether pre-aggregation is allowed (default false).
 func (c PreAggregate) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
+
+// IsEnabled reports whether replica reads are allowed (default false).
+func (c ReplicaReads) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }

@@ -22,13 +22,14 @@ const (
 // positive duration string with a unit ("500ms", "2s", "5m"). Defaults live in
 // the schema: a field left out gets its default, and a value written (an
 // explicit 0 too) is validated, never replaced.
-// +kubebuilder:validation:XValidation:rule="self.mode == 'Observe' || (!has(self.mitigations.coalesce) || !has(self.mitigations.coalesce.enabled) || self.mitigations.coalesce.enabled) || (!has(self.mitigations.localCache) || !has(self.mitigations.localCache.enabled) || self.mitigations.localCache.enabled) || (has(self.mitigations.replicate) && has(self.mitigations.replicate.enabled) && self.mitigations.replicate.enabled) || (has(self.mitigations.split) && has(self.mitigations.split.enabled) && self.mitigations.split.enabled) || (has(self.mitigations.preAggregate) && has(self.mitigations.preAggregate.enabled) && self.mitigations.preAggregate.enabled)",message="mode Enforce needs at least one mitigation enabled in spec.mitigations (mode Observe needs none)"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Observe' || (!has(self.mitigations.coalesce) || !has(self.mitigations.coalesce.enabled) || self.mitigations.coalesce.enabled) || (!has(self.mitigations.localCache) || !has(self.mitigations.localCache.enabled) || self.mitigations.localCache.enabled) || (has(self.mitigations.replicate) && has(self.mitigations.replicate.enabled) && self.mitigations.replicate.enabled) || (has(self.mitigations.split) && has(self.mitigations.split.enabled) && self.mitigations.split.enabled) || (has(self.mitigations.preAggregate) && has(self.mitigations.preAggregate.enabled) && self.mitigations.preAggregate.enabled) || (has(self.mitigations.replicaReads) && has(self.mitigations.replicaReads.enabled) && self.mitigations.replicaReads.enabled)",message="mode Enforce needs at least one mitigation enabled in spec.mitigations (mode Observe needs none)"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.coalesce) || !s.mitigation.coalesce || self.mitigations.coalesce.enabled)",message="a schedule asks for coalesce but mitigations.coalesce.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || self.mitigations.replicate.enabled)",message="a schedule asks for replicate but mitigations.replicate.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.localCache) || self.mitigations.localCache.enabled)",message="a schedule asks for localCache but mitigations.localCache.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || self.mitigations.split.enabled)",message="a schedule asks for split but mitigations.split.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || s.mitigation.replicate.replicas <= self.mitigations.replicate.maxReplicas)",message="a schedule's replicate.replicas exceeds mitigations.replicate.maxReplicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || s.mitigation.split.shards <= self.mitigations.split.maxShards)",message="a schedule's split.shards exceeds mitigations.split.maxShards"
+// +kubebuilder:validation:XValidation:rule="!has(self.mitigations.replicaReads) || !has(self.mitigations.replicaReads.addresses) || (!has(self.target.sentinel) && !(has(self.target.cluster) && self.target.cluster))",message="mitigations.replicaReads.addresses are for a standalone target: a Redis Cluster's and a Sentinel set's replicas are discovered"
 type HotKeyPolicySpec struct {
 	// mode is Enforce (publish and act) or Observe (decide and report only).
 	// Default: Enforce.
@@ -335,6 +336,50 @@ type Mitigations struct {
 	// +optional
 	// +kubebuilder:default={}
 	PreAggregate PreAggregate `json:"preAggregate,omitempty"`
+
+	// replicaReads sends the reads of a read-hot key to the Redis replicas
+	// of its shard: no extra memory and no extra writes, at the price of
+	// reads as stale as the replication lag (bounded by maxLag).
+	// +optional
+	// +kubebuilder:default={}
+	ReplicaReads ReplicaReads `json:"replicaReads,omitempty"`
+}
+
+// ReplicaReads configures reads from Redis replicas.
+type ReplicaReads struct {
+	// enabled allows replica reads. Default: false. Read it with IsEnabled.
+	// +optional
+	// +kubebuilder:default=false
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// maxLag is the replication lag past which a replica is skipped (its
+	// reads go to the other replicas, or to the master when none is
+	// left). A reader measures each replica's lag every lagCheckInterval
+	// from replication offsets. Default: 1s.
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="mitigations.replicaReads.maxLag must be a positive duration with a unit of ms, s, m or h, such as 1s"
+	// +kubebuilder:validation:MaxLength=32
+	MaxLag metav1.Duration `json:"maxLag,omitzero"`
+
+	// lagCheckInterval is how often each reader measures the lag of the
+	// replicas of the shards it reads from. Default: 1s.
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) >= duration('100ms')",message="mitigations.replicaReads.lagCheckInterval must be a duration of at least 100ms with a unit of ms, s, m or h, such as 1s"
+	// +kubebuilder:validation:MaxLength=32
+	LagCheckInterval metav1.Duration `json:"lagCheckInterval,omitzero"`
+
+	// addresses are the host:port addresses of a standalone master's
+	// replicas. Only for a standalone target: a Redis Cluster's replicas
+	// come from CLUSTER SLOTS, a Sentinel set's from SENTINEL REPLICAS.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:MinLength=3
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // Coalesce configures single-flight reads.
@@ -591,13 +636,14 @@ const (
 )
 
 // MitigationType names a mitigation in status and in the routing table.
-// +kubebuilder:validation:Enum=Coalesce;LocalCache;Replicate;Split;PreAggregate
+// +kubebuilder:validation:Enum=Coalesce;LocalCache;ReplicaReads;Replicate;Split;PreAggregate
 type MitigationType string
 
 // The mitigations, cheapest first.
 const (
 	MitigationCoalesce     MitigationType = "Coalesce"
 	MitigationLocalCache   MitigationType = "LocalCache"
+	MitigationReplicaReads MitigationType = "ReplicaReads"
 	MitigationReplicate    MitigationType = "Replicate"
 	MitigationSplit        MitigationType = "Split"
 	MitigationPreAggregate MitigationType = "PreAggregate"
@@ -625,7 +671,7 @@ type HotKeyStatus struct {
 	WritesPerSecond int64 `json:"writesPerSecond"`
 	// mitigations applied to the key, cheapest first.
 	// +optional
-	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:MaxItems=6
 	Mitigations []MitigationType `json:"mitigations,omitempty"`
 	// shards is the split cardinality of the current epoch, 0 when not split.
 	// +optional

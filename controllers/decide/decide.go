@@ -411,9 +411,11 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 }
 
 // detectedEntry chooses the mitigations of a hot key, cheapest first: reads
-// get coalescing, then a local cache, then replicas only when one physical
-// key cannot serve the read rate (or nothing cheaper is allowed); writes get a
-// split (and pre-aggregation where the policy opts in).
+// get coalescing, then a local cache, then, only when one physical key
+// cannot serve the read rate (or nothing cheaper is allowed), reads from the
+// shard's Redis replicas, or replicated copies where replica reads are not
+// allowed; writes get a split (and pre-aggregation where the policy opts
+// in).
 //
 // A split grows at once but shrinks only past the hysteresis band (see
 // shrinkSize) and after the smaller size has held for sustainFor (reports of several nodes arrive one by one, so a sum may dip
@@ -434,7 +436,14 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, k
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationLocalCache)
 		}
 		need := withHeadroom(o.ReadsPerSecond, spec.Capacity.HeadroomPercent) > float64(spec.Capacity.PerShardReadsPerSecond)
-		if m.Replicate.IsEnabled() && (need || len(d.Mitigations) == 0) {
+		replicaReads := m.ReplicaReads.IsEnabled() && (need || len(d.Mitigations) == 0)
+		if replicaReads {
+			// The shard's replicas exist anyway: reading them costs no
+			// memory and no write, so they come before copies.
+			e.ReplicaReads = &routing.ReplicaReads{MaxLagMillis: m.ReplicaReads.MaxLag.Milliseconds()}
+			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
+		}
+		if m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0) {
 			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardReadsPerSecond, m.Replicate.MaxReplicas)
 			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = n
@@ -541,12 +550,14 @@ func mitigationRank(t v1alpha1.MitigationType) int {
 		return 0
 	case v1alpha1.MitigationLocalCache:
 		return 1
-	case v1alpha1.MitigationReplicate:
+	case v1alpha1.MitigationReplicaReads:
 		return 2
-	case v1alpha1.MitigationSplit:
+	case v1alpha1.MitigationReplicate:
 		return 3
-	default:
+	case v1alpha1.MitigationSplit:
 		return 4
+	default:
+		return 5
 	}
 }
 
@@ -602,7 +613,7 @@ func lastShards(t *routing.Table, key string) int32 {
 }
 
 func hasMitigation(e *routing.Entry) bool {
-	return e.Coalesce || e.LocalCache != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
+	return e.Coalesce || e.LocalCache != nil || e.ReplicaReads != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
 }
 
 func sortedKeys(m map[string]*KeyState) []string {
