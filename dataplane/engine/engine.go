@@ -11,6 +11,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,16 @@ type Options struct {
 	// to keys that are not split (a split counter's cached sum still lives
 	// for its TTL).
 	Tracking bool
+	// Replicas, if set, lists the shards' replicas for replica reads
+	// (replicas.go), for a client whose replicas the engine cannot find
+	// itself: a Sentinel set, whose replicas only the Sentinels know.
+	// Without it a cluster client's come from CLUSTER SLOTS and a
+	// standalone client's from the table.
+	Replicas ReplicaSource
+	// ReplicaTLS, if set, is the TLS configuration of connections to
+	// replicas, instead of the client's own (which a client with its own
+	// dialer, such as the sidecar's in Sentinel mode, does not carry).
+	ReplicaTLS *tls.Config
 }
 
 func (o *Options) defaults() {
@@ -90,6 +101,7 @@ type Engine struct {
 	clock     clock.WithTicker
 	table     atomic.Pointer[index]
 	cache     *cache
+	reps      replicaSet
 	flight    singleflight.Group
 	m         *metrics
 
@@ -126,6 +138,7 @@ func New(client redis.UniversalClient, opts Options) *Engine {
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
+	e.reps.e = e
 	e.setTracking(opts.Tracking)
 	e.table.Store(e.newIndex(emptyTable))
 	go e.flushLoop()
@@ -202,6 +215,7 @@ func (e *Engine) SetTable(t *routing.Table) {
 	}
 	e.table.Store(ix)
 	e.applyCacheSettings(ix.table)
+	e.reps.configure(ix.table)
 	// Keys that lost their local cache are written raw from now on, and raw
 	// writes do not invalidate: drop what is cached for them.
 	e.cache.retain(func(key string) bool {
@@ -294,6 +308,7 @@ func (e *Engine) Close() error {
 			tr.closeAll()
 		}
 		e.trackMu.Unlock()
+		e.reps.close()
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 		defer cancel()
 		err = e.Flush(ctx)

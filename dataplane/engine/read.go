@@ -151,7 +151,7 @@ func (e *Engine) fetch(ctx context.Context, p *plan, active bool) (readResult, e
 		i := e.opts.IntN(len(p.replicas) + 1)
 		if i > 0 {
 			e.m.fanout.Inc()
-			v, found, err := e.getRaw(ctx, p.replicas[i-1])
+			v, found, err := e.readKey(ctx, p, p.replicas[i-1], active)
 			if err != nil || found {
 				return readResult{v, found}, err
 			}
@@ -159,8 +159,21 @@ func (e *Engine) fetch(ctx context.Context, p *plan, active bool) (readResult, e
 			// the truth.
 		}
 	}
-	v, found, err := e.getRaw(ctx, p.key)
+	v, found, err := e.readKey(ctx, p, p.key, active)
 	return readResult{v, found}, err
+}
+
+// readKey reads one physical key of p: from a replica of its shard while
+// p's entry asks for replica reads and one is within its lag bound, from
+// the master otherwise.
+func (e *Engine) readKey(ctx context.Context, p *plan, key string, active bool) ([]byte, bool, error) {
+	if rr := p.entry.ReplicaReads; active && rr != nil {
+		v, found, err := e.replicaGet(ctx, rr, key)
+		if err == nil {
+			return v, found, nil
+		}
+	}
+	return e.getRaw(ctx, key)
 }
 
 // errNotInteger is returned when a split counter's key holds something else.

@@ -149,13 +149,14 @@ func (s *Server) Stop() {
 	})
 }
 
-// Cluster is a running Redis Cluster of masters only.
+// Cluster is a running Redis Cluster: masters only (StartCluster), or
+// masters with replicas (StartClusterReplicas).
 type Cluster struct {
 	Servers []*Server
 	dir     string
 }
 
-// Addrs are the masters' addresses.
+// Addrs are the nodes' addresses.
 func (c *Cluster) Addrs() []string { return addrs(c.Servers) }
 
 // addrs are the servers' addresses, in order.
@@ -171,6 +172,10 @@ func addrs(servers []*Server) []string {
 // `redis-cli --cluster create` (slots split evenly, no replicas) and waits
 // until every node reports cluster_state:ok.
 func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
+	return startCluster(ctx, masters, 0)
+}
+
+func startCluster(ctx context.Context, masters, replicas int) (*Cluster, error) {
 	if masters < 3 {
 		return nil, errors.New("redis cluster needs at least 3 masters")
 	}
@@ -182,7 +187,7 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{dir: dir}
-	for i := 0; i < masters; i++ {
+	for i := 0; i < masters*(1+replicas); i++ {
 		s, err := start(ctx, Options{Dir: dir}, true)
 		if err != nil {
 			c.Stop()
@@ -191,7 +196,7 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 		c.Servers = append(c.Servers, s)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
 	if err != nil {
 		c.Stop()
@@ -208,7 +213,7 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 				return fmt.Errorf("cluster node %s not ok: %s", s.Addr, info)
 			}
 		}
-		return nil
+		return replicasLinked(c.Servers, masters*replicas)
 	})
 	if err != nil {
 		c.Stop()

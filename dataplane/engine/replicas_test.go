@@ -1,0 +1,220 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// getCalls is how many GETs addr served since its last CONFIG RESETSTAT.
+func getCalls(t *testing.T, addr string) int {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+func resetStats(t *testing.T, addrs ...string) {
+	t.Helper()
+	for _, a := range addrs {
+		if _, err := redisproc.Command(a, "CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func replicaTable(db int32, addrs []string, keys ...string) *routing.Table {
+	t := &routing.Table{SchemaVersion: routing.SchemaVersionFor(db), Database: db, EpochMillis: 60000,
+		Replicas: &routing.ReplicaSettings{Addresses: addrs, CheckMillis: 100}}
+	for _, k := range keys {
+		t.Entries = append(t.Entries, routing.Entry{Key: k, Source: routing.SourceDetected, ReplicaReads: &routing.ReplicaReads{MaxLagMillis: 1000}})
+	}
+	return t
+}
+
+// usable waits until the engine has measured want replicas within the
+// bound.
+func usable(t *testing.T, e *engine.Engine, want int) {
+	t.Helper()
+	eventually.True(t, 20*time.Second, fmt.Sprintf("%d replicas measured usable", want), func() bool {
+		n := 0
+		for _, l := range e.ReplicaLags() {
+			if l >= 0 && l <= time.Second {
+				n++
+			}
+		}
+		return n == want
+	})
+}
+
+func readN(t *testing.T, e *engine.Engine, key, want string, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		v, found, err := e.Get(context.Background(), key)
+		if err != nil || !found || string(v) != want {
+			t.Fatalf("read %d: %q, %v, %v; want %q", i, v, found, err, want)
+		}
+	}
+}
+
+// TestReplicaReadsStandalone: with a standalone master and two replicas
+// the policy lists, reads of a replicaReads key go to the replicas, evenly,
+// and none to the master; a replica that stops applying the replication
+// stream (CLIENT PAUSE WRITE on it: it still answers, with old values) is
+// skipped once its lag passes the bound, and the master serves when every
+// replica is over it or down.
+func TestReplicaReadsStandalone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	r := redistest.Replicated(t, 2)
+	ctx := context.Background()
+	mc := redis.NewClient(&redis.Options{Addr: r.Master.Addr})
+	defer mc.Close()
+	e := engine.New(mc, engine.Options{})
+	defer e.Close()
+	if err := mc.Set(ctx, "hot", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.SetTable(replicaTable(0, r.ReplicaAddrs(), "hot"))
+	usable(t, e, 2)
+	r1, r2 := r.ReplicaAddrs()[0], r.ReplicaAddrs()[1]
+	all := []string{r.Master.Addr, r1, r2}
+
+	resetStats(t, all...)
+	readN(t, e, "hot", "v1", 300)
+	if m, a, b := getCalls(t, r.Master.Addr), getCalls(t, r1), getCalls(t, r2); m != 0 || a < 100 || b < 100 || a+b != 300 {
+		t.Fatalf("GETs: master %d, replicas %d and %d; want 0 and about 150 each", m, a, b)
+	}
+	// A key the table does not list is read from the master.
+	resetStats(t, all...)
+	if _, _, err := e.Get(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if m := getCalls(t, r.Master.Addr); m != 1 {
+		t.Fatalf("an unlisted key: %d GETs on the master, want 1", m)
+	}
+
+	// r1 stops applying what the master sends; the next write leaves it
+	// behind, and once it is a second behind it serves no read.
+	if _, err := redisproc.Command(r1, "CLIENT", "PAUSE", "20000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	defer redisproc.Command(r1, "CLIENT", "UNPAUSE")
+	if err := mc.Set(ctx, "hot", "v2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 10*time.Second, "the paused replica measured over the bound", func() bool {
+		return e.ReplicaLags()[r1] > time.Second
+	})
+	eventually.True(t, 10*time.Second, "the other replica has v2", func() bool {
+		v, _ := redisproc.Command(r2, "GET", "hot")
+		return v == "v2"
+	})
+	resetStats(t, all...)
+	readN(t, e, "hot", "v2", 100)
+	if m, a, b := getCalls(t, r.Master.Addr), getCalls(t, r1), getCalls(t, r2); m != 0 || a != 0 || b != 100 {
+		t.Fatalf("GETs with r1 lagging: master %d, r1 %d, r2 %d; want 0, 0, 100", m, a, b)
+	}
+
+	// r2 down too: the master serves every read, without an error.
+	r.Replicas[1].Stop()
+	eventually.True(t, 10*time.Second, "the stopped replica measured down", func() bool {
+		return e.ReplicaLags()[r2] < 0
+	})
+	resetStats(t, r.Master.Addr, r1)
+	readN(t, e, "hot", "v2", 100)
+	if m, a := getCalls(t, r.Master.Addr), getCalls(t, r1); m != 100 || a != 0 {
+		t.Fatalf("GETs with no usable replica: master %d, r1 %d; want 100, 0", m, a)
+	}
+
+	// r1 catches up and serves again.
+	if _, err := redisproc.Command(r1, "CLIENT", "UNPAUSE"); err != nil {
+		t.Fatal(err)
+	}
+	usable(t, e, 1)
+	resetStats(t, r.Master.Addr, r1)
+	readN(t, e, "hot", "v2", 50)
+	if m, a := getCalls(t, r.Master.Addr), getCalls(t, r1); m != 0 || a != 50 {
+		t.Fatalf("GETs after r1 caught up: master %d, r1 %d; want 0, 50", m, a)
+	}
+
+	// The key leaves the table: its reads go back to the master.
+	e.SetTable(nil)
+	resetStats(t, r.Master.Addr, r1)
+	readN(t, e, "hot", "v2", 10)
+	if m := getCalls(t, r.Master.Addr); m != 10 {
+		t.Fatalf("GETs after the entry left: master %d, want 10", m)
+	}
+}
+
+// TestReplicaReadsCluster: on a 3-master cluster with 2 replicas per
+// master, the replicas come from CLUSTER SLOTS and are read with READONLY:
+// a replicaReads key's reads go to its own shard's two replicas, evenly,
+// none to its master or any other node, and no read is redirected.
+func TestReplicaReadsCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	c := redistest.ClusterReplicas(t, 2)
+	ctx := context.Background()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	defer cc.Close()
+	e := engine.New(cc, engine.Options{})
+	defer e.Close()
+	keys := []string{"hot:a", "hot:b", "hot:c"}
+	for _, k := range keys {
+		if err := cc.Set(ctx, k, "v-"+k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.SetTable(replicaTable(0, nil, keys...))
+	usable(t, e, 6)
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		slot := int(routing.Slot(k))
+		var shard []redis.ClusterNode
+		for _, s := range slots {
+			if s.Start <= slot && slot <= s.End {
+				shard = s.Nodes
+			}
+		}
+		if len(shard) != 3 {
+			t.Fatalf("%s: shard %v, want a master and 2 replicas", k, shard)
+		}
+		resetStats(t, c.Addrs()...)
+		readN(t, e, k, "v-"+k, 200)
+		calls := map[string]int{}
+		for _, a := range c.Addrs() {
+			calls[a] = getCalls(t, a)
+		}
+		m, a, b := calls[shard[0].Addr], calls[shard[1].Addr], calls[shard[2].Addr]
+		if m != 0 || a != 100 || b != 100 {
+			t.Fatalf("%s: GETs master %d, replicas %d and %d (all nodes %v); want 0, 100, 100", k, m, a, b, calls)
+		}
+	}
+}
