@@ -145,7 +145,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p }, follow)
 	defer rc.Close()
-	eng := engine.New(rc, engine.Options{Registerer: reg})
+	eopts := engine.Options{Registerer: reg}
+	if follow != nil {
+		// Only the Sentinels know the master's replicas; the engine's
+		// client dials the master alone, with the TLS its dialer adds.
+		eopts.Replicas, eopts.ReplicaTLS = follow.replicas, cfg.TLS
+	}
+	eng := engine.New(rc, eopts)
 	defer eng.Close()
 	sm := newSidecarMetrics(reg)
 	if cfg.StartupWait == 0 {

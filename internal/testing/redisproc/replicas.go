@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
 
@@ -84,3 +86,28 @@ func replicasLinked(servers []*Server, want int) error {
 // Command sends one command to addr and returns its first reply as text
 // (a bulk string's content, or the first line of any other reply).
 func Command(addr string, args ...string) (string, error) { return command(addr, args...) }
+
+// clusterKnowsReplicas reports an error until every node's CLUSTER SLOTS
+// lists want replicas: a node learns the others' roles and offsets by
+// gossip, and until then leaves replicas out.
+func clusterKnowsReplicas(servers []*Server, want int) error {
+	if want == 0 {
+		return nil
+	}
+	for _, s := range servers {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr})
+		slots, err := c.ClusterSlots(context.Background()).Result()
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("node %s: %w", s.Addr, err)
+		}
+		n := 0
+		for _, sl := range slots {
+			n += max(len(sl.Nodes)-1, 0)
+		}
+		if n < want {
+			return fmt.Errorf("node %s lists %d of %d replicas", s.Addr, n, want)
+		}
+	}
+	return nil
+}
