@@ -171,6 +171,10 @@ type plan struct {
 	// hasShards is false when no generation has shards: the base key then
 	// holds the whole counter.
 	hasShards bool
+	// wrote is when this process last wrote the key (the engine clock's
+	// Unix nanoseconds, 0: never), carried from table to table: replica
+	// reads skip a replica not known to hold that write.
+	wrote atomic.Int64
 }
 
 func newPlan(en routing.Entry) *plan {
@@ -199,9 +203,13 @@ func (e *Engine) SetTable(t *routing.Table) {
 		t = &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1, Database: e.Database()}
 	}
 	ix := e.newIndex(t)
+	old := e.table.Load()
 	if ix.client != nil {
 		for _, en := range t.Entries {
 			ix.plans[en.Key] = newPlan(en)
+			if op := old.plans[en.Key]; op != nil && old.table.Database == t.Database {
+				ix.plans[en.Key].wrote.Store(op.wrote.Load())
+			}
 			if pa := en.PreAggregate; pa != nil {
 				d := time.Duration(pa.FlushMillis) * time.Millisecond
 				if ix.flushEvery == 0 || d < ix.flushEvery {
@@ -210,7 +218,7 @@ func (e *Engine) SetTable(t *routing.Table) {
 			}
 		}
 	}
-	if old := e.table.Load(); old.table.Database != t.Database {
+	if old.table.Database != t.Database {
 		e.switchDatabase(old)
 	}
 	e.table.Store(ix)
@@ -289,6 +297,9 @@ func (e *Engine) plan(key string) *plan {
 func (e *Engine) invalidate(key string) {
 	e.cache.invalidate(key)
 	e.flight.Forget(key)
+	if p := e.plan(key); p != nil && p.entry.ReplicaReads != nil {
+		p.wrote.Store(e.clock.Now().UnixNano())
+	}
 }
 
 // Invalidate drops key from the local cache. The proxy calls it after

@@ -168,7 +168,7 @@ func (e *Engine) fetch(ctx context.Context, p *plan, active bool) (readResult, e
 // the master otherwise.
 func (e *Engine) readKey(ctx context.Context, p *plan, key string, active bool) ([]byte, bool, error) {
 	if rr := p.entry.ReplicaReads; active && rr != nil {
-		v, found, err := e.replicaGet(ctx, rr, key)
+		v, found, err := e.replicaGet(ctx, p, rr, key)
 		if err == nil {
 			return v, found, nil
 		}

@@ -9,10 +9,13 @@ import (
 // The pure decisions of replica reads: a replica's lag from replication
 // offsets, and which replica serves the next read.
 
-// offsetSample is a master's replication offset at a moment.
+// offsetSample is a master's replication offset at a moment: at is when
+// its reply came back (the master had the offset by then), sent when the
+// request left (the offset covers every write acknowledged before then).
 type offsetSample struct {
 	at     time.Time
 	offset int64
+	sent   time.Time
 }
 
 // offsetHistory is a master's recent offsets, oldest first, at most
@@ -62,26 +65,49 @@ func lagOf(h []offsetSample, replica int64, now time.Time) (lag time.Duration, o
 	return 0, true // unreachable: the newest sample passes replica
 }
 
-// pickReplica is the index of the replica that serves the next read: the
-// (start mod usable)-th of the usable replicas, so successive starts spread
-// reads evenly over the usable ones (a skipped replica's share is spread
-// over all the others, not handed to its neighbour). lags[i] is replica
-// i's last measured lag, negative when it is down or not measured yet;
-// usable means 0 <= lag <= maxLag. It returns -1 when no replica is
-// usable: the read goes to the master.
-func pickReplica(lags []time.Duration, maxLag time.Duration, start uint64) int {
-	usable := 0
-	for _, l := range lags {
-		if l >= 0 && l <= maxLag {
-			usable++
+// caughtUpTo is when the newest sample of the master's history that the
+// replica has wholly applied (its offset is at least the sample's) was
+// requested: the replica holds every write the master had acknowledged
+// before then. ok is false when it is behind every sample.
+func caughtUpTo(h []offsetSample, replica int64) (at time.Time, ok bool) {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].offset <= replica {
+			return h[i].sent, true
 		}
 	}
-	if usable == 0 {
+	return time.Time{}, false
+}
+
+// usableReplica says whether a replica may serve a read: measured, within
+// the lag bound, and, when this process wrote the key at wrote (non-zero),
+// known to hold everything the master had after that write (caughtUp, the
+// replica's caughtUpTo, is not before it), so a client reads its own
+// writes.
+func usableReplica(lag, maxLag time.Duration, caughtUp, wrote time.Time) bool {
+	if lag < 0 || lag > maxLag {
+		return false
+	}
+	return wrote.IsZero() || !caughtUp.Before(wrote)
+}
+
+// pickReplica is the index of the replica that serves the next read: the
+// (start mod n)-th of the n usable replicas (usableReplica), so successive
+// starts spread reads evenly over the usable ones (a skipped replica's
+// share is spread over all the others, not handed to its neighbour). It
+// returns -1 when no replica is usable: the read goes to the master.
+func pickReplica(usable []bool, start uint64) int {
+	n := 0
+	for _, u := range usable {
+		if u {
+			n++
+		}
+	}
+	if n == 0 {
 		return -1
 	}
-	k := int(start % uint64(usable))
-	for i, l := range lags {
-		if l >= 0 && l <= maxLag {
+	k := int(start % uint64(n))
+	for i, u := range usable {
+		if u {
 			if k == 0 {
 				return i
 			}

@@ -8,7 +8,7 @@ import (
 func TestLagOf(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	hist := []offsetSample{{at(0), 100}, {at(1), 200}, {at(2), 200}, {at(3), 350}}
+	hist := []offsetSample{{at: at(0), offset: 100}, {at: at(1), offset: 200}, {at: at(2), offset: 200}, {at: at(3), offset: 350}}
 	for name, tc := range map[string]struct {
 		hist    []offsetSample
 		replica int64
@@ -22,7 +22,7 @@ func TestLagOf(t *testing.T) {
 		"behind the newest only: since that sample":   {hist: hist, replica: 200, now: at(3.5), want: 500 * time.Millisecond, wantOK: true},
 		"behind since the second sample":              {hist: hist, replica: 150, now: at(3.5), want: 2500 * time.Millisecond, wantOK: true},
 		"behind every sample: at least the history":   {hist: hist, replica: 50, now: at(3.5), want: 3500 * time.Millisecond, wantOK: true},
-		"an idle master: equal offsets mean no lag":   {hist: []offsetSample{{at(0), 7}, {at(1), 7}}, replica: 7, now: at(9), wantOK: true},
+		"an idle master: equal offsets mean no lag":   {hist: []offsetSample{{at: at(0), offset: 7}, {at: at(1), offset: 7}}, replica: 7, now: at(9), wantOK: true},
 		"a clock that went back never gives negative": {hist: hist, replica: 200, now: at(2), want: 0, wantOK: true},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -38,35 +38,33 @@ func TestOffsetHistory(t *testing.T) {
 	var h offsetHistory
 	t0 := time.Unix(0, 0)
 	for i := 0; i < historyLen+10; i++ {
-		h.add(offsetSample{t0.Add(time.Duration(i) * time.Second), int64(i * 10)})
+		h.add(offsetSample{at: t0.Add(time.Duration(i) * time.Second), offset: int64(i * 10)})
 	}
 	if len(h.samples) != historyLen || h.samples[0].offset != 100 || h.samples[historyLen-1].offset != int64((historyLen+9)*10) {
 		t.Fatalf("history kept %d samples from %d to %d", len(h.samples), h.samples[0].offset, h.samples[len(h.samples)-1].offset)
 	}
 	// A new master starts from a lower offset: the old history is dropped.
-	h.add(offsetSample{t0, 3})
+	h.add(offsetSample{at: t0, offset: 3})
 	if len(h.samples) != 1 || h.samples[0].offset != 3 {
 		t.Fatalf("after an offset going back: %v", h.samples)
 	}
 }
 
 func TestPickReplica(t *testing.T) {
-	const bound = 100 * time.Millisecond
 	for name, tc := range map[string]struct {
-		lags  []time.Duration
-		start uint64
-		want  int
+		usable []bool
+		start  uint64
+		want   int
 	}{
-		"none":                         {want: -1},
-		"start mod usable":             {lags: []time.Duration{0, 0, 0}, start: 4, want: 1},
-		"skips a lagging replica":      {lags: []time.Duration{0, 2 * bound, 0}, start: 1, want: 2},
-		"wraps over the usable":        {lags: []time.Duration{0, 2 * bound, 0}, start: 2, want: 0},
-		"skips an unknown replica":     {lags: []time.Duration{lagUnknown, 0}, start: 0, want: 1},
-		"at the bound is usable":       {lags: []time.Duration{bound}, start: 9, want: 0},
-		"every replica over the bound": {lags: []time.Duration{bound + 1, lagUnknown}, start: 0, want: -1},
+		"none":                   {want: -1},
+		"start mod usable":       {usable: []bool{true, true, true}, start: 4, want: 1},
+		"skips an unusable one":  {usable: []bool{true, false, true}, start: 1, want: 2},
+		"wraps over the usable":  {usable: []bool{true, false, true}, start: 2, want: 0},
+		"every replica unusable": {usable: []bool{false, false}, start: 0, want: -1},
+		"a lone usable replica":  {usable: []bool{false, true}, start: 9, want: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := pickReplica(tc.lags, bound, tc.start); got != tc.want {
+			if got := pickReplica(tc.usable, tc.start); got != tc.want {
 				t.Errorf("pickReplica = %d, want %d", got, tc.want)
 			}
 		})
@@ -74,21 +72,68 @@ func TestPickReplica(t *testing.T) {
 	// Successive reads spread evenly over the usable replicas, a skipped
 	// one's share too.
 	for name, tc := range map[string]struct {
-		lags []time.Duration
-		want []int
+		usable []bool
+		want   []int
 	}{
-		"two usable":         {lags: []time.Duration{0, 0}, want: []int{500, 500}},
-		"three, one lagging": {lags: []time.Duration{0, time.Hour, 0}, want: []int{500, 0, 500}},
+		"two usable":          {usable: []bool{true, true}, want: []int{500, 500}},
+		"three, one unusable": {usable: []bool{true, false, true}, want: []int{500, 0, 500}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := make([]int, len(tc.lags))
+			got := make([]int, len(tc.usable))
 			for i := uint64(0); i < 1000; i++ {
-				got[pickReplica(tc.lags, bound, i)]++
+				got[pickReplica(tc.usable, i)]++
 			}
 			for i := range got {
 				if got[i] != tc.want[i] {
 					t.Fatalf("reads per replica = %v, want %v", got, tc.want)
 				}
+			}
+		})
+	}
+}
+
+func TestUsableReplica(t *testing.T) {
+	const bound = 100 * time.Millisecond
+	t0 := time.Unix(1000, 0)
+	for name, tc := range map[string]struct {
+		lag             time.Duration
+		caughtUp, wrote time.Time
+		want            bool
+	}{
+		"within the bound, no write":                 {lag: 0, want: true},
+		"at the bound":                               {lag: bound, want: true},
+		"over the bound":                             {lag: bound + 1},
+		"down or not measured":                       {lag: lagUnknown},
+		"written here, replica known to hold it":     {caughtUp: t0.Add(time.Millisecond), wrote: t0, want: true},
+		"written here, replica not known to hold it": {caughtUp: t0.Add(-time.Millisecond), wrote: t0},
+		"written here, replica behind every sample":  {wrote: t0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := usableReplica(tc.lag, bound, tc.caughtUp, tc.wrote); got != tc.want {
+				t.Errorf("usableReplica = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCaughtUpTo(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
+	hist := []offsetSample{{t0, 100, t0.Add(-ms)}, {t0.Add(time.Second), 200, t0.Add(time.Second - ms)}, {t0.Add(2 * time.Second), 300, t0.Add(2*time.Second - ms)}}
+	for name, tc := range map[string]struct {
+		replica int64
+		want    time.Time
+		wantOK  bool
+	}{
+		"past every sample: when the newest was asked": {replica: 350, want: t0.Add(2*time.Second - ms), wantOK: true},
+		"at a sample":         {replica: 200, want: t0.Add(time.Second - ms), wantOK: true},
+		"between two samples": {replica: 250, want: t0.Add(time.Second - ms), wantOK: true},
+		"behind every sample": {replica: 50},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := caughtUpTo(hist, tc.replica)
+			if !got.Equal(tc.want) || ok != tc.wantOK {
+				t.Errorf("caughtUpTo = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}

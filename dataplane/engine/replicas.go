@@ -95,6 +95,9 @@ type replicaNode struct {
 	addr string
 	c    *redis.Client
 	lag  atomic.Int64 // nanoseconds, or lagUnknown
+	// caughtUp is caughtUpTo of the last check, in the engine clock's
+	// Unix nanoseconds (0: unknown).
+	caughtUp atomic.Int64
 }
 
 // configure follows a new table: the loop runs while the table has an
@@ -274,6 +277,7 @@ func (rs *replicaSet) discover(ctx context.Context, cfg replicaConfig) error {
 				for _, o := range p.nodes {
 					if o.addr == a {
 						n.lag.Store(o.lag.Load())
+						n.caughtUp.Store(o.caughtUp.Load())
 					}
 				}
 			}
@@ -355,6 +359,7 @@ func (rs *replicaSet) checkShard(ctx context.Context, sh *replicaShard) bool {
 	} else {
 		do = rs.e.rc().Do
 	}
+	sent := rs.e.clock.Now()
 	m, err := roleOf(ctx, do)
 	if err != nil || !m.master {
 		for _, n := range sh.nodes {
@@ -362,7 +367,7 @@ func (rs *replicaSet) checkShard(ctx context.Context, sh *replicaShard) bool {
 		}
 		return false
 	}
-	sh.hist.add(offsetSample{at: rs.e.clock.Now(), offset: m.offset})
+	sh.hist.add(offsetSample{at: rs.e.clock.Now(), offset: m.offset, sent: sent})
 	var wg sync.WaitGroup
 	for _, n := range sh.nodes {
 		wg.Add(1)
@@ -377,6 +382,11 @@ func (rs *replicaSet) checkShard(ctx context.Context, sh *replicaShard) bool {
 			if !ok {
 				n.lag.Store(lagUnknown)
 				return
+			}
+			if at, ok := caughtUpTo(sh.hist.samples, r.offset); ok {
+				n.caughtUp.Store(at.UnixNano())
+			} else {
+				n.caughtUp.Store(0)
 			}
 			n.lag.Store(int64(lag))
 		}()
@@ -394,8 +404,9 @@ func roleOf(ctx context.Context, do func(ctx context.Context, args ...any) *redi
 }
 
 // pick is the replica the next read of key goes to, or nil (the master),
-// and how long a read from it may take.
-func (rs *replicaSet) pick(key string, maxLag time.Duration) (*replicaNode, time.Duration) {
+// and how long a read from it may take; wrote is when this process last
+// wrote key (zero: not since the table listed it).
+func (rs *replicaSet) pick(key string, maxLag time.Duration, wrote time.Time) (*replicaNode, time.Duration) {
 	v := rs.view.Load()
 	if v == nil || len(v.shards) == 0 {
 		return nil, 0
@@ -411,12 +422,16 @@ func (rs *replicaSet) pick(key string, maxLag time.Duration) (*replicaNode, time
 	if len(sh.nodes) == 0 {
 		return nil, 0
 	}
-	var buf [16]time.Duration
-	lags := buf[:0]
+	var buf [16]bool
+	usable := buf[:0]
 	for _, nd := range sh.nodes {
-		lags = append(lags, time.Duration(nd.lag.Load()))
+		var cu time.Time
+		if ns := nd.caughtUp.Load(); ns != 0 {
+			cu = time.Unix(0, ns)
+		}
+		usable = append(usable, usableReplica(time.Duration(nd.lag.Load()), maxLag, cu, wrote))
 	}
-	i := pickReplica(lags, maxLag, sh.next.Add(1)-1)
+	i := pickReplica(usable, sh.next.Add(1)-1)
 	if i < 0 {
 		return nil, 0
 	}
@@ -426,12 +441,17 @@ func (rs *replicaSet) pick(key string, maxLag time.Duration) (*replicaNode, time
 // errNoReplica: the read goes to the master.
 var errNoReplica = errors.New("no replica")
 
-// replicaGet reads key from a replica of its shard within the entry's lag
-// bound. errNoReplica means no replica could answer: the caller reads the
+// replicaGet reads key (p's base key or one of its copies) from a replica
+// of its shard within the entry's lag bound, and after this process's last
+// write of p's key (read your writes). errNoReplica means no replica could answer: the caller reads the
 // master. A replica that fails the read is passed over until the next
 // check measures it again.
-func (e *Engine) replicaGet(ctx context.Context, rr *routing.ReplicaReads, key string) ([]byte, bool, error) {
-	n, timeout := e.reps.pick(key, time.Duration(rr.MaxLagMillis)*time.Millisecond)
+func (e *Engine) replicaGet(ctx context.Context, p *plan, rr *routing.ReplicaReads, key string) ([]byte, bool, error) {
+	var wrote time.Time
+	if ns := p.wrote.Load(); ns != 0 {
+		wrote = time.Unix(0, ns)
+	}
+	n, timeout := e.reps.pick(key, time.Duration(rr.MaxLagMillis)*time.Millisecond, wrote)
 	if n == nil {
 		return nil, false, errNoReplica
 	}

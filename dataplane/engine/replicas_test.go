@@ -218,3 +218,77 @@ func TestReplicaReadsCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaReadsReadYourWrites: a replica that is behind but within the
+// lag bound serves reads, so a write made around the engine may read old
+// for up to the bound; a write made through the engine (or reported to it
+// with Invalidate, as the proxy and the hook do after a raw write) is
+// never read old: until a check shows a replica holding it, the key's
+// reads skip that replica, and the master or an up-to-date replica answers.
+func TestReplicaReadsReadYourWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	r := redistest.Replicated(t, 2)
+	ctx := context.Background()
+	mc := redis.NewClient(&redis.Options{Addr: r.Master.Addr})
+	defer mc.Close()
+	e := engine.New(mc, engine.Options{})
+	defer e.Close()
+	if err := mc.Set(ctx, "hot", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tbl := replicaTable(0, r.ReplicaAddrs(), "hot")
+	tbl.Entries[0].ReplicaReads.MaxLagMillis = 60_000 // the paused replica stays within the bound
+	e.SetTable(tbl)
+	usable(t, e, 2)
+	r1, r2 := r.ReplicaAddrs()[0], r.ReplicaAddrs()[1]
+	eventually.True(t, 10*time.Second, "both replicas have v1", func() bool {
+		a, _ := redisproc.Command(r1, "GET", "hot")
+		b, _ := redisproc.Command(r2, "GET", "hot")
+		return a == "v1" && b == "v1"
+	})
+	if _, err := redisproc.Command(r1, "CLIENT", "PAUSE", "30000", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	defer redisproc.Command(r1, "CLIENT", "UNPAUSE")
+
+	// A write around the engine: r1 answers the old value within the bound.
+	if err := mc.Set(ctx, "hot", "v2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old := 0
+	for i := 0; i < 20; i++ {
+		v, _, err := e.Get(ctx, "hot")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(v) == "v1" {
+			old++
+		}
+	}
+	if old == 0 {
+		t.Fatal("no read saw the paused replica's old value: the test does not exercise a lagging replica")
+	}
+
+	// A write through the engine: never read old, by any read after it.
+	for i, val := range []string{"v3", "v4", "v5"} {
+		if _, err := e.Set(ctx, "hot", []byte(val)); err != nil {
+			t.Fatal(err)
+		}
+		resetStats(t, r.Master.Addr, r1, r2)
+		readN(t, e, "hot", val, 100)
+		if n := getCalls(t, r1); n != 0 {
+			t.Fatalf("write %d: the replica that lacks it served %d reads", i, n)
+		}
+	}
+	// Once a check shows r2 holding the write, it serves the key again.
+	eventually.True(t, 10*time.Second, "the up-to-date replica serves again", func() bool {
+		resetStats(t, r2)
+		readN(t, e, "hot", "v5", 10)
+		return getCalls(t, r2) > 0
+	})
+	if n := getCalls(t, r1); n != 0 {
+		t.Fatalf("the replica that lacks the write served %d reads", n)
+	}
+}
