@@ -48,6 +48,12 @@ func TestAdmissionReplicaReads(t *testing.T) {
 			},
 			wantField: "spec", wantMsg: "replicaReads.addresses are for a standalone target",
 		},
+		"a schedule asks for replica reads while they are disabled": {
+			mutate: schedule(func(s *v1alpha1.Schedule) {
+				s.Mitigation = v1alpha1.ScheduledMitigation{ReplicaReads: true}
+			}),
+			wantField: "spec", wantMsg: "mitigations.replicaReads.enabled is false",
+		},
 		"a bad address": {
 			raw:       map[string]any{"spec.mitigations.replicaReads.addresses": []any{"x"}},
 			wantField: "spec.mitigations.replicaReads.addresses[0]", wantMsg: "should be at least 3 chars long",
@@ -71,6 +77,10 @@ func TestAdmissionReplicaReads(t *testing.T) {
 			onlyReplicaReads(p)
 			p.Spec.Mitigations.ReplicaReads.Addresses = []string{"redis-1.default.svc:6379", "redis-2.default.svc:6379"}
 		}, raw: map[string]any{"spec.mitigations.replicaReads.maxLag": "250ms", "spec.mitigations.replicaReads.lagCheckInterval": "100ms"}},
+		"a schedule with replica reads alone": {mutate: func(p *v1alpha1.HotKeyPolicy) {
+			onlyReplicaReads(p)
+			schedule(func(s *v1alpha1.Schedule) { s.Mitigation = v1alpha1.ScheduledMitigation{ReplicaReads: true} })(p)
+		}},
 		"a cluster's replicas discovered": {mutate: func(p *v1alpha1.HotKeyPolicy) {
 			onlyReplicaReads(p)
 			p.Spec.Target.Cluster = true

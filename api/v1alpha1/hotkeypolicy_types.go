@@ -27,6 +27,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || self.mitigations.replicate.enabled)",message="a schedule asks for replicate but mitigations.replicate.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.localCache) || self.mitigations.localCache.enabled)",message="a schedule asks for localCache but mitigations.localCache.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || self.mitigations.split.enabled)",message="a schedule asks for split but mitigations.split.enabled is false"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicaReads) || !s.mitigation.replicaReads || (has(self.mitigations.replicaReads) && has(self.mitigations.replicaReads.enabled) && self.mitigations.replicaReads.enabled))",message="a schedule asks for replicaReads but mitigations.replicaReads.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || s.mitigation.replicate.replicas <= self.mitigations.replicate.maxReplicas)",message="a schedule's replicate.replicas exceeds mitigations.replicate.maxReplicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || s.mitigation.split.shards <= self.mitigations.split.maxShards)",message="a schedule's split.shards exceeds mitigations.split.maxShards"
 // +kubebuilder:validation:XValidation:rule="!has(self.mitigations.replicaReads) || !has(self.mitigations.replicaReads.addresses) || (!has(self.target.sentinel) && !(has(self.target.cluster) && self.target.cluster))",message="mitigations.replicaReads.addresses are for a standalone target: a Redis Cluster's and a Sentinel set's replicas are discovered"
@@ -501,7 +502,7 @@ type PreAggregate struct {
 // Schedule is a known spike: its keys are prepared before it starts.
 // +kubebuilder:validation:XValidation:rule="has(self.start) != has(self.cron)",message="a schedule needs exactly one of start and cron"
 // +kubebuilder:validation:XValidation:rule="!self.leadTime.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || !self.duration.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.leadTime) < duration(self.duration)",message="a schedule's leadTime must be shorter than its duration"
-// +kubebuilder:validation:XValidation:rule="has(self.mitigation.replicate) || has(self.mitigation.localCache) || has(self.mitigation.split) || (has(self.mitigation.coalesce) && self.mitigation.coalesce)",message="a schedule's mitigation must name at least one of replicate, localCache, split or coalesce"
+// +kubebuilder:validation:XValidation:rule="has(self.mitigation.replicate) || has(self.mitigation.localCache) || has(self.mitigation.split) || (has(self.mitigation.coalesce) && self.mitigation.coalesce) || (has(self.mitigation.replicaReads) && self.mitigation.replicaReads)",message="a schedule's mitigation must name at least one of replicate, localCache, split, coalesce or replicaReads"
 type Schedule struct {
 	// name identifies the event, e.g. black-friday.
 	// +required
@@ -571,6 +572,11 @@ type ScheduledMitigation struct {
 	// split splits the keys as counters.
 	// +optional
 	Split *ScheduledSplit `json:"split,omitempty"`
+
+	// replicaReads reads the keys from the Redis replicas of their shards
+	// during the event (mitigations.replicaReads' maxLag).
+	// +optional
+	ReplicaReads bool `json:"replicaReads,omitempty"`
 }
 
 // ScheduledReplicate sets the replica count of scheduled keys.

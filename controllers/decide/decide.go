@@ -527,6 +527,12 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 		}
 		add(v1alpha1.MitigationLocalCache)
 	}
+	if m.ReplicaReads && spec.Mitigations.ReplicaReads.IsEnabled() {
+		if e.ReplicaReads == nil {
+			e.ReplicaReads = &routing.ReplicaReads{MaxLagMillis: spec.Mitigations.ReplicaReads.MaxLag.Milliseconds()}
+		}
+		add(v1alpha1.MitigationReplicaReads)
+	}
 	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() {
 		if e.Replicate == nil || e.Replicate.Replicas < m.Replicate.Replicas {
 			e.Replicate = &routing.Replicate{Replicas: m.Replicate.Replicas, TTLMillis: spec.Mitigations.Replicate.ReplicaTTL.Milliseconds()}

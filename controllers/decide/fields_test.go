@@ -212,6 +212,7 @@ func TestEachScheduleFieldChangesTheDecision(t *testing.T) {
 		spec := testSpec(func(sp *v1alpha1.HotKeyPolicySpec) {
 			sp.Mitigations.LocalCache.Enabled = ptr.To(true)
 			sp.Mitigations.Coalesce.Enabled = ptr.To(true)
+			sp.Mitigations.ReplicaReads.Enabled = ptr.To(true)
 			sp.Schedules = []v1alpha1.Schedule{s}
 		})
 		evs, errs := schedule.Events(at, spec.Schedules)
@@ -238,6 +239,9 @@ func TestEachScheduleFieldChangesTheDecision(t *testing.T) {
 			}
 			if e.Split != nil {
 				p += fmt.Sprintf(" shards=%d", e.Split.Generations[len(e.Split.Generations)-1].Shards)
+			}
+			if e.ReplicaReads != nil {
+				p += fmt.Sprintf(" replicaReads=%dms", e.ReplicaReads.MaxLagMillis)
 			}
 			parts = append(parts, p)
 		}
@@ -274,6 +278,8 @@ func TestEachScheduleFieldChangesTheDecision(t *testing.T) {
 		"schedules[].mitigation.split.shards": {
 			field: func(s *v1alpha1.Schedule) { s.Mitigation.Split = &v1alpha1.ScheduledSplit{Shards: 16} }, at: start,
 			want: "event sale, entry k replicas=8 shards=16"},
+		"schedules[].mitigation.replicaReads": {field: func(s *v1alpha1.Schedule) { s.Mitigation.ReplicaReads = true }, at: start,
+			want: "event sale, entry k replicas=8 replicaReads=1000ms"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -73,6 +73,7 @@ var fieldTests = map[string]string{
 	"mitigations.replicaReads.maxLag":           "controllers/decide TestDecideReplicaReads/beyond one key: replica reads after the cache, no copies",
 	"mitigations.replicaReads.lagCheckInterval": "controllers TestReplicaSettings/standalone replicas and a check interval",
 	"mitigations.replicaReads.addresses":        "controllers TestReplicaSettings/standalone replicas and a check interval",
+	"schedules[].mitigation.replicaReads":       "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].mitigation.replicaReads",
 
 	"schedules[].name":                          "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].name",
 	"schedules[].start":                         "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].start",
