@@ -217,6 +217,34 @@ func TestReplicaReadsCluster(t *testing.T) {
 			t.Fatalf("%s: GETs master %d, replicas %d and %d (all nodes %v); want 0, 100, 100", k, m, a, b, calls)
 		}
 	}
+
+	// A failover in the first key's shard: one of its replicas becomes the
+	// master. Every read meanwhile answers the value, and once the engine
+	// has found the new roles the new master serves none of the key's
+	// reads and its two replicas (one of them the old master) all of them.
+	k := keys[0]
+	var shard []redis.ClusterNode
+	for _, s := range slots {
+		if slot := int(routing.Slot(k)); s.Start <= slot && slot <= s.End {
+			shard = s.Nodes
+		}
+	}
+	promoted := shard[1].Addr
+	if _, err := redisproc.Command(promoted, "CLUSTER", "FAILOVER"); err != nil {
+		t.Fatal(err)
+	}
+	pc := redis.NewClient(&redis.Options{Addr: promoted})
+	defer pc.Close()
+	eventually.True(t, 30*time.Second, "the replica promoted", func() bool {
+		role, err := pc.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+	eventually.True(t, 30*time.Second, "the key's reads on the new replicas only", func() bool {
+		resetStats(t, shard[0].Addr, shard[1].Addr, shard[2].Addr)
+		readN(t, e, k, "v-"+k, 100)
+		return getCalls(t, promoted) == 0 && getCalls(t, shard[0].Addr)+getCalls(t, shard[2].Addr) == 100 &&
+			getCalls(t, shard[0].Addr) > 0 && getCalls(t, shard[2].Addr) > 0
+	})
 }
 
 // TestReplicaReadsReadYourWrites: a replica that is behind but within the
