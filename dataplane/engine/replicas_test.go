@@ -172,7 +172,8 @@ func TestReplicaReadsStandalone(t *testing.T) {
 // TestReplicaReadsCluster: on a 3-master cluster with 2 replicas per
 // master, the replicas come from CLUSTER SLOTS and are read with READONLY:
 // a replicaReads key's reads go to its own shard's two replicas, evenly,
-// none to its master or any other node, and no read is redirected.
+// none to its master or any other node, and no read is redirected; after a
+// failover in a shard the new roles are found and followed.
 func TestReplicaReadsCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
