@@ -328,8 +328,11 @@ func (rs *replicaSet) clientOptions(addr string, readOnly bool, db int32) *redis
 
 // timeout bounds one check, one discovery and one read from a replica:
 // a replica that does not answer within it is passed over, not waited for.
+// It is the check interval within [500ms, 1s]: long enough that a busy
+// but healthy node is not taken for a dead one, short enough that a read
+// from a replica that stopped falls back to the master within a second.
 func (rs *replicaSet) timeout(check time.Duration) time.Duration {
-	return min(max(check, 100*time.Millisecond), time.Second)
+	return min(max(check, 500*time.Millisecond), time.Second)
 }
 
 // check measures every shard's replicas, the shards in parallel.

@@ -214,8 +214,8 @@ func TestReplicaReadsCluster(t *testing.T) {
 			calls[a] = getCalls(t, a)
 		}
 		m, a, b := calls[shard[0].Addr], calls[shard[1].Addr], calls[shard[2].Addr]
-		if m != 0 || a != 100 || b != 100 {
-			t.Fatalf("%s: GETs master %d, replicas %d and %d (all nodes %v); want 0, 100, 100", k, m, a, b, calls)
+		if m != 0 || a+b != 200 || a < 50 || b < 50 {
+			t.Fatalf("%s: GETs master %d, replicas %d and %d (all nodes %v); want 0 and about 100 each", k, m, a, b, calls)
 		}
 	}
 
