@@ -306,16 +306,19 @@ func (rs *replicaSet) discover(ctx context.Context, cfg replicaConfig) error {
 // instead, if set), the table's database, and READONLY on each new
 // connection to a cluster replica, without which it answers MOVED.
 func (rs *replicaSet) clientOptions(addr string, readOnly bool, db int32) *redis.Options {
-	o := &redis.Options{Addr: addr, DB: int(db), PoolSize: 8, MaxRetries: -1}
+	// No retry: a failed read goes to the master at once instead.
+	o := &redis.Options{Addr: addr, DB: int(db), MaxRetries: -1}
 	switch c := rs.e.client.(type) {
 	case *redis.Client:
 		co := c.Options()
 		o.Protocol, o.Username, o.Password, o.TLSConfig = co.Protocol, co.Username, co.Password, co.TLSConfig
 		o.CredentialsProvider, o.CredentialsProviderContext = co.CredentialsProvider, co.CredentialsProviderContext
+		o.PoolSize = co.PoolSize // a replica takes what the master took
 	case *redis.ClusterClient:
 		co := c.Options()
 		o.Protocol, o.Username, o.Password, o.TLSConfig = co.Protocol, co.Username, co.Password, co.TLSConfig
 		o.CredentialsProvider, o.CredentialsProviderContext = co.CredentialsProvider, co.CredentialsProviderContext
+		o.PoolSize = co.PoolSize
 	}
 	if t := rs.e.opts.ReplicaTLS; t != nil {
 		o.TLSConfig = t

@@ -97,6 +97,11 @@ func TestReplicaReadsStandalone(t *testing.T) {
 	if err := mc.Set(ctx, "hot", "v1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Both replicas acknowledged v1: a replica within the bound may lack
+	// a write it has not applied yet, which is not what this checks.
+	if n, err := mc.Do(ctx, "WAIT", 2, 5000).Int(); err != nil || n != 2 {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	}
 	e.SetTable(replicaTable(0, r.ReplicaAddrs(), "hot"))
 	usable(t, e, 2)
 	r1, r2 := r.ReplicaAddrs()[0], r.ReplicaAddrs()[1]
@@ -188,6 +193,14 @@ func TestReplicaReadsCluster(t *testing.T) {
 	for _, k := range keys {
 		if err := cc.Set(ctx, k, "v-"+k, 0).Err(); err != nil {
 			t.Fatal(err)
+		}
+		// Both replicas of the key's shard acknowledged it.
+		m, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := m.Do(ctx, "WAIT", 2, 5000).Int(); err != nil || n != 2 {
+			t.Fatalf("WAIT: %d replicas, %v", n, err)
 		}
 	}
 	e.SetTable(replicaTable(0, nil, keys...))

@@ -19,7 +19,8 @@ import (
 // TestHookReplicaReads: an application's own go-redis client with the
 // hook reads a replicaReads key from the replicas the table lists, as the
 // sidecar does: its GETs reach the replicas, none the master, and a write
-// through the same client still goes to the master.
+// through the same client is read back at once, even from behind a replica
+// that stopped applying them.
 func TestHookReplicaReads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
@@ -34,7 +35,12 @@ func TestHookReplicaReads(t *testing.T) {
 	e.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60_000,
 		Replicas: &routing.ReplicaSettings{Addresses: r.ReplicaAddrs(), CheckMillis: 100},
 		Entries:  []routing.Entry{{Key: "hot", Source: routing.SourceDetected, ReplicaReads: &routing.ReplicaReads{MaxLagMillis: 1000}}}})
-	if err := app.Set(ctx, "hot", "v", 0).Err(); err != nil {
+	// Written around the hook: a write through it would send the key's
+	// reads to the master until a lag check shows the replicas hold it
+	// (read your writes), tested below.
+	direct := redis.NewClient(&redis.Options{Addr: r.Master.Addr})
+	defer direct.Close()
+	if err := direct.Set(ctx, "hot", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	eventually.True(t, 20*time.Second, "both replicas usable", func() bool {
@@ -82,5 +88,26 @@ func TestHookReplicaReads(t *testing.T) {
 	}
 	if calls[0] != 0 || calls[1]+calls[2] != 100 || calls[1] < 25 || calls[2] < 25 {
 		t.Fatalf("GETs on master, replica, replica = %v; want 0 and an even split of 100", calls)
+	}
+
+	// The application reads its own writes even from behind a replica
+	// that stopped applying them (and is still within the lag bound).
+	r1 := r.ReplicaAddrs()[0]
+	p1 := redis.NewClient(&redis.Options{Addr: r1})
+	defer p1.Close()
+	if err := p1.Do(ctx, "CLIENT", "PAUSE", 20000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Do(ctx, "CLIENT", "UNPAUSE")
+	for i := 0; i < 20; i++ {
+		val := "w" + strconv.Itoa(i)
+		if err := app.Set(ctx, "hot", val, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 5; j++ {
+			if v, err := app.Get(ctx, "hot").Result(); err != nil || v != val {
+				t.Fatalf("write %d, read %d: %q, %v; want %q", i, j, v, err, val)
+			}
+		}
 	}
 }

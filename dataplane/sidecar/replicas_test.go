@@ -74,6 +74,15 @@ func readsFromReplicas(t *testing.T, sc *redis.Client, reg *prometheus.Registry,
 	if err := sc.Set(ctx, "hot", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Every replica acknowledged the write: a replica within the lag
+	// bound may lack a write it has not applied yet, which is not what
+	// this checks.
+	mc := redis.NewClient(&redis.Options{Addr: master, Password: password})
+	n, err := mc.Do(ctx, "WAIT", len(replicas), 5000).Int()
+	mc.Close()
+	if err != nil || n < len(replicas) {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	}
 	eventually.True(t, 20*time.Second, "reads served by replicas", func() bool {
 		sc.Get(ctx, "hot")
 		return counter(t, reg, "heatsink_engine_replica_reads_total") > 0
@@ -98,6 +107,26 @@ func readsFromReplicas(t *testing.T, sc *redis.Client, reg *prometheus.Registry,
 	}
 	if m := getCalls(t, master, password); m != 0 || total != 200 {
 		t.Fatalf("master served %d GETs and the replicas %d; want 0 and 200", m, total)
+	}
+
+	// A client reads its own writes even from behind a replica that
+	// stopped applying them (and is still within the lag bound).
+	p1 := redis.NewClient(&redis.Options{Addr: replicas[0], Password: password})
+	defer p1.Close()
+	if err := p1.Do(ctx, "CLIENT", "PAUSE", 20000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Do(ctx, "CLIENT", "UNPAUSE")
+	for i := 0; i < 20; i++ {
+		val := "w" + strconv.Itoa(i)
+		if err := sc.Set(ctx, "hot", val, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 5; j++ {
+			if v, err := sc.Get(ctx, "hot").Result(); err != nil || v != val {
+				t.Fatalf("write %d, read %d: %q, %v; want %q", i, j, v, err, val)
+			}
+		}
 	}
 }
 
