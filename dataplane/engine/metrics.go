@@ -11,6 +11,7 @@ type metrics struct {
 	fanout         prometheus.Counter
 	upstreamErrors prometheus.Counter
 	flushes        prometheus.Counter
+	refreshes      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -25,9 +26,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fanout:         c("fanout_keys_total", "Physical keys (replicas, shards) read or written for mitigated keys."),
 		upstreamErrors: c("upstream_errors_total", "Upstream errors met while serving mitigated keys."),
 		flushes:        c("preaggregate_flushes_total", "Pre-aggregated increments written upstream."),
+		refreshes:      c("cache_refreshes_total", "Early refreshes of cached keys started ahead of their expiry (each is one coalesced upstream read)."),
 	}
 	if reg != nil {
-		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes} {
+		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes} {
 			if err := reg.Register(*col); err != nil {
 				// A second engine on the same registerer shares the series.
 				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
