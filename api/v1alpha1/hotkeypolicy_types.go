@@ -346,6 +346,7 @@ type Coalesce struct {
 }
 
 // LocalCache configures the sidecar's cache of hot values.
+// +kubebuilder:validation:XValidation:rule="!has(self.refreshAheadPercent) || self.refreshAheadPercent == 0 || !has(self.ttl) || !self.ttl.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.ttl).getMilliseconds() * self.refreshAheadPercent >= 100",message="mitigations.localCache.refreshAheadPercent leaves a refresh window under 1ms of the ttl, shorter than a round trip: raise it or the ttl, or set 0 to turn refresh off"
 type LocalCache struct {
 	// enabled allows local caching. Default: true. Read it with IsEnabled.
 	// +optional
@@ -367,6 +368,20 @@ type LocalCache struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=50
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
+
+	// refreshAheadPercent refreshes a cached key ahead of its expiry while it
+	// is read: the first read in the last this percent of a cached value's
+	// lifetime starts one background read of the key, and readers keep the
+	// cached value meanwhile, so a hot key never expires under its readers.
+	// A key not read in that window is not refreshed. Costs up to
+	// 100/(100-refreshAheadPercent) times the upstream reads of the cache
+	// alone; staleness stays bounded by ttl. 0 turns it off. Default: 10.
+	// Read it with RefreshAhead.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	RefreshAheadPercent *int32 `json:"refreshAheadPercent,omitempty"`
 
 	// maxEntries bounds the cache's entries per sidecar. Default: 10000.
 	// +optional
@@ -591,7 +606,7 @@ const (
 )
 
 // MitigationType names a mitigation in status and in the routing table.
-// +kubebuilder:validation:Enum=Coalesce;LocalCache;Replicate;Split;PreAggregate
+// +kubebuilder:validation:Enum=Coalesce;LocalCache;Replicate;Split;PreAggregate;RefreshAhead
 type MitigationType string
 
 // The mitigations, cheapest first.
@@ -601,6 +616,9 @@ const (
 	MitigationReplicate    MitigationType = "Replicate"
 	MitigationSplit        MitigationType = "Split"
 	MitigationPreAggregate MitigationType = "PreAggregate"
+	// MitigationRefreshAhead: the key's cached value is refreshed ahead of
+	// its expiry while it is read (localCache.refreshAheadPercent).
+	MitigationRefreshAhead MitigationType = "RefreshAhead"
 )
 
 // HotKeySource says why a key is mitigated.
@@ -625,7 +643,7 @@ type HotKeyStatus struct {
 	WritesPerSecond int64 `json:"writesPerSecond"`
 	// mitigations applied to the key, cheapest first.
 	// +optional
-	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:MaxItems=6
 	Mitigations []MitigationType `json:"mitigations,omitempty"`
 	// shards is the split cardinality of the current epoch, 0 when not split.
 	// +optional
