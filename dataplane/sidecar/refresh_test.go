@@ -3,8 +3,6 @@ package sidecar_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -79,20 +77,4 @@ func TestSidecarRefreshesAhead(t *testing.T) {
 			}
 		})
 	}
-}
-
-// infoCalls is the calls count of cmd (lower case) in INFO commandstats.
-func infoCalls(t *testing.T, c *redis.Client, cmd string) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-			return n
-		}
-	}
-	return 0
 }
