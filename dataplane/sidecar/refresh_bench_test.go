@@ -3,10 +3,8 @@ package sidecar_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/readload"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
@@ -80,85 +79,21 @@ func BenchmarkRefreshAhead(b *testing.B) {
 				if err := direct.ConfigResetStat(ctx).Err(); err != nil {
 					b.Fatal(err)
 				}
-				misses0, refreshes0 := counter(b, reg, "heatsink_engine_cache_misses_total"), counter(b, reg, "heatsink_engine_cache_refreshes_total")
-				start := time.Now()
-				end := start.Add(periods * ttl)
-				type sample struct {
-					at time.Duration // since start
-					d  time.Duration
+				misses0, refreshes0 := readload.Counter(b, reg, "heatsink_engine_cache_misses_total"), readload.Counter(b, reg, "heatsink_engine_cache_refreshes_total")
+				res, err := readload.Run(clients, pace, ttl, periods, func(i int) error { return cs[i].Get(ctx, key).Err() })
+				if err != nil {
+					b.Fatal(err)
 				}
-				all := make([][]sample, clients)
-				var wg sync.WaitGroup
-				for i, c := range cs {
-					wg.Go(func() {
-						s := make([]sample, 0, 1<<14)
-						// Paced, staggered over the clients, so the
-						// latency is the path's and not a queue behind a
-						// saturated CPU; bounded in time and count.
-						next := start.Add(time.Duration(i) * pace / clients)
-						for n := 0; n < 1_000_000; n++ {
-							if d := time.Until(next); d > 0 {
-								time.Sleep(d)
-							}
-							next = next.Add(pace)
-							t0 := time.Now()
-							if !t0.Before(end) {
-								break
-							}
-							if err := c.Get(ctx, key).Err(); err != nil {
-								b.Error(err)
-								return
-							}
-							s = append(s, sample{t0.Sub(start), time.Since(t0)})
-						}
-						all[i] = s
-					})
-				}
-				wg.Wait()
 				gets := infoCalls(b, direct, "get")
-				misses := counter(b, reg, "heatsink_engine_cache_misses_total") - misses0
-				refreshes := counter(b, reg, "heatsink_engine_cache_refreshes_total") - refreshes0
-				var lat []time.Duration
-				worst := make([]time.Duration, periods)
-				for _, s := range all {
-					for _, x := range s {
-						lat = append(lat, x.d)
-						if p := int(x.at / ttl); p < periods && x.d > worst[p] {
-							worst[p] = x.d
-						}
-					}
-				}
-				slices.Sort(lat)
-				slices.Sort(worst)
-				q := func(f float64) float64 { return float64(lat[min(len(lat)-1, int(f*float64(len(lat))))].Microseconds()) }
-				b.ReportMetric(q(0.5), "p50-us")
-				b.ReportMetric(q(0.99), "p99-us")
-				b.ReportMetric(q(0.999), "p99.9-us")
-				b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-us")
-				b.ReportMetric(float64(worst[periods/2].Microseconds()), "period-max-p50-us")
+				misses := readload.Counter(b, reg, "heatsink_engine_cache_misses_total") - misses0
+				refreshes := readload.Counter(b, reg, "heatsink_engine_cache_refreshes_total") - refreshes0
+				res.Report(b)
 				b.ReportMetric(float64(gets)/periods, "upstream-GETs/TTL")
 				b.ReportMetric(misses/periods, "waited/TTL")
 				b.ReportMetric(refreshes/periods, "refreshes/TTL")
-				b.ReportMetric(float64(len(lat)), "reads")
 			}
 		})
 	}
-}
-
-// counter is the value of the unlabelled counter name in reg.
-func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no counter %s", name)
-	return 0
 }
 
 // infoCalls is the calls count of cmd (lower case) in INFO commandstats.
