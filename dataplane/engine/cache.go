@@ -63,7 +63,9 @@ func (c *cache) get(key string, now time.Time) (val []byte, found, ok, refresh b
 	if ce == nil || !now.Before(ce.expires) {
 		return nil, false, false, false
 	}
-	refresh = !ce.refreshAt.IsZero() && !now.Before(ce.refreshAt) && ce.refreshing.CompareAndSwap(false, true)
+	// Load before the compare-and-swap: every hit in the window after the
+	// first is then a plain read, not a contended write.
+	refresh = !ce.refreshAt.IsZero() && !now.Before(ce.refreshAt) && !ce.refreshing.Load() && ce.refreshing.CompareAndSwap(false, true)
 	return ce.val, ce.found, true, refresh
 }
 
