@@ -142,6 +142,11 @@ type LocalCache struct {
 	TTLMillis int64 `json:"ttlMillis"`
 	// JitterPercent randomises each entry's TTL by up to this percent.
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
+	// RefreshAheadPercent: a read in the last this percent of a cached
+	// value's lifetime starts one background refresh, so a key that stays
+	// read never expires under its readers. 0 (or absent, as from an older
+	// writer) turns it off.
+	RefreshAheadPercent int32 `json:"refreshAheadPercent,omitempty"`
 }
 
 // ReplicaReads parameters.
@@ -245,6 +250,9 @@ func (t *Table) Validate() error {
 		}
 		if e.LocalCache != nil && e.LocalCache.TTLMillis <= 0 {
 			return fmt.Errorf("routing table: %q: localCache.ttlMillis must be positive", e.Key)
+		}
+		if e.LocalCache != nil && (e.LocalCache.RefreshAheadPercent < 0 || e.LocalCache.RefreshAheadPercent > 90) {
+			return fmt.Errorf("routing table: %q: localCache.refreshAheadPercent must be 0 to 90", e.Key)
 		}
 		if e.Replicate != nil && (e.Replicate.Replicas < 1 || e.Replicate.TTLMillis <= 0) {
 			return fmt.Errorf("routing table: %q: replicate needs replicas >= 1 and ttlMillis > 0", e.Key)

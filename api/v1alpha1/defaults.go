@@ -27,6 +27,7 @@ const (
 	DefaultMaxMitigatedKeys  = 200
 	DefaultCacheTTL          = 2 * time.Second
 	DefaultJitterPercent     = 10
+	DefaultRefreshAhead      = 10
 	DefaultMaxEntries        = 10000
 	DefaultMaxBytes          = 64 << 20
 	DefaultMaxReplicas       = 8
@@ -74,6 +75,10 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	dur(&m.LocalCache.TTL, DefaultCacheTTL)
 	i32(&m.LocalCache.MaxEntries, DefaultMaxEntries)
 	i64(&m.LocalCache.MaxBytes, DefaultMaxBytes)
+	if m.LocalCache.RefreshAheadPercent == nil {
+		v := int32(DefaultRefreshAhead)
+		m.LocalCache.RefreshAheadPercent = &v
+	}
 	i32(&m.Replicate.MaxReplicas, DefaultMaxReplicas)
 	dur(&m.Replicate.ReplicaTTL, DefaultReplicaTTL)
 	i32(&m.Split.MaxShards, DefaultMaxShards)
@@ -117,6 +122,14 @@ func (c Coalesce) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
 
 // IsEnabled reports whether local caching is allowed (default true).
 func (c LocalCache) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// RefreshAhead is refreshAheadPercent (default 10; 0: off).
+func (c LocalCache) RefreshAhead() int32 {
+	if c.RefreshAheadPercent == nil {
+		return DefaultRefreshAhead
+	}
+	return *c.RefreshAheadPercent
+}
 
 // IsEnabled reports whether replication is allowed (default false).
 func (c Replicate) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }

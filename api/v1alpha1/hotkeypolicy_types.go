@@ -346,43 +346,6 @@ type Mitigations struct {
 	ReplicaReads ReplicaReads `json:"replicaReads,omitempty"`
 }
 
-// ReplicaReads configures reads from Redis replicas.
-type ReplicaReads struct {
-	// enabled allows replica reads. Default: false. Read it with IsEnabled.
-	// +optional
-	// +kubebuilder:default=false
-	Enabled *bool `json:"enabled,omitempty"`
-
-	// maxLag is the replication lag past which a replica is skipped (its
-	// reads go to the other replicas, or to the master when none is
-	// left). A reader measures each replica's lag every lagCheckInterval
-	// from replication offsets. Default: 1s.
-	// +optional
-	// +kubebuilder:default="1s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) > duration('0s')",message="mitigations.replicaReads.maxLag must be a positive duration with a unit of ms, s, m or h, such as 1s"
-	// +kubebuilder:validation:MaxLength=32
-	MaxLag metav1.Duration `json:"maxLag,omitzero"`
-
-	// lagCheckInterval is how often each reader measures the lag of the
-	// replicas of the shards it reads from. Default: 1s.
-	// +optional
-	// +kubebuilder:default="1s"
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') && duration(self) >= duration('100ms')",message="mitigations.replicaReads.lagCheckInterval must be a duration of at least 100ms with a unit of ms, s, m or h, such as 1s"
-	// +kubebuilder:validation:MaxLength=32
-	LagCheckInterval metav1.Duration `json:"lagCheckInterval,omitzero"`
-
-	// addresses are the host:port addresses of a standalone master's
-	// replicas. Only for a standalone target: a Redis Cluster's replicas
-	// come from CLUSTER SLOTS, a Sentinel set's from SENTINEL REPLICAS.
-	// +optional
-	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:items:MaxLength=261
-	// +kubebuilder:validation:items:MinLength=3
-	Addresses []string `json:"addresses,omitempty"`
-}
-
 // Coalesce configures single-flight reads.
 type Coalesce struct {
 	// enabled allows coalescing. Default: true. Read it with IsEnabled.
@@ -392,6 +355,7 @@ type Coalesce struct {
 }
 
 // LocalCache configures the sidecar's cache of hot values.
+// +kubebuilder:validation:XValidation:rule="!has(self.refreshAheadPercent) || self.refreshAheadPercent == 0 || !has(self.ttl) || !self.ttl.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.ttl).getMilliseconds() * self.refreshAheadPercent >= 100",message="mitigations.localCache.refreshAheadPercent leaves a refresh window under 1ms of the ttl, shorter than a round trip: raise it or the ttl, or set 0 to turn refresh off"
 type LocalCache struct {
 	// enabled allows local caching. Default: true. Read it with IsEnabled.
 	// +optional
@@ -413,6 +377,20 @@ type LocalCache struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=50
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
+
+	// refreshAheadPercent refreshes a cached key ahead of its expiry while it
+	// is read: the first read in the last this percent of a cached value's
+	// lifetime starts one background read of the key, and readers keep the
+	// cached value meanwhile, so a hot key never expires under its readers.
+	// A key not read in that window is not refreshed. Costs up to
+	// 100/(100-refreshAheadPercent) times the upstream reads of the cache
+	// alone; staleness stays bounded by ttl. 0 turns it off. Default: 10.
+	// Read it with RefreshAhead.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	RefreshAheadPercent *int32 `json:"refreshAheadPercent,omitempty"`
 
 	// maxEntries bounds the cache's entries per sidecar. Default: 10000.
 	// +optional
@@ -642,7 +620,7 @@ const (
 )
 
 // MitigationType names a mitigation in status and in the routing table.
-// +kubebuilder:validation:Enum=Coalesce;LocalCache;ReplicaReads;Replicate;Split;PreAggregate
+// +kubebuilder:validation:Enum=Coalesce;LocalCache;ReplicaReads;Replicate;Split;PreAggregate;RefreshAhead
 type MitigationType string
 
 // The mitigations, cheapest first.
@@ -653,6 +631,9 @@ const (
 	MitigationReplicate    MitigationType = "Replicate"
 	MitigationSplit        MitigationType = "Split"
 	MitigationPreAggregate MitigationType = "PreAggregate"
+	// MitigationRefreshAhead: the key's cached value is refreshed ahead of
+	// its expiry while it is read (localCache.refreshAheadPercent).
+	MitigationRefreshAhead MitigationType = "RefreshAhead"
 )
 
 // HotKeySource says why a key is mitigated.
@@ -677,7 +658,7 @@ type HotKeyStatus struct {
 	WritesPerSecond int64 `json:"writesPerSecond"`
 	// mitigations applied to the key, cheapest first.
 	// +optional
-	// +kubebuilder:validation:MaxItems=6
+	// +kubebuilder:validation:MaxItems=7
 	Mitigations []MitigationType `json:"mitigations,omitempty"`
 	// shards is the split cardinality of the current epoch, 0 when not split.
 	// +optional

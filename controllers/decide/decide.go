@@ -432,8 +432,11 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, k
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationCoalesce)
 		}
 		if m.LocalCache.IsEnabled() {
-			e.LocalCache = &routing.LocalCache{TTLMillis: m.LocalCache.TTL.Milliseconds(), JitterPercent: m.LocalCache.JitterPercent}
+			e.LocalCache = &routing.LocalCache{TTLMillis: m.LocalCache.TTL.Milliseconds(), JitterPercent: m.LocalCache.JitterPercent, RefreshAheadPercent: m.LocalCache.RefreshAhead()}
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationLocalCache)
+			if e.LocalCache.RefreshAheadPercent > 0 {
+				d.Mitigations = append(d.Mitigations, v1alpha1.MitigationRefreshAhead)
+			}
 		}
 		need := withHeadroom(o.ReadsPerSecond, spec.Capacity.HeadroomPercent) > float64(spec.Capacity.PerShardReadsPerSecond)
 		replicaReads := m.ReplicaReads.IsEnabled() && (need || len(d.Mitigations) == 0)
@@ -523,9 +526,12 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 			ttl = m.LocalCache.TTL.Duration
 		}
 		if e.LocalCache == nil || ttl.Milliseconds() < e.LocalCache.TTLMillis {
-			e.LocalCache = &routing.LocalCache{TTLMillis: ttl.Milliseconds(), JitterPercent: spec.Mitigations.LocalCache.JitterPercent}
+			e.LocalCache = &routing.LocalCache{TTLMillis: ttl.Milliseconds(), JitterPercent: spec.Mitigations.LocalCache.JitterPercent, RefreshAheadPercent: spec.Mitigations.LocalCache.RefreshAhead()}
 		}
 		add(v1alpha1.MitigationLocalCache)
+		if e.LocalCache.RefreshAheadPercent > 0 {
+			add(v1alpha1.MitigationRefreshAhead)
+		}
 	}
 	if m.ReplicaReads && spec.Mitigations.ReplicaReads.IsEnabled() {
 		if e.ReplicaReads == nil {

@@ -53,6 +53,19 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 		}
 		return "not cached"
 	}
+	refresh := func(out Output) string {
+		e := entry(out)
+		if e == nil || e.LocalCache == nil {
+			return "not cached"
+		}
+		var status []v1alpha1.MitigationType
+		for _, k := range out.Keys {
+			if k.Key == "k" {
+				status = k.Mitigations
+			}
+		}
+		return fmt.Sprintf("refresh %d%% ahead, status %v", e.LocalCache.RefreshAheadPercent, status)
+	}
 	coalesced := func(out Output) string { e := entry(out); return fmt.Sprint(e != nil && e.Coalesce) }
 	preagg := func(out Output) string {
 		if e := entry(out); e != nil && e.PreAggregate != nil {
@@ -138,6 +151,11 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 			base:  enable(func(m *v1alpha1.Mitigations) **bool { return &m.LocalCache.Enabled }),
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.LocalCache.JitterPercent = 30 },
 			ticks: sustained(reads(6000)), probe: cache, want: "cached 2000ms ±30%",
+		},
+		"mitigations.localCache.refreshAheadPercent": {
+			base:  enable(func(m *v1alpha1.Mitigations) **bool { return &m.LocalCache.Enabled }),
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.LocalCache.RefreshAheadPercent = ptr.To[int32](0) },
+			ticks: sustained(reads(6000)), probe: refresh, want: "refresh 0% ahead, status [LocalCache]",
 		},
 		"mitigations.replicate.enabled": {
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Replicate.Enabled = ptr.To(false) },

@@ -25,7 +25,7 @@ func TestDecideReplicaReads(t *testing.T) {
 			m.ReplicaReads.MaxLag.Duration = 250 * time.Millisecond
 		}
 	}
-	cache := &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10}
+	cache := &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10, RefreshAheadPercent: 10}
 	rr := &routing.ReplicaReads{MaxLagMillis: 250}
 	tests := map[string]struct {
 		spec     *v1alpha1.HotKeyPolicySpec
@@ -36,17 +36,17 @@ func TestDecideReplicaReads(t *testing.T) {
 		"one key serves it: the cache alone": {
 			spec: testSpec(on(true, true, true)), obs: Observation{ReadsPerSecond: 6000},
 			want:     &routing.Entry{Coalesce: true, LocalCache: cache},
-			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache},
+			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationRefreshAhead},
 		},
 		"beyond one key: replica reads after the cache, no copies": {
 			spec: testSpec(on(true, true, true)), obs: Observation{ReadsPerSecond: 100000},
 			want:     &routing.Entry{Coalesce: true, LocalCache: cache, ReplicaReads: rr},
-			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationReplicaReads},
+			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationRefreshAhead, v1alpha1.MitigationReplicaReads},
 		},
 		"beyond one key, replica reads not allowed: copies": {
 			spec: testSpec(on(true, false, true)), obs: Observation{ReadsPerSecond: 100000},
 			want:     &routing.Entry{Coalesce: true, LocalCache: cache, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 300000}},
-			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationReplicate},
+			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationRefreshAhead, v1alpha1.MitigationReplicate},
 		},
 		"nothing cheaper allowed: replica reads even under one key's capacity": {
 			spec: testSpec(on(false, true, true)), obs: Observation{ReadsPerSecond: 6000},

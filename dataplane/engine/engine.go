@@ -112,6 +112,12 @@ type Engine struct {
 	closed  atomic.Bool
 	trackMu sync.Mutex // serialises turning tracking on and off
 
+	// bg counts early refreshes in flight (refresh.go); bgClosed, under
+	// bgMu, stops new ones once Close waits for them.
+	bgMu     sync.Mutex
+	bgClosed bool
+	bg       sync.WaitGroup
+
 	countersMu sync.Mutex
 	counters   map[string]*counter
 
@@ -313,6 +319,7 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
 		<-e.done
+		e.waitRefreshes()
 		e.trackMu.Lock()
 		e.closed.Store(true)
 		if tr := e.track.Swap(nil); tr != nil {
