@@ -289,7 +289,8 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 }
 
 // dialLoopUpstream connects and authenticates (dialRaw), opens the
-// connection in RESP version v, and returns its descriptor.
+// connection in RESP version v, and returns its descriptor (for a TLS
+// connection, its bridge's: tlsbridge_linux.go).
 func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
 	defer cancel()
@@ -314,7 +315,7 @@ func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) 
 		return -1, nil, errors.New("upstream does not speak RESP3: " + string(rep.Line))
 	}
 	u.conn.SetDeadline(time.Time{})
-	fd, err = takeFD(u.conn)
+	fd, err = bridgeFD(u.conn)
 	return fd, hello, err
 }
 
