@@ -116,7 +116,7 @@ func (l *loop) probeWritten(u *lupstream) {
 	if pr.stage != probeQueued || pr.u != u {
 		return
 	}
-	if u.woff < pr.end {
+	if u.woff < pr.end || u.tio != nil && u.tio.pending() {
 		// The write stopped short (the socket buffer is full, and flushUp
 		// may then move the buffer's bytes): Redis is not reading, and the
 		// wait would be its time, not ours.

@@ -461,11 +461,9 @@ func (p *Proxy) dial(ctx context.Context, addr string) (*upstream, error) {
 	var c net.Conn
 	var err error
 	if p.cfg.TLS != nil {
-		// tls.Dialer checks the certificate against the host of addr
-		// unless the configuration names the server, and completes the
-		// handshake (bounded by DialTimeout) before AUTH is written.
-		td := tls.Dialer{NetDialer: &d, Config: p.cfg.TLS}
-		c, err = td.DialContext(ctx, "tcp", addr)
+		// The handshake is complete (bounded by DialTimeout) before AUTH
+		// is written.
+		c, err = dialTLS(ctx, &d, p.cfg.TLS, addr)
 	} else {
 		c, err = d.DialContext(ctx, "tcp", addr)
 	}
@@ -571,6 +569,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func setNoDelay(c net.Conn) {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
+	}
+	if t, ok := c.(*tlsTransport); ok {
+		c = t.Conn
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/internal/testing/testpki"
 )
@@ -84,9 +89,8 @@ func TestTLSUpstreamServedByEventLoop(t *testing.T) {
 }
 
 // TestTLSUpstreamLoadAndLargeValues: concurrent pipelining clients and
-// values larger than the bridge's buffers and the socket pair's (the loop
-// streams a large reply to its client while the bridge holds the rest
-// back) through a TLS upstream; every reply is the right one.
+// large values through a TLS upstream, then large replies to a client
+// that reads late (slowLargeReplies); every reply is the right one.
 func TestTLSUpstreamLoadAndLargeValues(t *testing.T) {
 	skipShort(t)
 	addr, direct, _ := mtlsProxy(t, nil, proxy.Config{})
@@ -137,6 +141,49 @@ func TestTLSUpstreamLoadAndLargeValues(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+
+	slowLargeReplies(t, addr, big, direct)
+}
+
+// slowLargeReplies pipelines large GETs and a PING on a client that reads
+// nothing until Redis holds output for the proxy (CLIENT LIST's omem, read
+// on direct): the loop has stopped reading its upstream connection while
+// the client is behind. Then the client reads: the loop resumes the
+// connection (over TLS, with records crypto/tls may hold, of which epoll
+// knows nothing), and every reply comes whole and in order.
+func slowLargeReplies(t *testing.T, addr string, big []byte, direct *redis.Client) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const n = 8
+	var req []byte
+	for range n {
+		req = resp.AppendArgs(req, [][]byte{[]byte("GET"), []byte("big")})
+	}
+	req = resp.AppendArgs(req, [][]byte{[]byte("PING")})
+	if _, err := conn.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 20*time.Second, "Redis holds replies the proxy does not read", func() bool {
+		list, err := direct.ClientList(context.Background()).Result()
+		return err == nil && regexp.MustCompile(` omem=[1-9]`).MatchString(list)
+	})
+	conn.SetReadDeadline(time.Now().Add(time.Minute))
+	var want []byte
+	for range n {
+		want = resp.AppendBulk(want, big)
+	}
+	want = append(want, "+PONG\r\n"...)
+	got := make([]byte, len(want))
+	if k, err := io.ReadFull(conn, got); err != nil {
+		t.Fatalf("read %d of %d bytes of large replies: %v", k, len(want), err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("large replies read late differ from the values")
 	}
 }
 
