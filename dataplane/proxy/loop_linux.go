@@ -117,8 +117,8 @@ type loop struct {
 }
 
 // loopEligible reports whether the configuration lets the event loop serve
-// clients: multiplexing on (a TLS upstream is served through a bridge,
-// tlsbridge_linux.go).
+// clients: multiplexing on, plaintext or TLS upstream (the loop runs
+// crypto/tls itself: tlsloop_linux.go).
 func loopEligible(cfg *Config) bool {
 	return cfg.SharedConns >= 0 && !cfg.NoEventLoop
 }

@@ -21,8 +21,8 @@ import (
 // the same Redis' plaintext port, in the same run: each b.N is one round in
 // which every target serves the same load in turn (the order rotated each
 // round), and the metrics are each target's median throughput and its
-// ratio to plaintext. Targets: plain (event loop), tls (event loop through
-// the TLS bridge), tls-sessions (Config.NoEventLoop: a goroutine per
+// ratio to plaintext. Targets: plain (event loop), tls (event loop, running
+// crypto/tls itself), tls-sessions (Config.NoEventLoop: a goroutine per
 // client). Load: 16 clients, GET or SET of random keys, pipelines of
 // depth 1 or 16. hack/bench.d/33-proxy-tls.sh measures the same with
 // redis-benchmark and 50 clients.

@@ -54,7 +54,7 @@ func mtlsProxy(t *testing.T, reg *prometheus.Registry, cfg proxy.Config) (string
 // family of commands answers as it does from a plaintext Redis directly:
 // blocking commands and scripts on the loop's spare connections, and the
 // commands that hand a client to a session (MULTI, SELECT, CLIENT) on a
-// presented connection, all through the TLS bridge.
+// presented connection that the session goes on with over TLS.
 func TestTLSUpstreamServedByEventLoop(t *testing.T) {
 	skipShort(t)
 	for _, protocol := range []int{2, 3} {
@@ -188,7 +188,8 @@ func slowLargeReplies(t *testing.T, addr string, big []byte, direct *redis.Clien
 }
 
 // TestTLSUpstreamFailureIsAnErrorNotAHang: when the TLS Redis goes away,
-// the bridge closes the loop's end and a command gets the proxy's error.
+// the loop reads end-of-file through crypto/tls and a command gets the
+// proxy's error.
 func TestTLSUpstreamFailureIsAnErrorNotAHang(t *testing.T) {
 	skipShort(t)
 	addr, _, stop := mtlsProxy(t, nil, proxy.Config{Timeout: time.Second})
