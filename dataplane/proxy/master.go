@@ -69,6 +69,15 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// untrack leaves the registry without closing the connection: the event
+// loop has taken it over, and closes it on a switch itself (switchMaster).
+func (c *trackedConn) untrack() net.Conn {
+	c.reg.mu.Lock()
+	delete(c.reg.live, c)
+	c.reg.mu.Unlock()
+	return c.Conn
+}
+
 // SyscallConn lets the event loop take the descriptor (takeFD).
 func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
 	sc, ok := c.Conn.(syscall.Conn)
