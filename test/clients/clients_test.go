@@ -46,6 +46,12 @@ func (g *goRedis) work(t *testing.T) string {
 			t.Fatalf("GET: %v", err)
 		}
 	}
+	return g.incr(t)
+}
+
+func (g *goRedis) incr(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
 	for range nIncr {
 		if err := g.c.Incr(ctx, g.prefix+"ctr").Err(); err != nil {
 			t.Fatalf("INCR: %v", err)

@@ -8,13 +8,19 @@
 //
 //   - every SET the client sent reached Redis (INFO commandstats, summed
 //     over the masters) and was seen by the sidecar (its per-key reports to
-//     the node agent address, read here off the UDP socket), so none went
-//     around it;
-//   - the reads of one hot key are all reported to the node agent (what
-//     its detection counts);
-//   - a split counter (routing table entry with 4 shards) incremented
-//     through the client reads back exact, while a reader outside the
-//     sidecar sees no value under the logical key.
+//     its node agent, read on the way there), so none went around it;
+//   - the reads of one hot key are all reported to the node agent, and a
+//     real node agent, from those reports, tells the manager's fleet server
+//     (a real hub) that the key and a counter are over their thresholds;
+//   - the counter, once a table splitting it (4 shards) is published
+//     through the hub as the manager's reconciler publishes it and the
+//     agent has pushed it to the sidecar, reads exact through the client
+//     and through another cluster client (its count before the split in
+//     the logical key plus its shards), while a reader outside the sidecar
+//     sees only the count before the split.
+//
+// What the reconciler decides from the hub's view (split this counter) the
+// test decides: the manager's decisions are tested in controllers/.
 //
 // In the cluster run one slot the client writes to is migrated after the
 // client has loaded its slot map: the sidecar meets ASK and MOVED; the
@@ -30,7 +36,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,34 +77,30 @@ func upstreams(t *testing.T) []upstream {
 	}
 }
 
-// stack is one sidecar in front of an upstream, with the socket its
-// per-key reports go to.
+// stack is one sidecar in front of an upstream, following its node
+// agent, with what it reports to the agent.
 type stack struct {
 	up      upstream
 	addr    string // the sidecar's client address
 	metrics string // its /metrics URL
+	fleet   *fleet
 	reports *reports
 }
 
-// startSidecar serves a sidecar for up until the test ends, following a
-// routing table that splits prefix+"ctr" in 4 shards, and waits until it
-// obeys that table.
-func startSidecar(t *testing.T, up upstream, prefix string) *stack {
+// startSidecar serves a sidecar for up until the test ends, reporting to
+// and following a real node agent (startFleet), and waits until it obeys
+// the agent's first table (version 1, no entries).
+func startSidecar(t *testing.T, up upstream) *stack {
 	t.Helper()
-	table := fmt.Sprintf(`{"schemaVersion":1,"policy":"ns/p","version":1,"epochMillis":60000,"entries":[
-		{"key":%q,"source":"detected","split":{"generations":[{"fromEpoch":0,"shards":4}]}}]}`, prefix+"ctr")
-	file := filepath.Join(t.TempDir(), "routing.json")
-	if err := os.WriteFile(file, []byte(table), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rep := listenReports(t)
+	f := startFleet(t)
+	f.publish(1, "")
 	ln, hl := listen(t), listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- sidecar.Run(ctx, sidecar.Config{
 			Listener: ln, HTTPListener: hl, Upstreams: up.addrs, Cluster: up.cluster,
-			Policy: "p", Namespace: "ns", RoutingFile: file, NodeAgent: rep.addr,
+			Policy: "p", Namespace: "ns", NodeAgent: f.tap.addr,
 		})
 	}()
 	t.Cleanup(func() {
@@ -108,12 +109,18 @@ func startSidecar(t *testing.T, up upstream, prefix string) *stack {
 			t.Errorf("sidecar: %v", err)
 		}
 	})
-	s := &stack{up: up, addr: ln.Addr().String(), metrics: "http://" + hl.Addr().String() + "/metrics", reports: rep}
-	eventually.True(t, 10*time.Second, "the sidecar obeys the routing table", func() bool {
-		v, _ := s.metric("heatsink_proxy_routing_version")
-		return v == 1
-	})
+	s := &stack{up: up, addr: ln.Addr().String(), metrics: "http://" + hl.Addr().String() + "/metrics", fleet: f, reports: f.tap.reports}
+	s.waitVersion(t, 1)
 	return s
+}
+
+// waitVersion waits until the sidecar obeys routing version v.
+func (s *stack) waitVersion(t *testing.T, v float64) {
+	t.Helper()
+	eventually.True(t, 10*time.Second, fmt.Sprintf("the sidecar obeys routing version %v", v), func() bool {
+		got, _ := s.metric("heatsink_proxy_routing_version")
+		return got == v
+	})
 }
 
 func listen(t *testing.T) net.Listener {
@@ -162,44 +169,23 @@ func (s *stack) commands(t *testing.T) float64 {
 // reports collects what the sidecar tells its node agent: reads and writes
 // per key, decoded from the datagrams as the agent would.
 type reports struct {
-	addr string
 	mu   sync.Mutex
 	keys map[string][2]uint64 // key -> reads, writes
 }
 
-func listenReports(t *testing.T) *reports {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+func (r *reports) record(dec *sidecarlink.Decoder, datagram []byte) {
+	b, err := dec.Decode(datagram)
 	if err != nil {
-		t.Fatal(err)
+		return
 	}
-	r := &reports{addr: pc.LocalAddr().String(), keys: map[string][2]uint64{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var dec sidecarlink.Decoder
-		buf := make([]byte, 64<<10)
-		for {
-			n, _, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			b, err := dec.Decode(buf[:n])
-			if err != nil {
-				continue
-			}
-			r.mu.Lock()
-			for _, e := range b.Entries {
-				c := r.keys[string(e.Key)]
-				c[0] += uint64(e.Reads)
-				c[1] += uint64(e.Writes)
-				r.keys[string(e.Key)] = c
-			}
-			r.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { pc.Close(); <-done })
-	return r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range b.Entries {
+		c := r.keys[string(e.Key)]
+		c[0] += uint64(e.Reads)
+		c[1] += uint64(e.Writes)
+		r.keys[string(e.Key)] = c
+	}
 }
 
 // sum is the reads and writes reported for the keys with prefix.
@@ -240,19 +226,24 @@ func commandCalls(t *testing.T, addrs []string, cmd string) int64 {
 
 // client is one client library's run: start connects to addr and loads
 // the slot map (it returns when the client is ready); work then plays the
-// workload with prefix and returns what GET <prefix>ctr answered.
+// workload with prefix and returns what GET <prefix>ctr answered; incr
+// increments <prefix>ctr nIncr times more and returns what GET answers.
 type client interface {
 	start(t *testing.T, addr, prefix string)
 	work(t *testing.T) string
+	incr(t *testing.T) string
 }
 
 // play runs c through a sidecar in front of every upstream and checks that
-// every command went through the sidecar.
+// every command went through the sidecar, that the node agent detected the
+// hot key and the hot counter from the sidecar's counts, and that the
+// counter, once the manager's fleet server has published its split and the
+// agent has pushed it to the sidecar, reads exact through the client.
 func play(t *testing.T, name string, newClient func() client) {
 	for _, up := range upstreams(t) {
 		t.Run(up.name, func(t *testing.T) {
 			prefix := name + ":"
-			s := startSidecar(t, up, prefix)
+			s := startSidecar(t, up)
 			c := newClient()
 			c.start(t, s.addr, prefix)
 			if up.cluster {
@@ -292,7 +283,7 @@ func play(t *testing.T, name string, newClient func() client) {
 				t.Errorf("the sidecar counted %v commands; the client sent %d", cmds, nSet+nHot+nIncr+1)
 			}
 			if got != strconv.Itoa(nIncr) {
-				t.Errorf("the split counter read %q through the client; want %d", got, nIncr)
+				t.Errorf("the counter read %q through the client before its split; want %d", got, nIncr)
 			}
 			if up.cluster {
 				// The migrated slot's key was met: the sidecar followed the
@@ -302,10 +293,32 @@ func play(t *testing.T, name string, newClient func() client) {
 					t.Errorf("the sidecar followed %v redirections; the migrated slot should have given one", n)
 				}
 			}
-			// A reader outside the sidecar sees no value under the logical
-			// key: the counts are in its shards.
-			if v := directGet(t, up, prefix+"ctr"); v != "" {
-				t.Errorf("a direct GET of the split counter read %q; its value is in the shards", v)
+
+			// The node agent counted what the sidecar reported and told the
+			// manager: the hot key and the counter are over their
+			// thresholds in the manager's view.
+			hot := s.fleet.detected(t, prefix+"hot", false)
+			ctr := s.fleet.detected(t, prefix+"ctr", true)
+			t.Logf("detected by the node agent, in the manager's view: %shot at %.1f reads/s (threshold %d), %sctr at %.1f writes/s (threshold %d)",
+				prefix, hot, readThreshold, prefix, ctr, writeThreshold)
+			// The manager splits the counter: the table goes from the fleet
+			// server through the node agent to the sidecar.
+			s.fleet.publish(2, prefix+"ctr")
+			s.waitVersion(t, 2)
+			if got := c.incr(t); got != strconv.Itoa(2*nIncr) {
+				t.Errorf("the split counter read %q through the client; want %d (%d before its split, %d after)", got, 2*nIncr, nIncr, nIncr)
+			}
+			// Another cluster client of the sidecar reads the same total.
+			other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
+			v, err := other.Get(context.Background(), prefix+"ctr").Result()
+			other.Close()
+			if v != strconv.Itoa(2*nIncr) {
+				t.Errorf("go-redis ClusterClient read the split counter through the sidecar as %q (%v); want %d", v, err, 2*nIncr)
+			}
+			// A reader outside the sidecar sees only what the logical key
+			// held before the split: the later counts are in its shards.
+			if v := directGet(t, up, prefix+"ctr"); v != strconv.Itoa(nIncr) {
+				t.Errorf("a direct GET of the split counter read %q; want %d, its value before the split", v, nIncr)
 			}
 		})
 	}
@@ -340,8 +353,9 @@ func directGet(t *testing.T, up upstream, key string) (v string) {
 }
 
 // script runs an external client (python3, node) speaking a line protocol
-// on stdio: it prints "ready" once connected, waits for a line, runs the
-// workload and prints GET ctr's answer.
+// on stdio: it prints "ready" once connected; then, for the line "go", runs
+// the workload and prints GET ctr's answer, for "incr" increments ctr
+// nIncr times and prints GET ctr's answer.
 type script struct {
 	argv []string
 	env  []string
@@ -388,9 +402,13 @@ func (s *script) line(t *testing.T) string {
 	return strings.TrimSpace(l)
 }
 
-func (s *script) work(t *testing.T) string {
+func (s *script) work(t *testing.T) string { t.Helper(); return s.ask(t, "go") }
+func (s *script) incr(t *testing.T) string { t.Helper(); return s.ask(t, "incr") }
+
+// ask sends the script one command line and returns its answer.
+func (s *script) ask(t *testing.T, cmd string) string {
 	t.Helper()
-	if _, err := io.WriteString(s.in, "go\n"); err != nil {
+	if _, err := io.WriteString(s.in, cmd+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	return s.line(t)
