@@ -32,11 +32,11 @@ func refuseNodeWideInTx(name []byte) string {
 // supported".
 const refuseMaintNotifications = "ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy"
 
-// refuseClientKill: the filters may match connections that are not the
-// client's own (other clients' connections, or the proxy's connections
-// that carry other clients); the proxy kills only the client's own
-// (clientkill.go).
-const refuseClientKill = "ERR heatsink proxy: CLIENT KILL through the proxy may name only the client's own connection (by ID or ADDR, as CLIENT ID or CLIENT INFO give them); run it against Redis directly"
+// refuseClientKill: the filters match, in Redis' CLIENT LIST, connections
+// that are not the client's own (other clients' connections, the proxy's
+// connections that carry other clients, connections not through the
+// proxy); the proxy kills only the client's own (clientkill.go).
+const refuseClientKill = "ERR heatsink proxy: CLIENT KILL through the proxy may match only the client's own connection, and these filters match another connection on Redis (CLIENT LIST); run it against Redis directly"
 
 // refuseClientKillInTx: the kill would run at EXEC, when the proxy no
 // longer decides what it names.

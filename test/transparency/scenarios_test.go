@@ -273,15 +273,19 @@ var scenarios = []scenario{
 			"SET {t}d 4", "FLUSHDB SYNC", "EXISTS {t}d", "FLUSHALL SYNC", "SCAN 0")},
 	}},
 	// CLIENT KILL naming the client's own connection (by the ID CLIENT ID
-	// gave), or none: Redis' replies, and the connection closed when it
+	// gave), or none (TYPE master or replica, an LADDR or a USER no
+	// connection has): Redis' replies, and the connection closed when it
 	// killed itself.
-	{name: "CLIENT KILL of the own connection", steps: []step{
+	{name: "CLIENT KILL of the own connection", setup: [][]string{{"ACL", "SETUSER", "idle", "on", "nopass"}}, steps: []step{
 		{c: "a", cmd: one("CLIENT ID"), save: "id", mask: anyInt},
 		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "ID", "${id}"}, {"CLIENT", "KILL", "ID", "${id}", "SKIPME", "yes"},
 			{"CLIENT", "KILL", "ID", "${id}", "TYPE", "pubsub", "SKIPME", "no"}, {"CLIENT", "KILL", "1.1.1.1:1111"},
 			{"CLIENT", "KILL", "ADDR", "1.1.1.1:1111"}, {"CLIENT", "KILL", "TYPE", "greg"}, {"CLIENT", "KILL", "ID", "0"},
-			{"CLIENT", "KILL", "ID", "1", "SKIPME"}, {"CLIENT", "KILL", "USER", "nosuchuser"}, {"CLIENT", "KILL"}, {"PING"}}},
-		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "ID", "${id}", "SKIPME", "no"}, {"PING"}}, untilClose: true},
+			{"CLIENT", "KILL", "ID", "1", "SKIPME"}, {"CLIENT", "KILL", "USER", "nosuchuser"}, {"CLIENT", "KILL"},
+			{"CLIENT", "KILL", "TYPE", "master"}, {"CLIENT", "KILL", "TYPE", "replica", "SKIPME", "no"}, {"CLIENT", "KILL", "TYPE", "slave"},
+			{"CLIENT", "KILL", "LADDR", "1.2.3.4:5"}, {"CLIENT", "KILL", "USER", "idle", "TYPE", "normal", "SKIPME", "no"},
+			{"CLIENT", "KILL", "MAXAGE", "100"}, {"CLIENT", "KILL", "USER", "idle", "ID", "${id}", "SKIPME", "no"}, {"PING"}}},
+		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "USER", "default", "TYPE", "normal", "ID", "${id}", "SKIPME", "no"}, {"PING"}}, untilClose: true},
 		{c: "b", cmd: one("PING")},
 	}},
 	{name: "CLIENT subcommands", steps: []step{
