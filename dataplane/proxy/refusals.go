@@ -38,6 +38,12 @@ const refuseMaintNotifications = "ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS
 // proxy); the proxy kills only the client's own (clientkill.go).
 const refuseClientKill = "ERR heatsink proxy: CLIENT KILL through the proxy may match only the client's own connection, and these filters match another connection on Redis (CLIENT LIST); run it against Redis directly"
 
+// refuseWaitAOF: WAITAOF on a Redis that has it. The client's writes went
+// on connections other than the one WAITAOF would measure, and which
+// offset each replica has fsynced is not in INFO, so the proxy cannot wait
+// for them itself as it does for WAIT (wait.go).
+const refuseWaitAOF = "ERR heatsink proxy: WAITAOF is not supported through the proxy (the client's writes go to Redis on other connections than the one it would wait on); use WAIT, or run it against Redis directly"
+
 // refuseClientKillInTx: the kill would run at EXEC, when the proxy no
 // longer decides what it names.
 const refuseClientKillInTx = "ERR heatsink proxy: CLIENT KILL inside MULTI is not supported through the proxy"

@@ -292,6 +292,9 @@ func (s *session) handle() (done bool, err error) {
 		return false, nil
 	case opClientKill:
 		return s.clientKill()
+	case opWait:
+		s.wait()
+		return false, nil
 	case opTopology:
 		s.local(func(b []byte) []byte { return append(b, topologyReply(args, s.conn.LocalAddr(), s.proto)...) })
 		return false, nil

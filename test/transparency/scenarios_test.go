@@ -272,6 +272,15 @@ var scenarios = []scenario{
 		{c: "a", cmds: cmds("FLUSHDB", "DBSIZE", "RANDOMKEY", "KEYS *", "INFO keyspace", "SET {t}c 3", "FLUSHALL ASYNC", "DBSIZE",
 			"SET {t}d 4", "FLUSHDB SYNC", "EXISTS {t}d", "FLUSHALL SYNC", "SCAN 0")},
 	}},
+	// WAIT after writes (no replica here: 0, at once or at the timeout),
+	// inside MULTI (queued, answered at EXEC), its argument errors, and
+	// WAITAOF, which Redis 7.0 does not know. With a replica:
+	// TestWaitCountsTheClientsWrites (dataplane/proxy).
+	{name: "WAIT", steps: []step{
+		{c: "a", cmds: cmds("SET {t}k 1", "WAIT 0 0", "INCR {t}k", "WAIT 1 20", "WAIT 0 20", "WAIT -1 0")},
+		{c: "a", cmds: cmds("MULTI", "SET {t}k 2", "WAIT 1 0", "EXEC")},
+		{c: "a", cmds: cmds("WAIT x 0", "WAIT 1 -1", "WAIT 1 x", "WAIT 1", "WAIT 1 2 3", "WAITAOF 0 0 0", "GET {t}k")},
+	}},
 	// CLIENT KILL naming the client's own connection (by the ID CLIENT ID
 	// gave), or none (TYPE master or replica, an LADDR or a USER no
 	// connection has): Redis' replies, and the connection closed when it
