@@ -111,7 +111,9 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 	case !m.inTx && isTopology(args):
 		// Inside MULTI Redis queues it: it goes there, as it would.
 		return route{op: opTopology}
-	case !m.cluster && isInfo(args):
+	case isInfo(args) && (!m.cluster || !m.inTx && !nodeWide(args)):
+		// In a cluster inside MULTI it is queued on the transaction's
+		// master; INFO keyspace alone is node-wide.
 		return route{op: opInfo}
 	}
 	if !m.inTx && isWait(args) {

@@ -268,6 +268,7 @@ var scenarios = []scenario{
 		{c: "a", cmds: cmds("SET {t}a 1", "SET {t}b 2 EX 1000", "RPUSH {t}l x", "DBSIZE", "KEYS *", "KEYS {t}?", "KEYS nomatch*")},
 		{c: "a", cmd: one("RANDOMKEY"), mask: shape},
 		{c: "a", cmd: one("INFO keyspace"), mask: anyTTL},
+		{c: "a", cmds: cmds("INFO", "INFO everything", "INFO server keyspace"), mask: keyspaceOnly},
 		{c: "a", cmds: cmds("SCAN abc", "SCAN 0 COUNT x", "SCAN 0 TYPE", "SCAN", "KEYS", "DBSIZE x", "FLUSHDB LATER", "RANDOMKEY x")},
 		{c: "a", cmds: cmds("FLUSHDB", "DBSIZE", "RANDOMKEY", "KEYS *", "INFO keyspace", "SET {t}c 3", "FLUSHALL ASYNC", "DBSIZE",
 			"SET {t}d 4", "FLUSHDB SYNC", "EXISTS {t}d", "FLUSHALL SYNC", "SCAN 0")},
