@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/dataplane/command"
@@ -19,16 +20,22 @@ import (
 // connection: one that wrote nothing answers at once that every replica
 // has acknowledged, whatever the client's writes.
 //
-// So the proxy waits itself, for an offset no smaller than the client's:
-// once every command the client sent before WAIT has been answered, each
-// master's master_repl_offset (INFO replication) is past all of its
-// writes; the answer is, over the masters (one in standalone mode), the
-// fewest online replicas whose acknowledged offset (INFO replication's
-// slaveN offset) reached it. While that is under numreplicas and the
-// timeout has not passed, the proxy sends each master short for-ever
-// unsatisfiable WAITs (numreplicas above its replica count, waitStep),
-// which make Redis ask its replicas for their offsets at once (REPLCONF
-// GETACK), as the client's own WAIT would have.
+// So the proxy waits for an offset no smaller than the client's: once
+// every command the client sent before WAIT has been answered, each
+// master's current offset is past all of its writes; the answer is, over
+// the masters (one in standalone mode), the fewest online replicas that
+// acknowledged it.
+//
+// Redis before 7.2 sets a connection's offset after every command it runs:
+// there the proxy sends, on its own connection to each master, a PING and
+// then the client's WAIT, all masters at once, and Redis waits (waitNative).
+// Redis 7.2 and later set it only after a command that propagated, so the
+// proxy waits itself: it reads each master's master_repl_offset and its
+// replicas' acknowledged offsets (INFO replication), and while too few
+// have reached it and the timeout has not passed, it sends each master a
+// short WAIT it cannot satisfy (numreplicas above its replica count,
+// waitStep), which makes Redis ask its replicas for their offsets at once
+// (REPLCONF GETACK), as the client's own WAIT would have.
 //
 // When no other client writes meanwhile, this is Redis' answer. When
 // others do, the target offset also covers their writes made before the
@@ -40,6 +47,11 @@ import (
 // waitStep is how long each prompting WAIT blocks on Redis: Redis answers
 // it once its replicas' acknowledgements come in (or its own timers fire).
 const waitStep = 10 * time.Millisecond
+
+// waitEmulated makes every WAIT take the path of Redis 7.2 and later (the
+// proxy waits itself), so that it is tested against the Redis 7.0 of the
+// tests (export_test.go).
+var waitEmulated atomic.Bool
 
 // isWait reports WAIT and WAITAOF (served by opWait outside MULTI).
 func isWait(args [][]byte) bool {
@@ -79,12 +91,18 @@ func (s *session) wait() {
 	numReplicas, _ := strconv.ParseInt(string(args[1]), 10, 64)
 	timeoutMs, _ := strconv.ParseInt(string(args[2]), 10, 64)
 	var deadline time.Time
-	if timeoutMs > 0 {
+	// Redis takes any timeout up to the end of its clock; past a century
+	// (and past time.Duration's range) it is for ever here.
+	if timeoutMs > 0 && timeoutMs < 100*365*24*int64(time.Hour/time.Millisecond) {
 		deadline = time.Now().Add(time.Duration(timeoutMs) * time.Millisecond)
 	}
 	nodes := []int{0}
 	if s.p.cfg.Cluster {
 		nodes = s.p.topo.masters()
+	}
+	if s.woffEveryCommand() {
+		s.waitNative(nodes)
+		return
 	}
 	// A client that hangs up meanwhile closes the upstream connections,
 	// which ends the wait, as Redis drops a closed client's WAIT.
@@ -126,6 +144,73 @@ func (s *session) wait() {
 			}
 		}
 	}
+}
+
+// woffEveryCommand reports whether Redis (the first master) sets a
+// connection's write offset after every command it runs, as Redis before
+// 7.2 does (processCommand), rather than after those that propagate only
+// (call, 7.2 and later): then a WAIT on the proxy's own connection, after
+// any command on it, waits for the master's offset at that command. Asked
+// once per session (INFO server's redis_version).
+func (s *session) woffEveryCommand() bool {
+	if waitEmulated.Load() {
+		return false
+	}
+	if s.woffKnown == 0 {
+		s.woffKnown = 2
+		if text, ok := textOf(s.askStrings(0, "INFO", "server")); ok && versionBefore(text, 7, 2) {
+			s.woffKnown = 1
+		}
+	}
+	return s.woffKnown == 1
+}
+
+// versionBefore reports whether INFO server's redis_version is below
+// major.minor (false if it has none).
+func versionBefore(info []byte, major, minor int) bool {
+	for _, line := range bytes.Split(info, []byte("\n")) {
+		v, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("redis_version:"))
+		if !ok {
+			continue
+		}
+		parts := bytes.SplitN(v, []byte("."), 3)
+		if len(parts) < 2 {
+			return false
+		}
+		ma, err1 := strconv.Atoi(string(parts[0]))
+		mi, err2 := strconv.Atoi(string(parts[1]))
+		return err1 == nil && err2 == nil && (ma < major || ma == major && mi < minor)
+	}
+	return false
+}
+
+// waitNative is WAIT on a Redis that sets the write offset after every
+// command: on each master's connection of the session, a PING (its offset
+// becomes the master's, past the client's writes), then the client's WAIT,
+// every master at once; the answer is the fewest replicas, or the first
+// error. Redis itself waits, prompts its replicas and times out.
+func (s *session) waitNative(nodes []int) {
+	ping := resp.AppendArgs(nil, [][]byte{[]byte("PING")})
+	var cmds [][]byte
+	var to []int
+	for _, n := range nodes {
+		cmds, to = append(cmds, ping, s.cmd.Raw), append(to, n, n)
+	}
+	s.blocking = true // no reply timeout; a client that hangs up cancels it
+	rs := s.roundTripNodes(cmds, to)
+	least := int64(-1)
+	for i := 1; i < len(rs); i += 2 {
+		v, _, err := resp.Decode(rs[i].Raw, resp.ReplyLimits())
+		n, ok := v.(int64)
+		if err != nil || !ok {
+			s.relay(rs[i].Raw)
+			return
+		}
+		if least < 0 || n < least {
+			least = n
+		}
+	}
+	s.local(func(b []byte) []byte { return resp.AppendInt(b, least) })
 }
 
 // replication asks every node for INFO replication. With targets nil it
