@@ -77,30 +77,31 @@ func upstreams(t *testing.T) []upstream {
 	}
 }
 
-// stack is one sidecar in front of an upstream, following its node
-// agent, with what it reports to the agent.
+// stack is one sidecar in front of an upstream, in a simulated pod of its
+// own policy, following its node agent, with what it reports to the agent.
 type stack struct {
 	up      upstream
 	addr    string // the sidecar's client address
 	metrics string // its /metrics URL
-	fleet   *fleet
+	pod     *pod
 	reports *reports
 }
 
-// startSidecar serves a sidecar for up until the test ends, reporting to
-// and following a real node agent (startFleet), and waits until it obeys
-// the agent's first table (version 1, no entries).
-func startSidecar(t *testing.T, up upstream) *stack {
+// startSidecar serves a sidecar for up until the test ends, in a new pod
+// of a new policy (name) governing the keys with prefix, reporting to and
+// following the fleet's node agent, and waits until it serves under the
+// routing state in force.
+func startSidecar(t *testing.T, up upstream, name, prefix string) *stack {
 	t.Helper()
-	f := startFleet(t)
-	f.publish(1, "")
+	p := startFleet(t).newPod(t, name, up, prefix)
+	tp := p.startTap(t)
 	ln, hl := listen(t), listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- sidecar.Run(ctx, sidecar.Config{
 			Listener: ln, HTTPListener: hl, Upstreams: up.addrs, Cluster: up.cluster,
-			Policy: "p", Namespace: "ns", NodeAgent: f.tap.addr,
+			Policy: p.policy, Namespace: namespace, NodeAgent: tp.addr, SourceAddr: p.ip,
 		})
 	}()
 	t.Cleanup(func() {
@@ -109,18 +110,18 @@ func startSidecar(t *testing.T, up upstream) *stack {
 			t.Errorf("sidecar: %v", err)
 		}
 	})
-	s := &stack{up: up, addr: ln.Addr().String(), metrics: "http://" + hl.Addr().String() + "/metrics", fleet: f, reports: f.tap.reports}
-	s.waitVersion(t, 1)
+	s := &stack{up: up, addr: ln.Addr().String(), metrics: "http://" + hl.Addr().String() + "/metrics", pod: p, reports: tp.reports}
+	eventually.True(t, 30*time.Second, "the sidecar serves under the routing table in force", func() bool {
+		v, _ := s.metric("heatsink_proxy_routing_in_force")
+		return v == 1
+	})
 	return s
 }
 
-// waitVersion waits until the sidecar obeys routing version v.
-func (s *stack) waitVersion(t *testing.T, v float64) {
-	t.Helper()
-	eventually.True(t, 10*time.Second, fmt.Sprintf("the sidecar obeys routing version %v", v), func() bool {
-		got, _ := s.metric("heatsink_proxy_routing_version")
-		return got == v
-	})
+// routingVersion is the version of the table the sidecar obeys.
+func (s *stack) routingVersion() int64 {
+	v, _ := s.metric("heatsink_proxy_routing_version")
+	return int64(v)
 }
 
 func listen(t *testing.T) net.Listener {
@@ -227,7 +228,8 @@ func commandCalls(t *testing.T, addrs []string, cmd string) int64 {
 // client is one client library's run: start connects to addr and loads
 // the slot map (it returns when the client is ready); work then plays the
 // workload with prefix and returns what GET <prefix>ctr answered; incr
-// increments <prefix>ctr nIncr times more and returns what GET answers.
+// reads <prefix>hot nHot times and increments <prefix>ctr nIncr times
+// more, and returns what GET <prefix>ctr answers.
 type client interface {
 	start(t *testing.T, addr, prefix string)
 	work(t *testing.T) string
@@ -243,7 +245,7 @@ func play(t *testing.T, name string, newClient func() client) {
 	for _, up := range upstreams(t) {
 		t.Run(up.name, func(t *testing.T) {
 			prefix := name + ":"
-			s := startSidecar(t, up)
+			s := startSidecar(t, up, name+"-"+up.name, prefix)
 			c := newClient()
 			c.start(t, s.addr, prefix)
 			if up.cluster {
@@ -294,31 +296,72 @@ func play(t *testing.T, name string, newClient func() client) {
 				}
 			}
 
-			// The node agent counted what the sidecar reported and told the
-			// manager: the hot key and the counter are over their
-			// thresholds in the manager's view.
-			hot := s.fleet.detected(t, prefix+"hot", false)
-			ctr := s.fleet.detected(t, prefix+"ctr", true)
-			t.Logf("detected by the node agent, in the manager's view: %shot at %.1f reads/s (threshold %d), %sctr at %.1f writes/s (threshold %d)",
+			// The client keeps the hot key and the counter hot (rounds of
+			// nHot GETs and nIncr INCRs) until the manager, from the node
+			// agent's summaries of the sidecar's counts, reports both over
+			// their thresholds, splits the counter, the table reaches the
+			// sidecar through the node agent, and its split generation is in
+			// force (its first epoch has begun).
+			total, rounds := nIncr, 0
+			var hot, ctr int64
+			var hotSeen, ctrSeen bool
+			var split *routing.Generation
+			var epochMs int64
+			deadline := time.Now().Add(90 * time.Second)
+			// Ten rounds a second at most: far over the thresholds, and
+			// frugal on a shared machine.
+			pace := time.NewTicker(100 * time.Millisecond)
+			defer pace.Stop()
+			for {
+				if !hotSeen {
+					hot, hotSeen = s.pod.reported(t, prefix+"hot", false)
+				}
+				if !ctrSeen {
+					ctr, ctrSeen = s.pod.reported(t, prefix+"ctr", true)
+				}
+				if split == nil {
+					if tbl := s.pod.table(t); tbl != nil && s.routingVersion() >= tbl.Version {
+						if e := tbl.Lookup(prefix + "ctr"); e != nil && e.Split != nil && len(e.Split.Generations) > 0 {
+							g := e.Split.Generations[len(e.Split.Generations)-1]
+							split, epochMs = &g, tbl.EpochMillis
+						}
+					}
+				}
+				if hotSeen && ctrSeen && split != nil && routing.EpochAt(time.Now(), epochMs) > split.FromEpoch {
+					break // its first epoch is under way: the next round is split
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after %d rounds: hot key reported %v (%d/s), counter reported %v (%d/s), split %+v", rounds, hotSeen, hot, ctrSeen, ctr, split)
+				}
+				<-pace.C
+				got = c.incr(t)
+				total += nIncr
+				rounds++
+				if got != strconv.Itoa(total) {
+					t.Fatalf("the counter read %q through the client after %d increments", got, total)
+				}
+			}
+			t.Logf("reported by the manager from the node agent's summaries: %shot at %d reads/s (threshold %d), %sctr at %d writes/s (threshold %d)",
 				prefix, hot, readThreshold, prefix, ctr, writeThreshold)
-			// The manager splits the counter: the table goes from the fleet
-			// server through the node agent to the sidecar.
-			s.fleet.publish(2, prefix+"ctr")
-			s.waitVersion(t, 2)
-			if got := c.incr(t); got != strconv.Itoa(2*nIncr) {
-				t.Errorf("the split counter read %q through the client; want %d (%d before its split, %d after)", got, 2*nIncr, nIncr, nIncr)
+			got = c.incr(t)
+			total += nIncr
+			t.Logf("the manager split %sctr in %d shards from epoch %d after %d more rounds of %d INCRs", prefix, split.Shards, split.FromEpoch, rounds, nIncr)
+			if got != strconv.Itoa(total) {
+				t.Errorf("the split counter read %q through the client; want %d", got, total)
 			}
 			// Another cluster client of the sidecar reads the same total.
 			other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
 			v, err := other.Get(context.Background(), prefix+"ctr").Result()
 			other.Close()
-			if v != strconv.Itoa(2*nIncr) {
-				t.Errorf("go-redis ClusterClient read the split counter through the sidecar as %q (%v); want %d", v, err, 2*nIncr)
+			if v != strconv.Itoa(total) {
+				t.Errorf("go-redis ClusterClient read the split counter through the sidecar as %q (%v); want %d", v, err, total)
 			}
-			// A reader outside the sidecar sees only what the logical key
-			// held before the split: the later counts are in its shards.
-			if v := directGet(t, up, prefix+"ctr"); v != strconv.Itoa(nIncr) {
-				t.Errorf("a direct GET of the split counter read %q; want %d, its value before the split", v, nIncr)
+			// A reader outside the sidecar reads the logical key alone: the
+			// last round's counts are in the shards.
+			direct, _ := strconv.Atoi(directGet(t, up, prefix+"ctr"))
+			t.Logf("the split counter read %s through the client and %s through another cluster client for %d INCRs; a direct GET %d", got, v, total, direct)
+			if direct > total-nIncr {
+				t.Errorf("a direct GET of the split counter read %d of %d: the last %d increments should be in its shards", direct, total, nIncr)
 			}
 		})
 	}
@@ -354,8 +397,8 @@ func directGet(t *testing.T, up upstream, key string) (v string) {
 
 // script runs an external client (python3, node) speaking a line protocol
 // on stdio: it prints "ready" once connected; then, for the line "go", runs
-// the workload and prints GET ctr's answer, for "incr" increments ctr
-// nIncr times and prints GET ctr's answer.
+// the workload and prints GET ctr's answer, for "incr" reads hot nHot
+// times, increments ctr nIncr times and prints GET ctr's answer.
 type script struct {
 	argv []string
 	env  []string

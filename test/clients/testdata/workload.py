@@ -1,7 +1,7 @@
 # redis-py RedisCluster through the sidecar: prints "ready" once it holds
-# the slot map; then for each line on stdin: "go" runs the workload and
-# prints what GET <prefix>ctr answers, "incr" increments <prefix>ctr nincr
-# times and prints what GET answers. Arguments: host port prefix nset nhot
+# the slot map; then for each line on stdin: "go" runs the workload (nset
+# SETs, nhot GETs of <prefix>hot, nincr INCRs of <prefix>ctr) and prints
+# what GET <prefix>ctr answers, "incr" the same without the SETs. Arguments: host port prefix nset nhot
 # nincr.
 import sys
 
@@ -16,8 +16,8 @@ for line in sys.stdin:
     if line.strip() == "go":
         for i in range(nset):
             rc.set(f"{prefix}k:{i}", "v")
-        for _ in range(nhot):
-            rc.get(f"{prefix}hot")
+    for _ in range(nhot):
+        rc.get(f"{prefix}hot")
     for _ in range(nincr):
         rc.incr(f"{prefix}ctr")
     print(rc.get(f"{prefix}ctr"), flush=True)
