@@ -133,7 +133,7 @@ const (
 // validated by Redis) against conns, Redis' CLIENT LIST, as Redis'
 // clientMatchesFilter does: ID, ADDR, LADDR, USER exactly; TYPE by the
 // connection's flags (M master, S replica, P pubsub, else normal: a MONITOR
-// is O, normal); MAXAGE (Redis 7.4) an age above it. A repeated filter
+// is O, normal); MAXAGE (Redis 7.4) an age of at least it. A repeated filter
 // counts once, the last (as Redis parses them). SKIPME is ignored: it only
 // spares the caller, which the kill on its own connection leaves to Redis.
 func killMatches(filters [][]byte, conns []map[string]string, ownID []byte) killMatch {
@@ -187,7 +187,7 @@ func killFilterMatch(want, c map[string]string) bool {
 			if err1 != nil || err2 != nil {
 				return true // cannot tell: counted as a match, so refused
 			}
-			if max != 0 && age <= max {
+			if max != 0 && age < max {
 				return false
 			}
 		}

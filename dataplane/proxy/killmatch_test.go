@@ -28,6 +28,7 @@ func TestKillMatches(t *testing.T) {
 		"user bob":                     {[]string{"USER", "bob"}, killNone},
 		"laddr elsewhere":              {[]string{"LADDR", "1.2.3.4:5"}, killNone},
 		"maxage 10: older ones":        {[]string{"MAXAGE", "10"}, killOthers},
+		"maxage equal to the age":      {[]string{"MAXAGE", "5", "ID", "7"}, killOwnOnly},
 		"maxage 1000: none":            {[]string{"MAXAGE", "1000"}, killNone},
 		"maxage 1: every one":          {[]string{"MAXAGE", "1", "USER", "default", "LADDR", "10.0.0.9:6379"}, killOwnOnly},
 		"last of a repeated filter":    {[]string{"ID", "8", "ID", "7"}, killOwnOnly},
