@@ -24,3 +24,7 @@ func (l *loop) shutdown(<-chan time.Time) bool { return true }
 
 func (l *loop) post(func()) bool { return false }
 func (l *loop) fenceDown()       {}
+
+// The event loop alone runs a TLS connection over its descriptor.
+func (t *tlsTransport) readFD([]byte) (int, error)  { return 0, errors.ErrUnsupported }
+func (t *tlsTransport) writeFD([]byte) (int, error) { return 0, errors.ErrUnsupported }

@@ -229,6 +229,12 @@ func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *prox
 	uo := &redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		TLSConfig: cfg.TLS,
+		// No retries: go-redis retries any command whose connection
+		// failed, and an INCRBY applied before its connection closed (a
+		// failover's fence closes them) would then be counted twice.
+		// Failed commands get an error, as on the proxy's raw path; a dial
+		// is still retried (nothing was sent).
+		MaxRetries: -1,
 	}
 	if creds != nil {
 		// go-redis asks at each new connection, as the proxy does. Get

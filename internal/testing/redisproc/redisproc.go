@@ -136,6 +136,10 @@ func launch(ctx context.Context, dir string, port int, cluster bool, extra []str
 	return s, nil
 }
 
+// Signal sends sig to the server's process (SIGSTOP freezes it, SIGCONT
+// lets it go on: a replica that stops acknowledging, a stalled master).
+func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+
 // Stop kills the server and waits for it to exit. Safe to call twice.
 func (s *Server) Stop() {
 	s.once.Do(func() {
