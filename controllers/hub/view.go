@@ -23,10 +23,12 @@ import (
 //   - a pinned key is counted exactly by every node that applied the
 //     directive pinning it, so once every fresh node has, upper = lower.
 //
-// Decisions use the upper bound (a key whose cluster-wide rate reaches its
-// threshold is never missed) and pins make it exact for the keys near a
-// threshold (nothing below threshold × (1 − hysteresis) is mitigated for
-// estimation error once its pin is applied).
+// Decisions take the exact sum when there is one, otherwise the upper bound
+// marked as a bound (decide.Observation.Bound): a bound over a threshold
+// starts the key's sustainFor timer (a key whose cluster-wide rate reaches
+// its threshold is never missed) and gets the key pinned, and only the exact
+// count, once every node applied the pin, makes it hot (nothing at or under
+// its threshold is mitigated for estimation error, whatever sustainFor).
 //
 // A view is not safe for concurrent use; the hub guards it.
 type view struct {
@@ -170,8 +172,16 @@ func (v *view) reband(s *keySum) {
 	if v.th.Reads == 0 && v.th.Writes == 0 {
 		return
 	}
-	val := v.estimate(s).value()
-	b := uint8(band(val.Reads, v.th.Reads, v.th.Hysteresis)*3 + band(val.Writes, v.th.Writes, v.th.Hysteresis))
+	e := v.estimate(s)
+	val := e.value()
+	br, bw := band(val.Reads, v.th.Reads, v.th.Hysteresis), band(val.Writes, v.th.Writes, v.th.Hysteresis)
+	b := uint8(br*3 + bw)
+	if e.exact && (br == 2 || bw == 2) {
+		// A key over a threshold turning exact is a change too: only a
+		// count makes it hot (decide.Observation.Bound), and a pass whose
+		// sustainFor ran out on the bound waits for it.
+		b |= 16
+	}
 	if b != s.band {
 		s.band = b
 		v.bandChanged = true
@@ -301,7 +311,7 @@ func (v *view) estimate(s *keySum) estimate {
 // Snapshot is a view's content at one moment, what a reconcile pass takes.
 type Snapshot struct {
 	// Aggregate is what the decisions take: per key the exact sum or the
-	// upper bound (see view), fresh and stale node counts.
+	// upper bound, marked Bound (see view), fresh and stale node counts.
 	decide.Aggregate
 	// Estimates has each key's bounds, for status and the aggregated report.
 	Estimates map[string]Estimate
@@ -336,7 +346,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 	for k, s := range v.keys {
 		e := v.estimate(s)
 		val := e.value()
-		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes)}
+		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes), Bound: !e.exact}
 		snap.Estimates[k] = Estimate{Lower: e.lower, Upper: e.upper, Bytes: e.bytes, Exact: e.exact}
 		if e.exact {
 			snap.Exact++
