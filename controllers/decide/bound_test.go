@@ -75,7 +75,7 @@ func TestDecideOnCountsNotBounds(t *testing.T) {
 			wantHot: false, wantPending: 0, wantNext: none,
 		},
 		"writes: counted, it is": {
-			ticks:   []tick{{0, boundWrites}, {2 * time.Second, countWrites}},
+			ticks: []tick{{0, boundWrites}, {2 * time.Second, countWrites}},
 			// Next: the split's first generation starts at the next epoch.
 			wantHot: true, wantPending: none, wantStarted: 1, wantNext: time.Minute, wantDetect: 0,
 		},
