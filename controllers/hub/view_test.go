@@ -48,6 +48,23 @@ func TestViewSumsBoundsAndExactness(t *testing.T) {
 	}
 }
 
+// With no Unseen anywhere an estimate is a count; a key every node lists
+// is still a bound while another key's nodes have Unseen.
+func TestViewCountsWithoutUnseen(t *testing.T) {
+	v := newView()
+	v.setExpected(t0, map[string]bool{"a": true, "b": true})
+	v.apply(t0, "a", 1, 1, psum(1, 0, kr("k", 100)))
+	v.apply(t0, "b", 1, 1, psum(1, 0))
+	if o := v.snapshot(t0, time.Minute, time.Minute).Keys["k"]; o.Bound || o.ReadsPerSecond != 100 {
+		t.Fatalf("k with no Unseen anywhere = %+v, want the count 100", o)
+	}
+	v.apply(t0, "a", 1, 2, psum(1, 5, kr("k", 100)))
+	v.apply(t0, "b", 1, 2, psum(1, 5, kr("k", 50)))
+	if o := v.snapshot(t0, time.Minute, time.Minute).Keys["k"]; !o.Bound || o.ReadsPerSecond != 150 {
+		t.Fatalf("k listed by every node, unpinned = %+v, want 150 as a bound", o)
+	}
+}
+
 // A key over its threshold on the bound that turns exact, still over, is
 // a band change: the pass whose sustainFor ran out on the bound waits for
 // the count (decide.Observation.Bound), so the hub must ask for one.
@@ -57,6 +74,7 @@ func TestBandChangeWhenAKeyOverTurnsExact(t *testing.T) {
 	v.setExpected(t0, map[string]bool{"a": true, "b": true})
 	v.apply(t0, "a", 1, 1, psum(1, 10, kr("k", 150)))
 	v.apply(t0, "b", 1, 1, psum(1, 10))
+	v.rebandAll() // as the sweep does: b's Unseen is in k's bound now
 	v.takeBandChange()
 	v.setPins([]string{"k"}, 2)
 	v.apply(t0, "a", 1, 2, psum(2, 10, kr("k", 150)))
