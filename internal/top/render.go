@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	"golang.org/x/text/width"
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -159,24 +162,39 @@ func scaled(v, base float64, units []string) string {
 	return fmt.Sprintf("%.2f%s", v, units[u])
 }
 
-// Escape makes a key printable on one line of a terminal: printable ASCII
-// stays, a backslash is doubled, every other byte (control characters, an
-// escape sequence's ESC, the bytes of UTF-8 and of binary keys) is \xNN, so
-// a key can neither move the cursor nor widen a column. It returns the
-// rendering of each byte, for Ellipsize to cut between.
+// Escape makes a key printable on one line of a terminal, one column a
+// character: printable ASCII and printable one-column letters and symbols
+// (catégorie:été) stay, a backslash is doubled; ASCII control characters
+// (an escape sequence's ESC too) and bytes that are not UTF-8 (binary keys)
+// become \xNN; other control and invisible characters (bidirectional
+// overrides), combining marks and wide characters \u{NNNN}. So a key can
+// neither move the cursor nor widen its column. It returns the rendering of
+// each character, for Ellipsize to cut between.
 func Escape(key string) []string {
-	out := make([]string, len(key))
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; {
-		case c == '\\':
-			out[i] = `\\`
-		case c >= 0x20 && c < 0x7f:
-			out[i] = key[i : i+1]
+	var out []string
+	for i := 0; i < len(key); {
+		r, n := utf8.DecodeRuneInString(key[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1, r < 0x20, r == 0x7f:
+			out = append(out, fmt.Sprintf(`\x%02x`, key[i]))
+		case r == '\\':
+			out = append(out, `\\`)
+		case r >= 0x20 && r < 0x7f:
+			out = append(out, key[i:i+n])
+		case !unicode.IsPrint(r) || unicode.In(r, unicode.Mn, unicode.Me) || wide(r):
+			out = append(out, fmt.Sprintf(`\u{%04x}`, r))
 		default:
-			out[i] = fmt.Sprintf(`\x%02x`, c)
+			out = append(out, key[i:i+n])
 		}
+		i += n
 	}
 	return out
+}
+
+// wide reports whether r takes two columns in a terminal.
+func wide(r rune) bool {
+	k := width.LookupRune(r).Kind()
+	return k == width.EastAsianWide || k == width.EastAsianFullwidth
 }
 
 // Ellipsize escapes key and fits it in width columns: a longer one keeps its
@@ -186,7 +204,7 @@ func Ellipsize(key string, width int) string {
 	units := Escape(key)
 	n := 0
 	for _, u := range units {
-		n += len(u)
+		n += cols(u)
 	}
 	if n <= width {
 		return strings.Join(units, "")
@@ -199,16 +217,16 @@ func Ellipsize(key string, width int) string {
 	var head, tail []string
 	used := 0
 	for _, u := range units {
-		if used+len(u) > headRoom {
+		if used+cols(u) > headRoom {
 			break
 		}
-		head, used = append(head, u), used+len(u)
+		head, used = append(head, u), used+cols(u)
 	}
 	for i := len(units) - 1; i >= len(head); i-- {
-		if used+len(units[i]) > room {
+		if used+cols(units[i]) > room {
 			break
 		}
-		tail, used = append(tail, units[i]), used+len(units[i])
+		tail, used = append(tail, units[i]), used+cols(units[i])
 	}
 	var b strings.Builder
 	b.WriteString(strings.Join(head, ""))
@@ -219,8 +237,11 @@ func Ellipsize(key string, width int) string {
 	return b.String()
 }
 
-// clip cuts s to width columns, ending in "…" when cut. s is ASCII but for
-// the ellipses this package writes, one column each.
+// cols is how many columns an escaped unit takes: one a character.
+func cols(u string) int { return utf8.RuneCountInString(u) }
+
+// clip cuts s to width columns, ending in "…" when cut. s is escaped or
+// this package's own text: one column a character.
 func clip(s string, width int) string {
 	r := []rune(s)
 	if len(r) <= width {
