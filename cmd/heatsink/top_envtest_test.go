@@ -393,6 +393,11 @@ func TestTopDocSample(t *testing.T) {
 	if normalizeTop(sample) != normalizeTop(got) {
 		t.Errorf("docs/top.md's sample is not what top prints; it prints:\n%s", got)
 	}
+	got = mustTop(t, "--kubeconfig", admin, "-n", "shop", "--once", "-o", "json", "--limit=1")
+	sample = docblock.Get(t, docblock.Load(t, cp.Root, "docs/top.md"), "top-json").Text
+	if topClock.ReplaceAllString(strings.Join(strings.Fields(sample), ""), "CLOCK") != topClock.ReplaceAllString(strings.TrimSpace(got), "CLOCK") {
+		t.Errorf("docs/top.md's JSON sample is not what top prints; it prints:\n%s", got)
+	}
 }
 
 var (

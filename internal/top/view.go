@@ -138,7 +138,7 @@ func Build(now time.Time, policies []v1alpha1.HotKeyPolicy, reports []v1alpha1.H
 			}
 		}
 	}
-	f := Frame{Time: now, Sort: sortBy, Policies: []Policy{}}
+	f := Frame{Time: now.UTC().Truncate(time.Second), Sort: sortBy, Policies: []Policy{}}
 	for _, p := range byName {
 		sortKeys(p.Keys, sortBy)
 		if limit > 0 && len(p.Keys) > limit {
