@@ -295,8 +295,9 @@ func TestTopNeedsOnlyTheViewerRole(t *testing.T) {
 	// Live, the viewer's watch works too: see TestTopFollowsChanges.
 }
 
-// TestTopFollowsChanges runs top live (a watch, --interval=100ms, JSON) and
-// changes the report: a later frame shows the change, with no restart.
+// TestTopFollowsChanges runs top live (a watch, --interval=100ms, JSON) as
+// a viewer and changes the report, then deletes it: later frames show each
+// change, with no restart.
 func TestTopFollowsChanges(t *testing.T) {
 	cp := testenv.Start(t, controlplane.Options{})
 	ctx := context.Background()
@@ -376,6 +377,14 @@ func TestTopFollowsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, 30*time.Second, "a frame shows the new rate", func() bool { return readsOf(next(), keyViral) == 99_000 })
+	// A deleted report leaves the view (the policy stays, with its moved keys).
+	if err := cp.Client.Delete(ctx, rep); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, "a frame without the report", func() bool {
+		fr := next()
+		return !strings.Contains(fr, `"report":`) && readsOf(fr, keyViral) == 48000 && readsOf(fr, keyLong) == -1
+	})
 }
 
 // TestTopDocSample checks the sample in docs/top.md against what `heatsink

@@ -44,10 +44,19 @@ func (s Source) List(ctx context.Context) ([]v1alpha1.HotKeyPolicy, []v1alpha1.H
 	if err := s.Client.List(ctx, &rl, s.opts("")...); err != nil {
 		return nil, nil, s.explain(err)
 	}
-	if s.Policy != "" && len(pl.Items) == 0 && len(rl.Items) == 0 {
-		return nil, nil, fmt.Errorf("no HotKeyPolicy %q in namespace %q", s.Policy, s.Namespace)
+	if err := s.found(len(pl.Items), len(rl.Items)); err != nil {
+		return nil, nil, err
 	}
 	return pl.Items, rl.Items, nil
+}
+
+// found says that a named policy does not exist when neither it nor its
+// report does (a report may outlive its policy for a moment).
+func (s Source) found(policies, reports int) error {
+	if s.Policy != "" && policies == 0 && reports == 0 {
+		return fmt.Errorf("no HotKeyPolicy %q in namespace %q", s.Policy, s.Namespace)
+	}
+	return nil
 }
 
 // explain adds to an API error what a person needs to act on it.
@@ -113,8 +122,8 @@ func (s Source) Follow(ctx context.Context, errs chan<- error) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Policy != "" && len(st.policies) == 0 && len(st.reports) == 0 {
-		return nil, fmt.Errorf("no HotKeyPolicy %q in namespace %q", s.Policy, s.Namespace)
+	if err := s.found(len(st.policies), len(st.reports)); err != nil {
+		return nil, err
 	}
 	go s.follow(ctx, st, pl, pRV, func(obj any, del bool) {
 		if p, ok := obj.(*v1alpha1.HotKeyPolicy); ok {
