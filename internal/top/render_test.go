@@ -255,3 +255,30 @@ func TestJSONIsOneDocumentALine(t *testing.T) {
 		t.Errorf("first key = %v", k)
 	}
 }
+
+// TestRedraw checks the frames' separation: after a blank line on a pipe,
+// drawn over the last on a terminal (the first, too: top starts at the
+// screen's top).
+func TestRedraw(t *testing.T) {
+	ps, rs := fixture()
+	f := Build(now, ps, rs, SortHeat, 1)
+	var one bytes.Buffer
+	_ = Table(&one, f, 80)
+	for name, tc := range map[string]struct {
+		o    Options
+		want string
+	}{
+		"pipe":     {Options{Width: 80}, one.String() + "\n" + one.String()},
+		"terminal": {Options{Width: 80, Clear: true}, strings.Repeat("\x1b[H"+strings.ReplaceAll(one.String(), "\n", "\x1b[K\n")+"\x1b[J", 2)},
+	} {
+		var b bytes.Buffer
+		for i := range 2 {
+			if err := tc.o.write(&b, f, i == 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if b.String() != tc.want {
+			t.Errorf("%s: %q\nwant %q", name, b.String(), tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package top
 import (
 	"context"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -12,8 +13,8 @@ type Options struct {
 	Sort  string // one of Sorts
 	Limit int    // keys a policy, at most; 0: all
 	Width int    // the table's width in columns
-	// Clear, for a terminal: each table replaces the last (cursor home,
-	// clear screen) instead of following it after a blank line.
+	// Clear, for a terminal: each table is drawn over the last instead of
+	// following it after a blank line.
 	Clear    bool
 	Once     bool          // print one frame and return
 	Interval time.Duration // between refreshes
@@ -61,14 +62,20 @@ func (o Options) write(w io.Writer, f Frame, first bool) error {
 	if o.JSON {
 		return JSON(w, f)
 	}
-	sep := "\n"
-	if o.Clear {
-		sep = "\x1b[H\x1b[2J"
-	}
-	if !first || o.Clear {
-		if _, err := io.WriteString(w, sep); err != nil {
-			return err
+	if !o.Clear {
+		if !first {
+			if _, err := io.WriteString(w, "\n"); err != nil {
+				return err
+			}
 		}
+		return Table(w, f, o.Width)
 	}
-	return Table(w, f, o.Width)
+	// Redraw in place without a blank flash: cursor home, each line cleared
+	// to its end as it is written, then the rest of the screen cleared.
+	var b strings.Builder
+	if err := Table(&b, f, o.Width); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\x1b[H"+strings.ReplaceAll(b.String(), "\n", "\x1b[K\n")+"\x1b[J")
+	return err
 }
