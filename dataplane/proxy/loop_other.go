@@ -24,3 +24,5 @@ func (l *loop) shutdown(<-chan time.Time) bool { return true }
 
 func (l *loop) post(func()) bool { return false }
 func (l *loop) fenceDown()       {}
+
+func (l *loop) pipeInput(net.Conn) *pipeIn { return nil }
