@@ -31,9 +31,6 @@ type lpipe struct {
 	closing bool
 }
 
-// pipeChunkMax is how much of a piped client's input one chunk holds.
-const pipeChunkMax = 64 << 10
-
 // pipeInput makes the loop read c's input for its session (nil when the
 // loop does not run or cannot take the socket: the session reads it).
 func (l *loop) pipeInput(c net.Conn) *pipeIn {

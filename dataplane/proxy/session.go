@@ -130,6 +130,13 @@ type session struct {
 	// fence is up from the moment the session took a connection of its
 	// own for a command until Redis answered that command.
 	fence *fence
+	// arr is the session's place in the order its client's bytes came
+	// (arrivals_linux.go); ordered says it has one.
+	arr     arrivalState
+	ordered bool
+	// readingAhead: watchClient reads the client (set before its
+	// goroutine starts, cleared after it ended).
+	readingAhead bool
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
@@ -159,6 +166,14 @@ func (s *session) run() {
 	defer s.conn.Close()
 	defer s.closeUpstreams()
 	defer s.releaseFence()
+	if a := s.p.arrivals; a.add(s) {
+		s.ordered = true
+		defer a.remove(s) // before the socket is closed
+		s.cr.SetSource(arrivalIO{s})
+		buf := s.cw.Buf
+		s.cw = resp.NewWriter(arrivalIO{s}, 0)
+		s.cw.Buf = buf
+	}
 	if len(s.pend) > 0 {
 		// Commands the event loop sent on this session's behalf before
 		// handing the client over (in the order it read them).
@@ -172,6 +187,9 @@ func (s *session) run() {
 		err := s.cr.ReadCommand(&s.cmd)
 
 		stop()
+		if err == nil {
+			s.p.arrivals.wait(s)
+		}
 		for err == nil {
 			var done bool
 			done, err = s.handle()
@@ -187,7 +205,11 @@ func (s *session) run() {
 				break
 			}
 		}
+		s.p.arrivals.handled(s)
 		s.drain()
+		// From the moment its replies go out, what the client sends
+		// comes after them: the session counts as reading again.
+		s.p.arrivals.reading(s, false)
 		s.releaseFence()
 		if resp.IsProtocolError(err) {
 			s.p.m.protocolErrors.Inc()
@@ -518,6 +540,7 @@ func (s *session) drain() {
 	if len(s.pend) == 0 {
 		return
 	}
+	s.p.arrivals.handled(s)
 	if !s.p.cfg.Cluster && !s.dedicated {
 		s.drainShared()
 		return
@@ -663,6 +686,7 @@ func isUnsubscribePush(raw []byte) bool {
 // func stops the watch.
 func (s *session) watchClient() (stop func()) {
 	done := make(chan struct{})
+	s.readingAhead = true
 	go func() {
 		defer close(done)
 		for s.cr.Buffered() < 64<<10 {
@@ -681,6 +705,7 @@ func (s *session) watchClient() (stop func()) {
 	return func() {
 		s.conn.SetReadDeadline(time.Unix(1, 0))
 		<-done
+		s.readingAhead = false
 		s.conn.SetReadDeadline(time.Time{})
 	}
 }

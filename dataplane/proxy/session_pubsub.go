@@ -48,6 +48,7 @@ func (s *session) subscribe(c *classified) error {
 	}
 	s.send(u, raw)
 	u.w.Write(s.cr.Take())
+	s.p.arrivals.handled(s)
 	s.p.fences.wait(s.fence)
 	if err := u.w.Flush(); err != nil {
 		return err
@@ -61,8 +62,12 @@ func (s *session) subscribe(c *classified) error {
 		s.releaseFence()
 	}
 	s.nFwd++
-	if in := s.p.loop.pipeInput(s.conn); in != nil {
-		return s.loopPipe(u, in)
+	in := s.p.loop.pipeInput(s.conn)
+	if in == nil {
+		in = s.orderedPipeInput()
+	}
+	if in != nil {
+		return s.orderedPipe(u, in)
 	}
 	if rest := u.r.Take(); len(rest) > 0 {
 		if _, err := s.conn.Write(rest); err != nil {
@@ -103,6 +108,9 @@ type pipeIn struct {
 	stop   func()
 }
 
+// pipeChunkMax is how much of a piped client's input one chunk holds.
+const pipeChunkMax = 64 << 10
+
 // pipeChunk is some of a piped client's input, or its end (eof).
 type pipeChunk struct {
 	b     []byte
@@ -110,11 +118,12 @@ type pipeChunk struct {
 	eof   bool
 }
 
-// loopPipe is the pipe when the event loop reads the client: the session
-// writes each chunk the loop gives it to Redis, and passes Redis' frames
+// orderedPipe is the pipe when its input is read in order with every
+// other client's, by the event loop or by orderedPipeInput: the session
+// writes each chunk it is given to Redis, and passes Redis' frames
 // to the client, taking each chunk's fence down once a frame answers it
 // (a message that merely arrives does not).
-func (s *session) loopPipe(u *upstream, in *pipeIn) error {
+func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 	var mu sync.Mutex
 	var awaited *fence // the fence of the chunk written last, until answered
 	answered := func() {
@@ -167,6 +176,61 @@ func (s *session) loopPipe(u *upstream, in *pipeIn) error {
 	<-wrote
 	answered()
 	return errQuit
+}
+
+// orderedPipeInput reads a piped client's input for a session that has a
+// place in the order of arrivals (sessions only, arrivals_linux.go): each
+// chunk waits for the sessions whose bytes came before, and gets a fence.
+// It returns nil without arrivals.
+func (s *session) orderedPipeInput() *pipeIn {
+	if !s.ordered {
+		return nil
+	}
+	a := s.p.arrivals
+	in := &pipeIn{chunks: make(chan pipeChunk, 1)}
+	next := make(chan struct{}, 1)
+	quit := make(chan struct{})
+	// The client reads again once its commands are written (Redis'
+	// answer to them, and what the client sends after it, come later).
+	in.resume = func() bool { a.reading(s, false); next <- struct{}{}; return true }
+	exited := make(chan struct{})
+	// The session has closed the client's connection: the read returns.
+	in.stop = func() { close(quit); <-exited }
+	a.reading(s, false)
+	go func() {
+		defer close(exited)
+		buf := make([]byte, pipeChunkMax)
+		for {
+			n, err := a.read(s, buf)
+			if n > 0 {
+				a.wait(s)
+				var f *fence
+				if buf[n-1] == '\n' { // as the loop does (loop_pipe_linux.go)
+					f = s.p.fences.raise()
+				}
+				a.handled(s)
+				select {
+				case in.chunks <- pipeChunk{b: append([]byte(nil), buf[:n]...), fence: f}:
+				case <-quit:
+					s.p.fences.release(f)
+					return
+				}
+				select {
+				case <-next:
+				case <-quit:
+					return
+				}
+			}
+			if err != nil {
+				select {
+				case in.chunks <- pipeChunk{eof: true}:
+				case <-quit:
+				}
+				return
+			}
+		}
+	}()
+	return in
 }
 
 // pipeReplies passes u's frames to the client until either side fails,
