@@ -34,7 +34,10 @@ type arrivals struct {
 	byFD map[int32]*session
 	// pending are the sessions with a ticket.
 	pending map[*session]struct{}
-	events  []unix.EpollEvent
+	// peek and args are mayHandOff's buffers.
+	peek   []byte
+	args   [][]byte
+	events []unix.EpollEvent
 	// changed is closed (and replaced) when a session has handled what it
 	// read, if a session waits for that (waiters > 0).
 	changed chan struct{}
@@ -61,6 +64,11 @@ type arrivalState struct {
 	wblocked   bool
 	wwas       bool
 	rfn, wfn   func(fd uintptr) bool
+	// boundary: the session's next bytes begin a command (it holds no
+	// part of one); handoff: its first pending command may take another
+	// connection than the shared one (firstHandsOff), known once known;
+	// pipe: a subscribed client's input, every command of which counts.
+	boundary, handoff, known, pipe bool
 }
 
 func newArrivals() *arrivals {
@@ -104,7 +112,7 @@ func (a *arrivals) add(s *session) bool {
 	if fd < 0 {
 		return false
 	}
-	s.arr = arrivalState{on: true, fd: fd, reading: true, rc: rc}
+	s.arr = arrivalState{on: true, fd: fd, reading: true, rc: rc, boundary: true}
 	a.byFD[fd] = s
 	return true
 }
@@ -150,7 +158,7 @@ func (a *arrivals) harvest() {
 
 // setTicket gives s ticket t (0: none), keeping pending.
 func (a *arrivals) setTicket(s *session, t uint64) {
-	s.arr.ticket = t
+	s.arr.ticket, s.arr.known = t, false
 	if t == 0 {
 		delete(a.pending, s)
 	} else {
@@ -175,13 +183,14 @@ func (a *arrivals) wait(s *session) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.harvest()
+	// No harvest here: the bytes that came before s's were in the ready
+	// list when s took it, just before reading (read), or had been read.
 	mine := s.arr.ticket
 	var deadline time.Time
 	for mine != 0 {
 		ahead := false
 		for x := range a.pending {
-			if x != s && x.arr.reading && x.arr.ticket != 0 && x.arr.ticket < mine {
+			if x != s && x.arr.reading && x.arr.ticket != 0 && x.arr.ticket < mine && a.mayHandOff(x) {
 				ahead = true
 				break
 			}
@@ -221,7 +230,6 @@ func (a *arrivals) handled(s *session) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.harvest()
 	if s.arr.ticket == 0 && !s.arr.reading {
 		return
 	}
@@ -269,6 +277,12 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 					a.setTicket(s, a.next)
 					st.latest = a.next
 				}
+				if !st.known {
+					st.handoff, st.known = st.pipe || st.boundary && firstHandsOff(st.rb[:st.rn], &a.args), true
+					if !st.handoff {
+						a.notify() // a session may wait to learn it
+					}
+				}
 				a.mu.Unlock()
 			}
 			return true
@@ -286,6 +300,42 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return st.rn, nil
+}
+
+// piped marks s's client as subscribed: every command it sends counts.
+func (a *arrivals) piped(s *session) {
+	a.mu.Lock()
+	s.arr.pipe = true
+	a.mu.Unlock()
+}
+
+// mayHandOff reports whether the first command x has not handled may go
+// to another connection than the shared one (a SUBSCRIBE, MONITOR,
+// SELECT, a blocking command, ...): only then do the sessions whose bytes
+// came after wait for it. Commands that merely share the connection, or
+// pipelined behind others of the same client, are not waited for (a
+// pipeline's later commands are written after its earlier ones' replies
+// anyway, docs/proxy.md). Bytes x has not read yet are peeked at.
+func (a *arrivals) mayHandOff(x *session) bool {
+	st := &x.arr
+	if st.pipe {
+		return true
+	}
+	if st.known {
+		return st.handoff
+	}
+	if !st.boundary {
+		return false // the rest of a command: it is handled with its start
+	}
+	if a.peek == nil {
+		a.peek = make([]byte, 4096)
+	}
+	n, _, err := unix.Recvfrom(int(st.fd), a.peek, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	if err != nil || n <= 0 {
+		return true // x is reading its bytes: its read says (read)
+	}
+	st.handoff, st.known = firstHandsOff(a.peek[:n], &a.args), true
+	return st.handoff
 }
 
 // write writes b to s's client. While the client does not take it (a
@@ -346,6 +396,7 @@ func (a *arrivals) reading(s *session, partial bool) {
 	}
 	a.mu.Lock()
 	s.arr.reading = true
+	s.arr.boundary = !partial
 	if partial && s.arr.ticket != 0 {
 		a.setTicket(s, 0)
 		a.notify()

@@ -196,6 +196,7 @@ func (s *session) orderedPipeInput() *pipeIn {
 	exited := make(chan struct{})
 	// The session has closed the client's connection: the read returns.
 	in.stop = func() { close(quit); <-exited }
+	a.piped(s)
 	a.reading(s, false)
 	go func() {
 		defer close(exited)
