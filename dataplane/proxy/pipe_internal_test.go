@@ -53,7 +53,7 @@ func TestFirstHandsOff(t *testing.T) {
 		{"*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n", true},
 		{"*1\r\n$9\r\nNOSUCHCMD\r\n", true},
 		{"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\n", true}, // not all here
-		{"SUBSCRIBE c\r\n", true},                // inline
+		{"SUBSCRIBE c\r\n", true},                 // inline
 		{"*x\r\n", true},
 	} {
 		if got := firstHandsOff([]byte(tc.b), &args); got != tc.want {
