@@ -106,6 +106,8 @@ type pipeIn struct {
 	chunks chan pipeChunk
 	resume func() bool
 	stop   func()
+	// writing, if set, runs just before a chunk is written.
+	writing func()
 }
 
 // pipeChunkMax is how much of a piped client's input one chunk holds.
@@ -156,6 +158,9 @@ func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 			mu.Lock()
 			awaited = ch.fence
 			mu.Unlock()
+			if in.writing != nil {
+				in.writing()
+			}
 			_, err := u.conn.Write(ch.b)
 			if err != nil {
 				answered()
@@ -190,9 +195,11 @@ func (s *session) orderedPipeInput() *pipeIn {
 	in := &pipeIn{chunks: make(chan pipeChunk, 1)}
 	next := make(chan struct{}, 1)
 	quit := make(chan struct{})
-	// The client reads again once its commands are written (Redis'
-	// answer to them, and what the client sends after it, come later).
-	in.resume = func() bool { a.reading(s, false); next <- struct{}{}; return true }
+	// The client counts as read again from the moment its commands are
+	// written (Redis' answer to them, and what the client sends after it,
+	// come later).
+	in.writing = func() { a.reading(s, false) }
+	in.resume = func() bool { next <- struct{}{}; return true }
 	exited := make(chan struct{})
 	// The session has closed the client's connection: the read returns.
 	in.stop = func() { close(quit); <-exited }
