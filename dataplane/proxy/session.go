@@ -303,6 +303,9 @@ func (s *session) handle() (done bool, err error) {
 	case opHello:
 		return false, nil // answered by helloShared
 	case opPipe:
+		if s.fence == nil && s.pre == nil { // on its own connection already: fenced as a hand-off
+			s.fence = s.p.fences.raise()
+		}
 		return true, s.subscribe(&c)
 	case opState:
 		return false, s.sessionCommand()
