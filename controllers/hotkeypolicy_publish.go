@@ -250,6 +250,7 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 		EpochMillis:   spec.Mitigations.Split.Epoch.Milliseconds(),
 		Entries:       entries,
 		LocalCache:    cacheSettings(&spec.Mitigations.LocalCache),
+		Replicas:      replicaSettings(&spec.Mitigations.ReplicaReads),
 	}
 	tableJSON, err := versioned(t, prev)
 	if err != nil {
@@ -275,6 +276,19 @@ func cacheSettings(c *v1alpha1.LocalCache) *routing.CacheSettings {
 		return nil
 	}
 	return &routing.CacheSettings{Tracking: c.Tracking, MaxEntries: int64(c.MaxEntries), MaxBytes: c.MaxBytes}
+}
+
+// replicaSettings are the table-wide settings of replica reads, nil when
+// the policy does not allow them.
+func replicaSettings(r *v1alpha1.ReplicaReads) *routing.ReplicaSettings {
+	if !r.IsEnabled() {
+		return nil
+	}
+	check := r.LagCheckInterval.Duration
+	if check <= 0 {
+		check = v1alpha1.DefaultLagCheckInterval
+	}
+	return &routing.ReplicaSettings{Addresses: r.Addresses, CheckMillis: check.Milliseconds()}
 }
 
 // versioned sets t's version and serialises it. Same entries and epoch

@@ -93,7 +93,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 }
 
 var mitigationTypes = []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache,
-	v1alpha1.MitigationReplicate, v1alpha1.MitigationSplit, v1alpha1.MitigationPreAggregate}
+	v1alpha1.MitigationReplicaReads, v1alpha1.MitigationReplicate, v1alpha1.MitigationSplit, v1alpha1.MitigationPreAggregate, v1alpha1.MitigationRefreshAhead}
 
 func (m *Metrics) observe(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time, out *decide.Output) {
 	counts := map[v1alpha1.MitigationType]int{}

@@ -155,9 +155,9 @@ func TestWriteChart(t *testing.T) {
 }
 
 func TestMitigations(t *testing.T) {
-	e := routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1}, Replicate: &routing.Replicate{Replicas: 4, TTLMillis: 1},
+	e := routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1, RefreshAheadPercent: 10}, Replicate: &routing.Replicate{Replicas: 4, TTLMillis: 1},
 		Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}, {FromEpoch: 2, Shards: 8}}}}
-	if got, want := mitigations(e), "coalesce,cache,replicas=4,shards=4→8"; got != want {
+	if got, want := mitigations(e), "coalesce,cache,refresh-ahead,replicas=4,shards=4→8"; got != want {
 		t.Errorf("mitigations = %q, want %q", got, want)
 	}
 }
@@ -182,6 +182,7 @@ func TestViewDraws(t *testing.T) {
 func TestParseEngineMetrics(t *testing.T) {
 	text := "# HELP heatsink_engine_cache_hits_total x\n# TYPE heatsink_engine_cache_hits_total counter\n" +
 		"heatsink_engine_cache_hits_total 1500\nheatsink_engine_coalesced_total 20\nheatsink_engine_upstream_reads_total 7\n" +
+		"heatsink_engine_cache_misses_total 3\nheatsink_engine_cache_refreshes_total 5\n" +
 		"heatsink_engine_fanout_keys_total 99\ngo_goroutines 12\n"
 	var c EngineCounts
 	for i := 0; i < 2; i++ {
@@ -189,7 +190,7 @@ func TestParseEngineMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if diff := cmp.Diff(EngineCounts{CacheHits: 3000, Coalesced: 40, UpstreamReads: 14}, c); diff != "" {
+	if diff := cmp.Diff(EngineCounts{CacheHits: 3000, Coalesced: 40, UpstreamReads: 14, CacheMisses: 6, Refreshes: 10}, c); diff != "" {
 		t.Errorf("summed over two sidecars (-want +got):\n%s", diff)
 	}
 	if err := parseEngineMetrics(strings.NewReader("heatsink_engine_cache_hits_total x\n"), &c); err == nil {

@@ -67,6 +67,11 @@ func TestEndToEnd(t *testing.T) {
 	if res.Chart == "" {
 		t.Errorf("no chart written")
 	}
+	// The viral key stays read for many TTLs: its cached value is refreshed
+	// ahead of expiry (the policy's default refreshAheadPercent).
+	if res.Engine.Refreshes == 0 {
+		t.Errorf("no cache refresh ahead of expiry in %v of a read-hot key (cache hits %.0f, misses %.0f)", cfg.Duration, res.Engine.CacheHits, res.Engine.CacheMisses)
+	}
 }
 
 // lineWatcher calls on for each line written to it.

@@ -19,6 +19,10 @@ type EngineCounts struct {
 	Coalesced float64
 	// UpstreamReads are the reads of mitigated keys that went to Redis.
 	UpstreamReads float64
+	// CacheMisses are reads of cached keys that found no fresh value and
+	// waited for Redis; Refreshes the early refreshes ahead of expiry, each
+	// of which spared the readers of an expiring key that wait.
+	CacheMisses, Refreshes float64
 }
 
 // Saved is the reads of mitigated keys that never reached Redis.
@@ -43,6 +47,10 @@ func parseEngineMetrics(r io.Reader, c *EngineCounts) error {
 			dst = &c.Coalesced
 		case "heatsink_engine_upstream_reads_total":
 			dst = &c.UpstreamReads
+		case "heatsink_engine_cache_misses_total":
+			dst = &c.CacheMisses
+		case "heatsink_engine_cache_refreshes_total":
+			dst = &c.Refreshes
 		default:
 			continue
 		}

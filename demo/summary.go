@@ -23,6 +23,8 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 	if e := r.Engine; e.Saved()+e.UpstreamReads > 0 {
 		row("upstream reads saved", fmt.Sprintf("%.0f reads of mitigated keys never reached Redis (%.0f cache hits, %.0f coalesced; %.0f went upstream)",
 			e.Saved(), e.CacheHits, e.Coalesced, e.UpstreamReads))
+		row("cache refreshed ahead of expiry", fmt.Sprintf("%.0f early refreshes; %.0f reads of cached keys missed and waited for Redis",
+			e.Refreshes, e.CacheMisses))
 	}
 	if r.ClientReads > 0 {
 		row("GETs: clients → Redis", fmt.Sprintf("%d sent through the sidecars, %d GET/MGET served by the masters (background, split sums and counter refreshes included)",

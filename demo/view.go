@@ -158,6 +158,9 @@ func mitigations(e routing.Entry) string {
 	}
 	if e.LocalCache != nil {
 		m = append(m, "cache")
+		if e.LocalCache.RefreshAheadPercent > 0 {
+			m = append(m, "refresh-ahead")
+		}
 	}
 	if e.Replicate != nil {
 		m = append(m, fmt.Sprintf("replicas=%d", e.Replicate.Replicas))

@@ -79,6 +79,20 @@ type Table struct {
 	// ignores it (JSON decoding skips unknown fields), which keeps the
 	// schema version at 1.
 	LocalCache *CacheSettings `json:"localCache,omitempty"`
+	// Replicas holds the policy's settings for replica reads, absent when
+	// the policy does not allow them. Optional, like LocalCache: a reader
+	// that ignores it reads every key from its master, which is exact.
+	Replicas *ReplicaSettings `json:"replicas,omitempty"`
+}
+
+// ReplicaSettings are the table-wide settings of replica reads (the
+// policy's spec.mitigations.replicaReads).
+type ReplicaSettings struct {
+	// Addresses are a standalone master's replicas (host:port); empty for
+	// a Redis Cluster or a Sentinel set, whose replicas readers discover.
+	Addresses []string `json:"addresses,omitempty"`
+	// CheckMillis is how often a reader measures its replicas' lag.
+	CheckMillis int64 `json:"checkMillis"`
 }
 
 // CacheSettings are the table-wide settings of the readers' local caches
@@ -112,6 +126,8 @@ type Entry struct {
 	Coalesce bool `json:"coalesce,omitempty"`
 	// LocalCache serves reads from the process's memory.
 	LocalCache *LocalCache `json:"localCache,omitempty"`
+	// ReplicaReads sends the key's reads to the replicas of its shard.
+	ReplicaReads *ReplicaReads `json:"replicaReads,omitempty"`
 	// Replicate stores the value in several physical keys.
 	Replicate *Replicate `json:"replicate,omitempty"`
 	// Split stores the counter in shards.
@@ -126,6 +142,17 @@ type LocalCache struct {
 	TTLMillis int64 `json:"ttlMillis"`
 	// JitterPercent randomises each entry's TTL by up to this percent.
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
+	// RefreshAheadPercent: a read in the last this percent of a cached
+	// value's lifetime starts one background refresh, so a key that stays
+	// read never expires under its readers. 0 (or absent, as from an older
+	// writer) turns it off.
+	RefreshAheadPercent int32 `json:"refreshAheadPercent,omitempty"`
+}
+
+// ReplicaReads parameters.
+type ReplicaReads struct {
+	// MaxLagMillis is the replication lag past which a replica is skipped.
+	MaxLagMillis int64 `json:"maxLagMillis"`
 }
 
 // Replicate parameters.
@@ -207,8 +234,14 @@ func (t *Table) Validate() error {
 	if c := t.LocalCache; c != nil && (c.MaxEntries < 0 || c.MaxBytes < 0) {
 		return errors.New("routing table: localCache.maxEntries and maxBytes must not be negative")
 	}
+	if r := t.Replicas; r != nil && r.CheckMillis <= 0 {
+		return errors.New("routing table: replicas.checkMillis must be positive")
+	}
 	for i := range t.Entries {
 		e := &t.Entries[i]
+		if e.ReplicaReads != nil && e.ReplicaReads.MaxLagMillis <= 0 {
+			return fmt.Errorf("routing table: %q: replicaReads.maxLagMillis must be positive", e.Key)
+		}
 		if e.Key == "" {
 			return fmt.Errorf("routing table: entry %d has an empty key", i)
 		}
@@ -217,6 +250,9 @@ func (t *Table) Validate() error {
 		}
 		if e.LocalCache != nil && e.LocalCache.TTLMillis <= 0 {
 			return fmt.Errorf("routing table: %q: localCache.ttlMillis must be positive", e.Key)
+		}
+		if e.LocalCache != nil && (e.LocalCache.RefreshAheadPercent < 0 || e.LocalCache.RefreshAheadPercent > 90) {
+			return fmt.Errorf("routing table: %q: localCache.refreshAheadPercent must be 0 to 90", e.Key)
 		}
 		if e.Replicate != nil && (e.Replicate.Replicas < 1 || e.Replicate.TTLMillis <= 0) {
 			return fmt.Errorf("routing table: %q: replicate needs replicas >= 1 and ttlMillis > 0", e.Key)

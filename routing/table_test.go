@@ -97,3 +97,45 @@ func TestDatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshAheadPercent: an entry's localCache.refreshAheadPercent
+// travels in the published JSON; absent (an older writer) is 0, off; out
+// of 0..90 the table is refused.
+func TestRefreshAheadPercent(t *testing.T) {
+	entry := func(lc string) string {
+		return `{"schemaVersion":1,"policy":"ns/p","version":1,"epochMillis":60000,"entries":[{"key":"k","source":"detected","localCache":` + lc + `}]}`
+	}
+	for name, tc := range map[string]struct {
+		json    string
+		want    int32
+		wantErr string
+	}{
+		"absent":   {json: entry(`{"ttlMillis":2000}`)},
+		"10":       {json: entry(`{"ttlMillis":2000,"refreshAheadPercent":10}`), want: 10},
+		"negative": {json: entry(`{"ttlMillis":2000,"refreshAheadPercent":-1}`), wantErr: "refreshAheadPercent must be 0 to 90"},
+		"over 90":  {json: entry(`{"ttlMillis":2000,"refreshAheadPercent":91}`), wantErr: "refreshAheadPercent must be 0 to 90"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tbl, err := Parse([]byte(tc.json))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tbl.Entries[0].LocalCache.RefreshAheadPercent; got != tc.want {
+				t.Fatalf("refreshAheadPercent = %d, want %d", got, tc.want)
+			}
+			out, err := tbl.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == 0 && strings.Contains(string(out), "refreshAheadPercent") {
+				t.Errorf("0 is written out (older readers' bytes change): %s", out)
+			}
+		})
+	}
+}

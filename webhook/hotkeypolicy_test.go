@@ -278,6 +278,14 @@ func TestAdmission(t *testing.T) {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mitigations.LocalCache.JitterPercent = 60 },
 			wantField: "spec.mitigations.localCache.jitterPercent", wantMsg: "less than or equal to 50",
 		},
+		"refresh ahead over 50 percent": {
+			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mitigations.LocalCache.RefreshAheadPercent = ptr.To[int32](60) },
+			wantField: "spec.mitigations.localCache.refreshAheadPercent", wantMsg: "less than or equal to 50",
+		},
+		"refresh window under 1ms": {
+			raw:       map[string]any{"spec.mitigations.localCache.ttl": "5ms", "spec.mitigations.localCache.refreshAheadPercent": 10},
+			wantField: "spec.mitigations.localCache", wantMsg: "refreshAheadPercent leaves a refresh window under 1ms",
+		},
 		"zero schedule cache ttl": {
 			mutate: schedule(func(s *v1alpha1.Schedule) {
 				s.Mitigation.LocalCache = &v1alpha1.ScheduledLocalCache{TTL: &metav1.Duration{}}
@@ -489,7 +497,11 @@ func TestAdmission(t *testing.T) {
 			},
 		},
 		"explicit zero percentages": {
-			raw: map[string]any{"spec.thresholds.hysteresisPercent": 0, "spec.capacity.headroomPercent": 0, "spec.mitigations.localCache.jitterPercent": 0},
+			raw: map[string]any{"spec.thresholds.hysteresisPercent": 0, "spec.capacity.headroomPercent": 0, "spec.mitigations.localCache.jitterPercent": 0,
+				"spec.mitigations.localCache.refreshAheadPercent": 0},
+		},
+		"refresh window of 1ms": {
+			raw: map[string]any{"spec.mitigations.localCache.ttl": "10ms", "spec.mitigations.localCache.refreshAheadPercent": 10},
 		},
 		"name of 63 characters": {name: strings.Repeat("b", 63)},
 		"database 15":           {raw: map[string]any{"spec.target.database": 15}},

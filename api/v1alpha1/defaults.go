@@ -27,6 +27,7 @@ const (
 	DefaultMaxMitigatedKeys  = 200
 	DefaultCacheTTL          = 2 * time.Second
 	DefaultJitterPercent     = 10
+	DefaultRefreshAhead      = 10
 	DefaultMaxEntries        = 10000
 	DefaultMaxBytes          = 64 << 20
 	DefaultMaxReplicas       = 8
@@ -35,6 +36,8 @@ const (
 	DefaultEpoch             = 60 * time.Second
 	DefaultFlushInterval     = 100 * time.Millisecond
 	DefaultLeadTime          = 5 * time.Minute
+	DefaultMaxReplicaLag     = time.Second
+	DefaultLagCheckInterval  = time.Second
 )
 
 // SetDefaults fills every unset field of spec with its default, as the schema
@@ -66,9 +69,16 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	boolean(&m.Replicate.Enabled, false)
 	boolean(&m.Split.Enabled, false)
 	boolean(&m.PreAggregate.Enabled, false)
+	boolean(&m.ReplicaReads.Enabled, false)
+	dur(&m.ReplicaReads.MaxLag, DefaultMaxReplicaLag)
+	dur(&m.ReplicaReads.LagCheckInterval, DefaultLagCheckInterval)
 	dur(&m.LocalCache.TTL, DefaultCacheTTL)
 	i32(&m.LocalCache.MaxEntries, DefaultMaxEntries)
 	i64(&m.LocalCache.MaxBytes, DefaultMaxBytes)
+	if m.LocalCache.RefreshAheadPercent == nil {
+		v := int32(DefaultRefreshAhead)
+		m.LocalCache.RefreshAheadPercent = &v
+	}
 	i32(&m.Replicate.MaxReplicas, DefaultMaxReplicas)
 	dur(&m.Replicate.ReplicaTTL, DefaultReplicaTTL)
 	i32(&m.Split.MaxShards, DefaultMaxShards)
@@ -113,6 +123,14 @@ func (c Coalesce) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
 // IsEnabled reports whether local caching is allowed (default true).
 func (c LocalCache) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
 
+// RefreshAhead is refreshAheadPercent (default 10; 0: off).
+func (c LocalCache) RefreshAhead() int32 {
+	if c.RefreshAheadPercent == nil {
+		return DefaultRefreshAhead
+	}
+	return *c.RefreshAheadPercent
+}
+
 // IsEnabled reports whether replication is allowed (default false).
 func (c Replicate) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
 
@@ -121,3 +139,6 @@ func (c Split) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
 
 // IsEnabled reports whether pre-aggregation is allowed (default false).
 func (c PreAggregate) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
+
+// IsEnabled reports whether replica reads are allowed (default false).
+func (c ReplicaReads) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }

@@ -22,13 +22,15 @@ const (
 // positive duration string with a unit ("500ms", "2s", "5m"). Defaults live in
 // the schema: a field left out gets its default, and a value written (an
 // explicit 0 too) is validated, never replaced.
-// +kubebuilder:validation:XValidation:rule="self.mode == 'Observe' || (!has(self.mitigations.coalesce) || !has(self.mitigations.coalesce.enabled) || self.mitigations.coalesce.enabled) || (!has(self.mitigations.localCache) || !has(self.mitigations.localCache.enabled) || self.mitigations.localCache.enabled) || (has(self.mitigations.replicate) && has(self.mitigations.replicate.enabled) && self.mitigations.replicate.enabled) || (has(self.mitigations.split) && has(self.mitigations.split.enabled) && self.mitigations.split.enabled) || (has(self.mitigations.preAggregate) && has(self.mitigations.preAggregate.enabled) && self.mitigations.preAggregate.enabled)",message="mode Enforce needs at least one mitigation enabled in spec.mitigations (mode Observe needs none)"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Observe' || (!has(self.mitigations.coalesce) || !has(self.mitigations.coalesce.enabled) || self.mitigations.coalesce.enabled) || (!has(self.mitigations.localCache) || !has(self.mitigations.localCache.enabled) || self.mitigations.localCache.enabled) || (has(self.mitigations.replicate) && has(self.mitigations.replicate.enabled) && self.mitigations.replicate.enabled) || (has(self.mitigations.split) && has(self.mitigations.split.enabled) && self.mitigations.split.enabled) || (has(self.mitigations.preAggregate) && has(self.mitigations.preAggregate.enabled) && self.mitigations.preAggregate.enabled) || (has(self.mitigations.replicaReads) && has(self.mitigations.replicaReads.enabled) && self.mitigations.replicaReads.enabled)",message="mode Enforce needs at least one mitigation enabled in spec.mitigations (mode Observe needs none)"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.coalesce) || !s.mitigation.coalesce || self.mitigations.coalesce.enabled)",message="a schedule asks for coalesce but mitigations.coalesce.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || self.mitigations.replicate.enabled)",message="a schedule asks for replicate but mitigations.replicate.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.localCache) || self.mitigations.localCache.enabled)",message="a schedule asks for localCache but mitigations.localCache.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || self.mitigations.split.enabled)",message="a schedule asks for split but mitigations.split.enabled is false"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicaReads) || !s.mitigation.replicaReads || (has(self.mitigations.replicaReads) && has(self.mitigations.replicaReads.enabled) && self.mitigations.replicaReads.enabled))",message="a schedule asks for replicaReads but mitigations.replicaReads.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || s.mitigation.replicate.replicas <= self.mitigations.replicate.maxReplicas)",message="a schedule's replicate.replicas exceeds mitigations.replicate.maxReplicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || s.mitigation.split.shards <= self.mitigations.split.maxShards)",message="a schedule's split.shards exceeds mitigations.split.maxShards"
+// +kubebuilder:validation:XValidation:rule="!has(self.mitigations.replicaReads) || !has(self.mitigations.replicaReads.addresses) || (!has(self.target.sentinel) && !(has(self.target.cluster) && self.target.cluster))",message="mitigations.replicaReads.addresses are for a standalone target: a Redis Cluster's and a Sentinel set's replicas are discovered"
 type HotKeyPolicySpec struct {
 	// mode is Enforce (publish and act) or Observe (decide and report only).
 	// Default: Enforce.
@@ -335,6 +337,13 @@ type Mitigations struct {
 	// +optional
 	// +kubebuilder:default={}
 	PreAggregate PreAggregate `json:"preAggregate,omitempty"`
+
+	// replicaReads sends the reads of a read-hot key to the Redis replicas
+	// of its shard: no extra memory and no extra writes, at the price of
+	// reads as stale as the replication lag (bounded by maxLag).
+	// +optional
+	// +kubebuilder:default={}
+	ReplicaReads ReplicaReads `json:"replicaReads,omitempty"`
 }
 
 // Coalesce configures single-flight reads.
@@ -346,6 +355,7 @@ type Coalesce struct {
 }
 
 // LocalCache configures the sidecar's cache of hot values.
+// +kubebuilder:validation:XValidation:rule="!has(self.refreshAheadPercent) || self.refreshAheadPercent == 0 || !has(self.ttl) || !self.ttl.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.ttl).getMilliseconds() * self.refreshAheadPercent >= 100",message="mitigations.localCache.refreshAheadPercent leaves a refresh window under 1ms of the ttl, shorter than a round trip: raise it or the ttl, or set 0 to turn refresh off"
 type LocalCache struct {
 	// enabled allows local caching. Default: true. Read it with IsEnabled.
 	// +optional
@@ -367,6 +377,20 @@ type LocalCache struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=50
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
+
+	// refreshAheadPercent refreshes a cached key ahead of its expiry while it
+	// is read: the first read in the last this percent of a cached value's
+	// lifetime starts one background read of the key, and readers keep the
+	// cached value meanwhile, so a hot key never expires under its readers.
+	// A key not read in that window is not refreshed. Costs up to
+	// 100/(100-refreshAheadPercent) times the upstream reads of the cache
+	// alone; staleness stays bounded by ttl. 0 turns it off. Default: 10.
+	// Read it with RefreshAhead.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	RefreshAheadPercent *int32 `json:"refreshAheadPercent,omitempty"`
 
 	// maxEntries bounds the cache's entries per sidecar. Default: 10000.
 	// +optional
@@ -456,7 +480,7 @@ type PreAggregate struct {
 // Schedule is a known spike: its keys are prepared before it starts.
 // +kubebuilder:validation:XValidation:rule="has(self.start) != has(self.cron)",message="a schedule needs exactly one of start and cron"
 // +kubebuilder:validation:XValidation:rule="!self.leadTime.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || !self.duration.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.leadTime) < duration(self.duration)",message="a schedule's leadTime must be shorter than its duration"
-// +kubebuilder:validation:XValidation:rule="has(self.mitigation.replicate) || has(self.mitigation.localCache) || has(self.mitigation.split) || (has(self.mitigation.coalesce) && self.mitigation.coalesce)",message="a schedule's mitigation must name at least one of replicate, localCache, split or coalesce"
+// +kubebuilder:validation:XValidation:rule="has(self.mitigation.replicate) || has(self.mitigation.localCache) || has(self.mitigation.split) || (has(self.mitigation.coalesce) && self.mitigation.coalesce) || (has(self.mitigation.replicaReads) && self.mitigation.replicaReads)",message="a schedule's mitigation must name at least one of replicate, localCache, split, coalesce or replicaReads"
 type Schedule struct {
 	// name identifies the event, e.g. black-friday.
 	// +required
@@ -526,6 +550,11 @@ type ScheduledMitigation struct {
 	// split splits the keys as counters.
 	// +optional
 	Split *ScheduledSplit `json:"split,omitempty"`
+
+	// replicaReads reads the keys from the Redis replicas of their shards
+	// during the event (mitigations.replicaReads' maxLag).
+	// +optional
+	ReplicaReads bool `json:"replicaReads,omitempty"`
 }
 
 // ScheduledReplicate sets the replica count of scheduled keys.
@@ -591,16 +620,20 @@ const (
 )
 
 // MitigationType names a mitigation in status and in the routing table.
-// +kubebuilder:validation:Enum=Coalesce;LocalCache;Replicate;Split;PreAggregate
+// +kubebuilder:validation:Enum=Coalesce;LocalCache;ReplicaReads;Replicate;Split;PreAggregate;RefreshAhead
 type MitigationType string
 
 // The mitigations, cheapest first.
 const (
 	MitigationCoalesce     MitigationType = "Coalesce"
 	MitigationLocalCache   MitigationType = "LocalCache"
+	MitigationReplicaReads MitigationType = "ReplicaReads"
 	MitigationReplicate    MitigationType = "Replicate"
 	MitigationSplit        MitigationType = "Split"
 	MitigationPreAggregate MitigationType = "PreAggregate"
+	// MitigationRefreshAhead: the key's cached value is refreshed ahead of
+	// its expiry while it is read (localCache.refreshAheadPercent).
+	MitigationRefreshAhead MitigationType = "RefreshAhead"
 )
 
 // HotKeySource says why a key is mitigated.
@@ -625,7 +658,7 @@ type HotKeyStatus struct {
 	WritesPerSecond int64 `json:"writesPerSecond"`
 	// mitigations applied to the key, cheapest first.
 	// +optional
-	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:MaxItems=7
 	Mitigations []MitigationType `json:"mitigations,omitempty"`
 	// shards is the split cardinality of the current epoch, 0 when not split.
 	// +optional

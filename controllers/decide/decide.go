@@ -411,9 +411,11 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 }
 
 // detectedEntry chooses the mitigations of a hot key, cheapest first: reads
-// get coalescing, then a local cache, then replicas only when one physical
-// key cannot serve the read rate (or nothing cheaper is allowed); writes get a
-// split (and pre-aggregation where the policy opts in).
+// get coalescing, then a local cache, then, only when one physical key
+// cannot serve the read rate (or nothing cheaper is allowed), reads from the
+// shard's Redis replicas, or replicated copies where replica reads are not
+// allowed; writes get a split (and pre-aggregation where the policy opts
+// in).
 //
 // A split grows at once but shrinks only past the hysteresis band (see
 // shrinkSize) and after the smaller size has held for sustainFor (reports of several nodes arrive one by one, so a sum may dip
@@ -430,11 +432,21 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, k
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationCoalesce)
 		}
 		if m.LocalCache.IsEnabled() {
-			e.LocalCache = &routing.LocalCache{TTLMillis: m.LocalCache.TTL.Milliseconds(), JitterPercent: m.LocalCache.JitterPercent}
+			e.LocalCache = &routing.LocalCache{TTLMillis: m.LocalCache.TTL.Milliseconds(), JitterPercent: m.LocalCache.JitterPercent, RefreshAheadPercent: m.LocalCache.RefreshAhead()}
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationLocalCache)
+			if e.LocalCache.RefreshAheadPercent > 0 {
+				d.Mitigations = append(d.Mitigations, v1alpha1.MitigationRefreshAhead)
+			}
 		}
 		need := withHeadroom(o.ReadsPerSecond, spec.Capacity.HeadroomPercent) > float64(spec.Capacity.PerShardReadsPerSecond)
-		if m.Replicate.IsEnabled() && (need || len(d.Mitigations) == 0) {
+		replicaReads := m.ReplicaReads.IsEnabled() && (need || len(d.Mitigations) == 0)
+		if replicaReads {
+			// The shard's replicas exist anyway: reading them costs no
+			// memory and no write, so they come before copies.
+			e.ReplicaReads = &routing.ReplicaReads{MaxLagMillis: m.ReplicaReads.MaxLag.Milliseconds()}
+			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
+		}
+		if m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0) {
 			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardReadsPerSecond, m.Replicate.MaxReplicas)
 			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = n
@@ -514,9 +526,18 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 			ttl = m.LocalCache.TTL.Duration
 		}
 		if e.LocalCache == nil || ttl.Milliseconds() < e.LocalCache.TTLMillis {
-			e.LocalCache = &routing.LocalCache{TTLMillis: ttl.Milliseconds(), JitterPercent: spec.Mitigations.LocalCache.JitterPercent}
+			e.LocalCache = &routing.LocalCache{TTLMillis: ttl.Milliseconds(), JitterPercent: spec.Mitigations.LocalCache.JitterPercent, RefreshAheadPercent: spec.Mitigations.LocalCache.RefreshAhead()}
 		}
 		add(v1alpha1.MitigationLocalCache)
+		if e.LocalCache.RefreshAheadPercent > 0 {
+			add(v1alpha1.MitigationRefreshAhead)
+		}
+	}
+	if m.ReplicaReads && spec.Mitigations.ReplicaReads.IsEnabled() {
+		if e.ReplicaReads == nil {
+			e.ReplicaReads = &routing.ReplicaReads{MaxLagMillis: spec.Mitigations.ReplicaReads.MaxLag.Milliseconds()}
+		}
+		add(v1alpha1.MitigationReplicaReads)
 	}
 	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() {
 		if e.Replicate == nil || e.Replicate.Replicas < m.Replicate.Replicas {
@@ -541,12 +562,14 @@ func mitigationRank(t v1alpha1.MitigationType) int {
 		return 0
 	case v1alpha1.MitigationLocalCache:
 		return 1
-	case v1alpha1.MitigationReplicate:
+	case v1alpha1.MitigationReplicaReads:
 		return 2
-	case v1alpha1.MitigationSplit:
+	case v1alpha1.MitigationReplicate:
 		return 3
-	default:
+	case v1alpha1.MitigationSplit:
 		return 4
+	default:
+		return 5
 	}
 }
 
@@ -602,7 +625,7 @@ func lastShards(t *routing.Table, key string) int32 {
 }
 
 func hasMitigation(e *routing.Entry) bool {
-	return e.Coalesce || e.LocalCache != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
+	return e.Coalesce || e.LocalCache != nil || e.ReplicaReads != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
 }
 
 func sortedKeys(m map[string]*KeyState) []string {

@@ -261,11 +261,11 @@ func TestDecideMitigations(t *testing.T) {
 	}{
 		"read-hot, everything allowed, one key can serve it: cheap moves only": {
 			spec: testSpec(on(true, true, true, true, false)), obs: Observation{ReadsPerSecond: 6000},
-			want: &routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10}},
+			want: &routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10, RefreshAheadPercent: 10}},
 		},
 		"read-hot beyond one key: replicas sized from reads": {
 			spec: testSpec(on(true, true, true, true, false)), obs: Observation{ReadsPerSecond: 100000},
-			want: &routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10}, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 300000}},
+			want: &routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10, RefreshAheadPercent: 10}, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 300000}},
 		},
 		"read-hot with only replicate allowed": {
 			spec: testSpec(on(false, false, true, false, false)), obs: Observation{ReadsPerSecond: 6000},

@@ -53,6 +53,19 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 		}
 		return "not cached"
 	}
+	refresh := func(out Output) string {
+		e := entry(out)
+		if e == nil || e.LocalCache == nil {
+			return "not cached"
+		}
+		var status []v1alpha1.MitigationType
+		for _, k := range out.Keys {
+			if k.Key == "k" {
+				status = k.Mitigations
+			}
+		}
+		return fmt.Sprintf("refresh %d%% ahead, status %v", e.LocalCache.RefreshAheadPercent, status)
+	}
 	coalesced := func(out Output) string { e := entry(out); return fmt.Sprint(e != nil && e.Coalesce) }
 	preagg := func(out Output) string {
 		if e := entry(out); e != nil && e.PreAggregate != nil {
@@ -139,6 +152,11 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.LocalCache.JitterPercent = 30 },
 			ticks: sustained(reads(6000)), probe: cache, want: "cached 2000ms ±30%",
 		},
+		"mitigations.localCache.refreshAheadPercent": {
+			base:  enable(func(m *v1alpha1.Mitigations) **bool { return &m.LocalCache.Enabled }),
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.LocalCache.RefreshAheadPercent = ptr.To[int32](0) },
+			ticks: sustained(reads(6000)), probe: refresh, want: "refresh 0% ahead, status [LocalCache]",
+		},
 		"mitigations.replicate.enabled": {
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Replicate.Enabled = ptr.To(false) },
 			ticks: sustained(reads(100000)), probe: replicas, want: "not replicated",
@@ -212,6 +230,7 @@ func TestEachScheduleFieldChangesTheDecision(t *testing.T) {
 		spec := testSpec(func(sp *v1alpha1.HotKeyPolicySpec) {
 			sp.Mitigations.LocalCache.Enabled = ptr.To(true)
 			sp.Mitigations.Coalesce.Enabled = ptr.To(true)
+			sp.Mitigations.ReplicaReads.Enabled = ptr.To(true)
 			sp.Schedules = []v1alpha1.Schedule{s}
 		})
 		evs, errs := schedule.Events(at, spec.Schedules)
@@ -238,6 +257,9 @@ func TestEachScheduleFieldChangesTheDecision(t *testing.T) {
 			}
 			if e.Split != nil {
 				p += fmt.Sprintf(" shards=%d", e.Split.Generations[len(e.Split.Generations)-1].Shards)
+			}
+			if e.ReplicaReads != nil {
+				p += fmt.Sprintf(" replicaReads=%dms", e.ReplicaReads.MaxLagMillis)
 			}
 			parts = append(parts, p)
 		}
@@ -274,6 +296,8 @@ func TestEachScheduleFieldChangesTheDecision(t *testing.T) {
 		"schedules[].mitigation.split.shards": {
 			field: func(s *v1alpha1.Schedule) { s.Mitigation.Split = &v1alpha1.ScheduledSplit{Shards: 16} }, at: start,
 			want: "event sale, entry k replicas=8 shards=16"},
+		"schedules[].mitigation.replicaReads": {field: func(s *v1alpha1.Schedule) { s.Mitigation.ReplicaReads = true }, at: start,
+			want: "event sale, entry k replicas=8 replicaReads=1000ms"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,7 +15,9 @@ import (
 //
 // Every invalidation of a key bumps that key's sequence number; a fill
 // carries the number it saw before its upstream read and is dropped if it
-// changed, so a read that raced a write never caches the old value.
+// changed, so a read that raced a write never caches the old value. An
+// early refresh (refresh.go) is such a fill, so it cannot bring back a value
+// invalidated while it was in flight.
 type cache struct {
 	maxEntries int
 	maxBytes   int64
@@ -31,8 +34,13 @@ type centry struct {
 	val     []byte
 	found   bool
 	expires time.Time
-	size    int64
-	elem    *list.Element
+	// refreshAt is when a read starts an early refresh (zero: never).
+	refreshAt time.Time
+	// refreshing is set by the one read that claimed the refresh: at most
+	// one early refetch per entry, so per key per TTL.
+	refreshing atomic.Bool
+	size       int64
+	elem       *list.Element
 }
 
 func newCache(maxEntries int, maxBytes int64) *cache {
@@ -45,8 +53,24 @@ func newCache(maxEntries int, maxBytes int64) *cache {
 	}
 }
 
-// get returns the cached value of key if it has not expired at now.
-func (c *cache) get(key string, now time.Time) (val []byte, found, ok bool) {
+// get returns the cached value of key if it has not expired at now. refresh
+// is true for the one caller, per entry, that reads it at or after its
+// refreshAt: that caller starts the early refresh.
+func (c *cache) get(key string, now time.Time) (val []byte, found, ok, refresh bool) {
+	c.mu.RLock()
+	ce := c.m[key]
+	c.mu.RUnlock()
+	if ce == nil || !now.Before(ce.expires) {
+		return nil, false, false, false
+	}
+	// Load before the compare-and-swap: every hit in the window after the
+	// first is then a plain read, not a contended write.
+	refresh = !ce.refreshAt.IsZero() && !now.Before(ce.refreshAt) && !ce.refreshing.Load() && ce.refreshing.CompareAndSwap(false, true)
+	return ce.val, ce.found, true, refresh
+}
+
+// fresh is get without claiming the refresh.
+func (c *cache) fresh(key string, now time.Time) (val []byte, found, ok bool) {
 	c.mu.RLock()
 	ce := c.m[key]
 	c.mu.RUnlock()
@@ -64,8 +88,9 @@ func (c *cache) seq(key string) uint64 {
 }
 
 // put stores a fill read after seq(key) returned seq, unless key was
-// invalidated since. It reports whether the value was stored.
-func (c *cache) put(key string, seq uint64, val []byte, found bool, expires time.Time) bool {
+// invalidated since. It reports whether the value was stored. refreshAt is
+// when reads start refreshing it early (zero: never).
+func (c *cache) put(key string, seq uint64, val []byte, found bool, expires, refreshAt time.Time) bool {
 	size := int64(len(key) + len(val) + 64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -85,7 +110,7 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, expires time
 		}
 		c.removeLocked(front.Value.(*centry))
 	}
-	ce := &centry{key: key, val: val, found: found, expires: expires, size: size}
+	ce := &centry{key: key, val: val, found: found, expires: expires, refreshAt: refreshAt, size: size}
 	ce.elem = c.order.PushBack(ce)
 	c.m[key] = ce
 	c.bytes += size

@@ -11,6 +11,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,16 @@ type Options struct {
 	// to keys that are not split (a split counter's cached sum still lives
 	// for its TTL).
 	Tracking bool
+	// Replicas, if set, lists the shards' replicas for replica reads
+	// (replicas.go), for a client whose replicas the engine cannot find
+	// itself: a Sentinel set, whose replicas only the Sentinels know.
+	// Without it a cluster client's come from CLUSTER SLOTS and a
+	// standalone client's from the table.
+	Replicas ReplicaSource
+	// ReplicaTLS, if set, is the TLS configuration of connections to
+	// replicas, instead of the client's own (which a client with its own
+	// dialer, such as the sidecar's in Sentinel mode, does not carry).
+	ReplicaTLS *tls.Config
 }
 
 func (o *Options) defaults() {
@@ -90,6 +101,7 @@ type Engine struct {
 	clock     clock.WithTicker
 	table     atomic.Pointer[index]
 	cache     *cache
+	reps      replicaSet
 	flight    singleflight.Group
 	m         *metrics
 
@@ -99,6 +111,12 @@ type Engine struct {
 	track   atomic.Pointer[trackers]
 	closed  atomic.Bool
 	trackMu sync.Mutex // serialises turning tracking on and off
+
+	// bg counts early refreshes in flight (refresh.go); bgClosed, under
+	// bgMu, stops new ones once Close waits for them.
+	bgMu     sync.Mutex
+	bgClosed bool
+	bg       sync.WaitGroup
 
 	countersMu sync.Mutex
 	counters   map[string]*counter
@@ -126,6 +144,7 @@ func New(client redis.UniversalClient, opts Options) *Engine {
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
+	e.reps.e = e
 	e.setTracking(opts.Tracking)
 	e.table.Store(e.newIndex(emptyTable))
 	go e.flushLoop()
@@ -158,6 +177,10 @@ type plan struct {
 	// hasShards is false when no generation has shards: the base key then
 	// holds the whole counter.
 	hasShards bool
+	// wrote is when this process last wrote the key (the engine clock's
+	// Unix nanoseconds, 0: never), carried from table to table: replica
+	// reads skip a replica not known to hold that write.
+	wrote atomic.Int64
 }
 
 func newPlan(en routing.Entry) *plan {
@@ -186,9 +209,13 @@ func (e *Engine) SetTable(t *routing.Table) {
 		t = &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1, Database: e.Database()}
 	}
 	ix := e.newIndex(t)
+	old := e.table.Load()
 	if ix.client != nil {
 		for _, en := range t.Entries {
 			ix.plans[en.Key] = newPlan(en)
+			if op := old.plans[en.Key]; op != nil && old.table.Database == t.Database {
+				ix.plans[en.Key].wrote.Store(op.wrote.Load())
+			}
 			if pa := en.PreAggregate; pa != nil {
 				d := time.Duration(pa.FlushMillis) * time.Millisecond
 				if ix.flushEvery == 0 || d < ix.flushEvery {
@@ -197,11 +224,12 @@ func (e *Engine) SetTable(t *routing.Table) {
 			}
 		}
 	}
-	if old := e.table.Load(); old.table.Database != t.Database {
+	if old.table.Database != t.Database {
 		e.switchDatabase(old)
 	}
 	e.table.Store(ix)
 	e.applyCacheSettings(ix.table)
+	e.reps.configure(ix.table)
 	// Keys that lost their local cache are written raw from now on, and raw
 	// writes do not invalidate: drop what is cached for them.
 	e.cache.retain(func(key string) bool {
@@ -275,6 +303,9 @@ func (e *Engine) plan(key string) *plan {
 func (e *Engine) invalidate(key string) {
 	e.cache.invalidate(key)
 	e.flight.Forget(key)
+	if p := e.plan(key); p != nil && p.entry.ReplicaReads != nil {
+		p.wrote.Store(e.clock.Now().UnixNano())
+	}
 }
 
 // Invalidate drops key from the local cache. The proxy calls it after
@@ -288,12 +319,14 @@ func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
 		<-e.done
+		e.waitRefreshes()
 		e.trackMu.Lock()
 		e.closed.Store(true)
 		if tr := e.track.Swap(nil); tr != nil {
 			tr.closeAll()
 		}
 		e.trackMu.Unlock()
+		e.reps.close()
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 		defer cancel()
 		err = e.Flush(ctx)

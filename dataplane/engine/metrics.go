@@ -11,6 +11,12 @@ type metrics struct {
 	fanout         prometheus.Counter
 	upstreamErrors prometheus.Counter
 	flushes        prometheus.Counter
+	refreshes      prometheus.Counter
+	// replicaReads and replicaFallbacks count reads of replicaReads keys
+	// answered by a replica, and those a replica failed (then read from
+	// the master).
+	replicaReads     prometheus.Counter
+	replicaFallbacks prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -18,16 +24,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "heatsink", Subsystem: "engine", Name: name, Help: help})
 	}
 	m := &metrics{
-		cacheHits:      c("cache_hits_total", "Reads of mitigated keys answered from the local cache."),
-		cacheMisses:    c("cache_misses_total", "Reads of locally cached keys that went upstream (or joined a read that did)."),
-		coalesced:      c("coalesced_total", "Reads that shared another caller's upstream read."),
-		upstreamReads:  c("upstream_reads_total", "Upstream reads made for mitigated keys."),
-		fanout:         c("fanout_keys_total", "Physical keys (replicas, shards) read or written for mitigated keys."),
-		upstreamErrors: c("upstream_errors_total", "Upstream errors met while serving mitigated keys."),
-		flushes:        c("preaggregate_flushes_total", "Pre-aggregated increments written upstream."),
+		cacheHits:        c("cache_hits_total", "Reads of mitigated keys answered from the local cache."),
+		cacheMisses:      c("cache_misses_total", "Reads of locally cached keys that went upstream (or joined a read that did)."),
+		coalesced:        c("coalesced_total", "Reads that shared another caller's upstream read."),
+		upstreamReads:    c("upstream_reads_total", "Upstream reads made for mitigated keys."),
+		fanout:           c("fanout_keys_total", "Physical keys (replicas, shards) read or written for mitigated keys."),
+		upstreamErrors:   c("upstream_errors_total", "Upstream errors met while serving mitigated keys."),
+		flushes:          c("preaggregate_flushes_total", "Pre-aggregated increments written upstream."),
+		refreshes:        c("cache_refreshes_total", "Early refreshes of cached keys started ahead of their expiry (each is one coalesced upstream read)."),
+		replicaReads:     c("replica_reads_total", "Reads of mitigated keys answered by a Redis replica (replicaReads)."),
+		replicaFallbacks: c("replica_fallbacks_total", "Reads from a Redis replica that failed and went to the master instead."),
 	}
 	if reg != nil {
-		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes} {
+		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.replicaReads, &m.replicaFallbacks} {
 			if err := reg.Register(*col); err != nil {
 				// A second engine on the same registerer shares the series.
 				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {

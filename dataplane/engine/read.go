@@ -32,8 +32,11 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 	active := p.entry.Active(now)
 	lc := p.entry.LocalCache
 	if active && lc != nil {
-		if v, f, ok := e.cache.get(key, now); ok {
+		if v, f, ok, refresh := e.cache.get(key, now); ok {
 			e.m.cacheHits.Inc()
+			if refresh {
+				e.refresh(ctx, p)
+			}
 			return v, f, nil
 		}
 		e.m.cacheMisses.Inc()
@@ -42,40 +45,7 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 		r, err := e.fetch(ctx, p, active)
 		return r.val, r.found, err
 	}
-	ch := e.flight.DoChan(key, func() (any, error) {
-		// A caller that missed the cache just before the previous flight
-		// filled it must not read upstream again.
-		if lc != nil {
-			if v, f, ok := e.cache.get(key, e.clock.Now()); ok {
-				return readResult{v, f}, nil
-			}
-		}
-		seq := e.cache.seq(key)
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.UpstreamTimeout)
-		defer cancel()
-		var r readResult
-		var err error
-		if tr := e.track.Load(); tr != nil && lc != nil && p.entry.Split == nil {
-			// The base key is the truth, and reading it on the tracking
-			// connection makes the server report its next change.
-			e.m.upstreamReads.Inc()
-			r.val, r.found, err = tr.get(fctx, key)
-			var re resp.Error
-			if err != nil && !errors.As(err, &re) && fctx.Err() == nil {
-				// No tracking connection (an old server, a failover
-				// in progress): read as without tracking, so the TTL
-				// alone bounds staleness, rather than fail the read.
-				e.m.upstreamErrors.Inc()
-				r, err = e.fetch(fctx, p, true)
-			}
-		} else {
-			r, err = e.fetch(fctx, p, true)
-		}
-		if err == nil && lc != nil {
-			e.cache.put(key, seq, r.val, r.found, e.clock.Now().Add(e.ttl(lc)))
-		}
-		return r, err
-	})
+	ch := e.flight.DoChan(key, func() (any, error) { return e.fill(ctx, p, false) })
 	select {
 	case res := <-ch:
 		if res.Shared {
@@ -91,10 +61,58 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 	}
 }
 
-// Cached returns key's value from the local cache without any I/O. ok is
-// false when the key has no fresh cached value (or no local cache in
-// force); the caller then uses Get. It lets an event loop, which must never
-// block, answer cache hits inline.
+// fill is the one coalesced upstream read of an active key (the body of
+// its single flight), which fills the local cache when the key has one. It
+// runs detached from ctx's cancellation (it serves every waiter) but keeps
+// its values: the go-redis hook marks its own commands there. early is set
+// for a refresh ahead of expiry, which must read even though the cache
+// still holds the key.
+func (e *Engine) fill(ctx context.Context, p *plan, early bool) (any, error) {
+	key, lc := p.key, p.entry.LocalCache
+	// A caller that missed the cache just before the previous flight
+	// filled it must not read upstream again.
+	if lc != nil && !early {
+		if v, f, ok := e.cache.fresh(key, e.clock.Now()); ok {
+			return readResult{v, f}, nil
+		}
+	}
+	seq := e.cache.seq(key)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.UpstreamTimeout)
+	defer cancel()
+	var r readResult
+	var err error
+	if tr := e.track.Load(); tr != nil && lc != nil && p.entry.Split == nil {
+		// The base key is the truth, and reading it on the tracking
+		// connection makes the server report its next change.
+		e.m.upstreamReads.Inc()
+		r.val, r.found, err = tr.get(fctx, key)
+		var re resp.Error
+		if err != nil && !errors.As(err, &re) && fctx.Err() == nil {
+			// No tracking connection (an old server, a failover in
+			// progress): read as without tracking, so the TTL alone
+			// bounds staleness, rather than fail the read.
+			e.m.upstreamErrors.Inc()
+			r, err = e.fetch(fctx, p, true)
+		}
+	} else {
+		r, err = e.fetch(fctx, p, true)
+	}
+	if err == nil && lc != nil {
+		// seq was read before the upstream read: an invalidation since
+		// (a write, a tracking push) makes put drop this value, early
+		// refresh or not.
+		now := e.clock.Now()
+		expires := now.Add(e.ttl(lc))
+		e.cache.put(key, seq, r.val, r.found, expires, refreshAt(now, expires, lc.RefreshAheadPercent))
+	}
+	return r, err
+}
+
+// Cached returns key's value from the local cache without waiting for any
+// I/O. ok is false when the key has no fresh cached value (or no local cache
+// in force); the caller then uses Get. It lets an event loop, which must
+// never block, answer cache hits inline. A hit that is due to refresh the
+// key starts that refresh in the background, as Get does.
 func (e *Engine) Cached(key string) (val []byte, found, ok bool) {
 	p := e.plan(key)
 	if p == nil || p.entry.LocalCache == nil {
@@ -104,8 +122,13 @@ func (e *Engine) Cached(key string) (val []byte, found, ok bool) {
 	if !p.entry.Active(now) {
 		return nil, false, false
 	}
-	if val, found, ok = e.cache.get(key, now); ok {
+	val, found, ok, refresh := e.cache.get(key, now)
+	if ok {
 		e.m.cacheHits.Inc()
+		if refresh {
+			// The proxy's upstream client has no hook: a plain context.
+			e.refresh(context.Background(), p)
+		}
 	}
 	return val, found, ok
 }
@@ -151,7 +174,7 @@ func (e *Engine) fetch(ctx context.Context, p *plan, active bool) (readResult, e
 		i := e.opts.IntN(len(p.replicas) + 1)
 		if i > 0 {
 			e.m.fanout.Inc()
-			v, found, err := e.getRaw(ctx, p.replicas[i-1])
+			v, found, err := e.readKey(ctx, p, p.replicas[i-1], active)
 			if err != nil || found {
 				return readResult{v, found}, err
 			}
@@ -159,8 +182,21 @@ func (e *Engine) fetch(ctx context.Context, p *plan, active bool) (readResult, e
 			// the truth.
 		}
 	}
-	v, found, err := e.getRaw(ctx, p.key)
+	v, found, err := e.readKey(ctx, p, p.key, active)
 	return readResult{v, found}, err
+}
+
+// readKey reads one physical key of p: from a replica of its shard while
+// p's entry asks for replica reads and one is within its lag bound, from
+// the master otherwise.
+func (e *Engine) readKey(ctx context.Context, p *plan, key string, active bool) ([]byte, bool, error) {
+	if rr := p.entry.ReplicaReads; active && rr != nil {
+		v, found, err := e.replicaGet(ctx, p, rr, key)
+		if err == nil {
+			return v, found, nil
+		}
+	}
+	return e.getRaw(ctx, key)
 }
 
 // errNotInteger is returned when a split counter's key holds something else.

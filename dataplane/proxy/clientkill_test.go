@@ -17,21 +17,24 @@ import (
 // proxy: its own upstream connection's).
 func ownConn(t *testing.T, rc *rawClient) (id, addr string) {
 	t.Helper()
+	f := ownFields(t, rc)
+	return f["id"], f["addr"]
+}
+
+// ownFields is every field of the connection's CLIENT INFO.
+func ownFields(t *testing.T, rc *rawClient) map[string]string {
+	t.Helper()
 	info, _ := rc.must("CLIENT", "INFO").([]byte)
 	info = bytes.TrimPrefix(info, []byte("txt:"))
+	fields := map[string]string{}
 	for _, f := range bytes.Fields(info) {
 		k, v, _ := strings.Cut(string(f), "=")
-		switch k {
-		case "id":
-			id = v
-		case "addr":
-			addr = v
-		}
+		fields[k] = v
 	}
-	if id == "" || addr == "" {
+	if fields["id"] == "" || fields["addr"] == "" {
 		t.Fatalf("CLIENT INFO = %q", info)
 	}
-	return id, addr
+	return fields
 }
 
 // killForms are the CLIENT KILL invocations that name only the caller's
@@ -59,6 +62,21 @@ var killForms = [][]string{
 	{"CLIENT", "KILL", "USER", "nosuchuser"},
 	{"CLIENT", "KILL", "NOSUCHFILTER", "x"},
 	{"CLIENT", "KILL"},
+	// Filters without ID or ADDR that match no connection, or the
+	// caller's alone ($LADDR: the laddr its CLIENT INFO shows; $DIALED:
+	// the address it connected to, the proxy's when through it).
+	{"CLIENT", "KILL", "TYPE", "master"},
+	{"CLIENT", "KILL", "TYPE", "replica", "SKIPME", "no"},
+	{"CLIENT", "KILL", "TYPE", "slave"},
+	{"CLIENT", "KILL", "TYPE", "pubsub", "USER", "default"},
+	{"CLIENT", "KILL", "LADDR", "1.2.3.4:5"},
+	{"CLIENT", "KILL", "USER", "idle"},
+	{"CLIENT", "KILL", "USER", "idle", "TYPE", "normal", "SKIPME", "no"},
+	{"CLIENT", "KILL", "MAXAGE", "100"},
+	{"CLIENT", "KILL", "LADDR", "$LADDR", "ID", "$ID", "SKIPME", "no"},
+	{"CLIENT", "KILL", "LADDR", "$DIALED", "ADDR", "$ADDR", "SKIPME", "no"},
+	{"CLIENT", "KILL", "USER", "default", "TYPE", "normal", "ID", "$ID", "SKIPME", "no"},
+	{"CLIENT", "KILL", "USER", "idle", "ID", "$ID", "SKIPME", "no"},
 }
 
 // killOutcome runs one form on a fresh connection to addr: its reply, and
@@ -68,10 +86,10 @@ func killOutcome(t *testing.T, addr string, proto int, form []string) string {
 	if proto == 3 {
 		rc.must("HELLO", "3")
 	}
-	id, own := ownConn(t, rc)
+	own := ownFields(t, rc)
 	args := make([]string, len(form))
 	for i, a := range form {
-		args[i] = strings.NewReplacer("$ID", id, "$ADDR", own).Replace(a)
+		args[i] = strings.NewReplacer("$ID", own["id"], "$ADDR", own["addr"], "$LADDR", own["laddr"], "$DIALED", addr).Replace(a)
 	}
 	v, err := rc.do(args...)
 	if err != nil {
@@ -88,6 +106,8 @@ func TestClientKillOwnConnectionLikeRedis(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
 	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}})
+	// A user with no connection: USER idle matches nothing.
+	dialRaw(t, srv.Addr).must("ACL", "SETUSER", "idle", "on", "nopass")
 	for _, proto := range []int{2, 3} {
 		for _, form := range killForms {
 			want := killOutcome(t, srv.Addr, proto, form)
@@ -110,7 +130,7 @@ func TestClientKillOfOthersRefused(t *testing.T) {
 	otherID, otherAddr := ownConn(t, other)
 	direct := dialRaw(t, srv.Addr)
 	directID, directAddr := ownConn(t, direct)
-	const refusal = "ERR heatsink proxy: CLIENT KILL through the proxy may name only the client's own connection (by ID or ADDR, as CLIENT ID or CLIENT INFO give them); run it against Redis directly"
+	const refusal = "ERR heatsink proxy: CLIENT KILL through the proxy may match only the client's own connection, and these filters match another connection on Redis (CLIENT LIST); run it against Redis directly"
 	for _, form := range [][]string{
 		{"CLIENT", "KILL", "ID", otherID},
 		{"CLIENT", "KILL", "ID", directID, "SKIPME", "no"},
@@ -121,6 +141,9 @@ func TestClientKillOfOthersRefused(t *testing.T) {
 		{"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "no"},
 		{"CLIENT", "KILL", "USER", "default"},
 		{"CLIENT", "KILL", "LADDR", srv.Addr},
+		{"CLIENT", "KILL", "LADDR", addr}, // the proxy's address: every client of it
+		{"CLIENT", "KILL", "TYPE", "normal", "USER", "default", "SKIPME", "yes"},
+		{"CLIENT", "KILL", "TYPE", "normal", "LADDR", srv.Addr, "USER", "default"},
 	} {
 		rc := dialRaw(t, addr)
 		v, err := rc.do(form...)

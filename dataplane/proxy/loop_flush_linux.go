@@ -31,7 +31,7 @@ func (l *loop) endOfRound() {
 		}
 	}
 	l.eachUp(func(u *lupstream) {
-		if u.open() && len(u.wbuf) > u.woff && !u.wblocked {
+		if u.open() && u.wantsWrite() && !u.wblocked {
 			l.flushUp(u)
 		}
 	})
@@ -179,20 +179,15 @@ func (l *loop) flushUp(u *lupstream) {
 	if l.p.fences.held() {
 		return // written once the fence is down (fenceDown)
 	}
-	for u.woff < len(u.wbuf) {
-		n, err := rawWrite(u.fd, u.wbuf[u.woff:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err == unix.EAGAIN {
-			u.wblocked = true
-			break
-		}
-		if err != nil {
-			l.failUp(u, err)
+	if u.tio != nil {
+		if !l.flushTLS(u) {
 			return
 		}
-		u.woff += n
+	} else {
+		l.flushRaw(u)
+		if !u.open() {
+			return
+		}
 	}
 	l.probeWritten(u)
 	switch {
@@ -210,6 +205,26 @@ func (l *loop) flushUp(u *lupstream) {
 		u.wbuf, u.woff = u.wbuf[:n], 0
 	}
 	l.upEvents(u)
+}
+
+// flushRaw writes u's commands to its descriptor until the socket is
+// full; a failed write fails u.
+func (l *loop) flushRaw(u *lupstream) {
+	for u.woff < len(u.wbuf) {
+		n, err := rawWrite(u.fd, u.wbuf[u.woff:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			u.wblocked = true
+			return
+		}
+		if err != nil {
+			l.failUp(u, err)
+			return
+		}
+		u.woff += n
+	}
 }
 
 // rearm sets the events the loop waits for on c: its commands while it may

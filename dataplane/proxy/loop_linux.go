@@ -122,9 +122,10 @@ type loop struct {
 }
 
 // loopEligible reports whether the configuration lets the event loop serve
-// clients: plaintext upstream, multiplexing on.
+// clients: multiplexing on, plaintext or TLS upstream (the loop runs
+// crypto/tls itself: tlsloop_linux.go).
 func loopEligible(cfg *Config) bool {
-	return cfg.TLS == nil && cfg.SharedConns >= 0 && !cfg.NoEventLoop
+	return cfg.SharedConns >= 0 && !cfg.NoEventLoop
 }
 
 func newLoop(p *Proxy) (*loop, error) {

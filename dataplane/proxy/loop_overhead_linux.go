@@ -33,7 +33,7 @@ import "time"
 // or the client's socket buffer was full), when its reply is streamed in
 // parts or arrives out of order (cluster pipelines across nodes), is
 // redirected, or its client or connection goes away. Commands served by a
-// session goroutine (TLS upstream, connection state, pub/sub), by the
+// session goroutine (connection state, pub/sub), by the
 // engine or by the proxy itself are not sampled.
 //
 // The cost is a few compare-and-branch per command and, per sampled
@@ -116,7 +116,7 @@ func (l *loop) probeWritten(u *lupstream) {
 	if pr.stage != probeQueued || pr.u != u {
 		return
 	}
-	if u.woff < pr.end {
+	if u.woff < pr.end || u.tio != nil && u.tio.pending() {
 		// The write stopped short (the socket buffer is full, and flushUp
 		// may then move the buffer's bytes): Redis is not reading, and the
 		// wait would be its time, not ours.

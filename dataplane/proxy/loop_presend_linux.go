@@ -100,7 +100,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	if pg == nil {
 		// The commands read before it go first; those read after it wait.
 		l.eachUp(func(x *lupstream) {
-			if x.open() && len(x.wbuf) > x.woff && !x.wblocked {
+			if x.open() && x.wantsWrite() && !x.wblocked {
 				l.flushUp(x)
 			}
 		})
@@ -128,7 +128,14 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		raw = append(append([]byte(nil), hello3...), raw...)
 	}
 	pr := &presented{u: u, node: node, hello: hello}
-	for len(raw) > 0 {
+	if u.tls != nil {
+		// Encrypted and written; what the socket did not take, the
+		// session writes first (toBlocking).
+		if _, err := u.tls.Write(raw); err == nil {
+			raw = nil
+		}
+	}
+	for len(raw) > 0 && u.tls == nil {
 		n, err := rawWrite(u.fd, raw)
 		if err == unix.EINTR {
 			continue
@@ -141,7 +148,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		raw = raw[n:]
 	}
 	c.pre = pr
-	if len(raw) > 0 {
+	if len(raw) > 0 || u.tio != nil && u.tio.pending() {
 		// Redis answers once the session has written the rest: the fence
 		// comes down now.
 		pr.rest = append([]byte(nil), raw...)
@@ -239,6 +246,14 @@ func (p *Proxy) presentedUpstream(s *session, pr *presented) {
 	f := os.NewFile(uintptr(pr.u.fd), "upstream")
 	nc, err := net.FileConn(f)
 	f.Close()
+	if err == nil && pr.u.tio != nil {
+		// The TLS connection goes on over the duplicate, blocking.
+		if err = pr.u.tio.toBlocking(nc); err == nil {
+			nc = pr.u.tls
+		} else {
+			nc.Close()
+		}
+	}
 	if err != nil {
 		// The command may not have reached Redis: the session sends it
 		// again on a connection of its own.

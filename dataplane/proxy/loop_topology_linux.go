@@ -28,21 +28,23 @@ func sockName(fd int) net.Addr {
 	return nil
 }
 
-// runInfo forwards the client's INFO and patches the reply
-// (patchClusterEnabled) on a goroutine, as an engine command runs: the
+// runInfo answers the client's INFO (infoReply: patched, or its keyspace
+// merged in a cluster) on a goroutine, as an engine command runs: the
 // client's later commands wait, so its replies stay in order.
 func (l *loop) runInfo(c *lclient) {
 	c.state = cEngine
 	raw := append([]byte(nil), l.cmd.Raw...)
+	args := make([][]byte, len(l.cmd.Args))
+	for i, a := range l.cmd.Args {
+		args[i] = append([]byte(nil), a...)
+	}
 	proto, p := c.proto, l.p
 	go func() {
 		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
 			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1)), holding: true}
 		defer s.closeUpstreams()
-		s.forward(0, raw, false, "")
-		s.drain()
+		out := s.infoReply(raw, args)
 		s.flushMetrics()
-		out := patchClusterEnabled(s.cw.Buf)
 		l.post(func() { l.engineDone(c, out) })
 	}()
 }

@@ -5,7 +5,9 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,12 +40,16 @@ type lupstream struct {
 	// rawlog holds the commands in flight, in cluster mode.
 	rawlog []byte
 	fd     int
-	r      *resp.Reader
-	wbuf   []byte
-	woff   int
-	fifo   []fent
-	head   int
-	hello  []byte
+	// tls and tio, over a TLS upstream: the connection the loop runs
+	// crypto/tls on, and its transport over fd (tlsloop_linux.go).
+	tls   *tls.Conn
+	tio   *tlsTransport
+	r     *resp.Reader
+	wbuf  []byte
+	woff  int
+	fifo  []fent
+	head  int
+	hello []byte
 	// waiting are the clients whose HELLO waits for this connection to open.
 	waiting []*lclient
 	// filling: a spare being dialled to refill the idle spares.
@@ -66,6 +72,23 @@ type lupstream struct {
 }
 
 func (u *lupstream) owed() int { return len(u.fifo) - u.head }
+
+// wantsWrite reports commands not yet written (or, over TLS, encrypted
+// bytes the socket has not taken).
+func (u *lupstream) wantsWrite() bool {
+	return len(u.wbuf) > u.woff || u.tio != nil && u.tio.pending()
+}
+
+// attach makes fd (over TLS, the descriptor under tc) u's connection.
+func (u *lupstream) attach(fd int, tc *tls.Conn, hello []byte, size int) {
+	u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
+	var rd io.Reader = fdIO(fd)
+	if tc != nil {
+		u.tls, u.tio = tc, tc.NetConn().(*tlsTransport)
+		rd = tlsIO{tc}
+	}
+	u.r = resp.NewReader(rd, size, resp.ReplyLimits())
+}
 
 // loopSpares is how many idle spare connections the loop keeps open per
 // node and RESP version, for blocking commands and scripts.
@@ -208,14 +231,14 @@ func (l *loop) dialUp(u *lupstream) {
 	p := l.p
 	gen := p.dialGen.Load()
 	go func() {
-		fd, hello, err := p.dialLoopUpstream(u.node, u.proto)
-		if !l.post(func() { l.dialed(u, fd, hello, p.checkGen(gen, fd, err)) }) && err == nil {
+		fd, tc, hello, err := p.dialLoopUpstream(u.node, u.proto)
+		if !l.post(func() { l.dialed(u, fd, tc, hello, p.checkGen(gen, fd, err)) }) && err == nil {
 			unix.Close(fd)
 		}
 	}()
 }
 
-func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
+func (l *loop) dialed(u *lupstream, fd int, tc *tls.Conn, hello []byte, err error) {
 	if u.dead {
 		if err == nil {
 			unix.Close(fd)
@@ -228,8 +251,7 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 		l.sparing[u.node][u.proto]--
 		if err == nil && l.ep >= 0 && !l.draining {
 			if err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err == nil {
-				u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
-				u.r = resp.NewReader(fdIO(fd), 4<<10, resp.ReplyLimits())
+				u.attach(fd, tc, hello, 4<<10)
 				l.own(fd, owner{u: u})
 				l.spares[u.node][u.proto] = append(l.spares[u.node][u.proto], u)
 				l.spareCame()
@@ -267,12 +289,11 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 		u.waiting = nil
 		return
 	}
-	u.fd, u.hello, u.events = fd, hello, unix.EPOLLIN
 	size := 64 << 10
 	if u.spare {
 		size = 4 << 10
 	}
-	u.r = resp.NewReader(fdIO(fd), size, resp.ReplyLimits())
+	u.attach(fd, tc, hello, size)
 	u.since = l.now
 	l.own(fd, owner{u: u})
 	// The clients waiting on this dial go on at the end of the round.
@@ -289,13 +310,14 @@ func (l *loop) dialed(u *lupstream, fd int, hello []byte, err error) {
 }
 
 // dialLoopUpstream connects and authenticates (dialRaw), opens the
-// connection in RESP version v, and returns its descriptor.
-func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) {
+// connection in RESP version v, and returns its descriptor (and, over
+// TLS, the connection the loop goes on with: tlsloop_linux.go).
+func (p *Proxy) dialLoopUpstream(node, v int) (fd int, tc *tls.Conn, hello []byte, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
 	defer cancel()
 	u, err := p.dialRaw(ctx, p.topo.addr(node))
 	if err != nil {
-		return -1, nil, err
+		return -1, nil, nil, err
 	}
 	u.conn.SetDeadline(time.Now().Add(p.controlTimeout()))
 	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("HELLO"), {byte('0' + v)}})
@@ -305,17 +327,21 @@ func (p *Proxy) dialLoopUpstream(node, v int) (fd int, hello []byte, err error) 
 	}
 	if err != nil {
 		u.close()
-		return -1, nil, err
+		return -1, nil, nil, err
 	}
 	if !rep.IsError() {
 		hello = append([]byte(nil), rep.Raw...)
 	} else if v == 3 {
 		u.close()
-		return -1, nil, errors.New("upstream does not speak RESP3: " + string(rep.Line))
+		return -1, nil, nil, errors.New("upstream does not speak RESP3: " + string(rep.Line))
 	}
 	u.conn.SetDeadline(time.Time{})
+	if tc = loopTLS(u.conn); tc != nil {
+		fd, err = takeTLS(tc)
+		return fd, tc, hello, err
+	}
 	fd, err = takeFD(u.conn)
-	return fd, hello, err
+	return fd, nil, hello, err
 }
 
 func (l *loop) upEvent(u *lupstream, ev uint32) {
@@ -330,14 +356,28 @@ func (l *loop) upEvent(u *lupstream, ev uint32) {
 		return
 	}
 	l.probeUpRead(u)
-	if err := u.r.Fill(); err != nil {
-		if errors.Is(err, unix.EAGAIN) {
+	if u.tio != nil {
+		u.tio.drained = false
+	}
+	l.readUp(u)
+}
+
+// readUp reads u and hands out its replies. Over TLS it reads on until
+// crypto/tls needs the socket and finds it empty: it may hold whole
+// records, of which epoll knows nothing.
+func (l *loop) readUp(u *lupstream) {
+	for {
+		if err := u.r.Fill(); err != nil {
+			if !errors.Is(err, unix.EAGAIN) {
+				l.failUp(u, err)
+			}
 			return
 		}
-		l.failUp(u, err)
-		return
+		l.upReplies(u)
+		if u.tio == nil || u.paused != nil || !u.open() || u.presented != nil {
+			return
+		}
 	}
-	l.upReplies(u)
 }
 
 // upReplies hands out every reply u has buffered, and streams the part of
@@ -428,6 +468,9 @@ func (l *loop) resumeUp(u *lupstream) {
 	if u.open() {
 		l.upEvents(u)
 		l.upReplies(u)
+		if u.tio != nil && u.paused == nil && u.open() {
+			l.readUp(u) // what crypto/tls holds raises no event
+		}
 	}
 }
 

@@ -47,6 +47,12 @@ var errMasterSwitched = errors.New("master switched (Sentinel failover); the com
 // known yet.
 var errFenced = errors.New("master failing over (Sentinel); retry")
 
+// errFencedInFlight answers the commands in flight on a connection the fence
+// closed: they were sent to the old master, which may have applied them, so
+// unlike errFenced it does not invite a blind retry (an INCR retried would
+// count twice).
+var errFencedInFlight = errors.New("master failing over (Sentinel); the command may or may not have been applied")
+
 // conns is the registry of upstream connections (FollowMaster mode).
 type conns struct {
 	mu   sync.Mutex
@@ -67,6 +73,15 @@ func (c *trackedConn) Close() error {
 	delete(c.reg.live, c)
 	c.reg.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// untrack leaves the registry without closing the connection: the event
+// loop has taken it over, and closes it on a switch itself (switchMaster).
+func (c *trackedConn) untrack() net.Conn {
+	c.reg.mu.Lock()
+	delete(c.reg.live, c)
+	c.reg.mu.Unlock()
+	return c.Conn
 }
 
 // SyscallConn lets the event loop take the descriptor (takeFD).
@@ -179,10 +194,10 @@ func (t *topology) setMaster(addr string) {
 
 // upstreamError is errUpstream, except while a failover is fenced: then the
 // connection failed because the fence closed it, and the client is told
-// so (retry), not of a closed socket.
+// so, not of a closed socket.
 func (p *Proxy) upstreamError(addr string, err error) string {
 	if p.cfg.FollowMaster && p.conns.fenced.Load() {
-		err = errFenced
+		err = errFencedInFlight
 	}
 	return errUpstream(addr, err)
 }

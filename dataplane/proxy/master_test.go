@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +14,14 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/internal/testing/testpki"
 )
 
 // TestSetMasterMovesEveryConnection moves a FollowMaster proxy from one
-// Redis to another, with the event loop and with sessions only: the
+// Redis to another, with the event loop (plaintext and TLS) and with
+// sessions only: the
 // clients stay connected to the proxy and their next commands reach the
 // new master; a client blocked on the old one and a client with a
 // connection of its own get an error (the latter's SELECT is then
@@ -24,14 +29,40 @@ import (
 // every command until SetMaster, on the same master or another.
 func TestSetMasterMovesEveryConnection(t *testing.T) {
 	skipShort(t)
-	for _, noLoop := range []bool{false, true} {
-		name := "event loop"
-		if noLoop {
-			name = "sessions"
-		}
-		t.Run(name, func(t *testing.T) {
-			a, b := redistest.Standalone(t), redistest.Standalone(t)
-			addr, p := start(t, proxy.Config{Upstreams: []string{a.Addr}, FollowMaster: true, NoEventLoop: noLoop})
+	for _, tc := range []struct {
+		name        string
+		noLoop, tls bool
+	}{{"event loop", false, false}, {"sessions", true, false}, {"event loop over TLS", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// upA and upB are what the proxy dials (TLS ports, with client
+			// certificates, over TLS); a and b serve the checks, in
+			// plaintext.
+			var a, b *redisproc.Server
+			var upA, upB string
+			cfg := proxy.Config{FollowMaster: true, NoEventLoop: tc.noLoop}
+			if tc.tls {
+				dir := t.TempDir()
+				serverCA, clientCA := testpki.NewCA(t, dir, "server-ca"), testpki.NewCA(t, dir, "client-ca")
+				dirA, dirB := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+				for _, d := range []string{dirA, dirB} {
+					if err := os.Mkdir(d, 0o700); err != nil {
+						t.Fatal(err)
+					}
+				}
+				upA, a = testpki.MTLSRedis(t, dirA, serverCA, clientCA)
+				upB, b = testpki.MTLSRedis(t, dirB, serverCA, clientCA)
+				certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+				clientCA.Issue(t, "heatsink", false, certFile, keyFile)
+				var err error
+				if cfg.TLS, err = proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File, CertFile: certFile, KeyFile: keyFile}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				a, b = redistest.Standalone(t), redistest.Standalone(t)
+				upA, upB = a.Addr, b.Addr
+			}
+			cfg.Upstreams = []string{upA}
+			addr, p := start(t, cfg)
 			ctx := context.Background()
 			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 1})
 			defer c.Close()
@@ -73,7 +104,7 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 				return strings.Contains(n, "blocked_clients:1")
 			})
 
-			if changed, err := p.SetMaster(b.Addr); err != nil || !changed {
+			if changed, err := p.SetMaster(upB); err != nil || !changed {
 				t.Fatalf("SetMaster: %v %v", changed, err)
 			}
 			select {
@@ -108,8 +139,8 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 			if v := da.Get(ctx, "k").Val(); v != "on-a" {
 				t.Errorf("old master holds k = %q, want on-a (untouched)", v)
 			}
-			if p.Master() != b.Addr {
-				t.Errorf("Master() = %s, want %s", p.Master(), b.Addr)
+			if p.Master() != upB {
+				t.Errorf("Master() = %s, want %s", p.Master(), upB)
 			}
 
 			// The fence: every command refused, then served again once the
@@ -118,7 +149,7 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 			if err := c.Get(ctx, "k").Err(); err == nil || !strings.Contains(err.Error(), "failing over") {
 				t.Errorf("GET while fenced: %v, want a failing-over error", err)
 			}
-			if changed, err := p.SetMaster(b.Addr); err != nil || changed {
+			if changed, err := p.SetMaster(upB); err != nil || changed {
 				t.Fatalf("SetMaster to the same master: %v %v", changed, err)
 			}
 			if v, err := c.Get(ctx, "k").Result(); err != nil || v != "on-b" {

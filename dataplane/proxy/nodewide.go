@@ -125,6 +125,29 @@ func appendKeys(out []byte, keys []any) []byte {
 // itself an estimate over keys with a TTL). The reply keeps the first
 // node's type (a bulk string, a RESP3 verbatim string).
 func mergeKeyspace(replies [][]byte) []byte {
+	text, verbatim, ok := mergeKeyspaceText(replies)
+	if !ok {
+		return resp.AppendError(nil, errUnreadable)
+	}
+	return infoFrame(text, verbatim)
+}
+
+// infoFrame frames INFO's text as Redis does: a bulk string, or a RESP3
+// verbatim string.
+func infoFrame(text []byte, verbatim bool) []byte {
+	if verbatim {
+		out := append([]byte{'='}, strconv.Itoa(len(text)+4)...)
+		out = append(out, "\r\ntxt:"...)
+		out = append(out, text...)
+		return append(out, "\r\n"...)
+	}
+	return resp.AppendBulk(nil, text)
+}
+
+// mergeKeyspaceText is mergeKeyspace's text (# Keyspace and its lines) and
+// whether the first reply was a verbatim string; ok is false when a reply
+// is not an INFO text.
+func mergeKeyspaceText(replies [][]byte) (text []byte, verbatim, ok bool) {
 	type db struct {
 		fields []string // in the order Redis prints them
 		sums   map[string]int64
@@ -132,12 +155,11 @@ func mergeKeyspace(replies [][]byte) []byte {
 	}
 	dbs := map[int]*db{}
 	var order []int
-	verbatim := false
 	for _, r := range replies {
 		v, _, err := resp.Decode(r, resp.ReplyLimits())
 		text, ok := v.([]byte)
 		if err != nil || !ok {
-			return resp.AppendError(nil, errUnreadable)
+			return nil, false, false
 		}
 		if r[0] == '=' {
 			verbatim = true
@@ -181,7 +203,6 @@ func mergeKeyspace(replies [][]byte) []byte {
 		}
 	}
 	slices.Sort(order)
-	var text []byte
 	text = append(text, "# Keyspace\r\n"...)
 	for _, n := range order {
 		d := dbs[n]
@@ -202,11 +223,56 @@ func mergeKeyspace(replies [][]byte) []byte {
 		}
 		text = append(text, "\r\n"...)
 	}
-	if verbatim {
-		out := append([]byte{'='}, strconv.Itoa(len(text)+4)...)
-		out = append(out, "\r\ntxt:"...)
-		out = append(out, text...)
-		return append(out, "\r\n"...)
+	return text, verbatim, true
+}
+
+// infoHasKeyspace reports whether INFO's sections (its arguments) include
+// Keyspace: none (the default sections), default, all, everything, or
+// keyspace among them.
+func infoHasKeyspace(args [][]byte) bool {
+	if len(args) == 1 {
+		return true
 	}
-	return resp.AppendBulk(nil, text)
+	for _, a := range args[1:] {
+		if command.EqFold(a, "DEFAULT") || command.EqFold(a, "ALL") || command.EqFold(a, "EVERYTHING") || command.EqFold(a, "KEYSPACE") {
+			return true
+		}
+	}
+	return false
+}
+
+// spliceKeyspace is INFO's reply first (the first master's, a bulk or
+// verbatim string) with its Keyspace section replaced by the one merged
+// from keyspaces (every master's INFO keyspace): the other sections
+// describe that one node. Any other reply (an error) is returned as it is.
+func spliceKeyspace(first []byte, keyspaces [][]byte) []byte {
+	v, _, err := resp.Decode(first, resp.ReplyLimits())
+	text, ok := v.([]byte)
+	if err != nil || !ok {
+		return first
+	}
+	verbatim := first[0] == '='
+	if verbatim {
+		text = bytes.TrimPrefix(text, []byte("txt:"))
+	}
+	for _, r := range keyspaces {
+		if len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+			return r
+		}
+	}
+	merged, _, ok := mergeKeyspaceText(keyspaces)
+	if !ok {
+		return resp.AppendError(nil, errUnreadable)
+	}
+	const head = "# Keyspace\r\n"
+	i := bytes.Index(text, []byte(head))
+	if i < 0 {
+		return first
+	}
+	end := len(text)
+	if j := bytes.Index(text[i+len(head):], []byte("\r\n#")); j >= 0 {
+		end = i + len(head) + j
+	}
+	out := append(append(append([]byte(nil), text[:i]...), merged...), text[end:]...)
+	return infoFrame(out, verbatim)
 }

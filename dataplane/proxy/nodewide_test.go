@@ -342,3 +342,64 @@ func TestNodeWideInClusterTransactionRefused(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// infoKeyspace is the Keyspace section of an INFO text without avg_ttl,
+// and whether the text has a Server section too.
+func infoKeyspace(text string) (keyspace string, server bool) {
+	var out []string
+	in := false
+	for _, line := range strings.Split(strings.TrimSpace(text), "\r\n") {
+		switch {
+		case line == "# Server":
+			server = true
+		case strings.HasPrefix(line, "# "):
+			in = line == "# Keyspace"
+		case in && line != "":
+			var kept []string
+			for _, f := range strings.Split(line, ",") {
+				if !strings.HasPrefix(f, "avg_ttl=") {
+					kept = append(kept, f)
+				}
+			}
+			out = append(out, strings.Join(kept, ","))
+		}
+	}
+	return strings.Join(out, "\n"), server
+}
+
+// TestInfoClusterKeyspace: INFO through a cluster-mode proxy (event loop
+// and sessions) has the whole cluster's keyspace, as one Redis holding
+// every key would say, in the first master's reply; INFO without the
+// Keyspace section is that master's reply as it is.
+func TestInfoClusterKeyspace(t *testing.T) {
+	skipShort(t)
+	cl := redistest.Cluster(t)
+	oracleSrv := redistest.Standalone(t)
+	ctx := context.Background()
+	oracle := redis.NewClient(&redis.Options{Addr: oracleSrv.Addr})
+	defer oracle.Close()
+	loop, _ := start(t, proxy.Config{Upstreams: cl.Addrs()[:1], Cluster: true})
+	sessions, _ := start(t, proxy.Config{Upstreams: cl.Addrs()[:1], Cluster: true, NoEventLoop: true})
+	loadKeyspace(t, oracle)
+	loadKeyspace(t, redis.NewClient(&redis.Options{Addr: loop}))
+	want, _ := infoKeyspace(oracle.Info(ctx, "keyspace").Val())
+	if !strings.Contains(want, "keys=400") {
+		t.Fatalf("oracle keyspace %q", want)
+	}
+	for name, addr := range map[string]string{"event loop": loop, "sessions": sessions} {
+		for _, proto := range []int{2, 3} {
+			pc := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto})
+			for _, sections := range [][]string{nil, {"default"}, {"everything"}, {"server", "keyspace"}} {
+				text, err := pc.Info(ctx, sections...).Result()
+				got, server := infoKeyspace(text)
+				if err != nil || got != want || !server {
+					t.Errorf("%s RESP%d INFO %v: keyspace %q (server section %v, %v), want %q", name, proto, sections, got, server, err, want)
+				}
+			}
+			if text := pc.Info(ctx, "memory").Val(); !strings.Contains(text, "used_memory:") || strings.Contains(text, "# Keyspace") {
+				t.Errorf("%s RESP%d INFO memory = %q", name, proto, text)
+			}
+			pc.Close()
+		}
+	}
+}

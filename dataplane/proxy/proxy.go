@@ -5,15 +5,15 @@
 //
 // Two ways of serving a client, chosen per connection:
 //
-//   - The event loop (loop_linux.go; plaintext upstream, standalone or
-//     cluster) serves every client that sends only commands leaving no
+//   - The event loop (loop_linux.go; plaintext or TLS upstream, standalone
+//     or cluster) serves every client that sends only commands leaving no
 //     connection state. One goroutine waits on one epoll set holding the
 //     clients and the upstream connections; each round, the commands of
 //     every client that sent something go to each Redis node in one write,
 //     and each client gets its replies in one write. Forwarding copies a
 //     command's bytes once and never re-encodes them.
-//   - A session (session.go) is a goroutine per client. It serves TLS
-//     upstreams and the clients the loop hands over: those that touch
+//   - A session (session.go) is a goroutine per client. It serves the
+//     clients the loop hands over (or all, with NoEventLoop): those that touch
 //     connection state (SELECT, MULTI, WATCH, AUTH, CLIENT SETNAME), block
 //     (BLPOP), or subscribe. A session that touched state gets its own
 //     upstream connection per node, so that state stays the client's.
@@ -103,7 +103,7 @@ type Config struct {
 	// Proxy.ClusterSlots reloads too.
 	OnSlotMap func()
 	// NoEventLoop serves every client with a session goroutine. By default
-	// (Linux, plaintext upstream, multiplexing on) one event loop serves the
+	// (Linux, multiplexing on, plaintext or TLS) one event loop serves the
 	// clients that send only stateless commands, and hands the others to
 	// sessions; see loop_linux.go.
 	NoEventLoop bool
@@ -467,11 +467,9 @@ func (p *Proxy) dial(ctx context.Context, addr string) (*upstream, error) {
 	var c net.Conn
 	var err error
 	if p.cfg.TLS != nil {
-		// tls.Dialer checks the certificate against the host of addr
-		// unless the configuration names the server, and completes the
-		// handshake (bounded by DialTimeout) before AUTH is written.
-		td := tls.Dialer{NetDialer: &d, Config: p.cfg.TLS}
-		c, err = td.DialContext(ctx, "tcp", addr)
+		// The handshake is complete (bounded by DialTimeout) before AUTH
+		// is written.
+		c, err = dialTLS(ctx, &d, p.cfg.TLS, addr)
 	} else {
 		c, err = d.DialContext(ctx, "tcp", addr)
 	}
@@ -577,6 +575,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func setNoDelay(c net.Conn) {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
+	}
+	if t, ok := c.(*tlsTransport); ok {
+		c = t.Conn
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)

@@ -32,11 +32,17 @@ func refuseNodeWideInTx(name []byte) string {
 // supported".
 const refuseMaintNotifications = "ERR heatsink proxy: CLIENT MAINT_NOTIFICATIONS is not supported through the proxy"
 
-// refuseClientKill: the filters may match connections that are not the
-// client's own (other clients' connections, or the proxy's connections
-// that carry other clients); the proxy kills only the client's own
-// (clientkill.go).
-const refuseClientKill = "ERR heatsink proxy: CLIENT KILL through the proxy may name only the client's own connection (by ID or ADDR, as CLIENT ID or CLIENT INFO give them); run it against Redis directly"
+// refuseClientKill: the filters match, in Redis' CLIENT LIST, connections
+// that are not the client's own (other clients' connections, the proxy's
+// connections that carry other clients, connections not through the
+// proxy); the proxy kills only the client's own (clientkill.go).
+const refuseClientKill = "ERR heatsink proxy: CLIENT KILL through the proxy may match only the client's own connection, and these filters match another connection on Redis (CLIENT LIST); run it against Redis directly"
+
+// refuseWaitAOF: WAITAOF on a Redis that has it. The client's writes went
+// on connections other than the one WAITAOF would measure, and which
+// offset each replica has fsynced is not in INFO, so the proxy cannot wait
+// for them itself as it does for WAIT (wait.go).
+const refuseWaitAOF = "ERR heatsink proxy: WAITAOF is not supported through the proxy (the client's writes go to Redis on other connections than the one it would wait on); use WAIT, or run it against Redis directly"
 
 // refuseClientKillInTx: the kill would run at EXEC, when the proxy no
 // longer decides what it names.

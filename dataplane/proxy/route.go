@@ -60,8 +60,11 @@ const (
 	// READONLY) as the one-node cluster the sidecar presents (topology.go).
 	opTopology
 	// opInfo forwards INFO and patches its reply (standalone mode:
-	// patchClusterEnabled).
+	// patchClusterEnabled; cluster mode: the keyspace of every master).
 	opInfo
+	// opWait serves WAIT (the proxy waits for the replicas itself) and
+	// WAITAOF (wait.go).
+	opWait
 )
 
 // route is the decision for one command.
@@ -108,8 +111,18 @@ func decide(c command.Info, known bool, args [][]byte, m mode) route {
 	case !m.inTx && isTopology(args):
 		// Inside MULTI Redis queues it: it goes there, as it would.
 		return route{op: opTopology}
-	case !m.cluster && isInfo(args):
+	case isInfo(args) && (!m.cluster || !m.inTx && !nodeWide(args)):
+		// In a cluster inside MULTI it is queued on the transaction's
+		// master; INFO keyspace alone is node-wide.
 		return route{op: opInfo}
+	}
+	if !m.inTx && isWait(args) {
+		// Several round trips on connections of its own (inside MULTI
+		// Redis queues it, and answers it at once at EXEC).
+		if m.shared {
+			return route{op: opOwnConn}
+		}
+		return route{op: opWait}
 	}
 	if m.cluster && nodeWide(args) || isClientSub(args, "KILL", 3) {
 		// Answered from several replies, or from what the proxy knows

@@ -77,6 +77,9 @@ type session struct {
 	proto       int
 	// blocking is set when the current batch holds a blocking command.
 	blocking bool
+	// woffKnown: whether Redis sets the write offset after every command
+	// (1) or not (2), once a WAIT asked (0: not yet; wait.go).
+	woffKnown int8
 	// replyOff and skipNext are the client's CLIENT REPLY mode, applied by
 	// the proxy (Redis never sees CLIENT REPLY); quiet is set while the
 	// command being handled must get no reply.
@@ -317,6 +320,9 @@ func (s *session) handle() (done bool, err error) {
 		return false, nil
 	case opClientKill:
 		return s.clientKill()
+	case opWait:
+		s.wait()
+		return false, nil
 	case opTopology:
 		s.local(func(b []byte) []byte { return append(b, topologyReply(args, s.conn.LocalAddr(), s.proto)...) })
 		return false, nil

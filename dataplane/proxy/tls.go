@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"time"
 )
 
 // TLSOptions describe TLS to Redis. The injector fills CAFile and ServerName
@@ -70,4 +73,115 @@ func ClientTLS(o TLSOptions) (*tls.Config, error) {
 		return nil, errors.New("redis TLS: a CA file and insecureSkipVerify exclude each other")
 	}
 	return cfg, nil
+}
+
+// dialTLS connects to addr and completes the TLS handshake within the
+// dialer's timeout, checking Redis' certificate against the configured
+// server name or else addr's host, as tls.Dialer does. The TLS connection
+// runs over a tlsTransport, so that the event loop can take it over.
+func dialTLS(ctx context.Context, d *net.Dialer, cfg *tls.Config, addr string) (*tls.Conn, error) {
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			raw.Close()
+			return nil, err
+		}
+		cfg = cfg.Clone() // GetClientCertificate survives it
+		cfg.ServerName = host
+	}
+	tc := tls.Client(&tlsTransport{Conn: raw, fd: -1}, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// tlsTransport is the connection under a TLS connection to Redis. For a
+// session it is the TCP connection, as it is. The event loop takes its
+// descriptor (fd) and runs crypto/tls on its own goroutine, with reads and
+// writes that never block (tlsloop_linux.go): a read that finds nothing
+// returns a temporary error, which crypto/tls does not keep (the record
+// read so far stays buffered), and a write the socket does not take is
+// held in out, because crypto/tls treats any write error as fatal.
+type tlsTransport struct {
+	net.Conn
+	// fd is the event loop's descriptor, or -1 (Conn serves).
+	fd int
+	// drained: a read since the loop's last readable event found the
+	// socket empty, so a read returns at once without a system call.
+	drained bool
+	// out[ooff:] is what the socket did not take yet.
+	out  []byte
+	ooff int
+}
+
+func (t *tlsTransport) Read(b []byte) (int, error) {
+	if t.fd < 0 {
+		return t.Conn.Read(b)
+	}
+	return t.readFD(b)
+}
+
+func (t *tlsTransport) Write(b []byte) (int, error) {
+	if t.fd < 0 {
+		return t.Conn.Write(b)
+	}
+	return t.writeFD(b)
+}
+
+// Close closes the TCP connection; the event loop closes its descriptor
+// itself.
+func (t *tlsTransport) Close() error {
+	if t.fd < 0 {
+		return t.Conn.Close()
+	}
+	return nil
+}
+
+func (t *tlsTransport) SetDeadline(d time.Time) error {
+	if t.fd < 0 {
+		return t.Conn.SetDeadline(d)
+	}
+	return nil
+}
+
+func (t *tlsTransport) SetReadDeadline(d time.Time) error {
+	if t.fd < 0 {
+		return t.Conn.SetReadDeadline(d)
+	}
+	return nil
+}
+
+func (t *tlsTransport) SetWriteDeadline(d time.Time) error {
+	if t.fd < 0 {
+		return t.Conn.SetWriteDeadline(d)
+	}
+	return nil
+}
+
+// pending reports bytes held for the socket.
+func (t *tlsTransport) pending() bool { return t.ooff < len(t.out) }
+
+// toBlocking gives the connection to a session, over c (the descriptor's
+// duplicate, in Go's netpoller): what the socket had not taken is written
+// first.
+func (t *tlsTransport) toBlocking(c net.Conn) error {
+	t.Conn, t.fd, t.drained = c, -1, false
+	out := t.out[t.ooff:]
+	t.out, t.ooff = nil, 0
+	if len(out) > 0 {
+		_, err := c.Write(out)
+		return err
+	}
+	return nil
 }

@@ -189,8 +189,7 @@ func appendText(b []byte, s string, proto int) []byte {
 	return append(b, '\r', '\n')
 }
 
-// isInfo reports INFO, whose reply patchClusterEnabled adjusts (standalone
-// mode only: a cluster's own INFO already says cluster_enabled:1).
+// isInfo reports INFO, whose reply the proxy adjusts (infoReply).
 func isInfo(args [][]byte) bool { return eqFold(args[0], "INFO") }
 
 // patchClusterEnabled turns a standalone Redis' INFO reply, in place, into
@@ -206,14 +205,48 @@ func patchClusterEnabled(b []byte) []byte {
 	return b
 }
 
-// info forwards INFO and writes its reply patched (patchClusterEnabled),
-// in order with the client's other replies.
+// info forwards INFO and writes its reply adjusted (infoReply), in order
+// with the client's other replies.
 func (s *session) info() {
 	quiet := s.quiet
-	rs := s.roundTripNodes([][]byte{append([]byte(nil), s.cmd.Raw...)}, []int{0})
-	if !quiet && len(rs) == 1 {
-		s.cw.Buf = append(s.cw.Buf, patchClusterEnabled(rs[0].Raw)...)
+	out := s.infoReply(s.cmd.Raw, s.cmd.Args)
+	if !quiet {
+		s.cw.Buf = append(s.cw.Buf, out...)
 	}
+}
+
+// infoReply is the proxy's answer to INFO (raw, its arguments args). In
+// standalone mode, Redis' reply patched to say cluster_enabled:1
+// (patchClusterEnabled). In cluster mode the first master's reply, with
+// the Keyspace section, when it has one, merged from every master's as
+// INFO keyspace is (spliceKeyspace): the keyspace is the whole cluster's,
+// the other sections (memory, clients, stats, ...) that node's.
+func (s *session) infoReply(raw []byte, args [][]byte) []byte {
+	if !s.p.cfg.Cluster || !infoHasKeyspace(args) {
+		rs := s.roundTripNodes([][]byte{append([]byte(nil), raw...)}, []int{0})
+		if len(rs) != 1 {
+			return resp.AppendError(nil, errConnectionLost)
+		}
+		if s.p.cfg.Cluster {
+			return rs[0].Raw
+		}
+		return patchClusterEnabled(rs[0].Raw)
+	}
+	masters := s.p.topo.masters()
+	cmds, nodes := [][]byte{append([]byte(nil), raw...)}, []int{0}
+	keyspace := resp.AppendArgs(nil, [][]byte{[]byte("INFO"), []byte("keyspace")})
+	for _, n := range masters {
+		cmds, nodes = append(cmds, keyspace), append(nodes, n)
+	}
+	rs := s.roundTripNodes(cmds, nodes)
+	if len(rs) != len(cmds) {
+		return resp.AppendError(nil, errConnectionLost)
+	}
+	keyspaces := make([][]byte, len(masters))
+	for i := range masters {
+		keyspaces[i] = rs[i+1].Raw
+	}
+	return spliceKeyspace(rs[0].Raw, keyspaces)
 }
 
 // slotArgNode is the master serving the slot CLUSTER COUNTKEYSINSLOT or

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/sentinel"
 )
@@ -63,6 +64,16 @@ func startFollow(ctx context.Context, cfg *Config, log *slog.Logger) (*masterFol
 	cfg.Upstreams = []string{addr}
 	log.Info("redis master found through Sentinel", "master", cfg.SentinelMaster, "address", addr, "sentinels", cfg.Sentinels)
 	return m, nil
+}
+
+// replicas lists the master's replicas, as the Sentinels see them, for
+// the engine's replica reads (engine.Options.Replicas).
+func (m *masterFollow) replicas(ctx context.Context) ([]engine.ReplicaShard, error) {
+	addrs, err := m.f.Replicas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []engine.ReplicaShard{{Replicas: addrs}}, nil
 }
 
 // run follows the master into p until ctx ends.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // switchRecorder keeps the times of the sidecar's master switches.
@@ -52,9 +55,14 @@ func (r *switchRecorder) last() (time.Time, string, int) {
 }
 
 // runSentinelSidecar runs the sidecar in front of h's master, found and
-// followed through h's Sentinels, and returns its client address.
+// followed through h's Sentinels, under splitTable (the counter "likes"
+// split over 4 shards), and returns its client address.
 func runSentinelSidecar(t *testing.T, h *redisproc.Sentinel, rec *switchRecorder) string {
 	t.Helper()
+	file := filepath.Join(t.TempDir(), "routing.json")
+	if err := os.WriteFile(file, fmt.Appendf(nil, splitTable, 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ln := listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -63,6 +71,7 @@ func runSentinelSidecar(t *testing.T, h *redisproc.Sentinel, rec *switchRecorder
 			Listener: ln, Sentinels: h.SentinelAddrs(), SentinelMaster: h.Opts.MasterName,
 			SentinelPassword: h.Opts.SentinelPassword, Password: h.Opts.Password,
 			OnMasterSwitch: rec.record, OnMasterFence: rec.fence,
+			Policy: "p", Namespace: "ns", RoutingFile: file,
 		})
 	}()
 	t.Cleanup(func() {
@@ -127,15 +136,68 @@ func switchWatch(t *testing.T, h *redisproc.Sentinel) func() time.Time {
 // failoverLoad is what the clients of TestSidecarFollowsSentinelFailover
 // saw.
 type failoverLoad struct {
-	mu        sync.Mutex
-	incrAcked int64
-	// incrRefused got the fence's refusal (never sent); incrFailed any
-	// other error, and each of those may or may not have been applied.
-	incrRefused, incrFailed int64
-	ops                     int64
-	errs                    []time.Time
-	errKinds                map[string]int
-	wrong                   []string
+	mu sync.Mutex
+	// counter is the plain counter "counter", split the split counter
+	// "likes" (the engine's INCRBY on one of its shards).
+	counter, split incrCount
+	ops            int64
+	errs           []time.Time
+	errKinds       map[string]int
+	wrong          []string
+}
+
+// incrCount counts one counter's INCRs by outcome.
+type incrCount struct {
+	acked int64
+	// refused got an error that says it was never sent (neverSent);
+	// failed any other error, and each of those may or may not have
+	// been applied.
+	refused, failed int64
+}
+
+// incr sends one INCR of key and counts its outcome in n.
+func (l *failoverLoad) incr(c *redis.Client, key string, n *incrCount) {
+	err := c.Incr(context.Background(), key).Err()
+	if err != nil {
+		l.fail(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		n.acked++
+	case neverSent(err):
+		n.refused++
+	default:
+		n.failed++
+	}
+}
+
+// neverSent reports an error that says its command never reached Redis:
+// the proxy's dial refused by the fence ("upstream A unreachable: master
+// failing over"), or the engine's (its client's dial refused: "redis
+// master failing over", with no retry after a send). A command in flight
+// on a connection the fence closed gets "upstream A: master failing over"
+// and may have been applied, as may one whose connection failed.
+func neverSent(err error) bool {
+	msg := err.Error()
+	if !strings.Contains(msg, "master failing over") {
+		return false
+	}
+	return strings.Contains(msg, " unreachable: ") || !strings.Contains(msg, "heatsink proxy")
+}
+
+// check compares a counter's final value with what its INCRs were told:
+// every acknowledged INCR counted, none refused by the fence, and at most
+// those that failed in flight (each may or may not have been applied).
+func (n incrCount) check(t *testing.T, what string, final int64) {
+	t.Helper()
+	t.Logf("%s: INCR acknowledged %d, never sent (refused by the fence) %d, failed in flight %d; value on the new master %d",
+		what, n.acked, n.refused, n.failed, final)
+	if final < n.acked || final > n.acked+n.failed {
+		t.Errorf("%s = %d: want between the %d acknowledged INCRs and %d (acknowledged + failed in flight, which may have been applied)",
+			what, final, n.acked, n.acked+n.failed)
+	}
 }
 
 func (l *failoverLoad) fail(err error) {
@@ -149,28 +211,17 @@ func (l *failoverLoad) fail(err error) {
 	l.errKinds[msg]++
 }
 
-// worker INCRs the shared counter and SETs then GETs a key of its own
-// until stop or its bounds: a GET must return the last acknowledged SET,
-// or a later SET that failed (it may have been applied).
+// worker INCRs the shared counter and the split counter, and SETs then
+// GETs a key of its own, until stop or its bounds: a GET must return the
+// last acknowledged SET, or a later SET that failed (it may have been
+// applied).
 func (l *failoverLoad) worker(ctx context.Context, c *redis.Client, id int, maxOps int) {
 	key := "key:" + strconv.Itoa(id)
 	last := ""             // value of the last acknowledged SET
 	var uncertain []string // SETs after it that failed
 	for i := 0; i < maxOps && ctx.Err() == nil; i++ {
-		if err := c.Incr(context.Background(), "counter").Err(); err != nil {
-			l.fail(err)
-			l.mu.Lock()
-			if strings.Contains(err.Error(), "master failing over") {
-				l.incrRefused++
-			} else {
-				l.incrFailed++
-			}
-			l.mu.Unlock()
-		} else {
-			l.mu.Lock()
-			l.incrAcked++
-			l.mu.Unlock()
-		}
+		l.incr(c, "counter", &l.counter)
+		l.incr(c, "likes", &l.split)
 		v := strconv.Itoa(i)
 		if err := c.Set(context.Background(), key, v, 0).Err(); err != nil {
 			l.fail(err)
@@ -195,17 +246,21 @@ func (l *failoverLoad) worker(ctx context.Context, c *redis.Client, id int, maxO
 			l.mu.Unlock()
 		}
 		l.mu.Lock()
-		l.ops += 3
+		l.ops += 4
 		l.mu.Unlock()
 	}
 }
 
 // TestSidecarFollowsSentinelFailover runs the sidecar against real Redis
 // Sentinel (three Sentinels, a master and two replicas), drives it with
-// go-redis clients doing INCR and SET/GET under load, and fails the master
-// over with SENTINEL FAILOVER: the sidecar moves to the new master, no
-// client gets a wrong reply, errors come only around the switch, and
-// every acknowledged INCR is counted on the new master.
+// go-redis clients doing INCR (of a plain counter and of a counter the
+// routing table splits over shards) and SET/GET under load, and fails the
+// master over with SENTINEL FAILOVER: the sidecar moves to the new master,
+// no client gets a wrong reply, errors come only around the switch, and
+// both counters read afterwards count every acknowledged INCR and at most
+// the INCRs that failed in flight besides (one that got an error may or
+// may not have been applied; a SENTINEL FAILOVER waits for the replica to
+// catch up, so no acknowledged write is lost).
 func TestSidecarFollowsSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server and redis-sentinel; skipped with -short")
@@ -228,6 +283,17 @@ func TestSidecarFollowsSentinelFailover(t *testing.T) {
 		defer clients[i].Close()
 	}
 	eventually.Succeeds(t, 10*time.Second, func() error { return clients[0].Ping(context.Background()).Err() })
+	// The table splits "likes": an INCR through the sidecar lands on a
+	// shard, never on the base key.
+	master := redis.NewClient(&redis.Options{Addr: oldMaster, Password: h.Opts.Password})
+	defer master.Close()
+	if err := clients[0].Incr(context.Background(), "likes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := master.Exists(context.Background(), "likes").Result(); err != nil || n != 0 || splitSum(t, master) != 1 {
+		t.Fatalf("INCR likes through the sidecar: base key exists %d (%v), shards sum %d; want the increment on a shard", n, err, splitSum(t, master))
+	}
+	load.split.acked++
 
 	// The load runs until a second after the switch, 30 s at most.
 	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
@@ -284,19 +350,27 @@ func TestSidecarFollowsSentinelFailover(t *testing.T) {
 	for _, w := range load.wrong {
 		t.Error("wrong reply: " + w)
 	}
-	direct := redis.NewClient(&redis.Options{Addr: newMaster})
+	direct := redis.NewClient(&redis.Options{Addr: newMaster, Password: h.Opts.Password})
 	defer direct.Close()
 	final, err := direct.Get(context.Background(), "counter").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d commands; INCR acknowledged %d, refused by the fence %d, failed in flight %d; counter on the new master %d",
-		load.ops, load.incrAcked, load.incrRefused, load.incrFailed, final)
+	t.Logf("%d commands", load.ops)
 	// No acknowledged INCR lost; none refused by the fence applied; those
 	// in flight when the connections closed may have been.
-	if final < load.incrAcked || final > load.incrAcked+load.incrFailed {
-		t.Errorf("counter %d: want between the %d acknowledged INCRs and %d (acknowledged + failed in flight, which may have been applied)",
-			final, load.incrAcked, load.incrAcked+load.incrFailed)
+	load.counter.check(t, "counter", final)
+	// The split counter read through the sidecar (the engine sums its
+	// shards on the new master) and summed on the new master directly.
+	reader := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer reader.Close()
+	likes, err := reader.Get(context.Background(), "likes").Int64()
+	if err != nil {
+		t.Fatalf("GET likes through the sidecar: %v", err)
+	}
+	load.split.check(t, "split counter likes (GET through the sidecar)", likes)
+	if sum := splitSum(t, direct); sum != likes {
+		t.Errorf("split counter likes: %d through the sidecar, %d summed on the new master", likes, sum)
 	}
 	if len(load.errs) > 0 {
 		first, last := load.errs[0], load.errs[len(load.errs)-1]
@@ -318,6 +392,29 @@ func TestSidecarFollowsSentinelFailover(t *testing.T) {
 	} else {
 		t.Log("no client saw an error")
 	}
+}
+
+// splitSum is the split counter "likes" (splitTable) summed directly:
+// its base key and its 4 shards.
+func splitSum(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	keys := append([]string{"likes"}, routing.ShardKeys("likes", routing.Generation{FromEpoch: 0, Shards: 4})...)
+	vals, err := c.MGet(context.Background(), keys...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(v.(string), 10, 64)
+		if err != nil {
+			t.Fatalf("%s = %v: %v", keys[i], v, err)
+		}
+		sum += n
+	}
+	return sum
 }
 
 func minTime(a, b time.Time) time.Time {

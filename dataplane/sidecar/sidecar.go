@@ -145,7 +145,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p }, follow)
 	defer rc.Close()
-	eng := engine.New(rc, engine.Options{Registerer: reg})
+	eopts := engine.Options{Registerer: reg}
+	if follow != nil {
+		// Only the Sentinels know the master's replicas; the engine's
+		// client dials the master alone, with the TLS its dialer adds.
+		eopts.Replicas, eopts.ReplicaTLS = follow.replicas, cfg.TLS
+	}
+	eng := engine.New(rc, eopts)
 	defer eng.Close()
 	sm := newSidecarMetrics(reg)
 	if cfg.StartupWait == 0 {
@@ -223,6 +229,12 @@ func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *prox
 	uo := &redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		TLSConfig: cfg.TLS,
+		// No retries: go-redis retries any command whose connection
+		// failed, and an INCRBY applied before its connection closed (a
+		// failover's fence closes them) would then be counted twice.
+		// Failed commands get an error, as on the proxy's raw path; a dial
+		// is still retried (nothing was sent).
+		MaxRetries: -1,
 	}
 	if creds != nil {
 		// go-redis asks at each new connection, as the proxy does. Get

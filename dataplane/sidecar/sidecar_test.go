@@ -19,7 +19,7 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -19,8 +19,9 @@ import (
 )
 
 // runSidecar serves a sidecar in front of addr following the routing table
-// in table (JSON) until the test ends, and returns its listen address.
-func runSidecar(t *testing.T, addr, table string) string {
+// in table (JSON) until the test ends, and returns its listen address. opts
+// adjust its configuration.
+func runSidecar(t testing.TB, addr, table string, opts ...func(*sidecar.Config)) string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "routing.json")
 	if err := os.WriteFile(file, []byte(table), 0o644); err != nil {
@@ -29,9 +30,11 @@ func runSidecar(t *testing.T, addr, table string) string {
 	ln := listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- sidecar.Run(ctx, sidecar.Config{Listener: ln, Upstreams: []string{addr}, Policy: "p", Namespace: "ns", RoutingFile: file})
-	}()
+	cfg := sidecar.Config{Listener: ln, Upstreams: []string{addr}, Policy: "p", Namespace: "ns", RoutingFile: file}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	go func() { done <- sidecar.Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -8,13 +8,19 @@
 //
 //   - every SET the client sent reached Redis (INFO commandstats, summed
 //     over the masters) and was seen by the sidecar (its per-key reports to
-//     the node agent address, read here off the UDP socket), so none went
-//     around it;
-//   - the reads of one hot key are all reported to the node agent (what
-//     its detection counts);
-//   - a split counter (routing table entry with 4 shards) incremented
-//     through the client reads back exact, while a reader outside the
-//     sidecar sees no value under the logical key.
+//     its node agent, read on the way there), so none went around it;
+//   - the reads of one hot key are all reported to the node agent, and a
+//     real node agent, from those reports, tells the manager's fleet server
+//     (a real hub) that the key and a counter are over their thresholds;
+//   - the counter, once a table splitting it (4 shards) is published
+//     through the hub as the manager's reconciler publishes it and the
+//     agent has pushed it to the sidecar, reads exact through the client
+//     and through another cluster client (its count before the split in
+//     the logical key plus its shards), while a reader outside the sidecar
+//     sees only the count before the split.
+//
+// What the reconciler decides from the hub's view (split this counter) the
+// test decides: the manager's decisions are tested in controllers/.
 //
 // In the cluster run one slot the client writes to is migrated after the
 // client has loaded its slot map: the sidecar meets ASK and MOVED; the
@@ -30,7 +36,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,34 +77,31 @@ func upstreams(t *testing.T) []upstream {
 	}
 }
 
-// stack is one sidecar in front of an upstream, with the socket its
-// per-key reports go to.
+// stack is one sidecar in front of an upstream, in a simulated pod of its
+// own policy, following its node agent, with what it reports to the agent.
 type stack struct {
 	up      upstream
 	addr    string // the sidecar's client address
 	metrics string // its /metrics URL
+	pod     *pod
 	reports *reports
 }
 
-// startSidecar serves a sidecar for up until the test ends, following a
-// routing table that splits prefix+"ctr" in 4 shards, and waits until it
-// obeys that table.
-func startSidecar(t *testing.T, up upstream, prefix string) *stack {
+// startSidecar serves a sidecar for up until the test ends, in a new pod
+// of a new policy (name) governing the keys with prefix, reporting to and
+// following the fleet's node agent, and waits until it serves under the
+// routing state in force.
+func startSidecar(t *testing.T, up upstream, name, prefix string) *stack {
 	t.Helper()
-	table := fmt.Sprintf(`{"schemaVersion":1,"policy":"ns/p","version":1,"epochMillis":60000,"entries":[
-		{"key":%q,"source":"detected","split":{"generations":[{"fromEpoch":0,"shards":4}]}}]}`, prefix+"ctr")
-	file := filepath.Join(t.TempDir(), "routing.json")
-	if err := os.WriteFile(file, []byte(table), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rep := listenReports(t)
+	p := startFleet(t).newPod(t, name, up, prefix)
+	tp := p.startTap(t)
 	ln, hl := listen(t), listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- sidecar.Run(ctx, sidecar.Config{
 			Listener: ln, HTTPListener: hl, Upstreams: up.addrs, Cluster: up.cluster,
-			Policy: "p", Namespace: "ns", RoutingFile: file, NodeAgent: rep.addr,
+			Policy: p.policy, Namespace: namespace, NodeAgent: tp.addr, SourceAddr: p.ip,
 		})
 	}()
 	t.Cleanup(func() {
@@ -108,12 +110,18 @@ func startSidecar(t *testing.T, up upstream, prefix string) *stack {
 			t.Errorf("sidecar: %v", err)
 		}
 	})
-	s := &stack{up: up, addr: ln.Addr().String(), metrics: "http://" + hl.Addr().String() + "/metrics", reports: rep}
-	eventually.True(t, 10*time.Second, "the sidecar obeys the routing table", func() bool {
-		v, _ := s.metric("heatsink_proxy_routing_version")
+	s := &stack{up: up, addr: ln.Addr().String(), metrics: "http://" + hl.Addr().String() + "/metrics", pod: p, reports: tp.reports}
+	eventually.True(t, 30*time.Second, "the sidecar serves under the routing table in force", func() bool {
+		v, _ := s.metric("heatsink_proxy_routing_in_force")
 		return v == 1
 	})
 	return s
+}
+
+// routingVersion is the version of the table the sidecar obeys.
+func (s *stack) routingVersion() int64 {
+	v, _ := s.metric("heatsink_proxy_routing_version")
+	return int64(v)
 }
 
 func listen(t *testing.T) net.Listener {
@@ -162,44 +170,23 @@ func (s *stack) commands(t *testing.T) float64 {
 // reports collects what the sidecar tells its node agent: reads and writes
 // per key, decoded from the datagrams as the agent would.
 type reports struct {
-	addr string
 	mu   sync.Mutex
 	keys map[string][2]uint64 // key -> reads, writes
 }
 
-func listenReports(t *testing.T) *reports {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+func (r *reports) record(dec *sidecarlink.Decoder, datagram []byte) {
+	b, err := dec.Decode(datagram)
 	if err != nil {
-		t.Fatal(err)
+		return
 	}
-	r := &reports{addr: pc.LocalAddr().String(), keys: map[string][2]uint64{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var dec sidecarlink.Decoder
-		buf := make([]byte, 64<<10)
-		for {
-			n, _, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			b, err := dec.Decode(buf[:n])
-			if err != nil {
-				continue
-			}
-			r.mu.Lock()
-			for _, e := range b.Entries {
-				c := r.keys[string(e.Key)]
-				c[0] += uint64(e.Reads)
-				c[1] += uint64(e.Writes)
-				r.keys[string(e.Key)] = c
-			}
-			r.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { pc.Close(); <-done })
-	return r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range b.Entries {
+		c := r.keys[string(e.Key)]
+		c[0] += uint64(e.Reads)
+		c[1] += uint64(e.Writes)
+		r.keys[string(e.Key)] = c
+	}
 }
 
 // sum is the reads and writes reported for the keys with prefix.
@@ -240,19 +227,25 @@ func commandCalls(t *testing.T, addrs []string, cmd string) int64 {
 
 // client is one client library's run: start connects to addr and loads
 // the slot map (it returns when the client is ready); work then plays the
-// workload with prefix and returns what GET <prefix>ctr answered.
+// workload with prefix and returns what GET <prefix>ctr answered; incr
+// reads <prefix>hot nHot times and increments <prefix>ctr nIncr times
+// more, and returns what GET <prefix>ctr answers.
 type client interface {
 	start(t *testing.T, addr, prefix string)
 	work(t *testing.T) string
+	incr(t *testing.T) string
 }
 
 // play runs c through a sidecar in front of every upstream and checks that
-// every command went through the sidecar.
+// every command went through the sidecar, that the node agent detected the
+// hot key and the hot counter from the sidecar's counts, and that the
+// counter, once the manager's fleet server has published its split and the
+// agent has pushed it to the sidecar, reads exact through the client.
 func play(t *testing.T, name string, newClient func() client) {
 	for _, up := range upstreams(t) {
 		t.Run(up.name, func(t *testing.T) {
 			prefix := name + ":"
-			s := startSidecar(t, up, prefix)
+			s := startSidecar(t, up, name+"-"+up.name, prefix)
 			c := newClient()
 			c.start(t, s.addr, prefix)
 			if up.cluster {
@@ -292,7 +285,7 @@ func play(t *testing.T, name string, newClient func() client) {
 				t.Errorf("the sidecar counted %v commands; the client sent %d", cmds, nSet+nHot+nIncr+1)
 			}
 			if got != strconv.Itoa(nIncr) {
-				t.Errorf("the split counter read %q through the client; want %d", got, nIncr)
+				t.Errorf("the counter read %q through the client before its split; want %d", got, nIncr)
 			}
 			if up.cluster {
 				// The migrated slot's key was met: the sidecar followed the
@@ -302,10 +295,73 @@ func play(t *testing.T, name string, newClient func() client) {
 					t.Errorf("the sidecar followed %v redirections; the migrated slot should have given one", n)
 				}
 			}
-			// A reader outside the sidecar sees no value under the logical
-			// key: the counts are in its shards.
-			if v := directGet(t, up, prefix+"ctr"); v != "" {
-				t.Errorf("a direct GET of the split counter read %q; its value is in the shards", v)
+
+			// The client keeps the hot key and the counter hot (rounds of
+			// nHot GETs and nIncr INCRs) until the manager, from the node
+			// agent's summaries of the sidecar's counts, reports both over
+			// their thresholds, splits the counter, the table reaches the
+			// sidecar through the node agent, and its split generation is in
+			// force (its first epoch has begun).
+			total, rounds := nIncr, 0
+			var hot, ctr int64
+			var hotSeen, ctrSeen bool
+			var split *routing.Generation
+			var epochMs int64
+			deadline := time.Now().Add(90 * time.Second)
+			// Ten rounds a second at most: far over the thresholds, and
+			// frugal on a shared machine.
+			pace := time.NewTicker(100 * time.Millisecond)
+			defer pace.Stop()
+			for {
+				if !hotSeen {
+					hot, hotSeen = s.pod.reported(t, prefix+"hot", false)
+				}
+				if !ctrSeen {
+					ctr, ctrSeen = s.pod.reported(t, prefix+"ctr", true)
+				}
+				if split == nil {
+					if tbl := s.pod.table(t); tbl != nil && s.routingVersion() >= tbl.Version {
+						if e := tbl.Lookup(prefix + "ctr"); e != nil && e.Split != nil && len(e.Split.Generations) > 0 {
+							g := e.Split.Generations[len(e.Split.Generations)-1]
+							split, epochMs = &g, tbl.EpochMillis
+						}
+					}
+				}
+				if hotSeen && ctrSeen && split != nil && routing.EpochAt(time.Now(), epochMs) > split.FromEpoch {
+					break // its first epoch is under way: the next round is split
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after %d rounds: hot key reported %v (%d/s), counter reported %v (%d/s), split %+v", rounds, hotSeen, hot, ctrSeen, ctr, split)
+				}
+				<-pace.C
+				got = c.incr(t)
+				total += nIncr
+				rounds++
+				if got != strconv.Itoa(total) {
+					t.Fatalf("the counter read %q through the client after %d increments", got, total)
+				}
+			}
+			t.Logf("reported by the manager from the node agent's summaries: %shot at %d reads/s (threshold %d), %sctr at %d writes/s (threshold %d)",
+				prefix, hot, readThreshold, prefix, ctr, writeThreshold)
+			got = c.incr(t)
+			total += nIncr
+			t.Logf("the manager split %sctr in %d shards from epoch %d after %d more rounds of %d INCRs", prefix, split.Shards, split.FromEpoch, rounds, nIncr)
+			if got != strconv.Itoa(total) {
+				t.Errorf("the split counter read %q through the client; want %d", got, total)
+			}
+			// Another cluster client of the sidecar reads the same total.
+			other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
+			v, err := other.Get(context.Background(), prefix+"ctr").Result()
+			other.Close()
+			if v != strconv.Itoa(total) {
+				t.Errorf("go-redis ClusterClient read the split counter through the sidecar as %q (%v); want %d", v, err, total)
+			}
+			// A reader outside the sidecar reads the logical key alone: the
+			// last round's counts are in the shards.
+			direct, _ := strconv.Atoi(directGet(t, up, prefix+"ctr"))
+			t.Logf("the split counter read %s through the client and %s through another cluster client for %d INCRs; a direct GET %d", got, v, total, direct)
+			if direct > total-nIncr {
+				t.Errorf("a direct GET of the split counter read %d of %d: the last %d increments should be in its shards", direct, total, nIncr)
 			}
 		})
 	}
@@ -340,8 +396,9 @@ func directGet(t *testing.T, up upstream, key string) (v string) {
 }
 
 // script runs an external client (python3, node) speaking a line protocol
-// on stdio: it prints "ready" once connected, waits for a line, runs the
-// workload and prints GET ctr's answer.
+// on stdio: it prints "ready" once connected; then, for the line "go", runs
+// the workload and prints GET ctr's answer, for "incr" reads hot nHot
+// times, increments ctr nIncr times and prints GET ctr's answer.
 type script struct {
 	argv []string
 	env  []string
@@ -388,9 +445,13 @@ func (s *script) line(t *testing.T) string {
 	return strings.TrimSpace(l)
 }
 
-func (s *script) work(t *testing.T) string {
+func (s *script) work(t *testing.T) string { t.Helper(); return s.ask(t, "go") }
+func (s *script) incr(t *testing.T) string { t.Helper(); return s.ask(t, "incr") }
+
+// ask sends the script one command line and returns its answer.
+func (s *script) ask(t *testing.T, cmd string) string {
 	t.Helper()
-	if _, err := io.WriteString(s.in, "go\n"); err != nil {
+	if _, err := io.WriteString(s.in, cmd+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	return s.line(t)

@@ -69,6 +69,14 @@ var fieldTests = map[string]string{
 	"mitigations.preAggregate.enabled":       "controllers/decide TestEachSpecFieldChangesTheDecision/mitigations.preAggregate.enabled",
 	"mitigations.preAggregate.flushInterval": "controllers/decide TestEachSpecFieldChangesTheDecision/mitigations.preAggregate.flushInterval",
 
+	"mitigations.localCache.refreshAheadPercent": "controllers/decide TestEachSpecFieldChangesTheDecision/mitigations.localCache.refreshAheadPercent",
+
+	"mitigations.replicaReads.enabled":          "controllers/decide TestDecideReplicaReads/beyond one key, replica reads not allowed: copies",
+	"mitigations.replicaReads.maxLag":           "controllers/decide TestDecideReplicaReads/beyond one key: replica reads after the cache, no copies",
+	"mitigations.replicaReads.lagCheckInterval": "controllers TestReplicaSettings/standalone replicas and a check interval",
+	"mitigations.replicaReads.addresses":        "controllers TestReplicaSettings/standalone replicas and a check interval",
+	"schedules[].mitigation.replicaReads":       "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].mitigation.replicaReads",
+
 	"schedules[].name":                          "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].name",
 	"schedules[].start":                         "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].start",
 	"schedules[].cron":                          "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].cron",

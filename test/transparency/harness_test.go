@@ -434,6 +434,21 @@ func errorsAs(err error, target *net.Error) bool {
 
 var avgTTL, bulkLen = regexp.MustCompile(`avg_ttl=\d+`), regexp.MustCompile(`^([$=])\d+`)
 
+// keyspaceOnly keeps an INFO reply's Keyspace section alone (the other
+// sections describe the server that answered: uptime, memory, ...), with
+// anyTTL's masks.
+func keyspaceOnly(f string) string {
+	i := strings.Index(f, "# Keyspace\r\n")
+	if i < 0 {
+		return anyTTL(f)
+	}
+	rest := f[i:]
+	if j := strings.Index(rest, "\r\n\r\n#"); j >= 0 {
+		rest = rest[:j+2]
+	}
+	return anyTTL(f[:1] + "<len>\r\n" + strings.TrimSuffix(rest, "\r\n"))
+}
+
 // anyTTL hides INFO keyspace's avg_ttl (an estimate that moves with the
 // clock) and so its bulk length.
 func anyTTL(f string) string {

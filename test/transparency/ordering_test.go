@@ -17,7 +17,7 @@ import (
 // per blocking client on demand, and B's dial was sometimes faster (1 in
 // 20-60 tries). The event loop reads both clients in one place, in the
 // order their bytes came, and sends the commands in that order; sessions
-// only (--event-loop=false, TLS upstreams) do not keep this order for
+// only (--event-loop=false) do not keep this order for
 // commands microseconds apart (docs/proxy.md).
 func TestBlockingOrderMomentsApart(t *testing.T) {
 	ds := deployments(t)

@@ -282,20 +282,34 @@ var scenarios = []scenario{
 		{c: "a", cmds: cmds("SET {t}a 1", "SET {t}b 2 EX 1000", "RPUSH {t}l x", "DBSIZE", "KEYS *", "KEYS {t}?", "KEYS nomatch*")},
 		{c: "a", cmd: one("RANDOMKEY"), mask: shape},
 		{c: "a", cmd: one("INFO keyspace"), mask: anyTTL},
+		{c: "a", cmds: cmds("INFO", "INFO everything", "INFO server keyspace"), mask: keyspaceOnly},
 		{c: "a", cmds: cmds("SCAN abc", "SCAN 0 COUNT x", "SCAN 0 TYPE", "SCAN", "KEYS", "DBSIZE x", "FLUSHDB LATER", "RANDOMKEY x")},
 		{c: "a", cmds: cmds("FLUSHDB", "DBSIZE", "RANDOMKEY", "KEYS *", "INFO keyspace", "SET {t}c 3", "FLUSHALL ASYNC", "DBSIZE",
 			"SET {t}d 4", "FLUSHDB SYNC", "EXISTS {t}d", "FLUSHALL SYNC", "SCAN 0")},
 	}},
+	// WAIT after writes (no replica here: 0, at once or at the timeout),
+	// inside MULTI (queued, answered at EXEC), its argument errors, and
+	// WAITAOF, which Redis 7.0 does not know. With a replica:
+	// TestWaitCountsTheClientsWrites (dataplane/proxy).
+	{name: "WAIT", steps: []step{
+		{c: "a", cmds: cmds("SET {t}k 1", "WAIT 0 0", "INCR {t}k", "WAIT 1 20", "WAIT 0 20", "WAIT -1 0")},
+		{c: "a", cmds: cmds("MULTI", "SET {t}k 2", "WAIT 1 0", "EXEC")},
+		{c: "a", cmds: cmds("WAIT x 0", "WAIT 1 -1", "WAIT 1 x", "WAIT 1", "WAIT 1 2 3", "WAITAOF 0 0 0", "GET {t}k")},
+	}},
 	// CLIENT KILL naming the client's own connection (by the ID CLIENT ID
-	// gave), or none: Redis' replies, and the connection closed when it
+	// gave), or none (TYPE master or replica, an LADDR or a USER no
+	// connection has): Redis' replies, and the connection closed when it
 	// killed itself.
-	{name: "CLIENT KILL of the own connection", steps: []step{
+	{name: "CLIENT KILL of the own connection", setup: [][]string{{"ACL", "SETUSER", "idle", "on", "nopass"}}, steps: []step{
 		{c: "a", cmd: one("CLIENT ID"), save: "id", mask: anyInt},
 		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "ID", "${id}"}, {"CLIENT", "KILL", "ID", "${id}", "SKIPME", "yes"},
 			{"CLIENT", "KILL", "ID", "${id}", "TYPE", "pubsub", "SKIPME", "no"}, {"CLIENT", "KILL", "1.1.1.1:1111"},
 			{"CLIENT", "KILL", "ADDR", "1.1.1.1:1111"}, {"CLIENT", "KILL", "TYPE", "greg"}, {"CLIENT", "KILL", "ID", "0"},
-			{"CLIENT", "KILL", "ID", "1", "SKIPME"}, {"CLIENT", "KILL", "USER", "nosuchuser"}, {"CLIENT", "KILL"}, {"PING"}}},
-		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "ID", "${id}", "SKIPME", "no"}, {"PING"}}, untilClose: true},
+			{"CLIENT", "KILL", "ID", "1", "SKIPME"}, {"CLIENT", "KILL", "USER", "nosuchuser"}, {"CLIENT", "KILL"},
+			{"CLIENT", "KILL", "TYPE", "master"}, {"CLIENT", "KILL", "TYPE", "replica", "SKIPME", "no"}, {"CLIENT", "KILL", "TYPE", "slave"},
+			{"CLIENT", "KILL", "LADDR", "1.2.3.4:5"}, {"CLIENT", "KILL", "USER", "idle", "TYPE", "normal", "SKIPME", "no"},
+			{"CLIENT", "KILL", "MAXAGE", "100"}, {"CLIENT", "KILL", "USER", "idle", "ID", "${id}", "SKIPME", "no"}, {"PING"}}},
+		{c: "a", cmds: [][]string{{"CLIENT", "KILL", "USER", "default", "TYPE", "normal", "ID", "${id}", "SKIPME", "no"}, {"PING"}}, untilClose: true},
 		{c: "b", cmd: one("PING")},
 	}},
 	{name: "CLIENT subcommands", steps: []step{

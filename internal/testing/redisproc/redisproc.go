@@ -136,6 +136,10 @@ func launch(ctx context.Context, dir string, port int, cluster bool, extra []str
 	return s, nil
 }
 
+// Signal sends sig to the server's process (SIGSTOP freezes it, SIGCONT
+// lets it go on: a replica that stops acknowledging, a stalled master).
+func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+
 // Stop kills the server and waits for it to exit. Safe to call twice.
 func (s *Server) Stop() {
 	s.once.Do(func() {
@@ -149,13 +153,14 @@ func (s *Server) Stop() {
 	})
 }
 
-// Cluster is a running Redis Cluster of masters only.
+// Cluster is a running Redis Cluster: masters only (StartCluster), or
+// masters with replicas (StartClusterReplicas).
 type Cluster struct {
 	Servers []*Server
 	dir     string
 }
 
-// Addrs are the masters' addresses.
+// Addrs are the nodes' addresses.
 func (c *Cluster) Addrs() []string { return addrs(c.Servers) }
 
 // addrs are the servers' addresses, in order.
@@ -171,6 +176,10 @@ func addrs(servers []*Server) []string {
 // `redis-cli --cluster create` (slots split evenly, no replicas) and waits
 // until every node reports cluster_state:ok.
 func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
+	return startCluster(ctx, masters, 0)
+}
+
+func startCluster(ctx context.Context, masters, replicas int) (*Cluster, error) {
 	if masters < 3 {
 		return nil, errors.New("redis cluster needs at least 3 masters")
 	}
@@ -182,8 +191,16 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{dir: dir}
-	for i := 0; i < masters; i++ {
-		s, err := start(ctx, Options{Dir: dir}, true)
+	var extra []string
+	if replicas > 0 {
+		// CLUSTER SLOTS leaves out a replica whose offset its node knows
+		// (by gossip) as 0; a master's pings move it, every second here
+		// rather than every 10 s, so an idle new cluster lists its
+		// replicas at once.
+		extra = []string{"--repl-ping-replica-period", "1"}
+	}
+	for i := 0; i < masters*(1+replicas); i++ {
+		s, err := start(ctx, Options{Dir: dir, ExtraArgs: extra}, true)
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -191,7 +208,7 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 		c.Servers = append(c.Servers, s)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
 	if err != nil {
 		c.Stop()
@@ -208,7 +225,10 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 				return fmt.Errorf("cluster node %s not ok: %s", s.Addr, info)
 			}
 		}
-		return nil
+		if err := replicasLinked(c.Servers, masters*replicas); err != nil {
+			return err
+		}
+		return clusterKnowsReplicas(c.Servers, masters*replicas)
 	})
 	if err != nil {
 		c.Stop()

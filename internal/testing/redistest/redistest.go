@@ -42,3 +42,27 @@ func Sentinel(tb testing.TB, opts redisproc.SentinelOptions) *redisproc.Sentinel
 	tb.Cleanup(s.Stop)
 	return s
 }
+
+// ClusterReplicas starts a 3-master Redis Cluster with replicas replicas
+// per master for the test and stops it at cleanup.
+func ClusterReplicas(tb testing.TB, replicas int) *redisproc.Cluster {
+	tb.Helper()
+	c, err := redisproc.StartClusterReplicas(context.Background(), 3, replicas)
+	if err != nil {
+		tb.Fatalf("start redis cluster with replicas: %v", err)
+	}
+	tb.Cleanup(c.Stop)
+	return c
+}
+
+// Replicated starts a standalone master with replicas replicas for the
+// test and stops them at cleanup.
+func Replicated(tb testing.TB, replicas int) *redisproc.Replicated {
+	tb.Helper()
+	r, err := redisproc.StartReplicated(context.Background(), replicas)
+	if err != nil {
+		tb.Fatalf("start redis master with replicas: %v", err)
+	}
+	tb.Cleanup(r.Stop)
+	return r
+}

@@ -1,6 +1,7 @@
 // ioredis Cluster through the sidecar: prints "ready" once it holds the
-// slot map, waits for a line on stdin, runs the workload and prints what
-// GET <prefix>ctr answers. Arguments: host port prefix nset nhot nincr.
+// slot map; then for each line on stdin: "go" runs the workload (nset
+// SETs, nhot GETs of <prefix>hot, nincr INCRs of <prefix>ctr) and prints
+// what GET <prefix>ctr answers, "incr" the same without the SETs. Arguments: host port prefix nset nhot nincr.
 "use strict";
 const { Cluster } = require("ioredis");
 const readline = require("readline");
@@ -13,12 +14,14 @@ async function main() {
   await c.connect();
   process.stdout.write("ready\n");
   const rl = readline.createInterface({ input: process.stdin });
-  await new Promise((resolve) => rl.once("line", resolve));
-  rl.close();
-  for (let i = 0; i < nset; i++) await c.set(`${prefix}k:${i}`, "v");
-  for (let i = 0; i < nhot; i++) await c.get(`${prefix}hot`);
-  for (let i = 0; i < nincr; i++) await c.incr(`${prefix}ctr`);
-  process.stdout.write(`${await c.get(`${prefix}ctr`)}\n`);
+  for await (const line of rl) {
+    if (line.trim() === "go") {
+      for (let i = 0; i < nset; i++) await c.set(`${prefix}k:${i}`, "v");
+    }
+    for (let i = 0; i < nhot; i++) await c.get(`${prefix}hot`);
+    for (let i = 0; i < nincr; i++) await c.incr(`${prefix}ctr`);
+    process.stdout.write(`${await c.get(`${prefix}ctr`)}\n`);
+  }
   await c.quit();
 }
 

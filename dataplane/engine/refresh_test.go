@@ -1,0 +1,101 @@
+package engine_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// TestRefreshAheadKeepsAHotKeyCached: with refreshAheadPercent 20 and a
+// 1 s TTL, reads in the last 200 ms of an entry's life get the cached value
+// and start one background refresh (one upstream GET however many read);
+// the refreshed value replaces the entry before it expires, so no reader
+// misses at the old expiry; an entry nobody reads in its window is not
+// refreshed and expires. With the knob at 0 nothing is read early. Real
+// redis-server (standalone and 3-master cluster), injected clock, upstream
+// GETs counted by INFO commandstats.
+func TestRefreshAheadKeepsAHotKeyCached(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			for _, percent := range []int32{20, 0} {
+				ctx := context.Background()
+				k := key(t, "hot")
+				if percent == 0 {
+					k = key(t, "off")
+				}
+				clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+				e := newEngine(t, tg.client, engine.Options{Clock: clk})
+				e.SetTable(table(routing.Entry{Key: k, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1000, RefreshAheadPercent: percent}}))
+				if err := tg.client.Set(ctx, k, "v1", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				tg.resetStats(t)
+				// reads reads k 50 times at once; each must return one of
+				// want.
+				reads := func(want ...string) {
+					t.Helper()
+					var wg sync.WaitGroup
+					for range 50 {
+						wg.Go(func() {
+							if v, _, err := e.Get(ctx, k); err != nil || !slices.Contains(want, string(v)) {
+								t.Errorf("GET = %q, %v; want one of %q", v, err, want)
+							}
+						})
+					}
+					wg.Wait()
+				}
+				upstream := func(want int64) {
+					t.Helper()
+					if n := tg.calls(t, "get"); n != want {
+						t.Fatalf("refreshAheadPercent %d: %d upstream GETs; want %d", percent, n, want)
+					}
+				}
+				reads("v1")
+				upstream(1)
+				// Written elsewhere: only a read upstream can see it.
+				if err := tg.client.Set(ctx, k, "v2", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+				clk.Step(799 * time.Millisecond)
+				reads("v1")
+				upstream(1)
+				clk.Step(time.Millisecond) // 800 ms: the refresh window opens
+				if percent == 0 {
+					reads("v1")
+					upstream(1)
+					clk.Step(200 * time.Millisecond)
+					reads("v2") // expired: read again
+					upstream(2)
+					continue
+				}
+				// Cached reads; the refresh they start may already have
+				// replaced the entry for the later ones.
+				reads("v1", "v2")
+				eventually.True(t, 10*time.Second, "the refreshed value replaces the entry before it expires", func() bool {
+					v, _, err := e.Get(ctx, k)
+					return err == nil && string(v) == "v2"
+				})
+				upstream(2)
+				reads("v2")
+				clk.Step(200 * time.Millisecond) // the old entry's expiry: no miss
+				reads("v2")
+				upstream(2)
+				// The refreshed entry (filled at 800 ms) opens its window at
+				// 1600 ms; nobody reads it until it expired at 1800 ms.
+				clk.Step(700 * time.Millisecond)
+				upstream(2)
+				clk.Step(100 * time.Millisecond)
+				reads("v2")
+				upstream(3) // a miss, as without refresh
+			}
+		})
+	}
+}
