@@ -672,22 +672,6 @@ func (s *session) readFrames(u *upstream, n int, swallow bool) error {
 	return nil
 }
 
-// isUnsubscribePush reports a RESP3 push that answers UNSUBSCRIBE,
-// PUNSUBSCRIBE or SUNSUBSCRIBE (its first element names it).
-func isUnsubscribePush(raw []byte) bool {
-	i := bytes.Index(raw, []byte("\r\n"))
-	if i < 0 {
-		return false
-	}
-	rest := raw[i+2:]
-	for _, kind := range []string{"$11\r\nunsubscribe\r\n", "$12\r\npunsubscribe\r\n", "$12\r\nsunsubscribe\r\n"} {
-		if bytes.HasPrefix(rest, []byte(kind)) {
-			return true
-		}
-	}
-	return false
-}
-
 // watchClient reads ahead from the client while the session waits for a
 // blocking command: what the client sends is kept for later, and if it
 // hangs up, the session's upstream connections are closed, so Redis

@@ -360,3 +360,19 @@ func (s *session) relayPushes() (stop func()) {
 		}
 	}
 }
+
+// isUnsubscribePush reports a RESP3 push that answers UNSUBSCRIBE,
+// PUNSUBSCRIBE or SUNSUBSCRIBE (its first element names it).
+func isUnsubscribePush(raw []byte) bool {
+	i := bytes.Index(raw, []byte("\r\n"))
+	if i < 0 {
+		return false
+	}
+	rest := raw[i+2:]
+	for _, kind := range []string{"$11\r\nunsubscribe\r\n", "$12\r\npunsubscribe\r\n", "$12\r\nsunsubscribe\r\n"} {
+		if bytes.HasPrefix(rest, []byte(kind)) {
+			return true
+		}
+	}
+	return false
+}
