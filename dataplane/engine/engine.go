@@ -109,6 +109,10 @@ type Engine struct {
 	countersMu sync.Mutex
 	counters   map[string]*counter
 
+	// limiters are the shed keys' token buckets (shed.go), by key.
+	shedMu   sync.Mutex
+	limiters map[string]*limiter
+
 	tableChanged chan struct{}
 	stop         chan struct{}
 	done         chan struct{}
@@ -147,6 +151,8 @@ type index struct {
 	client redis.UniversalClient
 	// flushEvery is the shortest pre-aggregation interval (0: none).
 	flushEvery time.Duration
+	// shedding: some entry has a shed budget.
+	shedding bool
 }
 
 var emptyTable = &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1}
@@ -164,6 +170,8 @@ type plan struct {
 	// hasShards is false when no generation has shards: the base key then
 	// holds the whole counter.
 	hasShards bool
+	// lim is the key's shed limiter, nil when it is not shed.
+	lim *limiter
 }
 
 func newPlan(en routing.Entry) *plan {
@@ -194,7 +202,12 @@ func (e *Engine) SetTable(t *routing.Table) {
 	ix := e.newIndex(t)
 	if ix.client != nil {
 		for _, en := range t.Entries {
-			ix.plans[en.Key] = newPlan(en)
+			p := newPlan(en)
+			if en.Shed != nil {
+				p.lim = e.limiterFor(en.Key)
+				ix.shedding = true
+			}
+			ix.plans[en.Key] = p
 			if pa := en.PreAggregate; pa != nil {
 				d := time.Duration(pa.FlushMillis) * time.Millisecond
 				if ix.flushEvery == 0 || d < ix.flushEvery {
@@ -207,6 +220,7 @@ func (e *Engine) SetTable(t *routing.Table) {
 		e.switchDatabase(old)
 	}
 	e.table.Store(ix)
+	e.retainLimiters(ix)
 	e.applyCacheSettings(ix.table)
 	// Keys that lost their local cache are written raw from now on, and raw
 	// writes do not invalidate: drop what is cached for them.

@@ -12,6 +12,8 @@ type metrics struct {
 	upstreamErrors prometheus.Counter
 	flushes        prometheus.Counter
 	refreshes      prometheus.Counter
+	shedReads      prometheus.Counter
+	shedWrites     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -27,9 +29,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		upstreamErrors: c("upstream_errors_total", "Upstream errors met while serving mitigated keys."),
 		flushes:        c("preaggregate_flushes_total", "Pre-aggregated increments written upstream."),
 		refreshes:      c("cache_refreshes_total", "Early refreshes of cached keys started ahead of their expiry (each is one coalesced upstream read)."),
+		shedReads:      c("shed_reads_total", "Reads of shed keys refused over their share of the key's budget (TRYAGAIN)."),
+		shedWrites:     c("shed_writes_total", "Writes of shed keys refused over their share of the key's budget (TRYAGAIN)."),
 	}
 	if reg != nil {
-		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes} {
+		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.shedReads, &m.shedWrites} {
 			if err := reg.Register(*col); err != nil {
 				// A second engine on the same registerer shares the series.
 				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {

@@ -1,0 +1,81 @@
+package routing
+
+import "math"
+
+// The two directions a shed budget covers.
+const (
+	ShedReads  = 0
+	ShedWrites = 1
+)
+
+// Budget is the cluster-wide budget of direction dir (ShedReads or
+// ShedWrites); 0 means the direction is not shed.
+func (s *Shed) Budget(dir int) int64 {
+	if dir == ShedWrites {
+		return s.WritesPerSecond
+	}
+	return s.ReadsPerSecond
+}
+
+// Demand is the published cluster-wide demand of direction dir.
+func (s *Shed) Demand(dir int) int64 {
+	if dir == ShedWrites {
+		return s.DemandWrites
+	}
+	return s.DemandReads
+}
+
+// Share is the rate (per second) one reader admits in direction dir, given
+// its own demand in that direction (attempts per second, admitted and shed,
+// over its last measured interval; measured false while it has none): its
+// proportional part of the budget, Budget × own ÷ Demand. A reader whose
+// share reaches its demand sheds nothing, so no reader sheds while the
+// cluster's demand is within the budget; an idle reader's share is 0, which
+// leaves its part to the busy ones (they are what Demand is made of). A
+// Demand below the reader's own (stale, or not published yet) counts as
+// the reader's own, so a share never exceeds the budget. An unmeasured
+// reader gets MinPerSecond, capped by the budget. It returns +Inf for a
+// direction that is not shed.
+//
+// Summed over readers whose own demands sum to at most Demand, the shares
+// sum to at most the budget; the overshoot of a fleet is bounded by what
+// its unmeasured readers admit plus, for the one interval before the
+// manager publishes a greater Demand, Budget × (true ÷ published − 1)
+// (docs/engine.md, Shedding).
+func (s *Shed) Share(dir int, own float64, measured bool) float64 {
+	b := float64(s.Budget(dir))
+	if b <= 0 {
+		return math.Inf(1)
+	}
+	if !measured {
+		return min(float64(s.MinPerSecond), b)
+	}
+	if own <= 0 {
+		return 0
+	}
+	d := max(float64(s.Demand(dir)), own)
+	return b * own / d
+}
+
+// ShedDemandStep is how far above the measured demand a published demand
+// is set, and how far the measured demand may fall below it before the
+// manager publishes it again: a steady overload keeps the same table, so
+// shedding adds no ConfigMap write per interval.
+const ShedDemandStep = 0.05
+
+// PublishDemand is the demand the manager publishes for a shed direction,
+// given the one published now (prev, 0 for none) and the rate measured
+// over the fresh reports (attempts, shed ones included). It keeps prev
+// while measured is within [prev × (1 − 2·step), prev]: a published demand
+// never below the measured one keeps every share within the budget, and
+// one at most 2·step above it under-admits by at most that much. Outside
+// that band it publishes measured × (1 + step), rounded up.
+func PublishDemand(prev, measured int64) int64 {
+	if measured <= 0 {
+		return 0
+	}
+	if prev > 0 && measured <= prev && float64(measured) >= float64(prev)*(1-2*ShedDemandStep) {
+		return prev
+	}
+	return int64(math.Ceil(float64(measured) * (1 + ShedDemandStep)))
+}
