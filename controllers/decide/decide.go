@@ -122,6 +122,8 @@ type KeyDecision struct {
 	Mitigations     []v1alpha1.MitigationType
 	// Shards is the target split cardinality, Replicas the replica count.
 	Shards, Replicas int32
+	// ShedReads and ShedWrites are the shed budgets, 0 when not shed.
+	ShedReads, ShedWrites int64
 	Since            *time.Time
 	Source           v1alpha1.HotKeySource
 }
@@ -253,6 +255,7 @@ func mitigate(in Input, keys keyStates) mitigations {
 			continue
 		}
 		e, d, next := detectedEntry(in.Now, in.Spec, key, ks, in.Observations[key], lastShards(in.Current, key))
+		e, d = withShed(in.Spec, key, ks, in.Observations[key], e, d, currentShed(in.Current, key))
 		m.next = earliestNZ(m.next, next)
 		if e != nil {
 			m.entries[key] = e
@@ -551,6 +554,8 @@ func mitigationRank(t v1alpha1.MitigationType) int {
 		return 2
 	case v1alpha1.MitigationSplit:
 		return 3
+	case v1alpha1.MitigationShed:
+		return 6
 	default:
 		return 4
 	}
@@ -608,7 +613,7 @@ func lastShards(t *routing.Table, key string) int32 {
 }
 
 func hasMitigation(e *routing.Entry) bool {
-	return e.Coalesce || e.LocalCache != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
+	return e.Coalesce || e.LocalCache != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil || e.Shed != nil
 }
 
 func sortedKeys(m map[string]*KeyState) []string {
