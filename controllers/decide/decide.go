@@ -124,8 +124,8 @@ type KeyDecision struct {
 	Shards, Replicas int32
 	// ShedReads and ShedWrites are the shed budgets, 0 when not shed.
 	ShedReads, ShedWrites int64
-	Since            *time.Time
-	Source           v1alpha1.HotKeySource
+	Since                 *time.Time
+	Source                v1alpha1.HotKeySource
 }
 
 // Output is the decision.

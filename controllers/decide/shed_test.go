@@ -50,7 +50,7 @@ func TestShedIsTheLastResort(t *testing.T) {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed}, obs: Observation{WritesPerSecond: 100000},
 		},
 		"a split capped by maxShards: shed at what its shards take": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Split.MaxShards = 2 }},
+			mut:  []func(*v1alpha1.HotKeyPolicySpec){shed, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Split.MaxShards = 2 }},
 			obs:  Observation{WritesPerSecond: 100000},
 			want: &routing.Shed{WritesPerSecond: 32000, DemandWrites: 105000, MinPerSecond: 10},
 		},
@@ -58,7 +58,7 @@ func TestShedIsTheLastResort(t *testing.T) {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit}, obs: Observation{WritesPerSecond: 15000},
 		},
 		"an explicit budget wins": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.WritesPerSecond = 5000 }},
+			mut:  []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.WritesPerSecond = 5000 }},
 			obs:  Observation{WritesPerSecond: 10000},
 			want: &routing.Shed{WritesPerSecond: 5000, DemandWrites: 10500, MinPerSecond: 10},
 		},
