@@ -34,7 +34,8 @@ func (s *Shed) Demand(dir int) int64 {
 // leaves its part to the busy ones (they are what Demand is made of). A
 // Demand below the reader's own (stale, or not published yet) counts as
 // the reader's own, so a share never exceeds the budget. An unmeasured
-// reader gets MinPerSecond, capped by the budget. It returns +Inf for a
+// reader, or any reader while no demand is published, gets MinPerSecond,
+// capped by the budget. It returns +Inf for a
 // direction that is not shed.
 //
 // Summed over readers whose own demands sum to at most Demand, the shares
@@ -47,14 +48,17 @@ func (s *Shed) Share(dir int, own float64, measured bool) float64 {
 	if b <= 0 {
 		return math.Inf(1)
 	}
-	if !measured {
+	d := float64(s.Demand(dir))
+	if !measured || d <= 0 {
+		// No demand published (a table written by hand, or one from
+		// before the manager measured the key) is no ground for a share
+		// of the whole budget: every reader would take all of it.
 		return min(float64(s.MinPerSecond), b)
 	}
 	if own <= 0 {
 		return 0
 	}
-	d := max(float64(s.Demand(dir)), own)
-	return b * own / d
+	return b * own / max(d, own)
 }
 
 // ShedDemandStep is how far above the measured demand a published demand

@@ -112,6 +112,9 @@ type Input struct {
 	// Margin is how far ahead of a boundary a split change must be announced
 	// and how long a replaced generation may still receive late writes.
 	Margin time.Duration
+	// Nodes is the count of nodes reporting (0: unknown); it caps a shed
+	// key's MinPerSecond (see withShed).
+	Nodes int
 }
 
 // KeyDecision describes one mitigated key for status.
@@ -255,7 +258,7 @@ func mitigate(in Input, keys keyStates) mitigations {
 			continue
 		}
 		e, d, next := detectedEntry(in.Now, in.Spec, key, ks, in.Observations[key], lastShards(in.Current, key))
-		e, d = withShed(in.Spec, key, ks, in.Observations[key], e, d, currentShed(in.Current, key))
+		e, d = withShed(in.Spec, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
 		if e != nil {
 			m.entries[key] = e

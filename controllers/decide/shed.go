@@ -15,7 +15,12 @@ import (
 // excludes. prev is the key's shed in the table in force, whose published
 // demand is kept while it still covers the measured rate
 // (routing.PublishDemand), so a steady overload does not change the table.
-func withShed(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, e *routing.Entry, d *KeyDecision, prev *routing.Shed) (*routing.Entry, *KeyDecision) {
+//
+// Every sidecar admits MinPerSecond until it has measured its own demand,
+// and when a key starts being shed none has: the minimum is capped at
+// budget ÷ (SidecarsPerNode × nodes), so that a fleet of that many sidecars
+// per node starting at once admits at most the budget.
+func withShed(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, e *routing.Entry, d *KeyDecision, prev *routing.Shed, nodes int) (*routing.Entry, *KeyDecision) {
 	sh := &spec.Mitigations.Shed
 	if !sh.IsEnabled() {
 		return e, d
@@ -38,6 +43,9 @@ func withShed(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Obser
 	}
 	reads, writes := ShedBudgets(spec, replicas, shards)
 	out := &routing.Shed{MinPerSecond: sh.Min()}
+	if nodes > 0 {
+		out.MinPerSecond = min(out.MinPerSecond, max(min(reads, writes)/(SidecarsPerNode*int64(nodes)), 1))
+	}
 	if ks.WriteHot && o.WritesPerSecond > writes {
 		out.WritesPerSecond = writes
 		out.DemandWrites = routing.PublishDemand(prevDemand(prev, routing.ShedWrites), o.WritesPerSecond)
@@ -58,6 +66,10 @@ func withShed(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Obser
 	d.Mitigations = append(d.Mitigations, v1alpha1.MitigationShed)
 	return e, d
 }
+
+// SidecarsPerNode is the sidecars per node the cap of a shed key's
+// MinPerSecond assumes: the design point (docs/design.md, fleet).
+const SidecarsPerNode = 10
 
 // ShedBudgets are a shed key's cluster-wide budgets: the policy's
 // explicit ones, or budgetPercent of what its physical keys can take

@@ -133,3 +133,22 @@ func TestShedDemandKeepsTheTable(t *testing.T) {
 		}
 	}
 }
+
+// TestShedMinimumCappedByTheFleet: the minimum a sidecar admits before it
+// has measured its own demand is capped so that every sidecar of the
+// fleet (SidecarsPerNode per reporting node) starting at once admits at
+// most the budget.
+func TestShedMinimumCappedByTheFleet(t *testing.T) {
+	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
+		s.Mitigations.Shed.Enabled = ptr.To(true)
+		s.Mitigations.Split.Enabled = ptr.To(false)
+	})
+	for nodes, want := range map[int]int64{0: 10, 100: 10, 1000: 1, 400: 4} {
+		in := Input{Now: t0, Spec: spec, Observations: map[string]Observation{"k": {WritesPerSecond: 100000}}, Nodes: nodes}
+		out := Decide(in)
+		in.Now, in.State = t0.Add(spec.Thresholds.SustainFor.Duration), out.State
+		if got := shedOf(Decide(in), "k"); got == nil || got.MinPerSecond != want {
+			t.Errorf("%d nodes: shed %+v, want minPerSecond %d (budget 16000)", nodes, got, want)
+		}
+	}
+}
