@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -150,5 +151,63 @@ func TestShedMinimumCappedByTheFleet(t *testing.T) {
 		if got := shedOf(Decide(in), "k"); got == nil || got.MinPerSecond != want {
 			t.Errorf("%d nodes: shed %+v, want minPerSecond %d (budget 16000)", nodes, got, want)
 		}
+	}
+}
+
+// TestEachShedFieldChangesTheDecision is TestEachSpecFieldChangesTheDecision's
+// row for every field of spec.mitigations.shed: the same traffic decided
+// with and without the change.
+func TestEachShedFieldChangesTheDecision(t *testing.T) {
+	shedOn := func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Enabled = ptr.To(true) }
+	noSplit := func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Split.Enabled = ptr.To(false) }
+	noReplicate := func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Replicate.Enabled = ptr.To(false) }
+	writes := Observation{WritesPerSecond: 100000}
+	reads := Observation{ReadsPerSecond: 100000}
+	probe := func(out Output) string {
+		s := shedOf(out, "k")
+		if s == nil {
+			return "not shed"
+		}
+		return fmt.Sprintf("reads %d/s of %d, writes %d/s of %d, min %d", s.ReadsPerSecond, s.DemandReads, s.WritesPerSecond, s.DemandWrites, s.MinPerSecond)
+	}
+	tests := map[string]struct {
+		base  []func(*v1alpha1.HotKeyPolicySpec)
+		field func(*v1alpha1.HotKeyPolicySpec)
+		obs   Observation
+		want  string
+	}{
+		"mitigations.shed.enabled": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit}, field: shedOn, obs: writes,
+			want: "reads 0/s of 0, writes 16000/s of 105000, min 10"},
+		"mitigations.shed.budgetPercent": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit, shedOn},
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.BudgetPercent = 50 }, obs: writes,
+			want: "reads 0/s of 0, writes 10000/s of 105000, min 10"},
+		"mitigations.shed.writesPerSecond": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit, shedOn},
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.WritesPerSecond = 5000 }, obs: writes,
+			want: "reads 0/s of 0, writes 5000/s of 105000, min 10"},
+		"mitigations.shed.readsPerSecond": {base: []func(*v1alpha1.HotKeyPolicySpec){noReplicate, shedOn},
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.ReadsPerSecond = 30000 }, obs: reads,
+			want: "reads 30000/s of 105000, writes 0/s of 0, min 10"},
+		"mitigations.shed.reads": {base: []func(*v1alpha1.HotKeyPolicySpec){noReplicate, shedOn},
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Reads = ptr.To(false) }, obs: reads,
+			want: "not shed"},
+		"mitigations.shed.exclude": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit, shedOn},
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Exclude = []string{"[jk]"} }, obs: writes,
+			want: "not shed"},
+		"mitigations.shed.minPerSecond": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit, shedOn},
+			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.MinPerSecond = ptr.To[int64](3) }, obs: writes,
+			want: "reads 0/s of 0, writes 16000/s of 105000, min 3"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			obs := map[string]Observation{"k": tc.obs}
+			without := probe(decideHot(testSpec(tc.base...), obs, nil))
+			with := probe(decideHot(testSpec(append(tc.base, tc.field)...), obs, nil))
+			if with != tc.want {
+				t.Errorf("with the change: %s, want %s", with, tc.want)
+			}
+			if with == without {
+				t.Errorf("the change makes no difference: %s either way", with)
+			}
+		})
 	}
 }

@@ -71,6 +71,14 @@ var fieldTests = map[string]string{
 
 	"mitigations.localCache.refreshAheadPercent": "controllers/decide TestEachSpecFieldChangesTheDecision/mitigations.localCache.refreshAheadPercent",
 
+	"mitigations.shed.enabled":         "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.enabled",
+	"mitigations.shed.budgetPercent":   "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.budgetPercent",
+	"mitigations.shed.writesPerSecond": "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.writesPerSecond",
+	"mitigations.shed.readsPerSecond":  "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.readsPerSecond",
+	"mitigations.shed.reads":           "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.reads",
+	"mitigations.shed.exclude":         "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.exclude",
+	"mitigations.shed.minPerSecond":    "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.minPerSecond",
+
 	"schedules[].name":                          "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].name",
 	"schedules[].start":                         "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].start",
 	"schedules[].cron":                          "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].cron",
