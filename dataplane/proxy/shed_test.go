@@ -24,8 +24,19 @@ import (
 func TestShedRefusesTheExcessAtOnce(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
+	for _, noLoop := range []bool{false, true} {
+		name := "event loop"
+		if noLoop {
+			name = "sessions"
+		}
+		t.Run(name, func(t *testing.T) { checkShed(t, srv.Addr, noLoop) })
+	}
+}
+
+func checkShed(t *testing.T, srvAddr string, noLoop bool) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
-	ec := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	ec := redis.NewClient(&redis.Options{Addr: srvAddr})
+	ec.FlushDB(context.Background())
 	eng := engine.New(ec, engine.Options{Clock: clk})
 	t.Cleanup(func() { eng.Close(); ec.Close() })
 	shed := &routing.Shed{WritesPerSecond: 100, ReadsPerSecond: 100, DemandWrites: 500, DemandReads: 1, MinPerSecond: 10}
@@ -34,7 +45,7 @@ func TestShedRefusesTheExcessAtOnce(t *testing.T) {
 		{Key: "counter", Source: routing.SourceDetected, Shed: shed},
 	}})
 	rec := &recorder{m: map[string][3]uint32{}}
-	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng, Observer: rec, Policy: "ns/p"})
+	addr, _ := start(t, proxy.Config{Upstreams: []string{srvAddr}, Engine: eng, Observer: rec, Policy: "ns/p", NoEventLoop: noLoop})
 	// No retries: every refusal is seen as it is.
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
