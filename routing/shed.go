@@ -38,11 +38,10 @@ func (s *Shed) Demand(dir int) int64 {
 // capped by the budget. It returns +Inf for a
 // direction that is not shed.
 //
-// Summed over readers whose own demands sum to at most Demand, the shares
-// sum to at most the budget; the overshoot of a fleet is bounded by what
-// its unmeasured readers admit plus, for the one interval before the
-// manager publishes a greater Demand, Budget × (true ÷ published − 1)
-// (docs/engine.md, Shedding).
+// Summed over readers whose own demands sum to D, the shares sum to at
+// most Budget × max(1, D ÷ Demand); the overshoot of a fleet is bounded by
+// that, what its unmeasured readers admit and one command per reader
+// (docs/engine.md, Shed).
 func (s *Shed) Share(dir int, own float64, measured bool) float64 {
 	b := float64(s.Budget(dir))
 	if b <= 0 {
@@ -61,25 +60,23 @@ func (s *Shed) Share(dir int, own float64, measured bool) float64 {
 	return b * own / max(d, own)
 }
 
-// ShedDemandStep is how far above the measured demand a published demand
-// is set, and how far the measured demand may fall below it before the
-// manager publishes it again: a steady overload keeps the same table, so
-// shedding adds no ConfigMap write per interval.
+// ShedDemandStep is how far the measured demand may move either way from
+// the published one before the manager publishes it again: a steady
+// overload keeps the same table, so shedding adds no ConfigMap write per
+// interval, and the shares sum to within this much of the budget.
 const ShedDemandStep = 0.05
 
 // PublishDemand is the demand the manager publishes for a shed direction,
 // given the one published now (prev, 0 for none) and the rate measured
-// over the fresh reports (attempts, shed ones included). It keeps prev
-// while measured is within [prev × (1 − 2·step), prev]: a published demand
-// never below the measured one keeps every share within the budget, and
-// one at most 2·step above it under-admits by at most that much. Outside
-// that band it publishes measured × (1 + step), rounded up.
+// over the fresh reports (attempts, shed ones included): prev while
+// measured stays within ShedDemandStep of it either way, measured
+// otherwise.
 func PublishDemand(prev, measured int64) int64 {
 	if measured <= 0 {
 		return 0
 	}
-	if prev > 0 && measured <= prev && float64(measured) >= float64(prev)*(1-2*ShedDemandStep) {
+	if prev > 0 && math.Abs(float64(measured)-float64(prev)) <= float64(prev)*ShedDemandStep {
 		return prev
 	}
-	return int64(math.Ceil(float64(measured) * (1 + ShedDemandStep)))
+	return measured
 }

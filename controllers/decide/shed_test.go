@@ -45,7 +45,7 @@ func TestShedIsTheLastResort(t *testing.T) {
 		},
 		"a write-hot key that may not be split, at 5 × its shard": {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit}, obs: Observation{WritesPerSecond: 100000},
-			want: &routing.Shed{WritesPerSecond: 16000, DemandWrites: 105000, MinPerSecond: 10},
+			want: &routing.Shed{WritesPerSecond: 16000, DemandWrites: 100000, MinPerSecond: 10},
 		},
 		"a split that suffices: not shed": {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed}, obs: Observation{WritesPerSecond: 100000},
@@ -53,7 +53,7 @@ func TestShedIsTheLastResort(t *testing.T) {
 		"a split capped by maxShards: shed at what its shards take": {
 			mut:  []func(*v1alpha1.HotKeyPolicySpec){shed, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Split.MaxShards = 2 }},
 			obs:  Observation{WritesPerSecond: 100000},
-			want: &routing.Shed{WritesPerSecond: 32000, DemandWrites: 105000, MinPerSecond: 10},
+			want: &routing.Shed{WritesPerSecond: 32000, DemandWrites: 100000, MinPerSecond: 10},
 		},
 		"write-hot under the budget: not shed": {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit}, obs: Observation{WritesPerSecond: 15000},
@@ -61,11 +61,11 @@ func TestShedIsTheLastResort(t *testing.T) {
 		"an explicit budget wins": {
 			mut:  []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.WritesPerSecond = 5000 }},
 			obs:  Observation{WritesPerSecond: 10000},
-			want: &routing.Shed{WritesPerSecond: 5000, DemandWrites: 10500, MinPerSecond: 10},
+			want: &routing.Shed{WritesPerSecond: 5000, DemandWrites: 10000, MinPerSecond: 10},
 		},
 		"an uncached read-hot key past its replicas": {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noReplicate}, obs: Observation{ReadsPerSecond: 100000},
-			want: &routing.Shed{ReadsPerSecond: 40000, DemandReads: 105000, MinPerSecond: 10},
+			want: &routing.Shed{ReadsPerSecond: 40000, DemandReads: 100000, MinPerSecond: 10},
 		},
 		"the reads of a cached key are never shed": {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noReplicate, cache}, obs: Observation{ReadsPerSecond: 100000},
@@ -105,9 +105,10 @@ func TestShedIsTheLastResort(t *testing.T) {
 }
 
 // TestShedDemandKeepsTheTable: a steady overload republishes nothing (the
-// published demand holds while it covers the measured rate), a rise above
-// it republishes at once, and the published demand never falls below the
-// measured one (property, over random walks of the rate).
+// published demand holds while the measured rate stays within
+// routing.ShedDemandStep of it), and the published demand is never further
+// than that from the measured one (property, over random walks of the
+// rate).
 func TestShedDemandKeepsTheTable(t *testing.T) {
 	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
 		s.Mitigations.Shed.Enabled = ptr.To(true)
@@ -126,10 +127,10 @@ func TestShedDemandKeepsTheTable(t *testing.T) {
 		if got == nil {
 			t.Fatalf("step %d: rate %d no longer shed", i, rate)
 		}
-		if got.DemandWrites < rate {
-			t.Fatalf("step %d: published demand %d under the measured %d", i, got.DemandWrites, rate)
+		if d := float64(got.DemandWrites - rate); d > routing.ShedDemandStep*float64(got.DemandWrites) || -d > routing.ShedDemandStep*float64(got.DemandWrites) {
+			t.Fatalf("step %d: published demand %d too far from the measured %d", i, got.DemandWrites, rate)
 		}
-		if rate <= prev.DemandWrites && float64(rate) >= 0.9*float64(prev.DemandWrites) && got.DemandWrites != prev.DemandWrites {
+		if d := float64(rate - prev.DemandWrites); d <= routing.ShedDemandStep*float64(prev.DemandWrites) && -d <= routing.ShedDemandStep*float64(prev.DemandWrites) && got.DemandWrites != prev.DemandWrites {
 			t.Fatalf("step %d: rate %d inside the band of %d, republished %d", i, rate, prev.DemandWrites, got.DemandWrites)
 		}
 	}
@@ -177,16 +178,16 @@ func TestEachShedFieldChangesTheDecision(t *testing.T) {
 		want  string
 	}{
 		"mitigations.shed.enabled": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit}, field: shedOn, obs: writes,
-			want: "reads 0/s of 0, writes 16000/s of 105000, min 10"},
+			want: "reads 0/s of 0, writes 16000/s of 100000, min 10"},
 		"mitigations.shed.budgetPercent": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit, shedOn},
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.BudgetPercent = 50 }, obs: writes,
-			want: "reads 0/s of 0, writes 10000/s of 105000, min 10"},
+			want: "reads 0/s of 0, writes 10000/s of 100000, min 10"},
 		"mitigations.shed.writesPerSecond": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit, shedOn},
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.WritesPerSecond = 5000 }, obs: writes,
-			want: "reads 0/s of 0, writes 5000/s of 105000, min 10"},
+			want: "reads 0/s of 0, writes 5000/s of 100000, min 10"},
 		"mitigations.shed.readsPerSecond": {base: []func(*v1alpha1.HotKeyPolicySpec){noReplicate, shedOn},
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.ReadsPerSecond = 30000 }, obs: reads,
-			want: "reads 30000/s of 105000, writes 0/s of 0, min 10"},
+			want: "reads 30000/s of 100000, writes 0/s of 0, min 10"},
 		"mitigations.shed.reads": {base: []func(*v1alpha1.HotKeyPolicySpec){noReplicate, shedOn},
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Reads = ptr.To(false) }, obs: reads,
 			want: "not shed"},
@@ -195,7 +196,7 @@ func TestEachShedFieldChangesTheDecision(t *testing.T) {
 			want: "not shed"},
 		"mitigations.shed.minPerSecond": {base: []func(*v1alpha1.HotKeyPolicySpec){noSplit, shedOn},
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.MinPerSecond = ptr.To[int64](3) }, obs: writes,
-			want: "reads 0/s of 0, writes 16000/s of 105000, min 3"},
+			want: "reads 0/s of 0, writes 16000/s of 100000, min 3"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
