@@ -112,6 +112,9 @@ type Input struct {
 	// Margin is how far ahead of a boundary a split change must be announced
 	// and how long a replaced generation may still receive late writes.
 	Margin time.Duration
+	// Nodes is the count of nodes reporting (0: unknown); it caps a shed
+	// key's MinPerSecond (see withShed).
+	Nodes int
 }
 
 // KeyDecision describes one mitigated key for status.
@@ -122,8 +125,10 @@ type KeyDecision struct {
 	Mitigations     []v1alpha1.MitigationType
 	// Shards is the target split cardinality, Replicas the replica count.
 	Shards, Replicas int32
-	Since            *time.Time
-	Source           v1alpha1.HotKeySource
+	// ShedReads and ShedWrites are the shed budgets, 0 when not shed.
+	ShedReads, ShedWrites int64
+	Since                 *time.Time
+	Source                v1alpha1.HotKeySource
 }
 
 // Output is the decision.
@@ -253,6 +258,7 @@ func mitigate(in Input, keys keyStates) mitigations {
 			continue
 		}
 		e, d, next := detectedEntry(in.Now, in.Spec, key, ks, in.Observations[key], lastShards(in.Current, key))
+		e, d = withShed(in.Spec, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
 		if e != nil {
 			m.entries[key] = e
@@ -577,6 +583,8 @@ func mitigationRank(t v1alpha1.MitigationType) int {
 		return 2
 	case v1alpha1.MitigationReplicate:
 		return 3
+	case v1alpha1.MitigationShed:
+		return 7
 	case v1alpha1.MitigationSplit:
 		return 4
 	default:
@@ -636,7 +644,7 @@ func lastShards(t *routing.Table, key string) int32 {
 }
 
 func hasMitigation(e *routing.Entry) bool {
-	return e.Coalesce || e.LocalCache != nil || e.ReplicaReads != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
+	return e.Coalesce || e.LocalCache != nil || e.ReplicaReads != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil || e.Shed != nil
 }
 
 func sortedKeys(m map[string]*KeyState) []string {
