@@ -12,8 +12,9 @@ import (
 // the one-slot rate must each be unbiased; their per-node maximum is not (it
 // is what the sketch ranks by, and it reads high for keys with few counts per
 // slot), which is why summaries carry both and the manager takes the larger
-// of the two sums. 400 nodes, Poisson traffic, batches every 100 ms carrying
-// the traffic since the last one, as sidecars send them.
+// of the two sums. 400 nodes, Poisson traffic, batches every 100 ms at each
+// node's own phase carrying the traffic since the last one, as sidecars send
+// them.
 func TestRatesUnbiasedAcrossNodes(t *testing.T) {
 	const nodes = 400
 	for _, perNode := range []float64{2, 5, 20, 100} {
@@ -21,7 +22,9 @@ func TestRatesUnbiasedAcrossNodes(t *testing.T) {
 		for n := range nodes {
 			s := mustNew(t, Config{K: 64, MemoryBytes: 64 << 10, Lead: 100 * time.Millisecond, MinSpan: 100 * time.Millisecond})
 			rng := rand.New(rand.NewPCG(uint64(n), 7))
-			t0 := time.Unix(1000, 0)
+			// Each node's sender flushes at its own phase, independent of
+			// the agent's clock (and so of its slot boundaries).
+			t0 := time.Unix(1000, 0).Add(time.Duration(rng.Int64N(int64(100 * time.Millisecond))))
 			for b := range 150 { // 15 s: longer than the window
 				s.Advance(t0.Add(time.Duration(b) * 100 * time.Millisecond))
 				if k := poisson(rng, perNode/10); k > 0 {

@@ -118,37 +118,60 @@ func (s *Sketch) Top(n int) []Item {
 	return out
 }
 
+// dataEnd is where the traffic counted so far ends, the same moment for
+// every key: the last batch counted (each batch carries the traffic up to
+// its arrival), or Lead ago once none came for that long (nothing is in
+// flight then, and the spans run on with the clock, so a key that stops
+// fades). It must not depend on the key's own arrivals: ending a key's span
+// at its own last batch when that is recent (and Lead ago otherwise)
+// lengthens the span exactly when it holds one more count; per node that
+// reads high by about Lead ÷ slot (+9 % on the one-slot rate at 1 s slots)
+// for a key with few counts per slot, and the manager's sum over a thousand
+// such nodes kept the whole bias. With several sidecars on a node the last
+// batch's sender is ahead of the others (by Lead/2 on average), so rates
+// read at most Lead/2 ÷ span low, never high.
+func (s *Sketch) dataEnd() int64 { return max(s.fed, s.now-int64(s.cfg.Lead)) }
+
 // item computes entry x's counts and rates (see Top).
 func (s *Sketch) item(x int32) Item {
 	S := int64(s.cfg.Slots)
-	window := s.cfg.Window.Nanoseconds()
 	curStart := s.cur * s.slotDur
 	inCur := min(max(s.now-curStart, 0), s.slotDur)
 	e := &s.ents[x]
-	// Counts reach up to the key's last batch; once it misses a batch
-	// (quiet for more than Lead) the span runs on with the clock, so the
-	// rate of a key that stopped falls.
-	end := max(e.last, s.now-int64(s.cfg.Lead))
-	// The window's counts cover S-1 whole slots and the current one so far;
-	// dividing them by the whole window would read 1/S low.
-	// Each batch also carries the Lead before it arrived.
-	covered := (S-1)*s.slotDur + inCur + int64(s.cfg.Lead)
-	span := min(max(end-e.since+int64(s.cfg.Lead), int64(s.cfg.MinSpan)), window+int64(s.cfg.Lead), covered)
+	end := s.dataEnd()
+	// Batches that arrive in a slot carry traffic from up to Lead before it.
+	half := max(s.now-end, 0)
+	minSpan := int64(s.cfg.MinSpan)
+	// The window's counts cover S-1 whole slots and the current one so far
+	// (each shifted as the end is); dividing them by the whole
+	// window would read 1/S low.
+	covered := (S-1)*s.slotDur + inCur
+	span := min(max(end-e.since, minSpan), max(covered, minSpan))
 	avg := func(v uint64) float64 { return float64(v) * 1e9 / float64(span) }
 	c := s.slots[int(x)*s.cfg.Slots+int(s.cur%S)]
+	// A one-slot sliding window ending at end: the current slot's counts
+	// (traffic from its start shifted as the end is, or from since if the key came in
+	// this slot) plus the share of the previous slot's that falls within one
+	// slot of end, assuming its counts spread evenly over the time they
+	// cover (from since, if the key came in that slot). Its start never
+	// precedes since, so a key counted only lately (admitted or pinned) is
+	// rated over the time it was counted, not read low for a slot.
+	lo := e.since
 	var p slot
-	if e.sinceS < s.cur && S > 1 {
-		p = s.slots[int(x)*s.cfg.Slots+int((s.cur-1)%S)]
+	prevShare := 0.0
+	if e.sinceS < s.cur {
+		cs := curStart - half
+		lo = max(end-s.slotDur, e.since, cs)
+		if S > 1 {
+			p = s.slots[int(x)*s.cfg.Slots+int((s.cur-1)%S)]
+			from := max(cs-s.slotDur, e.since)
+			lo = max(end-s.slotDur, e.since)
+			if pl := cs - from; pl > 0 {
+				prevShare = min(max(float64(cs-lo)/float64(pl), 0), 1)
+			}
+		}
 	}
-	// A one-slot sliding window: the current partial slot plus the share of
-	// the previous slot that is still within one slot of the data's end
-	// (end, as for the average: the key's last batch, or Lead ago). The
-	// current slot's batches carry traffic from Lead before they arrived, so
-	// the current slot covers its time up to end plus Lead, and the previous
-	// slot contributes the rest of one slot.
-	inData := min(max(end-curStart, 0), s.slotDur)
-	prevShare := max(float64(s.slotDur-inData-int64(s.cfg.Lead)), 0) / float64(s.slotDur)
-	recentSpan := float64(max(s.slotDur, inData+int64(s.cfg.Lead)))
+	recentSpan := float64(max(end-lo, minSpan))
 	recent := func(a, b uint32) float64 {
 		return (float64(a) + float64(b)*prevShare) * 1e9 / recentSpan
 	}
