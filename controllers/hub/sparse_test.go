@@ -24,10 +24,11 @@ import (
 // every interval at its own phase and applies pins at once; the hub's view,
 // its pins every pinEvery and a decision pass (decide.Decide) every 50 ms,
 // over a Zipf background that fills every store (so the estimate is a bound
-// until the key is pinned). Then:
+// until the key is pinned), with one sidecar a node or four, reports at
+// random phases or just after a flush. Then:
 //   - at 0.88 × the threshold the counter is never mitigated, whatever
 //     sustainFor (50 ms here, the shortest), and its count, once exact,
-//     stays within 5 % of the truth on average and under the threshold;
+//     stays within 3 % of the truth on average and under the threshold;
 //   - at 1.1 × it is mitigated within max(sustainFor, pinEvery) + one
 //     report interval of its estimate first going over.
 func TestSparseCounterCount(t *testing.T) {
@@ -35,14 +36,33 @@ func TestSparseCounterCount(t *testing.T) {
 	if testing.Short() {
 		nodes = 200
 	}
-	for _, factor := range []float64{0.88, 1.1} {
-		t.Run(fmt.Sprint(factor, " × threshold"), func(t *testing.T) {
-			checkSparse(t, nodes, factor, 7)
-		})
+	for _, c := range []sparseCase{
+		{name: "one sidecar a node", senders: 1},
+		// A report just after the node's only sidecar flushed: the case
+		// that an estimator whose span depends on the key's own last batch
+		// reads high.
+		{name: "reports just after a flush", senders: 1, aligned: true},
+		// The last batch's sender is ahead of the others: reads low a little.
+		{name: "four sidecars a node", senders: 4},
+	} {
+		for _, factor := range []float64{0.88, 1.1} {
+			c.factor = factor
+			t.Run(fmt.Sprintf("%s/%v × threshold", c.name, factor), func(t *testing.T) {
+				checkSparse(t, nodes, c, 7)
+			})
+		}
 	}
 }
 
-func checkSparse(t *testing.T, nodes int, factor float64, seed uint64) {
+type sparseCase struct {
+	name    string
+	senders int // sidecars a node, each flushing at its own phase
+	aligned bool
+	factor  float64 // of the threshold
+}
+
+func checkSparse(t *testing.T, nodes int, c sparseCase, seed uint64) {
+	factor := c.factor
 	const (
 		tick     = 10 * time.Millisecond
 		pass     = 50 * time.Millisecond
@@ -69,7 +89,7 @@ func checkSparse(t *testing.T, nodes int, factor float64, seed uint64) {
 
 	sks := make([]*sketch.Sketch, nodes)
 	zipfs := make([]*rand.Zipf, nodes)
-	flushPhase := make([]int, nodes)
+	flushPhase := make([][]int, nodes)
 	reportPhase := make([]int, nodes)
 	seq := make([]uint64, nodes)
 	flushTicks, reportTicks := int(flush/tick), int(interval/tick)
@@ -79,7 +99,13 @@ func checkSparse(t *testing.T, nodes int, factor float64, seed uint64) {
 			t.Fatal(err)
 		}
 		zipfs[i] = rand.NewZipf(rng, 1.1, 1, universe-1)
-		flushPhase[i], reportPhase[i] = rng.IntN(flushTicks), rng.IntN(reportTicks)
+		flushPhase[i], reportPhase[i] = make([]int, c.senders), rng.IntN(reportTicks)
+		for j := range flushPhase[i] {
+			flushPhase[i][j] = rng.IntN(flushTicks)
+		}
+		if c.aligned {
+			reportPhase[i] = reportPhase[i]/flushTicks*flushTicks + flushPhase[i][0]
+		}
 	}
 	names := make([]string, universe)
 	for k := range names {
@@ -106,15 +132,21 @@ func checkSparse(t *testing.T, nodes int, factor float64, seed uint64) {
 		}
 		on := !now.Before(start)
 		for i, sk := range sks {
-			if n%flushTicks == flushPhase[i] {
-				// A batch: the traffic since the last flush.
+			for _, phase := range flushPhase[i] {
+				if n%flushTicks != phase {
+					continue
+				}
+				// A batch: the sidecar's traffic since its last flush.
 				sk.Advance(now)
-				for range poisson(rng, bgRate*flush.Seconds()) {
+				// Never empty: a sidecar sends a batch at every flush
+				// while its pod has traffic (see docs/node-agent.md on nodes
+				// where it has none).
+				for range max(1, poisson(rng, bgRate*flush.Seconds()/float64(c.senders))) {
 					sk.Update(names[zipfs[i].Uint64()], 1, 0, 64)
 				}
 				if on {
-					if c := poisson(rng, perNode*flush.Seconds()); c > 0 {
-						sk.Update(counter, 0, uint32(c), 64)
+					if k := poisson(rng, perNode*flush.Seconds()/float64(c.senders)); k > 0 {
+						sk.Update(counter, 0, uint32(k), 64)
 					}
 				}
 			}
@@ -189,8 +221,10 @@ func checkSparse(t *testing.T, nodes int, factor float64, seed uint64) {
 	t.Logf("%d nodes, counter at %.0f writes/s (%.2f/s a node): exact %v after it started; count %.0f–%.0f, mean %.0f (%+.1f %%); Σ averages mean %+.1f %%, max %.0f; Σ one-slot rates mean %+.1f %%, max %.0f",
 		nodes, truth, perNode, exactAt.Sub(start), minExact, maxExact, mean, 100*(mean/truth-1),
 		100*(sumAvg/float64(exactPasses)/truth-1), maxAvg, 100*(sumRecent/float64(exactPasses)/truth-1), maxRecent)
-	if math.Abs(mean/truth-1) > 0.05 {
-		t.Errorf("mean count %.0f is %+.1f %% off the true %.0f, want within 5 %%", mean, 100*(mean/truth-1), truth)
+	// The mean's sampling noise is about 1 %; a span ending at the key's
+	// own last batch read +3.9 % with reports just after a flush.
+	if math.Abs(mean/truth-1) > 0.03 {
+		t.Errorf("mean count %.0f is %+.1f %% off the true %.0f, want within 3 %%", mean, 100*(mean/truth-1), truth)
 	}
 	switch {
 	case factor < 1 && !hotAt.IsZero():
