@@ -113,7 +113,7 @@ type entry struct {
 	writes uint64
 	nbytes uint64
 	// since is when the traffic its counts cover starts, ns (see item):
-	// admission minus Lead, or a pin's moment minus Lead/2.
+	// admission minus Lead, or at a pin where the counted traffic ended.
 	since   int64
 	sinceS  int64 // admission slot number
 	hpos    int32 // place in the heap; -1 while pinned
