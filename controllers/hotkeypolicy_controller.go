@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 )
 
@@ -63,6 +64,10 @@ type HotKeyPolicyReconciler struct {
 	// RedisTimeout overrides DefaultRedisTimeout, the bound on one pass's
 	// Redis work.
 	RedisTimeout time.Duration
+	// Capacity tunes the learned-capacity estimator (zero: its defaults);
+	// tests on a fake clock lower MinUtilization, since their intervals
+	// are long in fake time and short in CPU.
+	Capacity capacity.Options
 	// MaxConcurrentReconciles is how many policies reconcile at once
 	// (DefaultMaxConcurrentReconciles if 0), so that one policy's slow Redis
 	// holds one worker, not every policy.
@@ -211,6 +216,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)
 	r.Metrics.health(policy, status)
+	r.Metrics.shards(policy, p.shards)
 	if err := r.writeStatus(ctx, policy, status, p.now); err != nil {
 		return ctrl.Result{}, err
 	}

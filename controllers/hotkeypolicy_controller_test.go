@@ -20,6 +20,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
@@ -267,7 +268,8 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, RedisTimeout: time.Minute, SkipNameValidation: true,
-		Redis: stall.dialer(DialRedis), Fleet: h}
+		Capacity: capacity.Options{MinUtilization: 1e-6},
+		Redis:    stall.dialer(DialRedis), Fleet: h}
 	testenv.RunManager(t, cp, r.SetupWithManager)
 	ctx := context.Background()
 	n := 0
@@ -284,6 +286,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	drainFlows(t, env)
 	redisFlows(t, env)
 	shedFlows(t, env)
+	capacityFlows(t, env)
 
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()

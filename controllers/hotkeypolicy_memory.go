@@ -35,6 +35,8 @@ type policyMemory struct {
 	// redis is the policy's Redis client, nil until a pass needs one (see
 	// redisClient).
 	redis *redisClient
+	// capacity is the learned capacity of the policy's Redis nodes.
+	capacity policyCapacity
 }
 
 // memory holds the policyMemory of every policy. One mutex guards it all:

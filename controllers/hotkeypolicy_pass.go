@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
@@ -47,6 +48,11 @@ type pass struct {
 	act    actResult
 	pub    publishResult
 	refill time.Time
+
+	// shards are the capacity estimates of the policy's Redis nodes and
+	// sampleAt when they are read next (see sampleCapacity).
+	shards   []capacity.Node
+	sampleAt time.Time
 
 	// ratesDue: status may refresh the rates of keys it already shows (the
 	// last refresh was a report interval ago or more).
@@ -108,12 +114,14 @@ func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
 		rp.fill(rctx, r.fills(p.key, p.prev, p.enforced, p.scheduled, p.now))
 	}
 	p.act = rp.res
+	p.shards, p.sampleAt = r.sampleCapacity(ctx, p.policy, p.spec, p.now)
 	r.mem.with(p.key, func(m *policyMemory) { p.refill = m.refills.next() })
 }
 
 // next is when the pass's outcome changes by itself: the decision's next
 // check, a node turning stale, a schedule phase change, a fold or fill
-// retry, or the next booked refill; zero if never.
+// retry, the next booked refill, or the next capacity sample; zero if
+// never.
 func (p *pass) next() time.Time {
-	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, p.refill)
+	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, p.refill, p.sampleAt)
 }

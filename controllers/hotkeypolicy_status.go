@@ -52,6 +52,9 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.HotKeyCount = int32(len(p.out.Keys))
 	st.HotKeys = shownHotKeys(st.HotKeys, p.out.Keys, p.ratesDue, &p.spec.Thresholds)
 	st.NextEvents = nextEvents(p.evs)
+	if p.ratesDue || len(st.Shards) != len(p.shards) {
+		st.Shards, st.BusiestShardUtilizationPercent = shardStatus(p.shards)
+	}
 
 	gen := p.policy.Generation
 	setReadyCondition(st, gen, p.spec.Mode, p.pub)

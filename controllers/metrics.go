@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -30,6 +31,9 @@ type Metrics struct {
 	staleNodes      *prometheus.GaugeVec
 	publishFailures *prometheus.CounterVec
 	routingVersion  *prometheus.GaugeVec
+
+	// Per policy and Redis node (address, never a key): learned capacity.
+	shardUtilization, shardCapacity, shardConfidence *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics on reg. Registering twice on one registry
@@ -60,6 +64,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Reconcile passes that could not write the policy's routing ConfigMap."}, []string{"namespace", "policy"}),
 		routingVersion: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_routing_version",
 			Help: "Version of the policy's last published routing table (status.routingVersion)."}, []string{"namespace", "policy"}),
+		shardUtilization: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_shard_utilization_ratio",
+			Help: "Main-thread busy share of one CPU core of a Redis node over the last capacity sample."}, []string{"namespace", "policy", "address"}),
+		shardCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_shard_capacity_ops_per_second",
+			Help: "Learned capacity of a Redis node for its observed command mix: commands per main-thread CPU-second."}, []string{"namespace", "policy", "address"}),
+		shardConfidence: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_shard_capacity_confidence",
+			Help: "Confidence (0..1) of the learned capacity: counted load CPU-seconds over 30."}, []string{"namespace", "policy", "address"}),
 	}
 	m.mitigated = register(reg, m.mitigated)
 	m.decisions = register(reg, m.decisions)
@@ -73,6 +83,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.staleNodes = register(reg, m.staleNodes)
 	m.publishFailures = register(reg, m.publishFailures)
 	m.routingVersion = register(reg, m.routingVersion)
+	m.shardUtilization = register(reg, m.shardUtilization)
+	m.shardCapacity = register(reg, m.shardCapacity)
+	m.shardConfidence = register(reg, m.shardConfidence)
 	return m
 }
 
@@ -130,6 +143,19 @@ func (m *Metrics) health(policy *v1alpha1.HotKeyPolicy, st *v1alpha1.HotKeyPolic
 	m.routingVersion.WithLabelValues(ns, name).Set(float64(st.RoutingVersion))
 }
 
+// shards exports the policy's capacity estimates, dropping nodes gone.
+func (m *Metrics) shards(policy *v1alpha1.HotKeyPolicy, nodes []capacity.Node) {
+	labels := prometheus.Labels{"namespace": policy.Namespace, "policy": policy.Name}
+	for _, v := range []*prometheus.GaugeVec{m.shardUtilization, m.shardCapacity, m.shardConfidence} {
+		v.DeletePartialMatch(labels)
+	}
+	for _, n := range nodes {
+		m.shardUtilization.WithLabelValues(policy.Namespace, policy.Name, n.Addr).Set(n.Utilization)
+		m.shardCapacity.WithLabelValues(policy.Namespace, policy.Name, n.Addr).Set(n.Capacity)
+		m.shardConfidence.WithLabelValues(policy.Namespace, policy.Name, n.Addr).Set(n.Confidence)
+	}
+}
+
 func boolGauge(b bool) float64 {
 	if b {
 		return 1
@@ -144,7 +170,7 @@ func (m *Metrics) forget(namespace, name string) {
 	}
 	m.epoch.DeleteLabelValues(namespace, name)
 	labels := prometheus.Labels{"namespace": namespace, "policy": name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.shardUtilization, m.shardCapacity, m.shardConfidence} {
 		v.DeletePartialMatch(labels)
 	}
 }

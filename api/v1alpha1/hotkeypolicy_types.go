@@ -760,6 +760,18 @@ type HotKeyPolicyStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	NextEvents []ScheduledEventStatus `json:"nextEvents,omitempty"`
+
+	// shards is the learned capacity of each Redis node the manager samples
+	// (masters; cluster replicas too when replicaReads is enabled), by
+	// address. Refreshed at most once a report interval.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	Shards []ShardStatus `json:"shards,omitempty"`
+
+	// busiestShardUtilizationPercent is the highest utilizationPercent of
+	// shards.
+	// +optional
+	BusiestShardUtilizationPercent int32 `json:"busiestShardUtilizationPercent,omitempty"`
 }
 
 // HotKeyPolicy declares how heatsink finds and mitigates hot keys of one Redis.
@@ -773,6 +785,7 @@ type HotKeyPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`,priority=1
 // +kubebuilder:printcolumn:name="Routing",type=integer,JSONPath=`.status.routingVersion`,priority=1
+// +kubebuilder:printcolumn:name="Busiest Shard %",type=integer,JSONPath=`.status.busiestShardUtilizationPercent`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type HotKeyPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -1,0 +1,223 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultInterval is the least time between two samples of one node: one
+// INFO (sections server, stats, cpu, commandstats) per node per interval is
+// the whole cost on Redis.
+const DefaultInterval = 10 * time.Second
+
+// Node is one node's estimate, named by its address and role.
+type Node struct {
+	Addr    string
+	Replica bool
+	Estimate
+}
+
+// Sampler keeps the estimates of one target's nodes. It is safe for
+// concurrent use.
+type Sampler struct {
+	Interval time.Duration
+	Options  Options
+
+	mu    sync.Mutex
+	nodes map[string]*Node
+	due   map[string]time.Time
+	// seen is the address set of the last Sample; nodes gone from the
+	// topology are forgotten.
+}
+
+// NewSampler returns a sampler that reads each node at most every interval.
+func NewSampler(interval time.Duration, o Options) *Sampler {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	return &Sampler{Interval: interval, Options: o, nodes: map[string]*Node{}, due: map[string]time.Time{}}
+}
+
+// Sample reads the nodes of cl that are due (masters, and replicas too when
+// replicas is set and cl is a cluster client) at now and returns every
+// node's estimate, sorted by address. A node that fails is left out of this
+// round's reading and keeps its estimate; the first error is returned.
+func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas bool, now time.Time) ([]Node, error) {
+	type read struct {
+		addr    string
+		replica bool
+		s       Sample
+		err     error
+	}
+	var (
+		mu    sync.Mutex
+		reads []read
+		addrs = map[string]bool{}
+	)
+	one := func(ctx context.Context, c *redis.Client, replica bool) error {
+		addr := c.Options().Addr
+		mu.Lock()
+		addrs[addr] = true
+		mu.Unlock()
+		if !s.isDue(addr, now) {
+			return nil
+		}
+		smp, err := readSample(ctx, c, now)
+		mu.Lock()
+		reads = append(reads, read{addr, replica, smp, err})
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := cl.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n, false) })
+		if err == nil && replicas {
+			// Reads go to the replicas: they are shards of their own.
+			err = c.ForEachSlave(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n, true) })
+		}
+	case *redis.Client:
+		err = one(ctx, c, false)
+	default:
+		err = fmt.Errorf("capacity: unsupported client %T", cl)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range reads {
+		if r.err != nil {
+			if err == nil {
+				err = fmt.Errorf("capacity: sample %s: %w", r.addr, r.err)
+			}
+			continue
+		}
+		n := s.nodes[r.addr]
+		if n == nil {
+			n = &Node{Addr: r.addr}
+			s.nodes[r.addr] = n
+		}
+		n.Replica = r.replica
+		n.Estimate = Observe(n.Estimate, r.s, s.Options)
+		s.due[r.addr] = now.Add(s.Interval)
+	}
+	if err == nil {
+		for a := range s.nodes {
+			if !addrs[a] {
+				delete(s.nodes, a)
+				delete(s.due, a)
+			}
+		}
+	}
+	out := make([]Node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		out = append(out, *n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out, err
+}
+
+// NextDue is the earliest time a known node is due again (zero if none).
+func (s *Sampler) NextDue() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t time.Time
+	for _, d := range s.due {
+		if t.IsZero() || d.Before(t) {
+			t = d
+		}
+	}
+	return t
+}
+
+func (s *Sampler) isDue(addr string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.due[addr]
+	return !ok || !now.Before(d)
+}
+
+// readSample issues the one INFO of a sample.
+func readSample(ctx context.Context, c *redis.Client, now time.Time) (Sample, error) {
+	txt, err := c.Info(ctx, "server", "stats", "cpu", "commandstats").Result()
+	if err != nil {
+		return Sample{}, err
+	}
+	return ParseInfo(txt, now)
+}
+
+// ParseInfo reads a Sample from INFO text (sections server, stats, cpu,
+// commandstats).
+func ParseInfo(txt string, at time.Time) (Sample, error) {
+	s := Sample{At: at}
+	var cpu, mainCPU [2]float64
+	var hasCmds, hasMain, hasCPU bool
+	for _, line := range strings.Split(txt, "\n") {
+		line = strings.TrimSpace(line)
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		switch k {
+		case "run_id":
+			s.RunID = v
+		case "total_commands_processed":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return s, fmt.Errorf("INFO %s: %w", k, err)
+			}
+			s.Commands, hasCmds = n, true
+		case "used_cpu_user", "used_cpu_sys", "used_cpu_user_main_thread", "used_cpu_sys_main_thread":
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return s, fmt.Errorf("INFO %s: %w", k, err)
+			}
+			i := 0
+			if strings.HasPrefix(k, "used_cpu_sys") {
+				i = 1
+			}
+			if strings.HasSuffix(k, "_main_thread") {
+				mainCPU[i], hasMain = f, true
+			} else {
+				cpu[i], hasCPU = f, true
+			}
+		default:
+			if strings.HasPrefix(k, "cmdstat_") {
+				calls, usec := commandStat(v)
+				s.Calls += calls
+				s.CallUsec += usec
+			}
+		}
+	}
+	switch {
+	case !hasCmds:
+		return s, fmt.Errorf("INFO lacks total_commands_processed")
+	case hasMain:
+		s.CPU = mainCPU[0] + mainCPU[1]
+	case hasCPU:
+		// Before Redis 6.2: the whole process, I/O threads and all.
+		s.CPU = cpu[0] + cpu[1]
+	default:
+		return s, fmt.Errorf("INFO lacks used_cpu_user/used_cpu_sys")
+	}
+	return s, nil
+}
+
+// commandStat reads calls and usec from "calls=2,usec=85,usec_per_call=...".
+func commandStat(v string) (calls, usec uint64) {
+	for _, f := range strings.Split(v, ",") {
+		k, n, _ := strings.Cut(f, "=")
+		switch k {
+		case "calls":
+			calls, _ = strconv.ParseUint(n, 10, 64)
+		case "usec":
+			usec, _ = strconv.ParseUint(n, 10, 64)
+		}
+	}
+	return calls, usec
+}

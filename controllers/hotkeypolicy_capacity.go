@@ -1,0 +1,125 @@
+package controllers
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/capacity"
+)
+
+// policyCapacity is the learned capacity of a policy's Redis nodes, kept in
+// policyMemory (a new leader learns afresh).
+type policyCapacity struct {
+	sampler *capacity.Sampler
+	// due is when the policy's nodes are sampled next: at most one INFO per
+	// node per capacity.DefaultInterval, failed or not.
+	due time.Time
+	// inFlight: a sample is being read; no second one starts.
+	inFlight bool
+	nodes    []capacity.Node
+}
+
+// sampleTimeout bounds one sample of a policy's nodes.
+const sampleTimeout = 2 * time.Second
+
+// sampleCapacity starts a sample of the policy's nodes when due, in the
+// background so that a slow or stalled Redis never holds the pass (the
+// table, the status, the other policies); it returns the estimates read so
+// far and when to sample next. A failure is logged and retried after the
+// interval; it never degrades the policy: capacity is shown, not decided on.
+func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) ([]capacity.Node, time.Time) {
+	key := client.ObjectKeyFromObject(policy)
+	var (
+		nodes []capacity.Node
+		due   time.Time
+		start bool
+		pm    *policyMemory
+	)
+	r.mem.with(key, func(m *policyMemory) {
+		pc := &m.capacity
+		if pc.sampler == nil {
+			pc.sampler = capacity.NewSampler(capacity.DefaultInterval, r.Capacity)
+		}
+		if !now.Before(pc.due) && !pc.inFlight {
+			pc.due, pc.inFlight, start, pm = now.Add(pc.sampler.Interval), true, true, m
+		}
+		nodes, due = pc.nodes, pc.due
+	})
+	if !start {
+		return nodes, due
+	}
+	logger := log.FromContext(ctx)
+	cl, err := r.capacityClient(ctx, policy)
+	if err != nil {
+		logger.V(1).Info("capacity sample skipped", "error", err.Error())
+		r.mem.mu.Lock()
+		pm.capacity.inFlight = false
+		r.mem.mu.Unlock()
+		return nodes, due
+	}
+	replicas := spec.Mitigations.ReplicaReads.IsEnabled()
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), sampleTimeout)
+		defer cancel()
+		got, err := pm.capacity.sampler.Sample(sctx, cl, replicas, now)
+		if err != nil {
+			logger.V(1).Info("capacity sample failed", "error", err.Error())
+		}
+		// pm, not mem.with: a policy forgotten meanwhile is not recreated.
+		r.mem.mu.Lock()
+		defer r.mem.mu.Unlock()
+		pm.capacity.inFlight = false
+		if len(got) > 0 || err == nil {
+			pm.capacity.nodes = got
+		}
+	}()
+	return nodes, due
+}
+
+// capacityClient is the policy's Redis client (see policyMemory.client).
+func (r *HotKeyPolicyReconciler) capacityClient(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (redis.UniversalClient, error) {
+	creds, err := r.credentials(ctx, policy)
+	if err != nil {
+		return nil, err
+	}
+	var cl redis.UniversalClient
+	r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) {
+		cl, err = m.client(r.Redis, policy.Spec.Target, creds)
+	})
+	return cl, err
+}
+
+// shardStatus turns the estimates into status entries: integers, the
+// capacity at two significant digits, so that status moves when the
+// estimate does, not at every sample.
+func shardStatus(nodes []capacity.Node) ([]v1alpha1.ShardStatus, int32) {
+	var out []v1alpha1.ShardStatus
+	var busiest int32
+	for _, n := range nodes[:min(len(nodes), maxStatusShards)] {
+		st := v1alpha1.ShardStatus{Address: n.Addr, Replica: n.Replica,
+			UtilizationPercent:   int32(math.Round(100 * n.Utilization)),
+			CapacityOpsPerSecond: twoDigits(n.Capacity),
+			ConfidencePercent:    int32(math.Round(100 * n.Confidence))}
+		busiest = max(busiest, st.UtilizationPercent)
+		out = append(out, st)
+	}
+	return out, busiest
+}
+
+// maxStatusShards is status.shards' MaxItems.
+const maxStatusShards = 128
+
+func twoDigits(v float64) int64 {
+	if v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v))-1)
+	return int64(math.Round(v/p) * p)
+}

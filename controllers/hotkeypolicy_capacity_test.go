@@ -1,0 +1,85 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/capacity"
+)
+
+// capacityFlows: status and metrics show the learned capacity of the
+// policy's Redis, sampled at most every capacity.DefaultInterval.
+func capacityFlows(t *testing.T, env *flowEnv) {
+	t.Run("status shows the learned capacity of a loaded Redis", func(t *testing.T) {
+		f := env.newFlow(t)
+		f.policy("cap", env.withRedis)
+		f.report("cap", "n1")
+		var st v1alpha1.HotKeyPolicyStatus
+		f.eventually("a shard with a learned capacity", func() error {
+			loadRedis(t, env.rc)
+			f.step(11*time.Second, "cap")
+			st = f.status("cap")
+			if len(st.Shards) != 1 || st.Shards[0].Address != env.srv.Addr {
+				return fmt.Errorf("shards %+v", st.Shards)
+			}
+			if sh := st.Shards[0]; sh.CapacityOpsPerSecond <= 0 || sh.ConfidencePercent < 0 || sh.ConfidencePercent > 100 {
+				return fmt.Errorf("shard %+v", sh)
+			}
+			return nil
+		})
+		t.Logf("shard %+v, busiest %d %%", st.Shards[0], st.BusiestShardUtilizationPercent)
+		if st.BusiestShardUtilizationPercent != st.Shards[0].UtilizationPercent {
+			t.Fatalf("busiest %d, shard %+v", st.BusiestShardUtilizationPercent, st.Shards[0])
+		}
+		if v := testutil.ToFloat64(f.r.Metrics.shardCapacity.WithLabelValues(f.ns, "cap", env.srv.Addr)); v <= 0 {
+			t.Fatalf("heatsink_manager_shard_capacity_ops_per_second %v", v)
+		}
+	})
+}
+
+// loadRedis runs a bounded load (at most 20 pipelines of 500 INCRs, at
+// most 5 s).
+func loadRedis(t *testing.T, rc *redis.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := 0; i < 20 && ctx.Err() == nil; i++ {
+		if _, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j := 0; j < 500; j++ {
+				p.Incr(ctx, fmt.Sprintf("capacity:%d", j%50))
+			}
+			return nil
+		}); err != nil && ctx.Err() == nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestShardStatus(t *testing.T) {
+	nodes := []capacity.Node{
+		{Addr: "a:1", Estimate: capacity.Estimate{Utilization: 0.126, Capacity: 309_929, Confidence: 0.004}},
+		{Addr: "b:1", Replica: true, Estimate: capacity.Estimate{Utilization: 0.5, Capacity: 2_062, Confidence: 1}},
+		{Addr: "c:1"},
+	}
+	got, busiest := shardStatus(nodes)
+	want := []v1alpha1.ShardStatus{
+		{Address: "a:1", UtilizationPercent: 13, CapacityOpsPerSecond: 310_000, ConfidencePercent: 0},
+		{Address: "b:1", Replica: true, UtilizationPercent: 50, CapacityOpsPerSecond: 2_100, ConfidencePercent: 100},
+		{Address: "c:1"},
+	}
+	if !reflect.DeepEqual(got, want) || busiest != 50 {
+		t.Fatalf("got %+v busiest %d, want %+v busiest 50", got, busiest, want)
+	}
+	for v, w := range map[float64]int64{0: 0, -1: 0, math.Inf(1): 0, math.NaN(): 0, 7: 7, 99.5: 100, 12_345: 12_000, 0.4: 0} {
+		if g := twoDigits(v); g != w {
+			t.Errorf("twoDigits(%v) = %d, want %d", v, g, w)
+		}
+	}
+}
