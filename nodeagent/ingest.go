@@ -84,6 +84,7 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 			continue
 		}
 		p.sk.Update(key, e.Reads, e.Writes, e.Bytes)
+		p.sizes.Observe(now, key, uint64(e.Size))
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)
 		counted++

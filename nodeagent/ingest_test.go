@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"net/netip"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -164,4 +165,31 @@ func cpuTime() time.Duration {
 		panic(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestSummaryListsBigKeysWhateverTheirRate: a key read once with a 20 MB
+// value, among many small keys read often, is first of the summary's big
+// keys though it is nowhere near the floor; filtered keys are not listed.
+func TestSummaryListsBigKeysWhateverTheirRate(t *testing.T) {
+	d := offline(t, nil, []string{"secret:*"})
+	var dec sidecarlink.Decoder
+	es := []sidecarlink.Entry{
+		{Key: []byte("blob"), Reads: 1, Bytes: 20 << 20, Size: 20 << 20},
+		{Key: []byte("hash"), Reads: 1, Bytes: 5 << 20, Size: 5 << 20},
+		{Key: []byte("secret:1"), Reads: 1, Bytes: 30 << 20, Size: 30 << 20},
+	}
+	for i := 0; i < 500; i++ {
+		es = append(es, sidecarlink.Entry{Key: []byte("small:" + strconv.Itoa(i)), Reads: 100, Bytes: 6400, Size: 64})
+	}
+	d.handle(&dec, pod, sidecarlink.AppendBatch(nil, policy, es))
+	s, _, _ := d.summarize(d.opts.Clock.Now())
+	big := s.Policies[0].BigKeys
+	if len(big) != DefaultBigKeys || big[0] != (agentlink.KeySize{Key: "blob", Bytes: 20 << 20}) || big[1] != (agentlink.KeySize{Key: "hash", Bytes: 5 << 20}) || big[2].Bytes != 64 {
+		t.Fatalf("big keys = %+v", big[:min(len(big), 3)])
+	}
+	for _, k := range s.Policies[0].Keys {
+		if k.Key == "blob" || k.Key == "hash" {
+			t.Errorf("%s listed by rate too: %+v", k.Key, k)
+		}
+	}
 }
