@@ -35,6 +35,9 @@ type policyMemory struct {
 	// redis is the policy's Redis client, nil until a pass needs one (see
 	// redisClient).
 	redis *redisClient
+	// bigOver are the keys at or over thresholds.valueBytes at the last
+	// pass (see noteBigKeys).
+	bigOver map[string]bool
 }
 
 // memory holds the policyMemory of every policy. One mutex guards it all:

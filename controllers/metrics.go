@@ -30,6 +30,7 @@ type Metrics struct {
 	staleNodes      *prometheus.GaugeVec
 	publishFailures *prometheus.CounterVec
 	routingVersion  *prometheus.GaugeVec
+	bigKeys         *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics on reg. Registering twice on one registry
@@ -60,6 +61,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Reconcile passes that could not write the policy's routing ConfigMap."}, []string{"namespace", "policy"}),
 		routingVersion: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_routing_version",
 			Help: "Version of the policy's last published routing table (status.routingVersion)."}, []string{"namespace", "policy"}),
+		bigKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_big_keys",
+			Help: "Keys of the policy whose largest value seen is at or over thresholds.valueBytes (listed in its HotKeyReport)."}, []string{"namespace", "policy"}),
 	}
 	m.mitigated = register(reg, m.mitigated)
 	m.decisions = register(reg, m.decisions)
@@ -73,6 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.staleNodes = register(reg, m.staleNodes)
 	m.publishFailures = register(reg, m.publishFailures)
 	m.routingVersion = register(reg, m.routingVersion)
+	m.bigKeys = register(reg, m.bigKeys)
 	return m
 }
 
@@ -144,7 +148,7 @@ func (m *Metrics) forget(namespace, name string) {
 	}
 	m.epoch.DeleteLabelValues(namespace, name)
 	labels := prometheus.Labels{"namespace": namespace, "policy": name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.bigKeys} {
 		v.DeletePartialMatch(labels)
 	}
 }

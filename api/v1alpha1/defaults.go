@@ -38,6 +38,7 @@ const (
 	DefaultLeadTime          = 5 * time.Minute
 	DefaultMaxReplicaLag     = time.Second
 	DefaultLagCheckInterval  = time.Second
+	DefaultValueBytes        = 1 << 20
 )
 
 // SetDefaults fills every unset field of spec with its default, as the schema
@@ -58,6 +59,7 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	i64(&th.WritesPerSecond, DefaultWritesPerSecond)
 	dur(&th.SustainFor, DefaultSustainFor)
 	dur(&th.Cooldown, DefaultCooldown)
+	i64(&th.ValueBytes, DefaultValueBytes)
 	// hysteresisPercent 0 is a legal explicit value; the schema defaults it.
 	c := &spec.Capacity
 	i64(&c.PerShardWritesPerSecond, DefaultPerShardWrites)

@@ -275,6 +275,18 @@ type Thresholds struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=90
 	HysteresisPercent int32 `json:"hysteresisPercent,omitempty"`
+
+	// valueBytes is the value size, in bytes, from which a key is big: the
+	// largest value one access read or wrote (a read's reply, a write's
+	// request). Big keys are listed in the HotKeyReport's bigKeys whatever
+	// their size; those at or over valueBytes also raise a Warning Event
+	// (BigKeys) and count in heatsink_manager_big_keys. Nothing is mitigated
+	// for size. 1024 to 4294967295. Default: 1048576 (1 MiB).
+	// +optional
+	// +kubebuilder:default=1048576
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=4294967295
+	ValueBytes int64 `json:"valueBytes,omitempty"`
 }
 
 // Capacity describes one Redis shard; it sizes splits and replicas.
