@@ -55,13 +55,13 @@ func New(n int, window time.Duration) *Top {
 	return &Top{n: n, window: window, idx: make(map[string]int, n)}
 }
 
-// Observe records that one access of key at now read or wrote size bytes.
-// key may alias a reused buffer: it is copied when kept.
-func (t *Top) Observe(now time.Time, key string, size uint64) {
+// Observe records that one access of key read or wrote size bytes, in the
+// window of the last Advance (the agent advances once per batch). key may
+// alias a reused buffer: it is copied when kept.
+func (t *Top) Observe(key string, size uint64) {
 	if size == 0 || key == "" {
 		return
 	}
-	t.Advance(now)
 	if i, ok := t.idx[key]; ok {
 		e := &t.ents[i]
 		if size > e.cur {

@@ -51,7 +51,8 @@ func TestTop(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			top := New(tc.n, w)
 			for _, o := range tc.obs {
-				top.Observe(t0.Add(o.at), o.key, o.size)
+				top.Advance(t0.Add(o.at))
+				top.Observe(o.key, o.size)
 			}
 			top.Advance(t0.Add(tc.at))
 			got := top.Append(nil)
@@ -78,9 +79,9 @@ func smalls(n int) []obs {
 func TestTopDoesNotKeepAliasedKeys(t *testing.T) {
 	top := New(4, time.Minute)
 	buf := []byte("blob")
-	top.Observe(t0, string(buf), 100) // string(buf) copies, so alias by hand
+	top.Observe(string(buf), 100) // string(buf) copies, so alias by hand
 	k := []byte("hash")
-	top.Observe(t0, unsafeString(k), 200)
+	top.Observe(unsafeString(k), 200)
 	copy(k, "zzzz")
 	got := top.Append(nil)
 	want := []agentlink.KeySize{{Key: "hash", Bytes: 200}, {Key: "blob", Bytes: 100}}
@@ -92,13 +93,13 @@ func TestTopDoesNotKeepAliasedKeys(t *testing.T) {
 func TestObserveKnownKeyDoesNotAllocate(t *testing.T) {
 	top := New(32, time.Minute)
 	for i := 0; i < 32; i++ {
-		top.Observe(t0, fmt.Sprintf("k%d", i), uint64(1000+i))
+		top.Observe(fmt.Sprintf("k%d", i), uint64(1000+i))
 	}
 	k := []byte("k7")
 	small := []byte("tiny:1")
 	if n := testing.AllocsPerRun(100, func() {
-		top.Observe(t0, unsafeString(k), 5000)
-		top.Observe(t0, unsafeString(small), 10) // under the smallest kept
+		top.Observe(unsafeString(k), 5000)
+		top.Observe(unsafeString(small), 10) // under the smallest kept
 	}); n != 0 {
 		t.Errorf("Observe allocates %v times", n)
 	}
