@@ -283,6 +283,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	lifecycleFlows(t, env)
 	drainFlows(t, env)
 	redisFlows(t, env)
+	shedFlows(t, env)
 
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()

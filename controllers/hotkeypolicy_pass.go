@@ -68,7 +68,7 @@ func (p *pass) decide(margin time.Duration) {
 	p.out = decide.Decide(decide.Input{
 		Now: p.now, Spec: p.spec, Observations: p.agg.Keys, State: p.prev.State,
 		Current:   decide.Rescale(p.prev.decided(p.spec.Mode), p.spec.Mitigations.Split.Epoch.Milliseconds()),
-		Scheduled: p.scheduled, Margin: margin,
+		Scheduled: p.scheduled, Margin: margin, Nodes: p.agg.FreshNodes,
 	})
 	p.enforced = enforced(p.spec, p.prev, &p.out, p.now, margin)
 }

@@ -75,7 +75,8 @@ func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesD
 	var out []v1alpha1.HotKeyStatus
 	for _, k := range keys[:min(len(keys), maxStatusHotKeys)] {
 		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
-			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source}
+			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source,
+			ShedReadsPerSecond: k.ShedReads, ShedWritesPerSecond: k.ShedWrites}
 		if o, ok := shown[k.Key]; ok && (!ratesDue ||
 			!rateMoved(o.ReadsPerSecond, hk.ReadsPerSecond, th.ReadsPerSecond) && !rateMoved(o.WritesPerSecond, hk.WritesPerSecond, th.WritesPerSecond)) {
 			hk.ReadsPerSecond, hk.WritesPerSecond = o.ReadsPerSecond, o.WritesPerSecond
@@ -134,7 +135,14 @@ func setMitigatingCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, out *dec
 	if out.Capped > 0 {
 		msg += fmt.Sprintf("; %d more left out by capacity.maxMitigatedKeys", out.Capped)
 	}
-	setCondition(st, gen, v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, msg)
+	reason := v1alpha1.ReasonHotKeys
+	if n := shedKeys(out); n > 0 {
+		// The change to this reason is a Warning Event (transitions):
+		// clients are being refused.
+		reason = v1alpha1.ReasonShedding
+		msg += fmt.Sprintf("; %d shed over their budget (the excess is refused with TRYAGAIN)", n)
+	}
+	setCondition(st, gen, v1alpha1.ConditionMitigating, metav1.ConditionTrue, reason, msg)
 }
 
 // setDegradedCondition says the worst that is wrong, first of: the pass's
@@ -191,6 +199,17 @@ func shownNodes(oldFresh, oldStale, fresh, stale int32) (int32, int32) {
 	return oldFresh, oldStale
 }
 
+// shedKeys counts the keys a decision sheds.
+func shedKeys(out *decide.Output) int {
+	n := 0
+	for _, e := range out.Entries {
+		if e.Shed != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // hasSplit reports whether a table has a split key.
 func hasSplit(out *decide.Output) bool {
 	if out == nil {
@@ -233,7 +252,7 @@ func transitions(old, next []metav1.Condition) []transition {
 			continue // a first "nothing wrong" is not news
 		}
 		typ := corev1.EventTypeNormal
-		if (c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse) {
+		if (c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse) || c.Reason == v1alpha1.ReasonShedding {
 			typ = corev1.EventTypeWarning
 		}
 		out = append(out, transition{eventType: typ, reason: c.Reason, action: c.Type, message: c.Message})

@@ -339,6 +339,8 @@ func TestSetMitigatingCondition(t *testing.T) {
 			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "3 keys mitigated")},
 		"keys mitigated, some capped": {out: decide.Output{Keys: hotKeys(1), Capped: 2},
 			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "1 keys mitigated; 2 more left out by capacity.maxMitigatedKeys")},
+		"a key shed": {out: decide.Output{Keys: hotKeys(2), Entries: []routing.Entry{{Key: "a", Coalesce: true}, {Key: "b", Shed: &routing.Shed{WritesPerSecond: 100}}}},
+			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonShedding, "2 keys mitigated; 1 shed over their budget (the excess is refused with TRYAGAIN)")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			conditionSet(t, &v1alpha1.HotKeyPolicyStatus{}, func(st *v1alpha1.HotKeyPolicyStatus) { setMitigatingCondition(st, 4, &tc.out) }, tc.want)
@@ -473,6 +475,12 @@ func TestTransitions(t *testing.T) {
 			want: []transition{ev(corev1.EventTypeNormal, steady[2])}},
 		"Ready turns False: a Warning": {old: steady, next: with(ready(metav1.ConditionFalse, v1alpha1.ReasonPublishFailed)),
 			want: []transition{ev(corev1.EventTypeWarning, ready(metav1.ConditionFalse, v1alpha1.ReasonPublishFailed))}},
+		"keys start being shed: a Warning": {old: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys)),
+			next: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonShedding)),
+			want: []transition{ev(corev1.EventTypeWarning, mitigating(metav1.ConditionTrue, v1alpha1.ReasonShedding))}},
+		"shedding ends": {old: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonShedding)),
+			next: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys)),
+			want: []transition{ev(corev1.EventTypeNormal, mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys))}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := transitions(tc.old, tc.next)

@@ -134,7 +134,40 @@ type Entry struct {
 	Split *Split `json:"split,omitempty"`
 	// PreAggregate sums increments locally before writing them to a shard.
 	PreAggregate *PreAggregate `json:"preAggregate,omitempty"`
+	// Shed refuses the key's commands over a cluster-wide budget. A reader
+	// that predates it ignores it (and sheds nothing), so it keeps the
+	// schema version.
+	Shed *Shed `json:"shed,omitempty"`
 }
+
+// Shed is a key's cluster-wide budget and the demand it is shared by. Each
+// reader admits a direction's commands at Budget × its own demand ÷ Demand
+// (its share: what it wants of what everyone wants), as a local token
+// bucket, and answers the rest at once with ShedError. A reader whose own
+// demand is not measured yet (new, restarted, or the key just entered the
+// table) admits MinPerSecond until it is. A direction with a zero budget is
+// never shed, and neither are the reads of a key with a local cache (a hit
+// costs Redis nothing, a miss is one coalesced read per TTL).
+type Shed struct {
+	// ReadsPerSecond and WritesPerSecond are the budgets, summed over
+	// every reader.
+	ReadsPerSecond  int64 `json:"readsPerSecond,omitempty"`
+	WritesPerSecond int64 `json:"writesPerSecond,omitempty"`
+	// DemandReads and DemandWrites are the cluster-wide rates the clients
+	// ask for (admitted and shed alike) as the manager last published
+	// them: at least the measured rate, so the shares sum to at most the
+	// budget while it holds (see docs/engine.md, Shedding).
+	DemandReads  int64 `json:"demandReads,omitempty"`
+	DemandWrites int64 `json:"demandWrites,omitempty"`
+	// MinPerSecond is what a reader admits per direction before it has
+	// measured its own demand.
+	MinPerSecond int64 `json:"minPerSecond,omitempty"`
+}
+
+// ShedError is the error reply of a shed command. TRYAGAIN is the code
+// Redis gives for a command to repeat later, which go-redis retries with
+// backoff and redis-py's cluster client retries too.
+const ShedError = "TRYAGAIN heatsink: key over its shed budget, retry later"
 
 // LocalCache parameters.
 type LocalCache struct {
@@ -270,6 +303,9 @@ func (t *Table) Validate() error {
 					return fmt.Errorf("routing table: %q: split generations not sorted by fromEpoch", e.Key)
 				}
 			}
+		}
+		if sh := e.Shed; sh != nil && (sh.ReadsPerSecond < 0 || sh.WritesPerSecond < 0 || sh.DemandReads < 0 || sh.DemandWrites < 0 || sh.MinPerSecond < 0) {
+			return fmt.Errorf("routing table: %q: shed rates must not be negative", e.Key)
 		}
 		if e.PreAggregate != nil && (e.PreAggregate.FlushMillis <= 0 || e.Split == nil) {
 			return fmt.Errorf("routing table: %q: preAggregate needs flushMillis > 0 and a split", e.Key)

@@ -38,6 +38,8 @@ const (
 	DefaultLeadTime          = 5 * time.Minute
 	DefaultMaxReplicaLag     = time.Second
 	DefaultLagCheckInterval  = time.Second
+	DefaultShedBudgetPercent = 80
+	DefaultShedMinPerSecond  = 10
 	DefaultValueBytes        = 1 << 20
 )
 
@@ -86,6 +88,13 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	i32(&m.Split.MaxShards, DefaultMaxShards)
 	dur(&m.Split.Epoch, DefaultEpoch)
 	dur(&m.PreAggregate.FlushInterval, DefaultFlushInterval)
+	boolean(&m.Shed.Enabled, false)
+	i32(&m.Shed.BudgetPercent, DefaultShedBudgetPercent)
+	boolean(&m.Shed.Reads, true)
+	if m.Shed.MinPerSecond == nil {
+		v := int64(DefaultShedMinPerSecond)
+		m.Shed.MinPerSecond = &v
+	}
 	for i := range spec.Schedules {
 		dur(&spec.Schedules[i].LeadTime, DefaultLeadTime)
 	}
@@ -144,3 +153,18 @@ func (c PreAggregate) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
 
 // IsEnabled reports whether replica reads are allowed (default false).
 func (c ReplicaReads) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
+
+// IsEnabled reports whether shedding is allowed (default false).
+func (c Shed) IsEnabled() bool { return c.Enabled != nil && *c.Enabled }
+
+// ShedsReads reports whether the reads of an uncached key may be shed
+// (default true).
+func (c Shed) ShedsReads() bool { return c.Reads == nil || *c.Reads }
+
+// Min is minPerSecond (default 10).
+func (c Shed) Min() int64 {
+	if c.MinPerSecond == nil {
+		return DefaultShedMinPerSecond
+	}
+	return *c.MinPerSecond
+}

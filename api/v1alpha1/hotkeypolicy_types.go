@@ -22,7 +22,7 @@ const (
 // positive duration string with a unit ("500ms", "2s", "5m"). Defaults live in
 // the schema: a field left out gets its default, and a value written (an
 // explicit 0 too) is validated, never replaced.
-// +kubebuilder:validation:XValidation:rule="self.mode == 'Observe' || (!has(self.mitigations.coalesce) || !has(self.mitigations.coalesce.enabled) || self.mitigations.coalesce.enabled) || (!has(self.mitigations.localCache) || !has(self.mitigations.localCache.enabled) || self.mitigations.localCache.enabled) || (has(self.mitigations.replicate) && has(self.mitigations.replicate.enabled) && self.mitigations.replicate.enabled) || (has(self.mitigations.split) && has(self.mitigations.split.enabled) && self.mitigations.split.enabled) || (has(self.mitigations.preAggregate) && has(self.mitigations.preAggregate.enabled) && self.mitigations.preAggregate.enabled) || (has(self.mitigations.replicaReads) && has(self.mitigations.replicaReads.enabled) && self.mitigations.replicaReads.enabled)",message="mode Enforce needs at least one mitigation enabled in spec.mitigations (mode Observe needs none)"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'Observe' || (!has(self.mitigations.coalesce) || !has(self.mitigations.coalesce.enabled) || self.mitigations.coalesce.enabled) || (!has(self.mitigations.localCache) || !has(self.mitigations.localCache.enabled) || self.mitigations.localCache.enabled) || (has(self.mitigations.replicate) && has(self.mitigations.replicate.enabled) && self.mitigations.replicate.enabled) || (has(self.mitigations.split) && has(self.mitigations.split.enabled) && self.mitigations.split.enabled) || (has(self.mitigations.preAggregate) && has(self.mitigations.preAggregate.enabled) && self.mitigations.preAggregate.enabled) || (has(self.mitigations.replicaReads) && has(self.mitigations.replicaReads.enabled) && self.mitigations.replicaReads.enabled) || (has(self.mitigations.shed) && has(self.mitigations.shed.enabled) && self.mitigations.shed.enabled)",message="mode Enforce needs at least one mitigation enabled in spec.mitigations (mode Observe needs none)"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.coalesce) || !s.mitigation.coalesce || self.mitigations.coalesce.enabled)",message="a schedule asks for coalesce but mitigations.coalesce.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.replicate) || self.mitigations.replicate.enabled)",message="a schedule asks for replicate but mitigations.replicate.enabled is false"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.localCache) || self.mitigations.localCache.enabled)",message="a schedule asks for localCache but mitigations.localCache.enabled is false"
@@ -356,6 +356,13 @@ type Mitigations struct {
 	// +optional
 	// +kubebuilder:default={}
 	ReplicaReads ReplicaReads `json:"replicaReads,omitempty"`
+
+	// shed refuses the excess of a hot key over a cluster-wide budget, the
+	// last resort once the other moves the policy allows cannot bring it
+	// within its shard's capacity. Opt-in only.
+	// +optional
+	// +kubebuilder:default={}
+	Shed Shed `json:"shed,omitempty"`
 }
 
 // Coalesce configures single-flight reads.
@@ -617,6 +624,9 @@ const (
 	ReasonObserving = "Observing"
 	// ReasonHotKeys: keys are mitigated.
 	ReasonHotKeys = "HotKeysMitigated"
+	// ReasonShedding: keys are mitigated and some are shed over their
+	// budget (mitigations.shed); a Warning Event marks the change to it.
+	ReasonShedding = "KeysShed"
 	// ReasonNoHotKeys: no key is mitigated.
 	ReasonNoHotKeys = "NoHotKeys"
 	// ReasonRedisUnavailable: the manager cannot reach the target Redis.
@@ -632,7 +642,7 @@ const (
 )
 
 // MitigationType names a mitigation in status and in the routing table.
-// +kubebuilder:validation:Enum=Coalesce;LocalCache;ReplicaReads;Replicate;Split;PreAggregate;RefreshAhead
+// +kubebuilder:validation:Enum=Coalesce;LocalCache;ReplicaReads;Replicate;Split;PreAggregate;RefreshAhead;Shed
 type MitigationType string
 
 // The mitigations, cheapest first.
@@ -646,6 +656,9 @@ const (
 	// MitigationRefreshAhead: the key's cached value is refreshed ahead of
 	// its expiry while it is read (localCache.refreshAheadPercent).
 	MitigationRefreshAhead MitigationType = "RefreshAhead"
+	// MitigationShed: the key's excess over its budget is refused
+	// (mitigations.shed), the last resort.
+	MitigationShed MitigationType = "Shed"
 )
 
 // HotKeySource says why a key is mitigated.
@@ -670,7 +683,7 @@ type HotKeyStatus struct {
 	WritesPerSecond int64 `json:"writesPerSecond"`
 	// mitigations applied to the key, cheapest first.
 	// +optional
-	// +kubebuilder:validation:MaxItems=7
+	// +kubebuilder:validation:MaxItems=8
 	Mitigations []MitigationType `json:"mitigations,omitempty"`
 	// shards is the split cardinality of the current epoch, 0 when not split.
 	// +optional
@@ -678,6 +691,12 @@ type HotKeyStatus struct {
 	// replicas is the replica count, 0 when not replicated.
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
+	// shedWritesPerSecond and shedReadsPerSecond are the key's budgets
+	// while it is shed, 0 for a direction not shed.
+	// +optional
+	ShedWritesPerSecond int64 `json:"shedWritesPerSecond,omitempty"`
+	// +optional
+	ShedReadsPerSecond int64 `json:"shedReadsPerSecond,omitempty"`
 	// since is when the mitigation started.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`

@@ -13,6 +13,7 @@ import (
 // with HEATSINK_CLI_SELF=1 it is main, with its real exit code and streams.
 func TestMain(m *testing.M) {
 	if os.Getenv("HEATSINK_CLI_SELF") == "1" {
+		progName = nameFor(os.Args[0])
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -46,7 +47,13 @@ func TestCLIConventions(t *testing.T) {
 		wantStdout []string // each must appear
 		wantStderr string   // must appear exactly once
 	}{
-		"--help":                           {args: []string{"--help"}, wantStdout: []string{"manager", "node-agent", "sidecar", "version", "help"}},
+		"--help":                           {args: []string{"--help"}, wantStdout: []string{"manager", "node-agent", "sidecar", "top", "version", "help"}},
+		"top --help":                       {args: []string{"top", "--help"}, wantStdout: []string{"Usage: heatsink top [policy] [flags]", "--kubeconfig", "--context", "--namespace", "  -n string", "  -A\n", "--all-namespaces", "--output", "--sort", "--once"}},
+		"top, bad sort":                    {args: []string{"top", "--sort=size"}, wantCode: 2, wantStderr: `--sort="size": want one of [heat reads writes bytes]`},
+		"top, bad output":                  {args: []string{"top", "-o", "yaml"}, wantCode: 2, wantStderr: `--output="yaml": want table or json`},
+		"top, two policies":                {args: []string{"top", "a", "-n", "shop", "b"}, wantCode: 2, wantStderr: "unexpected arguments: b"},
+		"top, policy everywhere":           {args: []string{"top", "a", "-A"}, wantCode: 2, wantStderr: "drop --all-namespaces"},
+		"top, bad kubeconfig":              {args: []string{"top", "--kubeconfig=" + missing, "--once"}, wantCode: 1, wantStderr: missing},
 		"-h":                               {args: []string{"-h"}, wantStdout: []string{"manager", "node-agent", "sidecar"}},
 		"help":                             {args: []string{"help"}, wantStdout: []string{"manager", "node-agent", "sidecar", "version"}},
 		"help manager":                     {args: []string{"help", "manager"}, wantStdout: []string{"--kubeconfig", "--metrics-secure", "--enable-http2", "--proxy-image"}},
@@ -89,5 +96,31 @@ func TestCLIConventions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKubectlPlugin runs the binary as kubectl runs a plugin: by the name
+// kubectl-heatsink (a link), with the arguments after `kubectl heatsink`.
+// It works the same and names itself as the user typed it.
+func TestKubectlPlugin(t *testing.T) {
+	link := filepath.Join(t.TempDir(), "kubectl-heatsink")
+	if err := os.Symlink(os.Args[0], link); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link, "top", "--sort=size")
+	cmd.Env = append(os.Environ(), "HEATSINK_CLI_SELF=1", "KUBECONFIG=", "HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit %v, want 2:\n%s", err, out)
+	}
+	want := "kubectl heatsink top: --sort=\"size\": want one of [heat reads writes bytes]\nRun 'kubectl heatsink top --help' for usage.\n"
+	if string(out) != want {
+		t.Errorf("got %q, want %q", out, want)
+	}
+	cmd = exec.Command(link, "top", "--help")
+	cmd.Env = append(os.Environ(), "HEATSINK_CLI_SELF=1")
+	if out, err := cmd.Output(); err != nil || !strings.HasPrefix(string(out), "Usage: kubectl heatsink top [policy] [flags]") {
+		t.Errorf("help: %v\n%s", err, out)
 	}
 }

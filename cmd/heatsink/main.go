@@ -1,6 +1,7 @@
 // Command heatsink is the one binary of heatsink; its subcommands are the
 // components: manager (control plane), node agent (per node) and proxy
-// (sidecar), plus version and help. The demo has its own binary
+// (sidecar), plus top (a live view of the hottest keys, for people, with
+// their kubeconfig), version and help. The demo has its own binary
 // (demo/heatsink-demo).
 //
 // Conventions: `heatsink help`, `heatsink --help` and `heatsink <command>
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/heatsink-dev/heatsink/internal/version"
@@ -31,12 +33,29 @@ func commands() []command {
 		{"manager", "run the control plane: HotKeyPolicy reconciler and admission webhooks (Deployment)", runManager},
 		{"node-agent", "run a node agent: counts its node's traffic, streams summaries to the manager, serves routing to its sidecars (DaemonSet)", runNodeAgent},
 		{"sidecar", "run the sidecar (a RESP proxy) beside an application (injected)", runSidecar},
+		{"top", "show the hottest keys of policies, refreshed every second, from the API with your kubeconfig (read-only)", runTop},
 		{"version", "print the version and exit", runVersion},
 		{"help", "print this help, or a command's with `heatsink help <command>`", nil},
 	}
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+// progName is how the user called this binary, for messages: "heatsink",
+// or "kubectl heatsink" when kubectl runs it as the plugin kubectl-heatsink
+// (a link to this binary by that name on the PATH).
+var progName = "heatsink"
+
+func main() {
+	progName = nameFor(os.Args[0])
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// nameFor is progName for the binary's path argv0.
+func nameFor(argv0 string) string {
+	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-heatsink" {
+		return "kubectl heatsink"
+	}
+	return "heatsink"
+}
 
 // run is main without the exit, for tests.
 func run(args []string, stdout, stderr io.Writer) int {
@@ -65,10 +84,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.As(err, &ue):
-			fmt.Fprintf(stderr, "heatsink %s: %v\nRun 'heatsink %s --help' for usage.\n", name, ue.err, name)
+			fmt.Fprintf(stderr, "%s %s: %v\nRun '%s %s --help' for usage.\n", progName, name, ue.err, progName, name)
 			return 2
 		default:
-			fmt.Fprintf(stderr, "heatsink %s: %v\n", name, err)
+			fmt.Fprintf(stderr, "%s %s: %v\n", progName, name, err)
 			return 1
 		}
 	}
@@ -94,20 +113,39 @@ func (e usageError) Error() string { return e.err.Error() }
 // prints the flags to stdout and returns flag.ErrHelp; a bad flag returns a
 // usageError that run prints once.
 func parseFlags(fs *flag.FlagSet, args []string, summary string) error {
+	_, err := parseFlagsArgs(fs, args, summary, "", 0)
+	return err
+}
+
+// parseFlagsArgs is parseFlags for a command that takes up to maxArgs
+// arguments (named in the usage line by argsUsage, e.g. "[policy]"), before,
+// between or after the flags, as kubectl takes them.
+func parseFlagsArgs(fs *flag.FlagSet, args []string, summary, argsUsage string, maxArgs int) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(os.Stdout, "Usage: heatsink %s [flags]\n\n%s\n\nFlags:\n", fs.Name(), summary)
-		printFlags(os.Stdout, fs)
-		return flag.ErrHelp
-	case err != nil:
-		return usageError{err}
-	case fs.NArg() > 0:
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			if argsUsage != "" {
+				argsUsage += " "
+			}
+			fmt.Fprintf(os.Stdout, "Usage: %s %s %s[flags]\n\n%s\n\nFlags:\n", progName, fs.Name(), argsUsage, summary)
+			printFlags(os.Stdout, fs)
+			return nil, flag.ErrHelp
+		case err != nil:
+			return nil, usageError{err}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	return nil
+	if len(pos) > maxArgs {
+		return nil, usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(pos[maxArgs:], " "))}
+	}
+	return pos, nil
 }
 
 // printFlags lists fs's flags as --name (flag accepts one or two dashes; the
@@ -116,6 +154,9 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		typ, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if len(f.Name) == 1 { // a short form (-n, -o), as kubectl writes it
+			line = "  -" + f.Name
+		}
 		if typ != "" {
 			line += " " + typ
 		}

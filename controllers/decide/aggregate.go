@@ -15,6 +15,13 @@ import (
 type Observation struct {
 	ReadsPerSecond  int64
 	WritesPerSecond int64
+	// Bound: the rates are an upper bound, not a count (some node's bound
+	// on the keys it did not list is in them, and the key is not yet
+	// counted exactly by every node: see docs/node-agent.md, "The
+	// guarantee"). A bound over a threshold starts the key's sustainFor
+	// timer but never makes it hot; only a count does (step). The zero
+	// value is a count.
+	Bound bool
 }
 
 // Aggregate is what the fleet says of one policy.

@@ -112,6 +112,9 @@ type Input struct {
 	// Margin is how far ahead of a boundary a split change must be announced
 	// and how long a replaced generation may still receive late writes.
 	Margin time.Duration
+	// Nodes is the count of nodes reporting (0: unknown); it caps a shed
+	// key's MinPerSecond (see withShed).
+	Nodes int
 }
 
 // KeyDecision describes one mitigated key for status.
@@ -122,8 +125,10 @@ type KeyDecision struct {
 	Mitigations     []v1alpha1.MitigationType
 	// Shards is the target split cardinality, Replicas the replica count.
 	Shards, Replicas int32
-	Since            *time.Time
-	Source           v1alpha1.HotKeySource
+	// ShedReads and ShedWrites are the shed budgets, 0 when not shed.
+	ShedReads, ShedWrites int64
+	Since                 *time.Time
+	Source                v1alpha1.HotKeySource
 }
 
 // Output is the decision.
@@ -205,9 +210,9 @@ func advanceKeys(in Input) keyStates {
 		wasHot := k.hot()
 		over := earliestPtr(k.ReadOverSince, k.WriteOverSince)
 		room := hotCount < limit || wasHot
-		n1 := step(now, &k.ReadHot, &k.ReadOverSince, &k.ReadUnderSince, o.ReadsPerSecond, spec.Thresholds.ReadsPerSecond, spec, room)
+		n1 := step(now, &k.ReadHot, &k.ReadOverSince, &k.ReadUnderSince, o.ReadsPerSecond, spec.Thresholds.ReadsPerSecond, o.Bound, spec, room)
 		room = room || k.ReadHot
-		n2 := step(now, &k.WriteHot, &k.WriteOverSince, &k.WriteUnderSince, o.WritesPerSecond, spec.Thresholds.WritesPerSecond, spec, room)
+		n2 := step(now, &k.WriteHot, &k.WriteOverSince, &k.WriteUnderSince, o.WritesPerSecond, spec.Thresholds.WritesPerSecond, o.Bound, spec, room)
 		ks.next = earliestNZ(ks.next, n1, n2)
 		switch {
 		case !wasHot && k.hot():
@@ -253,6 +258,7 @@ func mitigate(in Input, keys keyStates) mitigations {
 			continue
 		}
 		e, d, next := detectedEntry(in.Now, in.Spec, key, ks, in.Observations[key], lastShards(in.Current, key))
+		e, d = withShed(in.Spec, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
 		if e != nil {
 			m.entries[key] = e
@@ -362,8 +368,8 @@ func assemble(spec *v1alpha1.HotKeyPolicySpec, keys keyStates, m mitigations, sp
 		out.Keys = append(out.Keys, *d)
 	}
 	sort.Slice(out.Keys, func(i, j int) bool {
-		hi := heat(spec, Observation{out.Keys[i].ReadsPerSecond, out.Keys[i].WritesPerSecond})
-		hj := heat(spec, Observation{out.Keys[j].ReadsPerSecond, out.Keys[j].WritesPerSecond})
+		hi := heat(spec, Observation{ReadsPerSecond: out.Keys[i].ReadsPerSecond, WritesPerSecond: out.Keys[i].WritesPerSecond})
+		hj := heat(spec, Observation{ReadsPerSecond: out.Keys[j].ReadsPerSecond, WritesPerSecond: out.Keys[j].WritesPerSecond})
 		if hi != hj {
 			return hi > hj
 		}
@@ -381,7 +387,18 @@ func assemble(spec *v1alpha1.HotKeyPolicySpec, keys keyStates, m mitigations, sp
 // stayed over threshold for sustainFor (and only if room), and stops being
 // hot after it has stayed under threshold × (1 − hysteresis) for cooldown.
 // It returns when the state would change by itself, or zero.
-func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, threshold int64, spec *v1alpha1.HotKeyPolicySpec, room bool) time.Time {
+//
+// Decisions are on counts, not bounds: a rate that is only an upper bound
+// (bound) over the threshold starts and keeps the timer (the true rate may
+// be over; the hub pins such a key so that the next summaries count it
+// exactly), but the key becomes hot only on a count over the threshold once
+// the timer has run; a count at or under the threshold ends the timer. So
+// no sustainFor, however short against the report interval, mitigates a key
+// on the bound's error alone, and a key truly over is mitigated at
+// sustainFor, or as soon as its count arrives if later (the hub asks for a
+// pass then). Cooling needs no such rule: a bound under the hysteresis band
+// means the true rate is under it too.
+func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, threshold int64, bound bool, spec *v1alpha1.HotKeyPolicySpec, room bool) time.Time {
 	sustain, cooldown := spec.Thresholds.SustainFor.Duration, spec.Thresholds.Cooldown.Duration
 	if !*hot {
 		*underSince = nil
@@ -392,7 +409,7 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 		if due, ok := held(overSince, now, sustain); !ok {
 			return due
 		}
-		if !room {
+		if bound || !room {
 			return time.Time{}
 		}
 		*hot, *overSince = true, nil
@@ -566,6 +583,8 @@ func mitigationRank(t v1alpha1.MitigationType) int {
 		return 2
 	case v1alpha1.MitigationReplicate:
 		return 3
+	case v1alpha1.MitigationShed:
+		return 7
 	case v1alpha1.MitigationSplit:
 		return 4
 	default:
@@ -625,7 +644,7 @@ func lastShards(t *routing.Table, key string) int32 {
 }
 
 func hasMitigation(e *routing.Entry) bool {
-	return e.Coalesce || e.LocalCache != nil || e.ReplicaReads != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil
+	return e.Coalesce || e.LocalCache != nil || e.ReplicaReads != nil || e.Replicate != nil || e.Split != nil || e.PreAggregate != nil || e.Shed != nil
 }
 
 func sortedKeys(m map[string]*KeyState) []string {

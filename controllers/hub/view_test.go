@@ -27,8 +27,8 @@ func TestViewSumsBoundsAndExactness(t *testing.T) {
 	if e := snap.Estimates["k"]; e.Lower.Reads != 150 || e.Upper.Reads != 180 || e.Exact {
 		t.Fatalf("k = %+v, want lower 150, upper 150 + c's unseen 30, not exact", e)
 	}
-	if snap.Keys["k"].ReadsPerSecond != 180 {
-		t.Fatalf("decisions take %d, want the upper bound 180", snap.Keys["k"].ReadsPerSecond)
+	if o := snap.Keys["k"]; o.ReadsPerSecond != 180 || !o.Bound {
+		t.Fatalf("decisions take %+v, want the upper bound 180, marked a bound", o)
 	}
 	if snap.Unseen.Reads != 60 || snap.FreshNodes != 3 || snap.StaleNodes != 0 {
 		t.Fatalf("unseen %v fresh %d stale %d, want 60, 3, 0", snap.Unseen.Reads, snap.FreshNodes, snap.StaleNodes)
@@ -43,8 +43,61 @@ func TestViewSumsBoundsAndExactness(t *testing.T) {
 	}
 	v.apply(t0, "c", 1, 2, psum(2, 30)) // c pinned k and saw none of it
 	snap = v.snapshot(t0, time.Minute, time.Minute)
-	if e := snap.Estimates["k"]; !e.Exact || e.Upper.Reads != 150 || snap.Keys["k"].ReadsPerSecond != 150 {
-		t.Fatalf("k = %+v (decided %d), want exact 150", e, snap.Keys["k"].ReadsPerSecond)
+	if e := snap.Estimates["k"]; !e.Exact || e.Upper.Reads != 150 || snap.Keys["k"].ReadsPerSecond != 150 || snap.Keys["k"].Bound {
+		t.Fatalf("k = %+v (decided %+v), want exact 150, a count", e, snap.Keys["k"])
+	}
+}
+
+// With no Unseen anywhere an estimate is a count; a key every node lists
+// is still a bound while another key's nodes have Unseen.
+func TestViewCountsWithoutUnseen(t *testing.T) {
+	v := newView()
+	v.setExpected(t0, map[string]bool{"a": true, "b": true})
+	v.apply(t0, "a", 1, 1, psum(1, 0, kr("k", 100)))
+	v.apply(t0, "b", 1, 1, psum(1, 0))
+	if o := v.snapshot(t0, time.Minute, time.Minute).Keys["k"]; o.Bound || o.ReadsPerSecond != 100 {
+		t.Fatalf("k with no Unseen anywhere = %+v, want the count 100", o)
+	}
+	v.apply(t0, "a", 1, 2, psum(1, 5, kr("k", 100)))
+	v.apply(t0, "b", 1, 2, psum(1, 5, kr("k", 50)))
+	if o := v.snapshot(t0, time.Minute, time.Minute).Keys["k"]; !o.Bound || o.ReadsPerSecond != 150 {
+		t.Fatalf("k listed by every node, unpinned = %+v, want 150 as a bound", o)
+	}
+}
+
+// A key over its threshold on the bound that turns exact, still over, is
+// a band change: the pass whose sustainFor ran out on the bound waits for
+// the count (decide.Observation.Bound), so the hub must ask for one.
+func TestBandChangeWhenAKeyOverTurnsExact(t *testing.T) {
+	v := newView()
+	v.th = Thresholds{Reads: 100, Writes: 100, Hysteresis: 0.2}
+	v.setExpected(t0, map[string]bool{"a": true, "b": true})
+	v.apply(t0, "a", 1, 1, psum(1, 10, kr("k", 150)))
+	v.apply(t0, "b", 1, 1, psum(1, 10))
+	v.rebandAll() // as the sweep does: b's Unseen is in k's bound now
+	v.takeBandChange()
+	v.setPins([]string{"k"}, 2)
+	v.apply(t0, "a", 1, 2, psum(2, 10, kr("k", 150)))
+	if v.takeBandChange() {
+		t.Fatal("band change before every node applied the pin")
+	}
+	v.apply(t0, "b", 1, 2, psum(2, 10))
+	v.rebandAll() // exactness follows the slowest node's directive (the sweep re-bands)
+	if !v.takeBandChange() {
+		t.Fatal("no band change when the key over its threshold turned exact")
+	}
+	if o := v.snapshot(t0, time.Minute, time.Minute).Keys["k"]; o.Bound || o.ReadsPerSecond != 150 {
+		t.Fatalf("k = %+v, want the count 150", o)
+	}
+	// A cold key turning exact is no change.
+	v.apply(t0, "a", 1, 3, psum(2, 10, kr("k", 150), kr("c", 5)))
+	v.takeBandChange()
+	v.setPins([]string{"k", "c"}, 3)
+	v.apply(t0, "a", 1, 4, psum(3, 10, kr("k", 150), kr("c", 5)))
+	v.apply(t0, "b", 1, 3, psum(3, 10))
+	v.rebandAll()
+	if v.takeBandChange() {
+		t.Fatal("band change when a cold key turned exact")
 	}
 }
 

@@ -112,6 +112,9 @@ type Decision struct {
 	// Err is the error reply of OpRefuse (and of an OpMSet whose counter
 	// value is not an integer).
 	Err string
+	// Shed is the shed key whose limiter refused the command (Err is then
+	// routing.ShedError), "" otherwise.
+	Shed string
 }
 
 // Classify decides how a command (args[0] is its name, in any case) is

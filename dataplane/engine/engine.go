@@ -121,6 +121,10 @@ type Engine struct {
 	countersMu sync.Mutex
 	counters   map[string]*counter
 
+	// limiters are the shed keys' token buckets (shed.go), by key.
+	shedMu   sync.Mutex
+	limiters map[string]*limiter
+
 	tableChanged chan struct{}
 	stop         chan struct{}
 	done         chan struct{}
@@ -160,6 +164,8 @@ type index struct {
 	client redis.UniversalClient
 	// flushEvery is the shortest pre-aggregation interval (0: none).
 	flushEvery time.Duration
+	// shedding: some entry has a shed budget.
+	shedding bool
 }
 
 var emptyTable = &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1}
@@ -181,6 +187,8 @@ type plan struct {
 	// Unix nanoseconds, 0: never), carried from table to table: replica
 	// reads skip a replica not known to hold that write.
 	wrote atomic.Int64
+	// lim is the key's shed limiter, nil when it is not shed.
+	lim *limiter
 }
 
 func newPlan(en routing.Entry) *plan {
@@ -212,10 +220,15 @@ func (e *Engine) SetTable(t *routing.Table) {
 	old := e.table.Load()
 	if ix.client != nil {
 		for _, en := range t.Entries {
-			ix.plans[en.Key] = newPlan(en)
+			p := newPlan(en)
 			if op := old.plans[en.Key]; op != nil && old.table.Database == t.Database {
-				ix.plans[en.Key].wrote.Store(op.wrote.Load())
+				p.wrote.Store(op.wrote.Load())
 			}
+			if en.Shed != nil {
+				p.lim = e.limiterFor(en.Key)
+				ix.shedding = true
+			}
+			ix.plans[en.Key] = p
 			if pa := en.PreAggregate; pa != nil {
 				d := time.Duration(pa.FlushMillis) * time.Millisecond
 				if ix.flushEvery == 0 || d < ix.flushEvery {
@@ -228,6 +241,7 @@ func (e *Engine) SetTable(t *routing.Table) {
 		e.switchDatabase(old)
 	}
 	e.table.Store(ix)
+	e.retainLimiters(ix)
 	e.applyCacheSettings(ix.table)
 	e.reps.configure(ix.table)
 	// Keys that lost their local cache are written raw from now on, and raw

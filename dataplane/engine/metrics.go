@@ -17,6 +17,8 @@ type metrics struct {
 	// the master).
 	replicaReads     prometheus.Counter
 	replicaFallbacks prometheus.Counter
+	shedReads        prometheus.Counter
+	shedWrites       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,9 +36,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		refreshes:        c("cache_refreshes_total", "Early refreshes of cached keys started ahead of their expiry (each is one coalesced upstream read)."),
 		replicaReads:     c("replica_reads_total", "Reads of mitigated keys answered by a Redis replica (replicaReads)."),
 		replicaFallbacks: c("replica_fallbacks_total", "Reads from a Redis replica that failed and went to the master instead."),
+		shedReads:        c("shed_reads_total", "Reads of shed keys refused over their share of the key's budget (TRYAGAIN)."),
+		shedWrites:       c("shed_writes_total", "Writes of shed keys refused over their share of the key's budget (TRYAGAIN)."),
 	}
 	if reg != nil {
-		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.replicaReads, &m.replicaFallbacks} {
+		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.replicaReads, &m.replicaFallbacks, &m.shedReads, &m.shedWrites} {
 			if err := reg.Register(*col); err != nil {
 				// A second engine on the same registerer shares the series.
 				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {

@@ -68,6 +68,15 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 	}
 	switch d.Op {
 	case OpRefuse:
+		if d.Shed != "" {
+			// A shed command is demand all the same: the node agents
+			// must go on seeing it, or the key would cool down.
+			if d.Write {
+				obs(d.Shed, 0, 1, 0)
+			} else {
+				obs(d.Shed, 1, 0, 0)
+			}
+		}
 		return errReply(errors.New(d.Err)), true
 	case OpGet, OpStrlen, OpType:
 		k := string(args[1])
@@ -344,14 +353,26 @@ func (e *Engine) Invalidates(args [][]byte, d Decision, f func(key string)) {
 // Decide is Classify against the engine's current table: the decision the
 // proxy and the go-redis hook take for a command naming a key of the
 // table. A command that names no mitigated key gets ClassNone and OpRaw.
+//
+// A command on a shed key over its share (shed.go) is refused with
+// routing.ShedError, except inside MULTI, where the transaction's
+// commands are queued by Redis and answered by EXEC as a whole.
 func (e *Engine) Decide(args [][]byte, inTx bool) Decision {
-	t := e.Table()
-	return Classify(args, func(k string) (*routing.Entry, bool) {
+	ix := e.table.Load()
+	t := ix.table
+	d := Classify(args, func(k string) (*routing.Entry, bool) {
 		if !e.Lookup(k) {
 			return nil, false
 		}
 		return t.Lookup(k), true
 	}, inTx)
+	if !ix.shedding || inTx || d.Class == ClassNone || d.Op == OpRefuse {
+		return d
+	}
+	if k := e.shed(ix, args, d.Write); k != "" {
+		d.Op, d.Err, d.Shed = OpRefuse, routing.ShedError, k
+	}
+	return d
 }
 
 // Names reports whether a command names a key of the table, given its

@@ -296,7 +296,7 @@ func (l *loop) command(c *lclient, off int) {
 	if cl.mitigated {
 		e := l.p.cfg.Engine
 		if cl.decision.Op != engine.OpRaw {
-			if !l.waitDrain(c, off) && !l.cacheHit(c, &cl, args) {
+			if !l.waitDrain(c, off) && !l.cacheHit(c, &cl, args) && !l.shed(c, &cl) {
 				l.runEngine(c, &cl, invalidates(e, args, cl.decision))
 			}
 			return
@@ -333,6 +333,26 @@ func (l *loop) cacheHit(c *lclient, cl *classified, args [][]byte) bool {
 		l.p.observe(cl.readKey, 1, 0, len(val)) // a GET's key is its first
 	}
 	l.nEng++
+	return true
+}
+
+// shed answers a command the engine's shed limiter refused, inline: the
+// excess of a shed key is answered at once, never queued, and costs no
+// goroutine.
+func (l *loop) shed(c *lclient, cl *classified) bool {
+	d := cl.decision
+	if d.Op != engine.OpRefuse || d.Shed == "" {
+		return false
+	}
+	n := len(c.out)
+	c.out = appendEngineError(c.out, errors.New(d.Err))
+	l.outBytes += int64(len(c.out) - n)
+	if d.Write {
+		l.p.observe(d.Shed, 0, 1, 0)
+	} else {
+		l.p.observe(d.Shed, 1, 0, 0)
+	}
+	l.nLocal++
 	return true
 }
 

@@ -52,8 +52,9 @@ const loopClientBudget = 256 << 10
 const maxInflight = 1 << 17
 
 type owner struct {
-	c *lclient
-	u *lupstream
+	c  *lclient
+	u  *lupstream
+	pi *lpipe // a piped client's input (loop_pipe_linux.go)
 }
 
 type loop struct {
@@ -104,9 +105,13 @@ type loop struct {
 	// fenceWait the clients waiting to present theirs.
 	presenting *presenting
 	fenceWait  []*lclient
+	// pipeWait are piped clients not read while a fence is up.
+	pipeWait []*lpipe
 
 	cmd resp.Command
 	rep resp.Reply
+	// scratch is the read buffer of piped clients' input.
+	scratch []byte
 
 	nFwd, nBatches, nLocal, nEng float64
 
@@ -237,6 +242,8 @@ func (l *loop) run() {
 				l.upEvent(o.u, ev.Events)
 			case o.c != nil:
 				l.clientEvent(o.c, ev.Events)
+			case o.pi != nil:
+				l.pipeEvent(o.pi)
 			}
 		}
 		l.checkStalls()
@@ -349,6 +356,9 @@ func (l *loop) eachUp(f func(u *lupstream)) {
 func (l *loop) drain() {
 	l.draining = true
 	for _, o := range l.owners {
+		if o.pi != nil {
+			l.endPipe(o.pi)
+		}
 		c := o.c
 		switch {
 		case c == nil || c.state == cEngine:
@@ -392,6 +402,17 @@ func (l *loop) stop() {
 			u.fd = -1
 		}
 	})
+	for _, o := range l.owners {
+		if pi := o.pi; pi != nil {
+			// A session that holds a chunk finds the loop stopped when it
+			// has written it, and ends the input then.
+			select {
+			case pi.in.chunks <- pipeChunk{eof: true}:
+			default:
+			}
+			l.dropPipe(pi)
+		}
+	}
 	for _, bySpare := range l.spares {
 		for _, list := range bySpare {
 			for _, u := range list {

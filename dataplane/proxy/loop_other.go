@@ -25,6 +25,8 @@ func (l *loop) shutdown(<-chan time.Time) bool { return true }
 func (l *loop) post(func()) bool { return false }
 func (l *loop) fenceDown()       {}
 
+func (l *loop) pipeInput(net.Conn) *pipeIn { return nil }
+
 // The event loop alone runs a TLS connection over its descriptor.
 func (t *tlsTransport) readFD([]byte) (int, error)  { return 0, errors.ErrUnsupported }
 func (t *tlsTransport) writeFD([]byte) (int, error) { return 0, errors.ErrUnsupported }

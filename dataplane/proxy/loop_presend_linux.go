@@ -235,6 +235,9 @@ func (l *loop) fenceDown() {
 		}
 	}
 	l.fenceWait = l.fenceWait[:0]
+	if !l.p.fences.held() {
+		l.pipesAgain()
+	}
 }
 
 // presentedUpstream turns the connection of a presented command into the

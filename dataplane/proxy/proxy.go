@@ -135,6 +135,9 @@ type Proxy struct {
 
 	// loop serves multiplexed clients (nil: sessions serve every client).
 	loop *loop
+	// arrivals orders sessions by their clients' bytes when the loop does
+	// not run (arrivals_linux.go).
+	arrivals *arrivals
 	// pools of multiplexed upstream connections by RESP version (2, 3).
 	pools      [4]*pool
 	sessionSeq atomic.Uint64
@@ -265,6 +268,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			l.start()
 		}
 	}
+	if p.loop == nil {
+		p.arrivals = newArrivals()
+	}
 	// Connections of their own for the first clients that need one, ready
 	// before they ask (the event loop keeps spares of its own).
 	p.warm.fill(0)
@@ -381,7 +387,7 @@ func (p *Proxy) shutdown() error {
 	}
 	p.mu.Unlock()
 	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
+	go func() { p.wg.Wait(); p.arrivals.close(); close(done) }()
 	select {
 	case <-done:
 		p.closePools()

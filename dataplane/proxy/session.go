@@ -136,6 +136,13 @@ type session struct {
 	// fence is up from the moment the session took a connection of its
 	// own for a command until Redis answered that command.
 	fence *fence
+	// arr is the session's place in the order its client's bytes came
+	// (arrivals_linux.go); ordered says it has one.
+	arr     arrivalState
+	ordered bool
+	// readingAhead: watchClient reads the client (set before its
+	// goroutine starts, cleared after it ended).
+	readingAhead bool
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
@@ -165,6 +172,14 @@ func (s *session) run() {
 	defer s.conn.Close()
 	defer s.closeUpstreams()
 	defer s.releaseFence()
+	if a := s.p.arrivals; a.add(s) {
+		s.ordered = true
+		defer a.remove(s) // before the socket is closed
+		s.cr.SetSource(arrivalIO{s})
+		buf := s.cw.Buf
+		s.cw = resp.NewWriter(arrivalIO{s}, 0)
+		s.cw.Buf = buf
+	}
 	if len(s.pend) > 0 {
 		// Commands the event loop sent on this session's behalf before
 		// handing the client over (in the order it read them).
@@ -178,6 +193,9 @@ func (s *session) run() {
 		err := s.cr.ReadCommand(&s.cmd)
 
 		stop()
+		if err == nil {
+			s.p.arrivals.wait(s)
+		}
 		for err == nil {
 			var done bool
 			done, err = s.handle()
@@ -193,7 +211,11 @@ func (s *session) run() {
 				break
 			}
 		}
+		s.p.arrivals.handled(s)
 		s.drain()
+		// From the moment its replies go out, what the client sends
+		// comes after them: the session counts as reading again.
+		s.p.arrivals.reading(s, false)
 		s.releaseFence()
 		if resp.IsProtocolError(err) {
 			s.p.m.protocolErrors.Inc()
@@ -287,6 +309,9 @@ func (s *session) handle() (done bool, err error) {
 	case opHello:
 		return false, nil // answered by helloShared
 	case opPipe:
+		if s.fence == nil && s.pre == nil { // on its own connection already: fenced as a hand-off
+			s.fence = s.p.fences.raise()
+		}
 		return true, s.subscribe(&c)
 	case opState:
 		return false, s.sessionCommand()
@@ -527,6 +552,7 @@ func (s *session) drain() {
 	if len(s.pend) == 0 {
 		return
 	}
+	s.p.arrivals.handled(s)
 	if !s.p.cfg.Cluster && !s.dedicated {
 		s.drainShared()
 		return
@@ -649,22 +675,6 @@ func (s *session) readFrames(u *upstream, n int, swallow bool) error {
 	return nil
 }
 
-// isUnsubscribePush reports a RESP3 push that answers UNSUBSCRIBE,
-// PUNSUBSCRIBE or SUNSUBSCRIBE (its first element names it).
-func isUnsubscribePush(raw []byte) bool {
-	i := bytes.Index(raw, []byte("\r\n"))
-	if i < 0 {
-		return false
-	}
-	rest := raw[i+2:]
-	for _, kind := range []string{"$11\r\nunsubscribe\r\n", "$12\r\npunsubscribe\r\n", "$12\r\nsunsubscribe\r\n"} {
-		if bytes.HasPrefix(rest, []byte(kind)) {
-			return true
-		}
-	}
-	return false
-}
-
 // watchClient reads ahead from the client while the session waits for a
 // blocking command: what the client sends is kept for later, and if it
 // hangs up, the session's upstream connections are closed, so Redis
@@ -672,6 +682,7 @@ func isUnsubscribePush(raw []byte) bool {
 // func stops the watch.
 func (s *session) watchClient() (stop func()) {
 	done := make(chan struct{})
+	s.readingAhead = true
 	go func() {
 		defer close(done)
 		for s.cr.Buffered() < 64<<10 {
@@ -690,6 +701,7 @@ func (s *session) watchClient() (stop func()) {
 	return func() {
 		s.conn.SetReadDeadline(time.Unix(1, 0))
 		<-done
+		s.readingAhead = false
 		s.conn.SetReadDeadline(time.Time{})
 	}
 }

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -46,6 +48,7 @@ func (s *session) subscribe(c *classified) error {
 	}
 	s.send(u, raw)
 	u.w.Write(s.cr.Take())
+	s.p.arrivals.handled(s)
 	s.p.fences.wait(s.fence)
 	if err := u.w.Flush(); err != nil {
 		return err
@@ -58,22 +61,23 @@ func (s *session) subscribe(c *classified) error {
 		u.conn.SetReadDeadline(time.Time{})
 		s.releaseFence()
 	}
+	s.nFwd++
+	in := s.p.loop.pipeInput(s.conn)
+	if in == nil {
+		in = s.orderedPipeInput()
+	}
+	if in != nil {
+		return s.orderedPipe(u, in)
+	}
 	if rest := u.r.Take(); len(rest) > 0 {
 		if _, err := s.conn.Write(rest); err != nil {
 			return err
 		}
 	}
-	s.nFwd++
 	done := make(chan struct{}, 2)
 	go func() {
 		io.Copy(u.conn, s.conn)
-		// Half-close so Redis sees the client's EOF; TCP and TLS
-		// connections both can.
-		if cw, ok := u.conn.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
-			u.conn.Close()
-		}
+		halfClose(u.conn)
 		done <- struct{}{}
 	}()
 	go func() { io.Copy(s.conn, u.conn); s.conn.Close(); done <- struct{}{} }()
@@ -82,6 +86,213 @@ func (s *session) subscribe(c *classified) error {
 	u.conn.Close()
 	<-done
 	return errQuit
+}
+
+// halfClose tells Redis the client's EOF: TCP and TLS connections both
+// can; anything else is closed.
+func halfClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
+	}
+}
+
+// pipeIn is a piped client's input as the event loop reads it, in order
+// with every other client's (loop_pipe_linux.go): chunks of it, each with
+// the fence the loop raised for it. resume asks for the next chunk once
+// one is written (false: the loop has stopped); stop ends the reading.
+type pipeIn struct {
+	chunks chan pipeChunk
+	resume func() bool
+	stop   func()
+	// writing, if set, runs just before a chunk is written.
+	writing func()
+}
+
+// pipeChunkMax is how much of a piped client's input one chunk holds.
+const pipeChunkMax = 64 << 10
+
+// pipeChunk is some of a piped client's input, or its end (eof).
+type pipeChunk struct {
+	b     []byte
+	fence *fence
+	eof   bool
+}
+
+// orderedPipe is the pipe when its input is read in order with every
+// other client's, by the event loop or by orderedPipeInput: the session
+// writes each chunk it is given to Redis, and passes Redis' frames
+// to the client, taking each chunk's fence down once a frame answers it
+// (a message that merely arrives does not).
+func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
+	var mu sync.Mutex
+	var awaited *fence // the fence of the chunk written last, until answered
+	answered := func() {
+		mu.Lock()
+		f := awaited
+		awaited = nil
+		mu.Unlock()
+		s.p.fences.release(f)
+	}
+	quit := make(chan struct{})
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for {
+			var ch pipeChunk
+			select {
+			case ch = <-in.chunks:
+			case <-quit:
+				return
+			}
+			if ch.eof {
+				halfClose(u.conn)
+				return
+			}
+			// The chunk before, on this same connection, is answered
+			// before this one anyway; the fences raised before this one
+			// by others must be down.
+			answered()
+			s.p.fences.wait(ch.fence)
+			mu.Lock()
+			awaited = ch.fence
+			mu.Unlock()
+			if in.writing != nil {
+				in.writing()
+			}
+			_, err := u.conn.Write(ch.b)
+			if err != nil {
+				answered()
+				u.conn.Close()
+				return
+			}
+			if !in.resume() {
+				halfClose(u.conn)
+				return
+			}
+		}
+	}()
+	s.pipeReplies(u, answered)
+	s.conn.Close()
+	u.conn.Close()
+	close(quit)
+	in.stop()
+	<-wrote
+	answered()
+	return errQuit
+}
+
+// orderedPipeInput reads a piped client's input for a session that has a
+// place in the order of arrivals (sessions only, arrivals_linux.go): each
+// chunk waits for the sessions whose bytes came before, and gets a fence.
+// It returns nil without arrivals.
+func (s *session) orderedPipeInput() *pipeIn {
+	if !s.ordered {
+		return nil
+	}
+	a := s.p.arrivals
+	in := &pipeIn{chunks: make(chan pipeChunk, 1)}
+	next := make(chan struct{}, 1)
+	quit := make(chan struct{})
+	// The client counts as read again from the moment its commands are
+	// written (Redis' answer to them, and what the client sends after it,
+	// come later).
+	in.writing = func() { a.reading(s, false) }
+	in.resume = func() bool { next <- struct{}{}; return true }
+	exited := make(chan struct{})
+	// The session has closed the client's connection: the read returns.
+	in.stop = func() { close(quit); <-exited }
+	a.piped(s)
+	a.reading(s, false)
+	go func() {
+		defer close(exited)
+		buf := make([]byte, pipeChunkMax)
+		for {
+			n, err := a.read(s, buf)
+			if n > 0 {
+				a.wait(s)
+				var f *fence
+				if buf[n-1] == '\n' { // as the loop does (loop_pipe_linux.go)
+					f = s.p.fences.raise()
+				}
+				a.handled(s)
+				select {
+				case in.chunks <- pipeChunk{b: append([]byte(nil), buf[:n]...), fence: f}:
+				case <-quit:
+					s.p.fences.release(f)
+					return
+				}
+				select {
+				case <-next:
+				case <-quit:
+					return
+				}
+			}
+			if err != nil {
+				select {
+				case in.chunks <- pipeChunk{eof: true}:
+				case <-quit:
+				}
+				return
+			}
+		}
+	}()
+	return in
+}
+
+// pipeReplies passes u's frames to the client until either side fails,
+// calling answered for each frame that answers a command.
+func (s *session) pipeReplies(u *upstream, answered func()) {
+	for {
+		ok, err := u.r.TryReply(&s.rep)
+		if err != nil {
+			return
+		}
+		if ok {
+			if !s.rep.Partial && !unasked(s.rep.Raw) {
+				answered()
+			}
+			s.cw.Write(s.rep.Raw)
+			if len(s.cw.Buf) < flushAbove {
+				continue
+			}
+		}
+		if s.cw.Flush() != nil {
+			return
+		}
+		if ok {
+			continue
+		}
+		if u.r.Pending() >= streamAbove {
+			if _, err := s.conn.Write(u.r.TakePartial()); err != nil {
+				return
+			}
+		}
+		if u.r.Fill() != nil {
+			return
+		}
+	}
+}
+
+// unasked reports a frame Redis sends a subscribed client without being
+// asked: a message of a channel, pattern or shard channel, or a
+// client-side caching invalidation. Anything else answers a command.
+func unasked(raw []byte) bool {
+	if len(raw) == 0 || raw[0] != '>' && raw[0] != '*' {
+		return false
+	}
+	i := bytes.IndexByte(raw, '\n')
+	if i < 0 {
+		return false
+	}
+	rest := raw[i+1:]
+	for _, kind := range [...]string{"$7\r\nmessage\r\n", "$8\r\npmessage\r\n", "$8\r\nsmessage\r\n", "$10\r\ninvalidate\r\n"} {
+		if bytes.HasPrefix(rest, []byte(kind)) {
+			return true
+		}
+	}
+	return false
 }
 
 // relayPushes passes what Redis pushes on the session's connections
@@ -148,4 +359,20 @@ func (s *session) relayPushes() (stop func()) {
 			}
 		}
 	}
+}
+
+// isUnsubscribePush reports a RESP3 push that answers UNSUBSCRIBE,
+// PUNSUBSCRIBE or SUNSUBSCRIBE (its first element names it).
+func isUnsubscribePush(raw []byte) bool {
+	i := bytes.Index(raw, []byte("\r\n"))
+	if i < 0 {
+		return false
+	}
+	rest := raw[i+2:]
+	for _, kind := range []string{"$11\r\nunsubscribe\r\n", "$12\r\npunsubscribe\r\n", "$12\r\nsunsubscribe\r\n"} {
+		if bytes.HasPrefix(rest, []byte(kind)) {
+			return true
+		}
+	}
+	return false
 }

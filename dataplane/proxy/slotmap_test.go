@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -25,12 +26,18 @@ func TestOneSlotMap(t *testing.T) {
 	skipShort(t)
 	cl := redistest.Cluster(t)
 	ctx := context.Background()
-	var p *proxy.Proxy
+	// started holds the proxy once start returned: its OnSlotMap may run
+	// (and reload cc, which asks ClusterSlots) before that.
+	var started atomic.Pointer[proxy.Proxy]
 	var changes, loads atomic.Int32
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: cl.Addrs()[:1],
 		ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
 			loads.Add(1)
+			p := started.Load()
+			if p == nil {
+				return nil, errors.New("proxy not started yet")
+			}
 			return p.ClusterSlots(ctx)
 		},
 	})
@@ -39,7 +46,8 @@ func TestOneSlotMap(t *testing.T) {
 		changes.Add(1)
 		cc.ReloadState(context.Background())
 	}})
-	p = px
+	started.Store(px)
+	p := px
 	pc := redis.NewClient(&redis.Options{Addr: addr})
 	defer pc.Close()
 

@@ -37,6 +37,17 @@ func (f fdIO) Read(b []byte) (int, error) {
 // takeFD duplicates c's descriptor (non-blocking, close-on-exec) and closes
 // c, so that the descriptor belongs to the loop's epoll set alone.
 func takeFD(c net.Conn) (int, error) {
+	fd, err := dupFD(c)
+	if err != nil {
+		return -1, err
+	}
+	c.Close()
+	return fd, nil
+}
+
+// dupFD duplicates c's descriptor, non-blocking and close-on-exec; c stays
+// open.
+func dupFD(c net.Conn) (int, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return -1, errors.New("not a socket")
@@ -53,7 +64,6 @@ func takeFD(c net.Conn) (int, error) {
 	if derr != nil {
 		return -1, derr
 	}
-	c.Close()
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return -1, err

@@ -12,40 +12,49 @@ import (
 // the one-slot rate must each be unbiased; their per-node maximum is not (it
 // is what the sketch ranks by, and it reads high for keys with few counts per
 // slot), which is why summaries carry both and the manager takes the larger
-// of the two sums. 400 nodes, Poisson traffic, batches every 100 ms carrying
-// the traffic since the last one, as sidecars send them.
+// of the two sums. 6,000 nodes, Poisson traffic, batches every 100 ms at each
+// node's own phase carrying the traffic since the last one, as sidecars send
+// them.
 func TestRatesUnbiasedAcrossNodes(t *testing.T) {
-	const nodes = 400
-	for _, perNode := range []float64{2, 5, 20, 100} {
-		var sumMax, sumAvg, sumRecent float64
-		for n := range nodes {
-			s := mustNew(t, Config{K: 64, MemoryBytes: 64 << 10, Lead: 100 * time.Millisecond, MinSpan: 100 * time.Millisecond})
-			rng := rand.New(rand.NewPCG(uint64(n), 7))
-			t0 := time.Unix(1000, 0)
-			for b := range 150 { // 15 s: longer than the window
-				s.Advance(t0.Add(time.Duration(b) * 100 * time.Millisecond))
-				if k := poisson(rng, perNode/10); k > 0 {
-					s.Update("x", uint32(k), 0, 0)
+	const nodes = 6000
+	// Read between two batches, or just after one: where a span that ends
+	// at the key's own last batch read high.
+	for _, readAt := range []time.Duration{30 * time.Millisecond, 0} {
+		for _, perNode := range []float64{2, 5, 20, 100} {
+			var sumMax, sumAvg, sumRecent float64
+			for n := range nodes {
+				s := mustNew(t, Config{K: 64, MemoryBytes: 64 << 10, Lead: 100 * time.Millisecond, MinSpan: 100 * time.Millisecond})
+				rng := rand.New(rand.NewPCG(uint64(n), 7))
+				// Each node's sender flushes at its own phase, independent of
+				// the agent's clock (and so of its slot boundaries).
+				t0 := time.Unix(1000, 0).Add(time.Duration(rng.Int64N(int64(100 * time.Millisecond))))
+				for b := range 150 { // 15 s: longer than the window
+					s.Advance(t0.Add(time.Duration(b) * 100 * time.Millisecond))
+					if k := poisson(rng, perNode/10); k > 0 {
+						s.Update("x", uint32(k), 0, 0)
+					}
+					s.Update("other", 1, 0, 0) // the node's other traffic: no batch is empty
+				}
+				s.Advance(t0.Add(149*100*time.Millisecond + readAt))
+				for _, it := range s.Top(10) {
+					if it.Key == "x" {
+						sumMax += it.ReadRate
+						sumAvg += it.ReadAvg
+						sumRecent += it.ReadRecent
+					}
 				}
 			}
-			s.Advance(t0.Add(149*100*time.Millisecond + 30*time.Millisecond))
-			for _, it := range s.Top(10) {
-				if it.Key == "x" {
-					sumMax += it.ReadRate
-					sumAvg += it.ReadAvg
-					sumRecent += it.ReadRecent
-				}
+			want := perNode * nodes
+			bias := func(v float64) float64 { return v/want - 1 }
+			t.Logf("read %v after a batch, per node %5.1f/s: per-node max %+5.1f%%, sum of averages %+5.1f%%, sum of one-slot rates %+5.1f%%",
+				readAt, perNode, 100*bias(sumMax), 100*bias(sumAvg), 100*bias(sumRecent))
+			// Sampling noise of the one-slot sum is under 1 % at 2/s per node
+			// (12,000 events in a slot); 3 % leaves room for it. A span ending
+			// at the key's own last batch read up to −5.5 % here.
+			if math.Abs(bias(sumAvg)) > 0.03 || math.Abs(bias(sumRecent)) > 0.03 {
+				t.Errorf("read %v after a batch, per node %v/s: sums off by %+.1f%% (averages) and %+.1f%% (one-slot rates), want within 3%%",
+					readAt, perNode, 100*bias(sumAvg), 100*bias(sumRecent))
 			}
-		}
-		want := perNode * nodes
-		bias := func(v float64) float64 { return v/want - 1 }
-		t.Logf("per node %5.1f/s: per-node max %+5.1f%%, sum of averages %+5.1f%%, sum of one-slot rates %+5.1f%%",
-			perNode, 100*bias(sumMax), 100*bias(sumAvg), 100*bias(sumRecent))
-		// Sampling noise of the sum is below 1.5% at 2/s per node (12,000
-		// events in the window); 5% leaves room for it.
-		if math.Abs(bias(sumAvg)) > 0.05 || math.Abs(bias(sumRecent)) > 0.05 {
-			t.Errorf("per node %v/s: sums off by %+.1f%% (averages) and %+.1f%% (one-slot rates), want within 5%%",
-				perNode, 100*bias(sumAvg), 100*bias(sumRecent))
 		}
 	}
 }

@@ -40,7 +40,7 @@ func (s *Sketch) Pin(key string) bool {
 			// arrivals, does not have it.
 			clear(s.slots[int(x)*s.cfg.Slots : int(x+1)*s.cfg.Slots])
 			e.reads, e.writes, e.nbytes, e.base, e.score = 0, 0, 0, 0, 0
-			e.since, e.last, e.sinceS = s.now, s.now, s.cur
+			e.since, e.sinceS = s.pinSince(), s.cur
 		}
 		return true
 	}
@@ -52,7 +52,7 @@ func (s *Sketch) Pin(key string) bool {
 	}
 	x := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
-	s.ents[x] = entry{key: strings.Clone(key), hash: h, since: s.now, last: s.now, sinceS: s.cur, hpos: -1, pinned: true}
+	s.ents[x] = entry{key: strings.Clone(key), hash: h, since: s.pinSince(), sinceS: s.cur, hpos: -1, pinned: true}
 	s.keyLen += len(key)
 	for i := h & s.imask; ; i = (i + 1) & s.imask {
 		if s.index[i] == 0 {
@@ -95,3 +95,8 @@ func (s *Sketch) Pinned() []string {
 	}
 	return out
 }
+
+// pinSince is where the counts of a key pinned now start: the first batch
+// after the pin carries traffic from its sender's previous flush, which is
+// where the counts so far end (dataEnd), a moment independent of the key.
+func (s *Sketch) pinSince() int64 { return s.dataEnd() }

@@ -105,15 +105,16 @@ func (c *Config) defaults() error {
 
 // entry is one stored candidate. Its per-slot counts live in Sketch.slots.
 type entry struct {
-	key     string
-	hash    uint64
-	score   uint64 // base + weighted window counts: the ranking
-	base    uint64 // HeavyKeeper's estimate inherited at admission
-	reads   uint64 // window totals since admission
-	writes  uint64
-	nbytes  uint64
-	since   int64 // admission time, ns
-	last    int64 // last update, ns
+	key    string
+	hash   uint64
+	score  uint64 // base + weighted window counts: the ranking
+	base   uint64 // HeavyKeeper's estimate inherited at admission
+	reads  uint64 // window totals since admission
+	writes uint64
+	nbytes uint64
+	// since is when the traffic its counts cover starts, ns (see item):
+	// admission minus Lead, or at a pin where the counted traffic ended.
+	since   int64
 	sinceS  int64 // admission slot number
 	hpos    int32 // place in the heap; -1 while pinned
 	pinned  bool
@@ -173,7 +174,9 @@ type Sketch struct {
 	ring    int   // cur % Slots: the current slot's place in each ring
 	started int64 // first Advance, ns
 	now     int64
-	keyLen  int // bytes of stored keys
+	// fed is the time of the last batch counted (any key): see dataEnd.
+	fed    int64
+	keyLen int // bytes of stored keys
 }
 
 // New builds a Sketch. It fails on a budget too small for K.
@@ -255,6 +258,7 @@ func (s *Sketch) UpdateHashed(key string, h uint64, reads, writes, nbytes uint32
 	if w == 0 {
 		return
 	}
+	s.fed = s.now
 	for i := h & s.imask; ; i = (i + 1) & s.imask {
 		x := s.index[i]
 		if x == 0 {
@@ -289,7 +293,6 @@ func (s *Sketch) add(x int32, e *entry, reads, writes, nbytes uint32, w uint64) 
 	e.writes += uint64(writes)
 	e.nbytes += uint64(nbytes)
 	e.score += w
-	e.last = s.now
 	if !e.updated {
 		if len(s.updated) < s.m {
 			e.updated = true

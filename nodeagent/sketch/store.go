@@ -5,6 +5,8 @@ package sketch
 
 import "strings"
 
+// admit stores key on the batch that brought it. That batch carries the
+// Lead before it arrived, so the key's counts cover traffic from then.
 func (s *Sketch) admit(key string, h, est uint64, reads, writes, nbytes uint32, w uint64) {
 	x := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
@@ -13,7 +15,7 @@ func (s *Sketch) admit(key string, h, est uint64, reads, writes, nbytes uint32, 
 	if est > w {
 		base = est - w
 	}
-	*e = entry{key: strings.Clone(key), hash: h, base: base, score: base, since: s.now, sinceS: s.cur, hpos: int32(len(s.heap))}
+	*e = entry{key: strings.Clone(key), hash: h, base: base, score: base, since: s.now - int64(s.cfg.Lead), sinceS: s.cur, hpos: int32(len(s.heap))}
 	s.keyLen += len(key)
 	s.add(x, e, reads, writes, nbytes, w)
 	for i := h & s.imask; ; i = (i + 1) & s.imask {

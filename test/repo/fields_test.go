@@ -77,6 +77,13 @@ var fieldTests = map[string]string{
 	"mitigations.replicaReads.lagCheckInterval": "controllers TestReplicaSettings/standalone replicas and a check interval",
 	"mitigations.replicaReads.addresses":        "controllers TestReplicaSettings/standalone replicas and a check interval",
 	"schedules[].mitigation.replicaReads":       "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].mitigation.replicaReads",
+	"mitigations.shed.enabled":                  "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.enabled",
+	"mitigations.shed.budgetPercent":            "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.budgetPercent",
+	"mitigations.shed.writesPerSecond":          "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.writesPerSecond",
+	"mitigations.shed.readsPerSecond":           "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.readsPerSecond",
+	"mitigations.shed.reads":                    "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.reads",
+	"mitigations.shed.exclude":                  "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.exclude",
+	"mitigations.shed.minPerSecond":             "controllers/decide TestEachShedFieldChangesTheDecision/mitigations.shed.minPerSecond",
 
 	"schedules[].name":                          "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].name",
 	"schedules[].start":                         "controllers/decide TestEachScheduleFieldChangesTheDecision/schedules[].start",

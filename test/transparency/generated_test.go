@@ -15,8 +15,9 @@ import (
 )
 
 // TestGeneratedStateMixes writes seeded random pipelines of the commands
-// that change what a connection is (HELLO 2 and 3, RESET, SUBSCRIBE, the
-// unsubscribe family with and without channels) mixed with ordinary ones
+// that change what a connection is (HELLO 2 and 3, RESET, SUBSCRIBE,
+// PSUBSCRIBE, SSUBSCRIBE, the unsubscribe family with and without
+// channels, in RESP2 and, after a HELLO 3, RESP3) mixed with ordinary ones
 // (PING, SET, GET, ECHO) in one write, to Redis directly and through the
 // proxy in both serving modes, and compares the replies frame by frame.
 // Before, `HELLO 3, UNSUBSCRIBE a, HELLO 2, PING` in one go froze the
@@ -79,7 +80,7 @@ func genSequence(rng *rand.Rand) [][]string {
 	seq := make([][]string, 0, n)
 	for range n {
 		var cmd []string
-		switch rng.IntN(12) {
+		switch rng.IntN(14) {
 		case 0:
 			cmd = []string{"HELLO", "2"}
 		case 1:
@@ -109,6 +110,12 @@ func genSequence(rng *rand.Rand) [][]string {
 			cmd = []string{"ECHO", "e" + strconv.Itoa(rng.IntN(10))}
 		case 11:
 			cmd = []string{"PING", "p"}
+		case 12:
+			// Patterns named as the channels are, so that PUNSUBSCRIBE
+			// names them too.
+			cmd = append([]string{"PSUBSCRIBE", "ch" + strconv.Itoa(rng.IntN(3))}, chans(1)...)
+		case 13:
+			cmd = []string{"SSUBSCRIBE", "{s}ch" + strconv.Itoa(rng.IntN(2))}
 		}
 		seq = append(seq, cmd)
 	}

@@ -159,6 +159,20 @@ var scenarios = []scenario{
 		{c: "a", cmd: one("UNSUBSCRIBE ch2:${run}"), read: 1},
 		{c: "a", cmds: cmds("PING", "ECHO back")},
 	}},
+	// Redis' own test (tests/unit/pubsub.tcl, 7.0): PUNSUBSCRIBE is sent
+	// and, without waiting for its replies, another client publishes on
+	// each pattern: no receiver. The subscribed client's input reaches
+	// Redis in the order the proxy read it (docs/proxy.md, Ordering);
+	// TestPublishAfterPunsubscribeWithoutWaiting plays it 300 times.
+	{name: "PUBLISH/PSUBSCRIBE after PUNSUBSCRIBE without arguments", steps: []step{
+		{c: "a", cmd: one("PSUBSCRIBE chan1.*:${run} chan2.*:${run} chan3.*:${run}"), read: 3},
+		{c: "a", cmd: one("PUNSUBSCRIBE"), noRead: true},
+		{c: "b", cmd: one("PUBLISH chan1.hi:${run} hello")},
+		{c: "b", cmd: one("PUBLISH chan2.hi:${run} hello")},
+		{c: "b", cmd: one("PUBLISH chan3.hi:${run} hello")},
+		{c: "a", read: 3},
+		{c: "a", cmd: one("PING")},
+	}},
 	{name: "sharded pub/sub", steps: []step{
 		{c: "a", cmd: one("SSUBSCRIBE {t}sch:${run}"), read: 1},
 		{c: "b", cmd: one("SPUBLISH {t}sch:${run} hello")},

@@ -1,0 +1,284 @@
+package hub
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/nodeagent"
+	"github.com/heatsink-dev/heatsink/nodeagent/sketch"
+	"github.com/heatsink-dev/heatsink/nodeagent/summary"
+)
+
+// TestDecisionsOnCounts: decisions are on counts, not bounds, for every
+// sustainFor. Many simulated nodes (the agent's sketch and summary, each
+// node reporting every interval at its own phase, applying the pins at
+// once), the hub's view, its pins every pinEvery and a decision pass
+// (decide.Decide) every tick, over random trials: a random sustainFor in
+// [50 ms, 3 s] (log-uniform), a random floor fraction in [0.1, 0.5] (how large Σ Unseen
+// is: at 0.1 the floors' share, larger where full stores add their tracking
+// levels), two read keys and two counters at random rates in
+// [0.5, 0.95] × their threshold and a read key and a counter in
+// [1.1, 1.3] ×, each spread over the nodes at random (evenly, over a few
+// nodes only, 1/i, or just under every floor but one node's). Then:
+//   - no key at or below 0.95 × its threshold is ever mitigated, though the
+//     bound puts some of them over it (checked: the trials exercise that);
+//   - every key at 1.1 × or more is, within max(sustainFor, pinEvery) + one
+//     report interval of the estimate first going over (its DetectedAt):
+//     the bound starts the timer and asks for the pin, and every node has
+//     counted the key exactly one interval after the pin.
+func TestDecisionsOnCounts(t *testing.T) {
+	nodes, trials := 1000, 5
+	if testing.Short() {
+		nodes, trials = 100, 3
+	}
+	boundOver := 0
+	for trial := range trials {
+		t.Run(fmt.Sprint("trial ", trial), func(t *testing.T) {
+			boundOver += checkCounts(t, nodes, uint64(trial))
+		})
+	}
+	if boundOver == 0 {
+		t.Errorf("no key under its threshold was ever over it on the bound: the trials do not exercise the rule")
+	}
+}
+
+type countsKey struct {
+	name   string
+	writes bool
+	factor float64 // of the threshold
+	share  []float64
+}
+
+// checkCounts runs one trial and returns how many passes saw a key under
+// its threshold over it on the bound.
+func checkCounts(t *testing.T, nodes int, seed uint64) int {
+	const (
+		tick     = 50 * time.Millisecond
+		interval = time.Second
+		warmup   = 3 * time.Second
+		hotFor   = 12 * time.Second
+		bgRate   = 10.0 // ops/s per node
+		universe = 20_000
+	)
+	rng := rand.New(rand.NewPCG(seed, 0xc0ffee))
+	th := Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}
+	// Log-uniform: short ones, where the bound alone would have decided,
+	// as often as long ones.
+	sustain := time.Duration(50*math.Pow(3000.0/50, rng.Float64())) * time.Millisecond
+	fraction := 0.1 + 0.4*rng.Float64()
+	p := Params{Thresholds: th, Window: 10 * time.Second, ReportInterval: interval, TopK: 64}
+	dir := directive("ns/p", p, nodes, fraction, nil, 1)
+	cfg := nodeagent.SketchConfig(&dir, 0) // the smallest sketch: full stores
+	spec := &v1alpha1.HotKeyPolicySpec{}
+	spec.Thresholds.ReadsPerSecond, spec.Thresholds.WritesPerSecond = th.Reads, th.Writes
+	spec.Thresholds.HysteresisPercent = 20
+	spec.Thresholds.SustainFor.Duration = sustain
+	v1alpha1.SetDefaults(spec)
+
+	spreads := []struct {
+		name string
+		f    func(node int, total, floor float64) float64
+	}{
+		{"even", func(_ int, total, _ float64) float64 { return total / float64(nodes) }},
+		{"few nodes", func(node int, total, _ float64) float64 {
+			few := max(nodes/20, 1)
+			if node%20 == 0 {
+				return total / float64(few)
+			}
+			return 0
+		}},
+		{"1/i", func(node int, total, _ float64) float64 {
+			h := 0.0
+			for i := 1; i <= nodes; i++ {
+				h += 1 / float64(i)
+			}
+			return total / float64(node+1) / h
+		}},
+		{"under every floor", func(node int, total, floor float64) float64 {
+			under := 0.95 * floor
+			if node == 0 {
+				return max(total-under*float64(nodes-1), 0)
+			}
+			return min(under, total/float64(nodes))
+		}},
+	}
+	var keys []countsKey
+	addKey := func(name string, writes bool, lo, hi float64) {
+		k := countsKey{name: name, writes: writes, factor: lo + (hi-lo)*rng.Float64(), share: make([]float64, nodes)}
+		total, floor := k.factor*float64(th.Reads), dir.Floor.Reads
+		if writes {
+			total, floor = k.factor*float64(th.Writes), dir.Floor.Writes
+		}
+		sp := spreads[rng.IntN(len(spreads))]
+		for i := range nodes {
+			k.share[i] = sp.f(i, total, floor)
+		}
+		keys = append(keys, k)
+		t.Logf("%s: %.2f × threshold, %s", name, k.factor, sp.name)
+	}
+	addKey("low-read-1", false, 0.5, 0.95)
+	addKey("low-read-2", false, 0.5, 0.95)
+	addKey("low-counter-1", true, 0.5, 0.95)
+	addKey("low-counter-2", true, 0.5, 0.95)
+	addKey("hot-read", false, 1.1, 1.3)
+	addKey("hot-counter", true, 1.1, 1.3)
+	t.Logf("%d nodes, sustainFor %v, floor fraction %.2f", nodes, sustain, fraction)
+
+	sks := make([]*sketch.Sketch, nodes)
+	zipfs := make([]*rand.Zipf, nodes)
+	acc := make([][]float64, nodes)
+	seq := make([]uint64, nodes)
+	for i := range sks {
+		var err error
+		if sks[i], err = sketch.New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		zipfs[i] = rand.NewZipf(rng, 1.1, 1, universe-1)
+		acc[i] = make([]float64, len(keys))
+		for j := range acc[i] {
+			acc[i][j] = rng.Float64()
+		}
+	}
+	names := make([]string, universe)
+	for k := range names {
+		names[k] = fmt.Sprint("bg:", k)
+	}
+
+	v := newView()
+	v.th = th
+	version := uint64(1)
+	var items []sketch.Item
+	var st decide.State
+	var pinsAt time.Time
+	maxAge := StaleAfterIntervals * interval
+	slots := int(interval / tick)
+	t0 := time.Unix(1_000_000, 0)
+	start := t0.Add(warmup)
+	hotAt := map[string]time.Time{}
+	detected := map[string]time.Time{}
+	boundOver := 0
+	for n := 1; ; n++ {
+		now := t0.Add(time.Duration(n) * tick)
+		if now.After(start.Add(hotFor)) {
+			break
+		}
+		on := !now.Before(start)
+		for i, sk := range sks {
+			sk.Advance(now)
+			for range poisson(rng, bgRate*tick.Seconds()) {
+				if rng.IntN(5) == 0 {
+					sk.Update(names[zipfs[i].Uint64()], 0, 1, 64)
+				} else {
+					sk.Update(names[zipfs[i].Uint64()], 1, 0, 64)
+				}
+			}
+			if on {
+				for j := range keys {
+					acc[i][j] += keys[j].share[i] * tick.Seconds()
+					if c := math.Floor(acc[i][j]); c > 0 {
+						acc[i][j] -= c
+						if keys[j].writes {
+							sk.Update(keys[j].name, 0, uint32(c), 64)
+						} else {
+							sk.Update(keys[j].name, uint32(c), 0, 64)
+						}
+					}
+				}
+			}
+			// Each node reports once an interval, at its own phase.
+			if n%slots == i%slots {
+				items = sk.AppendItems(items[:0])
+				tr, tw := sk.Tracking()
+				ks, unseen := summary.Build(items, dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, nodeagent.DefaultMaxKeysPerSummary)
+				seq[i]++
+				v.apply(now, fmt.Sprint("node-", i), 1, seq[i], &agentlink.PolicySummary{Policy: "ns/p", Directive: version, Unseen: unseen, Keys: ks})
+			}
+		}
+		v.expire(now, maxAge)
+		snap := v.snapshot(now, maxAge, maxAge)
+		if !on {
+			continue
+		}
+		// The hub's sweep: pins every pinEvery, applied by every agent as
+		// the directive arrives (at once here); the summaries that follow
+		// carry its version.
+		if now.Sub(pinsAt) >= pinEvery {
+			pinsAt = now
+			var mitigated []string
+			for _, k := range st.Keys {
+				if k.ReadHot || k.WriteHot {
+					mitigated = append(mitigated, k.Key)
+				}
+			}
+			pins := v.pinCandidates(&snap, mitigated, th, 2*int(max(p.TopK, 8)))
+			if v.setPins(pins, version+1) {
+				version++
+				for _, sk := range sks {
+					for _, k := range sk.Pinned() {
+						if !contains(pins, k) {
+							sk.Unpin(k)
+						}
+					}
+					for _, k := range pins {
+						sk.Pin(k)
+					}
+				}
+			}
+		}
+		// A pass: the hub asks for one on every band change; every tick
+		// here.
+		out := decide.Decide(decide.Input{Now: now, Spec: spec, Observations: snap.Keys, State: st, Margin: 10 * time.Second})
+		st = out.State
+		for _, k := range keys {
+			o := snap.Keys[k.name]
+			rate, limit := o.ReadsPerSecond, th.Reads
+			if k.writes {
+				rate, limit = o.WritesPerSecond, th.Writes
+			}
+			if k.factor < 1 && o.Bound && rate > limit {
+				boundOver++
+			}
+		}
+		for _, ks := range st.Keys {
+			if (ks.ReadHot || ks.WriteHot) && hotAt[ks.Key].IsZero() {
+				hotAt[ks.Key] = now
+				if ks.DetectedAt != nil {
+					detected[ks.Key] = *ks.DetectedAt
+				}
+			}
+		}
+	}
+	for _, k := range keys {
+		at, hot := hotAt[k.name]
+		switch {
+		case k.factor < 1 && hot:
+			t.Errorf("%s at %.2f × its threshold mitigated %v after it started", k.name, k.factor, at.Sub(start))
+		case k.factor >= 1.1 && !hot:
+			t.Errorf("%s at %.2f × its threshold never mitigated", k.name, k.factor)
+		case k.factor >= 1.1:
+			took := at.Sub(detected[k.name])
+			limit := max(sustain, pinEvery) + interval
+			if took > limit {
+				t.Errorf("%s at %.2f × its threshold mitigated %v after its estimate went over, want at most %v", k.name, k.factor, took, limit)
+			}
+			t.Logf("%s: over in the estimate %v after it started, mitigated %v after that (bound %v)", k.name, detected[k.name].Sub(start), took, limit)
+		}
+	}
+	t.Logf("passes with a key under its threshold over it on the bound: %d", boundOver)
+	return boundOver
+}
+
+func contains(s []string, x string) bool {
+	for _, e := range s {
+		if e == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/heatsink-dev/heatsink/dataplane/command"
+)
+
+// Sessions in the order their clients' bytes came: arrivals_linux.go
+// (elsewhere, arrivals_other.go does nothing).
+
+// arrivalIO reads and writes the session's client, telling arrivals
+// when the session reads it again, and when it waits for the client to
+// take its replies.
+type arrivalIO struct{ s *session }
+
+func (r arrivalIO) Write(b []byte) (int, error) { return r.s.p.arrivals.write(r.s, b) }
+
+func (r arrivalIO) Read(b []byte) (int, error) {
+	s := r.s
+	if !s.readingAhead { // not watchClient, which reads ahead while Redis blocks
+		// Bytes buffered and not a command: a command's first part, all
+		// the session can handle of what it read.
+		s.p.arrivals.reading(s, s.cr.Buffered() > 0 || s.cr.Streaming())
+	}
+	return s.p.arrivals.read(s, b)
+}
+
+// firstHandsOff reports whether the first command in b, as a client in
+// shared mode sends it, may take another connection than the shared one:
+// anything decide does not forward there, and blocking commands. Bytes
+// that are not a whole multibulk command (an inline command, a command not
+// all here, garbage) count as one that may. args is scratch space.
+func firstHandsOff(b []byte, args *[][]byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	line := func() ([]byte, bool) {
+		i := bytes.Index(b, []byte("\r\n"))
+		if i < 0 {
+			return nil, false
+		}
+		l := b[:i]
+		b = b[i+2:]
+		return l, true
+	}
+	h, ok := line()
+	if !ok || len(h) < 2 || h[0] != '*' {
+		return true
+	}
+	n, err := strconv.Atoi(string(h[1:]))
+	if err != nil || n < 1 || n > 64 {
+		return true // a very long command is rarely a hand-off; but may be
+	}
+	*args = (*args)[:0]
+	for range n {
+		h, ok := line()
+		if !ok || len(h) < 2 || h[0] != '$' {
+			return true
+		}
+		l, err := strconv.Atoi(string(h[1:]))
+		if err != nil || l < 0 || l+2 > len(b) {
+			return true
+		}
+		*args = append(*args, b[:l])
+		b = b[l+2:]
+	}
+	a := *args
+	info, known := command.Lookup(a[0])
+	return decide(info, known, a, mode{shared: true, proto: 2}).op != opForward || info.IsBlocking(a)
+}

@@ -1,0 +1,125 @@
+package proxy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// TestShedRefusesTheExcessAtOnce: through the sidecar against a real
+// redis-server, the writes of a shed key over the sidecar's share are
+// answered TRYAGAIN without reaching Redis, the admitted ones are applied,
+// a plain key on the same server is untouched, the reads of a cached shed
+// key are never shed, and a transaction is not shed. The clock is a fake
+// one: the share is whatever tokens its steps add, exactly.
+func TestShedRefusesTheExcessAtOnce(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	for _, noLoop := range []bool{false, true} {
+		name := "event loop"
+		if noLoop {
+			name = "sessions"
+		}
+		t.Run(name, func(t *testing.T) { checkShed(t, srv.Addr, noLoop) })
+	}
+}
+
+func checkShed(t *testing.T, srvAddr string, noLoop bool) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	ec := redis.NewClient(&redis.Options{Addr: srvAddr})
+	ec.FlushDB(context.Background())
+	eng := engine.New(ec, engine.Options{Clock: clk})
+	t.Cleanup(func() { eng.Close(); ec.Close() })
+	shed := &routing.Shed{WritesPerSecond: 100, ReadsPerSecond: 100, DemandWrites: 500, DemandReads: 1, MinPerSecond: 10}
+	eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
+		{Key: "cached", Source: routing.SourceDetected, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60000}, Shed: shed},
+		{Key: "counter", Source: routing.SourceDetected, Shed: shed},
+	}})
+	rec := &recorder{m: map[string][3]uint32{}}
+	addr, _ := start(t, proxy.Config{Upstreams: []string{srvAddr}, Engine: eng, Observer: rec, Policy: "ns/p", NoEventLoop: noLoop})
+	// No retries: every refusal is seen as it is.
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	ec.ConfigResetStat(ctx)
+
+	incr := func(n int) (ok, shedN int) {
+		t.Helper()
+		for range n {
+			err := c.Incr(ctx, "counter").Err()
+			switch {
+			case err == nil:
+				ok++
+			case redis.IsTryAgainError(err) && strings.HasPrefix(err.Error(), routing.ShedError):
+				shedN++
+			default:
+				t.Fatalf("INCR counter: %v", err)
+			}
+			if err := c.Incr(ctx, "other").Err(); err != nil {
+				t.Fatalf("INCR of a plain key on the same server: %v", err)
+			}
+		}
+		return ok, shedN
+	}
+	// A new sidecar starts from the minimum: with the clock still, the
+	// first write is admitted and every other is refused.
+	if ok, n := incr(50); ok != 1 || n != 49 {
+		t.Fatalf("first window: %d admitted, %d shed; want 1 and 49", ok, n)
+	}
+	// One window later its demand (50/s) is measured: its share is
+	// 100 × 50 ÷ 500 = 10/s, a burst of one. Ten steps of 100ms admit ten.
+	clk.Step(time.Second)
+	admitted := 0
+	for range 10 {
+		ok, n := incr(5)
+		if ok != 1 || n != 4 {
+			t.Fatalf("at its share: %d admitted, %d shed of 5; want 1 and 4", ok, n)
+		}
+		admitted += ok
+		clk.Step(100 * time.Millisecond)
+	}
+	if v, err := ec.Get(ctx, "counter").Int(); err != nil || v != 1+admitted {
+		t.Fatalf("counter = %d (%v), want the %d admitted increments", v, err, 1+admitted)
+	}
+	if v, _ := ec.Get(ctx, "other").Int(); v != 100 {
+		t.Fatalf("plain key = %d, want every one of 100 increments", v)
+	}
+	if got := commandCalls(t, ec, "incr"); got != 1+admitted+100 {
+		t.Fatalf("Redis saw %d INCRs, want %d: a shed command must not reach it", got, 1+admitted+100)
+	}
+	// Refused writes are demand too: the node agent sees every attempt.
+	rec.mu.Lock()
+	writes := rec.m["ns/p|counter"][1]
+	rec.mu.Unlock()
+	if writes != 100 {
+		t.Fatalf("observer saw %d writes of the shed key, want all 100 attempts", writes)
+	}
+
+	t.Run("reads of a cached key are never shed", func(t *testing.T) {
+		for i := range 200 {
+			if err := c.Get(ctx, "cached").Err(); err != nil && err != redis.Nil {
+				t.Fatalf("GET cached #%d: %v", i, err)
+			}
+		}
+	})
+	t.Run("a transaction is not shed", func(t *testing.T) {
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for range 20 {
+				p.Incr(ctx, "counter")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("MULTI of 20 INCRs: %v", err)
+		}
+	})
+}
