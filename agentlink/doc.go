@@ -10,7 +10,8 @@
 //
 //   - each node agent POSTs a Summary to the elected manager every tick
 //     (PathSummary): for each policy, the keys at or above the floor the
-//     manager set, with rates, plus a bound on every key it did not list;
+//     manager set, with rates, plus a bound on every key it did not list,
+//     and its largest keys by value size (BigKeys), whatever their rates;
 //   - each node agent holds a GET stream (PathWatch) on which the manager
 //     pushes Events: the detection parameters of the policies that have pods
 //     on its node (with the floor and the keys to count exactly, "pins"),

@@ -37,6 +37,17 @@ type PolicySummary struct {
 	// Keys are the keys at or above the floor, and every pinned key this node
 	// saw, with their rates.
 	Keys []KeyRates
+	// BigKeys are the node's largest keys by value size, largest first,
+	// whatever their rates (a huge key read once an hour is listed): at
+	// most MaxBigKeysPerPolicy.
+	BigKeys []KeySize
+}
+
+// KeySize is the largest value of one key that one access on a node read or
+// wrote recently (a read's reply bytes, a write's request bytes).
+type KeySize struct {
+	Key   string
+	Bytes uint64
 }
 
 // Rates are per-second rates.
@@ -66,13 +77,17 @@ type KeyRates struct {
 
 // Limits of a Summary, enforced by both sides.
 const (
-	MaxNodeLen        = 253
-	MaxPolicyLen      = 317 // "<namespace>/<name>"
-	MaxKeyLen         = 512
-	MaxPolicies       = 1024
-	MaxKeysPerPolicy  = 8192
-	MaxSummaryBytes   = 32 << 20
-	summaryVersion    = 1
+	MaxNodeLen       = 253
+	MaxPolicyLen     = 317 // "<namespace>/<name>"
+	MaxKeyLen        = 512
+	MaxPolicies      = 1024
+	MaxKeysPerPolicy = 8192
+	// MaxBigKeysPerPolicy bounds a policy's BigKeys.
+	MaxBigKeysPerPolicy = 64
+	MaxSummaryBytes     = 32 << 20
+	// summaryVersion is the version MarshalSummary writes; version 1 (no
+	// big keys) is still read, from agents not yet upgraded.
+	summaryVersion    = 2
 	summaryHeaderSize = 4
 	// rateScale: rates travel as unsigned integers in thousandths per second.
 	rateScale = 1000
@@ -92,6 +107,8 @@ var ErrMalformed = errors.New("malformed summary")
 //	            total reads, writes   key count
 //	            per key: len, bytes   reads   writes   recent reads   recent writes
 //	                     bytes/s   flags (bit 0: pinned)
+//	            big key count (version 2)
+//	            per big key: len, bytes   size in bytes
 //
 // Binary because at 1,000 nodes the manager decodes hundreds of thousands
 // of key rates per second; JSON would cost it a core.
@@ -127,6 +144,11 @@ func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
 			}
 			buf = append(buf, flags)
 		}
+		buf = binary.AppendUvarint(buf, uint64(len(p.BigKeys)))
+		for j := range p.BigKeys {
+			buf = appendString(buf, p.BigKeys[j].Key)
+			buf = binary.AppendUvarint(buf, p.BigKeys[j].Bytes)
+		}
 	}
 	return buf, nil
 }
@@ -149,6 +171,14 @@ func (s *Summary) validate() error {
 		for j := range p.Keys {
 			if l := len(p.Keys[j].Key); l == 0 || l > MaxKeyLen {
 				return fmt.Errorf("%w: key of %d bytes", ErrMalformed, l)
+			}
+		}
+		if len(p.BigKeys) > MaxBigKeysPerPolicy {
+			return fmt.Errorf("%w: %d big keys for %s", ErrMalformed, len(p.BigKeys), p.Policy)
+		}
+		for j := range p.BigKeys {
+			if l := len(p.BigKeys[j].Key); l == 0 || l > MaxKeyLen {
+				return fmt.Errorf("%w: big key of %d bytes", ErrMalformed, l)
 			}
 		}
 	}
@@ -179,7 +209,8 @@ func UnmarshalSummary(buf []byte) (*Summary, error) {
 	if len(buf) < summaryHeaderSize || buf[0] != summaryMagic[0] || buf[1] != summaryMagic[1] {
 		return nil, fmt.Errorf("%w: bad header", ErrMalformed)
 	}
-	if buf[2] != summaryVersion || buf[3] != 0 {
+	version := buf[2]
+	if (version != summaryVersion && version != 1) || buf[3] != 0 {
 		return nil, fmt.Errorf("%w: version %d flags %#x", ErrMalformed, buf[2], buf[3])
 	}
 	d := decoder{p: buf[summaryHeaderSize:]}
@@ -216,6 +247,17 @@ func UnmarshalSummary(buf []byte) (*Summary, error) {
 			}
 			p.Keys = append(p.Keys, k)
 		}
+		if version >= 2 {
+			nb := d.count(MaxBigKeysPerPolicy, 3, "big key count")
+			if d.err == nil && nb > 0 {
+				p.BigKeys = make([]KeySize, 0, nb)
+			}
+			for j := 0; j < nb && d.err == nil; j++ {
+				k := KeySize{Key: d.str(MaxKeyLen, "big key")}
+				k.Bytes = d.uv(math.MaxUint64, "big key size")
+				p.BigKeys = append(p.BigKeys, k)
+			}
+		}
 		s.Policies = append(s.Policies, p)
 	}
 	if d.err == nil && len(d.p) != 0 {
@@ -236,6 +278,11 @@ func hasEmpty(s *Summary) bool {
 			return true
 		}
 		for _, k := range p.Keys {
+			if k.Key == "" {
+				return true
+			}
+		}
+		for _, k := range p.BigKeys {
 			if k.Key == "" {
 				return true
 			}

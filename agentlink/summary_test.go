@@ -10,7 +10,8 @@ import (
 func sample() *Summary {
 	return &Summary{Node: "node-a", Session: 42, Seq: 7, Policies: []PolicySummary{
 		{Policy: "shop/checkout", Directive: 3, Unseen: Rates{Reads: 1.5, Writes: 0.25}, Total: Rates{Reads: 9000, Writes: 120},
-			Keys: []KeyRates{{Key: "product:1", Reads: 812.125, RecentReads: 900.5, Bytes: 4096}, {Key: "likes:9", Writes: 40, RecentWrites: 38, Pinned: true}}},
+			Keys:    []KeyRates{{Key: "product:1", Reads: 812.125, RecentReads: 900.5, Bytes: 4096}, {Key: "likes:9", Writes: 40, RecentWrites: 38, Pinned: true}},
+			BigKeys: []KeySize{{Key: "blob:20mb", Bytes: 20 << 20}, {Key: "product:1", Bytes: 4096}}},
 		{Policy: "shop/empty"},
 	}}
 }
@@ -29,6 +30,20 @@ func TestSummaryRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSummaryReadsVersion1: a summary of an agent not yet upgraded (no big
+// keys) still decodes.
+func TestSummaryReadsVersion1(t *testing.T) {
+	v1 := []byte{'H', 'F', 1, 0, 1, 'n', 7, 1, 1, 1, 'p', 0, 0, 0, 0, 0, 1, 1, 'k', 0xe8, 0x07, 0, 0, 0, 0, 0}
+	got, err := UnmarshalSummary(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Reads: 1}}}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
 func TestSummaryRefusesBadInput(t *testing.T) {
 	good, _ := MarshalSummary(nil, sample())
 	for name, buf := range map[string][]byte{
@@ -38,6 +53,8 @@ func TestSummaryRefusesBadInput(t *testing.T) {
 		"truncated":     good[:len(good)-3],
 		"trailing byte": append(append([]byte{}, good...), 0),
 		"huge count":    {'H', 'F', 1, 0, 1, 'n', 0, 0, 0xff, 0xff, 0x03},
+		"v1 with sizes": append([]byte{'H', 'F', 1, 0}, good[4:]...),
+		"too many big":  {'H', 'F', 2, 0, 1, 'n', 0, 0, 1, 1, 'p', 0, 0, 0, 0, 0, 0, 65},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := UnmarshalSummary(buf); !errors.Is(err, ErrMalformed) {
@@ -48,6 +65,8 @@ func TestSummaryRefusesBadInput(t *testing.T) {
 	for name, s := range map[string]*Summary{
 		"no node":   {},
 		"empty key": {Node: "n", Policies: []PolicySummary{{Policy: "a/b", Keys: []KeyRates{{}}}}},
+		"empty big": {Node: "n", Policies: []PolicySummary{{Policy: "a/b", BigKeys: []KeySize{{Bytes: 1}}}}},
+		"many big":  {Node: "n", Policies: []PolicySummary{{Policy: "a/b", BigKeys: make([]KeySize, MaxBigKeysPerPolicy+1)}}},
 	} {
 		t.Run("marshal "+name, func(t *testing.T) {
 			if _, err := MarshalSummary(nil, s); !errors.Is(err, ErrMalformed) {
@@ -63,6 +82,7 @@ func FuzzUnmarshalSummary(f *testing.F) {
 	good, _ := MarshalSummary(nil, sample())
 	f.Add(good)
 	f.Add([]byte{'H', 'F', 1, 0})
+	f.Add([]byte{'H', 'F', 1, 0, 1, 'n', 0, 0, 1, 1, 'p', 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s, err := UnmarshalSummary(in)
 		if err != nil {

@@ -37,6 +37,9 @@ type policyMemory struct {
 	redis *redisClient
 	// capacity is the learned capacity of the policy's Redis nodes.
 	capacity policyCapacity
+	// bigOver are the keys at or over thresholds.valueBytes at the last
+	// pass (see noteBigKeys).
+	bigOver map[string]bool
 }
 
 // memory holds the policyMemory of every policy. One mutex guards it all:

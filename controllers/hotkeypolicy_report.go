@@ -30,6 +30,7 @@ type reportState struct {
 	at    time.Time
 	nodes int32
 	cands []v1alpha1.Candidate
+	big   []v1alpha1.BigKey
 }
 
 // reportCandidates picks the keys a report shows: those at or above half
@@ -144,9 +145,13 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 	th := hub.ParamsFromSpec(p.spec).Thresholds
 	cands := reportCandidates(p.hubSnap, th, int(p.spec.Detection.TopK))
 	nodes := int32(p.hubSnap.FreshNodes)
+	big := reportBigKeys(p.hubSnap.BigKeys, p.spec.Thresholds.ValueBytes)
+	r.noteBigKeys(p, big)
 	var last reportState
 	r.mem.with(p.key, func(m *policyMemory) { last = m.report })
-	if !reportDue(p.now, last, nodes, cands, th, cmp.Or(r.ReportInterval, DefaultReportInterval)) {
+	interval := cmp.Or(r.ReportInterval, DefaultReportInterval)
+	if !reportDue(p.now, last, nodes, cands, th, interval) &&
+		!(p.now.Sub(last.at) >= interval && bigKeysChanged(last.big, big)) {
 		return
 	}
 	rep := &v1alpha1.HotKeyReport{
@@ -155,14 +160,14 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 		Spec: v1alpha1.HotKeyReportSpec{
 			PolicyName: p.policy.Name, Window: p.spec.Detection.Window, GeneratedAt: metav1.NewTime(p.now),
 			Nodes: nodes, UnseenReadsPerSecond: round(p.hubSnap.Unseen.Reads), UnseenWritesPerSecond: round(p.hubSnap.Unseen.Writes),
-			Candidates: cands,
+			Candidates: cands, BigKeys: big,
 		},
 	}
 	if err := r.upsertReport(ctx, p.policy, rep); err != nil {
 		log.FromContext(ctx).Error(err, "writing the aggregated report")
 		return
 	}
-	r.mem.with(p.key, func(m *policyMemory) { m.report = reportState{at: p.now, nodes: nodes, cands: cands} })
+	r.mem.with(p.key, func(m *policyMemory) { m.report = reportState{at: p.now, nodes: nodes, cands: cands, big: big} })
 }
 
 // upsertReport creates the report, owned by the policy (so it goes with
@@ -172,6 +177,9 @@ func (r *HotKeyPolicyReconciler) upsertReport(ctx context.Context, policy *v1alp
 	spec := rep.Spec
 	if spec.Candidates == nil {
 		spec.Candidates = []v1alpha1.Candidate{} // "[]": the patch must clear the list
+	}
+	if spec.BigKeys == nil {
+		spec.BigKeys = []v1alpha1.BigKey{}
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": rep.Labels}, "spec": spec})
 	if err != nil {

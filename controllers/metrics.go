@@ -34,6 +34,9 @@ type Metrics struct {
 
 	// Per policy and Redis node (address, never a key): learned capacity.
 	shardUtilization, shardCapacity, shardConfidence *prometheus.GaugeVec
+
+	// Per policy: keys at or over thresholds.valueBytes.
+	bigKeys *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics on reg. Registering twice on one registry
@@ -70,6 +73,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Learned capacity of a Redis node for its observed command mix: commands per main-thread CPU-second."}, []string{"namespace", "policy", "address"}),
 		shardConfidence: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_shard_capacity_confidence",
 			Help: "Confidence (0..1) of the learned capacity: counted load CPU-seconds over 30."}, []string{"namespace", "policy", "address"}),
+		bigKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_big_keys",
+			Help: "Keys of the policy whose largest value seen is at or over thresholds.valueBytes (listed in its HotKeyReport)."}, []string{"namespace", "policy"}),
 	}
 	m.mitigated = register(reg, m.mitigated)
 	m.decisions = register(reg, m.decisions)
@@ -86,6 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.shardUtilization = register(reg, m.shardUtilization)
 	m.shardCapacity = register(reg, m.shardCapacity)
 	m.shardConfidence = register(reg, m.shardConfidence)
+	m.bigKeys = register(reg, m.bigKeys)
 	return m
 }
 
@@ -170,7 +176,7 @@ func (m *Metrics) forget(namespace, name string) {
 	}
 	m.epoch.DeleteLabelValues(namespace, name)
 	labels := prometheus.Labels{"namespace": namespace, "policy": name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.shardUtilization, m.shardCapacity, m.shardConfidence} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.shardUtilization, m.shardCapacity, m.shardConfidence, m.bigKeys} {
 		v.DeletePartialMatch(labels)
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/heatsink-dev/heatsink/nodeagent/bigkeys"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -54,6 +55,9 @@ const (
 	DefaultSourceRate = 200_000
 	// DefaultMaxKeysPerSummary bounds one policy's listed keys per summary.
 	DefaultMaxKeysPerSummary = 2048
+	// DefaultBigKeys is how many of its largest keys by value size a policy
+	// lists per summary (package bigkeys).
+	DefaultBigKeys = 32
 )
 
 // Options configure an Agent.
@@ -88,6 +92,12 @@ type Options struct {
 	SourceRate float64
 	// MaxKeysPerSummary bounds one policy's listed keys per summary.
 	MaxKeysPerSummary int
+	// BigKeys bounds the keys a policy lists by size (default
+	// DefaultBigKeys, at most agentlink.MaxBigKeysPerPolicy), and
+	// BigKeyWindow is how long a size counts, one to two windows (default
+	// bigkeys.DefaultWindow).
+	BigKeys      int
+	BigKeyWindow time.Duration
 	// Registerer receives the agent's metrics; default a private registry
 	// (several agents can live in one process). Gatherer serves them on
 	// MetricsAddr; default Registerer if it is one.
@@ -159,6 +169,8 @@ func New(opts Options) (*Agent, error) {
 	opts.MemoryPerPolicy = cmpOr(opts.MemoryPerPolicy, DefaultMemoryPerPolicy)
 	opts.SourceRate = cmpOr(opts.SourceRate, DefaultSourceRate)
 	opts.MaxKeysPerSummary = cmpOr(opts.MaxKeysPerSummary, DefaultMaxKeysPerSummary)
+	opts.BigKeys = cmpOr(opts.BigKeys, DefaultBigKeys)
+	opts.BigKeyWindow = cmpOr(opts.BigKeyWindow, bigkeys.DefaultWindow)
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}

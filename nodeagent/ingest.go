@@ -74,6 +74,7 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 	counted, filtered := 0, 0
 	p.mu.Lock()
 	p.sk.Advance(now)
+	p.sizes.Advance(now)
 	for i := range b.Entries {
 		e := &b.Entries[i]
 		// The key aliases buf only for the calls below; the sketch copies
@@ -84,6 +85,7 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 			continue
 		}
 		p.sk.Update(key, e.Reads, e.Writes, e.Bytes)
+		p.sizes.Observe(key, uint64(e.Size))
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)
 		counted++

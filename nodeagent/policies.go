@@ -11,6 +11,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/internal/keyfilter"
+	"github.com/heatsink-dev/heatsink/nodeagent/bigkeys"
 	"github.com/heatsink-dev/heatsink/nodeagent/sketch"
 	"github.com/heatsink-dev/heatsink/nodeagent/summary"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
@@ -26,6 +27,9 @@ type policyState struct {
 	dir             agentlink.Directive
 	filter          *keyfilter.Filter
 	sk              *sketch.Sketch
+	// sizes are the policy's largest keys by value size, whatever their
+	// rates (see package bigkeys).
+	sizes *bigkeys.Top
 	// lastSent is what the last summary sent listed, for Urgent.
 	lastSent summary.Sent
 	// rescan says a directive changed the alert level or the pins since
@@ -116,6 +120,7 @@ func (d *Agent) applyDirective(dir *agentlink.Directive) error {
 	}
 	if p == nil {
 		p = &policyState{id: dir.Policy, namespace: ns, name: name,
+			sizes:       bigkeys.New(d.opts.BigKeys, d.opts.BigKeyWindow),
 			sketchBytes: d.metrics.sketchBytes.WithLabelValues(ns, name),
 			sketchKeys:  d.metrics.sketchKeys.WithLabelValues(ns, name)}
 		d.policies[dir.Policy] = p

@@ -127,8 +127,10 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		}
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
 		total := p.total.update(now, p.reads, p.writes, window)
+		p.sizes.Advance(now)
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
+			BigKeys: p.sizes.Append(nil),
 		})
 		p.sketchBytes.Set(float64(p.sk.Bytes()))
 		p.sketchKeys.Set(float64(p.sk.Len()))

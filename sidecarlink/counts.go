@@ -1,10 +1,10 @@
 package sidecarlink
 
-// The counts datagram. Version 1 layout (all integers are unsigned LEB128
+// The counts datagram. Version 2 layout (all integers are unsigned LEB128
 // varints, "uv"):
 //
 //	magic    2 bytes  'H' 'S'
-//	version  1 byte   1
+//	version  1 byte   2 (1 is still read: its entries have no size)
 //	flags    1 byte   0 (reserved; a batch with any flag set is rejected)
 //	policy   uv length, then that many bytes: "<namespace>/<name>"
 //	count    uv number of entries, 1..MaxEntries (Encoder always writes it
@@ -15,6 +15,9 @@ package sidecarlink
 //	           reads   uv (≤ 2^32-1)
 //	           writes  uv (≤ 2^32-1)
 //	           bytes   uv (≤ 2^32-1) value bytes read and written
+//	           size    uv (≤ 2^32-1) the largest value bytes of one access
+//	                   in the interval (version 2 only): what the agent
+//	                   ranks big keys by
 //
 // Nothing may follow the last entry. A batch is accepted whole or rejected
 // whole: the agent validates it completely before it counts anything.
@@ -28,9 +31,10 @@ import (
 )
 
 const (
-	// CountsVersion is the only counts datagram version this package
-	// writes and reads.
-	CountsVersion = 1
+	// CountsVersion is the counts datagram version this package writes.
+	// It reads it and version 1 (entries without a size), so agents
+	// accept batches of sidecars not yet upgraded.
+	CountsVersion = 2
 	// FlushInterval is how often a sidecar sends what it aggregated. The
 	// agent relies on it: a key's first batch carries one interval of
 	// traffic, and one interval is the shortest span it measures a rate
@@ -41,7 +45,7 @@ const (
 	MaxDatagram = 65507
 	// MinDatagram is the smallest datagram limit a sender may use: one entry
 	// with the longest key under the longest policy.
-	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 3*binary.MaxVarintLen32
+	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 4*binary.MaxVarintLen32
 	// MaxKeyLen is the longest key a batch may carry. Longer keys are not
 	// counted by the sidecar: reports carry keys of at most 512 bytes.
 	MaxKeyLen = 512
@@ -83,6 +87,10 @@ type Entry struct {
 	Reads  uint32
 	Writes uint32
 	Bytes  uint32
+	// Size is the largest value, in bytes, one access of the key read or
+	// wrote in the interval (a read's reply, a write's request); 0 in a
+	// version 1 batch.
+	Size uint32
 }
 
 // Batch is a decoded batch. Its slices alias the datagram and are reused by
@@ -109,7 +117,8 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 	if buf[0] != magic[0] || buf[1] != magic[1] {
 		return nil, ErrMagic
 	}
-	if buf[2] != CountsVersion {
+	version := buf[2]
+	if version != CountsVersion && version != 1 {
 		return nil, fmt.Errorf("%w: %d", ErrVersion, buf[2])
 	}
 	if buf[3] != 0 {
@@ -152,6 +161,12 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 			return nil, err
 		}
 		e.Bytes = uint32(v)
+		if version >= 2 {
+			if v, p, err = uvarint(p, math.MaxUint32, "size"); err != nil {
+				return nil, err
+			}
+			e.Size = uint32(v)
+		}
 		es = append(es, e)
 	}
 	d.b.Entries = es
@@ -204,7 +219,7 @@ type Encoder struct {
 }
 
 // EntrySize is an upper bound of the bytes key takes in a batch.
-func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 3*binary.MaxVarintLen32 }
+func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 4*binary.MaxVarintLen32 }
 
 // Reset starts a batch for policy in buf (reusing its storage), with datagrams
 // limited to limit bytes.
@@ -235,12 +250,13 @@ func (e *Encoder) Fits(key string) bool {
 func (e *Encoder) Len() int { return e.count }
 
 // Add appends an entry. The caller checks Fits first.
-func (e *Encoder) Add(key string, reads, writes, bytes uint32) {
+func (e *Encoder) Add(key string, reads, writes, bytes, size uint32) {
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(key)))
 	e.buf = append(e.buf, key...)
 	e.buf = binary.AppendUvarint(e.buf, uint64(reads))
 	e.buf = binary.AppendUvarint(e.buf, uint64(writes))
 	e.buf = binary.AppendUvarint(e.buf, uint64(bytes))
+	e.buf = binary.AppendUvarint(e.buf, uint64(size))
 	e.count++
 }
 
@@ -258,7 +274,7 @@ func AppendBatch(buf []byte, policy string, entries []Entry) []byte {
 	var e Encoder
 	e.Reset(buf, policy, math.MaxInt)
 	for _, en := range entries {
-		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes)
+		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes, en.Size)
 	}
 	return e.Bytes()
 }

@@ -13,7 +13,7 @@ import (
 func entries(kv ...string) []Entry {
 	var out []Entry
 	for i, k := range kv {
-		out = append(out, Entry{Key: []byte(k), Reads: uint32(i + 1), Writes: uint32(2 * i), Bytes: uint32(100 * i)})
+		out = append(out, Entry{Key: []byte(k), Reads: uint32(i + 1), Writes: uint32(2 * i), Bytes: uint32(100 * i), Size: uint32(60 * i)})
 	}
 	return out
 }
@@ -34,6 +34,21 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeVersion1 reads a batch of a sidecar not yet upgraded: its
+// entries carry no size.
+func TestDecodeVersion1(t *testing.T) {
+	v1 := []byte{'H', 'S', 1, 0, 4, 'n', 's', '/', 'p', 0x81, 0x00, 1, 'k', 5, 0, 200, 1}
+	var d Decoder
+	b, err := d.Decode(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{{Key: []byte("k"), Reads: 5, Bytes: 200}}
+	if diff := cmp.Diff(want, b.Entries); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+}
+
 func TestEncoderSplitsAtLimit(t *testing.T) {
 	var e Encoder
 	e.Reset(nil, "ns/p", 200)
@@ -48,7 +63,7 @@ func TestEncoderSplitsAtLimit(t *testing.T) {
 			got = append(got, e.Len())
 			e.Reset(nil, "ns/p", 200)
 		}
-		e.Add(k, 1, 0, 0)
+		e.Add(k, 1, 0, 0, 0)
 	}
 	if len(got) == 0 {
 		t.Fatal("encoder never filled up")
@@ -65,8 +80,9 @@ func TestDecodeRejects(t *testing.T) {
 		"empty":            {nil, ErrTruncated},
 		"short header":     {[]byte{'H', 'S', 1}, ErrTruncated},
 		"bad magic":        {append([]byte{'X'}, good[1:]...), ErrMagic},
-		"version 2":        {append([]byte{'H', 'S', 2}, good[3:]...), ErrVersion},
-		"flags":            {append([]byte{'H', 'S', 1, 1}, good[4:]...), ErrFlags},
+		"version 3":        {append([]byte{'H', 'S', 3}, good[3:]...), ErrVersion},
+		"v1 with sizes":    {append([]byte{'H', 'S', 1}, good[3:]...), ErrMalformed},
+		"flags":            {append([]byte{'H', 'S', 2, 1}, good[4:]...), ErrFlags},
 		"truncated":        {good[:len(good)-1], ErrTruncated},
 		"trailing":         {append(bytes.Clone(good), 0), ErrMalformed},
 		"oversized":        {make([]byte, MaxDatagram+1), ErrOversized},
@@ -108,6 +124,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(AppendBatch(nil, "ns/p", entries("a", "b")))
 	f.Add(AppendBatch(nil, "shop/checkout", entries("product:iphone_17")))
 	f.Add([]byte{'H', 'S', 1, 0})
+	f.Add([]byte{'H', 'S', 1, 0, 4, 'n', 's', '/', 'p', 1, 1, 'k', 5, 0, 200, 1})
 	f.Add([]byte{'H', 'S', 1, 0, 4, 'n', 's', '/', 'p', 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var d Decoder

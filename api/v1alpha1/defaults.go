@@ -40,6 +40,7 @@ const (
 	DefaultLagCheckInterval  = time.Second
 	DefaultShedBudgetPercent = 80
 	DefaultShedMinPerSecond  = 10
+	DefaultValueBytes        = 1 << 20
 )
 
 // SetDefaults fills every unset field of spec with its default, as the schema
@@ -60,6 +61,7 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	i64(&th.WritesPerSecond, DefaultWritesPerSecond)
 	dur(&th.SustainFor, DefaultSustainFor)
 	dur(&th.Cooldown, DefaultCooldown)
+	i64(&th.ValueBytes, DefaultValueBytes)
 	// hysteresisPercent 0 is a legal explicit value; the schema defaults it.
 	c := &spec.Capacity
 	i64(&c.PerShardWritesPerSecond, DefaultPerShardWrites)

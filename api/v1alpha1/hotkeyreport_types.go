@@ -47,6 +47,28 @@ type HotKeyReportSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=2000
 	Candidates []Candidate `json:"candidates,omitempty"`
+
+	// bigKeys are the largest keys by value size, largest first, whether or
+	// not they are hot: the largest value one access read or wrote, the
+	// largest any node saw recently (docs/node-agent.md, "Big keys").
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	BigKeys []BigKey `json:"bigKeys,omitempty"`
+}
+
+// BigKey is one key's value size.
+type BigKey struct {
+	// key is the logical key.
+	// +kubebuilder:validation:MaxLength=512
+	Key string `json:"key"`
+	// valueBytes is the largest value, in bytes, one access of the key read
+	// or wrote.
+	ValueBytes int64 `json:"valueBytes"`
+	// big is true when valueBytes is at or over the policy's
+	// thresholds.valueBytes.
+	// +optional
+	Big bool `json:"big,omitempty"`
 }
 
 // Candidate is one key's estimated cluster-wide rates.

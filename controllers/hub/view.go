@@ -63,6 +63,7 @@ type nodeState struct {
 	unseen       agentlink.Rates
 	total        agentlink.Rates
 	keys         []agentlink.KeyRates
+	bigKeys      []agentlink.KeySize
 }
 
 type keySum struct {
@@ -94,7 +95,7 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentl
 	if old != nil && old.session == session && seq <= old.seq {
 		return
 	}
-	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys}
+	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys, bigKeys: ps.BigKeys}
 	v.nodes[node] = n
 	if old == nil || old.directive != n.directive {
 		v.minDirOK = false
@@ -345,6 +346,9 @@ type Snapshot struct {
 	Total agentlink.Rates
 	// Pinned counts pinned keys, Exact those whose pin every node applied.
 	Pinned, Exact int
+	// BigKeys are the largest keys by value size over the fresh nodes,
+	// largest first (see bigKeys).
+	BigKeys []agentlink.KeySize
 }
 
 // Estimate is one key's bounds.
@@ -385,6 +389,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 		}
 		_ = node
 	}
+	snap.BigKeys = v.bigKeys(now, maxAge)
 	for node, since := range v.expected {
 		if n := v.nodes[node]; n != nil && now.Sub(n.lastSeen) <= maxAge {
 			continue

@@ -87,6 +87,9 @@ type pk struct{ policy, key string }
 type entry struct {
 	policy, key           string
 	reads, writes, nbytes uint32
+	// size is the largest value of one access in the interval (see
+	// accessSize), what the node agent ranks big keys by.
+	size uint32
 }
 
 type shard struct {
@@ -146,7 +149,9 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 }
 
 // Observe counts reads, writes and value bytes of key under policy
-// ("<namespace>/<name>"). It never blocks on the network. It does not retain
+// ("<namespace>/<name>"), and keeps the largest value size of one access
+// in the interval (bytes ÷ (reads + writes): a call may count several
+// accesses of one size). It never blocks on the network. It does not retain
 // key (it copies it the first time it sees it in an interval), so key may
 // alias a reused buffer; policy is retained.
 func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
@@ -161,6 +166,7 @@ func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
 		e.reads = satAdd(e.reads, reads)
 		e.writes = satAdd(e.writes, writes)
 		e.nbytes = satAdd(e.nbytes, bytes)
+		e.size = max(e.size, accessSize(reads, writes, bytes))
 		s.mu.Unlock()
 		c.observed.Add(1)
 		return
@@ -175,9 +181,18 @@ func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
 	// the sidecar's configuration, not request data.
 	key = strings.Clone(key)
 	s.idx[pk{policy, key}] = int32(len(s.ents))
-	s.ents = append(s.ents, entry{policy: policy, key: key, reads: reads, writes: writes, nbytes: bytes})
+	s.ents = append(s.ents, entry{policy: policy, key: key, reads: reads, writes: writes, nbytes: bytes, size: accessSize(reads, writes, bytes)})
 	s.mu.Unlock()
 	c.observed.Add(1)
+}
+
+// accessSize is the value size of one access of a call counting reads +
+// writes accesses of bytes in all.
+func accessSize(reads, writes, bytes uint32) uint32 {
+	if n := uint64(reads) + uint64(writes); n > 1 {
+		return uint32(uint64(bytes) / n)
+	}
+	return bytes
 }
 
 func satAdd(a, b uint32) uint32 {
@@ -249,7 +264,7 @@ func (c *Client) encode(ents []entry) {
 		if !enc.Fits(e.key) {
 			c.send(enc)
 		}
-		enc.Add(e.key, e.reads, e.writes, e.nbytes)
+		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size)
 	}
 }
 

@@ -203,3 +203,41 @@ func TestClientCopiesKeys(t *testing.T) {
 		t.Errorf("received %v: the client kept the caller's buffer", got)
 	}
 }
+
+// TestClientKeepsLargestAccessSize: an entry carries the largest value of one
+// access in the interval, not the sum (that is Bytes), and a call counting
+// several accesses counts each at bytes ÷ accesses.
+func TestClientKeepsLargestAccessSize(t *testing.T) {
+	pc := listen(t)
+	c, err := NewClient(pc.LocalAddr().String(), ClientOptions{FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Observe("ns/p", "big", 1, 0, 100)
+	c.Observe("ns/p", "big", 1, 0, 20<<20)
+	c.Observe("ns/p", "big", 0, 1, 300)
+	c.Observe("ns/p", "many", 10, 0, 5000) // ten reads of 500 bytes
+	c.Flush()
+	buf := make([]byte, sidecarlink.MaxDatagram+1)
+	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	l, _, err := pc.ReadFrom(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d sidecarlink.Decoder
+	b, err := d.Decode(buf[:l])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]uint32{}
+	for _, e := range b.Entries {
+		got[string(e.Key)] = [2]uint32{e.Bytes, e.Size}
+	}
+	want := map[string][2]uint32{"big": {100 + 20<<20 + 300, 20 << 20}, "many": {5000, 500}}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: bytes, size = %v, want %v", k, got[k], v)
+		}
+	}
+}

@@ -62,6 +62,9 @@ type session struct {
 	cw   *resp.Writer
 	cmd  resp.Command
 	rep  resp.Reply
+	// streamed counts the bytes of s.rep readReply already passed on, so
+	// the Observer is told the whole reply's size.
+	streamed int
 
 	ups     []*upstream // by node index
 	pend    []pend
@@ -633,7 +636,7 @@ func (s *session) drain() {
 			continue
 		}
 		if pd.key != "" {
-			s.p.observe(pd.key, 1, 0, len(s.rep.Raw))
+			s.p.observe(pd.key, 1, 0, len(s.rep.Raw)+s.streamed)
 		}
 		s.cw.Write(s.rep.Raw)
 		if len(s.cw.Buf) > flushAbove && !s.holding {
@@ -711,6 +714,7 @@ func (s *session) watchClient() (stop func()) {
 // streamAbove of it whatever its size.
 func (s *session) readReply(u *upstream, stream bool) error {
 	stream = stream && !s.holding && s.conn != nil
+	s.streamed = 0
 	for {
 		ok, err := u.r.TryReply(&s.rep)
 		switch {
@@ -723,7 +727,9 @@ func (s *session) readReply(u *upstream, stream bool) error {
 			return nil
 		}
 		if stream && u.r.Pending() >= streamAbove {
-			s.cw.Write(u.r.TakePartial())
+			part := u.r.TakePartial()
+			s.streamed += len(part)
+			s.cw.Write(part)
 			s.cw.Flush()
 		}
 		if err := u.r.Fill(); err != nil {

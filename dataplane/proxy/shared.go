@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -199,6 +200,9 @@ func (c *shared) readLoop() {
 		}
 		c.mu.Unlock()
 	}
+	// streamed counts the bytes of the reply being read that were passed
+	// on already, so the Observer is told the whole reply's size.
+	streamed := 0
 	for {
 		if li == len(local) {
 			take()
@@ -211,7 +215,9 @@ func (c *shared) readLoop() {
 				take()
 			}
 			if li < len(local) && local[li].stream {
-				local[li].s.partial <- c.u.r.TakePartial()
+				part := c.u.r.TakePartial()
+				streamed += len(part)
+				local[li].s.partial <- part
 				<-local[li].s.partialDone
 			}
 		})
@@ -227,6 +233,7 @@ func (c *shared) readLoop() {
 			break
 		}
 		if rep.IsPush() {
+			streamed = 0
 			continue
 		}
 		if li == len(local) {
@@ -240,7 +247,8 @@ func (c *shared) readLoop() {
 		}
 		w := &local[li]
 		w.s.cw.Buf = append(w.s.cw.Buf, rep.Raw...)
-		w.s.rlens = append(w.s.rlens, int32(len(rep.Raw)))
+		w.s.rlens = append(w.s.rlens, int32(min(len(rep.Raw)+streamed, math.MaxInt32)))
+		streamed = 0
 		w.n--
 		if w.n == 0 {
 			w.s.wake <- struct{}{}

@@ -97,3 +97,39 @@ func TestLargeReplyIsStreamed(t *testing.T) {
 	}
 	_ = io.EOF
 }
+
+// TestObserverSeesStreamedReplySize: a reply large enough to be streamed
+// is reported to the Observer with its whole size (the big keys of the
+// report rank by it), from the event loop, a shared session and a
+// dedicated one (CLIENT SETNAME makes a connection's session its own).
+func TestObserverSeesStreamedReplySize(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	const size = 20 << 20
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	if err := direct.Set(context.Background(), "big", strings.Repeat("v", size), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		noLoop bool
+		client string
+	}{{"event loop", false, ""}, {"shared session", true, ""}, {"dedicated session", true, "app"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{m: map[string][3]uint32{}}
+			addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, NoEventLoop: tc.noLoop, Observer: rec, Policy: "ns/p"})
+			c := redis.NewClient(&redis.Options{Addr: addr, ClientName: tc.client, ReadTimeout: time.Minute})
+			defer c.Close()
+			if v, err := c.Get(context.Background(), "big").Result(); err != nil || len(v) != size {
+				t.Fatalf("GET big: %d bytes, %v", len(v), err)
+			}
+			rec.mu.Lock()
+			got := rec.m["ns/p|big"]
+			rec.mu.Unlock()
+			if want := uint32(size + len("$20971520\r\n\r\n")); got[0] != 1 || got[2] != want {
+				t.Fatalf("observed reads, bytes = %d, %d; want 1 read of the whole reply, %d bytes", got[0], got[2], want)
+			}
+		})
+	}
+}

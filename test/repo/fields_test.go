@@ -47,6 +47,7 @@ var fieldTests = map[string]string{
 	"thresholds.sustainFor":        "controllers/decide TestEachSpecFieldChangesTheDecision/thresholds.sustainFor",
 	"thresholds.cooldown":          "controllers/decide TestEachSpecFieldChangesTheDecision/thresholds.cooldown",
 	"thresholds.hysteresisPercent": "controllers/decide TestEachSpecFieldChangesTheDecision/thresholds.hysteresisPercent",
+	"thresholds.valueBytes":        "test/clients TestBigKeysListedFirstBySize",
 
 	"capacity.perShardWritesPerSecond": "controllers/decide TestEachSpecFieldChangesTheDecision/capacity.perShardWritesPerSecond",
 	"capacity.perShardReadsPerSecond":  "controllers/decide TestEachSpecFieldChangesTheDecision/capacity.perShardReadsPerSecond",

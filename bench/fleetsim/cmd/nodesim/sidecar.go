@@ -118,7 +118,7 @@ func (c *counter) flush(buf []byte, send func(src netip.Addr, batch []byte)) (ba
 				batches++
 				enc.Reset(buf, policy, maxDatagram)
 			}
-			enc.Add(e.key, e.reads, e.writes, e.nbytes)
+			enc.Add(e.key, e.reads, e.writes, e.nbytes, 0)
 			entries++
 		}
 		if enc.Len() > 0 {
