@@ -5,6 +5,7 @@ package proxy
 import (
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,13 @@ type arrivals struct {
 	// read, if a session waits for that (waiters > 0).
 	changed chan struct{}
 	waiters int
+	// size counts the sessions in the set (the event loop's cheap test).
+	size atomic.Int32
+	// loopWake, if set, is called (under mu) when a session has handled
+	// what it read and the event loop holds its writes for it
+	// (loopWaits; loop_arrivals_linux.go).
+	loopWake  func()
+	loopWaits bool
 }
 
 // arrivalState is a session's part of arrivals (under arrivals.mu).
@@ -114,6 +122,7 @@ func (a *arrivals) add(s *session) bool {
 	}
 	s.arr = arrivalState{on: true, fd: fd, reading: true, rc: rc, boundary: true}
 	a.byFD[fd] = s
+	a.size.Add(1)
 	return true
 }
 
@@ -125,6 +134,7 @@ func (a *arrivals) remove(s *session) {
 		return
 	}
 	s.arr.on = false
+	a.size.Add(-1)
 	if a.byFD[s.arr.fd] == s {
 		delete(a.byFD, s.arr.fd)
 		unix.EpollCtl(a.ep, unix.EPOLL_CTL_DEL, int(s.arr.fd), nil)
@@ -166,12 +176,36 @@ func (a *arrivals) setTicket(s *session, t uint64) {
 	}
 }
 
-// notify wakes the sessions waiting in wait.
+// notify wakes the sessions waiting in wait, and the event loop if it
+// holds its writes for a session (ahead).
 func (a *arrivals) notify() {
 	if a.waiters > 0 {
 		close(a.changed)
 		a.changed = make(chan struct{})
 	}
+	if a.loopWaits {
+		a.loopWaits = false
+		a.loopWake()
+	}
+}
+
+// ahead runs on the event loop before it writes commands it has read:
+// it reports whether a session whose bytes came before that moment (any
+// with a ticket above after, numbered now) and that is reading has not
+// handled a first command that may take another connection than the
+// shared one, as wait does for a session; then the loop is woken
+// (loopWake) at the next change, and upTo numbers the arrivals so far.
+func (a *arrivals) ahead(after uint64) (found bool, upTo uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.harvest()
+	for x := range a.pending {
+		if x.arr.reading && x.arr.ticket > after && a.mayHandOff(x) {
+			a.loopWaits = true
+			return true, a.next
+		}
+	}
+	return false, a.next
 }
 
 // wait runs when s has read a batch of commands, before it handles them:

@@ -23,18 +23,23 @@ import (
 // through sessions: the client side below allocates nothing per op, so
 // allocs/op is the proxy's. Throughput
 // comparisons with direct Redis and twemproxy live in hack/bench.d.
+// loop/beside-a-session has another client, idle, handed to a session
+// (CLIENT SETNAME): the loop then takes the order of arrivals before it
+// writes (loop_arrivals_linux.go).
 func BenchmarkForward(b *testing.B) {
 	for _, tc := range []struct {
-		name   string
-		shared int
-		noLoop bool
-		table  int // -1: no engine; n: an engine with n entries, none of them the keys sent
+		name    string
+		shared  int
+		noLoop  bool
+		table   int // -1: no engine; n: an engine with n entries, none of them the keys sent
+		session bool
 	}{
-		{"loop", 0, false, -1},
-		{"sessions-shared", 0, true, -1},
-		{"sessions-dedicated", -1, true, -1},
-		{"loop/engine-empty-table", 0, false, 0},
-		{"loop/engine-1000-entries", 0, false, 1000},
+		{"loop", 0, false, -1, false},
+		{"loop/beside-a-session", 0, false, -1, true},
+		{"sessions-shared", 0, true, -1, false},
+		{"sessions-dedicated", -1, true, -1, false},
+		{"loop/engine-empty-table", 0, false, 0, false},
+		{"loop/engine-1000-entries", 0, false, 1000, false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Standalone(b)
@@ -69,6 +74,18 @@ func BenchmarkForward(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
+			if tc.session {
+				sc, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer sc.Close()
+				sc.Write([]byte("*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$1\r\ns\r\n"))
+				var rep resp.Reply
+				if err := resp.NewReader(sc, 4096, resp.DefaultLimits()).ReadReply(&rep); err != nil || string(rep.Raw) != "+OK\r\n" {
+					b.Fatalf("CLIENT SETNAME answered %q, %v", rep.Raw, err)
+				}
+			}
 			// GETs and multi-key MGETs: with an engine, MGET looks up each
 			// key only when the table is not empty.
 			req := []byte(strings.Repeat("*2\r\n$3\r\nGET\r\n$8\r\nkey:0001\r\n", 12) +

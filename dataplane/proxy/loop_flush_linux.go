@@ -176,7 +176,7 @@ func (l *loop) flushClient(c *lclient) bool {
 }
 
 func (l *loop) flushUp(u *lupstream) {
-	if l.p.fences.held() {
+	if l.held() {
 		return // written once the fence is down (fenceDown)
 	}
 	if u.tio != nil {

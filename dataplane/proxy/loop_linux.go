@@ -107,6 +107,8 @@ type loop struct {
 	fenceWait  []*lclient
 	// pipeWait are piped clients not read while a fence is up.
 	pipeWait []*lpipe
+	// arr holds the loop's writes for sessions (loop_arrivals_linux.go).
+	arr loopArrivals
 
 	cmd resp.Command
 	rep resp.Reply

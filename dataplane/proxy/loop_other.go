@@ -22,8 +22,9 @@ func (l *loop) start()                         {}
 func (l *loop) adopt(net.Conn) bool            { return false }
 func (l *loop) shutdown(<-chan time.Time) bool { return true }
 
-func (l *loop) post(func()) bool { return false }
-func (l *loop) fenceDown()       {}
+func (l *loop) post(func()) bool        { return false }
+func (l *loop) fenceDown()              {}
+func (l *loop) orderSessions(*arrivals) {}
 
 func (l *loop) pipeInput(net.Conn) *pipeIn { return nil }
 

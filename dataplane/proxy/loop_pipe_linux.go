@@ -78,7 +78,7 @@ func (l *loop) pipeEvent(pi *lpipe) {
 	if pi.off || pi.busy || pi.fd < 0 {
 		return
 	}
-	if l.p.fences.held() {
+	if l.held() {
 		// The commands read before these are held (flushUp): these wait
 		// for the fence too, out of the epoll set until it is down
 		// (fenceDown), rather than go ahead of them.

@@ -91,7 +91,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	if pg != nil {
 		others--
 	}
-	if pg != nil && pg.c != c || others > 0 {
+	if pg != nil && pg.c != c || others > 0 || pg == nil && l.sessionsAhead() {
 		c.r.Rewind(off)
 		c.state = cWaitFence
 		l.fenceWait = append(l.fenceWait, c)
@@ -235,7 +235,7 @@ func (l *loop) fenceDown() {
 		}
 	}
 	l.fenceWait = l.fenceWait[:0]
-	if !l.p.fences.held() {
+	if !l.held() {
 		l.pipesAgain()
 	}
 }

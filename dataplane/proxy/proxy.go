@@ -259,17 +259,18 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			p.m.upstreamErrors.WithLabelValues("refresh").Inc()
 		}
 	}
+	// Sessions are ordered by arrival, among themselves and, with the
+	// event loop, against the loop's clients (loop_arrivals_linux.go).
+	p.arrivals = newArrivals()
 	if loopEligible(&p.cfg) {
 		if l, err := newLoop(p); err != nil {
 			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)
 		} else {
 			p.loop = l
 			p.fences.wake = func() { l.post(l.fenceDown) }
+			l.orderSessions(p.arrivals)
 			l.start()
 		}
-	}
-	if p.loop == nil {
-		p.arrivals = newArrivals()
 	}
 	// Connections of their own for the first clients that need one, ready
 	// before they ask (the event loop keeps spares of its own).

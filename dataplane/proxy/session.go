@@ -182,8 +182,11 @@ func (s *session) run() {
 	}
 	if len(s.pend) > 0 {
 		// Commands the event loop sent on this session's behalf before
-		// handing the client over (in the order it read them).
+		// handing the client over (in the order it read them). As below,
+		// the session counts as reading before the replies go out: what
+		// the client sends on seeing them is ordered.
 		s.drain()
+		s.p.arrivals.reading(s, false)
 		if err := s.cw.Flush(); err != nil {
 			return
 		}

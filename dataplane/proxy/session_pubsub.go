@@ -65,6 +65,10 @@ func (s *session) subscribe(c *classified) error {
 	in := s.p.loop.pipeInput(s.conn)
 	if in == nil {
 		in = s.orderedPipeInput()
+	} else if s.ordered {
+		// The loop reads the client's input in its order now: it leaves
+		// the order of arrivals, whose numbers it would no longer handle.
+		s.p.arrivals.remove(s)
 	}
 	if in != nil {
 		return s.orderedPipe(u, in)
