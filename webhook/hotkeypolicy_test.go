@@ -84,6 +84,33 @@ type row struct {
 	wantMsg   string
 }
 
+// checkRows creates each invalid row (it must be refused with an error
+// naming its field and message) and each valid row (it must be admitted),
+// named prefix-invalid-N and prefix-valid-N.
+func checkRows(t *testing.T, ctx context.Context, c client.Client, prefix string, invalid, valid map[string]row) {
+	t.Helper()
+	for i, name := range slices.Sorted(maps.Keys(invalid)) {
+		tc := invalid[name]
+		t.Run("rejects "+name, func(t *testing.T) {
+			err := tc.create(ctx, c, fmt.Sprintf("%s-invalid-%d", prefix, i))
+			if err == nil {
+				t.Fatal("admitted")
+			}
+			if !strings.Contains(err.Error(), tc.wantField) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("error %q lacks %q or %q", err, tc.wantField, tc.wantMsg)
+			}
+		})
+	}
+	for i, name := range slices.Sorted(maps.Keys(valid)) {
+		tc := valid[name]
+		t.Run("admits "+name, func(t *testing.T) {
+			if err := tc.create(ctx, c, fmt.Sprintf("%s-valid-%d", prefix, i)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // create sends the row's policy to the API server as JSON.
 func (r row) create(ctx context.Context, c client.Client, name string) error {
 	if r.name != "" {
