@@ -48,9 +48,10 @@ type HotKeyReportSpec struct {
 	// +kubebuilder:validation:MaxItems=2000
 	Candidates []Candidate `json:"candidates,omitempty"`
 
-	// bigKeys are the largest keys by value size, largest first, whether or
-	// not they are hot: the largest value one access read or wrote, the
-	// largest any node saw recently (docs/node-agent.md, "Big keys").
+	// bigKeys are the largest keys by size, largest first, whether or not
+	// they are hot: the largest value one access read or wrote, the largest
+	// any node saw recently (docs/node-agent.md, "Big keys"), or the size
+	// MEMORY USAGE confirmed (memoryBytes).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
@@ -65,8 +66,21 @@ type BigKey struct {
 	// valueBytes is the largest value, in bytes, one access of the key read
 	// or wrote.
 	ValueBytes int64 `json:"valueBytes"`
-	// big is true when valueBytes is at or over the policy's
-	// thresholds.valueBytes.
+	// memoryBytes is the key's size in Redis as the manager confirmed it
+	// with MEMORY USAGE on the key's master (sampled for hashes, sets,
+	// sorted sets and lists), at most a few keys a report interval and
+	// cached for some minutes (docs/manager.md, "Big keys"); absent until
+	// confirmed. When present, it is the key's size: what big and the
+	// order of bigKeys go by.
+	// +optional
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// missing is true when the key did not exist when the manager confirmed
+	// it (deleted or expired since it was seen): it is not big, and is
+	// listed last.
+	// +optional
+	Missing bool `json:"missing,omitempty"`
+	// big is true when the key's size (memoryBytes once confirmed, else
+	// valueBytes) is at or over the policy's thresholds.valueBytes.
 	// +optional
 	Big bool `json:"big,omitempty"`
 }
