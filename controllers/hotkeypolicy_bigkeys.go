@@ -1,36 +1,73 @@
 package controllers
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/sizes"
 )
 
-// ReasonBigKeys is the Warning Event raised when a key's value reaches the
+// ReasonBigKeys is the Warning Event raised when a key's size reaches the
 // policy's thresholds.valueBytes.
 const ReasonBigKeys = "BigKeys"
 
-// reportBigKeys is what the report lists by size: the hub's big keys
-// (largest first), each marked Big at or over threshold.
-func reportBigKeys(big []agentlink.KeySize, threshold int64) []v1alpha1.BigKey {
+// ReasonBigKeysUnconfirmed is the Warning Event raised when MEMORY USAGE
+// starts failing for a policy (refused by the ACL, Redis unreachable): its
+// big keys are then listed by their observed value sizes only.
+const ReasonBigKeysUnconfirmed = "BigKeysUnconfirmed"
+
+// reportBigKeys is what the report lists by size: the hub's big keys, with
+// the sizes MEMORY USAGE confirmed (measured, fresh within ttl), largest
+// first by size (memoryBytes once confirmed, else valueBytes; a key found
+// missing last), each marked Big at or over threshold.
+func reportBigKeys(big []agentlink.KeySize, threshold int64, measured map[string]sizes.Result, now time.Time, ttl time.Duration) []v1alpha1.BigKey {
 	if len(big) == 0 {
 		return nil
 	}
 	out := make([]v1alpha1.BigKey, len(big))
 	for i, k := range big {
-		b := int64(min(k.Bytes, 1<<62))
-		out[i] = v1alpha1.BigKey{Key: k.Key, ValueBytes: b, Big: threshold > 0 && b >= threshold}
+		bk := v1alpha1.BigKey{Key: k.Key, ValueBytes: int64(min(k.Bytes, 1<<62))}
+		if m, ok := sizes.Fresh(measured, k.Key, now, ttl); ok {
+			bk.MemoryBytes, bk.Missing = m.Bytes, m.Missing
+		}
+		bk.Big = threshold > 0 && !bk.Missing && bigKeySize(bk) >= threshold
+		out[i] = bk
 	}
+	// Stable: equal sizes keep the hub's order (largest observed first).
+	slices.SortStableFunc(out, func(a, b v1alpha1.BigKey) int {
+		return cmp.Or(cmp.Compare(btoi(a.Missing), btoi(b.Missing)), cmp.Compare(bigKeySize(b), bigKeySize(a)))
+	})
 	return out
 }
 
+// bigKeySize is a listed key's size: what MEMORY USAGE confirmed, else the
+// largest value an access saw. A confirmed size replaces the observed one
+// both ways: a hash read a field at a time is larger in Redis than any
+// reply, a value since overwritten by a small one is smaller.
+func bigKeySize(k v1alpha1.BigKey) int64 {
+	if k.MemoryBytes > 0 || k.Missing {
+		return k.MemoryBytes
+	}
+	return k.ValueBytes
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // bigKeysChanged reports whether the report's big keys differ enough to be
-// written again: a key came or went, crossed the threshold, or its size
-// moved by more than a tenth.
+// written again: a key came or went, crossed the threshold, was found
+// missing, or its size moved by more than a tenth.
 func bigKeysChanged(old, new []v1alpha1.BigKey) bool {
 	if len(old) != len(new) {
 		return true
@@ -41,7 +78,7 @@ func bigKeysChanged(old, new []v1alpha1.BigKey) bool {
 	}
 	for _, k := range new {
 		p, ok := prev[k.Key]
-		if !ok || p.Big != k.Big || moved(p.ValueBytes, k.ValueBytes, 0.1) {
+		if !ok || p.Big != k.Big || p.Missing != k.Missing || moved(p.ValueBytes, k.ValueBytes, 0.1) || moved(p.MemoryBytes, k.MemoryBytes, 0.1) {
 			return true
 		}
 	}
@@ -74,7 +111,7 @@ func bigKeysMessage(fresh []v1alpha1.BigKey, threshold int64) string {
 			fmt.Fprintf(&b, " and %d more", len(fresh)-3)
 			break
 		}
-		fmt.Fprintf(&b, " %q (%d bytes)", k.Key, k.ValueBytes)
+		fmt.Fprintf(&b, " %q (%d bytes)", k.Key, bigKeySize(k))
 	}
 	b.WriteString("; see the policy's HotKeyReport bigKeys")
 	return b.String()

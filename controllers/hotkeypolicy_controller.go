@@ -33,6 +33,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/sizes"
 )
 
 // Finalizer holds a deleted policy until its split keys are unsplit and
@@ -86,6 +87,9 @@ type HotKeyPolicyReconciler struct {
 	// ReportInterval bounds how often the aggregated HotKeyReport of a
 	// policy is rewritten (DefaultReportInterval if 0).
 	ReportInterval time.Duration
+	// Sizes bounds and tunes the MEMORY USAGE confirmation of big keys
+	// (zero fields: sizes' defaults; Interval: the report interval).
+	Sizes sizes.Options
 
 	triggers chan event.GenericEvent
 	// mem is what the reconciler remembers of each policy between passes.

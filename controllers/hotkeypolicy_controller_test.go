@@ -287,6 +287,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	redisFlows(t, env)
 	shedFlows(t, env)
 	capacityFlows(t, env)
+	sizesFlows(t, env)
 
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()
@@ -295,7 +296,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		// Every key the flows used.
-		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip", "likes:db2", "page:db2"}
+		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip", "likes:db2", "page:db2", "sz:str", "sz:hash", "sz:gone"}
 		for _, mf := range mfs {
 			seen[mf.GetName()] = true
 			for _, m := range mf.GetMetric() {

@@ -40,6 +40,8 @@ type policyMemory struct {
 	// bigOver are the keys at or over thresholds.valueBytes at the last
 	// pass (see noteBigKeys).
 	bigOver map[string]bool
+	// sizes are the big keys' sizes MEMORY USAGE told (see confirmSizes).
+	sizes policySizes
 }
 
 // memory holds the policyMemory of every policy. One mutex guards it all:

@@ -54,6 +54,11 @@ type pass struct {
 	shards   []capacity.Node
 	sampleAt time.Time
 
+	// sizesAt is when a MEMORY USAGE token is there for keys waiting to
+	// be measured, and reportAt when the report may be written with big
+	// keys that changed within the report interval (zero if neither).
+	sizesAt, reportAt time.Time
+
 	// ratesDue: status may refresh the rates of keys it already shows (the
 	// last refresh was a report interval ago or more).
 	ratesDue bool
@@ -120,8 +125,9 @@ func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
 
 // next is when the pass's outcome changes by itself: the decision's next
 // check, a node turning stale, a schedule phase change, a fold or fill
-// retry, the next booked refill, or the next capacity sample; zero if
-// never.
+// retry, the next booked refill, the next capacity sample, the next
+// MEMORY USAGE token or report write for big keys; zero if never.
 func (p *pass) next() time.Time {
-	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, p.refill, p.sampleAt)
+	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, p.refill, p.sampleAt,
+		p.sizesAt, p.reportAt)
 }

@@ -145,14 +145,24 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 	th := hub.ParamsFromSpec(p.spec).Thresholds
 	cands := reportCandidates(p.hubSnap, th, int(p.spec.Detection.TopK))
 	nodes := int32(p.hubSnap.FreshNodes)
-	big := reportBigKeys(p.hubSnap.BigKeys, p.spec.Thresholds.ValueBytes)
+	so := r.sizeOptions()
+	big := reportBigKeys(p.hubSnap.BigKeys, p.spec.Thresholds.ValueBytes, r.measuredSizes(p, so), p.now, so.TTL)
+	r.confirmSizes(ctx, p, big, so)
+	r.noteSizes(ctx, p)
 	r.noteBigKeys(p, big)
 	var last reportState
 	r.mem.with(p.key, func(m *policyMemory) { last = m.report })
 	interval := cmp.Or(r.ReportInterval, DefaultReportInterval)
-	if !reportDue(p.now, last, nodes, cands, th, interval) &&
-		!(p.now.Sub(last.at) >= interval && bigKeysChanged(last.big, big)) {
-		return
+	if !reportDue(p.now, last, nodes, cands, th, interval) {
+		if !bigKeysChanged(last.big, big) {
+			return
+		}
+		if p.now.Sub(last.at) < interval {
+			// Sizes confirmed in the background change nothing else: come
+			// back when the report may be written.
+			p.reportAt = last.at.Add(interval)
+			return
+		}
 	}
 	rep := &v1alpha1.HotKeyReport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.policy.Namespace, Name: p.policy.Name,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/fold"
+	"github.com/heatsink-dev/heatsink/controllers/sizes"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -20,10 +21,11 @@ import (
 // manager's Redis user, the key patterns first (app:* stands for the
 // policy's keys.include patterns).
 var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+hget", "+eval", "+evalsha",
-	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+cluster|slots"}
+	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+memory|usage", "+cluster|slots"}
 
 // TestManagerACL: a Redis user with exactly managerACL folds a split
-// generation, retires it and fills replicas, as a manager pass does; with
+// generation, retires it, fills replicas and measures a big key (MEMORY
+// USAGE), as a manager pass does; with
 // any one rule fewer the pass fails with an error (the policy's condition
 // message) that names what is missing: the command, or the keys.
 func TestManagerACL(t *testing.T) {
@@ -76,7 +78,14 @@ func TestManagerACL(t *testing.T) {
 		if err := f.Retire(ctx, key, gen, fold.RetiredTTL); err != nil {
 			return err
 		}
-		return fillReplicas(ctx, cl, decide.Fill{Key: fmt.Sprintf("app:page:%d", n), Replicas: 3, TTL: time.Minute})
+		if err := fillReplicas(ctx, cl, decide.Fill{Key: fmt.Sprintf("app:page:%d", n), Replicas: 3, TTL: time.Minute}); err != nil {
+			return err
+		}
+		got, err := sizes.Measure(ctx, cl, []string{fmt.Sprintf("app:page:%d", n)}, sizes.DefaultSamples, time.Now())
+		if err == nil && got[fmt.Sprintf("app:page:%d", n)].Bytes == 0 {
+			t.Fatalf("MEMORY USAGE as %s: %+v", user, got)
+		}
+		return err
 	}
 	if err := exercise(managerACL); err != nil {
 		t.Fatalf("with the documented rules: %v", err)

@@ -73,6 +73,9 @@ func (b *Bucket) refill(now time.Time, o Options) {
 	}
 }
 
+// At is when the bucket was last asked (Take or Next); zero if never.
+func (b *Bucket) At() time.Time { return b.at }
+
 // Take grants up to want whole tokens at now and returns how many.
 func (b *Bucket) Take(now time.Time, want int, o Options) int {
 	b.refill(now, o)
