@@ -3,6 +3,8 @@ package clients
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,19 +16,23 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
+	"github.com/heatsink-dev/heatsink/controllers/sizes"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
 // TestBigKeysListedFirstBySize: a 5 MB hash and a 20 MB string among 100,000
 // small keys, loaded straight into a real redis-server, then read through a
-// real sidecar a few times each, with many small keys and one hot small key:
-// the node agent's summaries and the manager's HotKeyReport list the two
-// first by size (the string, then the hash), the string marked big against
-// a thresholds.valueBytes of 8 MiB and the hash not, whatever their rates (read a few times
-// each, they may reach this test's low read threshold of 5/s or not); the
-// hot small key is listed by rate, not before them by size; a BigKeys
-// Warning Event names the string only.
+// real sidecar a few times each (the hash one field at a time, 1,000 bytes a
+// reply), with many small keys and one hot small key: the node agent's
+// summaries and the manager's HotKeyReport list the two first by size (the
+// string, then the hash), the manager confirms both with MEMORY USAGE at
+// their size in Redis (the hash at 5 MB, not at the 1,000 bytes a read
+// saw), at most its bound of calls (INFO commandstats), the string marked
+// big against a thresholds.valueBytes of 8 MiB and the hash not, whatever
+// their rates (read a few times each, they may reach this test's low read
+// threshold of 5/s or not); the hot small key is listed by rate, not before
+// them by size; a BigKeys Warning Event names the string only.
 func TestBigKeysListedFirstBySize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
@@ -63,6 +69,7 @@ func TestBigKeysListedFirstBySize(t *testing.T) {
 		t.Fatalf("redis holds %d keys, want %d", n, nSmall+2)
 	}
 
+	began := time.Now() // the policy is created next: the MEMORY USAGE bucket starts then
 	s := startSidecar(t, up, "bigkeys", "")
 	// Between the two sizes: the string is big, the hash is listed by size
 	// but not big.
@@ -79,8 +86,8 @@ func TestBigKeysListedFirstBySize(t *testing.T) {
 	defer c.Close()
 	read := func() {
 		for i := 0; i < 3; i++ {
-			if m, err := c.HGetAll(ctx, "big:hash").Result(); err != nil || len(m) != hashFields {
-				t.Fatalf("HGETALL big:hash through the sidecar: %d fields, %v", len(m), err)
+			if v, err := c.HGet(ctx, "big:hash", fmt.Sprintf("f%d", i)).Result(); err != nil || len(v) != fieldBytes {
+				t.Fatalf("HGET big:hash through the sidecar: %d bytes, %v", len(v), err)
 			}
 			if v, err := c.Get(ctx, "big:str").Result(); err != nil || len(v) != strBytes {
 				t.Fatalf("GET big:str through the sidecar: %d bytes, %v", len(v), err)
@@ -101,14 +108,14 @@ func TestBigKeysListedFirstBySize(t *testing.T) {
 
 	var rep v1alpha1.HotKeyReport
 	key := crclient.ObjectKey{Namespace: namespace, Name: s.pod.policy}
-	eventually.True(t, 60*time.Second, "the HotKeyReport lists big:str (big), then big:hash (not), first by size", func() bool {
+	eventually.True(t, 60*time.Second, "the HotKeyReport lists big:str (big), then big:hash (not), first by size, both confirmed", func() bool {
 		if err := s.pod.f.cp.Client.Get(ctx, key, &rep); err != nil {
 			return false
 		}
 		b := rep.Spec.BigKeys
 		// big as of the updated threshold (a report written before the
 		// manager saw the update is rewritten once it did).
-		if len(b) < 3 || b[0].Key != "big:str" || b[1].Key != "big:hash" || !b[0].Big || b[1].Big {
+		if len(b) < 3 || b[0].Key != "big:str" || b[1].Key != "big:hash" || !b[0].Big || b[1].Big || b[0].MemoryBytes == 0 || b[1].MemoryBytes == 0 {
 			read() // keep the keys in the node's view while the manager catches up
 			return false
 		}
@@ -116,8 +123,27 @@ func TestBigKeysListedFirstBySize(t *testing.T) {
 	})
 	b := rep.Spec.BigKeys
 	t.Logf("bigKeys: %+v ... (%d listed); candidates: %d", b[:3], len(b), len(rep.Spec.Candidates))
-	if b[0].ValueBytes < int64(strBytes) || !b[0].Big || b[1].ValueBytes < hashFields*fieldBytes || b[1].Big {
-		t.Errorf("big keys %+v, want big:str ≥ %d bytes and big, big:hash ≥ %d bytes under thresholds.valueBytes %d", b[:2], strBytes, hashFields*fieldBytes, valueBytes)
+	if b[0].ValueBytes < int64(strBytes) || !b[0].Big || b[1].ValueBytes < fieldBytes || b[1].ValueBytes > 2*fieldBytes || b[1].Big {
+		t.Errorf("big keys %+v, want big:str ≥ %d bytes seen and big, big:hash about %d bytes seen (one HGET's reply), not big under thresholds.valueBytes %d", b[:2], strBytes, fieldBytes, valueBytes)
+	}
+	// Confirmed at their size in Redis: within [1, 1.5] × the payload.
+	t.Logf("confirmed: big:str %d bytes (payload %d), big:hash %d bytes (payload %d, %d seen)", b[0].MemoryBytes, strBytes, b[1].MemoryBytes, hashFields*fieldBytes, b[1].ValueBytes)
+	for _, c := range []struct {
+		k     v1alpha1.BigKey
+		truth int64
+	}{{b[0], int64(strBytes)}, {b[1], hashFields * fieldBytes}} {
+		if c.k.MemoryBytes < c.truth || float64(c.k.MemoryBytes) > 1.5*float64(c.truth) {
+			t.Errorf("%s confirmed at %d bytes, want within [1, 1.5] × %d", c.k.Key, c.k.MemoryBytes, c.truth)
+		}
+	}
+	// The bound: sizes.DefaultPerInterval keys a report interval (the
+	// harness's default, 10 s), a burst of as many at the start.
+	calls := memoryUsageCalls(t, up)
+	elapsed := time.Since(began)
+	bound := int(float64(sizes.DefaultPerInterval) * (1 + elapsed.Seconds()/controllers.DefaultReportInterval.Seconds()))
+	t.Logf("MEMORY USAGE calls: %d over %v, bound %d", calls, elapsed.Round(time.Second), bound)
+	if calls < 2 || calls > bound {
+		t.Errorf("redis ran %d MEMORY USAGE over %v, want 2 (the two big keys) to %d", calls, elapsed, bound)
 	}
 	for _, k := range b[2:] {
 		if k.Big || !strings.HasPrefix(k.Key, "small:") || k.ValueBytes >= 1<<10 {
@@ -154,6 +180,23 @@ func srvDBSize(t *testing.T, up upstream) (n int64) {
 	direct(t, up, func(c redis.UniversalClient) error {
 		var err error
 		n, err = c.DBSize(context.Background()).Result()
+		return err
+	})
+	return n
+}
+
+// memoryUsageCalls is how many MEMORY USAGE the server ran (INFO
+// commandstats).
+func memoryUsageCalls(t *testing.T, up upstream) (n int) {
+	t.Helper()
+	direct(t, up, func(c redis.UniversalClient) error {
+		info, err := c.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		if m := regexp.MustCompile(`cmdstat_memory\|usage:calls=(\d+)`).FindStringSubmatch(info); m != nil {
+			n, err = strconv.Atoi(m[1])
+		}
 		return err
 	})
 	return n
