@@ -50,7 +50,7 @@ func bindTopFlags(fs *flag.FlagSet) *topFlags {
 	fs.BoolVar(&f.allNamespaces, "A", false, "short for --all-namespaces")
 	fs.StringVar(&f.output, "output", "table", "table, or json: one JSON document (one line) per refresh")
 	fs.StringVar(&f.output, "o", "table", "short for --output")
-	fs.StringVar(&f.sort, "sort", top.SortHeat, "order of the keys: heat (the report's: closest to or furthest over a threshold first), reads, writes or bytes (per second, largest first)")
+	fs.StringVar(&f.sort, "sort", top.SortHeat, "order of the keys: heat (the report's: closest to or furthest over a threshold first), reads, writes or bytes (per second, largest first), size (largest first)")
 	fs.IntVar(&f.limit, "limit", 20, "keys shown per policy, at most; 0: all the report lists")
 	fs.IntVar(&f.width, "width", 0, "the table's width in columns; 0: the terminal's, else 80")
 	fs.BoolVar(&f.once, "once", false, "print once and exit (for scripts and tests)")

@@ -35,12 +35,12 @@ const (
 	keyBinary  = "session:\x00\x1b[2J"
 	keyUTF8    = "catégorie:été"
 	keyLong    = "product:catalogue:summer-sale-2026:item:000123456:variant:blue"
-	keyLongCut = "product:catalog…6:variant:blue"
+	keyLongCut = "product:cata…ariant:blue"
 )
 
 // topFixture writes, in namespace shop, the catalogue policy (as
 // config/samples has it, Enforce) with two moved keys in its status and its
-// report of four keys, and a second policy in namespace stock (Observe, no
+// report of five keys (two with a size), and a second policy in namespace stock (Observe, no
 // report yet).
 func topFixture(t *testing.T, cp *controlplane.ControlPlane) {
 	t.Helper()
@@ -74,6 +74,12 @@ func topFixture(t *testing.T, cp *controlplane.ControlPlane) {
 			{Key: keyLong, ReadsPerSecond: 4100, WritesPerSecond: 3, BytesPerSecond: 2_000_000, Exact: true},
 			{Key: keyBinary, ReadsPerSecond: 2600, BytesPerSecond: 900},
 			{Key: keyUTF8, ReadsPerSecond: 2550, BytesPerSecond: 80_000},
+		},
+		// The long key's size as MEMORY USAGE confirmed it, the viral page's
+		// as seen (the largest value a read returned).
+		BigKeys: []v1alpha1.BigKey{
+			{Key: keyLong, ValueBytes: 1_900_000, MemoryBytes: 2_400_000, Big: true},
+			{Key: keyViral, ValueBytes: 250},
 		},
 	}}
 	if err := cp.Client.Create(ctx, rep); err != nil {
@@ -147,13 +153,13 @@ func TestTopAgainstAPIServer(t *testing.T) {
 		return nil
 	}
 	wants := map[string][]string{
-		"KEY ":         {"KEY", "READS/s", "WRITES/s", "BYTES/s", "MOVE", "SINCE"},
+		"KEY ":         {"KEY", "READS/s", "WRITES/s", "BYTES/s", "SIZE", "MOVE", "SINCE"},
 		"shop/":        {"shop/catalogue", "Enforce", "report", "4s", "old,", "10s", "window,", "3", "nodes", "moved", "2"},
-		keyViral + " ": {keyViral, "48210", "0", "11.8Mi", "Coalesce+Cache", "3m"},
-		keyLikes + " ": {keyLikes, "100", "1900", "29.3Ki", "Replicas=4", "3m"},
-		keyLongCut:     {keyLongCut, "4100", "3", "1.91Mi", "-", "-"},
-		`session:\x00`: {`session:\x00\x1b[2J`, "~2600", "~0", "900", "-", "-"},
-		keyUTF8:        {keyUTF8, "~2550", "~0", "78.1Ki", "-", "-"},
+		keyViral + " ": {keyViral, "48210", "0", "11.8Mi", "250", "Coalesce+Cache", "3m"},
+		keyLikes + " ": {keyLikes, "100", "1900", "29.3Ki", "-", "Replicas=4", "3m"},
+		keyLongCut:     {keyLongCut, "4100", "3", "1.91Mi", "2.29Mi", "-", "-"},
+		`session:\x00`: {`session:\x00\x1b[2J`, "~2600", "~0", "900", "-", "-", "-"},
+		keyUTF8:        {keyUTF8, "~2550", "~0", "78.1Ki", "-", "-", "-"},
 		"~ upper":      {"~", "upper", "bound:", "the", "key", "is", "not", "counted", "exactly", "on", "every", "node", "yet"},
 	}
 	// Ages (the report's, a move's) depend on when the command runs: compared
@@ -194,6 +200,8 @@ func TestTopAgainstAPIServer(t *testing.T) {
 				Replicas                                        int32
 				Source                                          string
 				Since                                           *time.Time
+				SizeBytes                                       int64
+				SizeConfirmed                                   bool
 			}
 		}
 	}
@@ -221,6 +229,12 @@ func TestTopAgainstAPIServer(t *testing.T) {
 	if k := shop.Keys[0]; k.BytesPerSecond != 12_400_000 || !k.Exact || strings.Join(k.Mitigations, "+") != "Coalesce+LocalCache" ||
 		k.Source != "Detected" || k.Since == nil || time.Since(*k.Since) < 3*time.Minute {
 		t.Errorf("%s: %+v", keyViral, k)
+	}
+	if k := shop.Keys[0]; k.SizeBytes != 250 || k.SizeConfirmed {
+		t.Errorf("%s: size %d confirmed %v, want 250 as seen", keyViral, k.SizeBytes, k.SizeConfirmed)
+	}
+	if k := shop.Keys[1]; k.SizeBytes != 2_400_000 || !k.SizeConfirmed {
+		t.Errorf("%s: size %d confirmed %v, want 2400000 confirmed", keyLong, k.SizeBytes, k.SizeConfirmed)
 	}
 	if stock.Namespace != "stock" || stock.Mode != "Observe" || stock.Report != nil || len(stock.Keys) != 0 {
 		t.Errorf("stock/inventory: %+v", stock)

@@ -17,12 +17,13 @@ import (
 )
 
 // The table's columns beside KEY, whose width is what they leave of the
-// line (30 in 80 columns). Numbers are right-aligned, so a column of
+// line (24 in 80 columns). Numbers are right-aligned, so a column of
 // rates reads as one.
 const (
-	readsW  = 8
+	readsW  = 7
 	writesW = 8
 	bytesW  = 7
+	sizeW   = 6
 	moveW   = 16
 	sinceW  = 6
 	// MinWidth is the narrowest line the table is drawn for; a narrower
@@ -39,7 +40,7 @@ func JSON(w io.Writer, f Frame) error {
 // Table writes f as text at most width columns wide (at least MinWidth).
 func Table(w io.Writer, f Frame, width int) error {
 	width = max(width, MinWidth)
-	keyW := width - (readsW + writesW + bytesW + moveW + sinceW + 5)
+	keyW := width - (readsW + writesW + bytesW + sizeW + moveW + sinceW + 6)
 	var b strings.Builder
 	line := func(s string) { b.WriteString(clip(s, width) + "\n") }
 	line(fmt.Sprintf("heatsink top  %s  sort: %s", f.Time.UTC().Format(time.RFC3339), f.Sort))
@@ -54,7 +55,7 @@ func Table(w io.Writer, f Frame, width int) error {
 			line("  no key near a threshold")
 			continue
 		}
-		line(fmt.Sprintf("%-*s %*s %*s %*s %-*s %*s", keyW, "KEY", readsW, "READS/s", writesW, "WRITES/s", bytesW, "BYTES/s", moveW, "MOVE", sinceW, "SINCE"))
+		line(fmt.Sprintf("%-*s %*s %*s %*s %*s %-*s %*s", keyW, "KEY", readsW, "READS/s", writesW, "WRITES/s", bytesW, "BYTES/s", sizeW, "SIZE", moveW, "MOVE", sinceW, "SINCE"))
 		for _, k := range p.Keys {
 			mark := ""
 			if !k.Exact {
@@ -64,9 +65,13 @@ func Table(w io.Writer, f Frame, width int) error {
 			if k.Since != nil {
 				since = duration.HumanDuration(f.Time.Sub(*k.Since))
 			}
-			line(fmt.Sprintf("%-*s %*s %*s %*s %-*s %*s", keyW, Ellipsize(k.Key, keyW),
+			size := "-"
+			if k.SizeBytes > 0 {
+				size = Bytes(k.SizeBytes)
+			}
+			line(fmt.Sprintf("%-*s %*s %*s %*s %*s %-*s %*s", keyW, Ellipsize(k.Key, keyW),
 				readsW, mark+Count(k.ReadsPerSecond), writesW, mark+Count(k.WritesPerSecond), bytesW, Bytes(k.BytesPerSecond),
-				moveW, clip(Move(k), moveW), sinceW, since))
+				sizeW, size, moveW, clip(Move(k), moveW), sinceW, since))
 		}
 		if p.More > 0 {
 			line(fmt.Sprintf("  … %d more (--limit)", p.More))
@@ -138,7 +143,7 @@ func Count(n int64) string {
 	return scaled(float64(n), 1000, []string{"k", "M", "G", "T", "P", "E"})
 }
 
-// Bytes is a byte rate in at most 6 characters: exact below 1 KiB, then
+// Bytes is a byte rate or a size in at most 6 characters: exact below 1 KiB, then
 // with an IEC suffix as Kubernetes quantities write them (1.5Ki, 12.3Mi).
 func Bytes(n int64) string {
 	if n < 1024 {

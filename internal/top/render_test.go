@@ -110,6 +110,15 @@ func fixture() ([]v1alpha1.HotKeyPolicy, []v1alpha1.HotKeyReport) {
 			{Key: "session:\x00\xffbinary", ReadsPerSecond: 2600, BytesPerSecond: 900},
 			{Key: "product:catalogue:summer-sale-2026:item:000123456", ReadsPerSecond: 2500, WritesPerSecond: 3, BytesPerSecond: 2_000_000, Exact: true},
 		},
+		// Sizes: one confirmed (larger in Redis than any read of it), one as
+		// seen (a moved key the candidates lack), one found missing (no
+		// size), one big key that is not hot (not shown).
+		BigKeys: []v1alpha1.BigKey{
+			{Key: "product:catalogue:summer-sale-2026:item:000123456", ValueBytes: 1_900_000, MemoryBytes: 2_400_000, Big: true},
+			{Key: "blob:cold", ValueBytes: 900_000},
+			{Key: "flash:sale", ValueBytes: 4096},
+			{Key: "likes:post:4", ValueBytes: 20, Missing: true},
+		},
 	}}
 	return []v1alpha1.HotKeyPolicy{p}, []v1alpha1.HotKeyReport{r}
 }
@@ -134,6 +143,7 @@ func TestBuildJoinsAndSorts(t *testing.T) {
 		"reads":  {SortReads, 0, []string{"product:viral-1", "session:\x00\xffbinary", "product:catalogue:summer-sale-2026:item:000123456", "likes:post:4", "flash:sale"}, 0},
 		"writes": {SortWrites, 2, []string{"likes:post:4", "product:catalogue:summer-sale-2026:item:000123456"}, 3},
 		"bytes":  {SortBytes, 1, []string{"product:viral-1"}, 4},
+		"size":   {SortSize, 3, []string{"product:catalogue:summer-sale-2026:item:000123456", "flash:sale", "likes:post:4"}, 2},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -156,8 +166,14 @@ func TestBuildJoinsAndSorts(t *testing.T) {
 		t.Errorf("product:viral-1 = %+v: want the report's rates with status's move", viral)
 	}
 	flash := f.Policies[0].Keys[4]
-	if flash.Replicas != 8 || flash.Source != v1alpha1.SourceScheduled {
-		t.Errorf("flash:sale = %+v: want status's move", flash)
+	if flash.Replicas != 8 || flash.Source != v1alpha1.SourceScheduled || flash.SizeBytes != 4096 || flash.SizeConfirmed {
+		t.Errorf("flash:sale = %+v: want status's move, the size seen", flash)
+	}
+	if long := f.Policies[0].Keys[3]; long.SizeBytes != 2_400_000 || !long.SizeConfirmed {
+		t.Errorf("%s = %+v: want the confirmed size", long.Key, long)
+	}
+	if likes := f.Policies[0].Keys[0]; likes.SizeBytes != 0 {
+		t.Errorf("likes:post:4, found missing, = %+v: want no size", likes)
 	}
 }
 
@@ -191,12 +207,12 @@ func TestTable(t *testing.T) {
 	want := `heatsink top  2026-12-01T14:05:03Z  sort: reads
 
 shop/checkout  Enforce  report 4s old, 10s window, 3 nodes  moved 2
-KEY                             READS/s WRITES/s BYTES/s MOVE              SINCE
-product:viral-1                   48210        0  11.8Mi Coalesce+Cache     3m2s
-session:\x00\xffbinary            ~2600       ~0     900 -                     -
-product:catalog…item:000123456     2500        3  1.91Mi -                     -
-likes:post:4                        100     1900  29.3Ki -                     -
-flash:sale                            0        0       0 Replicas=8         3m2s
+KEY                      READS/s WRITES/s BYTES/s   SIZE MOVE              SINCE
+product:viral-1            48210        0  11.8Mi      - Coalesce+Cache     3m2s
+session:\x00\xffbinary     ~2600       ~0     900      - -                     -
+product:cata…m:000123456    2500        3  1.91Mi 2.29Mi -                     -
+likes:post:4                 100     1900  29.3Ki      - -                     -
+flash:sale                     0        0       0 4.00Ki Replicas=8         3m2s
 
 ~ upper bound: the key is not counted exactly on every node yet
 `
@@ -253,6 +269,12 @@ func TestJSONIsOneDocumentALine(t *testing.T) {
 	if k := p.Keys[0]; k["key"] != "product:viral-1" || k["bytesPerSecond"] != 12_400_000.0 || k["exact"] != true ||
 		k["since"] != "2026-12-01T14:02:01Z" || k["source"] != "Detected" {
 		t.Errorf("first key = %v", k)
+	}
+	if k := p.Keys[1]; k["sizeBytes"] != 2_400_000.0 || k["sizeConfirmed"] != true {
+		t.Errorf("second key = %v: want its confirmed size", k)
+	}
+	if _, ok := p.Keys[0]["sizeBytes"]; ok {
+		t.Errorf("a key with no known size has sizeBytes: %v", p.Keys[0])
 	}
 }
 

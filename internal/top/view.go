@@ -25,10 +25,11 @@ const (
 	SortReads  = "reads"
 	SortWrites = "writes"
 	SortBytes  = "bytes"
+	SortSize   = "size"
 )
 
 // Sorts are the valid --sort values, the default first.
-var Sorts = []string{SortHeat, SortReads, SortWrites, SortBytes}
+var Sorts = []string{SortHeat, SortReads, SortWrites, SortBytes, SortSize}
 
 // Frame is one refresh: every policy shown, at a time. It is also the JSON
 // document `-o json` prints.
@@ -80,6 +81,12 @@ type Key struct {
 	Replicas    int32                     `json:"replicas,omitempty"`
 	Source      v1alpha1.HotKeySource     `json:"source,omitempty"`
 	Since       *time.Time                `json:"since,omitempty"`
+	// SizeBytes is the key's size when the report lists it among its big
+	// keys: what MEMORY USAGE confirmed (bigKeys[].memoryBytes), and then
+	// SizeConfirmed, else the largest value one access read or wrote
+	// (bigKeys[].valueBytes); absent otherwise.
+	SizeBytes     int64 `json:"sizeBytes,omitempty"`
+	SizeConfirmed bool  `json:"sizeConfirmed,omitempty"`
 
 	rank int // position in the report; moved keys it lacks come after
 }
@@ -99,6 +106,7 @@ func Build(now time.Time, policies []v1alpha1.HotKeyPolicy, reports []v1alpha1.H
 		return p
 	}
 	moved := map[nsName][]v1alpha1.HotKeyStatus{}
+	big := map[nsName]map[string]v1alpha1.BigKey{}
 	for _, hp := range policies {
 		p := get(hp.Namespace, hp.Name)
 		p.Mode = string(cmp.Or(hp.Spec.Mode, v1alpha1.ModeEnforce))
@@ -109,6 +117,11 @@ func Build(now time.Time, policies []v1alpha1.HotKeyPolicy, reports []v1alpha1.H
 		p := get(r.Namespace, cmp.Or(r.Spec.PolicyName, r.Name))
 		p.Report = &Report{GeneratedAt: r.Spec.GeneratedAt.Time, Window: r.Spec.Window, Nodes: r.Spec.Nodes,
 			UnseenReadsPerSecond: r.Spec.UnseenReadsPerSecond, UnseenWritesPerSecond: r.Spec.UnseenWritesPerSecond}
+		bk := make(map[string]v1alpha1.BigKey, len(r.Spec.BigKeys))
+		for _, k := range r.Spec.BigKeys {
+			bk[k.Key] = k
+		}
+		big[nsName{p.Namespace, p.Name}] = bk
 		for i, c := range r.Spec.Candidates {
 			p.Keys = append(p.Keys, Key{Key: c.Key, ReadsPerSecond: c.ReadsPerSecond, WritesPerSecond: c.WritesPerSecond,
 				BytesPerSecond: c.BytesPerSecond, Exact: c.Exact, rank: i})
@@ -139,7 +152,13 @@ func Build(now time.Time, policies []v1alpha1.HotKeyPolicy, reports []v1alpha1.H
 		}
 	}
 	f := Frame{Time: now.UTC().Truncate(time.Second), Sort: sortBy, Policies: []Policy{}}
-	for _, p := range byName {
+	for id, p := range byName {
+		for i := range p.Keys {
+			k := &p.Keys[i]
+			if b, ok := big[id][k.Key]; ok && !b.Missing {
+				k.SizeBytes, k.SizeConfirmed = cmp.Or(b.MemoryBytes, b.ValueBytes), b.MemoryBytes > 0
+			}
+		}
 		sortKeys(p.Keys, sortBy)
 		if limit > 0 && len(p.Keys) > limit {
 			p.More = len(p.Keys) - limit
@@ -164,6 +183,8 @@ func sortKeys(keys []Key, sortBy string) {
 			return k.WritesPerSecond
 		case SortBytes:
 			return k.BytesPerSecond
+		case SortSize:
+			return k.SizeBytes
 		}
 		return 0
 	}
