@@ -71,20 +71,26 @@ func sizesFlows(t *testing.T, env *flowEnv) {
 		f.hub.UpsertPod(id+"-n1", "n1", agentlink.Pod{IP: podIP("n1"), Policy: id})
 		key := client.ObjectKey{Namespace: f.ns, Name: "sz"}
 		// pass sends the node's summary and makes a pass at the clock's
-		// time; step waits until that pass asked the bucket (keys wait to be
-		// measured) and no measure runs.
-		pass := func(d time.Duration) {
-			t.Helper()
-			f.clk.Step(d)
+		// time; step waits until a pass at that time asked the bucket (keys
+		// wait to be measured) and no measure runs, sending the summary
+		// again meanwhile (the hub drops one sent before it knows the new
+		// policy).
+		send := func() {
 			f.seq++
 			f.hub.Ingest(&agentlink.Summary{Node: "n1", Session: 1, Seq: f.seq, Policies: []agentlink.PolicySummary{{Policy: id, BigKeys: big}}})
 			f.poke("sz")
 		}
+		pass := func(d time.Duration) {
+			t.Helper()
+			f.clk.Step(d)
+			send()
+		}
 		step := func(d time.Duration) {
 			t.Helper()
-			pass(d)
+			f.clk.Step(d)
 			now := f.clk.Now()
 			f.eventually("a pass at "+now.String(), func() error {
+				send()
 				var at time.Time
 				var busy bool
 				f.r.mem.with(key, func(m *policyMemory) { at, busy = m.sizes.bucket.At(), m.sizes.inFlight })
