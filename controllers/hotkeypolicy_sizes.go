@@ -51,7 +51,7 @@ func (r *HotKeyPolicyReconciler) measuredSizes(p *pass, o sizes.Options) map[str
 // largest first, as many as the bucket grants, in the background (like the
 // capacity sample: a slow Redis never holds the pass); the answers show in
 // the report of a later pass, which the measure asks for when done. When
-// keys wait for a token, p.sizesAt is when one is there.
+// keys wait for tokens, p.sizesAt is when a batch of them is there.
 func (r *HotKeyPolicyReconciler) confirmSizes(ctx context.Context, p *pass, big []v1alpha1.BigKey, o sizes.Options) {
 	keys := make([]string, len(big))
 	for i, k := range big {
@@ -70,10 +70,14 @@ func (r *HotKeyPolicyReconciler) confirmSizes(ctx context.Context, p *pass, big 
 		if len(want) == 0 {
 			return
 		}
-		if n := s.bucket.Take(p.now, len(want), o); n > 0 {
+		n := s.bucket.Take(p.now, len(want), o)
+		if n > 0 {
 			due, pm, s.inFlight = want[:n], m, true
-		} else {
-			p.sizesAt = s.bucket.Next(p.now, o)
+		}
+		if n < len(want) {
+			// Come back for a whole batch, not for every token: about one
+			// pass a report interval while keys wait.
+			p.sizesAt = s.bucket.Next(p.now, len(want)-n, o)
 		}
 	})
 	if len(due) == 0 {

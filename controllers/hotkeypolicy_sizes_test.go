@@ -16,6 +16,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
@@ -68,17 +69,22 @@ func sizesFlows(t *testing.T, env *flowEnv) {
 		}
 		f.policy("sz", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = []string{srv.Addr} })
 		id := f.ns + "/sz"
-		f.hub.UpsertPod(id+"-n1", "n1", agentlink.Pod{IP: podIP("n1"), Policy: id})
 		key := client.ObjectKey{Namespace: f.ns, Name: "sz"}
 		// pass sends the node's summary and makes a pass at the clock's
 		// time; step waits until a pass at that time asked the bucket (keys
-		// wait to be measured) and no measure runs, sending the summary
-		// again meanwhile (the hub drops one sent before it knows the new
-		// policy).
+		// wait to be measured) and no measure runs, sending the pod and
+		// the summary again meanwhile (the hub drops both until a pass told
+		// it of the new policy).
+		// poke, unlike f.poke, changes the policy at every call, so each
+		// call makes a pass even at the same instant of the fake clock.
+		poke := func() {
+			f.modify("sz", func(p *v1alpha1.HotKeyPolicy) { p.Annotations["test/poke-seq"] = strconv.FormatUint(f.seq, 10) })
+		}
 		send := func() {
+			f.hub.UpsertPod(id+"-n1", "n1", agentlink.Pod{IP: podIP("n1"), Policy: id})
 			f.seq++
 			f.hub.Ingest(&agentlink.Summary{Node: "n1", Session: 1, Seq: f.seq, Policies: []agentlink.PolicySummary{{Policy: id, BigKeys: big}}})
-			f.poke("sz")
+			poke()
 		}
 		pass := func(d time.Duration) {
 			t.Helper()
@@ -93,9 +99,14 @@ func sizesFlows(t *testing.T, env *flowEnv) {
 				send()
 				var at time.Time
 				var busy bool
-				f.r.mem.with(key, func(m *policyMemory) { at, busy = m.sizes.bucket.At(), m.sizes.inFlight })
-				if !at.Equal(now) || busy {
-					return fmt.Errorf("bucket at %v, in flight %v", at, busy)
+				var answered int
+				f.r.mem.with(key, func(m *policyMemory) {
+					at, busy, answered = m.sizes.bucket.At(), m.sizes.inFlight, len(m.sizes.results)
+				})
+				// Every listed key answered: nothing is due, the bucket is
+				// not asked.
+				if !at.Equal(now) && answered < hub.MaxBigKeys || busy {
+					return fmt.Errorf("bucket at %v, in flight %v, %d keys answered", at, busy, answered)
 				}
 				return nil
 			})
@@ -105,7 +116,8 @@ func sizesFlows(t *testing.T, env *flowEnv) {
 		step(0)
 		for range 50 {
 			step(time.Second)
-			f.poke("sz") // more passes at the same instant grant nothing more
+			f.seq++
+			poke() // more passes at the same instant grant nothing more
 		}
 		elapsed := f.clk.Since(began)
 		calls, _ := commandCalls(t, rc, "memory|usage")

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,14 +87,16 @@ func (b *Bucket) Take(now time.Time, want int, o Options) int {
 	return max(n, 0)
 }
 
-// Next is when a whole token is there (now if one is).
-func (b *Bucket) Next(now time.Time, o Options) time.Time {
+// Next is when n whole tokens are there (now if they are), n at most
+// PerInterval.
+func (b *Bucket) Next(now time.Time, n int, o Options) time.Time {
 	b.refill(now, o)
-	if b.tokens >= 1 {
+	want := float64(min(max(n, 1), o.PerInterval))
+	if b.tokens >= want {
 		return now
 	}
-	wait := (1 - b.tokens) * o.Interval.Seconds() / float64(o.PerInterval)
-	return now.Add(time.Duration(wait * float64(time.Second)))
+	wait := (want - b.tokens) * o.Interval.Seconds() / float64(o.PerInterval)
+	return now.Add(time.Duration(math.Ceil(wait * float64(time.Second))))
 }
 
 // Result is one key's answer.

@@ -29,8 +29,11 @@ func TestBucketBound(t *testing.T) {
 	if got := b.Take(t0, 1, o); got != 0 {
 		t.Fatalf("an empty bucket granted %d", got)
 	}
-	if next := b.Next(t0, o); next != t0.Add(2500*time.Millisecond) {
+	if next := b.Next(t0, 1, o); next != t0.Add(2500*time.Millisecond) {
 		t.Fatalf("next token at %v, want +2.5s", next.Sub(t0))
+	}
+	if next := b.Next(t0, 10, o); next != t0.Add(10*time.Second) {
+		t.Fatalf("next full batch (at most the burst) at %v, want +10s", next.Sub(t0))
 	}
 	total := 4
 	for now := t0; now.Before(t0.Add(100 * time.Second)); now = now.Add(100 * time.Millisecond) {
