@@ -49,7 +49,7 @@ func TestCLIConventions(t *testing.T) {
 	}{
 		"--help":                           {args: []string{"--help"}, wantStdout: []string{"manager", "node-agent", "sidecar", "top", "version", "help"}},
 		"top --help":                       {args: []string{"top", "--help"}, wantStdout: []string{"Usage: heatsink top [policy] [flags]", "--kubeconfig", "--context", "--namespace", "  -n string", "  -A\n", "--all-namespaces", "--output", "--sort", "--once"}},
-		"top, bad sort":                    {args: []string{"top", "--sort=size"}, wantCode: 2, wantStderr: `--sort="size": want one of [heat reads writes bytes]`},
+		"top, bad sort":                    {args: []string{"top", "--sort=name"}, wantCode: 2, wantStderr: `--sort="name": want one of [heat reads writes bytes size]`},
 		"top, bad output":                  {args: []string{"top", "-o", "yaml"}, wantCode: 2, wantStderr: `--output="yaml": want table or json`},
 		"top, two policies":                {args: []string{"top", "a", "-n", "shop", "b"}, wantCode: 2, wantStderr: "unexpected arguments: b"},
 		"top, policy everywhere":           {args: []string{"top", "a", "-A"}, wantCode: 2, wantStderr: "drop --all-namespaces"},
@@ -107,14 +107,14 @@ func TestKubectlPlugin(t *testing.T) {
 	if err := os.Symlink(os.Args[0], link); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(link, "top", "--sort=size")
+	cmd := exec.Command(link, "top", "--sort=name")
 	cmd.Env = append(os.Environ(), "HEATSINK_CLI_SELF=1", "KUBECONFIG=", "HOME="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 2 {
 		t.Fatalf("exit %v, want 2:\n%s", err, out)
 	}
-	want := "kubectl heatsink top: --sort=\"size\": want one of [heat reads writes bytes]\nRun 'kubectl heatsink top --help' for usage.\n"
+	want := "kubectl heatsink top: --sort=\"name\": want one of [heat reads writes bytes size]\nRun 'kubectl heatsink top --help' for usage.\n"
 	if string(out) != want {
 		t.Errorf("got %q, want %q", out, want)
 	}
