@@ -68,9 +68,14 @@ func TestShardStatus(t *testing.T) {
 		{Addr: "b:1", Replica: true, Estimate: capacity.Estimate{Utilization: 0.5, Capacity: 2_062, Confidence: 1}},
 		{Addr: "c:1"},
 	}
-	got, busiest := shardStatus(nodes)
+	th := map[string]v1alpha1.InForce{
+		"a:1": {ReadsPerSecond: 77_000, WritesPerSecond: 1000, Reads: v1alpha1.ThresholdLearned, Writes: v1alpha1.ThresholdTyped, ShardRuleFloor: 15_000},
+		"b:1": {ReadsPerSecond: 5000, WritesPerSecond: 1000, Reads: v1alpha1.ThresholdFallback, Writes: v1alpha1.ThresholdFallback},
+	}
+	got, busiest := shardStatus(nodes, th)
 	want := []v1alpha1.ShardStatus{
-		{Address: "a:1", UtilizationPercent: 13, CapacityOpsPerSecond: 310_000, ConfidencePercent: 0},
+		{Address: "a:1", UtilizationPercent: 13, CapacityOpsPerSecond: 310_000, ConfidencePercent: 0,
+			Thresholds: &v1alpha1.ShardThresholds{ReadsPerSecond: 77_000, WritesPerSecond: 1000, ReadsFrom: v1alpha1.ThresholdLearned, WritesFrom: v1alpha1.ThresholdTyped, ShardRuleFloorPerSecond: 15_000}},
 		{Address: "b:1", Replica: true, UtilizationPercent: 50, CapacityOpsPerSecond: 2_100, ConfidencePercent: 100},
 		{Address: "c:1"},
 	}

@@ -202,6 +202,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if p.prev.terminating {
 		return r.routingDeleted(ctx, policy)
 	}
+	r.learn(ctx, p)
 	if warm, at, err := r.observe(p); err != nil || !warm {
 		// Not heard from every node yet (a new leader): decide nothing, so
 		// the published table stands untouched until the view is complete.
