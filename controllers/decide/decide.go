@@ -165,11 +165,11 @@ type Output struct {
 // Decide computes the next routing decision. It is pure: same input, same
 // output. It takes four steps, each its own function.
 func Decide(in Input) Output {
-	lim := newLimits(in)                      // the thresholds in force per key
-	keys := advanceKeys(in, lim)              // 1. hysteresis per key
-	m := mitigate(in, keys)                   // 2. entries: detected keys, then scheduled ones
-	splits := planSplits(in, m.entries)       // 3. splits move at epoch boundaries
-	return assemble(lim, keys, m, splits)     // 4. the output, sorted
+	lim := newLimits(in)                  // the thresholds in force per key
+	keys := advanceKeys(in, lim)          // 1. hysteresis per key
+	m := mitigate(in, keys)               // 2. entries: detected keys, then scheduled ones
+	splits := planSplits(in, m.entries)   // 3. splits move at epoch boundaries
+	return assemble(lim, keys, m, splits) // 4. the output, sorted
 }
 
 // keyStates is what step 1 (advanceKeys) leaves: each key's state after
