@@ -217,7 +217,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)
 	r.Metrics.health(policy, status)
-	r.Metrics.shards(policy, p.shards)
+	r.Metrics.shards(policy, p.shards, p.shardThresholds())
 	if err := r.writeStatus(ctx, policy, status, p.now); err != nil {
 		return ctrl.Result{}, err
 	}
