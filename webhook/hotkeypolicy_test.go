@@ -290,11 +290,15 @@ func TestAdmission(t *testing.T) {
 			wantField: "spec.thresholds.readsPerSecond", wantMsg: "greater than or equal to 1",
 		},
 		"auto target under 10 percent": {
-			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{TargetUtilizationPercent: 5} },
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{TargetUtilizationPercent: 5}
+			},
 			wantField: "spec.thresholds.auto.targetUtilizationPercent", wantMsg: "greater than or equal to 10",
 		},
 		"auto key share over 100 percent": {
-			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{KeySharePercent: 101} },
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{KeySharePercent: 101}
+			},
 			wantField: "spec.thresholds.auto.keySharePercent", wantMsg: "less than or equal to 100",
 		},
 		"hysteresis over 90 percent": {
