@@ -239,3 +239,29 @@ func TestAutoSizing(t *testing.T) {
 		t.Fatalf("keys %+v, want 10 shards without auto", out.Keys)
 	}
 }
+
+// TestAutoFieldsTakeEffect: each field of thresholds.auto changes the
+// decision.
+func TestAutoFieldsTakeEffect(t *testing.T) {
+	obs := map[string]Observation{"a:k": {ReadsPerSecond: 15_000}}
+	t.Run("keySharePercent", func(t *testing.T) {
+		shards := []Shard{shard(100_000, 1, 0.3)}
+		if _, hot := autoRun(autoSpec(), shards, obs, State{}); len(hot) != 0 {
+			t.Fatalf("hot %v at the default 25 %% (15 %% of the capacity)", hot)
+		}
+		spec := autoSpec(func(s *v1alpha1.HotKeyPolicySpec) { s.Thresholds.Auto.KeySharePercent = 10 })
+		if _, hot := autoRun(spec, shards, obs, State{}); !slices.Equal(hot, []string{"a:k"}) {
+			t.Fatalf("hot %v at 10 %%", hot)
+		}
+	})
+	t.Run("targetUtilizationPercent", func(t *testing.T) {
+		shards := []Shard{shard(100_000, 1, 0.8)}
+		if _, hot := autoRun(autoSpec(), shards, obs, State{}); !slices.Equal(hot, []string{"a:k"}) {
+			t.Fatalf("hot %v at 80 %% with the default target 70 %%", hot)
+		}
+		spec := autoSpec(func(s *v1alpha1.HotKeyPolicySpec) { s.Thresholds.Auto.TargetUtilizationPercent = 90 })
+		if _, hot := autoRun(spec, shards, obs, State{}); len(hot) != 0 {
+			t.Fatalf("hot %v at 80 %% with a 90 %% target", hot)
+		}
+	})
+}
