@@ -237,8 +237,8 @@ type Detection struct {
 type Capacity struct {
 	// perShardWritesPerSecond is the write rate one physical key may take.
 	// Where it is typed it wins. Unset: with thresholds.auto, the least
-	// write threshold derived on a confident shard; else 20000 (see
-	// PerKeyCapacity).
+	// write threshold derived on a confident shard; else 20000
+	// (docs/manager.md, Automatic thresholds).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	PerShardWritesPerSecond int64 `json:"perShardWritesPerSecond,omitempty"`

@@ -10,7 +10,7 @@ type Thresholds struct {
 	// readsPerSecond is the read rate, summed over all nodes, above which a key
 	// is read-hot. Where it is typed it wins over auto. Unset: derived from
 	// the key's shard when auto is set and that shard's learned capacity is
-	// confident, else 5000 (see InForce).
+	// confident, else 5000 (docs/manager.md, Automatic thresholds).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	ReadsPerSecond int64 `json:"readsPerSecond,omitempty"`
