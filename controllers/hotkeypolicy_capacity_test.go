@@ -63,12 +63,14 @@ func capacityFlows(t *testing.T, env *flowEnv) {
 		if th.ReadsPerSecond <= v1alpha1.FallbackReadsPerSecond || th.WritesPerSecond != th.ReadsPerSecond || th.WritesFrom != v1alpha1.ThresholdLearned {
 			t.Fatalf("thresholds %+v: want the learned share of a capacity far over 20,000 ops/s", *th)
 		}
-		if v := testutil.ToFloat64(f.r.Metrics.shardThreshold.WithLabelValues(f.ns, "auto", env.srv.Addr, "reads", "Learned")); v != float64(th.ReadsPerSecond) {
+		// Metrics follow every pass, status at most once a report interval:
+		// the estimate may have moved a step in between.
+		if v := testutil.ToFloat64(f.r.Metrics.shardThreshold.WithLabelValues(f.ns, "auto", env.srv.Addr, "reads", "Learned")); v < 0.5*float64(th.ReadsPerSecond) || v > 2*float64(th.ReadsPerSecond) {
 			t.Fatalf("heatsink_manager_shard_threshold_per_second %v, status %d", v, th.ReadsPerSecond)
 		}
 		// Over the fallback (5000), under the learned threshold: not hot; over
 		// the learned one: hot after sustainFor.
-		over := th.ReadsPerSecond + th.ReadsPerSecond/2
+		over := 2 * th.ReadsPerSecond
 		f.report("auto", "n1", cand("page:fallback", 6000, 0), cand("page:learned", over, 0))
 		f.step(time.Second, "auto")
 		f.eventually("the key over the learned threshold mitigated", func() error {
