@@ -144,6 +144,10 @@ func TestAutoShardRulePicksFewest(t *testing.T) {
 	}
 	shards := []Shard{shard(100_000, 1, 0.9), shard(100_000, 1, 0.5)}
 	spec := autoSpec()
+	// The hub counts with the floor of the master over target.
+	if r, w := DetectionThresholds(Input{Spec: spec, Shards: shards, ShardOf: byPrefix}); r != 5000 || w != 5000 {
+		t.Fatalf("detection thresholds %d/%d, want the floor 5000", r, w)
+	}
 	out, hot := autoRun(spec, shards, obs, State{})
 	if !slices.Equal(hot, []string{"a:k1", "a:k2"}) {
 		t.Fatalf("hot %v, want a:k1 and a:k2", hot)
