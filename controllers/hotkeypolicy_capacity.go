@@ -12,6 +12,8 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/capacity"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // policyCapacity is the learned capacity of a policy's Redis nodes, kept in
@@ -24,6 +26,9 @@ type policyCapacity struct {
 	// inFlight: a sample is being read; no second one starts.
 	inFlight bool
 	nodes    []capacity.Node
+	// owners: per hash slot, the cluster master serving it (nil: not a
+	// cluster, or not read yet).
+	owners []string
 }
 
 // sampleTimeout bounds one sample of a policy's nodes.
@@ -33,14 +38,16 @@ const sampleTimeout = 2 * time.Second
 // background so that a slow or stalled Redis never holds the pass (the
 // table, the status, the other policies); it returns the estimates read so
 // far and when to sample next. A failure is logged and retried after the
-// interval; it never degrades the policy: capacity is shown, not decided on.
-func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) ([]capacity.Node, time.Time) {
+// interval; it never degrades the policy: without an estimate, thresholds
+// not typed fall back to the built-in numbers (see v1alpha1.InForce).
+func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, now time.Time) ([]capacity.Node, []string, time.Time) {
 	key := client.ObjectKeyFromObject(policy)
 	var (
-		nodes []capacity.Node
-		due   time.Time
-		start bool
-		pm    *policyMemory
+		nodes  []capacity.Node
+		owners []string
+		due    time.Time
+		start  bool
+		pm     *policyMemory
 	)
 	r.mem.with(key, func(m *policyMemory) {
 		pc := &m.capacity
@@ -50,10 +57,10 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 		if !now.Before(pc.due) && !pc.inFlight {
 			pc.due, pc.inFlight, start, pm = now.Add(pc.sampler.Interval), true, true, m
 		}
-		nodes, due = pc.nodes, pc.due
+		nodes, owners, due = pc.nodes, pc.owners, pc.due
 	})
 	if !start {
-		return nodes, due
+		return nodes, owners, due
 	}
 	logger := log.FromContext(ctx)
 	cl, err := r.capacityClient(ctx, policy)
@@ -62,7 +69,7 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 		r.mem.mu.Lock()
 		pm.capacity.inFlight = false
 		r.mem.mu.Unlock()
-		return nodes, due
+		return nodes, owners, due
 	}
 	replicas := spec.Mitigations.ReplicaReads.IsEnabled()
 	go func() {
@@ -78,9 +85,39 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 		pm.capacity.inFlight = false
 		if len(got) > 0 || err == nil {
 			pm.capacity.nodes = got
+			pm.capacity.owners = pm.capacity.sampler.Owners()
 		}
 	}()
-	return nodes, due
+	return nodes, owners, due
+}
+
+// learnedShards are the masters of nodes for the decision, and the map
+// from a key to its master's index: by hash slot on a cluster (owners), the
+// one master otherwise.
+func learnedShards(nodes []capacity.Node, owners []string) ([]decide.Shard, func(string) int) {
+	var masters []decide.Shard
+	index := map[string]int{}
+	for _, n := range nodes {
+		if n.Replica {
+			continue
+		}
+		index[n.Addr] = len(masters)
+		masters = append(masters, decide.Shard{Addr: n.Addr, LearnedShard: v1alpha1.LearnedShard{
+			Capacity: n.Capacity, Confidence: n.Confidence, Utilization: n.Utilization}})
+	}
+	switch {
+	case owners != nil:
+		return masters, func(key string) int {
+			if i, ok := index[owners[routing.Slot(key)]]; ok {
+				return i
+			}
+			return -1
+		}
+	case len(masters) == 1:
+		return masters, func(string) int { return 0 }
+	default:
+		return masters, nil
+	}
 }
 
 // capacityClient is the policy's Redis client (see policyMemory.client).
@@ -99,7 +136,7 @@ func (r *HotKeyPolicyReconciler) capacityClient(ctx context.Context, policy *v1a
 // shardStatus turns the estimates into status entries: integers, the
 // capacity at two significant digits, so that status moves when the
 // estimate does, not at every sample.
-func shardStatus(nodes []capacity.Node) ([]v1alpha1.ShardStatus, int32) {
+func shardStatus(nodes []capacity.Node, th map[string]v1alpha1.InForce) ([]v1alpha1.ShardStatus, int32) {
 	var out []v1alpha1.ShardStatus
 	var busiest int32
 	for _, n := range nodes[:min(len(nodes), maxStatusShards)] {
@@ -107,6 +144,10 @@ func shardStatus(nodes []capacity.Node) ([]v1alpha1.ShardStatus, int32) {
 			UtilizationPercent:   int32(math.Round(100 * n.Utilization)),
 			CapacityOpsPerSecond: twoDigits(n.Capacity),
 			ConfidencePercent:    int32(math.Round(100 * n.Confidence))}
+		if f, ok := th[n.Addr]; ok && !n.Replica {
+			st.Thresholds = &v1alpha1.ShardThresholds{ReadsPerSecond: f.ReadsPerSecond, WritesPerSecond: f.WritesPerSecond,
+				ReadsFrom: f.Reads, WritesFrom: f.Writes, OverTarget: f.OverTarget, ShardRuleFloorPerSecond: f.ShardRuleFloor}
+		}
 		busiest = max(busiest, st.UtilizationPercent)
 		out = append(out, st)
 	}

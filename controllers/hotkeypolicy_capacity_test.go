@@ -43,6 +43,46 @@ func capacityFlows(t *testing.T, env *flowEnv) {
 			t.Fatalf("heatsink_manager_shard_capacity_ops_per_second %v", v)
 		}
 	})
+
+	t.Run("thresholds.auto derives the thresholds of a loaded Redis and decides on them", func(t *testing.T) {
+		f := env.newFlow(t)
+		f.policy("auto", env.withRedis, func(p *v1alpha1.HotKeyPolicy) { p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{} })
+		f.report("auto", "n1")
+		var th *v1alpha1.ShardThresholds
+		f.eventually("learned thresholds in status", func() error {
+			loadRedis(t, env.rc)
+			f.step(11*time.Second, "auto")
+			st := f.status("auto")
+			if len(st.Shards) != 1 || st.Shards[0].Thresholds == nil || st.Shards[0].Thresholds.ReadsFrom != v1alpha1.ThresholdLearned {
+				return fmt.Errorf("shards %+v", st.Shards)
+			}
+			th = st.Shards[0].Thresholds
+			return nil
+		})
+		t.Logf("thresholds in force %+v", *th)
+		if th.ReadsPerSecond <= v1alpha1.FallbackReadsPerSecond || th.WritesPerSecond != th.ReadsPerSecond || th.WritesFrom != v1alpha1.ThresholdLearned {
+			t.Fatalf("thresholds %+v: want the learned share of a capacity far over 20,000 ops/s", *th)
+		}
+		// Metrics follow every pass, status at most once a report interval:
+		// the estimate may have moved a step in between.
+		if v := testutil.ToFloat64(f.r.Metrics.shardThreshold.WithLabelValues(f.ns, "auto", env.srv.Addr, "reads", "Learned")); v < 0.5*float64(th.ReadsPerSecond) || v > 2*float64(th.ReadsPerSecond) {
+			t.Fatalf("heatsink_manager_shard_threshold_per_second %v, status %d", v, th.ReadsPerSecond)
+		}
+		// Over the fallback (5000), under the learned threshold: not hot; over
+		// the learned one: hot after sustainFor.
+		over := 2 * th.ReadsPerSecond
+		f.report("auto", "n1", cand("page:fallback", 6000, 0), cand("page:learned", over, 0))
+		f.step(time.Second, "auto")
+		f.eventually("the key over the learned threshold mitigated", func() error {
+			f.report("auto", "n1", cand("page:fallback", 6000, 0), cand("page:learned", over, 0))
+			f.step(time.Second, "auto")
+			st := f.status("auto")
+			if len(st.HotKeys) != 1 || st.HotKeys[0].Key != "page:learned" {
+				return fmt.Errorf("hot keys %+v", st.HotKeys)
+			}
+			return nil
+		})
+	})
 }
 
 // loadRedis runs a bounded load (at most 20 pipelines of 500 INCRs, at
@@ -68,9 +108,14 @@ func TestShardStatus(t *testing.T) {
 		{Addr: "b:1", Replica: true, Estimate: capacity.Estimate{Utilization: 0.5, Capacity: 2_062, Confidence: 1}},
 		{Addr: "c:1"},
 	}
-	got, busiest := shardStatus(nodes)
+	th := map[string]v1alpha1.InForce{
+		"a:1": {ReadsPerSecond: 77_000, WritesPerSecond: 1000, Reads: v1alpha1.ThresholdLearned, Writes: v1alpha1.ThresholdTyped, ShardRuleFloor: 15_000},
+		"b:1": {ReadsPerSecond: 5000, WritesPerSecond: 1000, Reads: v1alpha1.ThresholdFallback, Writes: v1alpha1.ThresholdFallback},
+	}
+	got, busiest := shardStatus(nodes, th)
 	want := []v1alpha1.ShardStatus{
-		{Address: "a:1", UtilizationPercent: 13, CapacityOpsPerSecond: 310_000, ConfidencePercent: 0},
+		{Address: "a:1", UtilizationPercent: 13, CapacityOpsPerSecond: 310_000, ConfidencePercent: 0,
+			Thresholds: &v1alpha1.ShardThresholds{ReadsPerSecond: 77_000, WritesPerSecond: 1000, ReadsFrom: v1alpha1.ThresholdLearned, WritesFrom: v1alpha1.ThresholdTyped, ShardRuleFloorPerSecond: 15_000}},
 		{Address: "b:1", Replica: true, UtilizationPercent: 50, CapacityOpsPerSecond: 2_100, ConfidencePercent: 100},
 		{Address: "c:1"},
 	}

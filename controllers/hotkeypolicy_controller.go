@@ -206,6 +206,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if p.prev.terminating {
 		return r.routingDeleted(ctx, policy)
 	}
+	r.learn(ctx, p)
 	if warm, at, err := r.observe(p); err != nil || !warm {
 		// Not heard from every node yet (a new leader): decide nothing, so
 		// the published table stands untouched until the view is complete.
@@ -220,7 +221,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)
 	r.Metrics.health(policy, status)
-	r.Metrics.shards(policy, p.shards)
+	r.Metrics.shards(policy, p.shards, p.shardThresholds())
 	if err := r.writeStatus(ctx, policy, status, p.now); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -268,7 +268,9 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, RedisTimeout: time.Minute, SkipNameValidation: true,
-		Capacity: capacity.Options{MinUtilization: 1e-6},
+		// Full confidence after 0.05 CPU-seconds: the flows' loads are short
+		// (only policies with thresholds.auto decide on it).
+		Capacity: capacity.Options{MinUtilization: 1e-6, FullConfidenceCPU: 0.05},
 		Redis:    stall.dialer(DialRedis), Fleet: h}
 	testenv.RunManager(t, cp, r.SetupWithManager)
 	ctx := context.Background()
@@ -296,7 +298,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		// Every key the flows used.
-		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip", "likes:db2", "page:db2", "sz:str", "sz:hash", "sz:gone"}
+		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip", "likes:db2", "page:db2", "page:fallback", "page:learned", "sz:str", "sz:hash", "sz:gone"}
 		for _, mf := range mfs {
 			seen[mf.GetName()] = true
 			for _, m := range mf.GetMetric() {

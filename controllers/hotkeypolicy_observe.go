@@ -22,7 +22,9 @@ import (
 // returns false and the time to look again.
 func (r *HotKeyPolicyReconciler) observe(p *pass) (warm bool, warmAt time.Time, err error) {
 	id := policyID(p.key)
-	r.Fleet.SetPolicy(id, hub.ParamsFromSpec(p.spec))
+	params := hub.ParamsFromSpec(p.spec)
+	params.Thresholds.Reads, params.Thresholds.Writes = p.detect[0], p.detect[1]
+	r.Fleet.SetPolicy(id, params)
 	snap, st := r.Fleet.Snapshot(id)
 	switch {
 	case !st.Serving:

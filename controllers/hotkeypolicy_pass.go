@@ -50,9 +50,14 @@ type pass struct {
 	refill time.Time
 
 	// shards are the capacity estimates of the policy's Redis nodes and
-	// sampleAt when they are read next (see sampleCapacity).
+	// sampleAt when they are read next (see sampleCapacity); masters and
+	// shardOf are the masters as the decision takes them (learnedShards),
+	// and detect the least thresholds in force, which the hub counts with.
 	shards   []capacity.Node
 	sampleAt time.Time
+	masters  []decide.Shard
+	shardOf  func(string) int
+	detect   [2]int64
 
 	// sizesAt is when a MEMORY USAGE token is there for keys waiting to
 	// be measured, and reportAt when the report may be written with big
@@ -70,6 +75,16 @@ func (r *HotKeyPolicyReconciler) newPass(policy *v1alpha1.HotKeyPolicy) *pass {
 	return &pass{policy: policy, key: client.ObjectKeyFromObject(policy), spec: spec, now: r.Clock.Now()}
 }
 
+// learn takes the learned capacity of the policy's Redis (sampling it
+// when due, in the background) and the thresholds it sets: before observe,
+// so that the hub counts with them, and before decide.
+func (r *HotKeyPolicyReconciler) learn(ctx context.Context, p *pass) {
+	var owners []string
+	p.shards, owners, p.sampleAt = r.sampleCapacity(ctx, p.policy, p.spec, p.now)
+	p.masters, p.shardOf = learnedShards(p.shards, owners)
+	p.detect[0], p.detect[1] = decide.DetectionThresholds(decide.Input{Spec: p.spec, State: p.prev.State, Shards: p.masters, ShardOf: p.shardOf})
+}
+
 // decide takes the pass's decision from what observe and load found: the
 // schedule events due, the next routing decision (pure, decide.Decide) and
 // what of it is enforced.
@@ -80,6 +95,7 @@ func (p *pass) decide(margin time.Duration) {
 		Now: p.now, Spec: p.spec, Observations: p.agg.Keys, State: p.prev.State,
 		Current:   decide.Rescale(p.prev.decided(p.spec.Mode), p.spec.Mitigations.Split.Epoch.Milliseconds()),
 		Scheduled: p.scheduled, Margin: margin, Nodes: p.agg.FreshNodes,
+		Shards: p.masters, ShardOf: p.shardOf,
 	})
 	p.enforced = enforced(p.spec, p.prev, &p.out, p.now, margin)
 }
@@ -119,7 +135,6 @@ func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
 		rp.fill(rctx, r.fills(p.key, p.prev, p.enforced, p.scheduled, p.now))
 	}
 	p.act = rp.res
-	p.shards, p.sampleAt = r.sampleCapacity(ctx, p.policy, p.spec, p.now)
 	r.mem.with(p.key, func(m *policyMemory) { p.refill = m.refills.next() })
 }
 
@@ -130,4 +145,15 @@ func (r *HotKeyPolicyReconciler) enact(ctx context.Context, p *pass) {
 func (p *pass) next() time.Time {
 	return earliest(p.out.NextCheck, p.enforced.NextCheck, p.agg.NextStale, schedule.NextChange(p.now, p.evs), p.act.retryAt, p.refill, p.sampleAt,
 		p.sizesAt, p.reportAt)
+}
+
+// shardThresholds are the thresholds in force on each master, by address,
+// for status.
+func (p *pass) shardThresholds() map[string]v1alpha1.InForce {
+	th := decide.ShardThresholds(decide.Input{Spec: p.spec, Shards: p.masters, ShardOf: p.shardOf})
+	out := make(map[string]v1alpha1.InForce, len(th))
+	for i, f := range th {
+		out[p.masters[i].Addr] = f
+	}
+	return out
 }

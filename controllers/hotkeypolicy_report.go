@@ -142,7 +142,9 @@ func round(f float64) int64 {
 // failure is logged and retried at the next pass: the report is for people
 // and nothing depends on it.
 func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
+	// The thresholds the hub counts with (the least in force on any shard).
 	th := hub.ParamsFromSpec(p.spec).Thresholds
+	th.Reads, th.Writes = p.detect[0], p.detect[1]
 	cands := reportCandidates(p.hubSnap, th, int(p.spec.Detection.TopK))
 	nodes := int32(p.hubSnap.FreshNodes)
 	so := r.sizeOptions()

@@ -50,10 +50,10 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.RoutingVersion = max(st.RoutingVersion, p.pub.version)
 	st.ReportingNodes, st.StaleNodes = shownNodes(st.ReportingNodes, st.StaleNodes, int32(p.agg.FreshNodes), int32(p.agg.StaleNodes))
 	st.HotKeyCount = int32(len(p.out.Keys))
-	st.HotKeys = shownHotKeys(st.HotKeys, p.out.Keys, p.ratesDue, &p.spec.Thresholds)
+	st.HotKeys = shownHotKeys(st.HotKeys, p.out.Keys, p.ratesDue, p.detect)
 	st.NextEvents = nextEvents(p.evs)
 	if p.ratesDue || len(st.Shards) != len(p.shards) {
-		st.Shards, st.BusiestShardUtilizationPercent = shardStatus(p.shards)
+		st.Shards, st.BusiestShardUtilizationPercent = shardStatus(p.shards, p.shardThresholds())
 	}
 
 	gen := p.policy.Generation
@@ -70,7 +70,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 // rates unless ratesDue and they moved (rateMoved): rates are shown, not
 // decided on, so the status changes when something did, not at every step
 // of a key's rise or decay.
-func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesDue bool, th *v1alpha1.Thresholds) []v1alpha1.HotKeyStatus {
+func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesDue bool, th [2]int64) []v1alpha1.HotKeyStatus {
 	shown := make(map[string]v1alpha1.HotKeyStatus, len(old))
 	for _, hk := range old {
 		shown[hk.Key] = hk
@@ -81,7 +81,7 @@ func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesD
 			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source,
 			ShedReadsPerSecond: k.ShedReads, ShedWritesPerSecond: k.ShedWrites}
 		if o, ok := shown[k.Key]; ok && (!ratesDue ||
-			!rateMoved(o.ReadsPerSecond, hk.ReadsPerSecond, th.ReadsPerSecond) && !rateMoved(o.WritesPerSecond, hk.WritesPerSecond, th.WritesPerSecond)) {
+			!rateMoved(o.ReadsPerSecond, hk.ReadsPerSecond, th[0]) && !rateMoved(o.WritesPerSecond, hk.WritesPerSecond, th[1])) {
 			hk.ReadsPerSecond, hk.WritesPerSecond = o.ReadsPerSecond, o.WritesPerSecond
 		}
 		if k.Since != nil {

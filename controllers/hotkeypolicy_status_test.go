@@ -33,7 +33,8 @@ func statusPass(mut ...func(*pass)) *pass {
 	spec := policy.Spec.DeepCopy()
 	spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
 	v1alpha1.SetDefaults(spec)
-	p := &pass{policy: policy, spec: spec, now: statusNow, agg: decide.Aggregate{FreshNodes: 3}, pub: publishResult{version: 5}, ratesDue: true}
+	p := &pass{policy: policy, spec: spec, now: statusNow, agg: decide.Aggregate{FreshNodes: 3}, pub: publishResult{version: 5}, ratesDue: true,
+		detect: [2]int64{v1alpha1.FallbackReadsPerSecond, v1alpha1.FallbackWritesPerSecond}}
 	for _, m := range mut {
 		m(p)
 	}
@@ -209,7 +210,7 @@ func TestBuildStatus(t *testing.T) {
 				prev := keyStatus(hotKeys(1)[0])
 				prev.WritesPerSecond = 100
 				p.policy.Status.HotKeys = []v1alpha1.HotKeyStatus{prev}
-				p.out.Keys[0].WritesPerSecond = 100 - p.spec.Thresholds.WritesPerSecond/20 // -50%, but only 5 % of the threshold: kept
+				p.out.Keys[0].WritesPerSecond = 100 - p.detect[1]/20 // -50%, but only 5 % of the threshold: kept
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
 				st.HotKeyCount = 1

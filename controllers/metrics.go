@@ -34,6 +34,7 @@ type Metrics struct {
 
 	// Per policy and Redis node (address, never a key): learned capacity.
 	shardUtilization, shardCapacity, shardConfidence *prometheus.GaugeVec
+	shardThreshold                                   *prometheus.GaugeVec
 
 	// Per policy: keys at or over thresholds.valueBytes.
 	bigKeys *prometheus.GaugeVec
@@ -73,6 +74,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Learned capacity of a Redis node for its observed command mix: commands per main-thread CPU-second."}, []string{"namespace", "policy", "address"}),
 		shardConfidence: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_shard_capacity_confidence",
 			Help: "Confidence (0..1) of the learned capacity: counted load CPU-seconds over 30."}, []string{"namespace", "policy", "address"}),
+		shardThreshold: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_shard_threshold_per_second",
+			Help: "Threshold in force for the keys of a Redis master, by direction (reads, writes) and source (Typed, Learned, Fallback)."}, []string{"namespace", "policy", "address", "direction", "source"}),
 		bigKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_big_keys",
 			Help: "Keys of the policy whose largest value seen is at or over thresholds.valueBytes (listed in its HotKeyReport)."}, []string{"namespace", "policy"}),
 	}
@@ -91,6 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.shardUtilization = register(reg, m.shardUtilization)
 	m.shardCapacity = register(reg, m.shardCapacity)
 	m.shardConfidence = register(reg, m.shardConfidence)
+	m.shardThreshold = register(reg, m.shardThreshold)
 	m.bigKeys = register(reg, m.bigKeys)
 	return m
 }
@@ -150,15 +154,19 @@ func (m *Metrics) health(policy *v1alpha1.HotKeyPolicy, st *v1alpha1.HotKeyPolic
 }
 
 // shards exports the policy's capacity estimates, dropping nodes gone.
-func (m *Metrics) shards(policy *v1alpha1.HotKeyPolicy, nodes []capacity.Node) {
+func (m *Metrics) shards(policy *v1alpha1.HotKeyPolicy, nodes []capacity.Node, th map[string]v1alpha1.InForce) {
 	labels := prometheus.Labels{"namespace": policy.Namespace, "policy": policy.Name}
-	for _, v := range []*prometheus.GaugeVec{m.shardUtilization, m.shardCapacity, m.shardConfidence} {
+	for _, v := range []*prometheus.GaugeVec{m.shardUtilization, m.shardCapacity, m.shardConfidence, m.shardThreshold} {
 		v.DeletePartialMatch(labels)
 	}
 	for _, n := range nodes {
 		m.shardUtilization.WithLabelValues(policy.Namespace, policy.Name, n.Addr).Set(n.Utilization)
 		m.shardCapacity.WithLabelValues(policy.Namespace, policy.Name, n.Addr).Set(n.Capacity)
 		m.shardConfidence.WithLabelValues(policy.Namespace, policy.Name, n.Addr).Set(n.Confidence)
+		if f, ok := th[n.Addr]; ok && !n.Replica {
+			m.shardThreshold.WithLabelValues(policy.Namespace, policy.Name, n.Addr, "reads", string(f.Reads)).Set(float64(f.ReadsPerSecond))
+			m.shardThreshold.WithLabelValues(policy.Namespace, policy.Name, n.Addr, "writes", string(f.Writes)).Set(float64(f.WritesPerSecond))
+		}
 	}
 }
 
@@ -176,7 +184,7 @@ func (m *Metrics) forget(namespace, name string) {
 	}
 	m.epoch.DeleteLabelValues(namespace, name)
 	labels := prometheus.Labels{"namespace": namespace, "policy": name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.shardUtilization, m.shardCapacity, m.shardConfidence, m.bigKeys} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.shardUtilization, m.shardCapacity, m.shardConfidence, m.shardThreshold, m.bigKeys} {
 		v.DeletePartialMatch(labels)
 	}
 }

@@ -167,7 +167,7 @@ func TestAgentReportsToTheManager(t *testing.T) {
 		h.send()
 		h.step()
 		eventually.True(t, 20*time.Second, "the hub sees product:hot over its threshold", func() bool {
-			return h.reads("product:hot") >= v1alpha1.DefaultReadsPerSecond
+			return h.reads("product:hot") >= v1alpha1.FallbackReadsPerSecond
 		})
 		t.Logf("over its threshold at the manager %v after the key turned hot (one tick: an urgent summary)", h.clk.Since(began))
 		if h.reads("product:secret-hot") != 0 || h.reads("session:hot") != 0 {

@@ -55,6 +55,10 @@ var slotTags = sync.OnceValue(func() *[SlotCount]string {
 
 func slotTag(slot int) string { return slotTags()[slot] }
 
+// SlotKey is a short key in slot (its hash tag hashes there): asking a
+// cluster client which master serves it asks which master serves the slot.
+func SlotKey(slot int) string { return "{" + slotTag(slot) + "}" }
+
 // SlotBytes is Slot for a key held as bytes, table-driven and
 // allocation-free: the proxy computes it for every keyed command in cluster
 // mode, straight from its read buffer.

@@ -156,6 +156,10 @@ func ValidateSpec(spec *v1alpha1.HotKeyPolicySpec, path *field.Path) (field.Erro
 			}
 		}
 	}
+	if th := spec.Thresholds; th.Auto != nil && th.ReadsPerSecond > 0 && th.WritesPerSecond > 0 {
+		warnings = append(warnings, fmt.Sprintf("%s: readsPerSecond and writesPerSecond are both typed, and a typed number wins: auto derives no threshold (it still sizes splits and copies unless capacity.* is typed)",
+			path.Child("thresholds", "auto")))
+	}
 	return errs, warnings
 }
 

@@ -289,6 +289,18 @@ func TestAdmission(t *testing.T) {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Thresholds.ReadsPerSecond = -5 },
 			wantField: "spec.thresholds.readsPerSecond", wantMsg: "greater than or equal to 1",
 		},
+		"auto target under 10 percent": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{TargetUtilizationPercent: 5}
+			},
+			wantField: "spec.thresholds.auto.targetUtilizationPercent", wantMsg: "greater than or equal to 10",
+		},
+		"auto key share over 100 percent": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{KeySharePercent: 101}
+			},
+			wantField: "spec.thresholds.auto.keySharePercent", wantMsg: "less than or equal to 100",
+		},
 		"hysteresis over 90 percent": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Thresholds.HysteresisPercent = 95 },
 			wantField: "spec.thresholds.hysteresisPercent", wantMsg: "less than or equal to 90",
@@ -394,6 +406,10 @@ func TestAdmission(t *testing.T) {
 		"explicit zero thresholds": {
 			raw:       map[string]any{"spec.thresholds": map[string]any{"readsPerSecond": 0, "writesPerSecond": 0}},
 			wantField: "spec.thresholds.readsPerSecond", wantMsg: "greater than or equal to 1",
+		},
+		"explicit zero auto keySharePercent": {
+			raw:       map[string]any{"spec.thresholds": map[string]any{"auto": map[string]any{"keySharePercent": 0}}},
+			wantField: "spec.thresholds.auto.keySharePercent", wantMsg: "greater than or equal to 1",
 		},
 		"explicit zero maxShards": {
 			raw:       map[string]any{"spec.mitigations.split.maxShards": 0},
@@ -593,6 +609,22 @@ func TestAdmission(t *testing.T) {
 		want.Mitigations.LocalCache.JitterPercent = v1alpha1.DefaultJitterPercent
 		if diff := cmp.Diff(want, got.Spec); diff != "" {
 			t.Errorf("stored spec differs from the documented defaults (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("auto: {} is stored with its documented defaults, and no rate", func(t *testing.T) {
+		p := policy("auto", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Thresholds.Auto = &v1alpha1.AutoThresholds{} })
+		if err := cp.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		got := &v1alpha1.HotKeyPolicy{}
+		if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			t.Fatal(err)
+		}
+		th := got.Spec.Thresholds
+		want := v1alpha1.AutoThresholds{TargetUtilizationPercent: v1alpha1.DefaultTargetUtilizationPercent, KeySharePercent: v1alpha1.DefaultKeySharePercent}
+		if th.Auto == nil || *th.Auto != want || th.ReadsPerSecond != 0 || th.WritesPerSecond != 0 || got.Spec.Capacity.PerShardReadsPerSecond != 0 || got.Spec.Capacity.PerShardWritesPerSecond != 0 {
+			t.Fatalf("stored thresholds %+v (auto %+v), capacity %+v", th, th.Auto, got.Spec.Capacity)
 		}
 	})
 

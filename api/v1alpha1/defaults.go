@@ -16,13 +16,9 @@ const (
 	DefaultWindow            = 10 * time.Second
 	DefaultTopK              = 64
 	DefaultReportInterval    = time.Second
-	DefaultReadsPerSecond    = 5000
-	DefaultWritesPerSecond   = 1000
 	DefaultSustainFor        = 2 * time.Second
 	DefaultCooldown          = 5 * time.Minute
 	DefaultHysteresisPercent = 20
-	DefaultPerShardWrites    = 20000
-	DefaultPerShardReads     = 50000
 	DefaultHeadroomPercent   = 25
 	DefaultMaxMitigatedKeys  = 200
 	DefaultCacheTTL          = 2 * time.Second
@@ -57,15 +53,18 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	i32(&d.TopK, DefaultTopK)
 	dur(&d.ReportInterval, DefaultReportInterval)
 	th := &spec.Thresholds
-	i64(&th.ReadsPerSecond, DefaultReadsPerSecond)
-	i64(&th.WritesPerSecond, DefaultWritesPerSecond)
+	// readsPerSecond and writesPerSecond have no default: unset means "not
+	// typed" (see Thresholds.InForce).
+	if a := th.Auto; a != nil {
+		i32(&a.TargetUtilizationPercent, DefaultTargetUtilizationPercent)
+		i32(&a.KeySharePercent, DefaultKeySharePercent)
+	}
 	dur(&th.SustainFor, DefaultSustainFor)
 	dur(&th.Cooldown, DefaultCooldown)
 	i64(&th.ValueBytes, DefaultValueBytes)
 	// hysteresisPercent 0 is a legal explicit value; the schema defaults it.
 	c := &spec.Capacity
-	i64(&c.PerShardWritesPerSecond, DefaultPerShardWrites)
-	i64(&c.PerShardReadsPerSecond, DefaultPerShardReads)
+	// perShard*PerSecond have no default either (see PerKeyCapacity).
 	i32(&c.MaxMitigatedKeys, DefaultMaxMitigatedKeys)
 	m := &spec.Mitigations
 	boolean(&m.Coalesce.Enabled, true)

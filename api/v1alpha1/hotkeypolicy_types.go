@@ -236,16 +236,17 @@ type Detection struct {
 // Capacity describes one Redis shard; it sizes splits and replicas.
 type Capacity struct {
 	// perShardWritesPerSecond is the write rate one physical key may take.
-	// Default: 20000.
+	// Where it is typed it wins. Unset: with thresholds.auto, the least
+	// write threshold derived on a confident shard; else 20000
+	// (docs/manager.md, Automatic thresholds).
 	// +optional
-	// +kubebuilder:default=20000
 	// +kubebuilder:validation:Minimum=1
 	PerShardWritesPerSecond int64 `json:"perShardWritesPerSecond,omitempty"`
 
 	// perShardReadsPerSecond is the read rate one physical key may take.
-	// Default: 50000.
+	// Where it is typed it wins. Unset: with thresholds.auto, the least
+	// read threshold derived on a confident shard; else 50000.
 	// +optional
-	// +kubebuilder:default=50000
 	// +kubebuilder:validation:Minimum=1
 	PerShardReadsPerSecond int64 `json:"perShardReadsPerSecond,omitempty"`
 

@@ -21,4 +21,30 @@ type ShardStatus struct {
 	// CPU-seconds of counted load.
 	// +optional
 	ConfidencePercent int32 `json:"confidencePercent,omitempty"`
+	// thresholds are the thresholds in force for the keys this master
+	// serves (masters only; see spec.thresholds.auto).
+	// +optional
+	Thresholds *ShardThresholds `json:"thresholds,omitempty"`
+}
+
+// ShardThresholds are the thresholds in force on one master.
+type ShardThresholds struct {
+	// readsPerSecond and writesPerSecond are the key thresholds.
+	ReadsPerSecond  int64 `json:"readsPerSecond"`
+	WritesPerSecond int64 `json:"writesPerSecond"`
+	// readsFrom and writesFrom say where each comes from: Typed (the
+	// policy's number), Learned (keySharePercent of the learned capacity)
+	// or Fallback (5000 and 1000: auto unset, or the capacity's confidence
+	// under 50 %).
+	ReadsFrom  ThresholdSource `json:"readsFrom"`
+	WritesFrom ThresholdSource `json:"writesFrom"`
+	// overTarget: the master is over targetUtilizationPercent, so its
+	// hottest keys over shardRuleFloorPerSecond that bring it back under
+	// are hot too.
+	// +optional
+	OverTarget bool `json:"overTarget,omitempty"`
+	// shardRuleFloorPerSecond is the least rate the shard rule makes hot
+	// (keySharePercent ÷ 5 of the capacity; 0 when auto does not apply).
+	// +optional
+	ShardRuleFloorPerSecond int64 `json:"shardRuleFloorPerSecond,omitempty"`
 }

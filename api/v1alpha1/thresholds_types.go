@@ -8,18 +8,29 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.cooldown) || !has(self.sustainFor) || !self.cooldown.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || !self.sustainFor.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || duration(self.cooldown) >= duration(self.sustainFor)",message="thresholds.cooldown must be at least thresholds.sustainFor, or mitigations would flap"
 type Thresholds struct {
 	// readsPerSecond is the read rate, summed over all nodes, above which a key
-	// is read-hot. Default: 5000.
+	// is read-hot. Where it is typed it wins over auto. Unset: derived from
+	// the key's shard when auto is set and that shard's learned capacity is
+	// confident, else 5000 (docs/manager.md, Automatic thresholds).
 	// +optional
-	// +kubebuilder:default=5000
 	// +kubebuilder:validation:Minimum=1
 	ReadsPerSecond int64 `json:"readsPerSecond,omitempty"`
 
-	// writesPerSecond is the write rate above which a key is write-hot.
-	// Default: 1000.
+	// writesPerSecond is the write rate above which a key is write-hot. Where
+	// it is typed it wins over auto. Unset: derived like readsPerSecond,
+	// else 1000.
 	// +optional
-	// +kubebuilder:default=1000
 	// +kubebuilder:validation:Minimum=1
 	WritesPerSecond int64 `json:"writesPerSecond,omitempty"`
+
+	// auto derives the thresholds not typed from each shard's learned
+	// capacity (status.shards): a key is hot when it alone takes more than
+	// keySharePercent of its shard's capacity, or when its shard is over
+	// targetUtilizationPercent and the key is among the fewest, hottest first,
+	// whose mitigation brings the shard back under. Splits and replicas are
+	// sized from the learned capacity too, unless capacity.* is typed. Unset:
+	// thresholds are the typed numbers or 5000/1000.
+	// +optional
+	Auto *AutoThresholds `json:"auto,omitempty"`
 
 	// sustainFor is how long a key must stay over a threshold before it is
 	// mitigated. Default: 2s.
@@ -58,4 +69,27 @@ type Thresholds struct {
 	// +kubebuilder:validation:Minimum=1024
 	// +kubebuilder:validation:Maximum=4294967295
 	ValueBytes int64 `json:"valueBytes,omitempty"`
+}
+
+// AutoThresholds are the shares of a shard's learned capacity that make a
+// key hot (see docs/manager.md, Automatic thresholds).
+type AutoThresholds struct {
+	// targetUtilizationPercent is the main-thread utilisation a shard should
+	// stay under: over it, the shard's hottest keys (each at least a fifth of
+	// keySharePercent of its capacity) that bring it back under are hot.
+	// 10 to 95. Default: 70.
+	// +optional
+	// +kubebuilder:default=70
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=95
+	TargetUtilizationPercent int32 `json:"targetUtilizationPercent,omitempty"`
+
+	// keySharePercent is the share of its shard's learned capacity that one
+	// key may take before it is hot, whatever the shard's utilisation.
+	// 1 to 100. Default: 25.
+	// +optional
+	// +kubebuilder:default=25
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	KeySharePercent int32 `json:"keySharePercent,omitempty"`
 }

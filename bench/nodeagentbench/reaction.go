@@ -82,7 +82,7 @@ func reactionTest(ctx context.Context, trials int) error {
 				if tIn == 0 {
 					tIn = time.Since(start)
 				}
-				if est.ReadsPerSecond >= v1alpha1.DefaultReadsPerSecond {
+				if est.ReadsPerSecond >= v1alpha1.FallbackReadsPerSecond {
 					tOver = time.Since(start)
 				}
 			}

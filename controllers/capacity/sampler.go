@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // DefaultInterval is the least time between two samples of one node: one
@@ -33,8 +35,9 @@ type Sampler struct {
 	mu    sync.Mutex
 	nodes map[string]*Node
 	due   map[string]time.Time
-	// seen is the address set of the last Sample; nodes gone from the
-	// topology are forgotten.
+	// owners is, per hash slot, the address of the master serving it, as
+	// the cluster client saw it at the last Sample (nil: not a cluster).
+	owners []string
 }
 
 // NewSampler returns a sampler that reads each node at most every interval.
@@ -75,10 +78,16 @@ func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas
 		mu.Unlock()
 		return nil
 	}
-	var err error
+	var (
+		err    error
+		owners []string
+	)
 	switch c := cl.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n, false) })
+		if err == nil {
+			owners = slotOwners(ctx, c)
+		}
 		if err == nil && replicas {
 			// Reads go to the replicas: they are shards of their own.
 			err = c.ForEachSlave(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n, true) })
@@ -90,6 +99,9 @@ func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if owners != nil {
+		s.owners = owners
+	}
 	for _, r := range reads {
 		if r.err != nil {
 			if err == nil {
@@ -120,6 +132,29 @@ func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out, err
+}
+
+// Owners is, per hash slot, the address of the cluster master serving it
+// at the last Sample that read the topology (nil before one, or for a
+// client that is not a cluster's). The slice is never modified.
+func (s *Sampler) Owners() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owners
+}
+
+// slotOwners asks the cluster client (its slot map, no command to Redis)
+// which master serves each slot; nil if it cannot tell for some slot.
+func slotOwners(ctx context.Context, c *redis.ClusterClient) []string {
+	out := make([]string, routing.SlotCount)
+	for i := range out {
+		n, err := c.MasterForKey(ctx, routing.SlotKey(i))
+		if err != nil {
+			return nil
+		}
+		out[i] = n.Options().Addr
+	}
+	return out
 }
 
 // NextDue is the earliest time a known node is due again (zero if none).

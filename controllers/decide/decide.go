@@ -36,6 +36,11 @@ type KeyState struct {
 	// ShrinkSince is when the sized split cardinality first fell below the
 	// current one; the split shrinks only after sustainFor of that.
 	ShrinkSince *time.Time `json:"shrinkSince,omitempty"`
+	// ReadThreshold / WriteThreshold: the learned threshold a hot direction
+	// became hot at (0 when typed or fallback); it holds until the
+	// direction cools down (see limits).
+	ReadThreshold  int64 `json:"readThreshold,omitempty"`
+	WriteThreshold int64 `json:"writeThreshold,omitempty"`
 }
 
 func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
@@ -78,7 +83,8 @@ func (s State) Durable() State {
 	var out State
 	for _, k := range s.Keys {
 		if k.hot() {
-			out.Keys = append(out.Keys, KeyState{Key: k.Key, ReadHot: k.ReadHot, WriteHot: k.WriteHot, Since: k.Since, DetectedAt: k.DetectedAt})
+			out.Keys = append(out.Keys, KeyState{Key: k.Key, ReadHot: k.ReadHot, WriteHot: k.WriteHot, Since: k.Since, DetectedAt: k.DetectedAt,
+				ReadThreshold: k.ReadThreshold, WriteThreshold: k.WriteThreshold})
 		}
 	}
 	return out
@@ -115,6 +121,12 @@ type Input struct {
 	// Nodes is the count of nodes reporting (0: unknown); it caps a shed
 	// key's MinPerSecond (see withShed).
 	Nodes int
+	// Shards are the policy's Redis masters as learned (nil: none yet), and
+	// ShardOf the index in Shards of the master serving a key (-1 if
+	// unknown; nil: every key unknown). They set the thresholds of
+	// spec.thresholds.auto and the per-key capacity (see limits).
+	Shards  []Shard
+	ShardOf func(key string) int
 }
 
 // KeyDecision describes one mitigated key for status.
@@ -153,10 +165,11 @@ type Output struct {
 // Decide computes the next routing decision. It is pure: same input, same
 // output. It takes four steps, each its own function.
 func Decide(in Input) Output {
-	keys := advanceKeys(in)                   // 1. hysteresis per key
-	m := mitigate(in, keys)                   // 2. entries: detected keys, then scheduled ones
-	splits := planSplits(in, m.entries)       // 3. splits move at epoch boundaries
-	return assemble(in.Spec, keys, m, splits) // 4. the output, sorted
+	lim := newLimits(in)                  // the thresholds in force per key
+	keys := advanceKeys(in, lim)          // 1. hysteresis per key
+	m := mitigate(in, keys)               // 2. entries: detected keys, then scheduled ones
+	splits := planSplits(in, m.entries)   // 3. splits move at epoch boundaries
+	return assemble(lim, keys, m, splits) // 4. the output, sorted
 }
 
 // keyStates is what step 1 (advanceKeys) leaves: each key's state after
@@ -176,7 +189,7 @@ type keyStates struct {
 // in.State and of every key newly observed over a threshold (step, per
 // direction). Keys are taken hottest first, so that when
 // capacity.maxMitigatedKeys bites the hottest keys win.
-func advanceKeys(in Input) keyStates {
+func advanceKeys(in Input, lim *limits) keyStates {
 	spec, now := in.Spec, in.Now
 	ks := keyStates{byKey: make(map[string]*KeyState, len(in.State.Keys)+len(in.Observations))}
 	hotCount := 0
@@ -188,16 +201,25 @@ func advanceKeys(in Input) keyStates {
 		}
 	}
 	for key, o := range in.Observations {
-		if _, ok := ks.byKey[key]; !ok && (o.ReadsPerSecond > spec.Thresholds.ReadsPerSecond || o.WritesPerSecond > spec.Thresholds.WritesPerSecond) {
-			ks.byKey[key] = &KeyState{Key: key}
+		if _, ok := ks.byKey[key]; !ok {
+			if r, w := lim.of(key, nil); o.ReadsPerSecond > r || o.WritesPerSecond > w {
+				ks.byKey[key] = &KeyState{Key: key}
+			}
 		}
+	}
+	// Each key's thresholds, taken from its state before the pass.
+	th := make(map[string][2]int64, len(ks.byKey))
+	for key, k := range ks.byKey {
+		r, w := lim.of(key, k)
+		th[key] = [2]int64{r, w}
 	}
 	ks.hottest = make([]string, 0, len(ks.byKey))
 	for k := range ks.byKey {
 		ks.hottest = append(ks.hottest, k)
 	}
 	sort.Slice(ks.hottest, func(i, j int) bool {
-		hi, hj := heat(spec, in.Observations[ks.hottest[i]]), heat(spec, in.Observations[ks.hottest[j]])
+		ki, kj := ks.hottest[i], ks.hottest[j]
+		hi, hj := heat(th[ki], in.Observations[ki]), heat(th[kj], in.Observations[kj])
 		if hi != hj {
 			return hi > hj
 		}
@@ -210,10 +232,14 @@ func advanceKeys(in Input) keyStates {
 		wasHot := k.hot()
 		over := earliestPtr(k.ReadOverSince, k.WriteOverSince)
 		room := hotCount < limit || wasHot
-		n1 := step(now, &k.ReadHot, &k.ReadOverSince, &k.ReadUnderSince, o.ReadsPerSecond, spec.Thresholds.ReadsPerSecond, o.Bound, spec, room)
+		wasR, wasW := k.ReadHot, k.WriteHot
+		n1 := step(now, &k.ReadHot, &k.ReadOverSince, &k.ReadUnderSince, o.ReadsPerSecond, th[key][0], o.Bound, spec, room)
 		room = room || k.ReadHot
-		n2 := step(now, &k.WriteHot, &k.WriteOverSince, &k.WriteUnderSince, o.WritesPerSecond, spec.Thresholds.WritesPerSecond, o.Bound, spec, room)
+		n2 := step(now, &k.WriteHot, &k.WriteOverSince, &k.WriteUnderSince, o.WritesPerSecond, th[key][1], o.Bound, spec, room)
 		ks.next = earliestNZ(ks.next, n1, n2)
+		freezeR, freezeW := lim.freezes(key)
+		k.ReadThreshold = frozen(wasR, k.ReadHot, freezeR, k.ReadThreshold, th[key][0])
+		k.WriteThreshold = frozen(wasW, k.WriteHot, freezeW, k.WriteThreshold, th[key][1])
 		switch {
 		case !wasHot && k.hot():
 			t := now
@@ -252,13 +278,14 @@ type mitigations struct {
 // (mergeScheduled). It moves the hot keys' shrink timers in keys.
 func mitigate(in Input, keys keyStates) mitigations {
 	m := mitigations{entries: make(map[string]*routing.Entry), decisions: make(map[string]*KeyDecision)}
+	pk := perKeyOf(in)
 	for _, key := range keys.hottest {
 		ks := keys.byKey[key]
 		if !ks.hot() {
 			continue
 		}
-		e, d, next := detectedEntry(in.Now, in.Spec, key, ks, in.Observations[key], lastShards(in.Current, key))
-		e, d = withShed(in.Spec, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
+		e, d, next := detectedEntry(in.Now, in.Spec, pk, key, ks, in.Observations[key], lastShards(in.Current, key))
+		e, d = withShed(in.Spec, pk, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
 		if e != nil {
 			m.entries[key] = e
@@ -348,7 +375,7 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 // entries left with a mitigation by key, the folds by key and epoch, the
 // mitigated keys hottest first, the state of every key not idle by key,
 // and the earliest time any of them changes by itself.
-func assemble(spec *v1alpha1.HotKeyPolicySpec, keys keyStates, m mitigations, splits splitPlan) Output {
+func assemble(lim *limits, keys keyStates, m mitigations, splits splitPlan) Output {
 	out := Output{NextCheck: earliestNZ(keys.next, m.next, splits.next), Started: keys.started, Ended: keys.ended, Capped: keys.capped}
 	out.Entries = make([]routing.Entry, 0, len(m.entries))
 	for _, e := range m.entries {
@@ -368,8 +395,11 @@ func assemble(spec *v1alpha1.HotKeyPolicySpec, keys keyStates, m mitigations, sp
 		out.Keys = append(out.Keys, *d)
 	}
 	sort.Slice(out.Keys, func(i, j int) bool {
-		hi := heat(spec, Observation{ReadsPerSecond: out.Keys[i].ReadsPerSecond, WritesPerSecond: out.Keys[i].WritesPerSecond})
-		hj := heat(spec, Observation{ReadsPerSecond: out.Keys[j].ReadsPerSecond, WritesPerSecond: out.Keys[j].WritesPerSecond})
+		ki, kj := out.Keys[i].Key, out.Keys[j].Key
+		ri, wi := lim.of(ki, keys.byKey[ki])
+		rj, wj := lim.of(kj, keys.byKey[kj])
+		hi := heat([2]int64{ri, wi}, Observation{ReadsPerSecond: out.Keys[i].ReadsPerSecond, WritesPerSecond: out.Keys[i].WritesPerSecond})
+		hj := heat([2]int64{rj, wj}, Observation{ReadsPerSecond: out.Keys[j].ReadsPerSecond, WritesPerSecond: out.Keys[j].WritesPerSecond})
 		if hi != hj {
 			return hi > hj
 		}
@@ -438,7 +468,7 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 // shrinkSize) and after the smaller size has held for sustainFor (reports of several nodes arrive one by one, so a sum may dip
 // for a moment), and never while the key cools down: shrinking first and
 // unsplitting shortly after would only churn generations.
-func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, current int32) (*routing.Entry, *KeyDecision, time.Time) {
+func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, key string, ks *KeyState, o Observation, current int32) (*routing.Entry, *KeyDecision, time.Time) {
 	var next time.Time
 	m := &spec.Mitigations
 	e := &routing.Entry{Key: key, Source: routing.SourceDetected}
@@ -455,7 +485,7 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, k
 				d.Mitigations = append(d.Mitigations, v1alpha1.MitigationRefreshAhead)
 			}
 		}
-		need := withHeadroom(o.ReadsPerSecond, spec.Capacity.HeadroomPercent) > float64(spec.Capacity.PerShardReadsPerSecond)
+		need := withHeadroom(o.ReadsPerSecond, spec.Capacity.HeadroomPercent) > float64(pk.reads)
 		replicaReads := m.ReplicaReads.IsEnabled() && (need || len(d.Mitigations) == 0)
 		if replicaReads {
 			// The shard's replicas exist anyway: reading them costs no
@@ -464,19 +494,19 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, key string, k
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
 		}
 		if m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0) {
-			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardReadsPerSecond, m.Replicate.MaxReplicas)
+			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, pk.reads, m.Replicate.MaxReplicas)
 			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = n
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicate)
 		}
 	}
 	if ks.WriteHot && m.Split.IsEnabled() {
-		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardWritesPerSecond, m.Split.MaxShards)
+		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, pk.writes, m.Split.MaxShards)
 		if n < current {
 			// Shrink only past the hysteresis band: the smaller size must
 			// still suffice at rate / (1 - hysteresis). A rate wobbling
 			// across a rounding boundary would otherwise resize every epoch.
-			n = min(current, shrinkSize(o.WritesPerSecond, spec))
+			n = min(current, shrinkSize(o.WritesPerSecond, spec, pk.writes))
 		}
 		switch {
 		case n >= current:
@@ -611,22 +641,37 @@ func Size(rate int64, headroomPercent int32, perKey int64, max int32) int32 {
 // shrinkSize is the split size a shrinking counter may go to: the size for
 // its rate raised by the policy's hysteresis, so a shrink never has to be
 // undone by the next small rise.
-func shrinkSize(rate int64, spec *v1alpha1.HotKeyPolicySpec) int32 {
+func shrinkSize(rate int64, spec *v1alpha1.HotKeyPolicySpec, perKey int64) int32 {
 	h := float64(spec.Thresholds.HysteresisPercent) / 100
 	raised := int64(math.Ceil(float64(rate) / (1 - min(h, 0.9))))
 	m := &spec.Mitigations
-	return Size(raised, spec.Capacity.HeadroomPercent, spec.Capacity.PerShardWritesPerSecond, m.Split.MaxShards)
+	return Size(raised, spec.Capacity.HeadroomPercent, perKey, m.Split.MaxShards)
 }
 
 func withHeadroom(rate int64, headroomPercent int32) float64 {
 	return float64(rate) * (1 + float64(headroomPercent)/100)
 }
 
-// heat ranks keys by how far over its worse threshold they are.
-func heat(spec *v1alpha1.HotKeyPolicySpec, o Observation) float64 {
-	r := float64(o.ReadsPerSecond) / float64(max(spec.Thresholds.ReadsPerSecond, 1))
-	w := float64(o.WritesPerSecond) / float64(max(spec.Thresholds.WritesPerSecond, 1))
+// heat ranks keys by how far over its worse threshold (th: reads, writes)
+// they are.
+func heat(th [2]int64, o Observation) float64 {
+	r := float64(o.ReadsPerSecond) / float64(max(th[0], 1))
+	w := float64(o.WritesPerSecond) / float64(max(th[1], 1))
 	return max(r, w)
+}
+
+// frozen is a direction's frozen threshold after a pass: set to the
+// learned threshold it became hot at (freeze), kept while hot, cleared
+// when it cools.
+func frozen(wasHot, hot, freeze bool, cur, th int64) int64 {
+	switch {
+	case !hot:
+		return 0
+	case !wasHot && freeze:
+		return th
+	default:
+		return cur
+	}
 }
 
 // lastShards is the cardinality of the newest generation of key in t, 0 if

@@ -20,7 +20,7 @@ import (
 // and when a key starts being shed none has: the minimum is capped at
 // budget ÷ (SidecarsPerNode × nodes), so that a fleet of that many sidecars
 // per node starting at once admits at most the budget.
-func withShed(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Observation, e *routing.Entry, d *KeyDecision, prev *routing.Shed, nodes int) (*routing.Entry, *KeyDecision) {
+func withShed(spec *v1alpha1.HotKeyPolicySpec, pk perKey, key string, ks *KeyState, o Observation, e *routing.Entry, d *KeyDecision, prev *routing.Shed, nodes int) (*routing.Entry, *KeyDecision) {
 	sh := &spec.Mitigations.Shed
 	if !sh.IsEnabled() {
 		return e, d
@@ -41,7 +41,7 @@ func withShed(spec *v1alpha1.HotKeyPolicySpec, key string, ks *KeyState, o Obser
 			shards = e.Split.Generations[len(e.Split.Generations)-1].Shards
 		}
 	}
-	reads, writes := ShedBudgets(spec, replicas, shards)
+	reads, writes := ShedBudgets(spec, pk.reads, pk.writes, replicas, shards)
 	out := &routing.Shed{MinPerSecond: sh.Min()}
 	if nodes > 0 {
 		out.MinPerSecond = min(out.MinPerSecond, max(min(reads, writes)/(SidecarsPerNode*int64(nodes)), 1))
@@ -74,15 +74,16 @@ const SidecarsPerNode = 10
 // ShedBudgets are a shed key's cluster-wide budgets: the policy's
 // explicit ones, or budgetPercent of what its physical keys can take
 // (the base key plus replicas for reads, the split's shards or the base key
-// for writes, at the declared per-shard capacity).
-func ShedBudgets(spec *v1alpha1.HotKeyPolicySpec, replicas, shards int32) (reads, writes int64) {
+// for writes, at the per-key capacity perReads, perWrites: see
+// v1alpha1.PerKeyCapacity).
+func ShedBudgets(spec *v1alpha1.HotKeyPolicySpec, perReads, perWrites int64, replicas, shards int32) (reads, writes int64) {
 	sh := &spec.Mitigations.Shed
 	pct := int64(sh.BudgetPercent)
 	if pct <= 0 {
 		pct = v1alpha1.DefaultShedBudgetPercent
 	}
-	reads = max(spec.Capacity.PerShardReadsPerSecond*int64(1+replicas)*pct/100, 1)
-	writes = max(spec.Capacity.PerShardWritesPerSecond*int64(max(shards, 1))*pct/100, 1)
+	reads = max(perReads*int64(1+replicas)*pct/100, 1)
+	writes = max(perWrites*int64(max(shards, 1))*pct/100, 1)
 	if sh.ReadsPerSecond > 0 {
 		reads = sh.ReadsPerSecond
 	}

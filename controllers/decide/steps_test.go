@@ -70,7 +70,8 @@ func TestAdvanceKeys(t *testing.T) {
 			if spec == nil {
 				spec = testSpec()
 			}
-			got := advanceKeys(Input{Now: t0, Spec: spec, Observations: tc.obs, State: State{Keys: tc.state}})
+			in := Input{Now: t0, Spec: spec, Observations: tc.obs, State: State{Keys: tc.state}}
+			got := advanceKeys(in, newLimits(in))
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(keyStates{})); diff != "" {
 				t.Errorf("keyStates (-want +got):\n%s", diff)
 			}
@@ -239,7 +240,7 @@ func TestAssemble(t *testing.T) {
 			want:   Output{NextCheck: t0.Add(2 * time.Second), Started: 1, Ended: 2, Capped: 3}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := assemble(testSpec(), tc.keys, tc.m, tc.splits)
+			got := assemble(newLimits(Input{Spec: testSpec()}), tc.keys, tc.m, tc.splits)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
 			}

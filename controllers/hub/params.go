@@ -17,14 +17,18 @@ type Params struct {
 	TopK             int32
 }
 
-// ParamsFromSpec takes a defaulted spec's detection parameters.
+// ParamsFromSpec takes a defaulted spec's detection parameters. The
+// thresholds are the typed or fallback ones; with thresholds.auto the
+// manager lowers them to the least threshold in force on any shard
+// (decide.DetectionThresholds) before handing them over.
 func ParamsFromSpec(spec *v1alpha1.HotKeyPolicySpec) Params {
+	f := spec.Thresholds.InForce(v1alpha1.LearnedShard{})
 	return Params{
 		Include: slices.Clone(spec.Keys.Include),
 		Exclude: slices.Clone(spec.Keys.Exclude),
 		Thresholds: Thresholds{
-			Reads:      spec.Thresholds.ReadsPerSecond,
-			Writes:     spec.Thresholds.WritesPerSecond,
+			Reads:      f.ReadsPerSecond,
+			Writes:     f.WritesPerSecond,
 			Hysteresis: float64(spec.Thresholds.HysteresisPercent) / 100,
 		},
 		Window:         spec.Detection.Window.Duration,

@@ -66,7 +66,7 @@ func BenchmarkShed(b *testing.B) {
 	spec.Mitigations.Shed.Enabled = ptr.To(true)
 	spec.Thresholds.SustainFor.Duration = time.Millisecond
 	v1alpha1.SetDefaults(spec)
-	_, budget := decide.ShedBudgets(spec, 0, 0)
+	_, budget := decide.ShedBudgets(spec, v1alpha1.FallbackPerShardReads, v1alpha1.FallbackPerShardWrites, 0, 0)
 
 	for _, row := range []string{"rest", "unshed", "shed"} {
 		b.Run(row, func(b *testing.B) {

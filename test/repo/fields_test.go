@@ -49,6 +49,9 @@ var fieldTests = map[string]string{
 	"thresholds.hysteresisPercent": "controllers/decide TestEachSpecFieldChangesTheDecision/thresholds.hysteresisPercent",
 	"thresholds.valueBytes":        "test/clients TestBigKeysListedFirstBySize",
 
+	"thresholds.auto.keySharePercent":          "controllers/decide TestAutoFieldsTakeEffect/keySharePercent",
+	"thresholds.auto.targetUtilizationPercent": "controllers/decide TestAutoFieldsTakeEffect/targetUtilizationPercent",
+
 	"capacity.perShardWritesPerSecond": "controllers/decide TestEachSpecFieldChangesTheDecision/capacity.perShardWritesPerSecond",
 	"capacity.perShardReadsPerSecond":  "controllers/decide TestEachSpecFieldChangesTheDecision/capacity.perShardReadsPerSecond",
 	"capacity.headroomPercent":         "controllers/decide TestEachSpecFieldChangesTheDecision/capacity.headroomPercent",
