@@ -52,7 +52,11 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 	r.mem.with(key, func(m *policyMemory) {
 		pc := &m.capacity
 		if pc.sampler == nil {
-			pc.sampler = capacity.NewSampler(capacity.DefaultInterval, r.Capacity)
+			every := r.CapacityInterval
+			if every <= 0 {
+				every = capacity.DefaultInterval
+			}
+			pc.sampler = capacity.NewSampler(every, r.Capacity)
 		}
 		if !now.Before(pc.due) && !pc.inFlight {
 			pc.due, pc.inFlight, start, pm = now.Add(pc.sampler.Interval), true, true, m

@@ -69,6 +69,10 @@ type HotKeyPolicyReconciler struct {
 	// tests on a fake clock lower MinUtilization, since their intervals
 	// are long in fake time and short in CPU.
 	Capacity capacity.Options
+	// CapacityInterval overrides capacity.DefaultInterval, the least time
+	// between two samples of one node (the demo, whose windows are seconds,
+	// samples every second).
+	CapacityInterval time.Duration
 	// MaxConcurrentReconciles is how many policies reconcile at once
 	// (DefaultMaxConcurrentReconciles if 0), so that one policy's slow Redis
 	// holds one worker, not every policy.

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"errors"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/heatsink-dev/heatsink/controllers"
+	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 )
 
@@ -31,22 +31,30 @@ func managerCache() cache.Options {
 	}}
 }
 
-// setupReconciler registers the HotKeyPolicy reconciler with mgr. margin is
-// how far ahead of an epoch boundary a split change is announced: all the
+// setupReconciler registers the HotKeyPolicy reconciler with mgr. cfg.Margin
+// is how far ahead of an epoch boundary a split change is announced: all the
 // demo's sidecars run on this machine and receive a table within
 // milliseconds, so a short margin is safe here where a cluster needs the
 // default's room for propagation and clock skew.
-func setupReconciler(mgr manager.Manager, margin time.Duration) (*hub.Hub, error) {
+//
+// With cfg.Auto the manager samples each master every cfg.Auto.SampleEvery
+// and trusts its learned capacity sooner than by default, as the demo
+// shortens every window.
+func setupReconciler(mgr manager.Manager, cfg Config) (*hub.Hub, error) {
 	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: fleetToken, Log: mgr.GetLogger().WithName("fleet")})
 	if err != nil {
 		return nil, err
 	}
 	r := &controllers.HotKeyPolicyReconciler{
-		Margin: margin,
+		Margin: cfg.Margin,
 		Fleet:  h,
 		// A private registry: the e2e test may run the demo more than once
 		// in one process.
 		Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
+	}
+	if a := cfg.Auto; a != nil {
+		r.Capacity = capacity.Options{FullConfidenceCPU: a.ConfidenceCPU}
+		r.CapacityInterval = a.SampleEvery
 	}
 	return h, r.SetupWithManager(mgr)
 }

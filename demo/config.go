@@ -43,6 +43,11 @@ type Config struct {
 	EventDuration time.Duration
 
 	// Policy thresholds and sizing (see the HotKeyPolicy API).
+	// With Auto set the policy types no rate: thresholds.auto with Auto's
+	// percents, and neither the key thresholds nor capacity.perShard* (so
+	// ReadsPerSecond, WritesPerSecond and PerShardWritesPerSecond are not
+	// used).
+	Auto                    *AutoConfig
 	ReadsPerSecond          int64
 	WritesPerSecond         int64
 	PerShardWritesPerSecond int64
@@ -62,6 +67,27 @@ type Config struct {
 	// Live redraws a full-screen view each second (a terminal); otherwise
 	// one line per second is printed.
 	Live bool
+}
+
+// AutoConfig is the demo's thresholds.auto and how fast the manager trusts
+// what it learns.
+type AutoConfig struct {
+	KeySharePercent          int32
+	TargetUtilizationPercent int32
+	// ConfidenceCPU is the main-thread CPU-seconds of load after which a
+	// master's learned capacity is fully trusted (the manager's default is
+	// 30; its thresholds apply from half of it). The demo lowers it as it
+	// shortens every window: its masters work a few percent of a core for
+	// a minute and a half.
+	ConfidenceCPU float64
+	// SampleEvery is how often the manager reads each master's INFO (its
+	// default is 10 s).
+	SampleEvery time.Duration
+}
+
+// DefaultAuto is `-auto`'s setting: the API's default percents.
+func DefaultAuto() *AutoConfig {
+	return &AutoConfig{KeySharePercent: 25, TargetUtilizationPercent: 70, ConfidenceCPU: 1, SampleEvery: time.Second}
 }
 
 // Default is the scenario of `make demo`: about 90 s of traffic.
@@ -141,7 +167,17 @@ func (c *Config) Validate() error {
 	if c.Epoch < time.Second {
 		errs = append(errs, fmt.Errorf("epoch must be at least 1s (got %s)", c.Epoch))
 	}
-	if c.ReadsPerSecond < 1 || c.WritesPerSecond < 1 || c.PerShardWritesPerSecond < 1 {
+	if a := c.Auto; a != nil {
+		if a.KeySharePercent < 1 || a.KeySharePercent > 100 {
+			errs = append(errs, fmt.Errorf("key share must be 1 to 100 percent (got %d)", a.KeySharePercent))
+		}
+		if a.TargetUtilizationPercent < 10 || a.TargetUtilizationPercent > 95 {
+			errs = append(errs, fmt.Errorf("target utilisation must be 10 to 95 percent (got %d)", a.TargetUtilizationPercent))
+		}
+		if a.ConfidenceCPU <= 0 || a.SampleEvery < 100*time.Millisecond {
+			errs = append(errs, errors.New("the capacity's confidence CPU must be positive and its sample interval at least 100ms"))
+		}
+	} else if c.ReadsPerSecond < 1 || c.WritesPerSecond < 1 || c.PerShardWritesPerSecond < 1 {
 		errs = append(errs, errors.New("thresholds and per-shard capacity must be at least 1"))
 	}
 	if c.ReportInterval > c.Window {

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
@@ -100,6 +101,9 @@ type Result struct {
 	// Log is the path of the components' log, Policy of the applied
 	// HotKeyPolicy as YAML.
 	Log, Policy string
+	// Shards is the policy's status.shards at the end: each master's
+	// learned capacity and the thresholds in force on it.
+	Shards []v1alpha1.ShardStatus
 }
 
 // EventLead is how long before the event's start all its keys were
@@ -211,6 +215,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	runTraffic(ctx, start, smp, wl, obs, v)
 
 	res.collect(wl, smp, s.metrics, clients[0], readsBefore)
+	var got v1alpha1.HotKeyPolicy
+	if err := s.cp.Client.Get(context.WithoutCancel(ctx), client.ObjectKeyFromObject(pol), &got); err != nil {
+		res.Failures = append(res.Failures, fmt.Errorf("reading the policy's status: %w", err))
+	} else {
+		res.Shards = got.Status.Shards
+	}
 	samples, sErr := smp.Samples(), smp.Err()
 	if sErr != nil {
 		res.Failures = append(res.Failures, fmt.Errorf("sampling Redis: %w", sErr))
@@ -238,7 +248,7 @@ func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
 	}{
 		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
 		{"Redis Cluster: 3 masters on loopback", func() error { return s.startRedis(ctx) }},
-		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg.Margin) }},
+		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg) }},
 		{"node agents: node-a, node-b", s.startNodeAgents},
 		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
 	}
@@ -462,6 +472,15 @@ func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *
 				LocalCache: &v1alpha1.ScheduledLocalCache{},
 			},
 		}},
+	}
+	if a := cfg.Auto; a != nil {
+		// No rate typed: every threshold and the split's sizing come from
+		// each master's learned capacity.
+		spec.Thresholds.ReadsPerSecond, spec.Thresholds.WritesPerSecond = 0, 0
+		spec.Capacity.PerShardWritesPerSecond = 0
+		spec.Thresholds.Auto = &v1alpha1.AutoThresholds{
+			KeySharePercent: a.KeySharePercent, TargetUtilizationPercent: a.TargetUtilizationPercent,
+		}
 	}
 	v1alpha1.SetDefaults(&spec)
 	p := &v1alpha1.HotKeyPolicy{Spec: spec}

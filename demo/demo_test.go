@@ -199,7 +199,12 @@ func TestParseEngineMetrics(t *testing.T) {
 }
 
 func TestSamplePolicyIsValid(t *testing.T) {
-	for name, cfg := range map[string]Config{"default": Default(), "short": Short()} {
+	auto := Default()
+	auto.Auto = DefaultAuto()
+	for name, cfg := range map[string]Config{"default": Default(), "short": Short(), "auto": auto} {
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
 		k, err := chooseKeys(threeMasters, cfg.Seed)
 		if err != nil {
 			t.Fatal(err)
@@ -210,6 +215,14 @@ func TestSamplePolicyIsValid(t *testing.T) {
 		}
 		if got := p.Spec.Schedules[0].Keys; !cmp.Equal(got, k.Event) {
 			t.Errorf("%s: scheduled keys %v, want the event's %v", name, got, k.Event)
+		}
+		th := p.Spec.Thresholds
+		if typed := th.ReadsPerSecond > 0 || th.WritesPerSecond > 0 || p.Spec.Capacity.PerShardWritesPerSecond > 0; typed == (cfg.Auto != nil) {
+			t.Errorf("%s: auto %v but the policy types reads %d, writes %d, per-shard writes %d",
+				name, cfg.Auto != nil, th.ReadsPerSecond, th.WritesPerSecond, p.Spec.Capacity.PerShardWritesPerSecond)
+		}
+		if (th.Auto != nil) != (cfg.Auto != nil) {
+			t.Errorf("%s: thresholds.auto %+v, want it set exactly when the demo runs with -auto", name, th.Auto)
 		}
 	}
 }

@@ -170,7 +170,7 @@ func (s *stack) startRedis(ctx context.Context) error {
 
 // startManager runs the manager in this process: the admission webhooks and
 // the HotKeyPolicy reconciler, as `heatsink manager` would.
-func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
+func (s *stack) startManager(ctx context.Context, cfg Config) error {
 	opts := s.cp.ManagerOptions()
 	opts.Logger = s.log.WithName("manager")
 	// Node agents of the simulated nodes run controllers in this process too.
@@ -183,7 +183,7 @@ func (s *stack) startManager(ctx context.Context, margin time.Duration) error {
 	if err := hswebhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
 		return err
 	}
-	h, err := setupReconciler(mgr, margin)
+	h, err := setupReconciler(mgr, cfg)
 	if err != nil {
 		if !errors.Is(err, errStageUnavailable) {
 			return err

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 )
 
 // printSummary prints the end-of-run table.
@@ -64,6 +66,13 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 		errs += n
 	}
 	row("client errors", fmt.Sprint(errs))
+	row("thresholds", thresholdsText(cfg))
+	for _, sh := range r.Shards {
+		if sh.Replica {
+			continue
+		}
+		row("  master "+sh.Address, shardText(sh))
+	}
 	_ = tw.Flush()
 	for _, u := range r.Unavailable {
 		fmt.Fprintf(out, "\n  ! stage NOT AVAILABLE in this build: %s", u)
@@ -78,6 +87,28 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 		fmt.Fprintf(out, "  the HotKeyPolicy applied: %s\n", r.Policy)
 	}
 	fmt.Fprintf(out, "  components' log: %s\n", r.Log)
+}
+
+// thresholdsText says what the policy typed.
+func thresholdsText(cfg Config) string {
+	if a := cfg.Auto; a != nil {
+		return fmt.Sprintf("auto: no rate typed (keySharePercent %d, targetUtilizationPercent %d); learned capacity trusted from %.1f CPU-seconds of load",
+			a.KeySharePercent, a.TargetUtilizationPercent, a.ConfidenceCPU/2)
+	}
+	return fmt.Sprintf("typed: %d reads/s, %d writes/s", cfg.ReadsPerSecond, cfg.WritesPerSecond)
+}
+
+// shardText is one master's learned capacity and the thresholds in force
+// on it at the end of the run, from the policy's status.
+func shardText(sh v1alpha1.ShardStatus) string {
+	s := fmt.Sprintf("%d%% busy, capacity %d ops/s (confidence %d%%)", sh.UtilizationPercent, sh.CapacityOpsPerSecond, sh.ConfidencePercent)
+	if t := sh.Thresholds; t != nil {
+		s += fmt.Sprintf("; in force %d reads/s (%s), %d writes/s (%s)", t.ReadsPerSecond, t.ReadsFrom, t.WritesPerSecond, t.WritesFrom)
+		if t.OverTarget {
+			s += fmt.Sprintf("; over target: keys from %d ops/s hot", t.ShardRuleFloorPerSecond)
+		}
+	}
+	return s
 }
 
 func dur(d time.Duration) string {

@@ -43,11 +43,18 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.EventLead, "event-lead", cfg.EventLead, "how long before the event its keys are prepared")
 	fs.Int64Var(&cfg.ReadsPerSecond, "reads-threshold", cfg.ReadsPerSecond, "policy: reads/s over which a key is read-hot")
 	fs.Int64Var(&cfg.WritesPerSecond, "writes-threshold", cfg.WritesPerSecond, "policy: writes/s over which a key is write-hot")
+	auto := fs.Bool("auto", false, "policy: type no rate (thresholds.auto): thresholds from each master's learned capacity")
+	keyShare := fs.Int("key-share", 25, "with -auto: thresholds.auto.keySharePercent")
+	target := fs.Int("target-utilization", 70, "with -auto: thresholds.auto.targetUtilizationPercent")
 	fs.DurationVar(&cfg.Epoch, "epoch", cfg.Epoch, "policy: split epoch (at least 1s)")
 	fs.StringVar(&cfg.OutDir, "out", "demo-out", "directory for the PNG chart and the components' log")
 	plain := fs.Bool("plain", false, "print one line per second instead of redrawing the screen")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *auto {
+		cfg.Auto = demo.DefaultAuto()
+		cfg.Auto.KeySharePercent, cfg.Auto.TargetUtilizationPercent = int32(*keyShare), int32(*target)
 	}
 	cfg.Out = os.Stdout
 	cfg.Live = !*plain && term.IsTerminal(int(os.Stdout.Fd()))
