@@ -43,8 +43,13 @@ func (l *loop) orderSessions(a *arrivals) {
 }
 
 // held reports whether the loop holds its writes: a fence is up, or a
-// session's command came before them (sessionsAhead).
-func (l *loop) held() bool { return l.p.fences.held() || l.sessionsAhead() }
+// session's command came before them (sessionsAhead). The fences are
+// looked at again after the sessions: a session raises its fence before
+// it counts as having handled its command, so one that sessionsAhead no
+// longer finds may have raised it since the first look.
+func (l *loop) held() bool {
+	return l.p.fences.held() || l.sessionsAhead() || l.p.fences.held()
+}
 
 // sessionsAhead reports whether a session's bytes that came before now
 // hold the loop's writes, and starts the hold if they do.
