@@ -26,7 +26,8 @@ import (
 // came before its own and that is reading has handled them (written
 // them, or raised its fence). A session waiting for Redis' replies is not
 // waited for: its next commands come after those replies anyway, as a
-// pipeline's do. A wait lasts at most fenceMax.
+// pipeline's do. A wait lasts at most orderMax (fence.go): between its
+// read and its handling a session does only the proxy's own work.
 
 type arrivals struct {
 	ep   int
@@ -210,7 +211,7 @@ func (a *arrivals) ahead(after uint64) (found bool, upTo uint64) {
 
 // wait runs when s has read a batch of commands, before it handles them:
 // it waits until the sessions whose bytes came before s's and that are
-// reading have handled theirs (at most fenceMax).
+// reading have handled theirs (at most orderMax).
 func (a *arrivals) wait(s *session) {
 	if a == nil || !s.arr.on {
 		return
@@ -234,7 +235,7 @@ func (a *arrivals) wait(s *session) {
 		}
 		now := time.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(fenceMax)
+			deadline = now.Add(orderMax)
 		} else if !now.Before(deadline) {
 			return
 		}
