@@ -193,6 +193,13 @@ func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 	in.stop()
 	<-wrote
 	answered()
+	// A chunk given and never written: its fence, bounded by orderMax
+	// while unsent, comes down now.
+	select {
+	case ch := <-in.chunks:
+		s.p.fences.release(ch.fence)
+	default:
+	}
 	return errQuit
 }
 
