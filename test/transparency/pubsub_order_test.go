@@ -71,8 +71,8 @@ func TestSubscribeThenPublishWithoutWaiting(t *testing.T) {
 // it to a session): its SUBSCRIBE is fenced as a hand-off is, and its
 // session is ordered by arrival, with sessions only against the other
 // sessions, through the event loop against the loop's clients too
-// (loop_arrivals_linux.go): 0 lost in 1,000 tries, in each of 50 runs on
-// two shared cores (load average 10-14), 20 of them beside a busy loop.
+// (loop_arrivals_linux.go): 0 lost in 1,000 tries, in each of 90 runs on
+// two shared cores (load average 10-14), 40 of them beside a busy loop.
 // Through the loop, before that order, the session read the SUBSCRIBE
 // after the loop had written the PUBLISH in 787-898 of 1,000 tries; with
 // it, 1 of 1,000 was still lost in about one run of eight (9 in 71 runs,
