@@ -26,7 +26,8 @@ import (
 // came before its own and that is reading has handled them (written
 // them, or raised its fence). A session waiting for Redis' replies is not
 // waited for: its next commands come after those replies anyway, as a
-// pipeline's do. A wait lasts at most fenceMax.
+// pipeline's do. A wait lasts at most orderMax (fence.go): between its
+// read and its handling a session does only the proxy's own work.
 
 type arrivals struct {
 	ep   int
@@ -210,7 +211,7 @@ func (a *arrivals) ahead(after uint64) (found bool, upTo uint64) {
 
 // wait runs when s has read a batch of commands, before it handles them:
 // it waits until the sessions whose bytes came before s's and that are
-// reading have handled theirs (at most fenceMax).
+// reading have handled theirs (at most orderMax).
 func (a *arrivals) wait(s *session) {
 	if a == nil || !s.arr.on {
 		return
@@ -234,7 +235,7 @@ func (a *arrivals) wait(s *session) {
 		}
 		now := time.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(fenceMax)
+			deadline = now.Add(orderMax)
 		} else if !now.Before(deadline) {
 			return
 		}
@@ -293,8 +294,11 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 	if st.rfn == nil {
 		st.rfn = func(fd uintptr) bool {
 			a.mu.Lock()
+			defer a.mu.Unlock()
 			a.harvest()
-			a.mu.Unlock()
+			if st.ticket == 0 && !a.numberUnharvested(s) {
+				return false // nothing to read: parked until readable
+			}
 			for {
 				st.rn, st.rerr = rawRead(int(fd), st.rb)
 				if st.rerr != unix.EINTR {
@@ -305,7 +309,6 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 				return false // parked until readable
 			}
 			if st.rn > 0 {
-				a.mu.Lock()
 				if st.ticket == 0 {
 					a.next++
 					a.setTicket(s, a.next)
@@ -317,7 +320,6 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 						a.notify() // a session may wait to learn it
 					}
 				}
-				a.mu.Unlock()
 			}
 			return true
 		}
@@ -334,6 +336,33 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return st.rn, nil
+}
+
+// numberUnharvested runs when the harvest gave s no number: it reports
+// whether s's socket holds bytes, numbering them if they are new. Bytes
+// that came after the harvest are not read before a harvest has numbered
+// them: read first, they would leave the ready list, and the arrivals
+// that came just before them and are still in it would be numbered after
+// them (a PUBLISH, so, ahead of a SUBSCRIBE sent before it).
+func (a *arrivals) numberUnharvested(s *session) bool {
+	st := &s.arr
+	var one [1]byte
+	for range 3 {
+		n, _, err := unix.Recvfrom(int(st.fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN:
+			return false // nothing yet: the read parks
+		case err != nil || n == 0:
+			return true // the read reports the error or the end
+		}
+		a.harvest() // their arrival is being put in the ready list
+		if st.ticket != 0 {
+			return true
+		}
+	}
+	// Bytes no edge announces (left after a ticket was cleared): they
+	// are numbered now, as they are read.
+	return true
 }
 
 // piped marks s's client as subscribed: every command it sends counts.

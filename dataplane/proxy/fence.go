@@ -20,9 +20,27 @@ import (
 // holds its writes, sessions wait before theirs. A fence lasts one round
 // trip, and at most fenceMax (a command Redis does not answer at once,
 // such as a module's blocking command, holds the others no longer).
+//
+// A fence a session raises is written by that session's goroutine, which
+// the Go scheduler may not run for a while on a loaded machine (100-260
+// ms were seen on two shared cores): counted from the raising, the 50 ms
+// ran out before the command was written, and a PUBLISH went ahead of the
+// SUBSCRIBE it followed. Such a fence (raiseUnsent) is bounded by
+// orderMax until its command is written (sent), and by fenceMax from
+// then on: the wait for Redis' answer is what fenceMax bounds.
 
-// fenceMax bounds how long a fence holds other clients' commands.
+// fenceMax bounds how long a fence holds other clients' commands once its
+// own command is written.
 const fenceMax = 50 * time.Millisecond
+
+// orderMax bounds how long the proxy holds other clients' commands for one
+// it has read and not yet written: a session's fence until it writes its
+// command, and the waits for a session that has read a command and not
+// yet handled it (arrivals_linux.go). Between the read and the write
+// there is only the proxy's own work (and, rarely, a dial when no warm
+// connection is ready), so this bound is reached only when the machine
+// does not run the proxy's goroutines for that long.
+const orderMax = time.Second
 
 // fence is one command written and not yet answered.
 type fence struct {
@@ -41,16 +59,35 @@ type fences struct {
 	wake func()
 }
 
-// raise puts up a fence; release takes it down, at the latest after
-// fenceMax.
-func (fs *fences) raise() *fence {
+// raise puts up a fence for a command written at once; release takes it
+// down, at the latest after fenceMax.
+func (fs *fences) raise() *fence { return fs.raiseFor(fenceMax) }
+
+// raiseUnsent puts up a fence for a command written later: it is down at
+// the latest orderMax from now, or fenceMax after sent.
+func (fs *fences) raiseUnsent() *fence { return fs.raiseFor(orderMax) }
+
+func (fs *fences) raiseFor(d time.Duration) *fence {
 	f := &fence{done: make(chan struct{})}
 	fs.mu.Lock()
 	fs.list = append(fs.list, f)
 	fs.n.Add(1)
-	f.timer = time.AfterFunc(fenceMax, func() { fs.release(f) })
+	f.timer = time.AfterFunc(d, func() { fs.release(f) })
 	fs.mu.Unlock()
 	return f
+}
+
+// sent tells that f's command is written: f is down at the latest
+// fenceMax from now (nil or released already: nothing).
+func (fs *fences) sent(f *fence) {
+	if f == nil {
+		return
+	}
+	fs.mu.Lock()
+	if !f.released {
+		f.timer.Reset(fenceMax)
+	}
+	fs.mu.Unlock()
 }
 
 // release takes f down (nil or released already: nothing).

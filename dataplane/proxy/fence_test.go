@@ -35,3 +35,27 @@ func TestFenceWaitsForEarlierFencesOnly(t *testing.T) {
 		t.Fatalf("held %v, b released %v; want false, true", fs.held(), fs.isReleased(b))
 	}
 }
+
+// TestUnsentFenceOutlastsFenceMax: a fence whose command a session writes
+// later is not down after fenceMax while the command is unwritten (a
+// goroutine the machine does not run for a while must not let later
+// commands go first); once sent, fenceMax bounds it again.
+func TestUnsentFenceOutlastsFenceMax(t *testing.T) {
+	var fs fences
+	f := fs.raiseUnsent()
+	select {
+	case <-f.done:
+		t.Fatal("an unsent fence was down before its command was written")
+	case <-time.After(2 * fenceMax):
+	}
+	fs.sent(f)
+	start := time.Now()
+	fs.wait(nil) // f times out, fenceMax after sent
+	if d := time.Since(start); d > 10*fenceMax {
+		t.Fatalf("waited %v after sent for a fence bounded by %v", d, fenceMax)
+	}
+	if fs.held() {
+		t.Fatal("f is still up")
+	}
+	fs.sent(f) // released already: nothing
+}

@@ -18,7 +18,7 @@ import "time"
 // a blocking command, ...), the loop holds its writes as it does under a
 // fence (it keeps reading). Once the session has handled it (its own
 // fence is up then, if it wrote it on a connection of its own), the loop
-// goes on; a hold lasts at most fenceMax. Without sessions the cost is an
+// goes on; a hold lasts at most orderMax (fence.go). Without sessions the cost is an
 // atomic load per write.
 
 // loopArrivals is the loop's part of arrivals.
@@ -26,7 +26,7 @@ type loopArrivals struct {
 	a *arrivals
 	// hold: the loop holds its writes for a session; upTo numbers the
 	// arrivals at the hold's start; passed: arrivals numbered up to it
-	// are no longer waited for (a hold that lasted fenceMax).
+	// are no longer waited for (a hold that lasted orderMax).
 	hold         bool
 	upTo, passed uint64
 	gen          uint64 // the hold's number, for its timer
@@ -43,8 +43,13 @@ func (l *loop) orderSessions(a *arrivals) {
 }
 
 // held reports whether the loop holds its writes: a fence is up, or a
-// session's command came before them (sessionsAhead).
-func (l *loop) held() bool { return l.p.fences.held() || l.sessionsAhead() }
+// session's command came before them (sessionsAhead). The fences are
+// looked at again after the sessions: a session raises its fence before
+// it counts as having handled its command, so one that sessionsAhead no
+// longer finds may have raised it since the first look.
+func (l *loop) held() bool {
+	return l.p.fences.held() || l.sessionsAhead() || l.p.fences.held()
+}
 
 // sessionsAhead reports whether a session's bytes that came before now
 // hold the loop's writes, and starts the hold if they do.
@@ -63,7 +68,7 @@ func (l *loop) sessionsAhead() bool {
 	la.hold, la.upTo = true, upTo
 	la.gen++
 	gen := la.gen
-	la.timer = time.AfterFunc(fenceMax, func() { l.post(func() { l.sessionsTimedOut(gen) }) })
+	la.timer = time.AfterFunc(orderMax, func() { l.post(func() { l.sessionsTimedOut(gen) }) })
 	return true
 }
 
@@ -79,7 +84,7 @@ func (l *loop) sessionsMoved() {
 	l.fenceDown() // writes what was held, unless something still holds it
 }
 
-// sessionsTimedOut ends a hold that lasted fenceMax: the arrivals it
+// sessionsTimedOut ends a hold that lasted orderMax: the arrivals it
 // waited for are not waited for again.
 func (l *loop) sessionsTimedOut(gen uint64) {
 	la := &l.arr

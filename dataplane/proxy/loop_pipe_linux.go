@@ -109,7 +109,7 @@ func (l *loop) pipeEvent(pi *lpipe) {
 	})
 	var f *fence
 	if b[len(b)-1] == '\n' {
-		f = l.p.fences.raise()
+		f = l.p.fences.raiseUnsent() // the session's goroutine writes it (orderedPipe)
 	}
 	l.pipeOff(pi)
 	pi.busy = true

@@ -292,7 +292,7 @@ func (s *session) handle() (done bool, err error) {
 			// Until Redis has answered it, no command read after it is
 			// written (fence.go); a blocking command or a script is not
 			// answered at once and keeps no fence.
-			s.fence = s.p.fences.raise()
+			s.fence = s.p.fences.raiseUnsent()
 		}
 		c = s.p.classify(args, s.mode())
 	}
@@ -312,9 +312,6 @@ func (s *session) handle() (done bool, err error) {
 	case opHello:
 		return false, nil // answered by helloShared
 	case opPipe:
-		if s.fence == nil && s.pre == nil { // on its own connection already: fenced as a hand-off
-			s.fence = s.p.fences.raise()
-		}
 		return true, s.subscribe(&c)
 	case opState:
 		return false, s.sessionCommand()
@@ -581,6 +578,7 @@ func (s *session) drain() {
 			s.fail(u, err)
 		}
 	}
+	s.p.fences.sent(s.fence)
 	if s.blocking && s.conn != nil {
 		// While Redis holds a blocking command, a client that hangs up must
 		// cancel it, as it would directly.

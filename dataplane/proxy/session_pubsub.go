@@ -29,6 +29,13 @@ func (s *session) subscribe(c *classified) error {
 	if err := s.cw.Flush(); err != nil {
 		return err
 	}
+	if s.fence == nil && s.pre == nil {
+		// On its own connection already: fenced as a hand-off is. Raised
+		// only now: a client that does not read the replies above must not
+		// hold the others (while its session waits to write them, it does
+		// not count as reading, arrivals_linux.go).
+		s.fence = s.p.fences.raiseUnsent()
+	}
 	u, err := s.upstream(node)
 	if err != nil {
 		s.localError(errUnreachable(s.p.topo.addr(node), err))
@@ -53,6 +60,7 @@ func (s *session) subscribe(c *classified) error {
 	if err := u.w.Flush(); err != nil {
 		return err
 	}
+	s.p.fences.sent(s.fence)
 	if s.fence != nil {
 		// The fence is down once Redis has answered (at the latest after
 		// fenceMax: with CLIENT REPLY OFF it does not answer).
@@ -166,6 +174,7 @@ func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 				in.writing()
 			}
 			_, err := u.conn.Write(ch.b)
+			s.p.fences.sent(ch.fence)
 			if err != nil {
 				answered()
 				u.conn.Close()
@@ -184,6 +193,13 @@ func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 	in.stop()
 	<-wrote
 	answered()
+	// A chunk given and never written: its fence, bounded by orderMax
+	// while unsent, comes down now.
+	select {
+	case ch := <-in.chunks:
+		s.p.fences.release(ch.fence)
+	default:
+	}
 	return errQuit
 }
 
@@ -218,7 +234,7 @@ func (s *session) orderedPipeInput() *pipeIn {
 				a.wait(s)
 				var f *fence
 				if buf[n-1] == '\n' { // as the loop does (loop_pipe_linux.go)
-					f = s.p.fences.raise()
+					f = s.p.fences.raiseUnsent() // written by orderedPipe
 				}
 				a.handled(s)
 				select {
