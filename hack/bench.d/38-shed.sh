@@ -37,15 +37,15 @@ echo "${raw}" | awk '
     printf "| %s | %.2f | %.0f | %.3f | %.1f %% | %s / %s | %s / %s | %s / %s / %s | %s |\n", c, v["offered/capacity"], v["key-writes/s"], v["key/budget"], 100 * v["refused-fraction"], v["refused-p50-us"], v["refused-p99-us"], v["admitted-p50-us"], v["admitted-p99-us"], v["p50-us"], v["p99-us"], v["p99.9-us"], cores
   }'
 echo
-echo "Fleet simulation: the engine's own limiters on one simulated time line, 10 ms steps, 20 report intervals (12 in the benchmark); a key with a budget of 20,000/s offered 100,000/s (Zipf-like over the sidecars, a tenth idle), doubled halfway; 1 % of the busy sidecars restart every interval; the manager publishes the demand one interval late. *bound* is docs/engine.md's (Shedding): budget × max(1, attempts ÷ published demand) + the unmeasured sidecars' minimum + one command per sidecar."
+echo "Fleet simulation: the engine's own limiters on one simulated time line, 10 ms steps, 20 report intervals (12 in the benchmark); a key with a budget of 20,000/s offered 100,000/s (Zipf-like over the sidecars, a tenth idle), doubled halfway; 1 % of the busy sidecars restart every interval; at three quarters, a third of the busy sidecars go idle; the manager publishes the demand one interval late. *bound* is docs/engine.md's (Shedding): budget × max(1, attempts ÷ published demand) + the unmeasured sidecars' minimum + one command per sidecar. *idle dip*: the least admitted ÷ budget in the interval the sidecars go idle and the next; *after idle*: admitted ÷ budget over the intervals after those."
 echo
-echo "| sidecars | steady admitted ÷ budget | spike interval ÷ budget | worst interval ÷ budget | worst interval ÷ bound |"
-echo "|---:|---:|---:|---:|---:|"
+echo "| sidecars | steady admitted ÷ budget | spike interval ÷ budget | worst interval ÷ budget | worst interval ÷ bound | idle dip ÷ budget | after idle ÷ budget |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
 echo "${raw}" | awk '
   /^BenchmarkShedFleet\// {
     c = $1; sub(/^BenchmarkShedFleet\/sidecars-/, "", c); sub(/-[0-9]+$/, "", c)
     delete v
     for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-    printf "| %s | %.3f | %.3f | %.3f | %.3f |\n", c, v["steady/budget"], v["spike-interval/budget"], v["worst-interval/budget"], v["worst-interval/bound"]
+    printf "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", c, v["steady/budget"], v["spike-interval/budget"], v["worst-interval/budget"], v["worst-interval/bound"], v["idle-dip/budget"], v["after-idle/budget"]
   }'
 echo
