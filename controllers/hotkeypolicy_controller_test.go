@@ -13,6 +13,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +36,7 @@ type flow struct {
 	t   *testing.T
 	ctx context.Context
 	c   client.Client
+	cfg *rest.Config // the API server's, for what the client does not read (kubectl's columns)
 	clk *clocktesting.FakeClock
 	ns  string
 	hub *hub.Hub
@@ -281,7 +283,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		if err := cp.CreateNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
-		return &flow{t: t, ctx: ctx, c: cp.Client, clk: clk, ns: ns, hub: h, r: r}
+		return &flow{t: t, ctx: ctx, c: cp.Client, cfg: cp.Config, clk: clk, ns: ns, hub: h, r: r}
 	}}
 
 	lifecycleFlows(t, env)

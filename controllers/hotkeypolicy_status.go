@@ -50,6 +50,8 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.RoutingVersion = max(st.RoutingVersion, p.pub.version)
 	st.ReportingNodes, st.StaleNodes = shownNodes(st.ReportingNodes, st.StaleNodes, int32(p.agg.FreshNodes), int32(p.agg.StaleNodes))
 	st.HotKeyCount = int32(len(p.out.Keys))
+	st.ShedKeyCount = int32(shedKeys(&p.out))
+	st.Moves = moves(p.out.Keys)
 	st.HotKeys = shownHotKeys(st.HotKeys, p.out.Keys, p.ratesDue, p.detect)
 	st.NextEvents = nextEvents(p.evs)
 	if p.ratesDue || len(st.Shards) != len(p.shards) {
@@ -58,7 +60,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 
 	gen := p.policy.Generation
 	setReadyCondition(st, gen, p.spec.Mode, p.pub)
-	setMitigatingCondition(st, gen, &p.out)
+	setMitigatingCondition(st, gen, p.spec.Mode, &p.out)
 	setDegradedCondition(st, gen, p.act, p.schedErrs)
 	return st
 }
@@ -128,8 +130,11 @@ func setReadyCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1alpha1
 }
 
 // setMitigatingCondition: True while the decision mitigates a key (counting
-// those the cap left out), False otherwise.
-func setMitigatingCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, out *decide.Output) {
+// those the cap left out), False otherwise. A decision that sheds is
+// KeysShed, a Warning (clients are being refused), except in Observe mode:
+// nothing is published, so nothing is refused, and the reason is
+// KeysWouldShed (a Normal Event), saying what Enforce would do.
+func setMitigatingCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1alpha1.PolicyMode, out *decide.Output) {
 	if len(out.Keys) == 0 {
 		setCondition(st, gen, v1alpha1.ConditionMitigating, metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys, "no key is mitigated")
 		return
@@ -139,7 +144,11 @@ func setMitigatingCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, out *dec
 		msg += fmt.Sprintf("; %d more left out by capacity.maxMitigatedKeys", out.Capped)
 	}
 	reason := v1alpha1.ReasonHotKeys
-	if n := shedKeys(out); n > 0 {
+	switch n := shedKeys(out); {
+	case n > 0 && mode == v1alpha1.ModeObserve:
+		reason = v1alpha1.ReasonWouldShed
+		msg += fmt.Sprintf("; %d would be shed over their budget (Observe mode: nothing is refused)", n)
+	case n > 0:
 		// The change to this reason is a Warning Event (transitions):
 		// clients are being refused.
 		reason = v1alpha1.ReasonShedding
@@ -211,6 +220,29 @@ func shedKeys(out *decide.Output) int {
 		}
 	}
 	return n
+}
+
+// moves counts the keys each mitigation is applied to, in the order of
+// v1alpha1.MitigationOrder ("Coalesce=3,LocalCache=3,Shed=1"; "" for none), for
+// status.moves and its kubectl column: which moves the policy makes, over
+// every key, where hotKeys shows the first 50.
+func moves(keys []decide.KeyDecision) string {
+	n := make(map[v1alpha1.MitigationType]int, len(v1alpha1.MitigationOrder))
+	for _, k := range keys {
+		for _, m := range k.Mitigations {
+			n[m]++
+		}
+	}
+	var b strings.Builder
+	for _, m := range v1alpha1.MitigationOrder {
+		if n[m] > 0 {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%s=%d", m, n[m])
+		}
+	}
+	return b.String()
 }
 
 // hasSplit reports whether a table has a split key.

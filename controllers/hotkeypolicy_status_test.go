@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -123,14 +124,14 @@ func TestBuildStatus(t *testing.T) {
 		"keys mitigated": {
 			pass: statusPass(func(p *pass) { p.out.Keys = hotKeys(2) }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
-				st.HotKeyCount = 2
+				st.HotKeyCount, st.Moves = 2, "Split=2"
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), keyStatus(hotKeys(2)[1])}
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
 			})},
 		"keys left out by the cap are counted": {
 			pass: statusPass(func(p *pass) { p.out.Keys, p.out.Capped = hotKeys(1), 3 }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
-				st.HotKeyCount = 1
+				st.HotKeyCount, st.Moves = 1, "Split=1"
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(1)[0])}
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys,
 					"1 keys mitigated; 3 more left out by capacity.maxMitigatedKeys")
@@ -138,7 +139,7 @@ func TestBuildStatus(t *testing.T) {
 		"status lists the first 50 hot keys and counts them all": {
 			pass: statusPass(func(p *pass) { p.out.Keys = hotKeys(51) }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
-				st.HotKeyCount = 51
+				st.HotKeyCount, st.Moves = 51, "Split=51"
 				for _, k := range hotKeys(50) {
 					st.HotKeys = append(st.HotKeys, keyStatus(k))
 				}
@@ -152,7 +153,7 @@ func TestBuildStatus(t *testing.T) {
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
 				since := metav1.NewTime(time.Date(2030, 1, 2, 2, 4, 5, 0, time.UTC))
-				st.HotKeyCount = 1
+				st.HotKeyCount, st.Moves = 1, "Split=1"
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(1)[0])}
 				st.HotKeys[0].Since = &since
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "1 keys mitigated")
@@ -173,7 +174,7 @@ func TestBuildStatus(t *testing.T) {
 				p.out.Keys[1].WritesPerSecond = prev[1].WritesPerSecond*6/5 + 2 // over +20%: shown
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
-				st.HotKeyCount = 2
+				st.HotKeyCount, st.Moves = 2, "Split=2"
 				k1 := keyStatus(hotKeys(2)[1])
 				k1.WritesPerSecond = k1.WritesPerSecond*6/5 + 2
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
@@ -185,7 +186,7 @@ func TestBuildStatus(t *testing.T) {
 				p.out.Keys[0], p.out.Keys[1] = p.out.Keys[1], p.out.Keys[0]
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
-				st.HotKeyCount = 2
+				st.HotKeyCount, st.Moves = 2, "Split=2"
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), keyStatus(hotKeys(2)[1])}
 				st.Conditions[1] = cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "2 keys mitigated")
 			})},
@@ -198,7 +199,7 @@ func TestBuildStatus(t *testing.T) {
 				p.out.Keys[1].WritesPerSecond *= 2
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
-				st.HotKeyCount = 2
+				st.HotKeyCount, st.Moves = 2, "Split=2"
 				k1 := keyStatus(hotKeys(2)[1])
 				k1.WritesPerSecond *= 2
 				st.HotKeys = []v1alpha1.HotKeyStatus{keyStatus(hotKeys(2)[0]), k1}
@@ -213,7 +214,7 @@ func TestBuildStatus(t *testing.T) {
 				p.out.Keys[0].WritesPerSecond = 100 - p.detect[1]/20 // -50%, but only 5 % of the threshold: kept
 			}),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
-				st.HotKeyCount = 1
+				st.HotKeyCount, st.Moves = 1, "Split=1"
 				k := keyStatus(hotKeys(1)[0])
 				k.WritesPerSecond = 100
 				st.HotKeys = []v1alpha1.HotKeyStatus{k}
@@ -330,7 +331,9 @@ func TestSetReadyCondition(t *testing.T) {
 }
 
 func TestSetMitigatingCondition(t *testing.T) {
+	shedOut := decide.Output{Keys: hotKeys(2), Entries: []routing.Entry{{Key: "a", Coalesce: true}, {Key: "b", Shed: &routing.Shed{WritesPerSecond: 100}}}}
 	for name, tc := range map[string]struct {
+		mode v1alpha1.PolicyMode
 		out  decide.Output
 		want metav1.Condition
 	}{
@@ -340,11 +343,13 @@ func TestSetMitigatingCondition(t *testing.T) {
 			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "3 keys mitigated")},
 		"keys mitigated, some capped": {out: decide.Output{Keys: hotKeys(1), Capped: 2},
 			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "1 keys mitigated; 2 more left out by capacity.maxMitigatedKeys")},
-		"a key shed": {out: decide.Output{Keys: hotKeys(2), Entries: []routing.Entry{{Key: "a", Coalesce: true}, {Key: "b", Shed: &routing.Shed{WritesPerSecond: 100}}}},
+		"a key shed": {mode: v1alpha1.ModeEnforce, out: shedOut,
 			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonShedding, "2 keys mitigated; 1 shed over their budget (the excess is refused with TRYAGAIN)")},
+		"a key that Enforce would shed, in Observe mode: nothing is refused": {mode: v1alpha1.ModeObserve, out: shedOut,
+			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonWouldShed, "2 keys mitigated; 1 would be shed over their budget (Observe mode: nothing is refused)")},
 	} {
 		t.Run(name, func(t *testing.T) {
-			conditionSet(t, &v1alpha1.HotKeyPolicyStatus{}, func(st *v1alpha1.HotKeyPolicyStatus) { setMitigatingCondition(st, 4, &tc.out) }, tc.want)
+			conditionSet(t, &v1alpha1.HotKeyPolicyStatus{}, func(st *v1alpha1.HotKeyPolicyStatus) { setMitigatingCondition(st, 4, tc.mode, &tc.out) }, tc.want)
 		})
 	}
 }
@@ -479,6 +484,9 @@ func TestTransitions(t *testing.T) {
 		"keys start being shed: a Warning": {old: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys)),
 			next: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonShedding)),
 			want: []transition{ev(corev1.EventTypeWarning, mitigating(metav1.ConditionTrue, v1alpha1.ReasonShedding))}},
+		"Observe mode: keys would be shed, no Warning": {old: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys)),
+			next: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonWouldShed)),
+			want: []transition{ev(corev1.EventTypeNormal, mitigating(metav1.ConditionTrue, v1alpha1.ReasonWouldShed))}},
 		"shedding ends": {old: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonShedding)),
 			next: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys)),
 			want: []transition{ev(corev1.EventTypeNormal, mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys))}},
@@ -548,5 +556,43 @@ func TestCaughtUp(t *testing.T) {
 	r.caughtUp(fresh)
 	if diff := cmp.Diff(wantStatus(), &fresh.Status); diff != "" {
 		t.Errorf("cache past the write: status (-want +got):\n%s", diff)
+	}
+}
+
+func TestMoves(t *testing.T) {
+	m := func(ms ...v1alpha1.MitigationType) decide.KeyDecision { return decide.KeyDecision{Mitigations: ms} }
+	for name, tc := range map[string]struct {
+		keys []decide.KeyDecision
+		want string
+	}{
+		"nothing mitigated": {want: ""},
+		"counted over every key, cheapest move first": {keys: []decide.KeyDecision{
+			m(v1alpha1.MitigationShed), m(v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationRefreshAhead),
+			m(v1alpha1.MitigationCoalesce, v1alpha1.MitigationReplicaReads), m(v1alpha1.MitigationSplit, v1alpha1.MitigationShed)},
+			want: "Coalesce=2,LocalCache=1,ReplicaReads=1,Split=1,RefreshAhead=1,Shed=2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := moves(tc.keys); got != tc.want {
+				t.Errorf("moves = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMitigationsListTheEnum: status.moves lists the mitigations of
+// v1alpha1.MitigationOrder only; one missing from it would never be counted.
+func TestMitigationsListTheEnum(t *testing.T) {
+	src, err := os.ReadFile("../api/v1alpha1/hotkeypolicy_status_types.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(src), "+kubebuilder:validation:Enum=")
+	enum, _, _ := strings.Cut(rest, "\n")
+	var got []string
+	for _, m := range v1alpha1.MitigationOrder {
+		got = append(got, string(m))
+	}
+	if strings.Join(got, ";") != enum {
+		t.Errorf("v1alpha1.MitigationOrder %v, the enum lists %s", got, enum)
 	}
 }

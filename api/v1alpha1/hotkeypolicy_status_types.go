@@ -27,6 +27,9 @@ const (
 	// ReasonShedding: keys are mitigated and some are shed over their
 	// budget (mitigations.shed); a Warning Event marks the change to it.
 	ReasonShedding = "KeysShed"
+	// ReasonWouldShed: Observe mode, and Enforce would shed some keys
+	// over their budget; nothing is refused (a Normal Event).
+	ReasonWouldShed = "KeysWouldShed"
 	// ReasonNoHotKeys: no key is mitigated.
 	ReasonNoHotKeys = "NoHotKeys"
 	// ReasonRedisUnavailable: the manager cannot reach the target Redis.
@@ -60,6 +63,11 @@ const (
 	// (mitigations.shed), the last resort.
 	MitigationShed MitigationType = "Shed"
 )
+
+// MitigationOrder is the mitigations in the order above (status.moves lists
+// them so).
+var MitigationOrder = []MitigationType{MitigationCoalesce, MitigationLocalCache, MitigationReplicaReads, MitigationReplicate,
+	MitigationSplit, MitigationPreAggregate, MitigationRefreshAhead, MitigationShed}
 
 // HotKeySource says why a key is mitigated.
 // +kubebuilder:validation:Enum=Detected;Scheduled
@@ -148,6 +156,18 @@ type HotKeyPolicyStatus struct {
 	// would be).
 	// +optional
 	HotKeyCount int32 `json:"hotKeyCount,omitempty"`
+
+	// shedKeyCount is the number of keys shed over their budget (or, in
+	// Observe mode, that would be): their excess is refused with TRYAGAIN.
+	// +optional
+	ShedKeyCount int32 `json:"shedKeyCount,omitempty"`
+
+	// moves counts the keys each mitigation is applied to, over every
+	// mitigated key (not only those hotKeys lists), cheapest move first,
+	// e.g. "Coalesce=3,LocalCache=3,RefreshAhead=3,ReplicaReads=1,Shed=1".
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Moves string `json:"moves,omitempty"`
 
 	// hotKeys lists the hottest mitigated keys, at most 50, in the order of
 	// their names (a stable order: the list changes only when they do).

@@ -555,12 +555,14 @@ type ScheduledSplit struct {
 // +kubebuilder:resource:shortName=hkp,categories=heatsink
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Hot Keys",type=integer,JSONPath=`.status.hotKeyCount`
+// +kubebuilder:printcolumn:name="Shed",type=integer,JSONPath=`.status.shedKeyCount`
 // +kubebuilder:printcolumn:name="Mitigating",type=string,JSONPath=`.status.conditions[?(@.type=="Mitigating")].status`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`,priority=1
 // +kubebuilder:printcolumn:name="Routing",type=integer,JSONPath=`.status.routingVersion`,priority=1
 // +kubebuilder:printcolumn:name="Busiest Shard %",type=integer,JSONPath=`.status.busiestShardUtilizationPercent`,priority=1
+// +kubebuilder:printcolumn:name="Moves",type=string,JSONPath=`.status.moves`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type HotKeyPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -18,8 +18,14 @@ type fleetResult struct {
 	// doubled and the next (before the manager publishes it).
 	spike float64
 	// steady is admitted ÷ budget averaged over the intervals after the
-	// first three (the demand published) but those of the spike.
+	// first three (the demand published) but those of the spike and of
+	// the idling.
 	steady float64
+	// idleDip is the least admitted ÷ budget in the interval a third of
+	// the busy sidecars go idle and the next (the published demand still
+	// counts them), and afterIdle admitted ÷ budget averaged over the
+	// intervals after those: the busy ones hold the idle ones' share.
+	idleDip, afterIdle float64
 }
 
 // simulateFleet runs n sidecars' limiters (the engine's own, on one fake
@@ -28,7 +34,8 @@ type fleetResult struct {
 // spread evenly over the interval; every interval the "manager" publishes
 // routing.PublishDemand of the fleet's attempts of the interval before, and a
 // random tenth of the busy sidecars restart (a new limiter: it starts from
-// MinPerSecond); halfway, every sidecar's demand doubles at once. It checks each interval's admitted commands against the
+// MinPerSecond); halfway, every sidecar's demand doubles at once; at three
+// quarters, a third of the busy sidecars go idle. It checks each interval's admitted commands against the
 // bound docs/engine.md states: budget × (attempts ÷ published demand, at
 // least 1) + what restarted sidecars admit at MinPerSecond + one burst per
 // sidecar.
@@ -55,6 +62,9 @@ func simulateFleet(t testing.TB, n, intervals int, budget, offered int64) fleetR
 	t0 := time.Unix(1_800_000_000, 0)
 	var res fleetResult
 	steadySum, steadyN := 0.0, 0
+	afterSum, afterN := 0.0, 0
+	res.idleDip = math.Inf(1)
+	idleAt := intervals * 3 / 4
 	// step is the simulation's time quantum: each sidecar sends its
 	// commands for the quantum at its start.
 	const step = 10 * time.Millisecond
@@ -66,6 +76,16 @@ func simulateFleet(t testing.TB, n, intervals int, budget, offered int64) fleetR
 			// the next, before the manager has published it.
 			for i := range want {
 				want[i] *= 2
+			}
+		}
+		if iv == idleAt {
+			// Idle from now on: they ask nothing, so their shares are 0,
+			// and once the manager publishes the lower demand the busy
+			// sidecars' shares grow to the whole budget.
+			for i := range want {
+				if want[i] > 0 && i%3 == 0 {
+					want[i] = 0
+				}
 			}
 		}
 		restarted := 0
@@ -109,9 +129,15 @@ func simulateFleet(t testing.TB, n, intervals int, budget, offered int64) fleetR
 					iv, admitted, bound, budget, attempts, shed.DemandWrites, restarted)
 			}
 		}
-		if h := intervals / 2; iv == h || iv == h+1 {
+		switch h := intervals / 2; {
+		case iv == h || iv == h+1:
 			res.spike = max(res.spike, float64(admitted)/float64(budget))
-		} else if iv > 2 {
+		case iv == idleAt || iv == idleAt+1:
+			res.idleDip = min(res.idleDip, float64(admitted)/float64(budget))
+		case iv > idleAt+1:
+			afterSum += float64(admitted) / float64(budget)
+			afterN++
+		case iv > 2:
 			steadySum += float64(admitted) / float64(budget)
 			steadyN++
 		}
@@ -122,23 +148,30 @@ func simulateFleet(t testing.TB, n, intervals int, budget, offered int64) fleetR
 		lastAttempts = attempts
 	}
 	res.steady = steadySum / float64(max(steadyN, 1))
+	res.afterIdle = afterSum / float64(max(afterN, 1))
 	return res
 }
 
 // TestShedFleetOvershoot: 1,000 simulated sidecars offering 5 × a key's
 // budget, then 10 ×: every interval's admitted commands stay within the
 // stated bound, the interval the demand doubles overshoots by at most that
-// doubling (one interval's allocation skew), and while the published demand
-// holds the fleet admits within 10 % of the budget.
+// doubling (one interval's allocation skew), while the published demand
+// holds the fleet admits within 10 % of the budget, and once a third of the
+// busy sidecars went idle the others hold their share: the fleet admits
+// within 10 % of the budget again once the lower demand is published.
 func TestShedFleetOvershoot(t *testing.T) {
 	res := simulateFleet(t, 1000, 20, 20000, 100000)
 	if res.steady < 0.9 || res.steady > 1.1 {
 		t.Errorf("steady admitted ÷ budget = %.3f, want within 10 %%", res.steady)
 	}
+	if res.afterIdle < 0.9 || res.afterIdle > 1.1 {
+		t.Errorf("after a third of the sidecars went idle, admitted ÷ budget = %.3f (dip %.3f), want within 10 %%", res.afterIdle, res.idleDip)
+	}
 	if res.spike > 2 {
 		t.Errorf("the interval of the spike admitted %.3f × budget, over one interval's skew (2 ×)", res.spike)
 	}
-	t.Logf("worst interval %.3f × budget (%.3f × bound), spike interval %.3f × budget, steady %.3f × budget", res.worst, res.worstBound, res.spike, res.steady)
+	t.Logf("worst interval %.3f × budget (%.3f × bound), spike interval %.3f × budget, steady %.3f × budget, idle dip %.3f, after idle %.3f × budget",
+		res.worst, res.worstBound, res.spike, res.steady, res.idleDip, res.afterIdle)
 }
 
 // BenchmarkShedFleet reports TestShedFleetOvershoot's figures for 1,000
@@ -152,6 +185,8 @@ func BenchmarkShedFleet(b *testing.B) {
 				b.ReportMetric(res.worstBound, "worst-interval/bound")
 				b.ReportMetric(res.steady, "steady/budget")
 				b.ReportMetric(res.spike, "spike-interval/budget")
+				b.ReportMetric(res.idleDip, "idle-dip/budget")
+				b.ReportMetric(res.afterIdle, "after-idle/budget")
 			}
 		})
 	}

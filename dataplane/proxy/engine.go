@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"time"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
@@ -186,4 +187,32 @@ func appendEngineError(b []byte, err error) []byte {
 		msg = "ERR " + msg
 	}
 	return resp.AppendError(b, msg)
+}
+
+// shedTimer times the reply of a command sent raw on a shed key, for the
+// key's limiter (engine.ShedLatency): it admits less while its shard
+// queues. The zero shedTimer times nothing.
+type shedTimer struct {
+	key   string
+	at    time.Time
+	write bool
+}
+
+// startShedTimer starts timing the command of decision d if it names a
+// shed key (engine.ShedTimed) and mitigated says it names a mitigated key.
+func startShedTimer(mitigated bool, d engine.Decision) shedTimer {
+	if !mitigated {
+		return shedTimer{}
+	}
+	if k := engine.ShedTimed(d); k != "" {
+		return shedTimer{key: k, at: time.Now(), write: d.Write}
+	}
+	return shedTimer{}
+}
+
+// done hands the wait so far to the limiter.
+func (t shedTimer) done(e *engine.Engine) {
+	if t.key != "" {
+		e.ShedLatency(t.key, t.write, time.Since(t.at))
+	}
 }

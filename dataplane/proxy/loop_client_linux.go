@@ -309,6 +309,10 @@ func (l *loop) command(c *lclient, off int) {
 		return
 	}
 	l.forward(c, cl.node, l.cmd.Raw, cl.readKey, inval)
+	if t := startShedTimer(cl.mitigated, cl.decision); t.key != "" {
+		u := l.up(cl.node, c.proto) // the connection forward queued it on
+		u.fifo[len(u.fifo)-1].shed = &t
+	}
 }
 
 // cacheHit answers a GET from the engine's local cache, inline, when the

@@ -26,8 +26,9 @@ type fent struct {
 	// off and end locate the raw command in the connection's rawlog
 	// (cluster mode: a MOVED or ASK reply sends it again elsewhere).
 	off, end int32
-	key      string   // reads, for the Observer: reported with the reply size
-	inval    []string // mitigated keys whose cached copy the write drops
+	key      string     // reads, for the Observer: reported with the reply size
+	inval    []string   // mitigated keys whose cached copy the write drops
+	shed     *shedTimer // the reply's wait, for a shed key's limiter (nil: none)
 }
 
 type lupstream struct {
@@ -415,6 +416,9 @@ func (l *loop) upReplies(u *lupstream) {
 		l.deliver(f.c, f.seq, l.rep.Raw)
 		for _, k := range f.inval {
 			e.Invalidate(k)
+		}
+		if f.shed != nil {
+			f.shed.done(e)
 		}
 		if f.key != "" {
 			l.p.observe(f.key, 1, 0, size)

@@ -44,6 +44,7 @@ type pend struct {
 	// engine drops their cached copies once Redis has applied the write (not
 	// before, or a concurrent read could cache the old value again).
 	invalidate []string
+	shed       shedTimer // the reply's wait, for a shed key's limiter
 	// undo takes back the remembered AUTH, HELLO or SELECT this command
 	// set, if Redis refuses it.
 	undo undo
@@ -412,8 +413,7 @@ func (s *session) handle() (done bool, err error) {
 	}
 	if s.forward(node, s.cmd.Raw, false, c.readKey) == nil {
 		pd := &s.pend[len(s.pend)-1]
-		pd.invalidate = inval
-		pd.frames = c.frames
+		pd.invalidate, pd.frames, pd.shed = inval, c.frames, startShedTimer(c.mitigated, c.decision)
 	}
 	return false, nil
 }
@@ -619,6 +619,7 @@ func (s *session) drain() {
 		}
 		u.queued--
 		s.invalidate(pd)
+		pd.shed.done(s.p.cfg.Engine)
 		if pd.undo.active && s.rep.IsError() {
 			// Before swallow: a refused SELECT is taken back under
 			// CLIENT REPLY OFF too.

@@ -336,6 +336,7 @@ func (s *session) drainShared() {
 		for _, k := range pd.invalidate {
 			e.Invalidate(k)
 		}
+		pd.shed.done(e)
 		if pd.key != "" {
 			s.p.observe(pd.key, 1, 0, int(s.rlens[i]))
 		}

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,4 +123,107 @@ func checkShed(t *testing.T, srvAddr string, noLoop bool) {
 			t.Fatalf("MULTI of 20 INCRs: %v", err)
 		}
 	})
+}
+
+// TestShedFollowsASlowShard: through the sidecar against a real
+// redis-server, a shed key's writers take its whole share while the shard
+// answers at once; while the shard queues (another client's scripts keep it
+// busy about 20 ms at a time, so every command waits), the sidecar admits
+// a small part of the share, although the writers could get far more than
+// the share through; once the shard is fast again the share comes back.
+func TestShedFollowsASlowShard(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	for _, noLoop := range []bool{false, true} {
+		name := "event loop"
+		if noLoop {
+			name = "sessions"
+		}
+		t.Run(name, func(t *testing.T) { checkShedSlowShard(t, srv.Addr, noLoop) })
+	}
+}
+
+func checkShedSlowShard(t *testing.T, srvAddr string, noLoop bool) {
+	const (
+		budget  = 400
+		writers = 20
+	)
+	ctx := context.Background()
+	direct := redis.NewClient(&redis.Options{Addr: srvAddr})
+	defer direct.Close()
+	direct.FlushDB(ctx)
+	ec := redis.NewClient(&redis.Options{Addr: srvAddr})
+	eng := engine.New(ec, engine.Options{})
+	t.Cleanup(func() { eng.Close(); ec.Close() })
+	// The published demand is the budget: the share of this sidecar (the
+	// whole demand) is the budget.
+	eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
+		{Key: "counter", Source: routing.SourceDetected, Shed: &routing.Shed{WritesPerSecond: budget, DemandWrites: budget, MinPerSecond: 10}},
+	}})
+	addr, _ := start(t, proxy.Config{Upstreams: []string{srvAddr}, Engine: eng, NoEventLoop: noLoop})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range writers {
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1})
+		defer c.Close()
+		wg.Go(func() {
+			for range 1_000_000 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := c.Incr(ctx, "counter").Err(); err != nil && !redis.IsTryAgainError(err) {
+					t.Errorf("INCR: %v", err)
+					return
+				}
+				time.Sleep(time.Millisecond) // about 1,000/s each at most: far over the share
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	// rate is the counter's increase per second over d.
+	rate := func(d time.Duration) float64 {
+		v0, err := direct.Get(ctx, "counter").Int64()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		time.Sleep(d)
+		v1, err := direct.Get(ctx, "counter").Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(v1-v0) / time.Since(t0).Seconds()
+	}
+	time.Sleep(1500 * time.Millisecond) // the sidecar measures its own demand
+	if got := rate(time.Second); got < 0.7*budget || got > 1.3*budget {
+		t.Fatalf("a fast shard: %.0f writes/s admitted, want the share (%d/s)", got, budget)
+	}
+	// Another client keeps the shard busy: scripts of 20 ms back to back
+	// (Redis serves every waiting client between two), for at most 3 s.
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+			if err := direct.Eval(ctx, `local s = redis.call('TIME') local t0 = s[1] * 1e6 + s[2]
+				repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] - t0 >= 20000 return 1`, nil).Err(); err != nil {
+				t.Errorf("EVAL: %v", err)
+				return
+			}
+		}
+	}()
+	time.Sleep(time.Second) // the limiter's windows see the wait
+	// Without following the shard, the writers (20 at one command per
+	// script) would get about 1,000/s through, the share's 400 of them.
+	slow := rate(1500 * time.Millisecond)
+	<-busy
+	if slow > 0.35*budget {
+		t.Errorf("a queueing shard: %.0f writes/s admitted, want a small part of the share (%d/s)", slow, budget)
+	}
+	time.Sleep(1500 * time.Millisecond) // the fraction steps back up
+	if got := rate(time.Second); got < 0.7*budget {
+		t.Errorf("the shard fast again: %.0f writes/s admitted, want the share (%d/s) back", got, budget)
+	}
+	t.Logf("admitted %.0f writes/s while the shard queued (share %d/s)", slow, budget)
 }

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -108,7 +109,15 @@ func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		case d.Op == engine.OpRaw:
 			// The base key alone is the truth: Redis answers; if the
 			// command wrote, the local cache must forget the keys.
+			shed, sent := engine.ShedTimed(d), time.Time{}
+			if shed != "" {
+				sent = time.Now()
+			}
 			err := next(ctx, cmd)
+			if shed != "" {
+				// The shed key's limiter follows how long its shard takes.
+				h.e.ShedLatency(shed, d.Write, time.Since(sent))
+			}
 			h.invalidate(args, d)
 			h.report(cmd)
 			return err

@@ -2,6 +2,7 @@ package redishook_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +54,71 @@ func TestHookSheds(t *testing.T) {
 	if v, _ := direct.Get(ctx, "other").Int(); v != 2 {
 		t.Fatalf("other = %d, want 2", v)
 	}
+}
+
+// TestHookShedFollowsASlowShard: as the sidecar does (proxy's
+// TestShedFollowsASlowShard), a client with the hook admits its share of a
+// shed key while a real redis-server answers at once, and a small part of
+// it while the server queues behind another client's 20 ms scripts.
+func TestHookShedFollowsASlowShard(t *testing.T) {
+	const budget, writers = 400, 20
+	srv := redistest.Standalone(t)
+	ctx := context.Background()
+	app := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, PoolSize: writers})
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { app.Close(); direct.Close() })
+	e := engine.New(app, engine.Options{})
+	t.Cleanup(func() { e.Close() })
+	app.AddHook(redishook.New(e))
+	e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: []routing.Entry{
+		{Key: "counter", Shed: &routing.Shed{WritesPerSecond: budget, DemandWrites: budget, MinPerSecond: 10}},
+	}})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for range 1_000_000 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := app.Incr(ctx, "counter").Err(); err != nil && !redis.IsTryAgainError(err) {
+					t.Errorf("INCR: %v", err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	rate := func(d time.Duration) float64 {
+		v0, _ := direct.Get(ctx, "counter").Int64()
+		t0 := time.Now()
+		time.Sleep(d)
+		v1, _ := direct.Get(ctx, "counter").Int64()
+		return float64(v1-v0) / time.Since(t0).Seconds()
+	}
+	time.Sleep(1500 * time.Millisecond) // the client measures its own demand
+	if got := rate(time.Second); got < 0.7*budget || got > 1.3*budget {
+		t.Fatalf("a fast shard: %.0f writes/s admitted, want the share (%d/s)", got, budget)
+	}
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+			if err := direct.Eval(ctx, `local s = redis.call('TIME') local t0 = s[1] * 1e6 + s[2]
+				repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] - t0 >= 20000 return 1`, nil).Err(); err != nil {
+				t.Errorf("EVAL: %v", err)
+				return
+			}
+		}
+	}()
+	time.Sleep(time.Second)
+	slow := rate(1500 * time.Millisecond)
+	<-busy
+	if slow > 0.35*budget {
+		t.Errorf("a queueing shard: %.0f writes/s admitted, want a small part of the share (%d/s)", slow, budget)
+	}
+	t.Logf("admitted %.0f writes/s while the shard queued (share %d/s)", slow, budget)
 }
