@@ -1,0 +1,123 @@
+package capture
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"golang.org/x/net/bpf"
+)
+
+// The in-kernel filter. The socket is a cooked (SOCK_DGRAM) packet socket
+// bound to IPv4, so a packet starts at its IP header whatever the
+// interface's link type. The filter keeps only the packets the tracker
+// needs, so the kernel copies nothing else to the agent:
+//
+//   - received, not sent by this host: a packet a pod sends enters the node
+//     on the pod's interface and is seen there once. A socket bound to one
+//     protocol (ETH_P_IP) is given received packets only; the filter also
+//     drops PACKET_OUTGOING so that this holds whatever the binding;
+//   - TCP, not a fragment after the first;
+//   - toward one of the scope's endpoints (destination address and port);
+//   - if sampling, from a connection in the sample: a hash of the client's
+//     address and port, so a connection is captured whole or not at all
+//     (a command is never cut in two by the sampling) and the estimator is
+//     simple: every captured count stands for SampleEvery.
+//
+// Replies (server→client) are not captured: the tracker counts requests.
+
+// snapLen is what the filter keeps of a packet: all of it (a GSO packet of
+// a veth can be 64 KiB).
+const snapLen = 1 << 18
+
+// maxEndpoints keeps the program under the kernel's 4,096 instructions
+// (five per endpoint).
+const maxEndpoints = 800
+
+// packetOutgoing is PACKET_OUTGOING, the packet type of a packet this host
+// sends.
+const packetOutgoing = 4
+
+// program is the whole filter: the packet-type test (an ancillary load,
+// which only the kernel runs) and then the core.
+func program(endpoints []netip.AddrPort, every uint32) ([]bpf.Instruction, error) {
+	core, err := coreProgram(endpoints, every)
+	if err != nil {
+		return nil, err
+	}
+	head := []bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtType},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: packetOutgoing, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+	}
+	return append(head, core...), nil
+}
+
+// coreProgram tests an IPv4 packet (at offset 0): TCP toward an endpoint,
+// in the sample. It uses no ancillary data, so x/net/bpf's VM runs it in
+// tests as the kernel does.
+func coreProgram(endpoints []netip.AddrPort, every uint32) ([]bpf.Instruction, error) {
+	var v4 []netip.AddrPort
+	for _, e := range endpoints {
+		if a := e.Addr().Unmap(); a.Is4() {
+			v4 = append(v4, netip.AddrPortFrom(a, e.Port()))
+		}
+	}
+	if len(v4) > maxEndpoints {
+		return nil, fmt.Errorf("capture: %d IPv4 endpoints, at most %d fit one filter", len(v4), maxEndpoints)
+	}
+	drop := bpf.RetConstant{Val: 0}
+	p := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 9, Size: 1}, // protocol
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 6, SkipTrue: 1},
+		drop,
+		bpf.LoadAbsolute{Off: 6, Size: 2}, // flags and fragment offset
+		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1fff, SkipFalse: 1},
+		drop,
+		bpf.LoadMemShift{Off: 0}, // X = IP header length
+	}
+	// Per endpoint: 5 instructions; a match jumps to accept, after the
+	// list and the drop that ends it.
+	for i, e := range v4 {
+		ip := binary.BigEndian.Uint32(e.Addr().AsSlice())
+		toAccept := uint32((len(v4)-1-i)*5 + 1)
+		p = append(p,
+			bpf.LoadAbsolute{Off: 16, Size: 4}, // destination address
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: ip, SkipTrue: 3},
+			bpf.LoadIndirect{Off: 2, Size: 2}, // destination port
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(e.Port()), SkipTrue: 1},
+			bpf.Jump{Skip: toAccept},
+		)
+	}
+	p = append(p, drop)
+	if every > 1 {
+		p = append(p,
+			bpf.LoadIndirect{Off: 0, Size: 2}, // source port
+			bpf.TAX{},
+			bpf.LoadAbsolute{Off: 12, Size: 4}, // source address
+			bpf.ALUOpX{Op: bpf.ALUOpXor},
+			bpf.ALUOpConstant{Op: bpf.ALUOpMul, Val: hashMul},
+			bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 16},
+			bpf.ALUOpConstant{Op: bpf.ALUOpMod, Val: every},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+			drop,
+		)
+	}
+	return append(p, bpf.RetConstant{Val: snapLen}), nil
+}
+
+// hashMul is Knuth's multiplicative hash constant (2^32 / φ).
+const hashMul = 0x9E3779B1
+
+// Sampled reports whether the filter captures a connection from client
+// when it keeps one connection in every: the same hash the filter
+// computes, for tests and estimates.
+func Sampled(client netip.AddrPort, every uint32) bool {
+	if every <= 1 {
+		return true
+	}
+	a := client.Addr().Unmap().As4()
+	h := binary.BigEndian.Uint32(a[:]) ^ uint32(client.Port())
+	h *= hashMul
+	return (h>>16)%every == 0
+}
