@@ -4,12 +4,14 @@ package capture
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -17,10 +19,18 @@ import (
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
-// Capture is one packet socket and its tracker.
+// Capture is one packet socket, its receive ring and its tracker.
+//
+// Why a ring (PACKET_RX_RING, TPACKET_V3) rather than a read per packet:
+// the kernel writes packets into blocks of memory shared with the agent
+// and wakes it once per full block or per retire timeout, not once per
+// packet. At pipeline depth 1 every command is a packet, and a read per
+// packet cost about 10 µs of CPU each (a wake-up and a copy): 95 % of a
+// core per 100,000 commands/s in the bench, against a target of 5 %.
 type Capture struct {
-	cfg Config
-	fd  int
+	cfg  Config
+	fd   int
+	ring []byte
 
 	// pending is the next scope, taken by the reader at its next packet.
 	pending atomic.Pointer[Scope]
@@ -54,22 +64,54 @@ func Open(cfg Config) (*Capture, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, cfg.BufferBytes); err != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, cfg.BufferBytes)
-	}
-	// The reader wakes at least this often to flush and to see its
-	// context end.
-	tv := unix.NsecToTimeval(int64(cfg.FlushInterval / 2))
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("capture: receive timeout: %w", err)
+		return nil, fmt.Errorf("capture: TPACKET_V3: %w", err)
 	}
+	// A block retires when full or after retireMillis: the reader sees a
+	// packet at most that late, and wakes at most that often when idle.
+	blocks := max(cfg.BufferBytes/blockSize, 4)
+	req := unix.TpacketReq3{Block_size: blockSize, Block_nr: uint32(blocks), Frame_size: frameSize,
+		Frame_nr: uint32(blocks) * (blockSize / frameSize), Retire_blk_tov: retireMillis}
+	if err := unix.SetsockoptTpacketReq3(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("capture: receive ring: %w", err)
+	}
+	ring, err := unix.Mmap(fd, 0, blocks*blockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("capture: map the receive ring: %w", err)
+	}
+	c.ring = ring
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifindex}); err != nil {
-		unix.Close(fd)
+		c.close()
 		return nil, fmt.Errorf("capture: bind: %w", err)
 	}
 	return c, nil
 }
+
+// The ring's geometry: blocks of 256 KiB (a 64 KiB GSO packet fits),
+// retired after 50 ms when not full. A block is handed over when full or
+// retired, so at a low rate each block holds 50 ms of traffic: with the
+// default 32 blocks the reader may stall 1.6 s before the kernel drops.
+const (
+	blockSize    = 256 << 10
+	frameSize    = 1 << 11
+	retireMillis = 50
+)
+
+// Offsets in a block (struct tpacket_block_desc, tpacket_hdr_v1) and in a
+// packet's header (struct tpacket3_hdr).
+const (
+	blkStatus    = 8
+	blkNumPkts   = 12
+	blkFirstPkt  = 16
+	pktNext      = 0
+	pktSnaplen   = 12
+	pktNet       = 26
+	statusKernel = unix.TP_STATUS_KERNEL
+	statusUser   = unix.TP_STATUS_USER
+)
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
@@ -116,37 +158,63 @@ func (c *Capture) Stats() Stats {
 func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []sidecarlink.Entry)) error {
 	defer c.close()
 	tr := newTracker(c.cfg.Limits, c.cfg.SampleEvery)
-	buf := make([]byte, snapLen)
 	var seg segment
 	lastFlush, lastSweep := time.Now(), time.Now()
 	var drops, flushes uint64
-	for ctx.Err() == nil {
-		n, err := unix.Read(c.fd, buf)
-		now := time.Now()
-		if s := c.pending.Swap(nil); s != nil {
-			tr.flush(sink) // counts go to the targets they were counted for
-			tr.setScope(*s)
-		}
-		switch {
-		case err == nil:
-			if decodeIPv4TCP(buf[:n], &seg) {
-				tr.packet(now.UnixNano(), &seg)
+	blocks := len(c.ring) / blockSize
+	pfd := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN | unix.POLLERR}}
+	// The reader wakes at least this often to flush and to see ctx end.
+	pollMillis := int(max(c.cfg.FlushInterval/2, time.Millisecond) / time.Millisecond)
+	for i := 0; ctx.Err() == nil; {
+		blk := c.ring[i*blockSize : (i+1)*blockSize]
+		status := (*uint32)(unsafe.Pointer(&blk[blkStatus]))
+		if atomic.LoadUint32(status)&statusUser == 0 {
+			if _, err := unix.Poll(pfd, pollMillis); err != nil && !errors.Is(err, unix.EINTR) {
+				return fmt.Errorf("capture: poll: %w", err)
 			}
-		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
-		default:
-			return fmt.Errorf("capture: read: %w", err)
+		} else {
+			now := time.Now().UnixNano()
+			if s := c.pending.Swap(nil); s != nil {
+				tr.flush(sink) // counts go to the targets they were counted for
+				tr.setScope(*s)
+			}
+			n := binary.NativeEndian.Uint32(blk[blkNumPkts:])
+			off := binary.NativeEndian.Uint32(blk[blkFirstPkt:])
+			for range n {
+				if int(off)+unix.SizeofTpacket3Hdr > len(blk) {
+					break
+				}
+				h := blk[off:]
+				net := uint32(binary.NativeEndian.Uint16(h[pktNet:]))
+				snap := binary.NativeEndian.Uint32(h[pktSnaplen:])
+				if int(off+net+snap) <= len(blk) && decodeIPv4TCP(blk[off+net:off+net+snap], &seg) {
+					tr.packet(now, &seg)
+				}
+				next := binary.NativeEndian.Uint32(h[pktNext:])
+				if next == 0 {
+					break
+				}
+				off += next
+			}
+			atomic.StoreUint32(status, statusKernel) // the block goes back to the kernel
+			i = (i + 1) % blocks
 		}
+		now := time.Now()
 		if now.Sub(lastFlush) < c.cfg.FlushInterval {
 			continue
 		}
 		lastFlush = now
+		if s := c.pending.Swap(nil); s != nil {
+			tr.flush(sink)
+			tr.setScope(*s)
+		}
 		tr.flush(sink)
 		flushes++
 		if now.Sub(lastSweep) > time.Second {
 			lastSweep = now
 			tr.sweep(now.UnixNano())
 		}
-		if st, err := unix.GetsockoptTpacketStats(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+		if st, err := unix.GetsockoptTpacketStatsV3(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
 			drops += uint64(st.Drops) // reading resets the kernel's counters
 		}
 		c.mu.Lock()
@@ -161,6 +229,9 @@ func (c *Capture) close() {
 	defer c.mu.Unlock()
 	if !c.closed {
 		c.closed = true
+		if c.ring != nil {
+			_ = unix.Munmap(c.ring)
+		}
 		unix.Close(c.fd)
 	}
 }

@@ -21,9 +21,9 @@ type Config struct {
 	// sidecars' (sidecarlink.FlushInterval), so the agent rates captured
 	// keys as it rates a sidecar's.
 	FlushInterval time.Duration
-	// BufferBytes is the socket's receive buffer (default 8 MiB): what
-	// absorbs a burst while the reader is descheduled. Packets beyond it
-	// are dropped by the kernel (KernelDrops), never delayed: the
+	// BufferBytes is the receive ring, in blocks of 256 KiB (default 8 MiB):
+	// what absorbs a burst while the reader is descheduled. Packets beyond
+	// it are dropped by the kernel (KernelDrops), never delayed: the
 	// capture cannot slow the pods' traffic.
 	BufferBytes int
 }

@@ -49,6 +49,11 @@ type parser struct {
 	rs      []byte
 	afterNL bool
 
+	// info is the command table's entry of the command being read (known:
+	// it has one), looked up once its name is read.
+	info  command.Info
+	known bool
+
 	emit func(p *parser)
 	// garbage counts bytes skipped looking for a boundary, resyncs the
 	// boundaries found.
@@ -103,6 +108,7 @@ func (p *parser) startSynced() {
 
 func (p *parser) reset() {
 	p.st, p.lineN, p.argc, p.argi, p.bulk, p.frame, p.keep = stArray, 0, 0, 0, 0, 0, 1
+	p.info, p.known = command.Info{}, false
 	p.args, p.buf = p.args[:0], p.buf[:0]
 }
 
@@ -236,7 +242,12 @@ func (p *parser) argDone() {
 		p.args[i] = p.buf[start:len(p.buf):len(p.buf)]
 	}
 	if i == 0 {
-		p.keep = keepFor(p.args[0], p.argc)
+		var name []byte
+		if len(p.args) > 0 {
+			name = p.args[0]
+		}
+		p.info, p.known = command.Lookup(name)
+		p.keep = keepFor(p.info, p.known, name, p.argc)
 	}
 	p.argi++
 	p.st = stBulkHdr
@@ -259,8 +270,7 @@ func (p *parser) argLen(i int) int {
 // keepFor says how many leading arguments of a command named name locate
 // its first key. AUTH and HELLO (passwords) and every command the table
 // does not know keep their name only: their arguments are skipped unread.
-func keepFor(name []byte, argc int) int {
-	info, known := command.Lookup(name)
+func keepFor(info command.Info, known bool, name []byte, argc int) int {
 	switch {
 	case name == nil || !known:
 		return 1

@@ -291,8 +291,8 @@ func (t *tracker) emit(p *parser) {
 	if len(p.args) == 0 || p.args[0] == nil {
 		return
 	}
-	info, known := command.Lookup(p.args[0])
-	if !known {
+	info := p.info
+	if !p.known {
 		return
 	}
 	if info.Kind == command.State {

@@ -121,3 +121,42 @@ func TestTrackerBounds(t *testing.T) {
 		t.Error("a closed connection is still tracked")
 	}
 }
+
+// BenchmarkTracker is the tracker's cost per command, one command per
+// packet (pipeline depth 1, the worst case), GET and SET alternating over
+// 1,000 keys on 64 connections.
+func BenchmarkTracker(b *testing.B) {
+	tr := newTracker(Limits{}, 1)
+	tr.setScope(scopeT)
+	var streams []*stream
+	for i := range 64 {
+		s := &stream{client: netip.AddrPortFrom(podA, uint16(10000+i))}
+		s.syn(tr)
+		streams = append(streams, s)
+	}
+	var segs []segment
+	for i := range 4096 {
+		key := "product:" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%2))
+		c := cmd("GET", key)
+		if i%2 == 1 {
+			c = cmd("SET", key, "0123456789abcdef0123456789abcdef")
+		}
+		segs = append(segs, *streams[i%64].next(c))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s := segs[i%len(segs)]
+		if i%len(segs) == 0 && i > 0 {
+			b.StopTimer()
+			for j := range segs { // the next round of the same streams
+				segs[j].seq += uint32(len(segs[j].payload)) * uint32(len(segs)/64)
+			}
+			b.StartTimer()
+		}
+		tr.packet(int64(i), &s)
+		if i%10000 == 9999 {
+			tr.flush(func(string, []sidecarlink.Entry) {})
+		}
+	}
+}
