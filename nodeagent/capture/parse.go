@@ -1,6 +1,8 @@
 package capture
 
 import (
+	"bytes"
+
 	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -137,32 +139,34 @@ func (p *parser) feed(b []byte) {
 func (p *parser) step(b []byte) (n int, ok bool) {
 	switch p.st {
 	case stArray, stBulkHdr:
-		for n < len(b) {
-			c := b[n]
-			n++
-			if c == '\n' {
-				if p.lineN == 0 || p.line[p.lineN-1] != '\r' {
-					return n, false
-				}
-				p.frame += p.lineN + 1
-				return n, p.header(p.line[:p.lineN-1])
-			}
-			if p.lineN == len(p.line) {
-				return n, false
-			}
-			if p.lineN == 0 {
-				want := byte('*')
-				if p.st == stBulkHdr {
-					want = '$'
-				}
-				if c != want {
-					return n, false
-				}
-			}
-			p.line[p.lineN] = c
-			p.lineN++
+		// A header line: up to its LF, the bytes checked as the byte-wise
+		// grammar would (first byte, length, CR before LF).
+		end := bytes.IndexByte(b, '\n')
+		chunk := b
+		if end >= 0 {
+			chunk = b[:end]
 		}
-		return n, true
+		if p.lineN == 0 && len(chunk) > 0 {
+			want := byte('*')
+			if p.st == stBulkHdr {
+				want = '$'
+			}
+			if chunk[0] != want {
+				return 1, false
+			}
+		}
+		if room := len(p.line) - p.lineN; len(chunk) > room {
+			return room + 1, false
+		}
+		p.lineN += copy(p.line[p.lineN:], chunk)
+		if end < 0 {
+			return len(b), true
+		}
+		if p.lineN == 0 || p.line[p.lineN-1] != '\r' {
+			return end + 1, false
+		}
+		p.frame += p.lineN + 1
+		return end + 1, p.header(p.line[:p.lineN-1])
 	case stBulk:
 		n = min(p.bulk, len(b))
 		if p.argi < len(p.args) && p.args[p.argi] != nil {

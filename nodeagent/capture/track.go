@@ -95,7 +95,7 @@ type tracker struct {
 	every uint32
 	flows map[netip.AddrPort]*flow
 	// agg holds each target's keys since the last Flush.
-	agg      []map[string]*sidecarlink.Entry
+	agg      []aggTable
 	oooTotal int
 	stats    TrackerStats
 	// cur is the flow whose bytes are being parsed (the parser's emit).
@@ -135,7 +135,7 @@ func (t *tracker) setScope(s Scope) {
 	t.gen++
 	// Counts not yet flushed are dropped with the old targets (their
 	// indices change); the capture flushes before it changes scope.
-	t.agg = make([]map[string]*sidecarlink.Entry, len(s.Targets))
+	t.agg = make([]aggTable, len(s.Targets))
 }
 
 // packet handles one segment at now (nanoseconds, monotonic).
@@ -315,21 +315,32 @@ func (t *tracker) emit(p *parser) {
 	}
 }
 
+// aggTable is one target's counts per key. A key stays from one interval
+// to the next while it is counted (a hot key costs no allocation per
+// interval) and is dropped after an interval without counts.
+type aggTable struct {
+	idx     map[string]int
+	entries []sidecarlink.Entry
+	out     []sidecarlink.Entry
+}
+
 func (t *tracker) add(ti int, key []byte, write bool, size int) {
-	m := t.agg[ti]
-	if m == nil {
-		m = map[string]*sidecarlink.Entry{}
-		t.agg[ti] = m
-	}
-	e := m[string(key)]
-	if e == nil {
-		if len(m) >= t.lim.MaxKeys {
+	a := &t.agg[ti]
+	i, ok := a.idx[string(key)]
+	if !ok {
+		if len(a.entries) >= t.lim.MaxKeys {
 			t.stats.KeysDropped++
 			return
 		}
-		e = &sidecarlink.Entry{Key: []byte(string(key))}
-		m[string(e.Key)] = e
+		if a.idx == nil {
+			a.idx = map[string]int{}
+		}
+		k := string(key)
+		i = len(a.entries)
+		a.entries = append(a.entries, sidecarlink.Entry{Key: []byte(k)})
+		a.idx[k] = i
 	}
+	e := &a.entries[i]
 	t.stats.Counted++
 	if write {
 		e.Writes++
@@ -343,21 +354,31 @@ func (t *tracker) add(ti int, key []byte, write bool, size int) {
 // flush hands every target's aggregated keys to sink, scaled by the
 // sampling (the estimator: a connection is captured with probability
 // 1/every, so every captured count stands for every counts), and starts
-// over. The entries are sink's to keep.
+// over. The entries are valid only during the call (sink copies what it
+// keeps, as the agent's sketch does).
 func (t *tracker) flush(sink func(policy string, entries []sidecarlink.Entry)) {
-	for ti, m := range t.agg {
-		if len(m) == 0 {
-			continue
+	for ti := range t.agg {
+		a := &t.agg[ti]
+		a.out = a.out[:0]
+		kept := a.entries[:0]
+		for _, e := range a.entries {
+			if e.Reads == 0 && e.Writes == 0 {
+				delete(a.idx, string(e.Key)) // not counted for an interval
+				continue
+			}
+			o := e
+			o.Reads *= t.every
+			o.Writes *= t.every
+			o.Bytes *= t.every
+			a.out = append(a.out, o)
+			a.idx[string(e.Key)] = len(kept)
+			kept = append(kept, sidecarlink.Entry{Key: e.Key})
 		}
-		out := make([]sidecarlink.Entry, 0, len(m))
-		for _, e := range m {
-			e.Reads *= t.every
-			e.Writes *= t.every
-			e.Bytes *= t.every
-			out = append(out, *e)
+		clear(a.entries[len(kept):])
+		a.entries = kept
+		if len(a.out) > 0 {
+			sink(t.scope.Targets[ti].Policy, a.out)
 		}
-		t.agg[ti] = nil
-		sink(t.scope.Targets[ti].Policy, out)
 	}
 }
 

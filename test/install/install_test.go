@@ -16,8 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
