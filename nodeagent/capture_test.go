@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -13,12 +14,52 @@ import (
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/netns"
 	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 )
 
 const capturePassword = "s3cret-Passw0rd-never-kept"
+
+// TestManagerListsPodsWithoutSidecar: the hub lists a pod without the
+// sidecar to its node's agent for every policy of the pod's namespace,
+// marked uninjected, so the agent's capture may count it and its batches
+// are still refused; a policy added later lists it, a removed one unlists
+// it, and a pod of a namespace without a policy is not listed.
+func TestManagerListsPodsWithoutSidecar(t *testing.T) {
+	h := start(t)
+	uninjected := func() map[string]string {
+		out := map[string]string{}
+		for a, ns := range h.d.sources.uninjectedPods() {
+			out[a.String()] = ns
+		}
+		return out
+	}
+	h.hub.UpsertUninjectedPod("shop/plain-0", node, "10.9.0.1")
+	h.hub.UpsertUninjectedPod("other/plain-0", node, "10.9.0.2")
+	eventually.True(t, 20*time.Second, "shop/plain-0 listed", func() bool {
+		u := uninjected()
+		return len(u) == 1 && u["10.9.0.1"] == "shop"
+	})
+	if v := h.d.sources.entitled(netip.MustParseAddr("10.9.0.1"), policy); v == verdictOK {
+		t.Error("a pod without the sidecar may send counts")
+	}
+	// A policy in the other namespace: its pod is listed from then on.
+	spec := &v1alpha1.HotKeyPolicySpec{}
+	v1alpha1.SetDefaults(spec)
+	h.hub.SetPolicy("other/p", hub.ParamsFromSpec(spec))
+	eventually.True(t, 20*time.Second, "other/plain-0 listed once other/p exists", func() bool {
+		return uninjected()["10.9.0.2"] == "other"
+	})
+	h.hub.RemovePolicy("other/p")
+	eventually.True(t, 20*time.Second, "other/plain-0 unlisted with its policy", func() bool {
+		_, ok := uninjected()["10.9.0.2"]
+		return !ok
+	})
+	h.hub.DeleteUninjectedPod("shop/plain-0")
+	eventually.True(t, 20*time.Second, "shop/plain-0 unlisted once deleted", func() bool { return len(uninjected()) == 0 })
+}
 
 // TestCaptureCountsPodsWithoutSidecar: a real node agent and hub, a real
 // redis-server in one network namespace, real clients with no sidecar in
@@ -61,13 +102,14 @@ func TestCaptureCountsPodsWithoutSidecar(t *testing.T) {
 	}, func(o *Options) { o.Capture = c })
 	// The manager names the node's pods: one without the sidecar (counted
 	// by the capture), one with it (its sidecar counts it), one without
-	// the sidecar in another namespace (not entitled to this policy).
-	h.hub.UpsertPod("shop/plain-0", node, agentlink.Pod{IP: netns.ClientIP, Policy: policy, Uninjected: true})
+	// the sidecar in another namespace (not entitled to this policy, and
+	// not listed: that namespace has no policy).
+	h.hub.UpsertUninjectedPod("shop/plain-0", node, netns.ClientIP)
 	h.hub.UpsertPod("shop/injected-0", node, agentlink.Pod{IP: netns.ClientIP2, Policy: policy})
-	h.hub.UpsertPod("other/plain-0", node, agentlink.Pod{IP: netns.ClientIP3, Policy: "other/p", Uninjected: true})
-	eventually.True(t, 20*time.Second, "the capture's scope names the endpoint and the pods without a sidecar", func() bool {
+	h.hub.UpsertUninjectedPod("other/plain-0", node, netns.ClientIP3)
+	eventually.True(t, 20*time.Second, "the capture's scope names the endpoint and the pod without a sidecar", func() bool {
 		s := c.Stats()
-		return s.Targets == 1 && s.Endpoints == 1 && s.Pods == 2
+		return s.Targets == 1 && s.Endpoints == 1 && s.Pods == 1
 	})
 
 	client := func(from string) *redis.Client {
