@@ -145,6 +145,8 @@ type Agent struct {
 	captured atomic.Uint64
 	// scopeChanged wakes captureLoop (nil without a capture).
 	scopeChanged chan struct{}
+	// resolvedNames caches the endpoints' names (captureLoop's only).
+	resolvedNames map[string]resolved
 	// interval is reportInterval, in nanoseconds.
 	interval atomic.Int64
 	// dirty says something that can make a summary urgent happened since

@@ -81,6 +81,9 @@ func (d *Agent) applyScope(ctx context.Context) {
 
 // resolveEndpoints turns "host:port" addresses into IP endpoints; a name
 // that does not resolve is skipped (and tried again at the next refresh).
+// Names are looked up at most once per captureRefresh: the scope is
+// rebuilt at every change of the node's pods, which must not cost a DNS
+// query each.
 func (d *Agent) resolveEndpoints(ctx context.Context, addrs []string) []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, a := range addrs {
@@ -96,9 +99,7 @@ func (d *Agent) resolveEndpoints(ctx context.Context, addrs []string) []netip.Ad
 			out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ips, err := d.opts.Resolve(rctx, host)
-		cancel()
+		ips, err := d.lookupCached(ctx, host)
 		if err != nil {
 			d.log.V(1).Info("capture endpoint did not resolve", "host", host, "err", err.Error())
 			continue
@@ -110,6 +111,31 @@ func (d *Agent) resolveEndpoints(ctx context.Context, addrs []string) []netip.Ad
 		}
 	}
 	return out
+}
+
+// resolved is a name's addresses as looked up at a time.
+type resolved struct {
+	ips []string
+	at  time.Time
+}
+
+// lookupCached resolves host, from the cache if looked up less than
+// captureRefresh ago. Only captureLoop calls it.
+func (d *Agent) lookupCached(ctx context.Context, host string) ([]string, error) {
+	if r, ok := d.resolvedNames[host]; ok && time.Since(r.at) < captureRefresh {
+		return r.ips, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ips, err := d.opts.Resolve(rctx, host)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if d.resolvedNames == nil {
+		d.resolvedNames = map[string]resolved{}
+	}
+	d.resolvedNames[host] = resolved{ips: ips, at: time.Now()}
+	return ips, nil
 }
 
 // countCaptured counts what the capture aggregated for policy.

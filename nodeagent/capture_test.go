@@ -198,6 +198,7 @@ func TestCaptureCountsPodsWithoutSidecar(t *testing.T) {
 	if r, w := totals(); r != wantReads || w != wantWrites {
 		t.Errorf("counted %d reads and %d writes, sent %d and %d by the pod without a sidecar", r, w, wantReads, wantWrites)
 	}
+	t.Logf("capture: %+v", c.Stats())
 	if s := c.Stats(); s.Resyncs == 0 {
 		t.Errorf("no resynchronisation counted after the inline commands: %+v", s)
 	}

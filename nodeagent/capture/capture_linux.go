@@ -83,7 +83,7 @@ func Open(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("capture: map the receive ring: %w", err)
 	}
 	c.ring = ring
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifindex}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
 		c.close()
 		return nil, fmt.Errorf("capture: bind: %w", err)
 	}

@@ -9,14 +9,20 @@ import (
 )
 
 // The in-kernel filter. The socket is a cooked (SOCK_DGRAM) packet socket
-// bound to IPv4, so a packet starts at its IP header whatever the
-// interface's link type. The filter keeps only the packets the tracker
-// needs, so the kernel copies nothing else to the agent:
+// for every protocol (ETH_P_ALL), so a packet starts at its network header
+// whatever the interface's link type, and it is seen before the traffic
+// control hooks where eBPF datapaths (Cilium, Calico's eBPF mode) redirect
+// pod traffic past the IP stack; a socket bound to ETH_P_IP alone would
+// miss those. The filter keeps only the packets the tracker needs, so the
+// kernel copies nothing else to the agent:
 //
-//   - received, not sent by this host: a packet a pod sends enters the node
-//     on the pod's interface and is seen there once. A socket bound to one
-//     protocol (ETH_P_IP) is given received packets only; the filter also
-//     drops PACKET_OUTGOING so that this holds whatever the binding;
+//   - IPv4;
+//   - received, not sent by this host (PACKET_OUTGOING): a packet a pod
+//     sends enters the node on the pod's interface and is seen there once;
+//     the copy leaving by another interface is dropped (the tracker would
+//     take it for a retransmission and count nothing twice, but it would
+//     cost a copy and a parse: in TestCaptureCountsPodsWithoutSidecar,
+//     1,466 packets instead of 733 without this test);
 //   - TCP, not a fragment after the first;
 //   - toward one of the scope's endpoints (destination address and port);
 //   - if sampling, from a connection in the sample: a hash of the client's
@@ -38,14 +44,20 @@ const maxEndpoints = 800
 // sends.
 const packetOutgoing = 4
 
-// program is the whole filter: the packet-type test (an ancillary load,
-// which only the kernel runs) and then the core.
+// etherTypeIPv4 is ETH_P_IP.
+const etherTypeIPv4 = 0x0800
+
+// program is the whole filter: the protocol and packet-type tests
+// (ancillary loads, which only the kernel runs) and then the core.
 func program(endpoints []netip.AddrPort, every uint32) ([]bpf.Instruction, error) {
 	core, err := coreProgram(endpoints, every)
 	if err != nil {
 		return nil, err
 	}
 	head := []bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtProto},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: etherTypeIPv4, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
 		bpf.LoadExtension{Num: bpf.ExtType},
 		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: packetOutgoing, SkipTrue: 1},
 		bpf.RetConstant{Val: 0},
