@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -36,9 +37,17 @@ func main() {
 	pipeline := flag.Int("P", 1, "redis-benchmark pipeline depth")
 	sample := flag.Uint("sample", 1, "capture one connection in N")
 	keyspace := flag.Int("r", 100000, "redis-benchmark key space (random keys)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
 	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample)); err != nil {
 		fmt.Fprintln(os.Stderr, "capturebench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -360,22 +360,30 @@ func (t *tracker) flush(sink func(policy string, entries []sidecarlink.Entry)) {
 	for ti := range t.agg {
 		a := &t.agg[ti]
 		a.out = a.out[:0]
-		kept := a.entries[:0]
-		for _, e := range a.entries {
+		for i := 0; i < len(a.entries); {
+			e := &a.entries[i]
 			if e.Reads == 0 && e.Writes == 0 {
-				delete(a.idx, string(e.Key)) // not counted for an interval
+				// Not counted for an interval: removed, the last entry
+				// moved into its place (one index update, not one per
+				// key kept).
+				delete(a.idx, string(e.Key))
+				last := len(a.entries) - 1
+				if i != last {
+					a.entries[i] = a.entries[last]
+					a.idx[string(a.entries[i].Key)] = i
+				}
+				a.entries[last] = sidecarlink.Entry{}
+				a.entries = a.entries[:last]
 				continue
 			}
-			o := e
+			o := *e
 			o.Reads *= t.every
 			o.Writes *= t.every
 			o.Bytes *= t.every
 			a.out = append(a.out, o)
-			a.idx[string(e.Key)] = len(kept)
-			kept = append(kept, sidecarlink.Entry{Key: e.Key})
+			*e = sidecarlink.Entry{Key: e.Key}
+			i++
 		}
-		clear(a.entries[len(kept):])
-		a.entries = kept
 		if len(a.out) > 0 {
 			sink(t.scope.Targets[ti].Policy, a.out)
 		}
