@@ -187,7 +187,7 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 				h := blk[off:]
 				net := uint32(binary.NativeEndian.Uint16(h[pktNet:]))
 				snap := binary.NativeEndian.Uint32(h[pktSnaplen:])
-				if int(off+net+snap) <= len(blk) && decodeIPv4TCP(blk[off+net:off+net+snap], &seg) {
+				if int(off+net+snap) <= len(blk) && decodePacket(blk[off+net:off+net+snap], &seg) {
 					tr.packet(now, &seg)
 				}
 				next := binary.NativeEndian.Uint32(h[pktNext:])

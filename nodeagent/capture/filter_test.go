@@ -102,3 +102,59 @@ func TestFilterSamplesWholeConnections(t *testing.T) {
 		t.Errorf("kept %d of %d connections, want about %d", kept, conns, conns/every)
 	}
 }
+
+// ipv6TCP builds an IPv6 TCP packet (from its IP header).
+func ipv6TCP(src, dst netip.AddrPort, next byte, payload string) []byte {
+	b := make([]byte, 60+len(payload))
+	b[0] = 0x60
+	binary.BigEndian.PutUint16(b[4:], uint16(20+len(payload)))
+	b[6] = next
+	s, d := src.Addr().As16(), dst.Addr().As16()
+	copy(b[8:24], s[:])
+	copy(b[24:40], d[:])
+	binary.BigEndian.PutUint16(b[40:], src.Port())
+	binary.BigEndian.PutUint16(b[42:], dst.Port())
+	binary.BigEndian.PutUint32(b[44:], 77)
+	b[52] = 5 << 4
+	copy(b[60:], payload)
+	return b
+}
+
+func TestFilterIPv6(t *testing.T) {
+	ep := netip.MustParseAddrPort("[2001:db8::9]:6379")
+	other := netip.MustParseAddrPort("[2001:db8::8]:6379")
+	for _, every := range []uint32{1, 4} {
+		prog, err := coreProgram6([]netip.AddrPort{ep, netip.MustParseAddrPort("10.0.0.1:6379")}, every)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm, err := bpf.NewVM(prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := 0
+		for i := range 400 {
+			cli := netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 1, 0xd, 0xb8, 15: byte(i)}), uint16(40000+i))
+			n, _ := vm.Run(ipv6TCP(cli, ep, 6, "x"))
+			if (n > 0) != Sampled(cli, every) {
+				t.Fatalf("every %d, %v: the filter and Sampled disagree", every, cli)
+			}
+			if n > 0 {
+				kept++
+				var s segment
+				if !decodePacket(ipv6TCP(cli, ep, 6, "x"), &s) || s.client != cli || s.server != ep || string(s.payload) != "x" {
+					t.Fatalf("decoded %+v", s)
+				}
+			}
+			if n, _ := vm.Run(ipv6TCP(cli, other, 6, "x")); n > 0 {
+				t.Fatal("a packet to another address kept")
+			}
+			if n, _ := vm.Run(ipv6TCP(cli, ep, 0, "x")); n > 0 {
+				t.Fatal("a packet with an extension header kept")
+			}
+		}
+		if every == 1 && kept != 400 || every == 4 && (kept < 60 || kept > 140) {
+			t.Errorf("every %d: kept %d of 400", every, kept)
+		}
+	}
+}

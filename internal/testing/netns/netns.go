@@ -26,10 +26,14 @@ const (
 	ClientIP = "198.18.1.2" // in the client namespace
 	// ClientIP2 and ClientIP3 are more addresses of the client namespace
 	// (other pods, for tests that tell pods apart).
-	ClientIP2    = "198.18.1.3"
-	ClientIP3    = "198.18.1.4"
-	ObserverCIP  = "198.18.1.1" // the observer's end toward the client
-	ServerIP     = "198.18.2.2" // in the server namespace
+	ClientIP2   = "198.18.1.3"
+	ClientIP3   = "198.18.1.4"
+	ObserverCIP = "198.18.1.1" // the observer's end toward the client
+	ServerIP    = "198.18.2.2" // in the server namespace
+	// ClientIP6 and ServerIP6 are the IPv6 addresses of the client and
+	// server namespaces (2001:2::/48, the IPv6 benchmarking range).
+	ClientIP6    = "2001:2:0:1::2"
+	ServerIP6    = "2001:2:0:2::2"
 	ObserverSIP  = "198.18.2.1" // the observer's end toward the server
 	prefixLength = "/24"
 )
@@ -81,6 +85,13 @@ func New() (*Net, error) {
 		{"-n", n.Server, "link", "set", "lo", "up"},
 		{"-n", n.Client, "route", "add", "default", "via", ObserverCIP},
 		{"-n", n.Server, "route", "add", "default", "via", ObserverSIP},
+		// IPv6, without duplicate address detection (usable at once).
+		{"-n", n.Observer, "addr", "add", "2001:2:0:1::1/64", "dev", n.ClientIf, "nodad"},
+		{"-n", n.Observer, "addr", "add", "2001:2:0:2::1/64", "dev", n.ServerIf, "nodad"},
+		{"-n", n.Client, "addr", "add", ClientIP6 + "/64", "dev", "eth0", "nodad"},
+		{"-n", n.Server, "addr", "add", ServerIP6 + "/64", "dev", "eth0", "nodad"},
+		{"-n", n.Client, "-6", "route", "add", "default", "via", "2001:2:0:1::1"},
+		{"-n", n.Server, "-6", "route", "add", "default", "via", "2001:2:0:2::1"},
 	}
 	for _, s := range steps {
 		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
@@ -89,9 +100,11 @@ func New() (*Net, error) {
 		}
 	}
 	// Forwarding in the observer only (a per-namespace setting).
-	if out, err := exec.Command("ip", "netns", "exec", n.Observer, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
-		n.Close()
-		return nil, fmt.Errorf("forwarding in %s: %v: %s", n.Observer, err, out)
+	for _, kv := range []string{"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"} {
+		if out, err := exec.Command("ip", "netns", "exec", n.Observer, "sysctl", "-qw", kv).CombinedOutput(); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("forwarding in %s: %v: %s", n.Observer, err, out)
+		}
 	}
 	return n, nil
 }
