@@ -116,7 +116,14 @@ const (
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // attach replaces the socket's filter (atomically: the kernel swaps it).
+// It refuses once the socket is closed: its descriptor number may already
+// belong to another socket of the process.
 func (c *Capture) attach(prog []bpf.Instruction) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("capture: closed")
+	}
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return fmt.Errorf("capture: filter: %w", err)
