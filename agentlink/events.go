@@ -64,6 +64,13 @@ type Directive struct {
 	Alert Rates `json:"alert"`
 	// Pins are keys the agent counts exactly and always lists.
 	Pins []string `json:"pins,omitempty"`
+	// Endpoints are the "host:port" addresses of the policy's Redis
+	// (spec.target.addresses), for an agent that captures the traffic of
+	// pods without a sidecar (docs/capture.md): it resolves names itself.
+	Endpoints []string `json:"endpoints,omitempty"`
+	// Database is spec.target.database: captured commands on another
+	// database are not counted, as a sidecar does not count them.
+	Database int32 `json:"database,omitempty"`
 }
 
 // Pod is one pod address allowed to send counts, and the policy it was
@@ -74,6 +81,12 @@ type Pod struct {
 	Policy string `json:"policy"`
 	// Name is "<namespace>/<name>", for logs and metrics only.
 	Name string `json:"name,omitempty"`
+	// Uninjected marks a pod of the policy's namespace that carries no
+	// sidecar: it may send no counts and read no table, and an agent that
+	// captures traffic counts what it sends to the policy's Redis
+	// (docs/capture.md). A pod with the sidecar is never marked: its
+	// sidecar counts it, so the capture must not.
+	Uninjected bool `json:"uninjected,omitempty"`
 }
 
 // Routing is a policy's routing table as the manager published it (the

@@ -88,6 +88,11 @@ type HotKeyPolicyReconciler struct {
 	// Fleet is the hub node agents stream their counts to; the reconciler
 	// observes through it and hands it every published table. Required.
 	Fleet *hub.Hub
+	// CapturePods: node agents capture the traffic of pods without the
+	// sidecar (docs/capture.md), so the hub is told about those pods too.
+	// The manager's pod cache must then hold every pod
+	// (PodCacheOptionsFor(true)).
+	CapturePods bool
 	// ReportInterval bounds how often the aggregated HotKeyReport of a
 	// policy is rewritten (DefaultReportInterval if 0).
 	ReportInterval time.Duration

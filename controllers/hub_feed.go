@@ -37,11 +37,20 @@ import (
 // PodCacheOptions restricts the manager's pod cache to injected pods and
 // keeps only what the hub reads of them (name, namespace, label, node,
 // address, phase), so the cache costs little per pod.
-func PodCacheOptions() cache.ByObject {
-	sel := labels.NewSelector()
-	req, _ := labels.NewRequirement(v1alpha1.LabelPolicy, selection.Exists, nil)
+func PodCacheOptions() cache.ByObject { return PodCacheOptionsFor(false) }
+
+// PodCacheOptionsFor is PodCacheOptions, or with capture every pod (node
+// agents that capture count pods without the sidecar, and need their
+// addresses and namespaces: docs/capture.md). That watch grows with every
+// pod of the cluster, which is why the capture is opt-in.
+func PodCacheOptionsFor(capture bool) cache.ByObject {
+	var sel labels.Selector
+	if !capture {
+		req, _ := labels.NewRequirement(v1alpha1.LabelPolicy, selection.Exists, nil)
+		sel = labels.NewSelector().Add(*req)
+	}
 	return cache.ByObject{
-		Label: sel.Add(*req),
+		Label: sel,
 		Transform: func(o any) (any, error) {
 			p, ok := o.(*corev1.Pod)
 			if !ok {
@@ -68,12 +77,22 @@ func metaOnly(p *corev1.Pod) (m metav1.ObjectMeta) {
 // without an address yet, finished or on the host's network (their source
 // address is the node's, shared by every host-network pod) send nothing the
 // agent could attribute.
-func podToHub(h *hub.Hub, p *corev1.Pod) {
+//
+// With capture, a pod without the label (no sidecar) is told to the hub as
+// uninjected, on the same conditions, for the policies of its namespace.
+func podToHub(h *hub.Hub, p *corev1.Pod, capture bool) {
 	name := p.Namespace + "/" + p.Name
 	policy := p.Labels[v1alpha1.LabelPolicy]
 	done := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-	if policy == "" || done || p.Spec.HostNetwork || p.Status.PodIP == "" || p.Spec.NodeName == "" {
+	usable := !done && !p.Spec.HostNetwork && p.Status.PodIP != "" && p.Spec.NodeName != ""
+	if capture && (policy != "" || !usable) {
+		h.DeleteUninjectedPod(name)
+	}
+	if policy == "" || !usable {
 		h.DeletePod(name)
+		if capture && policy == "" && usable {
+			h.UpsertUninjectedPod(name, p.Spec.NodeName, p.Status.PodIP)
+		}
 		return
 	}
 	h.UpsertPod(name, p.Spec.NodeName, agentlink.Pod{IP: p.Status.PodIP, Policy: p.Namespace + "/" + policy})
@@ -93,11 +112,12 @@ func (r *HotKeyPolicyReconciler) setupFleet(ctx context.Context, mgr manager.Man
 		return p
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { podToHub(r.Fleet, pod(o)) },
-		UpdateFunc: func(_, o any) { podToHub(r.Fleet, pod(o)) },
+		AddFunc:    func(o any) { podToHub(r.Fleet, pod(o), r.CapturePods) },
+		UpdateFunc: func(_, o any) { podToHub(r.Fleet, pod(o), r.CapturePods) },
 		DeleteFunc: func(o any) {
 			if p := pod(o); p != nil {
 				r.Fleet.DeletePod(p.Namespace + "/" + p.Name)
+				r.Fleet.DeleteUninjectedPod(p.Namespace + "/" + p.Name)
 			}
 		},
 	}); err != nil {

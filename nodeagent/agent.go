@@ -42,6 +42,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/heatsink-dev/heatsink/nodeagent/bigkeys"
+	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -71,7 +72,8 @@ type Options struct {
 	// resolve to several addresses (a headless Service): each is tried until
 	// the leader answers. Required.
 	Manager string
-	// Resolve looks up Manager's host; default net.DefaultResolver.
+	// Resolve looks up Manager's host, and the names of the policies'
+	// endpoints for the capture; default net.DefaultResolver.
 	Resolve func(ctx context.Context, host string) ([]string, error)
 	// Token authenticates the agent to the manager; or TokenFile, a file
 	// holding it (the mounted Secret), read before each connection to the
@@ -115,6 +117,10 @@ type Options struct {
 	// each node agent holds each version, apart from its sidecars'
 	// fan-out); the agent needs nothing from it.
 	OnRoutingTable func(policy string, version int64)
+	// Capture, if set, is an open packet capture (package capture) whose
+	// commands the agent counts for the node's pods without a sidecar
+	// (docs/capture.md). The agent runs it and closes it.
+	Capture *capture.Capture
 }
 
 // Node agent is one node's agent.
@@ -135,6 +141,12 @@ type Agent struct {
 	up      *uplinkState
 
 	batches, observations, summaries, ticks, summarized atomic.Uint64
+	// captured counts the entries the capture handed over.
+	captured atomic.Uint64
+	// scopeChanged wakes captureLoop (nil without a capture).
+	scopeChanged chan struct{}
+	// resolvedNames caches the endpoints' names (captureLoop's only).
+	resolvedNames map[string]resolved
 	// interval is reportInterval, in nanoseconds.
 	interval atomic.Int64
 	// dirty says something that can make a summary urgent happened since
@@ -199,6 +211,14 @@ func New(opts Options) (*Agent, error) {
 		routes:   newRoutes(),
 		up:       &uplinkState{},
 	}
+	if opts.Capture != nil {
+		if err := captureMetrics(opts.Registerer, opts.Capture); err != nil {
+			conn.Close()
+			ln.Close()
+			return nil, err
+		}
+		d.scopeChanged = make(chan struct{}, 1)
+	}
 	d.setReportIntervalLocked() // no policy yet; nothing else holds d
 	d.client = &http.Client{Transport: &http.Transport{
 		TLSClientConfig: opts.TLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
@@ -253,8 +273,9 @@ func (d *Agent) RoutingAddr() net.Addr { return d.routeLn.Addr() }
 
 // Stats are counters for tests, the demo and the simulator.
 type Stats struct {
-	// Batches accepted and Observations (entries) counted.
-	Batches, Observations uint64
+	// Batches accepted and Observations (entries) counted; Captured the
+	// entries the capture handed over (counted or filtered).
+	Batches, Observations, Captured uint64
 	// Summaries sent to the manager.
 	Summaries uint64
 	// Connected: the agent holds a stream from the manager.
@@ -266,7 +287,7 @@ type Stats struct {
 
 // Stats returns the agent's counters.
 func (d *Agent) Stats() Stats {
-	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Summaries: d.summaries.Load(),
+	return Stats{Batches: d.batches.Load(), Observations: d.observations.Load(), Captured: d.captured.Load(), Summaries: d.summaries.Load(),
 		Connected: d.up.connected(), Ticks: d.ticks.Load(), Summarized: d.summarized.Load()}
 }
 
@@ -299,6 +320,14 @@ func (d *Agent) Run(ctx context.Context) error {
 		run(s)
 	}
 	run(d.ingest)
+	if c := d.opts.Capture; c != nil {
+		run(d.captureLoop)
+		run(func(ctx context.Context) {
+			if err := c.Run(ctx, d.countCaptured); err != nil {
+				d.log.Error(err, "capture stopped")
+			}
+		})
+	}
 	run(d.uplink)
 	run(d.summaryLoop)
 	<-ctx.Done()

@@ -71,14 +71,23 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 		d.metrics.batches.WithLabelValues(string(verdictRateLimited)).Inc()
 		return
 	}
+	d.count(p, now, b.Entries)
+	d.batches.Add(1)
+	d.metrics.accepted.Inc()
+}
+
+// count adds entries to p's sketch at now: the one place counts enter a
+// policy, from a sidecar's batch or from the capture. Keys outside the
+// policy's globs are left out. It returns the entries counted.
+func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry) int {
 	counted, filtered := 0, 0
 	p.mu.Lock()
 	p.sk.Advance(now)
 	p.sizes.Advance(now)
-	for i := range b.Entries {
-		e := &b.Entries[i]
-		// The key aliases buf only for the calls below; the sketch copies
-		// what it keeps.
+	for i := range entries {
+		e := &entries[i]
+		// The key may alias a datagram only for the calls below; the
+		// sketch copies what it keeps.
 		key := unsafe.String(unsafe.SliceData(e.Key), len(e.Key))
 		if !p.filter.Match(key) {
 			filtered++
@@ -91,14 +100,13 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 		counted++
 	}
 	p.mu.Unlock()
-	d.batches.Add(1)
 	d.observations.Add(uint64(counted))
 	if counted > 0 {
 		d.dirty.Store(true)
 	}
-	d.metrics.accepted.Inc()
 	d.metrics.counted.Add(float64(counted))
 	if filtered > 0 {
 		d.metrics.filtered.Add(float64(filtered))
 	}
+	return counted
 }

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,10 @@ type sources struct {
 
 	mu     sync.RWMutex
 	byAddr map[netip.Addr]agentlink.Pod
+	// uninjected maps the addresses of the node's pods without a sidecar
+	// to their namespace: they send nothing to the agent, and only the
+	// capture counts them (capture.go).
+	uninjected map[netip.Addr]string
 
 	lmu     sync.Mutex
 	buckets map[netip.Addr]*bucket
@@ -36,16 +41,31 @@ func newSources(rate float64) *sources {
 	return &sources{rate: rate, byAddr: map[netip.Addr]agentlink.Pod{}, buckets: map[netip.Addr]*bucket{}}
 }
 
-// set replaces the node's pods. Malformed addresses are skipped.
+// set replaces the node's pods. Malformed addresses are skipped. A pod
+// marked uninjected is never a source of batches; an address that is both
+// (a pod replaced by an injected one) is the injected pod's, so its traffic
+// is counted by its sidecar only.
 func (s *sources) set(pods []agentlink.Pod) {
 	m := make(map[netip.Addr]agentlink.Pod, len(pods))
+	un := map[netip.Addr]string{}
 	for _, p := range pods {
-		if a, err := netip.ParseAddr(p.IP); err == nil {
-			m[a.Unmap()] = p
+		a, err := netip.ParseAddr(p.IP)
+		if err != nil {
+			continue
 		}
+		if p.Uninjected {
+			if ns, _, ok := strings.Cut(p.Policy, "/"); ok {
+				un[a.Unmap()] = ns
+			}
+			continue
+		}
+		m[a.Unmap()] = p
+	}
+	for a := range m {
+		delete(un, a)
 	}
 	s.mu.Lock()
-	s.byAddr = m
+	s.byAddr, s.uninjected = m, un
 	s.mu.Unlock()
 	s.lmu.Lock()
 	for a := range s.buckets {
@@ -54,6 +74,13 @@ func (s *sources) set(pods []agentlink.Pod) {
 		}
 	}
 	s.lmu.Unlock()
+}
+
+// uninjectedPods returns the pods without a sidecar (do not modify).
+func (s *sources) uninjectedPods() map[netip.Addr]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.uninjected
 }
 
 // verdict is why a batch is accepted or dropped (a metric label value).

@@ -243,12 +243,15 @@ func (d *Agent) watch(ctx context.Context, addr, token string) (synced bool, err
 			if err := d.applyDirective(ev.Directive); err != nil {
 				d.log.Error(err, "directive refused")
 			}
+			d.scopeDirty()
 		case agentlink.TypePolicyRemoved:
 			d.removePolicy(ev.Removed)
 			d.routes.remove(ev.Removed)
+			d.scopeDirty()
 		case agentlink.TypePods:
 			d.sources.set(ev.Pods)
 			d.metrics.pods.Set(float64(len(ev.Pods)))
+			d.scopeDirty()
 		case agentlink.TypeRouting:
 			if ev.Routing != nil && d.routes.update(ev.Routing.Policy, ev.Routing.Version, ev.Routing.Table) &&
 				d.opts.OnRoutingTable != nil {
@@ -262,6 +265,7 @@ func (d *Agent) watch(ctx context.Context, addr, token string) (synced bool, err
 						d.removePolicy(id)
 					}
 				}
+				d.scopeDirty()
 				d.routes.keepOnly(seen)
 				synced = true
 				d.up.set(base, token)

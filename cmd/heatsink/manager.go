@@ -80,6 +80,7 @@ func runManager(args []string) error {
 	mf := bindManagerFlags(fs)
 	margin := fs.Duration("epoch-margin", controllers.DefaultMargin, "how far ahead of an epoch boundary a split change is announced, and how long a replaced split generation waits for late writes before it is folded")
 	workers := fs.Int("max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many policies reconcile at once, so that one policy's slow Redis does not hold back the others")
+	capturePods := fs.Bool("capture-pods", false, "tell the node agents about pods without the sidecar too, for their packet capture (node-agent --capture; docs/capture.md): the manager then watches every pod of the cluster, not only injected ones")
 	redisTimeout := fs.Duration("redis-timeout", controllers.DefaultRedisTimeout, "bound on all the Redis work (folds, replica fills) of one reconcile pass")
 	wh := bindWebhookFlags(fs)
 	fc := bindFleetFlags(fs)
@@ -121,8 +122,9 @@ func runManager(args []string) error {
 		// every ConfigMap of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
-			// Only injected pods, stripped to what the hub needs.
-			&corev1.Pod{}: controllers.PodCacheOptions(),
+			// Only injected pods (every pod with --capture-pods), stripped to
+			// what the hub needs.
+			&corev1.Pod{}: controllers.PodCacheOptionsFor(*capturePods),
 		}},
 	})
 	if err != nil {
@@ -131,7 +133,7 @@ func runManager(args []string) error {
 	if err := setupWebhooks(ctx, mgr, wh); err != nil {
 		return err
 	}
-	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub}); err != nil {
+	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub, CapturePods: *capturePods}); err != nil {
 		return err
 	}
 	if err := addHealthChecks(mgr, wh.enabled); err != nil {

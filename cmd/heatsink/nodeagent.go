@@ -15,6 +15,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/nodeagent"
+	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -32,6 +33,10 @@ func runNodeAgent(args []string) error {
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	memory := fs.Int("memory-per-policy", nodeagent.DefaultMemoryPerPolicy, "sketch memory budget per policy, in bytes")
 	sourceRate := fs.Float64("source-rate", nodeagent.DefaultSourceRate, "entries per second one pod may send; excess batches are dropped and counted")
+	captureOn := fs.Bool("capture", false, "also count the traffic that the node's pods without a sidecar send to the policies' Redis, by packet capture (needs CAP_NET_RAW and the host's network namespace; docs/capture.md)")
+	captureIf := fs.String("capture-interface", "", "the one interface to capture on; empty: every interface of the node")
+	captureSample := fs.Uint("capture-sample", 1, "capture one client connection in N (whole, chosen in the kernel by a hash of its address and port); counts are multiplied by N")
+	captureFlows := fs.Int("capture-max-flows", capture.DefaultMaxFlows, "connections the capture tracks at most")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
 	if err := parseFlags(fs, args, "Runs a node's agent (DaemonSet): receives the sidecars' access counts, keeps a heavy-hitter sketch per policy, streams summaries to the manager and serves routing tables to the sidecars. It makes no API call."); err != nil {
@@ -55,7 +60,19 @@ func runNodeAgent(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	ctx := ctrl.SetupSignalHandler()
+	var c *capture.Capture
+	if *captureOn {
+		if *captureSample == 0 || *captureSample > 1<<16 {
+			return usageError{errors.New("--capture-sample must be 1..65536")}
+		}
+		var err error
+		if c, err = capture.Open(capture.Config{Interface: *captureIf, SampleEvery: uint32(*captureSample),
+			Limits: capture.Limits{MaxFlows: *captureFlows}}); err != nil {
+			return err
+		}
+	}
 	d, err := nodeagent.New(nodeagent.Options{
+		Capture:         c,
 		NodeName:        *nodeName,
 		ListenAddr:      *listen,
 		Manager:         *manager,

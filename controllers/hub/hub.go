@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,9 @@ type Hub struct {
 
 	onTrigger func(policy string) bool
 	onPrime   func(context.Context) error
+
+	// uninjected are the pods without the sidecar (uninjected.go).
+	uninjected uninjected
 }
 
 // OnTrigger sets what asks for a reconcile of policy "<namespace>/<name>"
@@ -259,32 +263,52 @@ func (h *Hub) policy(id string) *policy {
 // SetPolicy gives the hub a policy's detection parameters (from its
 // defaulted spec). A change is pushed to the nodes hosting its pods.
 func (h *Hub) SetPolicy(id string, params Params) {
+	if h.setPolicy(id, params) {
+		// A new policy: the pods without a sidecar of its namespace are
+		// listed for it too.
+		ns, _, _ := strings.Cut(id, "/")
+		h.resyncNamespace(ns)
+	}
+}
+
+// setPolicy is SetPolicy; it reports whether the policy is new.
+func (h *Hub) setPolicy(id string, params Params) (added bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := h.policy(id)
 	if p.hasParams && p.params.equal(params) {
-		return
+		return false
 	}
+	added = !p.hasParams
 	p.params, p.hasParams = params, true
 	p.vmu.Lock()
 	p.view.th = params.Thresholds
 	p.vmu.Unlock()
 	h.refreshDirective(p, nil, true)
+	return added
 }
 
 // RemovePolicy forgets a deleted policy and tells its nodes.
 func (h *Hub) RemovePolicy(id string) {
+	if h.removePolicy(id) {
+		ns, _, _ := strings.Cut(id, "/")
+		h.resyncNamespace(ns) // its pods without a sidecar are not listed for it any more
+	}
+}
+
+func (h *Hub) removePolicy(id string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := h.policies[id]
 	if p == nil {
-		return
+		return false
 	}
 	delete(h.policies, id)
 	line := h.encode(agentlink.Event{Type: agentlink.TypePolicyRemoved, Removed: id})
 	for n := range p.nodes {
 		h.sendLine(n, line)
 	}
+	return true
 }
 
 // SetRouting gives the hub a policy's published table (its version and the

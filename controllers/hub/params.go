@@ -15,6 +15,10 @@ type Params struct {
 	Window           time.Duration
 	ReportInterval   time.Duration
 	TopK             int32
+	// Endpoints and Database are the policy's Redis addresses and
+	// database, for node agents that capture traffic (docs/capture.md).
+	Endpoints []string
+	Database  int32
 }
 
 // ParamsFromSpec takes a defaulted spec's detection parameters. The
@@ -34,12 +38,15 @@ func ParamsFromSpec(spec *v1alpha1.HotKeyPolicySpec) Params {
 		Window:         spec.Detection.Window.Duration,
 		ReportInterval: spec.Detection.ReportInterval.Duration,
 		TopK:           spec.Detection.TopK,
+		Endpoints:      slices.Clone(spec.Target.Addresses),
+		Database:       spec.Target.Database,
 	}
 }
 
 func (p Params) equal(o Params) bool {
 	return slices.Equal(p.Include, o.Include) && slices.Equal(p.Exclude, o.Exclude) && p.Thresholds == o.Thresholds &&
-		p.Window == o.Window && p.ReportInterval == o.ReportInterval && p.TopK == o.TopK
+		p.Window == o.Window && p.ReportInterval == o.ReportInterval && p.TopK == o.TopK &&
+		slices.Equal(p.Endpoints, o.Endpoints) && p.Database == o.Database
 }
 
 // DefaultFloorFraction is s in the floor s × threshold ÷ nodes. Any s < 1
@@ -72,10 +79,12 @@ func directive(id string, p Params, nodes int, fraction float64, pins []string, 
 		Include: p.Include, Exclude: p.Exclude,
 		ReadsPerSecond: p.Thresholds.Reads, WritesPerSecond: p.Thresholds.Writes,
 		WindowMillis: p.Window.Milliseconds(), ReportIntervalMillis: p.ReportInterval.Milliseconds(),
-		TopK:  p.TopK,
-		Floor: Floor(p.Thresholds, nodes, fraction),
-		Alert: Alert(p.Thresholds, nodes),
-		Pins:  pins,
+		TopK:      p.TopK,
+		Floor:     Floor(p.Thresholds, nodes, fraction),
+		Alert:     Alert(p.Thresholds, nodes),
+		Pins:      pins,
+		Endpoints: p.Endpoints,
+		Database:  p.Database,
 	}
 }
 
@@ -88,5 +97,6 @@ func sameDirective(a, b agentlink.Directive) bool {
 		a.ReadsPerSecond == b.ReadsPerSecond && a.WritesPerSecond == b.WritesPerSecond &&
 		a.WindowMillis == b.WindowMillis && a.ReportIntervalMillis == b.ReportIntervalMillis && a.TopK == b.TopK &&
 		close(a.Floor.Reads, b.Floor.Reads) && close(a.Floor.Writes, b.Floor.Writes) &&
-		close(a.Alert.Reads, b.Alert.Reads) && close(a.Alert.Writes, b.Alert.Writes) && slices.Equal(a.Pins, b.Pins)
+		close(a.Alert.Reads, b.Alert.Reads) && close(a.Alert.Writes, b.Alert.Writes) && slices.Equal(a.Pins, b.Pins) &&
+		slices.Equal(a.Endpoints, b.Endpoints) && a.Database == b.Database
 }

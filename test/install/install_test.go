@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -82,6 +83,7 @@ var valueSets = map[string][]string{
 	"minimal":             {"-f", "testdata/values-minimal.yaml"},
 	"one-replica":         {"--set", "manager.replicas=1", "--set", "metrics.serviceMonitor.enabled=true"},
 	"node-agent-hostport": {"--set", "nodeAgent.ingestMode=hostPort", "--set", "rbac.create=false"},
+	"node-agent-capture":  {"--set", "nodeAgent.capture.enabled=true,nodeAgent.capture.sampleEvery=4"},
 	"monitoring":          {"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true"},
 	"secret-namespaces":   {"--set", "rbac.secretNamespaces={shop,social}", "--set", "manager.metricsSecure=false"},
 	"openshift-style":     {"-f", "testdata/values-openshift.yaml"},
@@ -120,6 +122,7 @@ func TestHelmSchemaRejectsBadValues(t *testing.T) {
 		"bad pull policy":   "image.pullPolicy=Sometimes",
 		"port out of range": "nodeAgent.ingestPort=70000",
 		"bad ingest mode":   "nodeAgent.ingestMode=multicast",
+		"zero sampling":     "nodeAgent.capture.sampleEvery=0",
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(tl.helm, "template", "x", filepath.Join(tl.root, "charts", "heatsink"), "--kube-version", kubeVersion(), "--set", set)
@@ -255,7 +258,11 @@ func checkObjectsIn(t *testing.T, objs []*unstructured.Unstructured, namespace s
 		}
 		what := o.GetKind() + " " + o.GetName()
 		psc, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec", "securityContext")
-		if psc["runAsNonRoot"] != true {
+		capturing := isCaptureAgent(o)
+		if capturing {
+			checkCaptureAgent(t, o)
+		}
+		if psc["runAsNonRoot"] != true && !capturing {
 			t.Errorf("%s: pod securityContext.runAsNonRoot is not true: %v", what, psc)
 		}
 		for _, fixed := range []string{"runAsUser", "runAsGroup", "fsGroup"} {
@@ -284,12 +291,47 @@ func checkObjectsIn(t *testing.T, objs []*unstructured.Unstructured, namespace s
 			if sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false || fmt.Sprint(drop) != "[ALL]" {
 				t.Errorf("%s container %v is not restricted: %v", what, cm["name"], sc)
 			}
-			if _, ok := sc["runAsUser"]; ok && !strings.HasPrefix(o.GetName(), "hs-") {
+			if _, ok := sc["runAsUser"]; ok && !strings.HasPrefix(o.GetName(), "hs-") && !capturing {
 				t.Errorf("%s container %v: securityContext.runAsUser is set", what, cm["name"])
 			}
 			if _, ok := cm["resources"].(map[string]any)["requests"]; !ok {
 				t.Errorf("%s container %v has no resource requests", what, cm["name"])
 			}
+		}
+	}
+}
+
+// isCaptureAgent reports whether o is the node agent DaemonSet with the
+// packet capture on (nodeAgent.capture.enabled).
+func isCaptureAgent(o *unstructured.Unstructured) bool {
+	if o.GetKind() != "DaemonSet" {
+		return false
+	}
+	containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
+		if slices.Contains(args, "--capture") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkCaptureAgent: the capturing node agent is the one workload allowed
+// out of the restricted profile, and only as far as docs/capture.md says:
+// the node's network namespace, root for CAP_NET_RAW alone (Kubernetes
+// grants no capability to a non-root process), nothing else.
+func checkCaptureAgent(t *testing.T, o *unstructured.Unstructured) {
+	t.Helper()
+	if hn, _, _ := unstructured.NestedBool(o.Object, "spec", "template", "spec", "hostNetwork"); !hn {
+		t.Errorf("capturing node agent: hostNetwork is not true")
+	}
+	containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		sc, _ := c.(map[string]any)["securityContext"].(map[string]any)
+		add, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "add")
+		if fmt.Sprint(add) != "[NET_RAW]" || sc["privileged"] != false {
+			t.Errorf("capturing node agent: capabilities added %v, privileged %v; want [NET_RAW] only, unprivileged", add, sc["privileged"])
 		}
 	}
 }

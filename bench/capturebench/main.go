@@ -1,0 +1,188 @@
+// Command capturebench measures the node agent's packet capture
+// (nodeagent/capture) on real traffic: redis-benchmark in a client network
+// namespace, redis-server in a server namespace, the capture in this
+// process on the observer namespace that routes between them. Each round
+// runs the same load with the capture off and on (order alternating) and
+// reports the client's throughput either way (their ratio: does the
+// capture slow the pods' traffic?) and this process's CPU time while it
+// captures (getrusage: the load generator and Redis are other processes),
+// per 100,000 observed commands per second. Needs root, ip and
+// redis-benchmark; prints one Markdown section.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/netns"
+	"github.com/heatsink-dev/heatsink/nodeagent/capture"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
+)
+
+func main() {
+	rounds := flag.Int("rounds", 3, "rounds (each: capture off and on)")
+	requests := flag.Int("n", 400000, "requests per redis-benchmark run (SET and GET each)")
+	clients := flag.Int("c", 8, "redis-benchmark connections")
+	pipeline := flag.Int("P", 1, "redis-benchmark pipeline depth")
+	sample := flag.Uint("sample", 1, "capture one connection in N")
+	keyspace := flag.Int("r", 100000, "redis-benchmark key space (random keys)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample)); err != nil {
+		fmt.Fprintln(os.Stderr, "capturebench:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+func cpuSeconds() float64 {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func run(rounds, requests, clients, pipeline, keyspace int, sample uint32) error {
+	if err := netns.Available(); err != nil {
+		return err
+	}
+	for _, tool := range []string{"redis-server", "redis-benchmark"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("needs %s", tool)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "bench: capture: building the namespaces")
+	n, err := netns.New()
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	// Interrupted (a timeout's SIGTERM): remove the namespaces all the same.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sig
+		n.Close()
+		os.Exit(1)
+	}()
+	fmt.Fprintln(os.Stderr, "bench: capture: starting redis-server")
+	stop, err := netns.StartRedis(n.Server, netns.ServerIP, 6379)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	server := netip.MustParseAddrPort(netns.ServerIP + ":6379")
+	bench := func() (float64, error) {
+		start := time.Now()
+		cmd := netns.Command(context.Background(), n.Client, "redis-benchmark", "-h", netns.ServerIP, "-p", "6379",
+			"-c", fmt.Sprint(clients), "-P", fmt.Sprint(pipeline), "-n", fmt.Sprint(requests), "-r", fmt.Sprint(keyspace),
+			"-t", "set,get", "-q")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("redis-benchmark: %v: %s", err, out)
+		}
+		return float64(2*requests) / time.Since(start).Seconds(), nil
+	}
+	fmt.Fprintln(os.Stderr, "bench: capture: waiting for redis-server")
+	// Wait for Redis to listen (redis-benchmark would retry forever).
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn, err := netns.Dialer(n.Client, "")(ctx, "tcp", server.String())
+		cancel()
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if i == 200 {
+			return fmt.Errorf("redis-server not answering: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	fmt.Println("### Packet capture (node agent, pods without a sidecar)")
+	fmt.Println()
+	fmt.Printf("redis-benchmark SET+GET on %d random keys, %d connections, pipeline %d, %d requests per run, from a client namespace through an observer namespace to redis-server; the capture (AF_PACKET, in-kernel filter, sampling 1 in %d) in the observer on every interface. `cpu %%` is the capturing process's CPU over the run (getrusage), `per 100k` that divided by observed (parsed) commands/s ÷ 100,000, `per 100k sent` divided by the commands/s the client sent (with sampling, most are filtered out in the kernel; target ≤ 5 %% of one core). `ratio` is client throughput with the capture over without it in the same round (target ≈ 1: the capture never blocks traffic).\n\n", keyspace, clients, pipeline, requests, sample)
+	fmt.Println("| round | req/s off | req/s on | ratio | observed cmd/s | cpu % | cpu % per 100k observed | cpu % per 100k sent | kernel drops |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var worstPer float64
+	var ratios []float64
+	for r := range rounds {
+		var off, on, obsRate, cpuPct float64
+		var drops uint64
+		order := []bool{false, true}
+		if r%2 == 1 {
+			order = []bool{true, false}
+		}
+		for _, capOn := range order {
+			if !capOn {
+				if off, err = bench(); err != nil {
+					return err
+				}
+				continue
+			}
+			var c *capture.Capture
+			if err := netns.Do(n.Observer, func() (err error) {
+				c, err = capture.Open(capture.Config{SampleEvery: sample})
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := c.SetScope(capture.Scope{
+				Targets: []capture.Target{{Policy: "bench/p", Namespace: "bench", Endpoints: []netip.AddrPort{server}}},
+				Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "bench"},
+			}); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				_ = c.Run(ctx, func(string, []sidecarlink.Entry) {})
+				close(done)
+			}()
+			for c.Stats().Targets == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			// Observed: commands parsed (counted or not: a key over the
+			// per-interval key budget is parsed and dropped).
+			cpu0, t0, n0 := cpuSeconds(), time.Now(), c.Stats().Commands
+			if on, err = bench(); err != nil {
+				cancel()
+				return err
+			}
+			time.Sleep(300 * time.Millisecond) // the last flush
+			wall := time.Since(t0).Seconds()
+			cpu := cpuSeconds() - cpu0
+			obs := float64(c.Stats().Commands - n0)
+			drops = c.Stats().KernelDrops
+			cancel()
+			<-done
+			obsRate = obs / wall
+			cpuPct = 100 * cpu / wall
+		}
+		per := cpuPct / (obsRate / 1e5)
+		worstPer = max(worstPer, per)
+		ratios = append(ratios, on/off)
+		fmt.Printf("| %d | %.0f | %.0f | %.3f | %.0f | %.1f | %.2f | %.2f | %d |\n", r+1, off, on, on/off, obsRate, cpuPct, per, cpuPct/(on/1e5), drops)
+	}
+	var rs []string
+	for _, r := range ratios {
+		rs = append(rs, fmt.Sprintf("%.3f", r))
+	}
+	fmt.Printf("\nWorst CPU per 100,000 observed commands/s: **%.2f %% of one core** (target ≤ 5 %%); throughput ratios on/off: %s.\n\n", worstPer, strings.Join(rs, ", "))
+	return nil
+}

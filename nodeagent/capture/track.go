@@ -1,0 +1,409 @@
+package capture
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
+)
+
+// segment is the part of one captured TCP packet the tracker reads: a
+// client→server packet of a connection to one of the scope's endpoints.
+type segment struct {
+	client, server netip.AddrPort
+	seq            uint32
+	syn, fin, rst  bool
+	payload        []byte
+}
+
+// Limits bound what the tracker holds. Zero fields take the defaults.
+type Limits struct {
+	// MaxFlows bounds the connections tracked; a new one over it is not
+	// counted (after idle ones are evicted).
+	MaxFlows int
+	// FlowBuffer bounds the arguments kept of one command (its name and
+	// those before its key).
+	FlowBuffer int
+	// ReorderBuffer bounds the out-of-order bytes held for one connection,
+	// ReorderTotal for all: beyond them a hole is taken as lost and the
+	// stream resynchronised.
+	ReorderBuffer, ReorderTotal int
+	// IdleTimeout evicts a connection that sent nothing for that long.
+	IdleTimeout time.Duration
+	// MaxKeys bounds the distinct keys aggregated per target between two
+	// flushes; a new key over it is dropped and counted.
+	MaxKeys int
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxFlows      = 16384
+	DefaultReorderBuffer = 64 << 10
+	DefaultReorderTotal  = 16 << 20
+	DefaultIdleTimeout   = 5 * time.Minute
+	DefaultMaxKeys       = 16384
+)
+
+func (l Limits) withDefaults() Limits {
+	or := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	l.MaxFlows = or(l.MaxFlows, DefaultMaxFlows)
+	l.FlowBuffer = or(l.FlowBuffer, DefaultFlowBuffer)
+	l.ReorderBuffer = or(l.ReorderBuffer, DefaultReorderBuffer)
+	l.ReorderTotal = or(l.ReorderTotal, DefaultReorderTotal)
+	l.MaxKeys = or(l.MaxKeys, DefaultMaxKeys)
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	return l
+}
+
+// TrackerStats are the tracker's counters.
+type TrackerStats struct {
+	// Packets and Bytes (payload) handled; Commands parsed; Counted the
+	// commands counted for a target (before scaling by the sampling).
+	Packets, Bytes, Commands, Counted uint64
+	// Flows tracked now; FlowsRefused the packets of connections not
+	// tracked because MaxFlows were; Evicted the idle ones dropped.
+	Flows                 int
+	FlowsRefused, Evicted uint64
+	// Gaps: holes in a stream (lost or over the reorder buffer); Resyncs:
+	// command boundaries found after a gap or garbage; Garbage: bytes
+	// skipped looking for one.
+	Gaps, Resyncs, Garbage uint64
+	// KeysDropped: keys over MaxKeys in one interval.
+	KeysDropped uint64
+	// Targets, Endpoints and Pods describe the scope in force.
+	Targets, Endpoints, Pods int
+}
+
+// tracker reassembles the client→server streams of the scope's
+// connections, parses their commands and aggregates the counts per target
+// and key until Flush. It is not safe for concurrent use: the capture's one
+// reader drives it.
+type tracker struct {
+	lim   Limits
+	scope Scope
+	gen   uint64
+	// every is the sampling: one connection in every is captured, so
+	// counts are scaled by it at Flush.
+	every uint32
+	flows map[netip.AddrPort]*flow
+	// agg holds each target's keys since the last Flush.
+	agg      []aggTable
+	oooTotal int
+	stats    TrackerStats
+	// cur is the flow whose bytes are being parsed (the parser's emit).
+	cur *flow
+}
+
+// flow is one client connection.
+type flow struct {
+	server  netip.AddrPort
+	next    uint32
+	started bool
+	// skipped: bytes were not parsed (the connection counted for no
+	// target); the parser resynchronises if it later does.
+	skipped bool
+	ooo     []oooSeg
+	oooN    int
+	p       *parser
+	last    int64
+	gen     uint64
+	targets []int
+	db      int
+}
+
+type oooSeg struct {
+	seq uint32
+	b   []byte
+}
+
+func newTracker(lim Limits, every uint32) *tracker {
+	return &tracker{lim: lim.withDefaults(), every: max(every, 1), flows: map[netip.AddrPort]*flow{}}
+}
+
+// setScope replaces the scope; every connection is attributed again at its
+// next packet.
+func (t *tracker) setScope(s Scope) {
+	t.scope = s
+	t.gen++
+	// Counts not yet flushed are dropped with the old targets (their
+	// indices change); the capture flushes before it changes scope.
+	t.agg = make([]aggTable, len(s.Targets))
+}
+
+// packet handles one segment at now (nanoseconds, monotonic).
+func (t *tracker) packet(now int64, s *segment) {
+	t.stats.Packets++
+	t.stats.Bytes += uint64(len(s.payload))
+	f := t.flows[s.client]
+	if f == nil {
+		if s.rst || (s.fin && len(s.payload) == 0) {
+			return
+		}
+		if len(t.flows) >= t.lim.MaxFlows {
+			t.sweep(now)
+			if len(t.flows) >= t.lim.MaxFlows {
+				t.stats.FlowsRefused++
+				return
+			}
+		}
+		f = &flow{server: s.server}
+		t.flows[s.client] = f
+	}
+	f.last = now
+	if f.gen != t.gen || f.server != s.server {
+		f.server = s.server
+		f.targets = t.scope.attribute(s.client.Addr(), s.server)
+		f.gen = t.gen
+	}
+	if len(f.targets) == 0 {
+		f.skipped = true
+		f.p = nil // nothing of it is kept
+		t.dropOOO(f)
+	} else {
+		if f.p == nil {
+			f.p = newParser(t.lim.FlowBuffer, t.emit)
+			f.skipped = f.started
+		}
+		if f.skipped {
+			f.p.gap()
+			f.skipped = false
+		}
+	}
+	switch {
+	case s.syn:
+		f.next, f.started = s.seq+1, true
+		t.dropOOO(f)
+		if f.p != nil {
+			f.p.startSynced()
+		}
+		f.db = 0
+	case !f.started:
+		f.next, f.started = s.seq, true
+		if f.p != nil {
+			f.p.gap()
+		}
+	}
+	if len(s.payload) > 0 {
+		t.deliver(f, s.seq, s.payload)
+	}
+	if s.fin || s.rst {
+		t.remove(s.client, f)
+	}
+}
+
+// deliver puts a payload at seq into f's stream.
+func (t *tracker) deliver(f *flow, seq uint32, b []byte) {
+	d := int32(seq - f.next)
+	switch {
+	case d < 0: // a retransmission, in part or whole
+		if len(b) <= int(-d) {
+			return
+		}
+		b = b[-d:]
+	case d > 0: // a hole before it: hold it while the hole may fill
+		if f.p != nil && f.oooN+len(b) <= t.lim.ReorderBuffer && t.oooTotal+len(b) <= t.lim.ReorderTotal {
+			f.ooo = append(f.ooo, oooSeg{seq: seq, b: append([]byte(nil), b...)})
+			f.oooN += len(b)
+			t.oooTotal += len(b)
+			return
+		}
+		// Taken as lost: resume at the earliest byte held.
+		t.stats.Gaps++
+		f.next = seq
+		for _, o := range f.ooo {
+			if int32(o.seq-f.next) < 0 {
+				f.next = o.seq
+			}
+		}
+		if f.p != nil {
+			f.p.gap()
+		}
+		if seq != f.next {
+			f.ooo = append(f.ooo, oooSeg{seq: seq, b: append([]byte(nil), b...)})
+			f.oooN += len(b)
+			t.oooTotal += len(b)
+			t.drain(f)
+			return
+		}
+	}
+	t.feed(f, b)
+	t.drain(f)
+}
+
+// drain feeds the held segments that are now in order.
+func (t *tracker) drain(f *flow) {
+	for progressed := true; progressed && len(f.ooo) > 0; {
+		progressed = false
+		for i := 0; i < len(f.ooo); i++ {
+			o := f.ooo[i]
+			d := int32(o.seq - f.next)
+			if d > 0 {
+				continue
+			}
+			f.ooo = append(f.ooo[:i], f.ooo[i+1:]...)
+			f.oooN -= len(o.b)
+			t.oooTotal -= len(o.b)
+			i--
+			if len(o.b) > int(-d) {
+				t.feed(f, o.b[-d:])
+			}
+			progressed = true
+		}
+	}
+}
+
+func (t *tracker) feed(f *flow, b []byte) {
+	f.next += uint32(len(b))
+	if f.p == nil {
+		return
+	}
+	t.cur = f
+	g, r := f.p.garbage, f.p.resyncs
+	f.p.feed(b)
+	t.stats.Garbage += f.p.garbage - g
+	t.stats.Resyncs += f.p.resyncs - r
+}
+
+func (t *tracker) dropOOO(f *flow) {
+	t.oooTotal -= f.oooN
+	f.ooo, f.oooN = nil, 0
+}
+
+func (t *tracker) remove(client netip.AddrPort, f *flow) {
+	t.dropOOO(f)
+	delete(t.flows, client)
+}
+
+// emit counts one parsed command of t.cur: its first key (as the sidecar
+// counts it), a read or a write by the command table, a write with its
+// request's size.
+func (t *tracker) emit(p *parser) {
+	t.stats.Commands++
+	f := t.cur
+	if len(p.args) == 0 || p.args[0] == nil {
+		return
+	}
+	info := p.info
+	if !p.known {
+		return
+	}
+	if info.Kind == command.State {
+		if command.EqFold(p.args[0], "SELECT") && len(p.args) > 1 {
+			if db, ok := atoi(p.args[1]); ok {
+				f.db = db
+			}
+		}
+		return
+	}
+	key := info.FirstKey(p.args)
+	if len(key) == 0 {
+		return
+	}
+	for _, ti := range f.targets {
+		if t.scope.Targets[ti].Database != f.db {
+			continue
+		}
+		t.add(ti, key, info.Write, p.frame)
+	}
+}
+
+// aggTable is one target's counts per key. A key stays from one interval
+// to the next while it is counted (a hot key costs no allocation per
+// interval) and is dropped after an interval without counts.
+type aggTable struct {
+	idx     map[string]int
+	entries []sidecarlink.Entry
+	out     []sidecarlink.Entry
+}
+
+func (t *tracker) add(ti int, key []byte, write bool, size int) {
+	a := &t.agg[ti]
+	i, ok := a.idx[string(key)]
+	if !ok {
+		if len(a.entries) >= t.lim.MaxKeys {
+			t.stats.KeysDropped++
+			return
+		}
+		if a.idx == nil {
+			a.idx = map[string]int{}
+		}
+		k := string(key)
+		i = len(a.entries)
+		a.entries = append(a.entries, sidecarlink.Entry{Key: []byte(k)})
+		a.idx[k] = i
+	}
+	e := &a.entries[i]
+	t.stats.Counted++
+	if write {
+		e.Writes++
+		e.Bytes += uint32(size)
+		e.Size = max(e.Size, uint32(size))
+	} else {
+		e.Reads++
+	}
+}
+
+// flush hands every target's aggregated keys to sink, scaled by the
+// sampling (the estimator: a connection is captured with probability
+// 1/every, so every captured count stands for every counts), and starts
+// over. The entries are valid only during the call (sink copies what it
+// keeps, as the agent's sketch does).
+func (t *tracker) flush(sink func(policy string, entries []sidecarlink.Entry)) {
+	for ti := range t.agg {
+		a := &t.agg[ti]
+		a.out = a.out[:0]
+		for i := 0; i < len(a.entries); {
+			e := &a.entries[i]
+			if e.Reads == 0 && e.Writes == 0 {
+				// Not counted for an interval: removed, the last entry
+				// moved into its place (one index update, not one per
+				// key kept).
+				delete(a.idx, string(e.Key))
+				last := len(a.entries) - 1
+				if i != last {
+					a.entries[i] = a.entries[last]
+					a.idx[string(a.entries[i].Key)] = i
+				}
+				a.entries[last] = sidecarlink.Entry{}
+				a.entries = a.entries[:last]
+				continue
+			}
+			o := *e
+			o.Reads *= t.every
+			o.Writes *= t.every
+			o.Bytes *= t.every
+			a.out = append(a.out, o)
+			*e = sidecarlink.Entry{Key: e.Key}
+			i++
+		}
+		if len(a.out) > 0 {
+			sink(t.scope.Targets[ti].Policy, a.out)
+		}
+	}
+}
+
+// sweep evicts connections idle for IdleTimeout.
+func (t *tracker) sweep(now int64) {
+	for c, f := range t.flows {
+		if now-f.last > int64(t.lim.IdleTimeout) {
+			t.remove(c, f)
+			t.stats.Evicted++
+		}
+	}
+}
+
+// Stats returns the counters.
+func (t *tracker) statsNow() TrackerStats {
+	s := t.stats
+	s.Flows = len(t.flows)
+	s.Targets, s.Endpoints, s.Pods = len(t.scope.Targets), len(t.scope.Endpoints()), len(t.scope.Pods)
+	return s
+}
