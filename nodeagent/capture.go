@@ -173,6 +173,13 @@ func captureMetrics(reg prometheus.Registerer, c *capture.Capture) error {
 			func(s capture.Stats) uint64 { return s.FlowsRefused }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatsink_node_agent_capture_flows", Help: "Connections the capture tracks."},
 			func() float64 { return float64(c.Stats().Flows) }),
+		// The scope in force, so that an operator (and the e2e) can tell a
+		// pod or a Redis the capture does not know yet from one it sees
+		// no traffic of.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatsink_node_agent_capture_scope_pods", Help: "Pods of the node without a sidecar whose traffic the capture counts."},
+			func() float64 { return float64(c.Stats().Pods) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatsink_node_agent_capture_scope_endpoints", Help: "Redis endpoints (address and port) the capture's filter passes."},
+			func() float64 { return float64(c.Stats().Endpoints) }),
 	} {
 		if err := reg.Register(m); err != nil {
 			return err

@@ -13,7 +13,9 @@
 // the keys are detected, routed and relieved, measured from Redis INFO as
 // the demo does; an upgrade with a changed value keeps the routing table and
 // breaks no client; the counter is exact; the policy is deleted and heatsink
-// uninstalled with nothing stuck. Each step's time, the pods' restarts and
+// uninstalled with nothing stuck. The Helm install turns the node agent's
+// capture on, and a Deployment without the sidecar has its hot key shown by
+// a policy in Observe mode (capture_test.go). Each step's time, the pods' restarts and
 // the sidecar's and node agent's RSS are written to $E2E_OUT/report.md.
 package e2e
 
@@ -202,7 +204,10 @@ func (h helmInstaller) chart() string {
 	return filepath.Join(h.e.Root, "charts", "heatsink")
 }
 func (h helmInstaller) install(t *testing.T) {
-	run(t, nil, h.e.Helm, "install", "heatsink", h.chart(), "--namespace", systemNamespace, "--create-namespace", "--wait", "--timeout", "5m")
+	// With the capture (docs/capture.md): the node agent also counts pods
+	// without the sidecar (uninjectedScenario).
+	run(t, nil, h.e.Helm, "install", "heatsink", h.chart(), "--namespace", systemNamespace, "--create-namespace",
+		"--set", "nodeAgent.capture.enabled=true", "--wait", "--timeout", "5m")
 }
 func (h helmInstaller) upgrade(t *testing.T) {
 	run(t, nil, h.e.Helm, "upgrade", "heatsink", h.chart(), "--namespace", systemNamespace, "--reuse-values",
@@ -391,6 +396,9 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	rep.add("| %s: counter exactness | %s: %d = %d acknowledged INCRs |", name, exact, value, acked)
 	stopSampling()
 	writeSamples(t, filepath.Join(e.Out, "samples-"+name+".csv"), smp.Samples(), spike)
+	if name == "helm" {
+		uninjectedScenario(t, e, c, masters, rep)
+	}
 	rep.add("| %s: pod restarts | %s |", name, restarts(t, c))
 	rep.add("| %s: Warning events (out/e2e/%s-events.txt) | %d |", name, name, saveDiagnostics(t, e, name))
 

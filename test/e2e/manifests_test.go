@@ -135,8 +135,8 @@ spec:
         securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
 `
 
-func render(tmpl string, e env) []byte {
+func render(tmpl string, data any) []byte {
 	var b bytes.Buffer
-	template.Must(template.New("").Parse(tmpl)).Execute(&b, e)
+	template.Must(template.New("").Parse(tmpl)).Execute(&b, data)
 	return b.Bytes()
 }

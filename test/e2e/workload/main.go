@@ -1,6 +1,8 @@
 // Command workload is the end-to-end test's application: it runs in pods
 // annotated for injection and talks to Redis only through the sidecar on
-// 127.0.0.1:6380, as the README tells applications to. It reads background
+// 127.0.0.1:6380, as the README tells applications to; or, with --cluster,
+// in pods without the sidecar, straight to the Redis Cluster's nodes, as an
+// application heatsink has not touched (the capture's scenario). It reads background
 // keys from the start and, once told (POST /viral), a viral read key and a
 // viral counter (INCR), each at a bounded rate. GET /stats reports what it
 // sent and what Redis acknowledged; POST /stop ends the traffic and reads
@@ -16,6 +18,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +40,7 @@ type stats struct {
 }
 
 type workload struct {
-	rdb                         *redis.Client
+	rdb                         redis.UniversalClient
 	readKey, counter, bgPrefix  string
 	bgKeys                      int
 	bgRate, viralRate, incrRate float64
@@ -58,8 +61,11 @@ func (w *workload) fail(err error) {
 }
 
 // loop runs op at most perSecond times a second over workers goroutines
-// while ctx lasts and on() holds.
+// while ctx lasts and on() holds; a rate of 0 or less runs nothing.
 func (w *workload) loop(ctx context.Context, perSecond float64, workers int, on func() bool, op func(context.Context)) {
+	if perSecond <= 0 {
+		return
+	}
 	lim := rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond/50)))
 	for range workers {
 		w.done.Add(1)
@@ -147,7 +153,8 @@ func (w *workload) halt() {
 
 func main() {
 	w := &workload{counterRead: -1}
-	addr := flag.String("redis", "127.0.0.1:6380", "Redis (the sidecar)")
+	addr := flag.String("redis", "127.0.0.1:6380", "Redis (the sidecar); with --cluster, the cluster's nodes, comma-separated")
+	cluster := flag.Bool("cluster", false, "talk to a Redis Cluster directly (a cluster client), with no sidecar")
 	listen := flag.String("listen", ":8080", "HTTP address for /stats, /viral, /stop")
 	maxDur := flag.Duration("max-duration", 15*time.Minute, "stop sending after this long, whatever happens")
 	flag.StringVar(&w.readKey, "read-key", "product:viral", "the viral read key")
@@ -159,7 +166,14 @@ func main() {
 	flag.Float64Var(&w.incrRate, "incr-rate", 200, "counter INCRs per second, once viral")
 	flag.Parse()
 
-	w.rdb = redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 16, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+	if *cluster {
+		// No retries: every command sent is one the test can count (the
+		// capture counts each command a client sends).
+		w.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(*addr, ","), PoolSize: 16,
+			MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+	} else {
+		w.rdb = redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 16, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *maxDur)
 	w.stop = cancel
 	w.run(ctx)
