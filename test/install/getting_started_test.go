@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -122,6 +123,7 @@ func TestGettingStartedAsDocumented(t *testing.T) {
 	}
 	t.Logf("the page's gs-top block printed:\n%s", out)
 	out = l.run(t, "gs-top-json")
+	t.Logf("the page's gs-top-json block printed:\n%s", out)
 	var view struct {
 		Policies []struct {
 			Mode string `json:"mode"`
@@ -140,6 +142,18 @@ func TestGettingStartedAsDocumented(t *testing.T) {
 	}
 	if !found || view.Policies[0].Mode != string(v1alpha1.ModeObserve) {
 		t.Errorf("heatsink top -o json does not list %s with its reads under mode Observe:\n%s", gsHotKey, out)
+	}
+
+	// As the page says: a manager that cannot reach Redis (here: the
+	// Service name resolves for the node agent only) learns no capacity,
+	// which does not degrade the policy, and the report above was written
+	// all the same.
+	pol := &v1alpha1.HotKeyPolicy{}
+	if err := l.cp.Client.Get(ctx, types.NamespacedName{Namespace: "shop", Name: "catalogue"}, pol); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(pol.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("the policy's Degraded condition while only the capacity sample fails: %+v", c)
 	}
 
 	l.run(t, "gs-enforce")
