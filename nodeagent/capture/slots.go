@@ -102,11 +102,3 @@ func (t *slotTable) serves(node uint16, key []byte, write, readonly bool) bool {
 		return !write && readonly && t.master[node] == owner
 	}
 }
-
-// clusterNodes lists the table's nodes (capture endpoints of their own).
-func (t *slotTable) clusterNodes() []netip.AddrPort {
-	if t == nil {
-		return nil
-	}
-	return t.nodes
-}

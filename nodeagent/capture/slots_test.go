@@ -52,7 +52,7 @@ func TestSlotTableServes(t *testing.T) {
 	if compileSlots(nil) != nil {
 		t.Errorf("no ranges: a table, want none (standalone)")
 	}
-	if got := len(st.clusterNodes()); got != 3 {
+	if got := len(st.nodes); got != 3 {
 		t.Errorf("%d nodes, want 3", got)
 	}
 }
