@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -285,4 +286,91 @@ func TestClusterRedirectsInNamespaces(t *testing.T) {
 	if asked := c.Stats().NotServed - before; asked != rounds {
 		t.Errorf("%d commands not counted during the migration, want the %d sent again after ASK", asked, rounds)
 	}
+
+	// A stale map: the cluster changes and the capture keeps the map it
+	// had. Commands are never counted twice, and every one not counted is
+	// in NotServed; once the map is current again, they count exactly.
+	reads := func(k string) (uint32, uint32) {
+		f := c.Stats().Flushes
+		eventually.True(t, 20*time.Second, "two more flushes", func() bool { return c.Stats().Flushes >= f+2 })
+		mu.Lock()
+		defer mu.Unlock()
+		return got[k].Reads, got[k].Writes
+	}
+	staleThenFresh := func(what, k string, write bool) {
+		t.Helper()
+		op := func() error {
+			if write {
+				return cl.Set(ctx, k, "v", 0).Err()
+			}
+			return cl.Get(ctx, k).Err()
+		}
+		r0, w0 := reads(k)
+		ns0 := c.Stats().NotServed
+		for range rounds {
+			if err := op(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r1, w1 := reads(k)
+		counted := (r1 - r0) + (w1 - w0)
+		notServed := c.Stats().NotServed - ns0
+		t.Logf("%s, stale map: %d of %d counted, %d not served", what, counted, rounds, notServed)
+		if counted > rounds || uint64(counted)+notServed < rounds {
+			t.Errorf("%s, stale map: %d counted and %d not served of %d sent", what, counted, notServed, rounds)
+		}
+		slots = slotsOf()
+		if err := c.SetScope(Scope{Targets: []Target{{Policy: "shop/p", Namespace: "shop", Slots: ranges(slots)}}, Pods: pods}); err != nil {
+			t.Fatal(err)
+		}
+		f := c.Stats().Flushes
+		eventually.True(t, 20*time.Second, "the new scope in force", func() bool { return c.Stats().Flushes >= f+2 })
+		for range rounds {
+			if err := op(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r2, w2 := reads(k); (r2-r1)+(w2-w1) != rounds {
+			t.Errorf("%s, current map: %d counted of %d sent", what, (r2-r1)+(w2-w1), rounds)
+		}
+	}
+
+	// The migration finished: the slot's last key moved, the slot is the
+	// importing node's.
+	if err := node(src).Do(ctx, "MIGRATE", dstAP.Addr().String(), dstAP.Port(), staying, 0, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{src, dst, slots[(slices.IndexFunc(slots, func(r redis.ClusterSlot) bool {
+		return r.Nodes[0].Addr != src && r.Nodes[0].Addr != dst
+	}))].Nodes[0].Addr} {
+		if err := node(a).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err(); err != nil {
+			t.Fatalf("SETSLOT NODE at %s: %v", a, err)
+		}
+	}
+	staleThenFresh("resharding finished", moving, false)
+
+	// A failover: the replica of the master serving failover:{b} takes over.
+	fk := "failover:{b}"
+	var oldMaster, replica string
+	for _, r := range slots {
+		if int(routing.Slot(fk)) >= int(r.Start) && int(routing.Slot(fk)) <= int(r.End) {
+			oldMaster, replica = r.Nodes[0].Addr, r.Nodes[1].Addr
+		}
+	}
+	if err := node(replica).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		s, err := node(addrs[0]).ClusterSlots(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, r := range s {
+			if int(routing.Slot(fk)) >= r.Start && int(routing.Slot(fk)) <= r.End && r.Nodes[0].Addr == replica {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not yet the master of %s's slot (was %s)", replica, fk, oldMaster)
+	})
+	staleThenFresh("failover", fk, true)
 }
