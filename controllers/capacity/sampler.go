@@ -15,8 +15,8 @@ import (
 )
 
 // DefaultInterval is the least time between two samples of one node: one
-// INFO (sections server, stats, cpu, commandstats) per node per interval is
-// the whole cost on Redis.
+// INFO (sections server, stats, cpu, commandstats) per node per interval,
+// and on a cluster one CLUSTER SLOTS per sample, is the whole cost on Redis.
 const DefaultInterval = 10 * time.Second
 
 // Node is one node's estimate, named by its address and role.
