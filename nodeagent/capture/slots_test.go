@@ -56,3 +56,31 @@ func TestSlotTableServes(t *testing.T) {
 		t.Errorf("%d nodes, want 3", got)
 	}
 }
+
+// TestTrackerFollowsReadonly: at a replica, reads count only after the
+// connection's READONLY (until READWRITE); a connection first seen midway
+// is taken as having sent it; writes there never count.
+func TestTrackerFollowsReadonly(t *testing.T) {
+	master := netip.MustParseAddrPort("10.0.0.1:6379")
+	tr := newTracker(Limits{}, 1)
+	tr.setScope(Scope{Targets: []Target{{Policy: "shop/c", Namespace: "shop",
+		Slots: []SlotRange{{Start: 0, End: 16383, Master: master, Replicas: []netip.AddrPort{srv}}}}},
+		Pods: scopeT.Pods})
+	s := &stream{client: netip.AddrPortFrom(podA, 1000)}
+	s.syn(tr)
+	for _, c := range []string{cmd("GET", "before"), cmd("READONLY"), cmd("GET", "during"), cmd("SET", "during", "v"),
+		cmd("READWRITE"), cmd("GET", "after")} {
+		tr.packet(1, s.next(c))
+	}
+	midway := &stream{client: netip.AddrPortFrom(podA, 1001), seq: 500}
+	tr.packet(2, midway.next(cmd("GET", "midway")))
+	got := totals(tr)
+	for k, want := range map[string][2]uint32{"before": {0, 0}, "during": {1, 0}, "after": {0, 0}, "midway": {1, 0}} {
+		if e := got["shop/c "+k]; e.Reads != want[0] || e.Writes != want[1] {
+			t.Errorf("%s: %d reads, %d writes counted, want %d and %d", k, e.Reads, e.Writes, want[0], want[1])
+		}
+	}
+	if tr.stats.NotServed != 3 {
+		t.Errorf("%d not served, want 3 (a read before READONLY, a write, a read after READWRITE)", tr.stats.NotServed)
+	}
+}
