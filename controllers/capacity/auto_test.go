@@ -44,6 +44,19 @@ func TestAutoThresholdsFromMeasuredCapacity(t *testing.T) {
 	if len(owners) != routing.SlotCount || owners[routing.Slot(dear)] != master(dear) || owners[routing.Slot(cheap)] != master(cheap) {
 		t.Fatalf("slot owners do not match the client's: %d slots", len(owners))
 	}
+	// The slot map for capturing agents agrees with the owners, slot by slot.
+	covered := 0
+	for _, r := range s.Slots() {
+		for slot := r.Start; slot <= r.End; slot++ {
+			if len(r.Nodes) == 0 || r.Nodes[0].Addr != owners[slot] {
+				t.Fatalf("CLUSTER SLOTS puts slot %d on %v, the client on %s", slot, r.Nodes, owners[slot])
+			}
+			covered++
+		}
+	}
+	if covered != routing.SlotCount {
+		t.Fatalf("the slot map covers %d slots, want %d", covered, routing.SlotCount)
+	}
 	var shards []decide.Shard
 	index := map[string]int{}
 	for _, n := range nodes {
