@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // EventType says which field of an Event is set.
@@ -71,6 +72,27 @@ type Directive struct {
 	// Database is spec.target.database: captured commands on another
 	// database are not counted, as a sidecar does not count them.
 	Database int32 `json:"database,omitempty"`
+	// Slots is the slot map of a Redis Cluster target, as the manager
+	// last read it (CLUSTER SLOTS, every capacity sample): a capturing
+	// agent counts a command only at a node that serves its key's slot,
+	// so a command redirected by MOVED or ASK is counted once. Empty: not
+	// a cluster, or not read yet.
+	Slots []SlotRange `json:"slots,omitempty"`
+}
+
+// SlotRange is a range of hash slots and its nodes' "host:port"
+// addresses, the master first, then its replicas.
+type SlotRange struct {
+	Start uint16   `json:"s"`
+	End   uint16   `json:"e"`
+	Nodes []string `json:"n"`
+}
+
+// EqualSlots reports whether two slot maps are the same.
+func EqualSlots(a, b []SlotRange) bool {
+	return slices.EqualFunc(a, b, func(x, y SlotRange) bool {
+		return x.Start == y.Start && x.End == y.End && slices.Equal(x.Nodes, y.Nodes)
+	})
 }
 
 // Pod is one pod address allowed to send counts, and the policy it was

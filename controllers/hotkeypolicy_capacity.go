@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
@@ -29,6 +30,9 @@ type policyCapacity struct {
 	// owners: per hash slot, the cluster master serving it (nil: not a
 	// cluster, or not read yet).
 	owners []string
+	// slots: the cluster's slot map for capturing agents (nil: not a
+	// cluster, or not read yet).
+	slots []agentlink.SlotRange
 }
 
 // sampleTimeout bounds one sample of a policy's nodes.
@@ -90,9 +94,33 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 		if len(got) > 0 || err == nil {
 			pm.capacity.nodes = got
 			pm.capacity.owners = pm.capacity.sampler.Owners()
+			pm.capacity.slots = slotRanges(pm.capacity.sampler.Slots())
 		}
 	}()
 	return nodes, owners, due
+}
+
+// slotRanges is the slot map in the directive's form.
+func slotRanges(s []redis.ClusterSlot) []agentlink.SlotRange {
+	var out []agentlink.SlotRange
+	for _, r := range s {
+		if len(r.Nodes) == 0 || r.Start < 0 || r.End >= routing.SlotCount || r.Start > r.End {
+			continue
+		}
+		sr := agentlink.SlotRange{Start: uint16(r.Start), End: uint16(r.End)}
+		for _, n := range r.Nodes {
+			sr.Nodes = append(sr.Nodes, n.Addr)
+		}
+		out = append(out, sr)
+	}
+	return out
+}
+
+// policySlots is the policy's last slot map read.
+func (r *HotKeyPolicyReconciler) policySlots(key client.ObjectKey) []agentlink.SlotRange {
+	var out []agentlink.SlotRange
+	r.mem.with(key, func(m *policyMemory) { out = m.capacity.slots })
+	return out
 }
 
 // learnedShards are the masters of nodes for the decision, and the map

@@ -24,6 +24,7 @@ func (r *HotKeyPolicyReconciler) observe(p *pass) (warm bool, warmAt time.Time, 
 	id := policyID(p.key)
 	params := hub.ParamsFromSpec(p.spec)
 	params.Thresholds.Reads, params.Thresholds.Writes = p.detect[0], p.detect[1]
+	params.Slots = r.policySlots(p.key)
 	r.Fleet.SetPolicy(id, params)
 	snap, st := r.Fleet.Snapshot(id)
 	switch {

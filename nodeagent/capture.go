@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -57,11 +58,12 @@ func (d *Agent) applyScope(ctx context.Context) {
 	var s capture.Scope
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
-		eps, db := slices.Clone(p.dir.Endpoints), int(p.dir.Database)
+		eps, db, slots := slices.Clone(p.dir.Endpoints), int(p.dir.Database), slices.Clone(p.dir.Slots)
 		p.mu.Unlock()
 		s.Targets = append(s.Targets, capture.Target{
 			Policy: p.id, Namespace: p.namespace, Database: db,
 			Endpoints: d.resolveEndpoints(ctx, eps),
+			Slots:     d.resolveSlots(ctx, slots),
 		})
 	}
 	slices.SortFunc(s.Targets, func(a, b capture.Target) int {
@@ -109,6 +111,30 @@ func (d *Agent) resolveEndpoints(ctx context.Context, addrs []string) []netip.Ad
 				out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
 			}
 		}
+	}
+	return out
+}
+
+// resolveSlots turns the directive's slot map into the capture's. A node
+// named by a host name takes its first address; a range whose master does
+// not resolve is left out (its slots are then counted nowhere until the
+// next refresh: a cluster node's name that does not resolve cannot be
+// where the pods' packets go either).
+func (d *Agent) resolveSlots(ctx context.Context, ranges []agentlink.SlotRange) []capture.SlotRange {
+	var out []capture.SlotRange
+	for _, r := range ranges {
+		var nodes []netip.AddrPort
+		for _, n := range r.Nodes {
+			if a := d.resolveEndpoints(ctx, []string{n}); len(a) > 0 {
+				nodes = append(nodes, a[0])
+			} else if len(nodes) == 0 {
+				break // the master
+			}
+		}
+		if len(nodes) == 0 {
+			continue
+		}
+		out = append(out, capture.SlotRange{Start: r.Start, End: r.End, Master: nodes[0], Replicas: nodes[1:]})
 	}
 	return out
 }
@@ -165,6 +191,8 @@ func captureMetrics(reg prometheus.Registerer, c *capture.Capture) error {
 			func(s capture.Stats) uint64 { return s.Counted }),
 		counter("heatsink_node_agent_capture_resyncs_total", "Command boundaries the capture found again after a lost packet or bytes it could not parse.",
 			func(s capture.Stats) uint64 { return s.Resyncs }),
+		counter("heatsink_node_agent_capture_not_served_total", "Captured commands to a Redis Cluster node that does not serve their key's slot by the manager's slot map, not counted (MOVED/ASK retries count where served; a high rate means the map is behind the cluster).",
+			func(s capture.Stats) uint64 { return s.NotServed }),
 		counter("heatsink_node_agent_capture_gaps_total", "Holes in captured streams (packets lost or held too long out of order).",
 			func(s capture.Stats) uint64 { return s.Gaps }),
 		counter("heatsink_node_agent_capture_kernel_drops_total", "Packets the kernel dropped because the capture fell behind (its buffer was full).",

@@ -96,7 +96,9 @@ func TestCaptureCountsPodsWithoutSidecar(t *testing.T) {
 		t.Fatal(err)
 	}
 	const threshold = 1000
+	var params hub.Params
 	h := startOpts(t, func(spec *v1alpha1.HotKeyPolicySpec) {
+		defer func() { params = hub.ParamsFromSpec(spec) }()
 		spec.Target.Addresses = []string{redisAddr}
 		spec.Thresholds.ReadsPerSecond, spec.Thresholds.WritesPerSecond = threshold, threshold
 	}, func(o *Options) { o.Capture = c })
@@ -216,5 +218,43 @@ func TestCaptureCountsPodsWithoutSidecar(t *testing.T) {
 		if strings.Contains(k, capturePassword) || k == "product:fake" || k == "product:elsewhere" {
 			t.Errorf("key %q reached the manager", k)
 		}
+	}
+
+	// A cluster slot map in the manager's directive reaches the capture:
+	// with every slot on another master (a node that is not this server),
+	// commands to this server are not counted (redirects, to the map);
+	// with every slot on this server and two replicas, they are again.
+	// (Each map has its own number of endpoints: the test knows when the
+	// agent applied it.)
+	other := netns.ServerIP + ":6390"
+	for _, c0 := range []struct {
+		slots     []agentlink.SlotRange
+		endpoints int
+		counted   bool
+	}{
+		{[]agentlink.SlotRange{{Start: 0, End: 16383, Nodes: []string{other}}}, 2, false},
+		{[]agentlink.SlotRange{{Start: 0, End: 16383, Nodes: []string{redisAddr, other, netns.ServerIP + ":6391"}}}, 3, true},
+	} {
+		ps := params
+		ps.Slots = c0.slots
+		h.hub.SetPolicy(policy, ps)
+		eventually.True(t, 20*time.Second, "the slot map's nodes in the capture's scope", func() bool { return c.Stats().Endpoints == c0.endpoints })
+		f := c.Stats().Flushes
+		eventually.True(t, 20*time.Second, "two more flushes", func() bool { return c.Stats().Flushes >= f+2 })
+		r0, _ := totals()
+		ns0 := c.Stats().NotServed
+		for range 10 {
+			if err := plain.Get(ctx, "product:slots").Err(); err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+		}
+		want, wantNS := r0, ns0+10
+		if c0.counted {
+			want, wantNS = r0+10, ns0
+		}
+		eventually.True(t, 20*time.Second, "the reads counted, or not served, by the map", func() bool {
+			r, _ := totals()
+			return r == want && c.Stats().NotServed == wantNS
+		})
 	}
 }

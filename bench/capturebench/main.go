@@ -37,6 +37,7 @@ func main() {
 	pipeline := flag.Int("P", 1, "redis-benchmark pipeline depth")
 	sample := flag.Uint("sample", 1, "capture one connection in N")
 	keyspace := flag.Int("r", 100000, "redis-benchmark key space (random keys)")
+	cluster := flag.Bool("cluster", false, "count as for a Redis Cluster target: a slot map in which the server serves every slot (each command's slot looked up)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -45,7 +46,7 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample)); err != nil {
+	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample), *cluster); err != nil {
 		fmt.Fprintln(os.Stderr, "capturebench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -58,7 +59,7 @@ func cpuSeconds() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-func run(rounds, requests, clients, pipeline, keyspace int, sample uint32) error {
+func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool) error {
 	if err := netns.Available(); err != nil {
 		return err
 	}
@@ -117,6 +118,10 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32) error
 	fmt.Println("### Packet capture (node agent, pods without a sidecar)")
 	fmt.Println()
 	fmt.Printf("redis-benchmark SET+GET on %d random keys, %d connections, pipeline %d, %d requests per run, from a client namespace through an observer namespace to redis-server; the capture (AF_PACKET, in-kernel filter, sampling 1 in %d) in the observer on every interface. `cpu %%` is the capturing process's CPU over the run (getrusage), `per 100k` that divided by observed (parsed) commands/s ÷ 100,000, `per 100k sent` divided by the commands/s the client sent (with sampling, most are filtered out in the kernel; target ≤ 5 %% of one core). `ratio` is client throughput with the capture over without it in the same round (target ≈ 1: the capture never blocks traffic).\n\n", keyspace, clients, pipeline, requests, sample)
+	if cluster {
+		fmt.Println("Counted as for a Redis Cluster target: a slot map in which this server serves every slot, so each command's slot is computed and looked up (and every command still counts).")
+		fmt.Println()
+	}
 	fmt.Println("| round | req/s off | req/s on | ratio | observed cmd/s | cpu % | cpu % per 100k observed | cpu % per 100k sent | kernel drops |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var worstPer float64
@@ -142,8 +147,12 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32) error
 			}); err != nil {
 				return err
 			}
+			target := capture.Target{Policy: "bench/p", Namespace: "bench", Endpoints: []netip.AddrPort{server}}
+			if cluster {
+				target.Slots = []capture.SlotRange{{Start: 0, End: 16383, Master: server}}
+			}
 			if err := c.SetScope(capture.Scope{
-				Targets: []capture.Target{{Policy: "bench/p", Namespace: "bench", Endpoints: []netip.AddrPort{server}}},
+				Targets: []capture.Target{target},
 				Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "bench"},
 			}); err != nil {
 				return err

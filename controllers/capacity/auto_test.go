@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
-	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -28,35 +26,9 @@ func TestAutoThresholdsFromMeasuredCapacity(t *testing.T) {
 	if err := redisproc.Available(); err != nil {
 		t.Skip(err)
 	}
-	c := redistest.Cluster(t)
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-	defer cl.Close()
+	cl, dear, cheap := dearAndCheap(t)
 	ctx := context.Background()
-	master := func(key string) string {
-		n, err := cl.MasterForKey(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n.Options().Addr
-	}
-	dear, cheap := "{d0}", ""
-	for i := 0; cheap == ""; i++ {
-		if tag := fmt.Sprintf("{c%d}", i); master(tag) != master(dear) {
-			cheap = tag
-		}
-	}
-	members := make([]interface{}, 1000)
-	for i := range members {
-		members[i] = i
-	}
-	for _, k := range []string{dear + "a", dear + "b"} {
-		if err := cl.SAdd(ctx, k, members...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := cl.Set(ctx, cheap+"v", "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	master := func(key string) string { return masterOf(t, cl, key) }
 	opts := Options{MinUtilization: 0.001, FullConfidenceCPU: 0.05, Memory: time.Hour}
 	s := NewSampler(time.Nanosecond, opts)
 	if _, err := s.Sample(ctx, cl, false, time.Now()); err != nil {
@@ -71,6 +43,19 @@ func TestAutoThresholdsFromMeasuredCapacity(t *testing.T) {
 	owners := s.Owners()
 	if len(owners) != routing.SlotCount || owners[routing.Slot(dear)] != master(dear) || owners[routing.Slot(cheap)] != master(cheap) {
 		t.Fatalf("slot owners do not match the client's: %d slots", len(owners))
+	}
+	// The slot map for capturing agents agrees with the owners, slot by slot.
+	covered := 0
+	for _, r := range s.Slots() {
+		for slot := r.Start; slot <= r.End; slot++ {
+			if len(r.Nodes) == 0 || r.Nodes[0].Addr != owners[slot] {
+				t.Fatalf("CLUSTER SLOTS puts slot %d on %v, the client on %s", slot, r.Nodes, owners[slot])
+			}
+			covered++
+		}
+	}
+	if covered != routing.SlotCount {
+		t.Fatalf("the slot map covers %d slots, want %d", covered, routing.SlotCount)
 	}
 	var shards []decide.Shard
 	index := map[string]int{}

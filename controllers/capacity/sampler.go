@@ -15,8 +15,8 @@ import (
 )
 
 // DefaultInterval is the least time between two samples of one node: one
-// INFO (sections server, stats, cpu, commandstats) per node per interval is
-// the whole cost on Redis.
+// INFO (sections server, stats, cpu, commandstats) per node per interval,
+// and on a cluster one CLUSTER SLOTS per sample, is the whole cost on Redis.
 const DefaultInterval = 10 * time.Second
 
 // Node is one node's estimate, named by its address and role.
@@ -38,6 +38,9 @@ type Sampler struct {
 	// owners is, per hash slot, the address of the master serving it, as
 	// the cluster client saw it at the last Sample (nil: not a cluster).
 	owners []string
+	// slots is the cluster's CLUSTER SLOTS at the last Sample that read
+	// it (nil: not a cluster).
+	slots []redis.ClusterSlot
 }
 
 // NewSampler returns a sampler that reads each node at most every interval.
@@ -81,12 +84,17 @@ func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas
 	var (
 		err    error
 		owners []string
+		slots  []redis.ClusterSlot
 	)
 	switch c := cl.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n, false) })
 		if err == nil {
 			owners = slotOwners(ctx, c)
+			// One command per sample: the map, replicas included, that
+			// capturing agents count by (docs/capture.md). A failure
+			// keeps the last map.
+			slots, _ = c.ClusterSlots(ctx).Result()
 		}
 		if err == nil && replicas {
 			// Reads go to the replicas: they are shards of their own.
@@ -101,6 +109,9 @@ func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas
 	defer s.mu.Unlock()
 	if owners != nil {
 		s.owners = owners
+	}
+	if len(slots) > 0 {
+		s.slots = slots
 	}
 	for _, r := range reads {
 		if r.err != nil {
@@ -141,6 +152,14 @@ func (s *Sampler) Owners() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.owners
+}
+
+// Slots is the cluster's slot map (CLUSTER SLOTS) at the last Sample that
+// read it (nil before one, or not a cluster). The slice is never modified.
+func (s *Sampler) Slots() []redis.ClusterSlot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slots
 }
 
 // slotOwners asks the cluster client (its slot map, no command to Redis)

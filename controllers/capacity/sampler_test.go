@@ -81,36 +81,8 @@ func TestSamplerClusterExpensiveShardLearnsLess(t *testing.T) {
 	if err := redisproc.Available(); err != nil {
 		t.Skip(err)
 	}
-	c := redistest.Cluster(t)
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-	defer cl.Close()
+	cl, dear, cheap := dearAndCheap(t)
 	ctx := context.Background()
-	// Two hash tags on different masters.
-	master := func(tag string) string {
-		n, err := cl.MasterForKey(ctx, tag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n.Options().Addr
-	}
-	dear, cheap := "{d0}", ""
-	for i := 0; cheap == ""; i++ {
-		if tag := fmt.Sprintf("{c%d}", i); master(tag) != master(dear) {
-			cheap = tag
-		}
-	}
-	members := make([]interface{}, 1000)
-	for i := range members {
-		members[i] = i
-	}
-	for _, k := range []string{dear + "a", dear + "b"} {
-		if err := cl.SAdd(ctx, k, members...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := cl.Set(ctx, cheap+"v", "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
 	s := NewSampler(time.Nanosecond, testOptions)
 	if _, err := s.Sample(ctx, cl, false, time.Now()); err != nil {
 		t.Fatal(err)
@@ -130,11 +102,52 @@ func TestSamplerClusterExpensiveShardLearnsLess(t *testing.T) {
 		got[n.Addr] = n.Estimate
 		t.Logf("%s: capacity %.0f ops/s, confidence %.4f, %.2f µs/call", n.Addr, n.Capacity, n.Confidence, n.UsecPerCall)
 	}
-	d, ch := got[master(dear)], got[master(cheap)]
+	d, ch := got[masterOf(t, cl, dear)], got[masterOf(t, cl, cheap)]
 	if d.Capacity <= 0 || ch.Capacity <= 0 {
 		t.Fatalf("capacities dear %v cheap %v, want both learned", d.Capacity, ch.Capacity)
 	}
 	if d.Capacity*2 > ch.Capacity {
 		t.Fatalf("dear shard learned %.0f ops/s, cheap %.0f: want the dear one below half", d.Capacity, ch.Capacity)
 	}
+}
+
+// dearAndCheap starts a real 3-master cluster and returns a client and two
+// hash tags on different masters: dear+"a" and dear+"b" are 1,000-member
+// sets (a SUNIONSTORE of them costs Redis about a millisecond), cheap+"v" a
+// one-byte string (a GET costs a microsecond or two).
+func dearAndCheap(t *testing.T) (cl *redis.ClusterClient, dear, cheap string) {
+	t.Helper()
+	c := redistest.Cluster(t)
+	cl = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { cl.Close() })
+	ctx := context.Background()
+	dear = "{d0}"
+	for i := 0; cheap == ""; i++ {
+		if tag := fmt.Sprintf("{c%d}", i); masterOf(t, cl, tag) != masterOf(t, cl, dear) {
+			cheap = tag
+		}
+	}
+	members := make([]interface{}, 1000)
+	for i := range members {
+		members[i] = i
+	}
+	for _, k := range []string{dear + "a", dear + "b"} {
+		if err := cl.SAdd(ctx, k, members...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Set(ctx, cheap+"v", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return cl, dear, cheap
+}
+
+// masterOf is the address of the master serving key.
+func masterOf(t *testing.T, cl *redis.ClusterClient, key string) string {
+	t.Helper()
+	n, err := cl.MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Options().Addr
 }

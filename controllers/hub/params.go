@@ -19,6 +19,9 @@ type Params struct {
 	// database, for node agents that capture traffic (docs/capture.md).
 	Endpoints []string
 	Database  int32
+	// Slots is the target's Redis Cluster slot map as the manager last
+	// read it (nil: standalone, or not read yet).
+	Slots []agentlink.SlotRange
 }
 
 // ParamsFromSpec takes a defaulted spec's detection parameters. The
@@ -46,7 +49,7 @@ func ParamsFromSpec(spec *v1alpha1.HotKeyPolicySpec) Params {
 func (p Params) equal(o Params) bool {
 	return slices.Equal(p.Include, o.Include) && slices.Equal(p.Exclude, o.Exclude) && p.Thresholds == o.Thresholds &&
 		p.Window == o.Window && p.ReportInterval == o.ReportInterval && p.TopK == o.TopK &&
-		slices.Equal(p.Endpoints, o.Endpoints) && p.Database == o.Database
+		slices.Equal(p.Endpoints, o.Endpoints) && p.Database == o.Database && agentlink.EqualSlots(p.Slots, o.Slots)
 }
 
 // DefaultFloorFraction is s in the floor s × threshold ÷ nodes. Any s < 1
@@ -85,6 +88,7 @@ func directive(id string, p Params, nodes int, fraction float64, pins []string, 
 		Pins:      pins,
 		Endpoints: p.Endpoints,
 		Database:  p.Database,
+		Slots:     p.Slots,
 	}
 }
 
@@ -98,5 +102,5 @@ func sameDirective(a, b agentlink.Directive) bool {
 		a.WindowMillis == b.WindowMillis && a.ReportIntervalMillis == b.ReportIntervalMillis && a.TopK == b.TopK &&
 		close(a.Floor.Reads, b.Floor.Reads) && close(a.Floor.Writes, b.Floor.Writes) &&
 		close(a.Alert.Reads, b.Alert.Reads) && close(a.Alert.Writes, b.Alert.Writes) && slices.Equal(a.Pins, b.Pins) &&
-		slices.Equal(a.Endpoints, b.Endpoints) && a.Database == b.Database
+		slices.Equal(a.Endpoints, b.Endpoints) && a.Database == b.Database && agentlink.EqualSlots(a.Slots, b.Slots)
 }

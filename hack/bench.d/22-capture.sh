@@ -6,7 +6,7 @@
 # off and on: client throughput either way (ratio), and the capturing
 # process's CPU per 100,000 observed commands/s (getrusage; target ≤ 5 % of
 # one core). At pipeline depth 1 (a packet per command, the worst case) and
-# 16, on 100,000 random keys (most keys new in each 100 ms interval: the
+# 16, on 100,000 random keys (and at depth 1 counted as for a Redis Cluster target) (most keys new in each 100 ms interval: the
 # aggregation's worst case) and on 1,000. Needs root and iproute2 (network
 # namespaces); otherwise says so.
 #
@@ -27,6 +27,9 @@ echo "bench: capture: building capturebench" >&2
 (cd bench && go build -o "${tmp}/capturebench" ./capturebench)
 # shellcheck disable=SC2086
 "${tmp}/capturebench" -n 100000 -P 1 -r 100000 ${CAPTURE_BENCH_FLAGS:-}
+# The same, counted as for a Redis Cluster target (the slot of every command looked up).
+# shellcheck disable=SC2086
+"${tmp}/capturebench" -n 100000 -P 1 -r 100000 -cluster ${CAPTURE_BENCH_FLAGS:-} | sed 1,2d
 # shellcheck disable=SC2086
 "${tmp}/capturebench" -n 400000 -P 16 -r 100000 ${CAPTURE_BENCH_FLAGS:-} | sed 1,2d
 # shellcheck disable=SC2086

@@ -65,9 +65,16 @@ func FuzzParser(f *testing.F) {
 func FuzzTracker(f *testing.F) {
 	f.Add([]byte(cmd("GET", "k")+cmd("SET", "k", "v")+cmd("GET", "k")), []byte{0, 10, 20, 5, 40})
 	f.Add([]byte("garbage\r\n"+cmd("INCR", "c")), []byte{3, 3, 200})
+	f.Add([]byte(cmd("READONLY")+cmd("GET", "a")+cmd("READWRITE")+cmd("SET", "b", "v")), []byte{0, 8, 16, 30, 50})
 	f.Fuzz(func(t *testing.T, data, order []byte) {
 		tr := newTracker(Limits{ReorderBuffer: 64, ReorderTotal: 128}, 1)
-		tr.setScope(scopeT)
+		// The standalone target and a cluster target in which the server
+		// serves half the slots (the other half another node's).
+		scope := scopeT
+		scope.Targets = append(slices.Clone(scopeT.Targets), Target{Policy: "shop/c", Namespace: "shop", Slots: []SlotRange{
+			{Start: 0, End: 8191, Master: srv, Replicas: []netip.AddrPort{netip.MustParseAddrPort("10.0.0.10:6379")}},
+			{Start: 8192, End: 16383, Master: netip.MustParseAddrPort("10.0.0.11:6379")}}})
+		tr.setScope(scope)
 		c := netip.AddrPortFrom(podA, 1)
 		tr.packet(0, &segment{client: c, server: srv, seq: 0, syn: true})
 		for i, o := range order {

@@ -20,6 +20,25 @@ type Target struct {
 	// Endpoints are the addresses clients connect to: Service IPs, pod IPs,
 	// node addresses, with the Redis port.
 	Endpoints []netip.AddrPort
+	// Slots is the slot map of a Redis Cluster target (nil: standalone).
+	// Its nodes are endpoints too. A command sent to a node is counted
+	// only if that node serves its key's slot (slotTable.serves), so a
+	// command redirected by MOVED or ASK and sent again is counted once.
+	Slots []SlotRange
+}
+
+// endpoints are the target's endpoints and its cluster nodes.
+func (t *Target) endpoints() []netip.AddrPort {
+	out := slices.Clone(t.Endpoints)
+	for _, r := range t.Slots {
+		out = append(out, r.Master)
+		out = append(out, r.Replicas...)
+	}
+	for i, a := range out {
+		out[i] = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	}
+	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return slices.Compact(out)
 }
 
 // Scope is what the capture counts: the targets, and the pods of the node
@@ -38,7 +57,7 @@ type Scope struct {
 func (s *Scope) Endpoints() []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, t := range s.Targets {
-		out = append(out, t.Endpoints...)
+		out = append(out, t.endpoints()...)
 	}
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return slices.Compact(out)
@@ -56,9 +75,19 @@ func (s *Scope) attribute(client netip.Addr, server netip.AddrPort) []int {
 	var out []int
 	for i := range s.Targets {
 		t := &s.Targets[i]
-		if t.Namespace == ns && slices.Contains(t.Endpoints, server) {
+		if t.Namespace == ns && (slices.Contains(t.Endpoints, server) || s.isNode(i, server)) {
 			out = append(out, i)
 		}
 	}
 	return out
+}
+
+// isNode says whether server is a node of target i's slot map.
+func (s *Scope) isNode(i int, server netip.AddrPort) bool {
+	for _, r := range s.Targets[i].Slots {
+		if r.Master == server || slices.Contains(r.Replicas, server) {
+			return true
+		}
+	}
+	return false
 }

@@ -78,6 +78,12 @@ type TrackerStats struct {
 	Gaps, Resyncs, Garbage uint64
 	// KeysDropped: keys over MaxKeys in one interval.
 	KeysDropped uint64
+	// NotServed: commands of a cluster target sent to a node that does
+	// not serve their key's slot by the slot map, not counted. They are
+	// the commands answered MOVED or ASK (counted where the cluster serves
+	// them) and, while the map is stale, commands served at a node it
+	// does not name: a high rate means the map is behind the cluster.
+	NotServed uint64
 	// Targets, Endpoints and Pods describe the scope in force.
 	Targets, Endpoints, Pods int
 }
@@ -95,7 +101,9 @@ type tracker struct {
 	every uint32
 	flows map[netip.AddrPort]*flow
 	// agg holds each target's keys since the last Flush.
-	agg      []aggTable
+	agg []aggTable
+	// slots are the targets' compiled slot maps (nil: standalone).
+	slots    []*slotTable
 	oooTotal int
 	stats    TrackerStats
 	// cur is the flow whose bytes are being parsed (the parser's emit).
@@ -116,7 +124,13 @@ type flow struct {
 	last    int64
 	gen     uint64
 	targets []int
-	db      int
+	// nodes are, per target, the server's index in its slot map.
+	nodes []uint16
+	db    int
+	// readonly: the connection sent READONLY (a cluster replica then
+	// answers its reads). Unknown for a connection first seen midway:
+	// taken as sent, since a client reads from a replica only with it.
+	readonly bool
 }
 
 type oooSeg struct {
@@ -136,6 +150,10 @@ func (t *tracker) setScope(s Scope) {
 	// Counts not yet flushed are dropped with the old targets (their
 	// indices change); the capture flushes before it changes scope.
 	t.agg = make([]aggTable, len(s.Targets))
+	t.slots = make([]*slotTable, len(s.Targets))
+	for i := range s.Targets {
+		t.slots[i] = compileSlots(s.Targets[i].Slots)
+	}
 }
 
 // packet handles one segment at now (nanoseconds, monotonic).
@@ -161,6 +179,14 @@ func (t *tracker) packet(now int64, s *segment) {
 	if f.gen != t.gen || f.server != s.server {
 		f.server = s.server
 		f.targets = t.scope.attribute(s.client.Addr(), s.server)
+		f.nodes = f.nodes[:0]
+		for _, ti := range f.targets {
+			var n uint16
+			if st := t.slots[ti]; st != nil {
+				n = st.node(s.server)
+			}
+			f.nodes = append(f.nodes, n)
+		}
 		f.gen = t.gen
 	}
 	if len(f.targets) == 0 {
@@ -184,9 +210,10 @@ func (t *tracker) packet(now int64, s *segment) {
 		if f.p != nil {
 			f.p.startSynced()
 		}
-		f.db = 0
+		f.db, f.readonly = 0, false
 	case !f.started:
 		f.next, f.started = s.seq, true
+		f.readonly = true
 		if f.p != nil {
 			f.p.gap()
 		}
@@ -293,6 +320,14 @@ func (t *tracker) emit(p *parser) {
 	}
 	info := p.info
 	if !p.known {
+		// READONLY and READWRITE are not in the data plane's table (the
+		// sidecar never forwards them); only here do they matter.
+		switch {
+		case command.EqFold(p.args[0], "READONLY"):
+			f.readonly = true
+		case command.EqFold(p.args[0], "READWRITE"):
+			f.readonly = false
+		}
 		return
 	}
 	if info.Kind == command.State {
@@ -307,8 +342,12 @@ func (t *tracker) emit(p *parser) {
 	if len(key) == 0 {
 		return
 	}
-	for _, ti := range f.targets {
+	for i, ti := range f.targets {
 		if t.scope.Targets[ti].Database != f.db {
+			continue
+		}
+		if st := t.slots[ti]; st != nil && !st.serves(f.nodes[i], key, info.Write, f.readonly) {
+			t.stats.NotServed++
 			continue
 		}
 		t.add(ti, key, info.Write, p.frame)

@@ -126,8 +126,17 @@ func TestTrackerBounds(t *testing.T) {
 // packet (pipeline depth 1, the worst case), GET and SET alternating over
 // 1,352 keys on 64 connections.
 func BenchmarkTracker(b *testing.B) {
+	b.Run("standalone", func(b *testing.B) { benchTracker(b, scopeT) })
+	// A cluster target whose one master (the server) serves every slot:
+	// every command counts, after its slot is looked up.
+	cluster := Scope{Targets: []Target{{Policy: "shop/p", Namespace: "shop",
+		Slots: []SlotRange{{Start: 0, End: 16383, Master: srv}}}}, Pods: scopeT.Pods}
+	b.Run("cluster", func(b *testing.B) { benchTracker(b, cluster) })
+}
+
+func benchTracker(b *testing.B, scope Scope) {
 	tr := newTracker(Limits{}, 1)
-	tr.setScope(scopeT)
+	tr.setScope(scope)
 	var streams []*stream
 	for i := range 64 {
 		s := &stream{client: netip.AddrPortFrom(podA, uint16(10000+i))}

@@ -22,14 +22,15 @@ import (
 // The capture's scenario (docs/capture.md), in the Helm install, which
 // turns nodeAgent.capture on: a Deployment WITHOUT the injection
 // annotation reads a hot key straight from the Redis Cluster's pods, and a
-// policy in Observe mode that targets those pods shows the key, with its
+// policy in Observe mode that targets the cluster shows the key, with its
 // rates, from the node agent's packet capture alone.
 
 const observePolicy, readerKey = "seen", "item:viral"
 
-// observePolicyYAML targets the masters' pod addresses: a cluster client
-// talks to them, not to the Service (which it uses, at most, to discover
-// them), and the capture counts what is sent to the addresses listed.
+// observePolicyYAML targets the cluster by its Service, as a user writes
+// it: the cluster client discovers the masters through it and then talks to
+// their pod addresses, which the capture takes from the slot map the
+// manager reads (CLUSTER SLOTS) and sends in the policy's directive.
 const observePolicyYAML = `
 apiVersion: heatsink.dev/v1alpha1
 kind: HotKeyPolicy
@@ -37,7 +38,7 @@ metadata: {name: seen, namespace: shop}
 spec:
   mode: Observe
   target:
-    addresses: [{{range $i, $a := .}}{{if $i}}, {{end}}"{{$a}}"{{end}}]
+    addresses: ["redis.redis.svc.cluster.local:6379"]
     cluster: true
   keys:
     include: ["item:*"]
@@ -48,7 +49,7 @@ spec:
 `
 
 // readerYAML is the uninjected application: no heatsink.dev/inject
-// annotation, a cluster client on the masters. It sends nothing until
+// annotation, a cluster client seeded with the Service. It sends nothing until
 // POST /viral (no background keys, no counter), so that every connection it
 // opens is one the capture sees from its first byte.
 const readerYAML = `
@@ -66,7 +67,7 @@ spec:
       containers:
       - name: app
         image: {{.Image}}
-        args: [--cluster, --redis, "{{.Masters}}", --read-key, item:viral, --counter, item:count,
+        args: [--cluster, --redis, "redis.redis.svc.cluster.local:6379", --read-key, item:viral, --counter, item:count,
                --viral-rate, "400", --incr-rate, "0", --background-rate, "0"]
         ports: [{name: http, containerPort: 8080}]
         readinessProbe:
@@ -86,8 +87,8 @@ func uninjectedScenario(t *testing.T, e env, c client.Client, masters []string, 
 	before := scrape(t, agent)
 
 	rep.step(t, "helm: uninjected Deployment and an Observe policy on the masters", func() {
-		kubectl(t, render(observePolicyYAML, masters), "apply", "-f", "-")
-		kubectl(t, render(readerYAML, map[string]string{"Image": e.WorkloadImage, "Masters": strings.Join(masters, ",")}), "apply", "-f", "-")
+		kubectl(t, []byte(observePolicyYAML), "apply", "-f", "-")
+		kubectl(t, render(readerYAML, map[string]string{"Image": e.WorkloadImage}), "apply", "-f", "-")
 		kubectl(t, nil, "-n", appNamespace, "rollout", "status", "deployment/reader", "--timeout=300s")
 	})
 	reader := runningPod(t, c, "reader")
@@ -95,9 +96,10 @@ func uninjectedScenario(t *testing.T, e env, c client.Client, masters []string, 
 		t.Fatalf("reader pod %s was changed: %d init containers, %d containers", reader.Name, len(reader.Spec.InitContainers), len(reader.Spec.Containers))
 	}
 	// The agent counts a pod's traffic once the manager has told it of the
-	// pod and of the policy's endpoints (its scope): only then is the
-	// traffic started, so that it is counted from its first command.
-	rep.step(t, "helm: node agent's capture scope has the pod and the masters", func() {
+	// pod and of the policy's endpoints (its scope; the masters come with
+	// the slot map, read at the policy's first capacity sample): only then
+	// is the traffic started, so that it is counted from its first command.
+	rep.step(t, "helm: node agent's capture scope has the pod and the masters (slot map)", func() {
 		eventually.Succeeds(t, time.Minute, func() error {
 			m := scrape(t, agent)
 			if m["heatsink_node_agent_capture_scope_pods"] < 1 || m["heatsink_node_agent_capture_scope_endpoints"] < float64(len(masters)) {
@@ -171,8 +173,9 @@ func uninjectedScenario(t *testing.T, e env, c client.Client, masters []string, 
 	delta := func(name string) float64 { return after[name] - before[name] }
 	rep.add("| helm: /viral → uninjected key in report and status | %s |", detected.Round(100*time.Millisecond))
 	rep.add("| helm: %s reads/s in report / status (reader sends 400/s) | %d / %d |", readerKey, reported.ReadsPerSecond, status.ReadsPerSecond)
-	rep.add("| helm: capture: commands sent / counted / parsed, packets, kernel drops, gaps | %d / %.0f / %.0f, %.0f, %.0f, %.0f |", sent,
+	rep.add("| helm: capture: commands sent / counted / parsed / not served, packets, kernel drops, gaps | %d / %.0f / %.0f / %.0f, %.0f, %.0f, %.0f |", sent,
 		delta("heatsink_node_agent_capture_counted_total"), delta("heatsink_node_agent_capture_commands_total"),
+		delta("heatsink_node_agent_capture_not_served_total"),
 		delta("heatsink_node_agent_capture_packets_total"), delta("heatsink_node_agent_capture_kernel_drops_total"),
 		delta("heatsink_node_agent_capture_gaps_total"))
 	if d := delta("heatsink_node_agent_capture_commands_total"); d < float64(sent) {

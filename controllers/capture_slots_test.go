@@ -1,0 +1,157 @@
+package controllers_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/internal/scheme"
+	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// TestClusterSlotsInDirective: a real manager against a real API server and
+// a real 3-master Redis Cluster with a replica each sends a capturing
+// agent the cluster's slot map in the policy's directive — every slot, its
+// master and its replica — and a new map once a slot has moved (within a
+// capacity sample, here 1 s).
+func TestClusterSlotsInDirective(t *testing.T) {
+	rc := redistest.ClusterReplicas(t, 1)
+	cp := testenv.Start(t, controlplane.Options{})
+	ctx := context.Background()
+	if err := cp.CreateNamespace(ctx, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", freePort(t))
+	h, err := hub.New(hub.Options{Addr: addr, Token: "feed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
+		Scheme: scheme.New(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: controllers.PodCacheOptionsFor(true)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &controllers.HotKeyPolicyReconciler{Fleet: h, CapturePods: true, SkipNameValidation: true,
+		CapacityInterval: time.Second, Metrics: controllers.NewMetrics(prometheus.NewRegistry())}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = mgr.Start(mctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	pol := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}
+	pol.Spec.Target.Addresses = rc.Addrs()[:1]
+	pol.Spec.Target.Cluster = true
+	v1alpha1.SetDefaults(&pol.Spec)
+	if err := cp.Client.Create(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+	// A pod without the sidecar on node-a: the node hosts the policy.
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "plain"},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	if err := cp.Client.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.7.0.1"}
+	if err := cp.Client.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+
+	nodes := rc.Addrs()
+	// owner is the master of slot in a directive's map ("" if none).
+	owner := func(slots []agentlink.SlotRange, slot int) string {
+		for _, r := range slots {
+			if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
+				return r.Nodes[0]
+			}
+		}
+		return ""
+	}
+	// complete: every slot in the map, each range a master and one
+	// replica, all of them the cluster's nodes.
+	complete := func(slots []agentlink.SlotRange) bool {
+		n := 0
+		for _, r := range slots {
+			if len(r.Nodes) != 2 || r.Nodes[0] == r.Nodes[1] {
+				return false
+			}
+			for _, a := range r.Nodes {
+				if !slices.Contains(nodes, a) {
+					return false
+				}
+			}
+			n += int(r.End) - int(r.Start) + 1
+		}
+		return n == routing.SlotCount
+	}
+	// directive reads the node's stream until a directive satisfies ok.
+	directive := func(what string, ok func(*agentlink.Directive) bool) *agentlink.Directive {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer wcancel()
+		for wctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(wctx, http.MethodGet, "http://"+addr+agentlink.PathWatch+"?node=node-a", nil)
+			agentlink.SetToken(req, "feed")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			dec := json.NewDecoder(resp.Body)
+			for {
+				ev, err := agentlink.DecodeEvent(dec)
+				if err != nil {
+					break
+				}
+				if ev.Type == agentlink.TypePolicy && ev.Directive != nil && ok(ev.Directive) {
+					resp.Body.Close()
+					return ev.Directive
+				}
+			}
+			resp.Body.Close()
+		}
+		t.Fatalf("no directive with %s", what)
+		return nil
+	}
+	first := directive("the cluster's slot map", func(d *agentlink.Directive) bool { return complete(d.Slots) })
+	const slot = 42
+	was := owner(first.Slots, slot)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: nodes})
+	defer cc.Close()
+	if err := cc.Set(ctx, routing.SlotKey(slot), "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.MigrateSlot(t, nodes[:3], slot)
+	moved := directive("the map after slot 42 moved", func(d *agentlink.Directive) bool {
+		o := owner(d.Slots, slot)
+		return complete(d.Slots) && o != "" && o != was
+	})
+	t.Logf("slot %d: %s, then %s; %d ranges, then %d", slot, was, owner(moved.Slots, slot), len(first.Slots), len(moved.Slots))
+}
