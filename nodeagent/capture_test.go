@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -70,22 +69,8 @@ func TestManagerListsPodsWithoutSidecar(t *testing.T) {
 // stream with bytes the parser cannot read resynchronises; the password
 // never reaches the agent's counts.
 func TestCaptureCountsPodsWithoutSidecar(t *testing.T) {
-	if err := netns.Available(); err != nil {
-		t.Skip("capture in network namespaces: " + err.Error())
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("capture in network namespaces: needs redis-server")
-	}
-	n, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	stop, err := netns.StartRedis(n.Server, netns.ServerIP, 6379, "--requirepass", capturePassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	n := netns.ForTest(t, "redis-server")
+	netns.Redis(t, n.Server, netns.ServerIP, 6379, "--requirepass", capturePassword)
 	redisAddr := netns.ServerIP + ":6379"
 
 	var c *capture.Capture

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -29,19 +28,7 @@ import (
 // every slot on one master), redirected by ASK (a slot being migrated), or
 // read from a replica (READONLY).
 func TestClusterRedirectsInNamespaces(t *testing.T) {
-	if err := netns.Available(); err != nil {
-		t.Skip("capture in network namespaces: " + err.Error())
-	}
-	for _, b := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skip("capture in network namespaces: needs " + b)
-		}
-	}
-	n, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
+	n := netns.ForTest(t, "redis-server", "redis-cli")
 	dir := t.TempDir()
 	var addrs []string
 	for i := range 6 {

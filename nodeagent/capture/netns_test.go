@@ -7,7 +7,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -22,22 +21,8 @@ import (
 // the sampled connections sent (each is seen whole), and the connections
 // sampled are those Sampled names.
 func TestSamplingInNamespaces(t *testing.T) {
-	if err := netns.Available(); err != nil {
-		t.Skip("capture in network namespaces: " + err.Error())
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("capture in network namespaces: needs redis-server")
-	}
-	n, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	stop, err := netns.StartRedis(n.Server, netns.ServerIP, 6379)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	n := netns.ForTest(t, "redis-server")
+	netns.Redis(t, n.Server, netns.ServerIP, 6379)
 	server := netip.MustParseAddrPort(netns.ServerIP + ":6379")
 
 	const every = 4
@@ -119,22 +104,8 @@ func TestSamplingInNamespaces(t *testing.T) {
 // TestIPv6InNamespaces: a client and redis-server talking IPv6 are
 // captured as over IPv4 (the filter's IPv6 half, the IPv6 decoder).
 func TestIPv6InNamespaces(t *testing.T) {
-	if err := netns.Available(); err != nil {
-		t.Skip("capture in network namespaces: " + err.Error())
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("capture in network namespaces: needs redis-server")
-	}
-	n, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	stop, err := netns.StartRedis(n.Server, netns.ServerIP6, 6379)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	n := netns.ForTest(t, "redis-server")
+	netns.Redis(t, n.Server, netns.ServerIP6, 6379)
 	server := netip.AddrPortFrom(netip.MustParseAddr(netns.ServerIP6), 6379)
 	var c *Capture
 	if err := netns.Do(n.Observer, func() (err error) {
