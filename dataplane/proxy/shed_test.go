@@ -204,24 +204,7 @@ func checkShedSlowShard(t *testing.T, srvAddr string, noLoop bool) {
 	// Another client keeps the shard busy: scripts of 20 ms back to back
 	// (Redis serves every waiting client between two), until the check
 	// below is done or for at most 10 s.
-	busy, quit := make(chan struct{}), make(chan struct{})
-	stopBusy := sync.OnceFunc(func() { close(quit); <-busy })
-	defer stopBusy()
-	go func() {
-		defer close(busy)
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			if err := direct.Eval(ctx, `local s = redis.call('TIME') local t0 = s[1] * 1e6 + s[2]
-				repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] - t0 >= 20000 return 1`, nil).Err(); err != nil {
-				t.Errorf("EVAL: %v", err)
-				return
-			}
-		}
-	}()
+	stopBusy := redistest.KeepBusy(t, srvAddr, 10*time.Second)
 	// Without following the shard, the writers (20 at one command per
 	// script) would get about 1,000/s through, the share's 400 of them, in
 	// every window. The limiter's windows see the wait within a second or

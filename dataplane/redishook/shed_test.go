@@ -107,24 +107,7 @@ func TestHookShedFollowsASlowShard(t *testing.T) {
 	// Another client keeps the shard busy with 20 ms scripts until the
 	// check is done (at most 10 s); the admitted rate is polled in
 	// half-second windows, since on a loaded machine the scripts may pause.
-	busy, quit := make(chan struct{}), make(chan struct{})
-	stopBusy := sync.OnceFunc(func() { close(quit); <-busy })
-	defer stopBusy()
-	go func() {
-		defer close(busy)
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			if err := direct.Eval(ctx, `local s = redis.call('TIME') local t0 = s[1] * 1e6 + s[2]
-				repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] - t0 >= 20000 return 1`, nil).Err(); err != nil {
-				t.Errorf("EVAL: %v", err)
-				return
-			}
-		}
-	}()
+	stopBusy := redistest.KeepBusy(t, srv.Addr, 10*time.Second)
 	var slow float64
 	eventually.True(t, 8*time.Second, "a small part of the share admitted while the shard queues", func() bool {
 		slow = rate(500 * time.Millisecond)
