@@ -6,14 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
-	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
-	"github.com/heatsink-dev/heatsink/internal/testing/testpki"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -57,34 +54,13 @@ func TestSidecarACLMitigatedKeys(t *testing.T) {
 			for _, k := range routing.ShardKeys("app:likes", split) {
 				direct.Set(ctx, k, 5, 0)
 			}
-			args := append(append([]any{"ACL", "SETUSER", tc.user, "reset", "on", ">pw"}, app...), tc.own...)
-			if err := direct.Do(ctx, args...).Err(); err != nil {
-				t.Fatal(err)
+			c, base, stop := runAsUser(t, sidecar.Config{Upstreams: []string{srv.Addr}, Policy: "p", Namespace: "ns", RoutingFile: file},
+				[]string{srv.Addr}, append(append([]any{}, app...), tc.own...), tc.user)
+			defer stop()
+			// With a routing file it serves once its table is in force.
+			if _, body := get(t, base+"/readyz"); strings.TrimSpace(body) != "ok" {
+				t.Fatalf("/readyz: %s", body)
 			}
-			dir := t.TempDir()
-			userFile, passFile := filepath.Join(dir, "username"), filepath.Join(dir, "password")
-			testpki.WriteFile(t, userFile, []byte(tc.user))
-			testpki.WriteFile(t, passFile, []byte("pw"))
-			ln, hl := listen(t), listen(t)
-			runCtx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() {
-				done <- sidecar.Run(runCtx, sidecar.Config{Listener: ln, HTTPListener: hl, Upstreams: []string{srv.Addr},
-					Policy: "p", Namespace: "ns", RoutingFile: file, UsernameFile: userFile, PasswordFile: passFile})
-			}()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			}()
-			// The sidecar serves once its table is in force.
-			eventually.True(t, 10*time.Second, "the sidecar serves", func() bool {
-				_, body := get(t, "http://"+hl.Addr().String()+"/readyz")
-				return strings.TrimSpace(body) == "ok"
-			})
-			c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
-			defer c.Close()
 			errs := map[string]error{}
 			got, err := c.Get(ctx, "app:likes").Int()
 			if err == nil && got != 30 {

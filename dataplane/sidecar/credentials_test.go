@@ -129,33 +129,9 @@ func TestSidecarACL(t *testing.T) {
 				addrs = []string{redistest.Standalone(t).Addr}
 			}
 			for _, tc := range topo.rows {
-				for _, a := range addrs {
-					direct := redis.NewClient(&redis.Options{Addr: a})
-					args := append(append([]any{"ACL", "SETUSER", tc.user, "reset", "on", ">pw"}, app...), tc.own...)
-					err := direct.Do(ctx, args...).Err()
-					direct.Close()
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
-				dir := t.TempDir()
-				userFile, passFile := filepath.Join(dir, "username"), filepath.Join(dir, "password")
-				testpki.WriteFile(t, userFile, []byte(tc.user))
-				testpki.WriteFile(t, passFile, []byte("pw"))
-				ln, hl := listen(t), listen(t)
-				runCtx, cancel := context.WithCancel(ctx)
-				done := make(chan error, 1)
-				go func() {
-					done <- sidecar.Run(runCtx, sidecar.Config{Listener: ln, HTTPListener: hl, Cluster: topo.cluster,
-						Upstreams: addrs[:1], UsernameFile: userFile, PasswordFile: passFile})
-				}()
-				c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
-				// Until it serves, /readyz says only that.
-				var body string
-				eventually.True(t, 10*time.Second, tc.user+": /readyz past not serving", func() bool {
-					_, body = get(t, "http://"+hl.Addr().String()+"/readyz")
-					return !strings.Contains(body, "not serving")
-				})
+				c, base, stop := runAsUser(t, sidecar.Config{Cluster: topo.cluster, Upstreams: addrs[:1]}, addrs,
+					append(append([]any{}, app...), tc.own...), tc.user)
+				_, body := get(t, base+"/readyz")
 				t.Logf("%s: /readyz: %s", tc.user, strings.TrimSpace(body))
 				if !strings.Contains(body, tc.wantReady) {
 					t.Errorf("%s: /readyz says %q, want %q", tc.user, body, tc.wantReady)
@@ -171,12 +147,48 @@ func TestSidecarACL(t *testing.T) {
 						}
 					}
 				}
-				c.Close()
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
+				stop()
 			}
 		})
+	}
+}
+
+// runAsUser sets user (password "pw") with rules on every Redis of
+// addrs, runs the whole sidecar with cfg and that user's credentials in
+// files (as the injector mounts them) until it serves (before, /readyz
+// says only "not serving"), and returns a client of it, its HTTP base URL
+// and what stops it.
+func runAsUser(t *testing.T, cfg sidecar.Config, addrs []string, rules []any, user string) (*redis.Client, string, func()) {
+	t.Helper()
+	ctx := context.Background()
+	for _, a := range addrs {
+		direct := redis.NewClient(&redis.Options{Addr: a})
+		err := direct.Do(ctx, append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw"}, rules...)...).Err()
+		direct.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	cfg.UsernameFile, cfg.PasswordFile = filepath.Join(dir, "username"), filepath.Join(dir, "password")
+	testpki.WriteFile(t, cfg.UsernameFile, []byte(user))
+	testpki.WriteFile(t, cfg.PasswordFile, []byte("pw"))
+	ln, hl := listen(t), listen(t)
+	cfg.Listener, cfg.HTTPListener = ln, hl
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sidecar.Run(runCtx, cfg) }()
+	base := "http://" + hl.Addr().String()
+	eventually.True(t, 10*time.Second, user+": the sidecar serves", func() bool {
+		_, body := get(t, base+"/readyz")
+		return !strings.Contains(body, "not serving")
+	})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	return c, base, func() {
+		c.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
 }
