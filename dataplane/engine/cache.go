@@ -188,6 +188,10 @@ func (c *cache) retain(keep func(key string) bool) {
 			// A fill in flight for a dropped key must still fail: keep the
 			// number moving rather than resetting it to zero.
 			c.seqs[k]++
+		}
+	}
+	for k := range c.timing {
+		if !keep(k) {
 			delete(c.timing, k)
 		}
 	}

@@ -188,6 +188,31 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	if _, _, ok, refresh := c.get("k", clk.Now()); ok || refresh {
 		t.Fatalf("expired entry: ok=%v refresh=%v", ok, refresh)
 	}
+	// A key that leaves the table takes its measured window with it (the
+	// map stays bounded by the table), whether or not it was ever
+	// invalidated; the next fill of it starts at the ceiling again.
+	fillN := func() {
+		now := clk.Now()
+		c.put("n", 0, []byte("x"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+	}
+	fillN()
+	clk.Step(800 * time.Millisecond)
+	if _, _, ok, refresh := c.get("n", clk.Now()); !ok || !refresh {
+		t.Fatalf("n at its refresh point: ok=%v refresh=%v", ok, refresh)
+	}
+	fillN() // its refresh: now measured
+	if len(c.timing) != 2 {
+		t.Fatalf("%d keys' refresh timings; want k's and n's", len(c.timing))
+	}
+	now = clk.Now()
+	c.retain(func(string) bool { return false })
+	if len(c.timing) != 0 {
+		t.Fatalf("after retain of no key: %d keys' refresh timings kept", len(c.timing))
+	}
+	fill("v4")
+	if got := c.m["k"].refreshAt.Sub(now); got != 800*time.Millisecond {
+		t.Fatalf("a key back in the table refreshes %v after its fill; want the ceiling's 800ms", got)
+	}
 }
 
 // gate holds the reply of every GET of one key once armed: the command has
