@@ -158,6 +158,14 @@ func (p *parser) step(b []byte) (n int, ok bool) {
 		if room := len(p.line) - p.lineN; len(chunk) > room {
 			return room + 1, false
 		}
+		if p.lineN == 0 && end >= 0 {
+			// The whole line is in b (the common case): read it there.
+			if len(chunk) == 0 || chunk[len(chunk)-1] != '\r' {
+				return end + 1, false
+			}
+			p.frame += len(chunk) + 1
+			return end + 1, p.header(chunk[:len(chunk)-1])
+		}
 		p.lineN += copy(p.line[p.lineN:], chunk)
 		if end < 0 {
 			return len(b), true
@@ -176,6 +184,13 @@ func (p *parser) step(b []byte) (n int, ok bool) {
 		p.frame += n
 		if p.bulk == 0 {
 			p.st = stBulkEnd
+			if len(b) >= n+2 && b[n] == '\r' && b[n+1] == '\n' {
+				// Its CRLF is in b too (the common case): as stBulkEnd
+				// and stBulkEnd2 would read it.
+				p.frame += 2
+				p.argDone()
+				return n + 2, true
+			}
 		}
 		return n, true
 	case stBulkEnd:
