@@ -38,6 +38,7 @@ func main() {
 	sample := flag.Uint("sample", 1, "capture one connection in N")
 	keyspace := flag.Int("r", 100000, "redis-benchmark key space (random keys)")
 	cluster := flag.Bool("cluster", false, "count as for a Redis Cluster target: a slot map in which the server serves every slot (each command's slot looked up)")
+	trials := flag.Int("reaction", 0, "then time a key from cold to 1.5 × its threshold to the manager's view, captured and through a sidecar, side by side, this many trials")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -46,7 +47,7 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample), *cluster); err != nil {
+	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample), *cluster, *trials); err != nil {
 		fmt.Fprintln(os.Stderr, "capturebench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -59,7 +60,7 @@ func cpuSeconds() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool) error {
+func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool, trials int) error {
 	if err := netns.Available(); err != nil {
 		return err
 	}
@@ -114,6 +115,20 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, clust
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if rounds > 0 {
+		if err := cost(bench, n, server, rounds, requests, clients, pipeline, keyspace, sample, cluster); err != nil {
+			return err
+		}
+	}
+	if trials > 0 {
+		return reaction(n, server, trials, sample)
+	}
+	return nil
+}
+
+// cost runs the rounds of the load with the capture off and on and prints
+// the table of throughput and CPU.
+func cost(bench func() (float64, error), n *netns.Net, server netip.AddrPort, rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool) (err error) {
 
 	fmt.Println("### Packet capture (node agent, pods without a sidecar)")
 	fmt.Println()
