@@ -155,11 +155,8 @@ func cost(bench func() (float64, error), n *netns.Net, server netip.AddrPort, ro
 				}
 				continue
 			}
-			var c *capture.Capture
-			if err := netns.Do(n.Observer, func() (err error) {
-				c, err = capture.Open(capture.Config{SampleEvery: sample})
-				return err
-			}); err != nil {
+			c, err := openCapture(n, sample)
+			if err != nil {
 				return err
 			}
 			target := capture.Target{Policy: "bench/p", Namespace: "bench", Endpoints: []netip.AddrPort{server}}
@@ -209,4 +206,14 @@ func cost(bench func() (float64, error), n *netns.Net, server netip.AddrPort, ro
 	}
 	fmt.Printf("\nWorst CPU per 100,000 observed commands/s: **%.2f %% of one core** (target ≤ 5 %%); throughput ratios on/off: %s.\n\n", worstPer, strings.Join(rs, ", "))
 	return nil
+}
+
+// openCapture opens a capture on every interface of the observer
+// namespace (the bench's node).
+func openCapture(n *netns.Net, sample uint32) (c *capture.Capture, err error) {
+	err = netns.Do(n.Observer, func() (err error) {
+		c, err = capture.Open(capture.Config{SampleEvery: sample})
+		return err
+	})
+	return c, err
 }

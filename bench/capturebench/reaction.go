@@ -10,13 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/bench/internal/agentpair"
 	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/internal/testing/netns"
 	"github.com/heatsink-dev/heatsink/nodeagent"
-	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 )
 
 // hotConns is how many connections the captured hot key's reads are
@@ -32,38 +30,22 @@ const hotConns = 4
 func reaction(n *netns.Net, server netip.AddrPort, trials int, sample uint32) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const policy, node, token = "bench/p", "node-bench", "bench-token"
-	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: token, WarmUp: -1})
-	if err != nil {
-		return err
-	}
-	go func() { _ = h.Start(ctx) }()
-	addr, err := h.Addr(ctx)
-	if err != nil {
-		return err
-	}
-	spec := &v1alpha1.HotKeyPolicySpec{}
-	v1alpha1.SetDefaults(spec)
-	spec.Target.Addresses = []string{server.String()}
+	const policy = "bench/p"
 	threshold := float64(v1alpha1.FallbackReadsPerSecond)
-	h.SetPolicy(policy, hub.ParamsFromSpec(spec))
-	h.UpsertPod("bench/app-0", node, agentlink.Pod{IP: "127.0.0.1", Policy: policy})
-	h.UpsertUninjectedPod("bench/plain-0", node, netns.ClientIP)
-	var c *capture.Capture
-	if err := netns.Do(n.Observer, func() (err error) {
-		c, err = capture.Open(capture.Config{SampleEvery: sample})
-		return err
-	}); err != nil {
-		return err
-	}
-	d, err := nodeagent.New(nodeagent.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: token, Capture: c})
+	c, err := openCapture(n, sample)
 	if err != nil {
 		return err
 	}
-	go func() { _ = d.Run(ctx) }()
-	for s := c.Stats(); !d.Stats().Connected || s.Targets != 1 || s.Pods != 1; s = c.Stats() {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	h, d, err := agentpair.Start(ctx, policy, func(spec *v1alpha1.HotKeyPolicySpec) {
+		spec.Target.Addresses = []string{server.String()}
+	}, nodeagent.Options{Capture: c})
+	if err != nil {
+		return err
+	}
+	h.UpsertUninjectedPod("bench/plain-0", agentpair.Node, netns.ClientIP)
+	for t0, s := time.Now(), c.Stats(); s.Targets != 1 || s.Pods != 1; s = c.Stats() {
+		if time.Since(t0) > 20*time.Second {
+			return fmt.Errorf("the capture's scope is not the policy's: %+v", s)
 		}
 		time.Sleep(10 * time.Millisecond) // polling until the agent's capture follows the hub
 	}

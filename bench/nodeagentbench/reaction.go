@@ -6,9 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/bench/internal/agentpair"
 	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/nodeagent"
 )
@@ -23,30 +22,10 @@ import (
 func reactionTest(ctx context.Context, trials int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const policy, node, token = "bench/checkout", "node-bench", "bench-token"
-	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: token, WarmUp: -1})
+	const policy = "bench/checkout"
+	h, d, err := agentpair.Start(ctx, policy, nil, nodeagent.Options{})
 	if err != nil {
 		return err
-	}
-	go func() { _ = h.Start(ctx) }()
-	addr, err := h.Addr(ctx)
-	if err != nil {
-		return err
-	}
-	spec := &v1alpha1.HotKeyPolicySpec{}
-	v1alpha1.SetDefaults(spec)
-	h.SetPolicy(policy, hub.ParamsFromSpec(spec))
-	h.UpsertPod("bench/app-0", node, agentlink.Pod{IP: "127.0.0.1", Policy: policy})
-	d, err := nodeagent.New(nodeagent.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: token})
-	if err != nil {
-		return err
-	}
-	go func() { _ = d.Run(ctx) }()
-	for !d.Stats().Connected || !d.Tracks(policy) {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(10 * time.Millisecond) // polling until the agent follows the hub
 	}
 	c, err := counts.NewClient(d.Addr().String(), counts.ClientOptions{})
 	if err != nil {
