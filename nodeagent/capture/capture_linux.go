@@ -191,8 +191,6 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 	lastFlush, lastSweep := time.Now(), time.Now()
 	var drops, flushes uint64
 	blocks := len(c.ring) / blockSize
-	// The reader wakes at least this often to flush and to see ctx end.
-	pollWait := max(c.cfg.FlushInterval/2, time.Millisecond)
 	for i := 0; ctx.Err() == nil; {
 		blk := c.ring[i*blockSize : (i+1)*blockSize]
 		status := (*uint32)(unsafe.Pointer(&blk[blkStatus]))
@@ -201,7 +199,11 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 			// The kernel signals the socket readable when it hands a
 			// block over; ready is checked again once the poller is
 			// armed, so a block handed over meanwhile is not missed.
-			if err := c.file.SetReadDeadline(time.Now().Add(pollWait)); err != nil {
+			// The reader wakes at the next flush at the latest (also
+			// to see ctx end), and no earlier when idle: each wake-up
+			// costs a few context switches.
+			wait := max(time.Until(lastFlush.Add(c.cfg.FlushInterval)), time.Millisecond)
+			if err := c.file.SetReadDeadline(time.Now().Add(wait)); err != nil {
 				return fmt.Errorf("capture: poll: %w", err)
 			}
 			if err := c.raw.Read(ready); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
