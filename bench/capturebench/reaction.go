@@ -94,7 +94,7 @@ func reaction(n *netns.Net, server netip.AddrPort, trials int, sample uint32) er
 			wg.Go(func() { _ = sendPaced(hot, conn, 1.5*threshold/hotConns, func(int) string { return capKey }) })
 		}
 		wg.Go(func() {
-			pace(hot, 1.5*threshold, func(k int) {
+			agentpair.Pace(hot, 1.5*threshold, func(k int) {
 				side.Observe(policy, sideKey, uint32(k), 0, 0)
 			})
 		})
@@ -118,7 +118,7 @@ func reaction(n *netns.Net, server netip.AddrPort, trials int, sample uint32) er
 		for _, conn := range conns {
 			conn.Close()
 		}
-		fmt.Printf("| %d | %s | %s | %s | %s |\n", i+1, ms(t[0]), ms(t[1]), ms(t[2]), ms(t[3]))
+		fmt.Printf("| %d | %s | %s | %s | %s |\n", i+1, agentpair.Ms(t[0]), agentpair.Ms(t[1]), agentpair.Ms(t[2]), agentpair.Ms(t[3]))
 		if t[1] != 0 {
 			capOver = append(capOver, t[1])
 		}
@@ -138,35 +138,7 @@ func spread(ds []time.Duration) string {
 		return "none"
 	}
 	slices.Sort(ds)
-	return fmt.Sprintf("median %s, worst %s", ms(ds[len(ds)/2]), ms(ds[len(ds)-1]))
-}
-
-func ms(d time.Duration) string {
-	if d == 0 {
-		return "—"
-	}
-	return fmt.Sprintf("%d ms", d.Milliseconds())
-}
-
-// pace calls f about every 10 ms with the number of operations owed since
-// the start at rate per second: the offered rate holds even when the
-// sender is descheduled on a loaded machine.
-func pace(ctx context.Context, rate float64, f func(n int)) {
-	start := time.Now()
-	sent := 0
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if owed := int(time.Since(start).Seconds() * rate); owed > sent {
-			f(owed - sent)
-			sent = owed
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	return fmt.Sprintf("median %s, worst %s", agentpair.Ms(ds[len(ds)/2]), agentpair.Ms(ds[len(ds)-1]))
 }
 
 // sendPaced sends GETs of key(i) on conn at rate per second (each tick's
@@ -176,7 +148,7 @@ func sendPaced(ctx context.Context, conn net.Conn, rate float64, key func(i int)
 	var err error
 	i := 0
 	reply := make([]byte, 0, 4096)
-	pace(ctx, rate, func(k int) {
+	agentpair.Pace(ctx, rate, func(k int) {
 		if err != nil {
 			return
 		}

@@ -1,10 +1,12 @@
-// Package agentpair starts what the reaction benchmarks time: the
+// Package agentpair starts what the reaction benchmarks time (the
 // manager's real hub with one policy and a real node agent connected to
-// it, on 127.0.0.1, with real clocks.
+// it, on 127.0.0.1, with real clocks), paces their traffic and prints
+// their times.
 package agentpair
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
@@ -56,4 +58,33 @@ func Start(ctx context.Context, policy string, edit func(*v1alpha1.HotKeyPolicyS
 		time.Sleep(10 * time.Millisecond) // polling until the agent follows the hub
 	}
 	return h, d, nil
+}
+
+// Ms prints a duration in whole milliseconds, "—" for none.
+func Ms(d time.Duration) string {
+	if d == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%d ms", d.Milliseconds())
+}
+
+// Pace calls f about every 10 ms with the number of operations owed since
+// the start at rate per second: the offered rate holds even when the
+// sender is descheduled on a loaded machine.
+func Pace(ctx context.Context, rate float64, f func(n int)) {
+	start := time.Now()
+	sent := 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if owed := int(time.Since(start).Seconds() * rate); owed > sent {
+			f(owed - sent)
+			sent = owed
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
