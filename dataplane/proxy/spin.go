@@ -1,0 +1,63 @@
+package proxy
+
+import "time"
+
+// A bounded spin before the event loop parks on the netpoller.
+//
+// At pipeline depth 1 a parked loop pays a wake-up on each of the two legs
+// of every command (the netpoller's epoll_wait returns, the scheduler runs
+// the loop's goroutine, the loop takes the events with its own epoll_wait):
+// on the 2-core VM of docs/benchmarks.md that was most of what the sidecar
+// added to a one-client round trip. Polling the epoll set for a few
+// microseconds first, while a reply is owed (Redis answers within
+// microseconds) or right after a client got its replies (a closed-loop
+// client sends its next command as soon as it has read), takes the event
+// without the wake-up.
+//
+// The spin must not cost what it saves elsewhere: it is bounded (at most
+// spinMax), adaptive (a little over what recent spins that paid waited)
+// and backs off when it does not pay (after a spin that found nothing the
+// next ones are skipped, twice as many after each further miss). A busy
+// loop rarely spins at all: it finds events on its first poll.
+
+// spinMax bounds one spin.
+const spinMax = 50 * time.Microsecond
+
+// spinFloor is the least budget a spin gets: what a reply or a command
+// takes on loopback when nothing waits for a CPU.
+const spinFloor = 10 * time.Microsecond
+
+// spinMaxSkip bounds the back-off, in waits skipped.
+const spinMaxSkip = 1 << 10
+
+// spinner decides the budget of the loop's spins for one kind of wait (a
+// reply owed by Redis, or a client's next command). Pure: the caller
+// measures the time spent and says whether the spin found an event.
+type spinner struct {
+	// avg is a moving average of the time paying spins waited.
+	avg time.Duration
+	// skip is how many waits park at once; misses the consecutive spins
+	// that found nothing.
+	skip, misses int
+}
+
+// budget returns how long the next wait may spin before it parks; zero
+// means park at once.
+func (s *spinner) budget() time.Duration {
+	if s.skip > 0 {
+		s.skip--
+		return 0
+	}
+	return min(max(2*s.avg, spinFloor), spinMax)
+}
+
+// done records a spin's outcome: found, after spent.
+func (s *spinner) done(found bool, spent time.Duration) {
+	if found {
+		s.avg += (spent - s.avg) / 8
+		s.misses = 0
+		return
+	}
+	s.misses++
+	s.skip = min(1<<min(s.misses, 30), spinMaxSkip)
+}
