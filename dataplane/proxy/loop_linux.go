@@ -124,9 +124,10 @@ type loop struct {
 
 	// spinReply and spinCmd size the spins before parking (spin.go) while
 	// a reply is owed, and after a round that wrote replies to clients;
-	// replied says the last round did.
+	// replied says the last round did; active counts the clients sending.
 	spinReply, spinCmd spinner
 	replied            bool
+	active             activity
 }
 
 // loopEligible reports whether the configuration lets the event loop serve
@@ -221,6 +222,7 @@ func (l *loop) run() {
 			return
 		}
 		l.now = time.Now()
+		l.active.tick(l.now)
 		for _, c := range l.again {
 			if c.state != cClosed {
 				l.markDirty(c)
@@ -324,6 +326,9 @@ func (l *loop) poll(fd uintptr) bool {
 func (l *loop) spin() bool {
 	var s *spinner
 	switch {
+	case !l.active.few():
+		l.replied = false
+		return false
 	case l.inflight > 0:
 		s = &l.spinReply
 	case l.replied:

@@ -54,3 +54,33 @@ func TestSpinnerBacksOff(t *testing.T) {
 		t.Fatalf("a paying spin did not reset the back-off: %d skipped", n)
 	}
 }
+
+func TestActivityCountsDistinctClientsPerWindow(t *testing.T) {
+	var a activity
+	now := time.Unix(0, 0)
+	a.tick(now)
+	seen := make([]uint32, 5)
+	for range 10 {
+		a.touch(&seen[0]) // one client, many commands
+	}
+	if !a.few() {
+		t.Fatal("one active client: spinning is off")
+	}
+	for i := range seen {
+		a.touch(&seen[i])
+	}
+	if a.few() {
+		t.Fatal("five active clients in the window: spinning is on")
+	}
+	now = now.Add(activityWindow)
+	a.tick(now)
+	if a.few() {
+		t.Fatal("the last window's five clients no longer count")
+	}
+	a.touch(&seen[0])
+	now = now.Add(activityWindow)
+	a.tick(now)
+	if !a.few() {
+		t.Fatal("one client in each of the last two windows: spinning is off")
+	}
+}
