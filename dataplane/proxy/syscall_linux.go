@@ -127,3 +127,9 @@ func rawReadable(fd int) bool {
 		}
 	}
 }
+
+// rawSchedYield lets another thread waiting for this CPU run (the loop's
+// spin, loop_linux.go).
+func rawSchedYield() {
+	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+}
