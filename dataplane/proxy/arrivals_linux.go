@@ -51,6 +51,8 @@ type arrivals struct {
 	// (loopWaits; loop_arrivals_linux.go).
 	loopWake  func()
 	loopWaits bool
+	// bound is called when a wait ends by orderMax (proxy metrics).
+	bound func()
 }
 
 // arrivalState is a session's part of arrivals (under arrivals.mu).
@@ -80,12 +82,12 @@ type arrivalState struct {
 	boundary, handoff, known, pipe bool
 }
 
-func newArrivals() *arrivals {
+func newArrivals(bound func()) *arrivals {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil
 	}
-	return &arrivals{ep: ep, byFD: map[int32]*session{}, pending: map[*session]struct{}{}, events: make([]unix.EpollEvent, 256)}
+	return &arrivals{ep: ep, byFD: map[int32]*session{}, pending: map[*session]struct{}{}, events: make([]unix.EpollEvent, 256), bound: bound}
 }
 
 func (a *arrivals) close() {
@@ -237,6 +239,7 @@ func (a *arrivals) wait(s *session) {
 		if deadline.IsZero() {
 			deadline = now.Add(orderMax)
 		} else if !now.Before(deadline) {
+			a.bound()
 			return
 		}
 		if a.changed == nil {

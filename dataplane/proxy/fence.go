@@ -57,6 +57,9 @@ type fences struct {
 	// wake, if set, is called after a release (the event loop holds its
 	// writes while a fence is up and must learn that it is down).
 	wake func()
+	// bound, if set, is called when a fence comes down by its bound, not
+	// by Redis' answer (the ordering_bounds_reached_total metric).
+	bound func()
 }
 
 // raise puts up a fence for a command written at once; release takes it
@@ -72,7 +75,11 @@ func (fs *fences) raiseFor(d time.Duration) *fence {
 	fs.mu.Lock()
 	fs.list = append(fs.list, f)
 	fs.n.Add(1)
-	f.timer = time.AfterFunc(d, func() { fs.release(f) })
+	f.timer = time.AfterFunc(d, func() {
+		if fs.release(f) && fs.bound != nil {
+			fs.bound()
+		}
+	})
 	fs.mu.Unlock()
 	return f
 }
@@ -90,15 +97,16 @@ func (fs *fences) sent(f *fence) {
 	fs.mu.Unlock()
 }
 
-// release takes f down (nil or released already: nothing).
-func (fs *fences) release(f *fence) {
+// release takes f down (nil or released already: nothing); it reports
+// whether it did.
+func (fs *fences) release(f *fence) bool {
 	if f == nil {
-		return
+		return false
 	}
 	fs.mu.Lock()
 	if f.released {
 		fs.mu.Unlock()
-		return
+		return false
 	}
 	f.released = true
 	f.timer.Stop()
@@ -118,6 +126,7 @@ func (fs *fences) release(f *fence) {
 	if wake != nil {
 		wake()
 	}
+	return true
 }
 
 // held reports a fence up.

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
 
 // TestFenceWaitsForEarlierFencesOnly: a writer waits for the fences up
@@ -58,4 +61,23 @@ func TestUnsentFenceOutlastsFenceMax(t *testing.T) {
 		t.Fatal("f is still up")
 	}
 	fs.sent(f) // released already: nothing
+}
+
+// TestFenceBoundCounted: a fence that comes down by its bound is counted
+// (ordering_bounds_reached_total); one Redis answered is not.
+func TestFenceBoundCounted(t *testing.T) {
+	var n atomic.Int32
+	fs := fences{bound: func() { n.Add(1) }}
+	fs.release(fs.raise())
+	fs.wait(nil)
+	if n.Load() != 0 {
+		t.Fatalf("a fence released by its answer counted %d times", n.Load())
+	}
+	f := fs.raise()
+	<-f.done // down within fenceMax, by the timer, which then counts it
+	eventually.True(t, 5*time.Second, "the bound counted", func() bool { return n.Load() == 1 })
+	fs.release(f) // released already: not counted again
+	if got := n.Load(); got != 1 {
+		t.Fatalf("a fence down by its bound counted %d times, want 1", got)
+	}
 }

@@ -93,5 +93,6 @@ func (l *loop) sessionsTimedOut(gen uint64) {
 	}
 	la.hold = false
 	la.passed = la.upTo
+	l.p.m.orderBounds.Inc()
 	l.fenceDown()
 }

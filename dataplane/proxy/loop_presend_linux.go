@@ -73,7 +73,7 @@ type presenting struct {
 // A client that still owes replies waits for them first (its command's
 // effects must follow theirs), as a blocking command does; one that comes
 // while a fence is up waits for it to be down; with no idle spare, the
-// command waits for one with its fence up (at most fenceMax, then it goes
+// command waits for one with its fence up (at most orderMax, then it goes
 // without).
 func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool {
 	if c.noPresend {
@@ -104,7 +104,12 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 				l.flushUp(x)
 			}
 		})
-		pg = &presenting{c: c, fence: l.p.fences.raise()}
+		// Unsent: while no spare is idle the command waits for one (a TLS
+		// spare's handshake took over 50 ms on a loaded machine, and a
+		// fence counted from here ran out first, so the session wrote the
+		// command after a PUBLISH read later); bounded by orderMax until
+		// written, by fenceMax from then on (fence.go).
+		pg = &presenting{c: c, fence: l.p.fences.raiseUnsent()}
 		l.presenting = pg
 	}
 	node := cl.node
@@ -148,6 +153,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		raw = raw[n:]
 	}
 	c.pre = pr
+	l.p.fences.sent(pg.fence)
 	if len(raw) > 0 || u.tio != nil && u.tio.pending() {
 		// Redis answers once the session has written the rest: the fence
 		// comes down now.

@@ -208,6 +208,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Limits.StreamAbove = streamValueAbove // negative: every command held whole
 	}
 	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
+	p.fences.bound = p.m.orderBounds.Inc
 	if cfg.SharedConns == 0 {
 		cfg.SharedConns = 2
 	}
@@ -261,7 +262,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Sessions are ordered by arrival, among themselves and, with the
 	// event loop, against the loop's clients (loop_arrivals_linux.go).
-	p.arrivals = newArrivals()
+	p.arrivals = newArrivals(p.m.orderBounds.Inc)
 	if loopEligible(&p.cfg) {
 		if l, err := newLoop(p); err != nil {
 			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)
@@ -538,6 +539,9 @@ type metrics struct {
 	redirects      *prometheus.CounterVec
 	acceptErrors   prometheus.Counter
 	pressure       prometheus.Counter
+	// orderBounds counts waits of the Ordering rule ended by their bound
+	// (fenceMax, orderMax) rather than by what they waited for.
+	orderBounds prometheus.Counter
 	// overhead is the proxy's own time per sampled command (see
 	// loop_overhead_linux.go).
 	overhead prometheus.Histogram
@@ -565,6 +569,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Redis Cluster redirections followed (moved, ask)."}, []string{"kind"}),
 		pressure: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "backpressure_total",
 			Help: "Times the proxy's buffered replies and commands passed their bound and it stopped reading clients that do not keep up."}),
+		orderBounds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ordering_bounds_reached_total",
+			Help: "Waits of the Ordering rule (docs/proxy.md) ended by their bound, not by Redis' answer or the earlier client's command: commands read after may have reached Redis first."}),
 		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "accept_errors_total",
 			Help: "Client connections that could not be accepted (out of file descriptors or memory); the proxy backs off and keeps serving."}),
 		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "command_overhead_seconds",
@@ -574,7 +580,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBucketsRange(1e-6, 0.1, 26)}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.connections, m.accepted, m.dedicated, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects, m.acceptErrors, m.pressure, m.overhead} {
+		for _, c := range []prometheus.Collector{m.connections, m.accepted, m.dedicated, cmds, m.batches, m.protocolErrors, m.upstreamErrors, m.redirects, m.acceptErrors, m.pressure, m.orderBounds, m.overhead} {
 			reg.MustRegister(c)
 		}
 	}
