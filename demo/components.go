@@ -40,7 +40,7 @@ func managerCache() cache.Options {
 // With cfg.Auto the manager samples each master every cfg.Auto.SampleEvery
 // and trusts its learned capacity sooner than by default, as the demo
 // shortens every window.
-func setupReconciler(mgr manager.Manager, cfg Config) (*hub.Hub, error) {
+func setupReconciler(mgr manager.Manager, cfg Config, reg *prometheus.Registry) (*hub.Hub, error) {
 	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: fleetToken, Log: mgr.GetLogger().WithName("fleet")})
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func setupReconciler(mgr manager.Manager, cfg Config) (*hub.Hub, error) {
 		Fleet:  h,
 		// A private registry: the e2e test may run the demo more than once
 		// in one process.
-		Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
+		Metrics: controllers.NewMetrics(reg),
 	}
 	if a := cfg.Auto; a != nil {
 		r.Capacity = capacity.Options{FullConfidenceCPU: a.ConfidenceCPU}

@@ -104,6 +104,9 @@ type Result struct {
 	// Shards is the policy's status.shards at the end: each master's
 	// learned capacity and the thresholds in force on it.
 	Shards []v1alpha1.ShardStatus
+	// Calm is what the calm scenario measures (Config.Calm; also filled
+	// in the others).
+	Calm CalmResult
 }
 
 // EventLead is how long before the event's start all its keys were
@@ -212,7 +215,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	fmt.Fprintf(out, "heatsink demo: traffic for %s (Ctrl-C stops early)\n", cfg.Duration)
 
 	v := &view{cfg: cfg, out: out, keys: keys, masters: res.Masters, start: start, eventStart: res.EventStart}
+	hubCtx, stopHub := context.WithCancel(ctx)
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); res.Calm.watch(hubCtx, s.fleet, Namespace+"/"+PolicyName) }()
+	passes := reconcilePasses(s.managerMetrics)
 	runTraffic(ctx, start, smp, wl, obs, v)
+	stopHub()
+	<-hubDone
+	res.Calm.Passes = reconcilePasses(s.managerMetrics) - passes
 
 	res.collect(wl, smp, s.metrics, clients[0], readsBefore)
 	var got v1alpha1.HotKeyPolicy
@@ -228,6 +238,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Samples = samples
 	snap := obs.Snapshot()
 	res.fillMoments(cfg, snap)
+	res.Calm.fill(snap)
 	res.Failures = append(res.Failures, s.failures()...)
 
 	chart := filepath.Join(cfg.OutDir, "heatsink-demo.png")
@@ -472,6 +483,9 @@ func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *
 				LocalCache: &v1alpha1.ScheduledLocalCache{},
 			},
 		}},
+	}
+	if cfg.Calm {
+		spec.Schedules = nil
 	}
 	if a := cfg.Auto; a != nil {
 		// No rate typed: every threshold and the split's sizing come from

@@ -19,6 +19,42 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 	fmt.Fprintf(out, "\n%s (%s of traffic, seed %d)\n\n", title, cfg.Duration, cfg.Seed)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
+	if cfg.Calm {
+		printCalm(tw, cfg, r)
+	} else {
+		printScenario(tw, cfg, r)
+	}
+	var errs int64
+	for _, n := range r.Counts.Errors {
+		errs += n
+	}
+	row("client errors", fmt.Sprint(errs))
+	row("thresholds", thresholdsText(cfg))
+	for _, sh := range r.Shards {
+		if sh.Replica {
+			continue
+		}
+		row("  master "+sh.Address, shardText(sh))
+	}
+	_ = tw.Flush()
+	for _, u := range r.Unavailable {
+		fmt.Fprintf(out, "\n  ! stage NOT AVAILABLE in this build: %s", u)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(out, "\n  ! %v", f)
+	}
+	if r.Chart != "" {
+		fmt.Fprintf(out, "\n  chart of ops/s per master: %s\n", r.Chart)
+	}
+	if r.Policy != "" {
+		fmt.Fprintf(out, "  the HotKeyPolicy applied: %s\n", r.Policy)
+	}
+	fmt.Fprintf(out, "  components' log: %s\n", r.Log)
+}
+
+// printScenario prints the rows of the viral keys' and the event's story.
+func printScenario(tw *tabwriter.Writer, cfg Config, r *Result) {
+	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
 	ratio := ratioText
 	row("busiest master ÷ mean, before relief", fmt.Sprintf("%s (peak %s)", ratio(r.RatioBefore), ratio(r.RatioPeak)))
 	row("busiest master ÷ mean, after relief", ratio(r.RatioAfter))
@@ -61,32 +97,6 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 	} else {
 		row("scheduled flash sale keys published", "not all of them")
 	}
-	var errs int64
-	for _, n := range r.Counts.Errors {
-		errs += n
-	}
-	row("client errors", fmt.Sprint(errs))
-	row("thresholds", thresholdsText(cfg))
-	for _, sh := range r.Shards {
-		if sh.Replica {
-			continue
-		}
-		row("  master "+sh.Address, shardText(sh))
-	}
-	_ = tw.Flush()
-	for _, u := range r.Unavailable {
-		fmt.Fprintf(out, "\n  ! stage NOT AVAILABLE in this build: %s", u)
-	}
-	for _, f := range r.Failures {
-		fmt.Fprintf(out, "\n  ! %v", f)
-	}
-	if r.Chart != "" {
-		fmt.Fprintf(out, "\n  chart of ops/s per master: %s\n", r.Chart)
-	}
-	if r.Policy != "" {
-		fmt.Fprintf(out, "  the HotKeyPolicy applied: %s\n", r.Policy)
-	}
-	fmt.Fprintf(out, "  components' log: %s\n", r.Log)
 }
 
 // thresholdsText says what the policy typed.

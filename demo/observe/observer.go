@@ -37,6 +37,9 @@ type KeyTimes struct {
 	SplitEffective time.Time
 	// Entry is the key's entry in the latest routing table (nil if none).
 	Entry *routing.Entry
+	// Source is why the first table that listed the key did (detected or
+	// scheduled).
+	Source routing.Source
 }
 
 // Observer follows a namespace's routing ConfigMap and HotKeyPolicy, and
@@ -135,7 +138,7 @@ func (o *Observer) onConfigMap(obj any) {
 		e := t.Entries[i]
 		kt := o.key(e.Key)
 		if kt.Routed.IsZero() {
-			kt.Routed = now
+			kt.Routed, kt.Source = now, e.Source
 		}
 		kt.Entry = &e
 		if kt.SplitEffective.IsZero() && e.Split != nil {
