@@ -1,9 +1,6 @@
 package demo
 
 import (
-	"bytes"
-	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -26,36 +23,12 @@ import (
 // utilisation is Redis' CPU over clock time, which only real time keeps
 // true.
 func TestCalmClusterMitigatesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver and redis-server; skipped with -short")
-	}
-	if m := missingStages(); len(m) > 0 {
-		t.Skipf("this build lacks %v", m)
-	}
 	cfg := Default()
 	cfg.SetCalm()
 	cfg.Duration = 25 * time.Second
 	cfg.Auto = DefaultAuto()
 	cfg.Auto.ConfidenceCPU = 0.2
-	cfg.OutDir = t.TempDir()
-	if dir := os.Getenv("HEATSINK_DEMO_OUT"); dir != "" {
-		cfg.OutDir = dir
-	}
-	var out bytes.Buffer
-	cfg.Out = &out
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg)
-	t.Logf("demo output:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("demo: %v", err)
-	}
-	if len(res.Unavailable) > 0 {
-		t.Fatalf("stages not available: %v", res.Unavailable)
-	}
-	for _, f := range res.Failures {
-		t.Errorf("component failure: %v", f)
-	}
+	res := runScenario(t, cfg)
 	c := res.Calm
 	if len(c.Mitigated) > 0 {
 		t.Errorf("mitigated %d keys of a calm Zipf background: %v", len(c.Mitigated), c.Mitigated)

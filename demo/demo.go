@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -403,15 +404,28 @@ func (r *Result) fillMoments(cfg Config, snap observe.Snapshot) {
 		}
 		return mo.Relief.IsZero() || to.Before(mo.Relief) || to.Equal(mo.Relief)
 	}
+	// Only the viral keys the scenario drives (a rate of 0 turns one off).
+	var viral []Moments
+	if cfg.ViralReadRate > 0 {
+		viral = append(viral, r.ViralRead)
+	}
+	if cfg.ViralWriteRate > 0 {
+		viral = append(viral, r.Counter)
+	}
+	var reliefAll time.Time
+	allRelieved := len(viral) > 0
+	for _, mo := range viral {
+		reliefAll = latest(reliefAll, mo.Relief)
+		allRelieved = allRelieved && !mo.Relief.IsZero()
+	}
 	var before, after []float64
-	reliefAll := latest(r.ViralRead.Relief, r.Counter.Relief)
 	for _, s := range r.Samples {
 		from := s.At.Add(-time.Second)
 		r.RatioPeak = max(r.RatioPeak, s.Ratio())
-		if unrelieved(r.ViralRead, from, s.At) || unrelieved(r.Counter, from, s.At) {
+		if slices.ContainsFunc(viral, func(mo Moments) bool { return unrelieved(mo, from, s.At) }) {
 			before = append(before, s.Ratio())
 		}
-		if !r.ViralRead.Relief.IsZero() && !r.Counter.Relief.IsZero() && from.After(reliefAll.Add(2*time.Second)) {
+		if allRelieved && from.After(reliefAll.Add(2*time.Second)) {
 			after = append(after, s.Ratio())
 		}
 	}

@@ -28,7 +28,11 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 	for _, n := range r.Counts.Errors {
 		errs += n
 	}
-	row("client errors", fmt.Sprint(errs))
+	if errs > 0 {
+		row("client errors", fmt.Sprintf("%d (last: %s)", errs, r.Counts.LastError))
+	} else {
+		row("client errors", "0")
+	}
 	row("thresholds", thresholdsText(cfg))
 	for _, sh := range r.Shards {
 		if sh.Replica {
@@ -71,7 +75,11 @@ func printScenario(tw *tabwriter.Writer, cfg Config, r *Result) {
 	for _, m := range []struct {
 		what string
 		mo   Moments
-	}{{"viral read", r.ViralRead}, {"viral counter", r.Counter}} {
+		rate int
+	}{{"viral read", r.ViralRead, cfg.ViralReadRate}, {"viral counter", r.Counter, cfg.ViralWriteRate}} {
+		if m.rate == 0 {
+			continue // not driven in this run
+		}
 		d := m.mo.DetectionToRouting()
 		pipeline := ""
 		if d > 0 {
