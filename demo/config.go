@@ -93,7 +93,7 @@ type AutoConfig struct {
 
 // DefaultAuto is `-auto`'s setting: the API's default percents.
 func DefaultAuto() *AutoConfig {
-	return &AutoConfig{KeySharePercent: 25, TargetUtilizationPercent: 70, ConfidenceCPU: 1, SampleEvery: time.Second}
+	return &AutoConfig{KeySharePercent: 25, TargetUtilizationPercent: 70, ConfidenceCPU: 0.4, SampleEvery: time.Second}
 }
 
 // Default is the scenario of `make demo`: about 90 s of traffic.

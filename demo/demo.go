@@ -36,6 +36,9 @@ type Moments struct {
 	// receive it), the start of the first split generation's epoch for a
 	// split counter. Zero when it did not happen.
 	Detected, Routed, Relief time.Time
+	// InForce are the thresholds on the key's master when it was routed
+	// (from the policy's status then; nil if not known).
+	InForce *v1alpha1.ShardThresholds
 }
 
 // SpikeToRouted is the time from the spike to the routing table listing the
@@ -378,6 +381,11 @@ func (r *Result) fillMoments(cfg Config, snap observe.Snapshot) {
 	m := func(key string, at time.Duration) Moments {
 		kt := snap.Keys[key]
 		mo := Moments{Key: key, Spike: r.Start.Add(at), Detected: kt.Detected, Routed: kt.Routed}
+		for _, sh := range kt.ShardsWhenRouted {
+			if r.Keys.HotMaster < len(r.Masters) && sh.Address == r.Masters[r.Keys.HotMaster] {
+				mo.InForce = sh.Thresholds
+			}
+		}
 		if !kt.Routed.IsZero() {
 			mo.Relief = reliefOf(kt)
 		}

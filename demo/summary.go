@@ -87,6 +87,10 @@ func printScenario(tw *tabwriter.Writer, cfg Config, r *Result) {
 		}
 		row(fmt.Sprintf("%s %s: detection → routing", m.what, m.mo.Key), dur(d)+pipeline)
 		row(fmt.Sprintf("%s %s: spike → routed / relief", m.what, m.mo.Key), dur(m.mo.SpikeToRouted())+" / "+dur(m.mo.SpikeToRelief()))
+		if t := m.mo.InForce; t != nil {
+			row(fmt.Sprintf("%s %s: in force when routed", m.what, m.mo.Key), fmt.Sprintf("%d reads/s (%s), %d writes/s (%s) on its master",
+				t.ReadsPerSecond, t.ReadsFrom, t.WritesPerSecond, t.WritesFrom))
+		}
 	}
 	switch {
 	case r.CounterErr != nil:

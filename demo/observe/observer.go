@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ type KeyTimes struct {
 	// Source is why the first table that listed the key did (detected or
 	// scheduled).
 	Source routing.Source
+	// ShardsWhenRouted is the policy's status.shards as last seen when the
+	// key was first routed (the thresholds in force then, at most a report
+	// interval old).
+	ShardsWhenRouted []v1alpha1.ShardStatus
 }
 
 // Observer follows a namespace's routing ConfigMap and HotKeyPolicy, and
@@ -139,6 +144,7 @@ func (o *Observer) onConfigMap(obj any) {
 		kt := o.key(e.Key)
 		if kt.Routed.IsZero() {
 			kt.Routed, kt.Source = now, e.Source
+			kt.ShardsWhenRouted = slices.Clone(o.status.Shards)
 		}
 		kt.Entry = &e
 		if kt.SplitEffective.IsZero() && e.Split != nil {

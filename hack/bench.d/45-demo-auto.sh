@@ -59,17 +59,22 @@ run calmtyped "${CALM_TYPED}" -calm -reads-threshold 100 -writes-threshold 1000
 
 echo "## The demo with thresholds typed and learned (thresholds.auto)"
 echo
-echo "\`make demo\`'s scenario for ${DURATION} of traffic (viral read key 3,000 GET/s from 15 s, viral counter 2,000 INCR/s from 25 s, on the same master; the last two rows drive the viral read key at ${HEAVY} GET/s and no counter), one run per row, one after another on $(nproc) shared cores. *Before* / *after*: busiest master ÷ mean while a viral key was hot and not relieved / from 2 s after every viral key driven was relieved (Redis' own ops/s). *Learned* is each master's capacity and utilisation from the policy's status at the end (the demo trusts a capacity after 0.5 CPU-seconds of load where the manager's default is 15, as it shortens every window)."
+echo "\`make demo\`'s scenario for ${DURATION} of traffic (viral read key 3,000 GET/s from 15 s, viral counter 2,000 INCR/s from 25 s, on the same master; the last two rows drive the viral read key at ${HEAVY} GET/s and no counter), one run per row, one after another on $(nproc) shared cores. *Before* / *after*: busiest master ÷ mean while a viral key was hot and not relieved / from 2 s after every viral key driven was relieved (Redis' own ops/s). A relief is followed by the threshold in force on the key's master when it was routed (from the policy's status then), and where it came from. *Learned* is each master's capacity and utilisation from the policy's status at the end (the demo trusts a capacity after 0.2 CPU-seconds of load, counting intervals from 0.5 % of a core, where the manager's defaults are 15 and 2 %, as it shortens every window)."
 echo
 echo "| thresholds | before | after | viral read: spike → relief | viral counter: spike → relief | counter | learned per master: ops/s at one core (confidence), busy |"
 echo "|---|---:|---:|---:|---:|---|---|"
 for r in "typed:typed (800 reads/s, 400 writes/s)" "auto:auto (keySharePercent 25)" "auto2:auto (keySharePercent 2)" \
   "heavytyped:typed, viral read at ${HEAVY} GET/s, no counter" "heavyauto:auto (keySharePercent 25), viral read at ${HEAVY} GET/s, no counter"; do
   f="${work}/${r%%:*}.txt"
-  rel() { field "^  $1 .*spike" "${f}" | awk -F' / ' '{ print $2 }' | grep . || echo "not driven"; }
+  rel() { # KEY-LABEL WRITES(0/1): relief, and the threshold in force on its master when routed
+    local r t
+    r="$(field "^  $1 .*spike" "${f}" | awk -F' / ' '{ print $2 }')"
+    t="$(field "^  $1 .*in force when routed" "${f}" | sed 's/ on its master//' | awk -v w="$2" -F', ' '{ print (w == 1 ? $2 : $1) }')"
+    echo "${r:-not driven}${t:+ at ${t}}"
+  }
   exact="$(field "counter exactness" "${f}" | awk '{ print $1 }')"
   learned="$(masters "${f}")"
-  echo "| ${r#*:} | $(field "mean, before relief" "${f}") | $(field "mean, after relief" "${f}") | $(rel "viral read") | $(rel "viral counter") | ${exact%:} | ${learned:-n/a} |"
+  echo "| ${r#*:} | $(field "mean, before relief" "${f}") | $(field "mean, after relief" "${f}") | $(rel "viral read" 0) | $(rel "viral counter" 1) | ${exact%:} | ${learned:-n/a} |"
 done
 echo
 echo "## No false alarm on a calm cluster"
