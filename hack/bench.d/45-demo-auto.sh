@@ -87,6 +87,6 @@ for r in "calm:${CALM}:auto (API defaults)" "calmtyped:${CALM_TYPED}:typed (100 
   f="${work}/${r%%:*}.txt"
   rest="${r#*:}"
   learned="$(awk '/^    master / { c = $6; f = $9; sub(/\);?$/, "", f); printf "%s%s (%s), %s busy, %s", sep, c, f, $3, $12; sep = "; " }' "${f}")"
-  echo "| ${rest#*:} | ${rest%%:*} | $(field "keys mitigated" "${f}" | cut -c1-80) | $(field "keys over a threshold" "${f}" | awk '{ print $1 }') | $(field "reconcile passes" "${f}" | awk '{ print $1 }') | $(field "counted by the manager" "${f}" | awk '{ print $1 }') | $(field "client errors" "${f}" | cut -c1-100) | ${learned} |"
+  echo "| ${rest#*:} | ${rest%%:*} | $(field "keys mitigated" "${f}" | cut -c1-80) | $(field "keys over a threshold" "${f}" | awk '{ print $1 }' | tr -d :) | $(field "reconcile passes" "${f}" | awk '{ print $1 }') | $(field "counted by the manager" "${f}" | awk '{ print $1 }') | $(field "client errors" "${f}" | cut -c1-100) | ${learned} |"
 done
 echo
