@@ -33,6 +33,10 @@ type policyCapacity struct {
 	// slots: the cluster's slot map for capturing agents (nil: not a
 	// cluster, or not read yet).
 	slots []agentlink.SlotRange
+	// endpoints: a Sentinel target's master and replicas as the Sentinels
+	// last named them, for capturing agents (nil: not Sentinel, or not
+	// asked yet; hotkeypolicy_sentinel.go).
+	endpoints []string
 }
 
 // sampleTimeout bounds one sample of a policy's nodes.
@@ -71,7 +75,7 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 		return nodes, owners, due
 	}
 	logger := log.FromContext(ctx)
-	cl, err := r.capacityClient(ctx, policy)
+	cl, creds, err := r.capacityClient(ctx, policy)
 	if err != nil {
 		logger.V(1).Info("capacity sample skipped", "error", err.Error())
 		r.mem.mu.Lock()
@@ -83,7 +87,12 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 	go func() {
 		sctx, cancel := context.WithTimeout(context.Background(), sampleTimeout)
 		defer cancel()
-		got, err := pm.capacity.sampler.Sample(sctx, cl, replicas, now)
+		sampled, endpoints, closeSampled, err := r.sampledClient(sctx, policy.Spec.Target, cl, creds)
+		var got []capacity.Node
+		if err == nil {
+			got, err = pm.capacity.sampler.Sample(sctx, sampled, replicas, now)
+			closeSampled()
+		}
 		if err != nil {
 			logger.V(1).Info("capacity sample failed", "error", err.Error())
 		}
@@ -95,6 +104,9 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 			pm.capacity.nodes = got
 			pm.capacity.owners = pm.capacity.sampler.Owners()
 			pm.capacity.slots = slotRanges(pm.capacity.sampler.Slots())
+		}
+		if endpoints != nil {
+			pm.capacity.endpoints = endpoints
 		}
 	}()
 	return nodes, owners, due
@@ -153,16 +165,47 @@ func learnedShards(nodes []capacity.Node, owners []string) ([]decide.Shard, func
 }
 
 // capacityClient is the policy's Redis client (see policyMemory.client).
-func (r *HotKeyPolicyReconciler) capacityClient(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (redis.UniversalClient, error) {
+func (r *HotKeyPolicyReconciler) capacityClient(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (redis.UniversalClient, Credentials, error) {
 	creds, err := r.credentials(ctx, policy)
 	if err != nil {
-		return nil, err
+		return nil, creds, err
 	}
 	var cl redis.UniversalClient
 	r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) {
 		cl, err = m.client(r.Redis, policy.Spec.Target, creds)
 	})
-	return cl, err
+	return cl, creds, err
+}
+
+// sampledClient is the client whose nodes a capacity sample reads: cl,
+// or for a Sentinel target a client of the master the Sentinels name now,
+// by its address (closed by done), with the master's and replicas'
+// addresses as the capture's endpoints.
+func (r *HotKeyPolicyReconciler) sampledClient(ctx context.Context, target v1alpha1.RedisTarget, cl redis.UniversalClient, creds Credentials) (sampled redis.UniversalClient, endpoints []string, done func(), err error) {
+	sn := target.Sentinel
+	if sn == nil {
+		return cl, nil, func() {}, nil
+	}
+	tc, err := redisTLS(target, creds)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	master, replicas, err := sentinelNodes(ctx, *sn, tc, creds)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mc, err := r.Redis(v1alpha1.RedisTarget{Addresses: []string{master}, Database: target.Database, TLS: target.TLS}, creds)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return mc, append([]string{master}, replicas...), func() { mc.Close() }, nil
+}
+
+// policyEndpoints is a Sentinel target's last named nodes (nil otherwise).
+func (r *HotKeyPolicyReconciler) policyEndpoints(key client.ObjectKey) []string {
+	var out []string
+	r.mem.with(key, func(m *policyMemory) { out = m.capacity.endpoints })
+	return out
 }
 
 // shardStatus turns the estimates into status entries: integers, the

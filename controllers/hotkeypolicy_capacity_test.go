@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/capacity"
+	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
 // capacityFlows: status and metrics show the learned capacity of the
@@ -42,6 +46,50 @@ func capacityFlows(t *testing.T, env *flowEnv) {
 		if v := testutil.ToFloat64(f.r.Metrics.shardCapacity.WithLabelValues(f.ns, "cap", env.srv.Addr)); v <= 0 {
 			t.Fatalf("heatsink_manager_shard_capacity_ops_per_second %v", v)
 		}
+	})
+
+	t.Run("a Sentinel target's shard is its master by address, and its nodes are the capture's endpoints", func(t *testing.T) {
+		h := redistest.Sentinel(t, redisproc.SentinelOptions{})
+		f := env.newFlow(t)
+		f.policy("snt", func(p *v1alpha1.HotKeyPolicy) {
+			p.Spec.Target = v1alpha1.RedisTarget{Sentinel: &v1alpha1.RedisSentinel{Addresses: h.SentinelAddrs(), MasterName: h.Opts.MasterName}}
+		})
+		f.report("snt", "n1")
+		master := h.Data[0].Addr
+		var replicas []string
+		for _, d := range h.Data[1:] {
+			replicas = append(replicas, d.Addr)
+		}
+		slices.Sort(replicas)
+		want := append([]string{master}, replicas...)
+		f.eventually("the master sampled by address, the nodes as endpoints", func() error {
+			f.step(11*time.Second, "snt")
+			st := f.status("snt")
+			if len(st.Shards) != 1 || st.Shards[0].Address != master {
+				return fmt.Errorf("shards %+v, want the master %s", st.Shards, master)
+			}
+			if got := f.r.policyEndpoints(client.ObjectKey{Namespace: f.ns, Name: "snt"}); !slices.Equal(got, want) {
+				return fmt.Errorf("endpoints %v, want %v", got, want)
+			}
+			return nil
+		})
+		// After a failover the Sentinels name another master: the next
+		// sample reads it, by its address.
+		newMaster, err := h.Failover(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.eventually("the new master sampled", func() error {
+			f.step(11*time.Second, "snt")
+			st := f.status("snt")
+			if len(st.Shards) != 1 || st.Shards[0].Address != newMaster {
+				return fmt.Errorf("shards %+v, want the new master %s", st.Shards, newMaster)
+			}
+			if got := f.r.policyEndpoints(client.ObjectKey{Namespace: f.ns, Name: "snt"}); len(got) == 0 || got[0] != newMaster {
+				return fmt.Errorf("endpoints %v, want the new master %s first", got, newMaster)
+			}
+			return nil
+		})
 	})
 
 	t.Run("thresholds.auto derives the thresholds of a loaded Redis and decides on them", func(t *testing.T) {

@@ -25,6 +25,11 @@ func (r *HotKeyPolicyReconciler) observe(p *pass) (warm bool, warmAt time.Time, 
 	params := hub.ParamsFromSpec(p.spec)
 	params.Thresholds.Reads, params.Thresholds.Writes = p.detect[0], p.detect[1]
 	params.Slots = r.policySlots(p.key)
+	if p.spec.Target.Sentinel != nil {
+		// No address in the spec: the nodes the Sentinels named at the
+		// last capacity sample (hotkeypolicy_sentinel.go).
+		params.Endpoints = r.policyEndpoints(p.key)
+	}
 	r.Fleet.SetPolicy(id, params)
 	snap, st := r.Fleet.Snapshot(id)
 	switch {

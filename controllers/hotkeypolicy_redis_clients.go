@@ -38,27 +38,13 @@ type RedisDialer func(target v1alpha1.RedisTarget, creds Credentials) (redis.Uni
 // DialRedis opens a go-redis client (cluster, standalone, or the master
 // that Sentinels name) to target. It does not connect until first use.
 func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalClient, error) {
-	var tc *tls.Config
-	if target.TLS != nil {
-		tc = &tls.Config{ServerName: target.TLS.ServerName, MinVersion: tls.VersionTLS12}
-		if len(creds.CA) > 0 {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(creds.CA) {
-				return nil, errors.New("redis TLS: ca.crt holds no PEM certificate")
-			}
-			tc.RootCAs = pool
-		}
-		if len(creds.Cert) > 0 || len(creds.Key) > 0 {
-			pair, err := tls.X509KeyPair(creds.Cert, creds.Key)
-			if err != nil {
-				return nil, fmt.Errorf("redis TLS client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{pair}
-		}
+	tc, err := redisTLS(target, creds)
+	if err != nil {
+		return nil, err
 	}
 	// ContextTimeoutEnabled makes every op honour the pass deadline (see
 	// DefaultRedisTimeout) on top of the per-op timeouts, retries included.
-	const timeout = 2 * time.Second
+	const timeout = redisOpTimeout
 	if sn := target.Sentinel; sn != nil {
 		// go-redis' FailoverClient asks the Sentinels for the master,
 		// checks its role and follows +switch-master, as the sidecar does.
@@ -80,6 +66,34 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 	// (a cluster has only database 0, which the schema enforces).
 	return redis.NewClient(&redis.Options{Addr: target.Addresses[0], DB: int(target.Database), Username: creds.Username, Password: creds.Password,
 		TLSConfig: tc, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, ContextTimeoutEnabled: true}), nil
+}
+
+// redisOpTimeout bounds each dial, read and write of the manager's Redis
+// (and Sentinel) clients.
+const redisOpTimeout = 2 * time.Second
+
+// redisTLS is the TLS configuration for target's Redis (and Sentinels):
+// nil without target.tls.
+func redisTLS(target v1alpha1.RedisTarget, creds Credentials) (*tls.Config, error) {
+	if target.TLS == nil {
+		return nil, nil
+	}
+	tc := &tls.Config{ServerName: target.TLS.ServerName, MinVersion: tls.VersionTLS12}
+	if len(creds.CA) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(creds.CA) {
+			return nil, errors.New("redis TLS: ca.crt holds no PEM certificate")
+		}
+		tc.RootCAs = pool
+	}
+	if len(creds.Cert) > 0 || len(creds.Key) > 0 {
+		pair, err := tls.X509KeyPair(creds.Cert, creds.Key)
+		if err != nil {
+			return nil, fmt.Errorf("redis TLS client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }
 
 var errCredentials = errors.New("credentials missing")

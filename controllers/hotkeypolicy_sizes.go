@@ -83,7 +83,7 @@ func (r *HotKeyPolicyReconciler) confirmSizes(ctx context.Context, p *pass, big 
 	if len(due) == 0 {
 		return
 	}
-	cl, err := r.capacityClient(ctx, p.policy)
+	cl, _, err := r.capacityClient(ctx, p.policy)
 	if err != nil {
 		// The pass shows why there is no client (credentials, TLS); the
 		// tokens are spent, so this retries at the bucket's rate.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/fold"
 	"github.com/heatsink-dev/heatsink/controllers/sizes"
@@ -25,9 +26,11 @@ var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+hge
 
 // TestManagerACL: a Redis user with exactly managerACL folds a split
 // generation, retires it, fills replicas and measures a big key (MEMORY
-// USAGE), as a manager pass does; with
-// any one rule fewer the pass fails with an error (the policy's condition
-// message) that names what is missing: the command, or the keys.
+// USAGE), as a manager pass does, through the client the manager makes
+// (DialRedis), against a standalone Redis and a 3-master cluster (the user
+// set on every master); with any one rule fewer the pass fails with an
+// error (the policy's condition message) that names what is missing: the
+// command, or the keys. +cluster|slots is needed in the cluster only.
 func TestManagerACL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
@@ -39,24 +42,72 @@ func TestManagerACL(t *testing.T) {
 	if line := "~{*}hs:* -@all " + strings.Join(managerACL[2:], " "); !strings.Contains(string(doc), line) {
 		t.Fatalf("docs/proxy.md (Hardened Redis) does not give the rules tested here: %s", line)
 	}
-	srv := redistest.Standalone(t)
+	for _, cluster := range []bool{false, true} {
+		name := "standalone"
+		if cluster {
+			name = "cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			var addrs []string
+			if cluster {
+				addrs = redistest.Cluster(t).Addrs()
+			} else {
+				addrs = []string{redistest.Standalone(t).Addr}
+			}
+			exercise := managerPassAs(t, v1alpha1.RedisTarget{Addresses: addrs, Cluster: cluster})
+			if err := exercise(managerACL); err != nil {
+				t.Fatalf("with the documented rules: %v", err)
+			}
+			for i, r := range managerACL {
+				if r == "+cluster|slots" && !cluster {
+					continue // go-redis's cluster client reads the slot map with it
+				}
+				fewer := append(append([]string{}, managerACL[:i]...), managerACL[i+1:]...)
+				err := exercise(fewer)
+				want := "'" + strings.TrimPrefix(r, "+") + "'"
+				if strings.HasPrefix(r, "~") {
+					want = "access one of the keys"
+				} else if err != nil && strings.Contains(err.Error(), "script") {
+					want = "lacks " + r
+				}
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("without %s: error %v, want one naming it (%q)", r, err, want)
+				} else {
+					t.Logf("without %s: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// managerPassAs returns a function that, as a new user with the given
+// rules on every node of target, folds a generation of two shards into its
+// base key, retires it, fills replicas and measures a key, as a manager
+// pass does, and returns the first error.
+func managerPassAs(t *testing.T, target v1alpha1.RedisTarget) func(rules []string) error {
 	ctx := context.Background()
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer admin.Close()
+	admin, err := DialRedis(target, Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
 	n := 0
-	// exercise folds a generation of two shards into its base key, retires
-	// it and fills replicas, as a manager pass does, as user.
-	exercise := func(rules []string) error {
+	return func(rules []string) error {
 		n++
 		user := fmt.Sprintf("mgr%d", n)
-		args := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw"}, toAny(rules)...)
-		if err := admin.Do(ctx, args...).Err(); err != nil {
-			t.Fatal(err)
-		}
-		// As on a fresh (or restarted, or failed over) Redis: the scripts
-		// are not loaded, so EVAL runs first.
-		if err := admin.ScriptFlush(ctx).Err(); err != nil {
-			t.Fatal(err)
+		for _, a := range target.Addresses {
+			node := redis.NewClient(&redis.Options{Addr: a})
+			args := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw"}, toAny(rules)...)
+			err := node.Do(ctx, args...).Err()
+			if err == nil {
+				// As on a fresh (or restarted, or failed over) Redis: the
+				// scripts are not loaded, so EVAL runs first.
+				err = node.ScriptFlush(ctx).Err()
+			}
+			node.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		key := fmt.Sprintf("app:counter:%d", n)
 		gen := routing.Generation{FromEpoch: 7, Shards: 2}
@@ -64,8 +115,12 @@ func TestManagerACL(t *testing.T) {
 		for i, s := range routing.ShardKeys(key, gen) {
 			admin.Set(ctx, s, 5+2*i, 0)
 		}
-		admin.Set(ctx, fmt.Sprintf("app:page:%d", n), "html", 0)
-		cl := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "pw", MaxRetries: -1})
+		page := fmt.Sprintf("app:page:%d", n)
+		admin.Set(ctx, page, "html", 0)
+		cl, err := DialRedis(target, Credentials{Username: user, Password: "pw"})
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer cl.Close()
 		f := fold.New(cl, fold.Options{})
 		res, err := f.Generation(ctx, key, gen)
@@ -78,35 +133,14 @@ func TestManagerACL(t *testing.T) {
 		if err := f.Retire(ctx, key, gen, fold.RetiredTTL); err != nil {
 			return err
 		}
-		if err := fillReplicas(ctx, cl, decide.Fill{Key: fmt.Sprintf("app:page:%d", n), Replicas: 3, TTL: time.Minute}); err != nil {
+		if err := fillReplicas(ctx, cl, decide.Fill{Key: page, Replicas: 3, TTL: time.Minute}); err != nil {
 			return err
 		}
-		got, err := sizes.Measure(ctx, cl, []string{fmt.Sprintf("app:page:%d", n)}, sizes.DefaultSamples, time.Now())
-		if err == nil && got[fmt.Sprintf("app:page:%d", n)].Bytes == 0 {
+		got, err := sizes.Measure(ctx, cl, []string{page}, sizes.DefaultSamples, time.Now())
+		if err == nil && got[page].Bytes == 0 {
 			t.Fatalf("MEMORY USAGE as %s: %+v", user, got)
 		}
 		return err
-	}
-	if err := exercise(managerACL); err != nil {
-		t.Fatalf("with the documented rules: %v", err)
-	}
-	for i, r := range managerACL {
-		if r == "+cluster|slots" {
-			continue // cluster mode only: go-redis's cluster client reads the slot map with it
-		}
-		fewer := append(append([]string{}, managerACL[:i]...), managerACL[i+1:]...)
-		err := exercise(fewer)
-		want := "'" + strings.TrimPrefix(r, "+") + "'"
-		if strings.HasPrefix(r, "~") {
-			want = "access one of the keys"
-		} else if err != nil && strings.Contains(err.Error(), "script") {
-			want = "lacks " + r
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("without %s: error %v, want one naming it (%q)", r, err, want)
-		} else {
-			t.Logf("without %s: %v", r, err)
-		}
 	}
 }
 

@@ -175,10 +175,11 @@ type LocalCache struct {
 	TTLMillis int64 `json:"ttlMillis"`
 	// JitterPercent randomises each entry's TTL by up to this percent.
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
-	// RefreshAheadPercent: a read in the last this percent of a cached
-	// value's lifetime starts one background refresh, so a key that stays
-	// read never expires under its readers. 0 (or absent, as from an older
-	// writer) turns it off.
+	// RefreshAheadPercent: a read in a cached value's refresh window
+	// starts one background refresh, so a key that stays read never expires
+	// under its readers. The engine measures each key's window; this
+	// percent of the value's lifetime is its ceiling. 0 (or absent, as from
+	// an older writer) turns it off.
 	RefreshAheadPercent int32 `json:"refreshAheadPercent,omitempty"`
 }
 

@@ -343,13 +343,18 @@ type LocalCache struct {
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
 
 	// refreshAheadPercent refreshes a cached key ahead of its expiry while it
-	// is read: the first read in the last this percent of a cached value's
-	// lifetime starts one background read of the key, and readers keep the
-	// cached value meanwhile, so a hot key never expires under its readers.
-	// A key not read in that window is not refreshed. Costs up to
+	// is read: the first read in a cached value's refresh window (the end of
+	// its lifetime) starts one background read of the key, and readers keep
+	// the cached value meanwhile, so a hot key never expires under its
+	// readers. Each sidecar measures the window per key (what the key's
+	// refreshes need, from the window's opening to the value stored, at
+	// about their 90th percentile, at least 1 ms); this percent of the
+	// lifetime is its ceiling, and the window until a refresh has been
+	// measured. A key not read in its window is not refreshed. Costs up to
 	// 100/(100-refreshAheadPercent) times the upstream reads of the cache
-	// alone; staleness stays bounded by ttl. 0 turns it off. Default: 10.
-	// Read it with RefreshAhead.
+	// alone (about 1.01 for a key read often from a fast shard); staleness
+	// stays bounded by ttl. 0 turns it off. Default: 10. Read it with
+	// RefreshAhead.
 	// +optional
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=0

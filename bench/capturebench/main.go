@@ -38,6 +38,7 @@ func main() {
 	sample := flag.Uint("sample", 1, "capture one connection in N")
 	keyspace := flag.Int("r", 100000, "redis-benchmark key space (random keys)")
 	cluster := flag.Bool("cluster", false, "count as for a Redis Cluster target: a slot map in which the server serves every slot (each command's slot looked up)")
+	trials := flag.Int("reaction", 0, "then time a key from cold to 1.5 × its threshold to the manager's view, captured and through a sidecar, side by side, this many trials")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -46,7 +47,7 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample), *cluster); err != nil {
+	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample), *cluster, *trials); err != nil {
 		fmt.Fprintln(os.Stderr, "capturebench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -59,7 +60,7 @@ func cpuSeconds() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool) error {
+func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool, trials int) error {
 	if err := netns.Available(); err != nil {
 		return err
 	}
@@ -114,6 +115,20 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, clust
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if rounds > 0 {
+		if err := cost(bench, n, server, rounds, requests, clients, pipeline, keyspace, sample, cluster); err != nil {
+			return err
+		}
+	}
+	if trials > 0 {
+		return reaction(n, server, trials, sample)
+	}
+	return nil
+}
+
+// cost runs the rounds of the load with the capture off and on and prints
+// the table of throughput and CPU.
+func cost(bench func() (float64, error), n *netns.Net, server netip.AddrPort, rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool) (err error) {
 
 	fmt.Println("### Packet capture (node agent, pods without a sidecar)")
 	fmt.Println()
@@ -125,7 +140,7 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, clust
 	fmt.Println("| round | req/s off | req/s on | ratio | observed cmd/s | cpu % | cpu % per 100k observed | cpu % per 100k sent | kernel drops |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var worstPer float64
-	var ratios []float64
+	var ratios, idle []float64
 	for r := range rounds {
 		var off, on, obsRate, cpuPct float64
 		var drops uint64
@@ -140,11 +155,8 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, clust
 				}
 				continue
 			}
-			var c *capture.Capture
-			if err := netns.Do(n.Observer, func() (err error) {
-				c, err = capture.Open(capture.Config{SampleEvery: sample})
-				return err
-			}); err != nil {
+			c, err := openCapture(n, sample)
+			if err != nil {
 				return err
 			}
 			target := capture.Target{Policy: "bench/p", Namespace: "bench", Endpoints: []netip.AddrPort{server}}
@@ -166,6 +178,10 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, clust
 			for c.Stats().Targets == 0 {
 				time.Sleep(10 * time.Millisecond)
 			}
+			// Idle: the scope set, no traffic yet (the wake-ups alone).
+			cpuIdle, tIdle := cpuSeconds(), time.Now()
+			time.Sleep(time.Second)
+			idle = append(idle, 100*(cpuSeconds()-cpuIdle)/time.Since(tIdle).Seconds())
 			// Observed: commands parsed (counted or not: a key over the
 			// per-interval key budget is parsed and dropped).
 			cpu0, t0, n0 := cpuSeconds(), time.Now(), c.Stats().Commands
@@ -192,6 +208,20 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, clust
 	for _, r := range ratios {
 		rs = append(rs, fmt.Sprintf("%.3f", r))
 	}
-	fmt.Printf("\nWorst CPU per 100,000 observed commands/s: **%.2f %% of one core** (target ≤ 5 %%); throughput ratios on/off: %s.\n\n", worstPer, strings.Join(rs, ", "))
+	var is []string
+	for _, i := range idle {
+		is = append(is, fmt.Sprintf("%.2f", i))
+	}
+	fmt.Printf("\nWorst CPU per 100,000 observed commands/s: **%.2f %% of one core** (target ≤ 5 %%); throughput ratios on/off: %s; idle (scope set, 1 s before the traffic): %s %% of one core.\n\n", worstPer, strings.Join(rs, ", "), strings.Join(is, ", "))
 	return nil
+}
+
+// openCapture opens a capture on every interface of the observer
+// namespace (the bench's node).
+func openCapture(n *netns.Net, sample uint32) (c *capture.Capture, err error) {
+	err = netns.Do(n.Observer, func() (err error) {
+		c, err = capture.Open(capture.Config{SampleEvery: sample})
+		return err
+	})
+	return c, err
 }

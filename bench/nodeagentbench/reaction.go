@@ -6,9 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/bench/internal/agentpair"
 	"github.com/heatsink-dev/heatsink/dataplane/counts"
 	"github.com/heatsink-dev/heatsink/nodeagent"
 )
@@ -23,30 +22,10 @@ import (
 func reactionTest(ctx context.Context, trials int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	const policy, node, token = "bench/checkout", "node-bench", "bench-token"
-	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: token, WarmUp: -1})
+	const policy = "bench/checkout"
+	h, d, err := agentpair.Start(ctx, policy, nil, nodeagent.Options{})
 	if err != nil {
 		return err
-	}
-	go func() { _ = h.Start(ctx) }()
-	addr, err := h.Addr(ctx)
-	if err != nil {
-		return err
-	}
-	spec := &v1alpha1.HotKeyPolicySpec{}
-	v1alpha1.SetDefaults(spec)
-	h.SetPolicy(policy, hub.ParamsFromSpec(spec))
-	h.UpsertPod("bench/app-0", node, agentlink.Pod{IP: "127.0.0.1", Policy: policy})
-	d, err := nodeagent.New(nodeagent.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: token})
-	if err != nil {
-		return err
-	}
-	go func() { _ = d.Run(ctx) }()
-	for !d.Stats().Connected || !d.Tracks(policy) {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(10 * time.Millisecond) // polling until the agent follows the hub
 	}
 	c, err := counts.NewClient(d.Addr().String(), counts.ClientOptions{})
 	if err != nil {
@@ -57,7 +36,8 @@ func reactionTest(ctx context.Context, trials int) error {
 	// Background traffic: 200 warm keys at 20 reads/s each.
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
-	go paceRate(bg, 20, func(n uint32) {
+	go agentpair.Pace(bg, 20, func(k int) {
+		n := uint32(k)
 		for i := range 200 {
 			c.Observe(policy, fmt.Sprintf("product:warm-%d", i), n, 0, 100*n)
 		}
@@ -74,7 +54,7 @@ func reactionTest(ctx context.Context, trials int) error {
 		key := fmt.Sprintf("product:hot-%d", i)
 		hot, stopHot := context.WithCancel(ctx)
 		start := time.Now()
-		go paceRate(hot, 6000, func(n uint32) { c.Observe(policy, key, n, 0, 512*n) })
+		go agentpair.Pace(hot, 6000, func(k int) { c.Observe(policy, key, uint32(k), 0, 512*uint32(k)) })
 		var tIn, tOver time.Duration
 		for tOver == 0 && time.Since(start) < 10*time.Second {
 			snap, _ := h.Snapshot(policy)
@@ -90,48 +70,19 @@ func reactionTest(ctx context.Context, trials int) error {
 		}
 		stopHot()
 		if tOver == 0 {
-			fmt.Printf("| %d | %s | not within 10s |\n", i+1, ms(tIn))
+			fmt.Printf("| %d | %s | not within 10s |\n", i+1, agentpair.Ms(tIn))
 			continue
 		}
 		appear, over = append(appear, tIn), append(over, tOver)
-		fmt.Printf("| %d | %s | %s |\n", i+1, ms(tIn), ms(tOver))
+		fmt.Printf("| %d | %s | %s |\n", i+1, agentpair.Ms(tIn), agentpair.Ms(tOver))
 		time.Sleep(500 * time.Millisecond) // let the next trial start mid-interval
 	}
 	if len(over) > 0 {
 		slices.Sort(appear)
 		slices.Sort(over)
-		fmt.Printf("| median | %s | %s |\n", ms(appear[len(appear)/2]), ms(over[len(over)/2]))
-		fmt.Printf("| worst | %s | %s |\n", ms(appear[len(appear)-1]), ms(over[len(over)-1]))
+		fmt.Printf("| median | %s | %s |\n", agentpair.Ms(appear[len(appear)/2]), agentpair.Ms(over[len(over)/2]))
+		fmt.Printf("| worst | %s | %s |\n", agentpair.Ms(appear[len(appear)-1]), agentpair.Ms(over[len(over)-1]))
 	}
 	fmt.Println()
 	return nil
-}
-
-func ms(d time.Duration) string {
-	if d == 0 {
-		return "—"
-	}
-	return fmt.Sprintf("%d ms", d.Milliseconds())
-}
-
-// paceRate calls f about every 10ms with the number of operations owed
-// since the start at rate per second, so that the offered rate holds even
-// when the sender is descheduled on a loaded machine (a ticker drops ticks).
-func paceRate(ctx context.Context, rate float64, f func(n uint32)) {
-	start := time.Now()
-	var sent uint64
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		owed := uint64(time.Since(start).Seconds() * rate)
-		if owed > sent {
-			f(uint32(owed - sent))
-			sent = owed
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -27,6 +27,10 @@ type cache struct {
 	order *list.List // of *centry, oldest fill first
 	bytes int64
 	seqs  map[string]uint64
+	// timing is what each key's fills measured, for its refresh window
+	// (refresh.go); kept across entries and invalidations, dropped with
+	// the key in retain.
+	timing map[string]refreshTiming
 }
 
 type centry struct {
@@ -43,6 +47,17 @@ type centry struct {
 	elem       *list.Element
 }
 
+// fillTimes is when a fill ran and what its entry's refresh ceiling is.
+type fillTimes struct {
+	// started is when the fill began (a miss) or its refresh was claimed;
+	// done when its reply came back (the entry's lifetime starts there).
+	started, done time.Time
+	expires       time.Time
+	// aheadPercent is the ceiling of the refresh window, in percent of the
+	// entry's lifetime (0: no refresh).
+	aheadPercent int32
+}
+
 func newCache(maxEntries int, maxBytes int64) *cache {
 	return &cache{
 		maxEntries: maxEntries,
@@ -50,6 +65,7 @@ func newCache(maxEntries int, maxBytes int64) *cache {
 		m:          make(map[string]*centry),
 		order:      list.New(),
 		seqs:       make(map[string]uint64),
+		timing:     make(map[string]refreshTiming),
 	}
 }
 
@@ -88,9 +104,10 @@ func (c *cache) seq(key string) uint64 {
 }
 
 // put stores a fill read after seq(key) returned seq, unless key was
-// invalidated since. It reports whether the value was stored. refreshAt is
-// when reads start refreshing it early (zero: never).
-func (c *cache) put(key string, seq uint64, val []byte, found bool, expires, refreshAt time.Time) bool {
+// invalidated since. It reports whether the value was stored. The fill's
+// times and the entry it replaces are what key's refresh window is measured
+// from (refresh.go).
+func (c *cache) put(key string, seq uint64, val []byte, found bool, f fillTimes) bool {
 	size := int64(len(key) + len(val) + 64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -100,7 +117,17 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, expires, ref
 	if c.seqs[key] != seq {
 		return false
 	}
+	ceiling := refreshCeiling(f.done, f.expires, f.aheadPercent)
+	t := c.timing[key]
 	if old := c.m[key]; old != nil {
+		// What the refresh of the entry replaced needed: from its window's
+		// opening to now, whether this is that refresh or, when it was not
+		// refreshed in time (no read in its window, a refresh that failed
+		// or came late), the fill after its expiry.
+		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || !f.started.Before(old.expires)) {
+			t = t.observe(f.done.Sub(old.refreshAt), ceiling)
+			c.timing[key] = t
+		}
 		c.removeLocked(old)
 	}
 	for len(c.m) >= c.maxEntries || c.bytes+size > c.maxBytes {
@@ -110,7 +137,7 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, expires, ref
 		}
 		c.removeLocked(front.Value.(*centry))
 	}
-	ce := &centry{key: key, val: val, found: found, expires: expires, refreshAt: refreshAt, size: size}
+	ce := &centry{key: key, val: val, found: found, expires: f.expires, refreshAt: refreshAt(f.expires, ceiling, t), size: size}
 	ce.elem = c.order.PushBack(ce)
 	c.m[key] = ce
 	c.bytes += size
@@ -161,6 +188,11 @@ func (c *cache) retain(keep func(key string) bool) {
 			// A fill in flight for a dropped key must still fail: keep the
 			// number moving rather than resetting it to zero.
 			c.seqs[k]++
+		}
+	}
+	for k := range c.timing {
+		if !keep(k) {
+			delete(c.timing, k)
 		}
 	}
 }

@@ -35,7 +35,7 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 		if v, f, ok, refresh := e.cache.get(key, now); ok {
 			e.m.cacheHits.Inc()
 			if refresh {
-				e.refresh(ctx, p)
+				e.refresh(ctx, p, now)
 			}
 			return v, f, nil
 		}
@@ -45,7 +45,7 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 		r, err := e.fetch(ctx, p, active)
 		return r.val, r.found, err
 	}
-	ch := e.flight.DoChan(key, func() (any, error) { return e.fill(ctx, p, false) })
+	ch := e.flight.DoChan(key, func() (any, error) { return e.fill(ctx, p, time.Time{}) })
 	select {
 	case res := <-ch:
 		if res.Shared {
@@ -64,16 +64,21 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 // fill is the one coalesced upstream read of an active key (the body of
 // its single flight), which fills the local cache when the key has one. It
 // runs detached from ctx's cancellation (it serves every waiter) but keeps
-// its values: the go-redis hook marks its own commands there. early is set
-// for a refresh ahead of expiry, which must read even though the cache
-// still holds the key.
-func (e *Engine) fill(ctx context.Context, p *plan, early bool) (any, error) {
+// its values: the go-redis hook marks its own commands there. claimed is
+// when a refresh ahead of expiry was claimed (zero for a miss's fill): that
+// fill must read even though the cache still holds the key, and its
+// duration, measured from the claim, sizes the key's next refresh window.
+func (e *Engine) fill(ctx context.Context, p *plan, claimed time.Time) (any, error) {
 	key, lc := p.key, p.entry.LocalCache
-	// A caller that missed the cache just before the previous flight
-	// filled it must not read upstream again.
-	if lc != nil && !early {
-		if v, f, ok := e.cache.fresh(key, e.clock.Now()); ok {
-			return readResult{v, f}, nil
+	started := claimed
+	if started.IsZero() {
+		started = e.clock.Now()
+		// A caller that missed the cache just before the previous flight
+		// filled it must not read upstream again.
+		if lc != nil {
+			if v, f, ok := e.cache.fresh(key, started); ok {
+				return readResult{v, f}, nil
+			}
 		}
 	}
 	seq := e.cache.seq(key)
@@ -102,8 +107,7 @@ func (e *Engine) fill(ctx context.Context, p *plan, early bool) (any, error) {
 		// (a write, a tracking push) makes put drop this value, early
 		// refresh or not.
 		now := e.clock.Now()
-		expires := now.Add(e.ttl(lc))
-		e.cache.put(key, seq, r.val, r.found, expires, refreshAt(now, expires, lc.RefreshAheadPercent))
+		e.cache.put(key, seq, r.val, r.found, fillTimes{started: started, done: now, expires: now.Add(e.ttl(lc)), aheadPercent: lc.RefreshAheadPercent})
 	}
 	return r, err
 }
@@ -127,7 +131,7 @@ func (e *Engine) Cached(key string) (val []byte, found, ok bool) {
 		e.m.cacheHits.Inc()
 		if refresh {
 			// The proxy's upstream client has no hook: a plain context.
-			e.refresh(context.Background(), p)
+			e.refresh(context.Background(), p, now)
 		}
 	}
 	return val, found, ok

@@ -15,7 +15,8 @@ import (
 )
 
 // TestRefreshAt is the decision of when reads start an entry's early
-// refresh.
+// refresh, for a key not measured yet: percent of its lifetime before
+// expiry (the window's ceiling).
 func TestRefreshAt(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	tests := map[string]struct {
@@ -34,7 +35,8 @@ func TestRefreshAt(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := refreshAt(t0, t0.Add(tc.life), tc.percent)
+			exp := t0.Add(tc.life)
+			got := refreshAt(exp, refreshCeiling(t0, exp, tc.percent), refreshTiming{})
 			switch {
 			case tc.want < 0 && !got.IsZero():
 				t.Fatalf("refreshAt = %v after fill; want never", got.Sub(t0))
@@ -45,17 +47,82 @@ func TestRefreshAt(t *testing.T) {
 	}
 }
 
+// TestRefreshWindow is the measured window: twice the first need, then
+// 30 % wider after a refresh that needed more and 3 % narrower after one
+// that needed less, within [1 ms, ceiling]; the ceiling until measured.
+func TestRefreshWindow(t *testing.T) {
+	const ceiling = 200 * time.Millisecond
+	ms := time.Millisecond
+	after := func(needs ...time.Duration) refreshTiming {
+		var tm refreshTiming
+		for _, d := range needs {
+			tm = tm.observe(d, ceiling)
+		}
+		return tm
+	}
+	tests := map[string]struct {
+		timing refreshTiming
+		want   time.Duration
+	}{
+		"nothing measured: the ceiling":     {refreshTiming{}, ceiling},
+		"one need of 3ms: twice it":         {after(3 * ms), 6 * ms},
+		"a need under the window: 3% less":  {after(10*ms, 5*ms), 20 * ms * 97 / 100},
+		"a need over the window: 30% more":  {after(10*ms, 25*ms), 26 * ms},
+		"a stall moves it by 30% only":      {after(10*ms, 10*time.Second), 26 * ms},
+		"a fast key: the 1ms floor":         {after(100 * time.Microsecond), ms},
+		"a slow key: the ceiling":           {after(150*ms, 250*ms), ceiling},
+		"a need of 0 (an injected clock)":   {after(0), ms},
+		"a negative need counts as nothing": {after(-time.Second), ms},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := refreshWindow(tc.timing, ceiling); got != tc.want {
+				t.Fatalf("refreshWindow = %v; want %v", got, tc.want)
+			}
+		})
+	}
+	if got := refreshWindow(after(ms), 500*time.Microsecond); got != 500*time.Microsecond {
+		t.Fatalf("a ceiling under the floor: window %v; want the ceiling", got)
+	}
+	// Needs drawn so that one in five exceeds a 4 ms window and the rest
+	// are 1 ms: it settles where about one in ten exceeds it, so not at
+	// 4 ms (too many late) nor at the 1 ms floor.
+	var tm refreshTiming
+	for i := range 2000 {
+		need := ms
+		if i%5 == 0 {
+			need = 4*ms + time.Duration(i%7)*ms
+		}
+		tm = tm.observe(need, ceiling)
+	}
+	if w := refreshWindow(tm, ceiling); w <= 4*ms {
+		t.Fatalf("with 20 %% of the needs over 4 ms the window settled at %v; want over 4 ms", w)
+	}
+	// One in twenty of 10 ms: under one in ten, so the floor.
+	tm = refreshTiming{}
+	for i := range 2000 {
+		need := 900 * time.Microsecond
+		if i%20 == 0 {
+			need = 10 * ms
+		}
+		tm = tm.observe(need, ceiling)
+	}
+	if w := refreshWindow(tm, ceiling); w >= 2*ms {
+		t.Fatalf("with 5 %% of the needs at 10 ms the window settled at %v; want under 2 ms", w)
+	}
+}
+
 // TestCacheClaimsOneRefreshPerEntry: before its refresh point no read
 // claims the refresh; from it exactly one read does, however many read;
-// a new fill can be claimed again; an invalidation made while a refresh is
-// in flight makes its fill fail.
+// a new fill can be claimed again, at the window measured from the fills
+// before it; an invalidation made while a refresh is in flight makes its
+// fill fail.
 func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
 	c := newCache(10, 1<<20)
 	fill := func(val string) bool {
 		now := clk.Now()
-		exp := now.Add(time.Second)
-		return c.put("k", c.seq("k"), []byte(val), true, exp, refreshAt(now, exp, 20))
+		return c.put("k", c.seq("k"), []byte(val), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
 	}
 	if !fill("v1") {
 		t.Fatal("fill refused")
@@ -94,7 +161,14 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	if !fill("v2") {
 		t.Fatal("refresh fill refused")
 	}
-	clk.Step(800 * time.Millisecond)
+	// The refresh needed no time (claimed at its point, filled at once on
+	// a fake clock): the measured window is the 1 ms floor, not the 200 ms
+	// ceiling.
+	clk.Step(998 * time.Millisecond)
+	if n := claims(); n != 0 {
+		t.Fatalf("%d refreshes claimed of the refreshed entry before its measured window", n)
+	}
+	clk.Step(time.Millisecond)
 	if n := claims(); n != 1 {
 		t.Fatalf("%d refreshes claimed of the refreshed entry; want 1", n)
 	}
@@ -102,7 +176,7 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	seq := c.seq("k")
 	c.invalidate("k")
 	now := clk.Now()
-	if c.put("k", seq, []byte("stale"), true, now.Add(time.Second), time.Time{}) {
+	if c.put("k", seq, []byte("stale"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second)}) {
 		t.Fatal("a refresh that raced an invalidation was stored")
 	}
 	if _, _, ok, _ := c.get("k", now); ok {
@@ -113,6 +187,31 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	clk.Step(time.Second)
 	if _, _, ok, refresh := c.get("k", clk.Now()); ok || refresh {
 		t.Fatalf("expired entry: ok=%v refresh=%v", ok, refresh)
+	}
+	// A key that leaves the table takes its measured window with it (the
+	// map stays bounded by the table), whether or not it was ever
+	// invalidated; the next fill of it starts at the ceiling again.
+	fillN := func() {
+		now := clk.Now()
+		c.put("n", 0, []byte("x"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+	}
+	fillN()
+	clk.Step(800 * time.Millisecond)
+	if _, _, ok, refresh := c.get("n", clk.Now()); !ok || !refresh {
+		t.Fatalf("n at its refresh point: ok=%v refresh=%v", ok, refresh)
+	}
+	fillN() // its refresh: now measured
+	if len(c.timing) != 2 {
+		t.Fatalf("%d keys' refresh timings; want k's and n's", len(c.timing))
+	}
+	now = clk.Now()
+	c.retain(func(string) bool { return false })
+	if len(c.timing) != 0 {
+		t.Fatalf("after retain of no key: %d keys' refresh timings kept", len(c.timing))
+	}
+	fill("v4")
+	if got := c.m["k"].refreshAt.Sub(now); got != 800*time.Millisecond {
+		t.Fatalf("a key back in the table refreshes %v after its fill; want the ceiling's 800ms", got)
 	}
 }
 

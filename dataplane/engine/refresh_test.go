@@ -15,11 +15,13 @@ import (
 )
 
 // TestRefreshAheadKeepsAHotKeyCached: with refreshAheadPercent 20 and a
-// 1 s TTL, reads in the last 200 ms of an entry's life get the cached value
-// and start one background refresh (one upstream GET however many read);
-// the refreshed value replaces the entry before it expires, so no reader
-// misses at the old expiry; an entry nobody reads in its window is not
-// refreshed and expires. With the knob at 0 nothing is read early. Real
+// 1 s TTL, reads in the last 200 ms of a new key's entry get the cached
+// value and start one background refresh (one upstream GET however many
+// read); the refreshed value replaces the entry before it expires, so no
+// reader misses at the old expiry; the refreshed entry's window is the
+// measured one (the injected clock makes every fill take no time and the
+// refresh was claimed at once: the 1 ms floor), and an entry nobody reads
+// in its window is not refreshed and expires. With the knob at 0 nothing is read early. Real
 // redis-server (standalone and 3-master cluster), injected clock, upstream
 // GETs counted by INFO commandstats.
 func TestRefreshAheadKeepsAHotKeyCached(t *testing.T) {
@@ -89,8 +91,10 @@ func TestRefreshAheadKeepsAHotKeyCached(t *testing.T) {
 				reads("v2")
 				upstream(2)
 				// The refreshed entry (filled at 800 ms) opens its window at
-				// 1600 ms; nobody reads it until it expired at 1800 ms.
+				// 1799 ms: a read at 1700 ms does not refresh it, and nobody
+				// reads it again until it expired at 1800 ms.
 				clk.Step(700 * time.Millisecond)
+				reads("v2")
 				upstream(2)
 				clk.Step(100 * time.Millisecond)
 				reads("v2")

@@ -175,7 +175,7 @@ func TestShedFleetOvershoot(t *testing.T) {
 }
 
 // BenchmarkShedFleet reports TestShedFleetOvershoot's figures for 1,000
-// and 10,000 simulated sidecars (hack/bench.d/38-shed.sh prints them).
+// and 10,000 simulated sidecars (hack/bench.d/50-fleet.sh prints them).
 func BenchmarkShedFleet(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(map[int]string{1000: "sidecars-1000", 10000: "sidecars-10000"}[n], func(b *testing.B) {

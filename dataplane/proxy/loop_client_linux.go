@@ -76,6 +76,8 @@ type lclient struct {
 	// noPresend: its next handoff goes without (no spare came in time).
 	pre       *presented
 	noPresend bool
+	// seen is the last activity window it sent commands in (spin.go).
+	seen uint32
 }
 
 func (c *lclient) owed() uint64 { return c.sent - c.recv }
@@ -182,6 +184,7 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 			return
 		}
 	}
+	l.active.touch(&c.seen)
 	l.probeFill(c)
 	if err := c.r.Fill(); err != nil {
 		l.probeParsed()

@@ -162,6 +162,7 @@ func (l *loop) flushClient(c *lclient) bool {
 		l.outBytes -= int64(n)
 	}
 	l.probeClientWritten(c)
+	l.replied = true
 
 	if cap(c.out) > 64<<10 {
 		c.out = nil // a burst is over: give its memory back

@@ -121,6 +121,13 @@ type loop struct {
 	// started at epoch.
 	pr    probe
 	epoch time.Time
+
+	// spinReply and spinCmd size the spins before parking (spin.go) while
+	// a reply is owed, and after a round that wrote replies to clients;
+	// replied says the last round did; active counts the clients sending.
+	spinReply, spinCmd spinner
+	replied            bool
+	active             activity
 }
 
 // loopEligible reports whether the configuration lets the event loop serve
@@ -215,6 +222,7 @@ func (l *loop) run() {
 			return
 		}
 		l.now = time.Now()
+		l.active.tick(l.now)
 		for _, c := range l.again {
 			if c.state != cClosed {
 				l.markDirty(c)
@@ -277,6 +285,12 @@ func (l *loop) runInbox() (stop bool) {
 func (l *loop) wait(events []unix.EpollEvent) (int, error) {
 	l.armDeadline()
 	l.pollEvents, l.pollN, l.pollErr = events, 0, nil
+	if l.spin() {
+		if l.pollErr != nil {
+			return 0, l.pollErr
+		}
+		return l.pollN, nil
+	}
 	err := l.eprc.Read(l.pollFn)
 	switch {
 	case l.pollErr != nil:
@@ -303,6 +317,45 @@ func (l *loop) poll(fd uintptr) bool {
 		if l.pollErr != unix.EINTR {
 			return l.pollN > 0 || l.pollErr != nil
 		}
+	}
+}
+
+// spin polls the epoll set for as long as the spinner of the wait allows
+// (spin.go), yielding the CPU between polls (Redis may be waiting for it);
+// true means it found events (or an error) in l.pollN, l.pollErr.
+func (l *loop) spin() bool {
+	var s *spinner
+	switch {
+	case !l.active.few():
+		l.replied = false
+		return false
+	case l.inflight > 0:
+		s = &l.spinReply
+	case l.replied:
+		s = &l.spinCmd
+	default:
+		return false
+	}
+	l.replied = false
+	budget := s.budget()
+	if budget == 0 {
+		return false
+	}
+	start := time.Now()
+	for first := true; ; first = false {
+		n, err := rawEpollWaitNow(l.ep, l.pollEvents)
+		if n > 0 || err != nil && err != unix.EINTR {
+			l.pollN, l.pollErr = n, err
+			if !first {
+				s.done(true, time.Since(start))
+			}
+			return true
+		}
+		if spent := time.Since(start); spent >= budget {
+			s.done(false, spent)
+			return false
+		}
+		rawSchedYield()
 	}
 }
 

@@ -417,7 +417,9 @@ func (p *Proxy) closePools() {
 }
 
 // Ready reports whether the proxy is serving and can reach Redis (a PING on
-// a fresh connection to the first upstream).
+// a fresh connection to the first upstream, and in cluster mode a CLUSTER
+// SLOTS: a user without +cluster|slots would be served by redirects alone,
+// the engine's slot map never loaded, and only a log line would say so).
 func (p *Proxy) Ready(ctx context.Context) error {
 	if !p.ready.Load() {
 		return errors.New("not serving")
@@ -428,16 +430,24 @@ func (p *Proxy) Ready(ctx context.Context) error {
 	}
 	defer u.close()
 	defer bound(ctx, u.conn, p.controlTimeout())()
-	u.w.Buf = resp.AppendArgs(u.w.Buf, [][]byte{[]byte("PING")})
+	probes := [][][]byte{{[]byte("PING")}}
+	if p.cfg.Cluster {
+		probes = append(probes, [][]byte{[]byte("CLUSTER"), []byte("SLOTS")})
+	}
+	for _, c := range probes {
+		u.w.Buf = resp.AppendArgs(u.w.Buf, c)
+	}
 	if err := u.w.Flush(); err != nil {
 		return err
 	}
 	var r resp.Reply
-	if err := u.r.ReadReply(&r); err != nil {
-		return err
-	}
-	if r.IsError() {
-		return fmt.Errorf("redis: %s", r.Line)
+	for range probes {
+		if err := u.r.ReadReply(&r); err != nil {
+			return err
+		}
+		if r.IsError() {
+			return fmt.Errorf("redis: %s", r.Line)
+		}
 	}
 	return nil
 }

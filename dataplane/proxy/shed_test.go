@@ -198,9 +198,13 @@ func checkShedSlowShard(t *testing.T, srvAddr string, noLoop bool) {
 		return float64(v1-v0) / time.Since(t0).Seconds()
 	}
 	time.Sleep(1500 * time.Millisecond) // the sidecar measures its own demand
-	if got := rate(time.Second); got < 0.7*budget || got > 1.3*budget {
-		t.Fatalf("a fast shard: %.0f writes/s admitted, want the share (%d/s)", got, budget)
-	}
+	// Polled in half-second windows: the limiter times each reply from the
+	// sidecar, so a loaded machine that stalls this process makes it back
+	// off as from a queueing shard.
+	eventually.True(t, 8*time.Second, "the share admitted while the shard answers at once", func() bool {
+		got := rate(500 * time.Millisecond)
+		return got >= 0.7*budget && got <= 1.3*budget
+	})
 	// Another client keeps the shard busy: scripts of 20 ms back to back
 	// (Redis serves every waiting client between two), until the check
 	// below is done or for at most 10 s.

@@ -21,7 +21,8 @@ import (
 // process: the same 50 readers at depth 1 (one GET every 2 ms each) over 100
 // expiries of a 100 ms TTL, through one go-redis client with the hook (a
 // cache hit costs no network, so an expiry's round trip stands out), with
-// refresh off, at 10 % and at 50 %, next to a key that never expires.
+// refresh off, at 10 % and at 50 % (the ceilings of the measured window),
+// next to a key that never expires.
 // hack/bench.d/36-refresh-ahead.sh prints both benchmarks' rows.
 func BenchmarkRefreshAhead(b *testing.B) {
 	if testing.Short() {

@@ -101,9 +101,16 @@ func TestHookShedFollowsASlowShard(t *testing.T) {
 		return float64(v1-v0) / time.Since(t0).Seconds()
 	}
 	time.Sleep(1500 * time.Millisecond) // the client measures its own demand
-	if got := rate(time.Second); got < 0.7*budget || got > 1.3*budget {
-		t.Fatalf("a fast shard: %.0f writes/s admitted, want the share (%d/s)", got, budget)
-	}
+	// The admitted rate is polled in half-second windows: the limiter
+	// times each reply from this process, so a loaded machine that stalls
+	// the client makes it back off as from a queueing shard (one fixed
+	// window admitted 233/s in the 4th of 4 runs at load average 14).
+	var fast float64
+	eventually.True(t, 8*time.Second, "the share admitted while the shard answers at once", func() bool {
+		fast = rate(500 * time.Millisecond)
+		return fast >= 0.7*budget && fast <= 1.3*budget
+	})
+	t.Logf("admitted %.0f writes/s while the shard answered at once (share %d/s)", fast, budget)
 	// Another client keeps the shard busy with 20 ms scripts until the
 	// check is done (at most 10 s); the admitted rate is polled in
 	// half-second windows, since on a loaded machine the scripts may pause.

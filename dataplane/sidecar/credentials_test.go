@@ -2,13 +2,16 @@ package sidecar_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/internal/testing/testpki"
 )
@@ -91,52 +94,97 @@ func TestSidecarRotatedCredentials(t *testing.T) {
 }
 
 // TestSidecarACL: a Redis user with the sidecar's own rules (docs/proxy.md,
-// Hardened Redis: +ping in standalone mode) plus the application's commands
-// serves the application, and /readyz names the command a user without
-// +ping lacks.
+// Hardened Redis: +ping, and +cluster|slots in cluster mode) plus the
+// application's commands serves the application, and /readyz names the
+// command a user with one of those rules fewer lacks: against a standalone
+// Redis and a 3-master cluster (the user set on every master).
 func TestSidecarACL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
 	}
-	srv := redistest.Standalone(t, "--requirepass", "admin-pw")
 	ctx := context.Background()
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "admin-pw"})
-	defer direct.Close()
 	app := []any{"~app:*", "~{*}hs:*", "+get", "+set"} // the application's own rights
-	for _, tc := range []struct {
+	type row struct {
 		user      string
 		own       []any
 		wantReady string
+	}
+	for _, topo := range []struct {
+		name    string
+		cluster bool
+		rows    []row
 	}{
-		{"full", []any{"+ping"}, "ok"},
-		{"noping", nil, "'ping'"},
+		{"standalone", false, []row{{"full", []any{"+ping"}, "ok"}, {"noping", nil, "'ping'"}}},
+		{"cluster", true, []row{
+			{"full", []any{"+ping", "+cluster|slots"}, "ok"},
+			{"noping", []any{"+cluster|slots"}, "'ping'"},
+			{"noslots", []any{"+ping"}, "'cluster|slots'"},
+		}},
 	} {
-		args := append(append([]any{"ACL", "SETUSER", tc.user, "reset", "on", ">pw"}, app...), tc.own...)
-		if err := direct.Do(ctx, args...).Err(); err != nil {
+		t.Run(topo.name, func(t *testing.T) {
+			var addrs []string
+			if topo.cluster {
+				addrs = redistest.Cluster(t).Addrs()
+			} else {
+				addrs = []string{redistest.Standalone(t).Addr}
+			}
+			for _, tc := range topo.rows {
+				c, base, stop := runAsUser(t, sidecar.Config{Cluster: topo.cluster, Upstreams: addrs[:1]}, addrs,
+					append(append([]any{}, app...), tc.own...), tc.user)
+				_, body := get(t, base+"/readyz")
+				t.Logf("%s: /readyz: %s", tc.user, strings.TrimSpace(body))
+				if !strings.Contains(body, tc.wantReady) {
+					t.Errorf("%s: /readyz says %q, want %q", tc.user, body, tc.wantReady)
+				}
+				if tc.wantReady == "ok" {
+					for i := range 30 { // keys on every master of a cluster
+						k := fmt.Sprintf("app:%s:%d", tc.user, i)
+						if err := c.Set(ctx, k, tc.user, 0).Err(); err != nil {
+							t.Errorf("%s: SET through the sidecar: %v", tc.user, err)
+						}
+						if got, err := c.Get(ctx, k).Result(); err != nil || got != tc.user {
+							t.Errorf("%s: GET through the sidecar: %q, %v", tc.user, got, err)
+						}
+					}
+				}
+				stop()
+			}
+		})
+	}
+}
+
+// runAsUser sets user (password "pw") with rules on every Redis of
+// addrs, runs the whole sidecar with cfg and that user's credentials in
+// files (as the injector mounts them) until it serves (before, /readyz
+// says only "not serving"), and returns a client of it, its HTTP base URL
+// and what stops it.
+func runAsUser(t *testing.T, cfg sidecar.Config, addrs []string, rules []any, user string) (*redis.Client, string, func()) {
+	t.Helper()
+	ctx := context.Background()
+	for _, a := range addrs {
+		direct := redis.NewClient(&redis.Options{Addr: a})
+		err := direct.Do(ctx, append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw"}, rules...)...).Err()
+		direct.Close()
+		if err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
-		userFile, passFile := filepath.Join(dir, "username"), filepath.Join(dir, "password")
-		testpki.WriteFile(t, userFile, []byte(tc.user))
-		testpki.WriteFile(t, passFile, []byte("pw"))
-		ln, hl := listen(t), listen(t)
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- sidecar.Run(runCtx, sidecar.Config{Listener: ln, HTTPListener: hl,
-				Upstreams: []string{srv.Addr}, UsernameFile: userFile, PasswordFile: passFile})
-		}()
-		c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
-		if err := c.Set(ctx, "app:k", tc.user, 0).Err(); err != nil {
-			t.Errorf("%s: SET through the sidecar: %v", tc.user, err)
-		}
-		if got, err := c.Get(ctx, "app:k").Result(); err != nil || got != tc.user {
-			t.Errorf("%s: GET through the sidecar: %q, %v", tc.user, got, err)
-		}
-		_, body := get(t, "http://"+hl.Addr().String()+"/readyz")
-		if !strings.Contains(body, tc.wantReady) {
-			t.Errorf("%s: /readyz says %q, want %q", tc.user, body, tc.wantReady)
-		}
+	}
+	dir := t.TempDir()
+	cfg.UsernameFile, cfg.PasswordFile = filepath.Join(dir, "username"), filepath.Join(dir, "password")
+	testpki.WriteFile(t, cfg.UsernameFile, []byte(user))
+	testpki.WriteFile(t, cfg.PasswordFile, []byte("pw"))
+	ln, hl := listen(t), listen(t)
+	cfg.Listener, cfg.HTTPListener = ln, hl
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- sidecar.Run(runCtx, cfg) }()
+	base := "http://" + hl.Addr().String()
+	eventually.True(t, 10*time.Second, user+": the sidecar serves", func() bool {
+		_, body := get(t, base+"/readyz")
+		return !strings.Contains(body, "not serving")
+	})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	return c, base, func() {
 		c.Close()
 		cancel()
 		if err := <-done; err != nil {

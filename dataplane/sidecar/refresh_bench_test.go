@@ -24,8 +24,9 @@ import (
 //
 //   - no-expiry: a TTL of 1 h, every read a cache hit (the peer);
 //   - refresh-off: refreshAheadPercent 0, the key expires under its readers;
-//   - refresh-10: refreshAheadPercent 10 (the default), a 10 ms window;
-//   - refresh-50: refreshAheadPercent 50, a 50 ms window.
+//   - refresh-10: refreshAheadPercent 10 (the default): the key's measured
+//     window, at most 10 ms;
+//   - refresh-50: refreshAheadPercent 50: at most 50 ms.
 //
 // Reported per row: client GET latency p50, p99, p99.9 and max; the median
 // over the 100 TTL periods of each period's slowest read (an expiry shows

@@ -7,8 +7,11 @@
 # process's CPU per 100,000 observed commands/s (getrusage; target ≤ 5 % of
 # one core). At pipeline depth 1 (a packet per command, the worst case) and
 # 16, on 100,000 random keys (and at depth 1 counted as for a Redis Cluster target) (most keys new in each 100 ms interval: the
-# aggregation's worst case) and on 1,000. Needs root and iproute2 (network
-# namespaces); otherwise says so.
+# aggregation's worst case) and on 1,000. Then the reaction: a key from cold
+# to 1.5 × its threshold, sent by a pod without the sidecar (captured) and
+# through a sidecar at the same instant, timed to the manager's view over the
+# threshold; again with 1-in-4 sampling (what sampling does to detection).
+# Needs root and iproute2 (network namespaces); otherwise says so.
 #
 # CAPTURE_BENCH_FLAGS passes flags to capturebench (e.g. "-rounds 5 -sample 4").
 set -o errexit -o nounset -o pipefail
@@ -34,3 +37,8 @@ echo "bench: capture: building capturebench" >&2
 "${tmp}/capturebench" -n 400000 -P 16 -r 100000 ${CAPTURE_BENCH_FLAGS:-} | sed 1,2d
 # shellcheck disable=SC2086
 "${tmp}/capturebench" -n 400000 -P 16 -r 1000 ${CAPTURE_BENCH_FLAGS:-} | sed 1,2d
+# The reaction, captured and through a sidecar side by side; then sampled.
+# shellcheck disable=SC2086
+"${tmp}/capturebench" ${CAPTURE_BENCH_FLAGS:-} -rounds 0 -reaction 5
+# shellcheck disable=SC2086
+"${tmp}/capturebench" ${CAPTURE_BENCH_FLAGS:-} -rounds 0 -reaction 8 -sample 4

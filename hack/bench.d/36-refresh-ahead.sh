@@ -2,7 +2,8 @@
 # Refresh ahead of expiry: what a cached hot key's expiries cost its readers,
 # 50 readers at depth 1 (one GET every 2 ms each) over 100 expiries of a
 # 100 ms TTL against a real redis-server, with refresh off, at the default
-# refreshAheadPercent 10 and at 50, next to the same load on a key that never
+# refreshAheadPercent 10 and at 50 (the ceilings of the window the engine
+# measures per key), next to the same load on a key that never
 # expires (every read a cache hit). Two paths, each one `go test` process
 # (BenchmarkRefreshAhead): through one sidecar (dataplane/sidecar: 50 client
 # connections) and in process through the go-redis hook (dataplane/redishook:

@@ -5,16 +5,16 @@
 # (70 % / 30 % of the writers) in front of a real redis-server, side by
 # side with the readers of other keys alone, the writers asking only the
 # budget, the same load unshed, and shed at the default budget (80 %) and
-# at 50 %, interleaved over 2 rounds (BenchmarkShed, dataplane/sidecar);
-# then the fleet simulation of 1,000 and 10,000 sidecars' limiters
-# (BenchmarkShedFleet, dataplane/engine).
+# at 50 %, interleaved over 2 rounds (BenchmarkShed, dataplane/sidecar).
+# The fleet simulation of 1,000 and 10,000 sidecars' limiters
+# (BenchmarkShedFleet) is 50-fleet.sh's.
 # Prints one Markdown section to stdout; progress goes to stderr.
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${ROOT}"
 
 echo "bench: shedding at the key (about 2 min)" >&2
-raw="$(go test -p 1 -run '^$' -bench '^BenchmarkShed(Fleet)?$' -benchtime 1x ./dataplane/sidecar/ ./dataplane/engine/ 2>&1)" || {
+raw="$(go test -p 1 -run '^$' -bench '^BenchmarkShed$' -benchtime 1x ./dataplane/sidecar/ 2>&1)" || {
   echo "${raw}" >&2
   exit 1
 }
@@ -37,15 +37,5 @@ echo "${raw}" | awk '
     printf "| %s | %.2f | %.0f | %.3f | %.1f %% | %s / %s | %s / %s | %s / %s / %s | %s |\n", c, v["offered/capacity"], v["key-writes/s"], v["key/budget"], 100 * v["refused-fraction"], v["refused-p50-us"], v["refused-p99-us"], v["admitted-p50-us"], v["admitted-p99-us"], v["p50-us"], v["p99-us"], v["p99.9-us"], cores
   }'
 echo
-echo "Fleet simulation: the engine's own limiters on one simulated time line, 10 ms steps, 20 report intervals (12 in the benchmark); a key with a budget of 20,000/s offered 100,000/s (Zipf-like over the sidecars, a tenth idle), doubled halfway; 1 % of the busy sidecars restart every interval; at three quarters, a third of the busy sidecars go idle; the manager publishes the demand one interval late. *bound* is docs/engine.md's (Shedding): budget × max(1, attempts ÷ published demand) + the unmeasured sidecars' minimum + one command per sidecar. *idle dip*: the least admitted ÷ budget in the interval the sidecars go idle and the next; *after idle*: admitted ÷ budget over the intervals after those."
-echo
-echo "| sidecars | steady admitted ÷ budget | spike interval ÷ budget | worst interval ÷ budget | worst interval ÷ bound | idle dip ÷ budget | after idle ÷ budget |"
-echo "|---:|---:|---:|---:|---:|---:|---:|"
-echo "${raw}" | awk '
-  /^BenchmarkShedFleet\// {
-    c = $1; sub(/^BenchmarkShedFleet\/sidecars-/, "", c); sub(/-[0-9]+$/, "", c)
-    delete v
-    for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-    printf "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", c, v["steady/budget"], v["spike-interval/budget"], v["worst-interval/budget"], v["worst-interval/bound"], v["idle-dip/budget"], v["after-idle/budget"]
-  }'
+echo "The fleet simulation of 1,000 and 10,000 sidecars' limiters is in the fleet section (\`hack/bench.d/50-fleet.sh\`)."
 echo

@@ -37,6 +37,12 @@
 #                        published ("never"), and over it the key is detected within
 #                        sustainFor + one report interval of the estimate going over;
 #                        raw numbers in FLEET_BENCH_JSON with .margin-FACTOR before .json
+# FLEET_BENCH_SHED       1 (default): also the shedding fleet simulation, the
+#                        engine's own per-key limiters of 1,000 and 10,000
+#                        simulated sidecars on one simulated time line against
+#                        the overshoot bound docs/engine.md states
+#                        (BenchmarkShedFleet, dataplane/engine; a few seconds),
+#                        printed after the fleet tables; empty: none
 # FLEET_BENCH_JSON       where the raw numbers go (default: a temporary file, removed)
 # FLEET_BENCH_FLAGS      more fleetsim flags (see `fleetsim -h`), e.g.
 #                        "--fleet-manager-args=--fleet-bind-address={fleetAddr}"
@@ -46,6 +52,31 @@ cd "${ROOT}"
 LEGACY_REF="${FLEET_BENCH_LEGACY_REF:-$(cat bench/fleetsim/legacy/ref)}"
 NODES="${FLEET_BENCH_NODES:-10,100,1000}"
 DESIGNS="${FLEET_BENCH_DESIGNS:-legacy,fleet}"
+
+# shed_fleet prints the shedding fleet simulation's table (BenchmarkShedFleet).
+shed_fleet() {
+  echo "bench: fleet: shedding, 1,000 and 10,000 simulated sidecars' limiters" >&2
+  local raw
+  raw="$(go test -p 1 -run '^$' -bench '^BenchmarkShedFleet$' -benchtime 1x ./dataplane/engine/ 2>&1)" || {
+    echo "${raw}" >&2
+    return 1
+  }
+  echo "${raw}" | grep -E '^Benchmark' >&2
+  echo "### Shedding at the key, 1,000 and 10,000 simulated sidecars"
+  echo
+  echo "The engine's own limiters (\`dataplane/engine\` \`simulateFleet\`, BenchmarkShedFleet) on one simulated time line, 10 ms steps, 12 report intervals of 1 s: a key with a budget of 20,000/s offered 100,000/s (Zipf-like over the sidecars, a tenth idle), doubled halfway; 1 % of the busy sidecars restart every interval (a new limiter starts from the minimum); at three quarters a third of the busy sidecars go idle; the manager publishes the demand one interval late (\`routing.PublishDemand\`). *bound* is docs/engine.md's (Shedding): budget × max(1, attempts ÷ published demand) + the unmeasured sidecars' minimum + one command per sidecar; an interval over it fails the run. *steady*: admitted ÷ budget averaged over the intervals with the demand published, but those of the spike and of the idling; *idle dip*: the least admitted ÷ budget in the interval the sidecars go idle and the next; *after idle*: admitted ÷ budget over the intervals after those."
+  echo
+  echo "| sidecars | steady admitted ÷ budget | spike interval ÷ budget | worst interval ÷ budget | worst interval ÷ bound | idle dip ÷ budget | after idle ÷ budget |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|"
+  echo "${raw}" | awk '
+    /^BenchmarkShedFleet\// {
+      c = $1; sub(/^BenchmarkShedFleet\/sidecars-/, "", c); sub(/-[0-9]+$/, "", c)
+      delete v
+      for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+      printf "| %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", c, v["steady/budget"], v["spike-interval/budget"], v["worst-interval/budget"], v["worst-interval/bound"], v["idle-dip/budget"], v["after-idle/budget"]
+    }'
+  echo
+}
 
 work="$(mktemp -d)"
 legacy="${work}/legacy"
@@ -152,6 +183,9 @@ fi
 if [[ ${#notes[@]} -gt 0 ]]; then
   printf '%s\n' "${notes[@]}"
   echo
+fi
+if [[ -n "${FLEET_BENCH_SHED-1}" ]]; then
+  shed_fleet || status=$?
 fi
 if [[ ${status} -ne 0 ]]; then
   echo "bench: fleet: the orchestrator exited with ${status}; the last lines of each run's logs:" >&2

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -31,6 +33,10 @@ type Capture struct {
 	cfg  Config
 	fd   int
 	ring []byte
+	// file owns fd once Open succeeds (closing it closes fd); raw waits
+	// for fd in the runtime's poller.
+	file *os.File
+	raw  syscall.RawConn
 
 	// pending is the next scope, taken by the reader at its next packet.
 	pending atomic.Pointer[Scope]
@@ -86,6 +92,22 @@ func Open(cfg Config) (*Capture, error) {
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
 		c.close()
 		return nil, fmt.Errorf("capture: bind: %w", err)
+	}
+	// The reader waits for a block in the runtime's network poller rather
+	// than in a blocking poll(2): a goroutine blocked in a system call
+	// keeps its thread, and the scheduler hands its processor to another
+	// thread after 20 µs, then takes it back when the call returns: at
+	// every wake-up, a few context switches that cost more than the
+	// block's packets at low rates. Non-blocking, os.NewFile registers the
+	// socket with the poller.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		c.close()
+		return nil, fmt.Errorf("capture: non-blocking socket: %w", err)
+	}
+	c.file = os.NewFile(uintptr(fd), "capture")
+	if c.raw, err = c.file.SyscallConn(); err != nil {
+		c.close()
+		return nil, fmt.Errorf("capture: socket: %w", err)
 	}
 	return c, nil
 }
@@ -169,14 +191,22 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 	lastFlush, lastSweep := time.Now(), time.Now()
 	var drops, flushes uint64
 	blocks := len(c.ring) / blockSize
-	pfd := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN | unix.POLLERR}}
-	// The reader wakes at least this often to flush and to see ctx end.
-	pollMillis := int(max(c.cfg.FlushInterval/2, time.Millisecond) / time.Millisecond)
 	for i := 0; ctx.Err() == nil; {
 		blk := c.ring[i*blockSize : (i+1)*blockSize]
 		status := (*uint32)(unsafe.Pointer(&blk[blkStatus]))
-		if atomic.LoadUint32(status)&statusUser == 0 {
-			if _, err := unix.Poll(pfd, pollMillis); err != nil && !errors.Is(err, unix.EINTR) {
+		ready := func(uintptr) bool { return atomic.LoadUint32(status)&statusUser != 0 }
+		if !ready(0) {
+			// The kernel signals the socket readable when it hands a
+			// block over; ready is checked again once the poller is
+			// armed, so a block handed over meanwhile is not missed.
+			// The reader wakes at the next flush at the latest (also
+			// to see ctx end), and no earlier when idle: each wake-up
+			// costs a few context switches.
+			wait := max(time.Until(lastFlush.Add(c.cfg.FlushInterval)), time.Millisecond)
+			if err := c.file.SetReadDeadline(time.Now().Add(wait)); err != nil {
+				return fmt.Errorf("capture: poll: %w", err)
+			}
+			if err := c.raw.Read(ready); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 				return fmt.Errorf("capture: poll: %w", err)
 			}
 		} else {
@@ -239,6 +269,10 @@ func (c *Capture) close() {
 		if c.ring != nil {
 			_ = unix.Munmap(c.ring)
 		}
-		unix.Close(c.fd)
+		if c.file != nil {
+			_ = c.file.Close()
+		} else {
+			unix.Close(c.fd)
+		}
 	}
 }

@@ -55,6 +55,15 @@ type parser struct {
 	// it has one), looked up once its name is read.
 	info  command.Info
 	known bool
+	// last is the last name looked up and what the table said: a
+	// connection mostly repeats a few commands, and comparing a name is
+	// cheaper than hashing it.
+	last struct {
+		name  [24]byte
+		n     int
+		info  command.Info
+		known bool
+	}
 
 	emit func(p *parser)
 	// garbage counts bytes skipped looking for a boundary, resyncs the
@@ -141,7 +150,14 @@ func (p *parser) step(b []byte) (n int, ok bool) {
 	case stArray, stBulkHdr:
 		// A header line: up to its LF, the bytes checked as the byte-wise
 		// grammar would (first byte, length, CR before LF).
-		end := bytes.IndexByte(b, '\n')
+		// Lines are short (lineMax): a plain scan beats IndexByte's call.
+		end := -1
+		for j, c := range b[:min(len(b), lineMax+1)] {
+			if c == '\n' {
+				end = j
+				break
+			}
+		}
 		chunk := b
 		if end >= 0 {
 			chunk = b[:end]
@@ -157,6 +173,14 @@ func (p *parser) step(b []byte) (n int, ok bool) {
 		}
 		if room := len(p.line) - p.lineN; len(chunk) > room {
 			return room + 1, false
+		}
+		if p.lineN == 0 && end >= 0 {
+			// The whole line is in b (the common case): read it there.
+			if len(chunk) == 0 || chunk[len(chunk)-1] != '\r' {
+				return end + 1, false
+			}
+			p.frame += len(chunk) + 1
+			return end + 1, p.header(chunk[:len(chunk)-1])
 		}
 		p.lineN += copy(p.line[p.lineN:], chunk)
 		if end < 0 {
@@ -176,6 +200,13 @@ func (p *parser) step(b []byte) (n int, ok bool) {
 		p.frame += n
 		if p.bulk == 0 {
 			p.st = stBulkEnd
+			if len(b) >= n+2 && b[n] == '\r' && b[n+1] == '\n' {
+				// Its CRLF is in b too (the common case): as stBulkEnd
+				// and stBulkEnd2 would read it.
+				p.frame += 2
+				p.argDone()
+				return n + 2, true
+			}
 		}
 		return n, true
 	case stBulkEnd:
@@ -250,7 +281,7 @@ func (p *parser) argDone() {
 		if len(p.args) > 0 {
 			name = p.args[0]
 		}
-		p.info, p.known = command.Lookup(name)
+		p.info, p.known = p.lookup(name)
 		p.keep = keepFor(p.info, p.known, name, p.argc)
 	}
 	p.argi++
@@ -259,6 +290,20 @@ func (p *parser) argDone() {
 		p.emit(p)
 		p.reset()
 	}
+}
+
+// lookup is command.Lookup, remembering the last name.
+func (p *parser) lookup(name []byte) (command.Info, bool) {
+	l := &p.last
+	if l.n > 0 && bytes.Equal(l.name[:l.n], name) {
+		return l.info, l.known
+	}
+	info, known := command.Lookup(name)
+	if len(name) <= len(l.name) {
+		l.n = copy(l.name[:], name)
+		l.info, l.known = info, known
+	}
+	return info, known
 }
 
 // argLen is the length of kept argument i: what was appended since the

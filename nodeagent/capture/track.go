@@ -354,32 +354,12 @@ func (t *tracker) emit(p *parser) {
 	}
 }
 
-// aggTable is one target's counts per key. A key stays from one interval
-// to the next while it is counted (a hot key costs no allocation per
-// interval) and is dropped after an interval without counts.
-type aggTable struct {
-	idx     map[string]int
-	entries []sidecarlink.Entry
-	out     []sidecarlink.Entry
-}
-
 func (t *tracker) add(ti int, key []byte, write bool, size int) {
-	a := &t.agg[ti]
-	i, ok := a.idx[string(key)]
-	if !ok {
-		if len(a.entries) >= t.lim.MaxKeys {
-			t.stats.KeysDropped++
-			return
-		}
-		if a.idx == nil {
-			a.idx = map[string]int{}
-		}
-		k := string(key)
-		i = len(a.entries)
-		a.entries = append(a.entries, sidecarlink.Entry{Key: []byte(k)})
-		a.idx[k] = i
+	e := t.agg[ti].entry(key, t.lim.MaxKeys)
+	if e == nil {
+		t.stats.KeysDropped++
+		return
 	}
-	e := &a.entries[i]
 	t.stats.Counted++
 	if write {
 		e.Writes++
@@ -398,34 +378,17 @@ func (t *tracker) add(ti int, key []byte, write bool, size int) {
 func (t *tracker) flush(sink func(policy string, entries []sidecarlink.Entry)) {
 	for ti := range t.agg {
 		a := &t.agg[ti]
-		a.out = a.out[:0]
-		for i := 0; i < len(a.entries); {
+		if len(a.entries) == 0 {
+			continue
+		}
+		for i := range a.entries {
 			e := &a.entries[i]
-			if e.Reads == 0 && e.Writes == 0 {
-				// Not counted for an interval: removed, the last entry
-				// moved into its place (one index update, not one per
-				// key kept).
-				delete(a.idx, string(e.Key))
-				last := len(a.entries) - 1
-				if i != last {
-					a.entries[i] = a.entries[last]
-					a.idx[string(a.entries[i].Key)] = i
-				}
-				a.entries[last] = sidecarlink.Entry{}
-				a.entries = a.entries[:last]
-				continue
-			}
-			o := *e
-			o.Reads *= t.every
-			o.Writes *= t.every
-			o.Bytes *= t.every
-			a.out = append(a.out, o)
-			*e = sidecarlink.Entry{Key: e.Key}
-			i++
+			e.Reads *= t.every
+			e.Writes *= t.every
+			e.Bytes *= t.every
 		}
-		if len(a.out) > 0 {
-			sink(t.scope.Targets[ti].Policy, a.out)
-		}
+		sink(t.scope.Targets[ti].Policy, a.entries)
+		a.reset()
 	}
 }
 

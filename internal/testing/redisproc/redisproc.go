@@ -40,6 +40,9 @@ type Options struct {
 	Dir string
 	// ExtraArgs are appended to the command line (e.g. "--requirepass", "x").
 	ExtraArgs []string
+	// PortArgs, if set, gives more arguments from the port chosen for the
+	// server (a cluster node's TLS port and bus port, say).
+	PortArgs func(port int) []string
 }
 
 // Available reports whether redis-server and redis-cli are on PATH.
@@ -76,7 +79,11 @@ func start(ctx context.Context, opts Options, cluster bool) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := launch(ctx, dir, port, cluster, opts.ExtraArgs)
+		extra := opts.ExtraArgs
+		if opts.PortArgs != nil {
+			extra = append(append([]string(nil), extra...), opts.PortArgs(port)...)
+		}
+		s, err := launch(ctx, dir, port, cluster, extra)
 		if err == nil {
 			if owned {
 				s.dir = dir
@@ -179,7 +186,27 @@ func StartCluster(ctx context.Context, masters int) (*Cluster, error) {
 	return startCluster(ctx, masters, 0)
 }
 
+// ClusterOptions describe a cluster StartClusterWith starts.
+type ClusterOptions struct {
+	Masters, Replicas int
+	// NodeArgs, if set, gives each node more arguments from its port
+	// (Options.PortArgs). The cluster is created through the nodes'
+	// plaintext ports, which they keep.
+	NodeArgs func(port int) []string
+}
+
+// StartClusterWith starts a cluster as StartCluster and
+// StartClusterReplicas do, with the nodes' arguments o gives.
+func StartClusterWith(ctx context.Context, o ClusterOptions) (*Cluster, error) {
+	return startClusterWith(ctx, o)
+}
+
 func startCluster(ctx context.Context, masters, replicas int) (*Cluster, error) {
+	return startClusterWith(ctx, ClusterOptions{Masters: masters, Replicas: replicas})
+}
+
+func startClusterWith(ctx context.Context, o ClusterOptions) (*Cluster, error) {
+	masters, replicas := o.Masters, o.Replicas
 	if masters < 3 {
 		return nil, errors.New("redis cluster needs at least 3 masters")
 	}
@@ -200,7 +227,7 @@ func startCluster(ctx context.Context, masters, replicas int) (*Cluster, error) 
 		extra = []string{"--repl-ping-replica-period", "1"}
 	}
 	for i := 0; i < masters*(1+replicas); i++ {
-		s, err := start(ctx, Options{Dir: dir, ExtraArgs: extra}, true)
+		s, err := start(ctx, Options{Dir: dir, ExtraArgs: extra, PortArgs: o.NodeArgs}, true)
 		if err != nil {
 			c.Stop()
 			return nil, err

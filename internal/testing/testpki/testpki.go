@@ -4,6 +4,7 @@
 package testpki
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -128,4 +129,55 @@ func MTLSRedis(tb testing.TB, dir string, serverCA, clientCA *CA, extraArgs ...s
 		"--tls-ca-cert-file", clientCA.File, "--tls-auth-clients", "yes"}, extraArgs...)
 	srv := redistest.Standalone(tb, args...)
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), srv
+}
+
+// MTLSCluster starts a real 3-master Redis Cluster whose nodes serve TLS
+// that verifies clients (tls-auth-clients yes) against clientCA, with
+// certificates signed by serverCA, and speak TLS among themselves
+// (tls-cluster, tls-replication), so that CLUSTER SLOTS and redirects
+// name their TLS ports to a TLS client, as a managed TLS cluster does. It
+// returns the cluster, whose plaintext ports serve checks made around the
+// client under test, and the nodes' TLS addresses in the same order.
+func MTLSCluster(tb testing.TB, dir string, serverCA, clientCA *CA) (*redisproc.Cluster, []string) {
+	tb.Helper()
+	certFile, keyFile := filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
+	serverCA.Issue(tb, "redis.test", true, certFile, keyFile)
+	// A node dials the others with a client certificate of its own, and
+	// checks their server certificates: both CAs are in its bundle.
+	nodeCert, nodeKey := filepath.Join(dir, "node-client.crt"), filepath.Join(dir, "node-client.key")
+	clientCA.Issue(tb, "redis-node", false, nodeCert, nodeKey)
+	bundle := filepath.Join(dir, "node-ca.crt")
+	sp, err := os.ReadFile(serverCA.File)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cp, err := os.ReadFile(clientCA.File)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	WriteFile(tb, bundle, append(sp, cp...))
+	tlsPort := map[int]int{}
+	c, err := redisproc.StartClusterWith(context.Background(), redisproc.ClusterOptions{Masters: 3, NodeArgs: func(port int) []string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tp := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		tlsPort[port] = tp
+		return []string{"--tls-port", strconv.Itoa(tp), "--cluster-port", strconv.Itoa(port + 10000),
+			"--tls-cluster", "yes", "--tls-replication", "yes",
+			"--tls-cert-file", certFile, "--tls-key-file", keyFile,
+			"--tls-client-cert-file", nodeCert, "--tls-client-key-file", nodeKey,
+			"--tls-ca-cert-file", bundle, "--tls-auth-clients", "yes"}
+	}})
+	if err != nil {
+		tb.Fatalf("start a TLS redis cluster: %v", err)
+	}
+	tb.Cleanup(c.Stop)
+	var addrs []string
+	for _, s := range c.Servers {
+		addrs = append(addrs, net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort[s.Port])))
+	}
+	return c, addrs
 }
