@@ -38,9 +38,9 @@ func managerCache() cache.Options {
 // default's room for propagation and clock skew.
 //
 // With cfg.Auto the manager samples each master every cfg.Auto.SampleEvery
-// and trusts its learned capacity sooner than by default, as the demo
-// shortens every window.
-func setupReconciler(mgr manager.Manager, cfg Config) (*hub.Hub, error) {
+// and trusts its learned capacity sooner than by default (and from lighter
+// load), as the demo shortens every window.
+func setupReconciler(mgr manager.Manager, cfg Config, reg *prometheus.Registry) (*hub.Hub, error) {
 	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: fleetToken, Log: mgr.GetLogger().WithName("fleet")})
 	if err != nil {
 		return nil, err
@@ -50,10 +50,14 @@ func setupReconciler(mgr manager.Manager, cfg Config) (*hub.Hub, error) {
 		Fleet:  h,
 		// A private registry: the e2e test may run the demo more than once
 		// in one process.
-		Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
+		Metrics: controllers.NewMetrics(reg),
 	}
 	if a := cfg.Auto; a != nil {
-		r.Capacity = capacity.Options{FullConfidenceCPU: a.ConfidenceCPU}
+		// Intervals from 0.5 % of a core count (the manager's default is
+		// 2 %): the demo's masters work 1–3 % of a core before the spikes,
+		// and at 2 % most of their intervals would not count, leaving a
+		// master at the fallback thresholds when its key spikes.
+		r.Capacity = capacity.Options{FullConfidenceCPU: a.ConfidenceCPU, MinUtilization: 0.005}
 		r.CapacityInterval = a.SampleEvery
 	}
 	return h, r.SetupWithManager(mgr)

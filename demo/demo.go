@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type Moments struct {
 	// receive it), the start of the first split generation's epoch for a
 	// split counter. Zero when it did not happen.
 	Detected, Routed, Relief time.Time
+	// InForce are the thresholds on the key's master when it was routed
+	// (from the policy's status then; nil if not known).
+	InForce *v1alpha1.ShardThresholds
 }
 
 // SpikeToRouted is the time from the spike to the routing table listing the
@@ -104,6 +108,9 @@ type Result struct {
 	// Shards is the policy's status.shards at the end: each master's
 	// learned capacity and the thresholds in force on it.
 	Shards []v1alpha1.ShardStatus
+	// Calm is what the calm scenario measures (Config.Calm; also filled
+	// in the others).
+	Calm CalmResult
 }
 
 // EventLead is how long before the event's start all its keys were
@@ -212,7 +219,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	fmt.Fprintf(out, "heatsink demo: traffic for %s (Ctrl-C stops early)\n", cfg.Duration)
 
 	v := &view{cfg: cfg, out: out, keys: keys, masters: res.Masters, start: start, eventStart: res.EventStart}
+	hubCtx, stopHub := context.WithCancel(ctx)
+	hubDone := make(chan struct{})
+	go func() { defer close(hubDone); res.Calm.watch(hubCtx, s.fleet, Namespace+"/"+PolicyName) }()
+	passes := reconcilePasses(s.managerMetrics)
 	runTraffic(ctx, start, smp, wl, obs, v)
+	stopHub()
+	<-hubDone
+	res.Calm.Passes = reconcilePasses(s.managerMetrics) - passes
 
 	res.collect(wl, smp, s.metrics, clients[0], readsBefore)
 	var got v1alpha1.HotKeyPolicy
@@ -228,6 +242,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Samples = samples
 	snap := obs.Snapshot()
 	res.fillMoments(cfg, snap)
+	res.Calm.fill(snap)
 	res.Failures = append(res.Failures, s.failures()...)
 
 	chart := filepath.Join(cfg.OutDir, "heatsink-demo.png")
@@ -366,6 +381,11 @@ func (r *Result) fillMoments(cfg Config, snap observe.Snapshot) {
 	m := func(key string, at time.Duration) Moments {
 		kt := snap.Keys[key]
 		mo := Moments{Key: key, Spike: r.Start.Add(at), Detected: kt.Detected, Routed: kt.Routed}
+		for _, sh := range kt.ShardsWhenRouted {
+			if r.Keys.HotMaster < len(r.Masters) && sh.Address == r.Masters[r.Keys.HotMaster] {
+				mo.InForce = sh.Thresholds
+			}
+		}
 		if !kt.Routed.IsZero() {
 			mo.Relief = reliefOf(kt)
 		}
@@ -392,15 +412,28 @@ func (r *Result) fillMoments(cfg Config, snap observe.Snapshot) {
 		}
 		return mo.Relief.IsZero() || to.Before(mo.Relief) || to.Equal(mo.Relief)
 	}
+	// Only the viral keys the scenario drives (a rate of 0 turns one off).
+	var viral []Moments
+	if cfg.ViralReadRate > 0 {
+		viral = append(viral, r.ViralRead)
+	}
+	if cfg.ViralWriteRate > 0 {
+		viral = append(viral, r.Counter)
+	}
+	var reliefAll time.Time
+	allRelieved := len(viral) > 0
+	for _, mo := range viral {
+		reliefAll = latest(reliefAll, mo.Relief)
+		allRelieved = allRelieved && !mo.Relief.IsZero()
+	}
 	var before, after []float64
-	reliefAll := latest(r.ViralRead.Relief, r.Counter.Relief)
 	for _, s := range r.Samples {
 		from := s.At.Add(-time.Second)
 		r.RatioPeak = max(r.RatioPeak, s.Ratio())
-		if unrelieved(r.ViralRead, from, s.At) || unrelieved(r.Counter, from, s.At) {
+		if slices.ContainsFunc(viral, func(mo Moments) bool { return unrelieved(mo, from, s.At) }) {
 			before = append(before, s.Ratio())
 		}
-		if !r.ViralRead.Relief.IsZero() && !r.Counter.Relief.IsZero() && from.After(reliefAll.Add(2*time.Second)) {
+		if allRelieved && from.After(reliefAll.Add(2*time.Second)) {
 			after = append(after, s.Ratio())
 		}
 	}
@@ -472,6 +505,9 @@ func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *
 				LocalCache: &v1alpha1.ScheduledLocalCache{},
 			},
 		}},
+	}
+	if cfg.Calm {
+		spec.Schedules = nil
 	}
 	if a := cfg.Auto; a != nil {
 		// No rate typed: every threshold and the split's sizing come from

@@ -126,6 +126,39 @@ func TestFillMoments(t *testing.T) {
 	if (Moments{}).SpikeToRouted() >= 0 {
 		t.Error("a key never routed has a spike → routed time")
 	}
+
+	// The read key alone (no counter driven): after relief is from 2 s
+	// after the read key's; the counter, never relieved, does not hold it.
+	alone := cfg
+	alone.ViralWriteRate = 0
+	delete(snap.Keys, "c")
+	r = result(start)
+	r.fillMoments(alone, snap)
+	if r.RatioAfter == 0 || r.Counter.SpikeToRelief() >= 0 {
+		t.Errorf("read key alone: ratio after %v (want measured), counter relief %v (want none)", r.RatioAfter, r.Counter.SpikeToRelief())
+	}
+	r = result(start)
+	r.fillMoments(cfg, snap)
+	if r.RatioAfter != 0 {
+		t.Errorf("a driven counter never relieved: ratio after %v, want not measured", r.RatioAfter)
+	}
+}
+
+func TestCalmFill(t *testing.T) {
+	at := time.Unix(1_000_000, 0)
+	var c CalmResult
+	c.fill(observe.Snapshot{Keys: map[string]observe.KeyTimes{
+		"user:0":      {Detected: at, Routed: at.Add(time.Second), Source: routing.SourceDetected},
+		"user:1":      {Detected: at},
+		"sale:item-1": {Routed: at, Source: routing.SourceScheduled},
+		"user:2":      {},
+	}})
+	if !cmp.Equal(c.Mitigated, []string{"user:0"}) || !cmp.Equal(c.OverThreshold, []string{"user:0", "user:1"}) {
+		t.Errorf("mitigated %v, over a threshold %v; want [user:0], [user:0 user:1]", c.Mitigated, c.OverThreshold)
+	}
+	if got := listed([]string{"a", "b"}); got != ": a, b" {
+		t.Errorf("listed = %q", got)
+	}
 }
 
 func TestWriteChart(t *testing.T) {
@@ -201,7 +234,9 @@ func TestParseEngineMetrics(t *testing.T) {
 func TestSamplePolicyIsValid(t *testing.T) {
 	auto := Default()
 	auto.Auto = DefaultAuto()
-	for name, cfg := range map[string]Config{"default": Default(), "short": Short(), "auto": auto} {
+	calm := Default()
+	calm.SetCalm()
+	for name, cfg := range map[string]Config{"default": Default(), "short": Short(), "auto": auto, "calm": calm} {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -213,8 +248,13 @@ func TestSamplePolicyIsValid(t *testing.T) {
 		if errs, _ := webhook.ValidateSpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
 			t.Errorf("%s: the demo's policy fails validation: %v", name, errs.ToAggregate())
 		}
-		if got := p.Spec.Schedules[0].Keys; !cmp.Equal(got, k.Event) {
-			t.Errorf("%s: scheduled keys %v, want the event's %v", name, got, k.Event)
+		switch {
+		case cfg.Calm:
+			if len(p.Spec.Schedules) != 0 {
+				t.Errorf("%s: schedules %+v, want none (no event)", name, p.Spec.Schedules)
+			}
+		case !cmp.Equal(p.Spec.Schedules[0].Keys, k.Event):
+			t.Errorf("%s: scheduled keys %v, want the event's %v", name, p.Spec.Schedules[0].Keys, k.Event)
 		}
 		th := p.Spec.Thresholds
 		if typed := th.ReadsPerSecond > 0 || th.WritesPerSecond > 0 || p.Spec.Capacity.PerShardWritesPerSecond > 0; typed == (cfg.Auto != nil) {

@@ -19,33 +19,8 @@ import (
 // 1.5 × the mean, the split counter equals the acknowledged increments, and
 // the scheduled keys are published before their event starts.
 func TestEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver and redis-server; skipped with -short")
-	}
-	if m := missingStages(); len(m) > 0 {
-		t.Skipf("this build lacks %v: the end-to-end scenario cannot run", m)
-	}
 	cfg := Short()
-	cfg.OutDir = t.TempDir()
-	if dir := os.Getenv("HEATSINK_DEMO_OUT"); dir != "" {
-		cfg.OutDir = dir // keep the chart and the log to look at
-	}
-	var out bytes.Buffer
-	cfg.Out = &out
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := Run(ctx, cfg)
-	t.Logf("demo output:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("demo: %v", err)
-	}
-	if len(res.Unavailable) > 0 {
-		t.Fatalf("stages not available: %v", res.Unavailable)
-	}
-	for _, f := range res.Failures {
-		t.Errorf("component failure: %v", f)
-	}
-
+	res := runScenario(t, cfg)
 	for _, m := range []Moments{res.ViralRead, res.Counter} {
 		d := m.SpikeToRouted()
 		if d < 0 || d > 3*time.Second {
@@ -72,6 +47,39 @@ func TestEndToEnd(t *testing.T) {
 	if res.Engine.Refreshes == 0 {
 		t.Errorf("no cache refresh ahead of expiry in %v of a read-hot key (cache hits %.0f, misses %.0f)", cfg.Duration, res.Engine.CacheHits, res.Engine.CacheMisses)
 	}
+}
+
+// runScenario runs cfg as a test (skipped with -short or when a stage is
+// missing), logs its output and fails on an error, a missing stage or a
+// component that stopped.
+func runScenario(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a kube-apiserver and redis-server; skipped with -short")
+	}
+	if m := missingStages(); len(m) > 0 {
+		t.Skipf("this build lacks %v: the scenario cannot run", m)
+	}
+	cfg.OutDir = t.TempDir()
+	if dir := os.Getenv("HEATSINK_DEMO_OUT"); dir != "" {
+		cfg.OutDir = dir // keep the chart and the log to look at
+	}
+	var out bytes.Buffer
+	cfg.Out = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	if len(res.Unavailable) > 0 {
+		t.Fatalf("stages not available: %v", res.Unavailable)
+	}
+	for _, f := range res.Failures {
+		t.Errorf("component failure: %v", f)
+	}
+	return res
 }
 
 // lineWatcher calls on for each line written to it.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
@@ -57,11 +59,15 @@ type stack struct {
 	// Unavailable lists the stages that could not run, with the reason.
 	unavailable []string
 
-	hub        string   // the manager's fleet server
-	nodeAgents []string // node agent addresses, one per node
-	proxies    []string // listen addresses, two per node
-	metrics    []string // /metrics URLs of the proxies
-	proxyNode  []int    // node index of each proxy
+	hub   string   // the manager's fleet server
+	fleet *hub.Hub // the fleet server itself (nil if unavailable)
+	// managerMetrics is the manager's private registry (its reconcile
+	// count is the calm scenario's number of passes).
+	managerMetrics *prometheus.Registry
+	nodeAgents     []string // node agent addresses, one per node
+	proxies        []string // listen addresses, two per node
+	metrics        []string // /metrics URLs of the proxies
+	proxyNode      []int    // node index of each proxy
 
 	mu      sync.Mutex
 	cancels []context.CancelFunc
@@ -183,7 +189,8 @@ func (s *stack) startManager(ctx context.Context, cfg Config) error {
 	if err := hswebhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
 		return err
 	}
-	h, err := setupReconciler(mgr, cfg)
+	s.managerMetrics = prometheus.NewRegistry()
+	h, err := setupReconciler(mgr, cfg, s.managerMetrics)
 	if err != nil {
 		if !errors.Is(err, errStageUnavailable) {
 			return err
@@ -195,6 +202,7 @@ func (s *stack) startManager(ctx context.Context, cfg Config) error {
 	if err := poll(ctx, 30*time.Second, func() error { return checker(nil) }); err != nil {
 		return err
 	}
+	s.fleet = h
 	if h != nil {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

@@ -19,53 +19,20 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 	fmt.Fprintf(out, "\n%s (%s of traffic, seed %d)\n\n", title, cfg.Duration, cfg.Seed)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
-	ratio := ratioText
-	row("busiest master ÷ mean, before relief", fmt.Sprintf("%s (peak %s)", ratio(r.RatioBefore), ratio(r.RatioPeak)))
-	row("busiest master ÷ mean, after relief", ratio(r.RatioAfter))
-	if e := r.Engine; e.Saved()+e.UpstreamReads > 0 {
-		row("upstream reads saved", fmt.Sprintf("%.0f reads of mitigated keys never reached Redis (%.0f cache hits, %.0f coalesced; %.0f went upstream)",
-			e.Saved(), e.CacheHits, e.Coalesced, e.UpstreamReads))
-		row("cache refreshed ahead of expiry", fmt.Sprintf("%.0f early refreshes; %.0f reads of cached keys missed and waited for Redis",
-			e.Refreshes, e.CacheMisses))
-	}
-	if r.ClientReads > 0 {
-		row("GETs: clients → Redis", fmt.Sprintf("%d sent through the sidecars, %d GET/MGET served by the masters (background, split sums and counter refreshes included)",
-			r.ClientReads, r.UpstreamReads))
-	}
-	for _, m := range []struct {
-		what string
-		mo   Moments
-	}{{"viral read", r.ViralRead}, {"viral counter", r.Counter}} {
-		d := m.mo.DetectionToRouting()
-		pipeline := ""
-		if d > 0 {
-			pipeline = fmt.Sprintf(" (sustainFor %s + %s)", dur(cfg.SustainFor), dur(max(d-cfg.SustainFor, 0)))
-		}
-		row(fmt.Sprintf("%s %s: detection → routing", m.what, m.mo.Key), dur(d)+pipeline)
-		row(fmt.Sprintf("%s %s: spike → routed / relief", m.what, m.mo.Key), dur(m.mo.SpikeToRouted())+" / "+dur(m.mo.SpikeToRelief()))
-	}
-	switch {
-	case r.CounterErr != nil:
-		row("counter exactness", "could not read the counter: "+r.CounterErr.Error())
-	case r.CounterValue == r.CounterAcked:
-		row("counter exactness", fmt.Sprintf("EXACT: %s = %d = acknowledged INCRs (read through a proxy: base + shards)", r.Keys.Counter, r.CounterValue))
-	default:
-		row("counter exactness", fmt.Sprintf("MISMATCH: %s = %d, acknowledged INCRs %d", r.Keys.Counter, r.CounterValue, r.CounterAcked))
-	}
-	if lead, ok := r.EventLead(); ok {
-		verdict := "before"
-		if lead <= 0 {
-			verdict = "AFTER"
-		}
-		row("scheduled flash sale keys published", fmt.Sprintf("%s %s its start (%s)", dur(abs(lead)), verdict, strings.Join(r.Keys.Event, ", ")))
+	if cfg.Calm {
+		printCalm(tw, cfg, r)
 	} else {
-		row("scheduled flash sale keys published", "not all of them")
+		printScenario(tw, cfg, r)
 	}
 	var errs int64
 	for _, n := range r.Counts.Errors {
 		errs += n
 	}
-	row("client errors", fmt.Sprint(errs))
+	if errs > 0 {
+		row("client errors", fmt.Sprintf("%d (last: %s)", errs, r.Counts.LastError))
+	} else {
+		row("client errors", "0")
+	}
 	row("thresholds", thresholdsText(cfg))
 	for _, sh := range r.Shards {
 		if sh.Replica {
@@ -87,6 +54,61 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 		fmt.Fprintf(out, "  the HotKeyPolicy applied: %s\n", r.Policy)
 	}
 	fmt.Fprintf(out, "  components' log: %s\n", r.Log)
+}
+
+// printScenario prints the rows of the viral keys' and the event's story.
+func printScenario(tw *tabwriter.Writer, cfg Config, r *Result) {
+	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
+	ratio := ratioText
+	row("busiest master ÷ mean, before relief", fmt.Sprintf("%s (peak %s)", ratio(r.RatioBefore), ratio(r.RatioPeak)))
+	row("busiest master ÷ mean, after relief", ratio(r.RatioAfter))
+	if e := r.Engine; e.Saved()+e.UpstreamReads > 0 {
+		row("upstream reads saved", fmt.Sprintf("%.0f reads of mitigated keys never reached Redis (%.0f cache hits, %.0f coalesced; %.0f went upstream)",
+			e.Saved(), e.CacheHits, e.Coalesced, e.UpstreamReads))
+		row("cache refreshed ahead of expiry", fmt.Sprintf("%.0f early refreshes; %.0f reads of cached keys missed and waited for Redis",
+			e.Refreshes, e.CacheMisses))
+	}
+	if r.ClientReads > 0 {
+		row("GETs: clients → Redis", fmt.Sprintf("%d sent through the sidecars, %d GET/MGET served by the masters (background, split sums and counter refreshes included)",
+			r.ClientReads, r.UpstreamReads))
+	}
+	for _, m := range []struct {
+		what string
+		mo   Moments
+		rate int
+	}{{"viral read", r.ViralRead, cfg.ViralReadRate}, {"viral counter", r.Counter, cfg.ViralWriteRate}} {
+		if m.rate == 0 {
+			continue // not driven in this run
+		}
+		d := m.mo.DetectionToRouting()
+		pipeline := ""
+		if d > 0 {
+			pipeline = fmt.Sprintf(" (sustainFor %s + %s)", dur(cfg.SustainFor), dur(max(d-cfg.SustainFor, 0)))
+		}
+		row(fmt.Sprintf("%s %s: detection → routing", m.what, m.mo.Key), dur(d)+pipeline)
+		row(fmt.Sprintf("%s %s: spike → routed / relief", m.what, m.mo.Key), dur(m.mo.SpikeToRouted())+" / "+dur(m.mo.SpikeToRelief()))
+		if t := m.mo.InForce; t != nil {
+			row(fmt.Sprintf("%s %s: in force when routed", m.what, m.mo.Key), fmt.Sprintf("%d reads/s (%s), %d writes/s (%s) on its master",
+				t.ReadsPerSecond, t.ReadsFrom, t.WritesPerSecond, t.WritesFrom))
+		}
+	}
+	switch {
+	case r.CounterErr != nil:
+		row("counter exactness", "could not read the counter: "+r.CounterErr.Error())
+	case r.CounterValue == r.CounterAcked:
+		row("counter exactness", fmt.Sprintf("EXACT: %s = %d = acknowledged INCRs (read through a proxy: base + shards)", r.Keys.Counter, r.CounterValue))
+	default:
+		row("counter exactness", fmt.Sprintf("MISMATCH: %s = %d, acknowledged INCRs %d", r.Keys.Counter, r.CounterValue, r.CounterAcked))
+	}
+	if lead, ok := r.EventLead(); ok {
+		verdict := "before"
+		if lead <= 0 {
+			verdict = "AFTER"
+		}
+		row("scheduled flash sale keys published", fmt.Sprintf("%s %s its start (%s)", dur(abs(lead)), verdict, strings.Join(r.Keys.Event, ", ")))
+	} else {
+		row("scheduled flash sale keys published", "not all of them")
+	}
 }
 
 // thresholdsText says what the policy typed.

@@ -46,11 +46,15 @@ func run(args []string) error {
 	auto := fs.Bool("auto", false, "policy: type no rate (thresholds.auto): thresholds from each master's learned capacity")
 	keyShare := fs.Int("key-share", 25, "with -auto: thresholds.auto.keySharePercent")
 	target := fs.Int("target-utilization", 70, "with -auto: thresholds.auto.targetUtilizationPercent")
+	calm := fs.Bool("calm", false, fmt.Sprintf("only the Zipf background, over %d keys: no viral key, no event; the summary counts what was mitigated (none should be)", demo.CalmKeys))
 	fs.DurationVar(&cfg.Epoch, "epoch", cfg.Epoch, "policy: split epoch (at least 1s)")
 	fs.StringVar(&cfg.OutDir, "out", "demo-out", "directory for the PNG chart and the components' log")
 	plain := fs.Bool("plain", false, "print one line per second instead of redrawing the screen")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *calm {
+		cfg.SetCalm()
 	}
 	if *auto {
 		cfg.Auto = demo.DefaultAuto()

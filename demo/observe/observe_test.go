@@ -127,8 +127,8 @@ func TestObserverTimes(t *testing.T) {
 	}
 	o.onConfigMap(table(1, routing.Entry{Key: "k", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 10, Shards: 4}}}}))
 	first := o.Snapshot().Keys["k"]
-	if first.Routed.IsZero() || first.Entry == nil {
-		t.Fatalf("routed key not recorded: %+v", first)
+	if first.Routed.IsZero() || first.Entry == nil || first.Source != routing.SourceDetected {
+		t.Fatalf("routed key not recorded with its source: %+v", first)
 	}
 	if !first.Dropped.IsZero() {
 		t.Errorf("a listed key is dropped at %v", first.Dropped)

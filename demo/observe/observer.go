@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +38,13 @@ type KeyTimes struct {
 	SplitEffective time.Time
 	// Entry is the key's entry in the latest routing table (nil if none).
 	Entry *routing.Entry
+	// Source is why the first table that listed the key did (detected or
+	// scheduled).
+	Source routing.Source
+	// ShardsWhenRouted is the policy's status.shards as last seen when the
+	// key was first routed (the thresholds in force then, at most a report
+	// interval old).
+	ShardsWhenRouted []v1alpha1.ShardStatus
 }
 
 // Observer follows a namespace's routing ConfigMap and HotKeyPolicy, and
@@ -135,7 +143,8 @@ func (o *Observer) onConfigMap(obj any) {
 		e := t.Entries[i]
 		kt := o.key(e.Key)
 		if kt.Routed.IsZero() {
-			kt.Routed = now
+			kt.Routed, kt.Source = now, e.Source
+			kt.ShardsWhenRouted = slices.Clone(o.status.Shards)
 		}
 		kt.Entry = &e
 		if kt.SplitEffective.IsZero() && e.Split != nil {
