@@ -3,26 +3,14 @@ package controllers_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers"
-	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 )
@@ -41,27 +29,7 @@ func TestCapturePodsFeed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := net.JoinHostPort("127.0.0.1", freePort(t))
-	h, err := hub.New(hub.Options{Addr: addr, Token: "feed"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Scheme: scheme.New(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: controllers.PodCacheOptionsFor(true)}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &controllers.HotKeyPolicyReconciler{Fleet: h, CapturePods: true, SkipNameValidation: true, Metrics: controllers.NewMetrics(prometheus.NewRegistry())}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = mgr.Start(mctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	addr := startCaptureManager(t, cp, 0)
 
 	pol := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}
 	pol.Spec.Target.Addresses = []string{"redis.shop.svc:6379"}
@@ -70,20 +38,9 @@ func TestCapturePodsFeed(t *testing.T) {
 	if err := cp.Client.Create(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
-	pod := func(ns, name, ip string, labels map[string]string) {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-			Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
-		if err := cp.Client.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip}
-		if err := cp.Client.Status().Update(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pod("shop", "plain", "10.7.0.1", nil)
-	pod("shop", "injected", "10.7.0.2", map[string]string{v1alpha1.LabelPolicy: "checkout"})
-	pod("other", "plain", "10.7.0.3", nil)
+	runningPod(t, cp, "shop", "plain", "10.7.0.1", nil)
+	runningPod(t, cp, "shop", "injected", "10.7.0.2", map[string]string{v1alpha1.LabelPolicy: "checkout"})
+	runningPod(t, cp, "other", "plain", "10.7.0.3", nil)
 
 	// The node agent's side of the link: read events until the node's pods
 	// are as expected and the directive carries the endpoints.
