@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/netns"
 	"github.com/heatsink-dev/heatsink/routing"
-	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // TestClusterRedirectsInNamespaces: a real 3-master, 3-replica Redis
@@ -107,32 +105,15 @@ func TestClusterRedirectsInNamespaces(t *testing.T) {
 	if err := c.SetScope(Scope{Targets: []Target{{Policy: "shop/p", Namespace: "shop", Slots: ranges(slots)}}, Pods: pods}); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	got := map[string]sidecarlink.Entry{}
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, func(_ string, es []sidecarlink.Entry) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, e := range es {
-				g := got[string(e.Key)]
-				g.Reads += e.Reads
-				g.Writes += e.Writes
-				got[string(e.Key)] = g
-			}
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	tl := runTally(t, ctx, cancel, c)
 	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Endpoints == 6 })
 	// expect waits until every key of want has the reads and writes wanted,
 	// then two more flushes, and checks that they stayed exact.
 	expect := func(what string, want map[string][2]uint32) {
 		t.Helper()
 		check := func() error {
-			mu.Lock()
-			defer mu.Unlock()
 			for k, w := range want {
-				if g := got[k]; g.Reads != w[0] || g.Writes != w[1] {
+				if g := tl.get(k); g.Reads != w[0] || g.Writes != w[1] {
 					return fmt.Errorf("%s: %d reads, %d writes counted, sent %d and %d", k, g.Reads, g.Writes, w[0], w[1])
 				}
 			}
@@ -280,9 +261,8 @@ func TestClusterRedirectsInNamespaces(t *testing.T) {
 	reads := func(k string) (uint32, uint32) {
 		f := c.Stats().Flushes
 		eventually.True(t, 20*time.Second, "two more flushes", func() bool { return c.Stats().Flushes >= f+2 })
-		mu.Lock()
-		defer mu.Unlock()
-		return got[k].Reads, got[k].Writes
+		g := tl.get(k)
+		return g.Reads, g.Writes
 	}
 	staleThenFresh := func(what, k string, write bool) {
 		t.Helper()

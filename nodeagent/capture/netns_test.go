@@ -121,22 +121,7 @@ func TestIPv6InNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	got := map[string]sidecarlink.Entry{}
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, func(_ string, es []sidecarlink.Entry) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, e := range es {
-				g := got[string(e.Key)]
-				g.Reads += e.Reads
-				g.Writes += e.Writes
-				got[string(e.Key)] = g
-			}
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	tl := runTally(t, ctx, cancel, c)
 	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Targets == 1 })
 	var conn net.Conn
 	eventually.Succeeds(t, 20*time.Second, func() error {
@@ -154,8 +139,40 @@ func TestIPv6InNamespaces(t *testing.T) {
 		}
 	}
 	eventually.True(t, 20*time.Second, "25 reads and 25 writes of v6:key", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return got["v6:key"].Reads == 25 && got["v6:key"].Writes == 25
+		g := tl.get("v6:key")
+		return g.Reads == 25 && g.Writes == 25
 	})
+}
+
+// tally sums what a running capture counts, per key.
+type tally struct {
+	mu  sync.Mutex
+	got map[string]sidecarlink.Entry
+}
+
+// runTally runs c until the test ends (cancel stops it) and sums its counts.
+func runTally(t *testing.T, ctx context.Context, cancel context.CancelFunc, c *Capture) *tally {
+	tl := &tally{got: map[string]sidecarlink.Entry{}}
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, func(_ string, es []sidecarlink.Entry) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			for _, e := range es {
+				g := tl.got[string(e.Key)]
+				g.Reads += e.Reads
+				g.Writes += e.Writes
+				tl.got[string(e.Key)] = g
+			}
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return tl
+}
+
+// get is the sums of key so far.
+func (tl *tally) get(key string) sidecarlink.Entry {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.got[key]
 }
