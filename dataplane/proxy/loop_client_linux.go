@@ -49,6 +49,7 @@ const (
 
 type lclient struct {
 	fd    int
+	in    *stampIO // r's source
 	r     *resp.Reader
 	out   []byte
 	woff  int
@@ -151,7 +152,8 @@ func (l *loop) add(fd int) {
 		l.p.m.connections.Dec()
 		return
 	}
-	c := &lclient{fd: fd, r: resp.NewReader(fdIO(fd), 16<<10, l.p.cfg.Limits), proto: 2, events: unix.EPOLLIN, avgReply: 2048}
+	in := newStampIO(fd)
+	c := &lclient{fd: fd, in: in, r: resp.NewReader(in, 16<<10, l.p.cfg.Limits), proto: 2, events: unix.EPOLLIN, avgReply: 2048}
 	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: c.events, Fd: int32(fd)}); err != nil {
 		unix.Close(fd)
 		l.p.m.connections.Dec()
@@ -185,9 +187,7 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 		}
 	}
 	l.active.touch(&c.seen)
-	l.probeFill(c)
 	if err := c.r.Fill(); err != nil {
-		l.probeParsed()
 		if errors.Is(err, unix.EAGAIN) {
 			return
 		}
@@ -200,7 +200,14 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 		l.markDirty(c)
 		return
 	}
+	// Parsed once the round's clients have all read (parseReads).
+	l.reads = append(l.reads, read{c: c, ts: c.in.ts})
+}
+
+// parseRead takes the commands of a client that has read new bytes.
+func (l *loop) parseRead(c *lclient) {
 	l.nBatches++
+	l.probeFill(c)
 	l.parse(c)
 	l.probeParsed()
 	l.markDirty(c)

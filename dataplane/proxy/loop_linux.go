@@ -126,6 +126,9 @@ type loop struct {
 	// a reply is owed, and after a round that wrote replies to clients;
 	// replied says the last round did; active counts the clients sending.
 	spinReply, spinCmd spinner
+	// reads are the round's clients that read new bytes, parsed at the
+	// round's end in the order they were sent (loop_stamp_linux.go).
+	reads []read
 	replied            bool
 	active             activity
 }
@@ -256,6 +259,7 @@ func (l *loop) run() {
 				l.pipeEvent(o.pi)
 			}
 		}
+		l.parseReads()
 		l.checkStalls()
 		l.endOfRound()
 		if l.draining && l.clients == 0 {
