@@ -128,9 +128,9 @@ type loop struct {
 	spinReply, spinCmd spinner
 	// reads are the round's clients that read new bytes, parsed at the
 	// round's end in the order they were sent (loop_stamp_linux.go).
-	reads []read
-	replied            bool
-	active             activity
+	reads   []read
+	replied bool
+	active  activity
 }
 
 // loopEligible reports whether the configuration lets the event loop serve
