@@ -51,12 +51,7 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 				}
 				upA, a = testpki.MTLSRedis(t, dirA, serverCA, clientCA)
 				upB, b = testpki.MTLSRedis(t, dirB, serverCA, clientCA)
-				certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-				clientCA.Issue(t, "heatsink", false, certFile, keyFile)
-				var err error
-				if cfg.TLS, err = proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File, CertFile: certFile, KeyFile: keyFile}); err != nil {
-					t.Fatal(err)
-				}
+				cfg.TLS = clientTLS(t, dir, serverCA, clientCA)
 			} else {
 				a, b = redistest.Standalone(t), redistest.Standalone(t)
 				upA, upB = a.Addr, b.Addr

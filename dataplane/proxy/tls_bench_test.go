@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -30,12 +29,7 @@ func BenchmarkTLSUpstream(b *testing.B) {
 	dir := b.TempDir()
 	serverCA, clientCA := testpki.NewCA(b, dir, "server-ca"), testpki.NewCA(b, dir, "client-ca")
 	tlsAddr, srv := testpki.MTLSRedis(b, dir, serverCA, clientCA)
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	clientCA.Issue(b, "heatsink", false, certFile, keyFile)
-	tc, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File, CertFile: certFile, KeyFile: keyFile})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tc := clientTLS(b, dir, serverCA, clientCA)
 	targets := []struct {
 		name string
 		cfg  proxy.Config

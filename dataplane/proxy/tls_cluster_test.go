@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -26,12 +25,7 @@ func TestTLSClusterUpstream(t *testing.T) {
 	dir := t.TempDir()
 	serverCA, clientCA := testpki.NewCA(t, dir, "server-ca"), testpki.NewCA(t, dir, "client-ca")
 	cl, tlsAddrs := testpki.MTLSCluster(t, dir, serverCA, clientCA)
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	clientCA.Issue(t, "heatsink", false, certFile, keyFile)
-	tc, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File, CertFile: certFile, KeyFile: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc := clientTLS(t, dir, serverCA, clientCA)
 	ctx := context.Background()
 	// Checks go to the nodes' plaintext ports, never through the proxy.
 	nodes := make([]*redis.Client, len(cl.Servers))

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -32,13 +33,7 @@ func mtlsProxy(t *testing.T, reg *prometheus.Registry, cfg proxy.Config) (string
 	dir := t.TempDir()
 	serverCA, clientCA := testpki.NewCA(t, dir, "server-ca"), testpki.NewCA(t, dir, "client-ca")
 	tlsAddr, srv := testpki.MTLSRedis(t, dir, serverCA, clientCA)
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	clientCA.Issue(t, "heatsink", false, certFile, keyFile)
-	tc, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File, CertFile: certFile, KeyFile: keyFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Upstreams, cfg.TLS = []string{tlsAddr}, tc
+	cfg.Upstreams, cfg.TLS = []string{tlsAddr}, clientTLS(t, dir, serverCA, clientCA)
 	if reg != nil {
 		cfg.Registerer = reg
 	}
@@ -204,4 +199,17 @@ func TestTLSUpstreamFailureIsAnErrorNotAHang(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "heatsink proxy") {
 		t.Fatalf("GET with the TLS Redis down: %v, want a heatsink proxy error", err)
 	}
+}
+
+// clientTLS is the proxy's TLS configuration toward servers of serverCA,
+// presenting a certificate of clientCA (written in dir) as heatsink.
+func clientTLS(tb testing.TB, dir string, serverCA, clientCA *testpki.CA) *tls.Config {
+	tb.Helper()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	clientCA.Issue(tb, "heatsink", false, certFile, keyFile)
+	tc, err := proxy.ClientTLS(proxy.TLSOptions{CAFile: serverCA.File, CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tc
 }
