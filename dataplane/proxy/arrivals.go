@@ -27,15 +27,39 @@ func (r arrivalIO) Read(b []byte) (int, error) {
 	return s.p.arrivals.read(s, b)
 }
 
-// firstHandsOff reports whether the first command in b, as a client in
-// shared mode sends it, may take another connection than the shared one:
-// anything decide does not forward there, and blocking commands. Bytes
-// that are not a whole multibulk command (an inline command, a command not
-// all here, garbage) count as one that may. args is scratch space.
-func firstHandsOff(b []byte, args *[][]byte) bool {
+// handsOff reports whether a command in b, as a client in shared mode
+// sends it, may take another connection than the shared one: anything
+// decide does not forward there, and blocking commands. A hand-off
+// pipelined behind other commands counts too (its effects follow theirs
+// and come before those of the commands other clients send after it), up
+// to handsOffScan commands. Bytes that do not begin with a whole
+// multibulk command (an inline command, a command not all here, garbage)
+// count as one that may; a later command not all here ends the scan (the
+// rest of a pipeline). args is scratch space.
+func handsOff(b []byte, args *[][]byte) bool {
 	if len(b) == 0 {
 		return false
 	}
+	for i := 0; i < handsOffScan && len(b) > 0; i++ {
+		rest, may, whole := handsOffOne(b, args)
+		switch {
+		case !whole:
+			return i == 0
+		case may:
+			return true
+		}
+		b = rest
+	}
+	return false
+}
+
+// handsOffScan bounds the commands handsOff looks at in one read.
+const handsOffScan = 64
+
+// handsOffOne looks at the first command in b: whole reports whether it
+// is a whole multibulk command, may whether it may hand off, rest what
+// follows it.
+func handsOffOne(b []byte, args *[][]byte) (rest []byte, may, whole bool) {
 	line := func() ([]byte, bool) {
 		i := bytes.Index(b, []byte("\r\n"))
 		if i < 0 {
@@ -47,26 +71,26 @@ func firstHandsOff(b []byte, args *[][]byte) bool {
 	}
 	h, ok := line()
 	if !ok || len(h) < 2 || h[0] != '*' {
-		return true
+		return nil, true, false
 	}
 	n, err := strconv.Atoi(string(h[1:]))
 	if err != nil || n < 1 || n > 64 {
-		return true // a very long command is rarely a hand-off; but may be
+		return nil, true, false // a very long command is rarely a hand-off; but may be
 	}
 	*args = (*args)[:0]
 	for range n {
 		h, ok := line()
 		if !ok || len(h) < 2 || h[0] != '$' {
-			return true
+			return nil, true, false
 		}
 		l, err := strconv.Atoi(string(h[1:]))
 		if err != nil || l < 0 || l+2 > len(b) {
-			return true
+			return nil, true, false
 		}
 		*args = append(*args, b[:l])
 		b = b[l+2:]
 	}
 	a := *args
 	info, known := command.Lookup(a[0])
-	return decide(info, known, a, mode{shared: true, proto: 2}).op != opForward || info.IsBlocking(a)
+	return b, decide(info, known, a, mode{shared: true, proto: 2}).op != opForward || info.IsBlocking(a), true
 }

@@ -82,7 +82,7 @@ type arrivalState struct {
 	rfn, wfn   func(fd uintptr) bool
 	// boundary: the session's next bytes begin a command (it holds no
 	// part of one); handoff: its first pending command may take another
-	// connection than the shared one (firstHandsOff), known once known;
+	// connection than the shared one (handsOff), known once known;
 	// pipe: a subscribed client's input, every command of which counts.
 	boundary, handoff, known, pipe bool
 }
@@ -349,7 +349,7 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 					st.latest = a.next
 				}
 				if !st.known {
-					st.handoff, st.known = st.pipe || st.boundary && firstHandsOff(st.rb[:st.rn], &a.args), true
+					st.handoff, st.known = st.pipe || st.boundary && handsOff(st.rb[:st.rn], &a.args), true
 					if !st.handoff {
 						a.notify() // a session may wait to learn it
 					}
@@ -406,13 +406,12 @@ func (a *arrivals) piped(s *session) {
 	a.mu.Unlock()
 }
 
-// mayHandOff reports whether the first command x has not handled may go
-// to another connection than the shared one (a SUBSCRIBE, MONITOR,
-// SELECT, a blocking command, ...): only then do the sessions whose bytes
-// came after wait for it. Commands that merely share the connection, or
-// pipelined behind others of the same client, are not waited for (a
-// pipeline's later commands are written after its earlier ones' replies
-// anyway, docs/proxy.md). Bytes x has not read yet are peeked at.
+// mayHandOff reports whether a command x has not handled may go to
+// another connection than the shared one (a SUBSCRIBE, MONITOR, SELECT, a
+// blocking command, ...; pipelined behind others of x's too: handsOff):
+// only then do the sessions whose bytes came after wait for it. Commands
+// that merely share the connection are not waited for. Bytes x has not
+// read yet are peeked at.
 func (a *arrivals) mayHandOff(x *session) bool {
 	st := &x.arr
 	if st.pipe {
@@ -435,7 +434,7 @@ func (a *arrivals) mayHandOff(x *session) bool {
 	if err != nil || n <= 0 {
 		return true // x is reading its bytes: its read says (read)
 	}
-	st.handoff, st.known = firstHandsOff(a.peek[:n], &a.args), true
+	st.handoff, st.known = handsOff(a.peek[:n], &a.args), true
 	return st.handoff
 }
 

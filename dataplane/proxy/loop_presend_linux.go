@@ -83,7 +83,18 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	if !l.presendable(c, cl, args) {
 		return false
 	}
-	if l.waitDrain(c, off) {
+	if c.owed() > 0 {
+		// Pipelined behind its client's commands still unanswered, it
+		// waits for their replies (its effects must follow theirs); the
+		// commands other clients send after it wait with it, as while a
+		// spare is awaited: its fence is up from now, once the commands
+		// read before it are written (Redis would have read it before
+		// theirs). Not behind a blocking command, which may not be
+		// answered for long, nor while another fence is up.
+		if l.presenting == nil && l.p.fences.n.Load() == 0 && c.excl == nil && !l.sessionsAhead() && l.flushUps() {
+			l.presenting = &presenting{c: c, fence: l.p.fences.raiseUnsent()}
+		}
+		l.waitDrain(c, off)
 		return true
 	}
 	pg := l.presenting
@@ -99,11 +110,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	}
 	if pg == nil {
 		// The commands read before it go first; those read after it wait.
-		l.eachUp(func(x *lupstream) {
-			if x.open() && x.wantsWrite() && !x.wblocked {
-				l.flushUp(x)
-			}
-		})
+		l.flushUps()
 		// Unsent: while no spare is idle the command waits for one (a TLS
 		// spare's handshake took over 50 ms on a loaded machine, and a
 		// fence counted from here ran out first, so the session wrote the
@@ -170,6 +177,21 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	}
 	l.handoff(c, off)
 	return true
+}
+
+// flushUps writes the commands read so far; it reports whether every one
+// is written.
+func (l *loop) flushUps() bool {
+	all := true
+	l.eachUp(func(x *lupstream) {
+		if x.open() && x.wantsWrite() && !x.wblocked {
+			l.flushUp(x)
+		}
+		if x.wantsWrite() { // unwritten, or its connection still being opened
+			all = false
+		}
+	})
+	return all
 }
 
 // spareCame takes again the command that waits for a spare connection.

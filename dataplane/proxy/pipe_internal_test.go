@@ -44,7 +44,9 @@ func TestFirstHandsOff(t *testing.T) {
 		{"", false},
 		{"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", false},
 		{"*3\r\n$7\r\nPUBLISH\r\n$1\r\nc\r\n$1\r\nm\r\n", false},
-		{"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n", false}, // behind a GET: not waited for
+		{"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n", true}, // behind a GET: waited for too
+		{"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$3\r\nGET\r\n$1\r\nj\r\n", false},
+		{"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\n", false}, // the rest of a pipeline not all here
 		{"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n", true},
 		{"*2\r\n$10\r\nPSUBSCRIBE\r\n$2\r\nc*\r\n", true},
 		{"*1\r\n$7\r\nMONITOR\r\n", true},
@@ -56,8 +58,8 @@ func TestFirstHandsOff(t *testing.T) {
 		{"SUBSCRIBE c\r\n", true},                 // inline
 		{"*x\r\n", true},
 	} {
-		if got := firstHandsOff([]byte(tc.b), &args); got != tc.want {
-			t.Errorf("firstHandsOff(%q) = %v, want %v", tc.b, got, tc.want)
+		if got := handsOff([]byte(tc.b), &args); got != tc.want {
+			t.Errorf("handsOff(%q) = %v, want %v", tc.b, got, tc.want)
 		}
 	}
 }

@@ -286,15 +286,18 @@ func (s *session) handle() (done bool, err error) {
 		// The command changes or depends on connection state, or holds its
 		// connection: from now on this client gets its own upstream
 		// connection, and the command is classified again for it.
-		s.drain()
-		s.dedicated = true
-		s.p.m.dedicated.Inc()
 		if c.route.op == opOwnConn {
 			// Until Redis has answered it, no command read after it is
 			// written (fence.go); a blocking command or a script is not
-			// answered at once and keeps no fence.
+			// answered at once and keeps no fence. Raised before the
+			// replies its client's pipeline still waits for (drain): the
+			// others that wait for this session's handling (drain tells
+			// them it is handled) then wait for this fence.
 			s.fence = s.p.fences.raiseUnsent()
 		}
+		s.drain()
+		s.dedicated = true
+		s.p.m.dedicated.Inc()
 		c = s.p.classify(args, s.mode())
 	}
 	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.

@@ -70,9 +70,14 @@ func dial(t *testing.T, addr string) rawClient {
 
 func send(t *testing.T, c net.Conn, args ...string) {
 	t.Helper()
+	write(t, c, resp.AppendArgs(nil, bytesOf(args)))
+}
+
+// bytesOf is a command's arguments as bytes.
+func bytesOf(args []string) [][]byte {
 	b := make([][]byte, len(args))
 	for i, a := range args {
 		b[i] = []byte(a)
 	}
-	write(t, c, resp.AppendArgs(nil, b))
+	return b
 }
