@@ -28,7 +28,7 @@ func ipv4TCP(src, dst netip.AddrPort, fragOff uint16, payload string) []byte {
 
 func TestFilter(t *testing.T) {
 	eps := []netip.AddrPort{netip.MustParseAddrPort("10.0.0.9:6379"), netip.MustParseAddrPort("10.96.0.1:6380")}
-	prog, err := coreProgram(eps, 1)
+	prog, err := coreProgram(eps, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestFilter(t *testing.T) {
 			t.Errorf("packet to %v: kept %v, want %v", c.pkt[16:24], n > 0, c.want)
 		}
 		var s segment
-		if c.want && (!decodeIPv4TCP(c.pkt, &s) || s.client != cli || s.seq != 77) {
+		if c.want && (!decodeIPv4TCP(c.pkt, 0, &s) || s.client != cli || s.seq != 77) {
 			t.Errorf("decoded %+v", s)
 		}
 	}
@@ -64,10 +64,10 @@ func TestFilter(t *testing.T) {
 	for i := range many {
 		many[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), 6379)
 	}
-	if _, err := coreProgram(many, 1); err == nil {
+	if _, err := coreProgram(many, 1, 0); err == nil {
 		t.Error("more endpoints than fit accepted")
 	}
-	if full, err := program(eps, 3); err != nil {
+	if full, err := program(eps, 3, 0); err != nil {
 		t.Fatal(err)
 	} else if _, err := bpf.Assemble(full); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestFilter(t *testing.T) {
 func TestFilterSamplesWholeConnections(t *testing.T) {
 	ep := netip.MustParseAddrPort("10.0.0.9:6379")
 	const every = 4
-	prog, _ := coreProgram([]netip.AddrPort{ep}, every)
+	prog, _ := coreProgram([]netip.AddrPort{ep}, every, 0)
 	vm, err := bpf.NewVM(prog)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestFilterIPv6(t *testing.T) {
 	ep := netip.MustParseAddrPort("[2001:db8::9]:6379")
 	other := netip.MustParseAddrPort("[2001:db8::8]:6379")
 	for _, every := range []uint32{1, 4} {
-		prog, err := coreProgram6([]netip.AddrPort{ep, netip.MustParseAddrPort("10.0.0.1:6379")}, every)
+		prog, err := coreProgram6([]netip.AddrPort{ep, netip.MustParseAddrPort("10.0.0.1:6379")}, every, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestFilterIPv6(t *testing.T) {
 			if n > 0 {
 				kept++
 				var s segment
-				if !decodePacket(ipv6TCP(cli, ep, 6, "x"), &s) || s.client != cli || s.server != ep || string(s.payload) != "x" {
+				if !decodePacket(ipv6TCP(cli, ep, 6, "x"), 0, &s) || s.client != cli || s.server != ep || string(s.payload) != "x" {
 					t.Fatalf("decoded %+v", s)
 				}
 			}

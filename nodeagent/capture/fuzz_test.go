@@ -67,7 +67,7 @@ func FuzzTracker(f *testing.F) {
 	f.Add([]byte("garbage\r\n"+cmd("INCR", "c")), []byte{3, 3, 200})
 	f.Add([]byte(cmd("READONLY")+cmd("GET", "a")+cmd("READWRITE")+cmd("SET", "b", "v")), []byte{0, 8, 16, 30, 50})
 	f.Fuzz(func(t *testing.T, data, order []byte) {
-		tr := newTracker(Limits{ReorderBuffer: 64, ReorderTotal: 128}, 1)
+		tr := newTracker(Limits{ReorderBuffer: 64, ReorderTotal: 128}, 1, 0)
 		// The standalone target and a cluster target in which the server
 		// serves half the slots (the other half another node's).
 		scope := scopeT

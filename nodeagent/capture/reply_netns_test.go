@@ -1,0 +1,150 @@
+//go:build linux
+
+package capture
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/netns"
+)
+
+// TestReplySizesInNamespaces: with replies followed (1 in 1), a real
+// go-redis client with no sidecar reading a 20 MB string and a 5 MB hash
+// from a real redis-server gets their sizes counted for those keys, as a
+// sidecar's reads (RESP bytes of the reply, within a few % for the hash,
+// whose size is estimated from its first elements), read one by one or in
+// a pipeline among small keys, and the small keys' sizes stay exact. The
+// values are written from the server's own namespace, unseen, so no write
+// size can stand in for a read's.
+func TestReplySizesInNamespaces(t *testing.T) {
+	n := netns.ForTest(t, "redis-server")
+	netns.Redis(t, n.Server, netns.ServerIP, 6379)
+	server := netip.MustParseAddrPort(netns.ServerIP + ":6379")
+	ctx, cancel := context.WithCancel(context.Background())
+
+	const (
+		strLen            = 20 << 20
+		fields, fieldVal  = 50000, 90 // "f:%06d" → 90 bytes: about 5 MB
+		smallKeys, midLen = 200, 600
+	)
+	admin := redis.NewClient(&redis.Options{Addr: server.String(), Dialer: netns.Dialer(n.Server, "")})
+	defer admin.Close()
+	eventually.Succeeds(t, 20*time.Second, func() error { return admin.Ping(ctx).Err() })
+	if err := admin.Set(ctx, "big:string", strings.Repeat("s", strLen), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hashSize := 1 + len(fmt.Sprint(fields)) + 2 // "%50000\r\n", RESP3 as go-redis speaks it
+	pipe := admin.Pipeline()
+	for i := range fields {
+		f := fmt.Sprintf("f:%06d", i)
+		pipe.HSet(ctx, "big:hash", f, strings.Repeat("h", fieldVal))
+		hashSize += bulkLen(len(f)) + bulkLen(fieldVal)
+	}
+	for i := range smallKeys {
+		pipe.Set(ctx, fmt.Sprintf("small:%d", i), fmt.Sprintf("v%d", i), 0)
+		pipe.Set(ctx, fmt.Sprintf("mid:%d", i), strings.Repeat("m", midLen+i), 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var c *Capture
+	if err := netns.Do(n.Observer, func() (err error) {
+		c, err = Open(Config{ReplySampleEvery: 1})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetScope(Scope{
+		Targets: []Target{{Policy: "shop/p", Namespace: "shop", Endpoints: []netip.AddrPort{server}}},
+		Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "shop"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tl := runTally(t, ctx, cancel, c)
+	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Targets == 1 })
+
+	// The application: one connection, so its replies are in step from
+	// its start.
+	app := redis.NewClient(&redis.Options{Addr: server.String(), Dialer: netns.Dialer(n.Client, netns.ClientIP), PoolSize: 1})
+	defer app.Close()
+	small := func(i int) string { return fmt.Sprintf("small:%d", i) }
+	for i := range smallKeys / 2 {
+		if err := app.Get(ctx, small(i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if i == 10 {
+			if v, err := app.Get(ctx, "big:string").Result(); err != nil || len(v) != strLen {
+				t.Fatalf("GET big:string: %d bytes, %v", len(v), err)
+			}
+			if v, err := app.HGetAll(ctx, "big:hash").Result(); err != nil || len(v) != fields {
+				t.Fatalf("HGETALL big:hash: %d fields, %v", len(v), err)
+			}
+		}
+	}
+	// Pipelines: replies packed in one packet, each to its own key; then
+	// one with the large string among small keys.
+	for i := range smallKeys / 2 {
+		p := app.Pipeline()
+		p.Get(ctx, small(smallKeys/2+i))
+		p.Get(ctx, fmt.Sprintf("mid:%d", i))
+		p.Get(ctx, fmt.Sprintf("mid:%d", i+1))
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := app.Pipeline()
+	p.Get(ctx, small(0))
+	p.Get(ctx, "big:string")
+	p.Get(ctx, small(1))
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	strSize := uint32(bulkLen(strLen))
+	eventually.True(t, 20*time.Second, "the big keys' sizes", func() bool {
+		return tl.get("big:string").Size == strSize && tl.get("big:hash").Size > 0 && tl.get(small(smallKeys-1)).Reads > 0
+	})
+	if got := tl.get("big:hash").Size; got < uint32(hashSize)*97/100 || got > uint32(hashSize)*103/100 {
+		t.Errorf("big:hash: size %d, want %d within 3 %%", got, hashSize)
+	}
+	sized := 0
+	for i := range smallKeys {
+		g := tl.get(small(i))
+		if want := uint32(bulkLen(len(fmt.Sprintf("v%d", i)))); g.Size != 0 && g.Size != want {
+			t.Errorf("%s: size %d, want %d", small(i), g.Size, want)
+		}
+		if g.Size != 0 {
+			sized++
+		}
+		// mid:i was read in the pipelines i-1 and i: never another key's size.
+		if g := tl.get(fmt.Sprintf("mid:%d", i)); g.Size != 0 && g.Size != uint32(bulkLen(midLen+i)) {
+			t.Errorf("mid:%d: size %d, want %d", i, g.Size, bulkLen(midLen+i))
+		}
+	}
+	pipelined := 0
+	for i := range smallKeys / 2 {
+		if tl.get(fmt.Sprintf("mid:%d", i)).Size != 0 {
+			pipelined++
+		}
+	}
+	st := c.Stats()
+	t.Logf("sizes: big:string %d, big:hash %d (RESP %d); %d small keys sized of %d, %d pipelined mid keys of %d; replies %d, estimated %d, lost %d, unmatched %d; reply packets %d, bytes %d",
+		tl.get("big:string").Size, tl.get("big:hash").Size, hashSize, sized, smallKeys, pipelined, smallKeys/2, st.Replies, st.ReplyEstimated, st.ReplyLost, st.ReplyUnmatched, st.ReplyPackets, st.ReplyBytes)
+	// All but the reads right after a reply that lost the stream (the hash
+	// cut by the capture; two requests to be in step again) are sized.
+	if sized < smallKeys-6 || pipelined < smallKeys/2-2 {
+		t.Errorf("%d of %d small keys and %d of %d pipelined keys sized", sized, smallKeys, pipelined, smallKeys/2)
+	}
+}
+
+// bulkLen is the size of a bulk string of n bytes in RESP.
+func bulkLen(n int) int { return 1 + len(fmt.Sprint(n)) + 2 + n + 2 }
