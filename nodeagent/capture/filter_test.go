@@ -158,3 +158,60 @@ func TestFilterIPv6(t *testing.T) {
 		}
 	}
 }
+
+// TestFilterReplies: with reply sampling, a reply (from an endpoint) is
+// kept, its head only, exactly when its client is in the 1-in-(every ×
+// replyEvery) sample, which is within the requests' 1-in-every sample.
+func TestFilterReplies(t *testing.T) {
+	ep4 := netip.MustParseAddrPort("10.0.0.9:6379")
+	ep6 := netip.MustParseAddrPort("[2001:db8::9]:6379")
+	const every, replyEvery = 2, 4
+	v4, err := coreProgram([]netip.AddrPort{ep4, netip.MustParseAddrPort("10.0.0.7:6380")}, every, replyEvery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6, err := coreProgram6([]netip.AddrPort{netip.MustParseAddrPort("[2001:db8::7]:6380"), ep6}, every, replyEvery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prog []bpf.Instruction
+		ep   netip.AddrPort
+		pkt  func(src, dst netip.AddrPort) []byte
+		cli  func(i int) netip.AddrPort
+	}{
+		{v4, ep4, func(s, d netip.AddrPort) []byte { return ipv4TCP(s, d, 0, "x") },
+			func(i int) netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), uint16(40000+i*3)) }},
+		{v6, ep6, func(s, d netip.AddrPort) []byte { return ipv6TCP(s, d, 6, "x") },
+			func(i int) netip.AddrPort {
+				return netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 1, 0xd, 0xb8, 15: byte(i)}), uint16(40000+i*3))
+			}},
+	} {
+		vm, err := bpf.NewVM(c.prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies := 0
+		for i := range 400 {
+			cli := c.cli(i)
+			req, _ := vm.Run(c.pkt(cli, c.ep))
+			rep, _ := vm.Run(c.pkt(c.ep, cli))
+			if (req == snapLen) != Sampled(cli, every) || (rep == replySnap) != Sampled(cli, every*replyEvery) || (rep != 0 && rep != replySnap) {
+				t.Fatalf("%v: request kept %d, reply %d", cli, req, rep)
+			}
+			if rep > 0 {
+				replies++
+				if req == 0 {
+					t.Fatalf("%v: a reply kept whose requests are not", cli)
+				}
+			}
+			other := netip.AddrPortFrom(c.ep.Addr(), 6390)
+			if n, _ := vm.Run(c.pkt(other, cli)); n > 0 {
+				t.Fatal("a packet from another port kept")
+			}
+		}
+		if replies < 25 || replies > 80 {
+			t.Errorf("%d of 400 connections' replies kept at 1 in %d", replies, every*replyEvery)
+		}
+	}
+}
