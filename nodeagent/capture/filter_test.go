@@ -181,7 +181,9 @@ func TestFilterReplies(t *testing.T) {
 		cli  func(i int) netip.AddrPort
 	}{
 		{v4, ep4, func(s, d netip.AddrPort) []byte { return ipv4TCP(s, d, 0, "x") },
-			func(i int) netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), uint16(40000+i*3)) }},
+			func(i int) netip.AddrPort {
+				return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), uint16(40000+i*3))
+			}},
 		{v6, ep6, func(s, d netip.AddrPort) []byte { return ipv6TCP(s, d, 6, "x") },
 			func(i int) netip.AddrPort {
 				return netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 1, 0xd, 0xb8, 15: byte(i)}), uint16(40000+i*3))
