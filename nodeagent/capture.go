@@ -199,7 +199,7 @@ func captureMetrics(reg prometheus.Registerer, c *capture.Capture) error {
 			func(s capture.Stats) uint64 { return s.KernelDrops }),
 		counter("heatsink_node_agent_capture_reply_packets_total", "Reply packets of the connections whose replies the capture follows (--capture-reply-sample).",
 			func(s capture.Stats) uint64 { return s.ReplyPackets }),
-		counter("heatsink_node_agent_capture_replies_sized_total", "Replies matched to their request, their size counted for its key (big keys by read size).",
+		counter("heatsink_node_agent_capture_replies_matched_total", "Replies matched to their request (a read's size counted for its key: big keys by read size).",
 			func(s capture.Stats) uint64 { return s.Replies + s.ReplyEstimated }),
 		counter("heatsink_node_agent_capture_replies_lost_total", "Times reply matching stopped on a connection until its streams were in step again (a hole, a header the kernel did not copy, a reply out of step, a bound).",
 			func(s capture.Stats) uint64 { return s.ReplyLost }),

@@ -42,6 +42,10 @@ type replies struct {
 	multi bool
 	// bad: the reply being fed cannot be matched; lost after the feed.
 	bad bool
+	// answered: a reply was matched since the tentative start (a
+	// confirmation needs one: a request cut in packets would else confirm
+	// before any reply came).
+	answered bool
 	// q from qh are the requests awaiting their reply; keys holds their
 	// keys (pend.off, pend.n).
 	q    []pend
@@ -88,7 +92,16 @@ func (r *replies) held() int { return len(r.keys) + pendBytes*(len(r.q)-r.qh) }
 
 func (t *tracker) clearQueue(r *replies) {
 	t.replyHeld -= r.held()
+	r.empty()
+}
+
+// empty empties the queue, keeping its memory unless a burst grew it (a
+// connection's usual queue is a command or a pipeline's few).
+func (r *replies) empty() {
 	r.q, r.qh, r.keys = r.q[:0], 0, r.keys[:0]
+	if cap(r.q) > 64 || cap(r.keys) > 2<<10 {
+		r.q, r.keys = nil, nil
+	}
 }
 
 // replyRestart: the connection starts (its SYN); its replies are in step
@@ -132,10 +145,10 @@ func (t *tracker) replyAtRequest(f *flow, ack uint32) {
 	}
 	switch r.mode {
 	case rLost:
-		r.mode = rTentative
+		r.mode, r.answered = rTentative, false
 		r.p.reset()
 	case rTentative:
-		if r.p.atBoundary() && r.qh == len(r.q) {
+		if r.answered && r.p.atBoundary() && r.qh == len(r.q) {
 			r.mode = rSynced
 		}
 	}
@@ -244,6 +257,7 @@ func (t *tracker) replyDone(f *flow, size int, push bool) {
 		return
 	}
 	h := r.q[r.qh]
+	r.answered = true
 	if r.mode == rSynced {
 		t.stats.Replies++
 		t.countReply(f, h, size)
@@ -252,7 +266,7 @@ func (t *tracker) replyDone(f *flow, size int, push bool) {
 	r.qh++
 	switch {
 	case r.qh == len(r.q):
-		r.q, r.qh, r.keys = r.q[:0], 0, r.keys[:0]
+		r.empty()
 	case r.qh > len(r.q)/2 && r.qh > 32:
 		// Compact: the queue and its keys move to the front.
 		base := r.q[r.qh].off

@@ -168,6 +168,10 @@ func newTracker(lim Limits, every, replyEvery uint32) *tracker {
 // setScope replaces the scope; every connection is attributed again at its
 // next packet.
 func (t *tracker) setScope(s Scope) {
+	// Queued reads name their targets by the old indices.
+	for _, f := range t.flows {
+		t.replyLost(f)
+	}
 	t.scope = s
 	t.gen++
 	// Counts not yet flushed are dropped with the old targets (their
