@@ -158,17 +158,12 @@ func sample4(addrOff, portOff, every uint32) []bpf.Instruction {
 	if every <= 1 {
 		return nil
 	}
-	return []bpf.Instruction{
+	return append([]bpf.Instruction{
 		bpf.LoadIndirect{Off: portOff, Size: 2}, // client port
 		bpf.TAX{},
 		bpf.LoadAbsolute{Off: addrOff, Size: 4}, // client address
 		bpf.ALUOpX{Op: bpf.ALUOpXor},
-		bpf.ALUOpConstant{Op: bpf.ALUOpMul, Val: hashMul},
-		bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 16},
-		bpf.ALUOpConstant{Op: bpf.ALUOpMod, Val: every},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
-		bpf.RetConstant{Val: 0},
-	}
+	}, hashKeeps(every)...)
 }
 
 // coreProgram6 is coreProgram for an IPv6 packet (at offset 0): TCP right
@@ -242,7 +237,7 @@ func sample6(addrOff, portOff, every uint32) []bpf.Instruction {
 	if every <= 1 {
 		return nil
 	}
-	return []bpf.Instruction{
+	return append([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: addrOff, Size: 4}, // client address, folded
 		bpf.TAX{},
 		bpf.LoadAbsolute{Off: addrOff + 4, Size: 4},
@@ -256,6 +251,13 @@ func sample6(addrOff, portOff, every uint32) []bpf.Instruction {
 		bpf.TAX{},
 		bpf.LoadAbsolute{Off: portOff, Size: 2}, // client port
 		bpf.ALUOpX{Op: bpf.ALUOpXor},
+	}, hashKeeps(every)...)
+}
+
+// hashKeeps ends a sample test: the client's folded address and port (in
+// A) hashed as Sampled does, the packet dropped unless 0 modulo every.
+func hashKeeps(every uint32) []bpf.Instruction {
+	return []bpf.Instruction{
 		bpf.ALUOpConstant{Op: bpf.ALUOpMul, Val: hashMul},
 		bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 16},
 		bpf.ALUOpConstant{Op: bpf.ALUOpMod, Val: every},
