@@ -158,9 +158,11 @@ func (t *tracker) replyAtRequest(f *flow, ack uint32) {
 // counted it for).
 func (t *tracker) expect(f *flow, p *parser, key []byte, read uint64) {
 	r := f.r
-	if r.off || r.mode == rLost {
+	if r.off {
 		return
 	}
+	// Followed even while lost: a connection that subscribed or is in a
+	// transaction stays so after the streams are in step again.
 	if len(p.args) > 0 && p.args[0] != nil {
 		switch n := p.args[0]; {
 		case command.EqFold(n, "SUBSCRIBE"), command.EqFold(n, "PSUBSCRIBE"), command.EqFold(n, "SSUBSCRIBE"),
@@ -177,6 +179,9 @@ func (t *tracker) expect(f *flow, p *parser, key []byte, read uint64) {
 	if r.off {
 		t.clearQueue(r)
 		r.mode = rLost
+		return
+	}
+	if r.mode == rLost {
 		return
 	}
 	if r.multi {
