@@ -31,7 +31,7 @@ func decodeIPv6TCP(b []byte, wire int, s *segment) bool {
 }
 
 // decodeIPv4TCP reads a captured IPv4 packet (from its IP header) as a
-// client→server segment. ok is false for anything else, or a header cut
+// segment from its source to its destination. ok is false for anything else, or a header cut
 // short. A packet cut short after its headers gives the payload it has:
 // the stream then has a hole, which the tracker handles as a loss.
 func decodeIPv4TCP(b []byte, wire int, s *segment) (ok bool) {

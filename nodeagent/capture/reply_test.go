@@ -189,7 +189,8 @@ func TestTrackerReplyResync(t *testing.T) {
 	}
 }
 
-// A subscribed connection's messages are never taken for replies.
+// A subscribed connection's messages are never taken for replies, nor
+// replies after CLIENT REPLY given to the commands they do not answer.
 func TestTrackerReplySubscribed(t *testing.T) {
 	tr := newTracker(Limits{}, 1, 1)
 	tr.setScope(scopeT)
@@ -200,6 +201,13 @@ func TestTrackerReplySubscribed(t *testing.T) {
 	c.reply("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nworld\r\n", 0)
 	if got := sizesOf(tr); len(got) != 0 {
 		t.Errorf("sizes %v on a subscribed connection", got)
+	}
+	// CLIENT REPLY SKIP: the next command has no reply.
+	c = newConn(tr, 40004)
+	c.send(cmd("CLIENT", "REPLY", "SKIP") + cmd("GET", "a") + cmd("GET", "b"))
+	c.reply("$2\r\nbb\r\n", 0)
+	if got := sizesOf(tr); len(got) != 0 {
+		t.Errorf("sizes %v after CLIENT REPLY SKIP", got)
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 )
 
 // segment is the part of one captured TCP packet the tracker reads: a
-// client→server packet of a connection to one of the scope's endpoints.
+// client→server packet of a connection to one of the scope's endpoints,
+// or (reply capture) a packet from one. client and server are its source
+// and destination as decoded: for a reply, the other way round.
 type segment struct {
 	client, server netip.AddrPort
 	seq, ack       uint32
