@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/netns"
 )
@@ -148,3 +149,87 @@ func TestReplySizesInNamespaces(t *testing.T) {
 
 // bulkLen is the size of a bulk string of n bytes in RESP.
 func bulkLen(n int) int { return 1 + len(fmt.Sprint(n)) + 2 + n + 2 }
+
+// TestReplyPushAndTransactionsInNamespaces: a real redis-server's RESP3
+// push frames (client-side caching invalidations, sent on the reading
+// connection between replies) answer no command, and a transaction's
+// QUEUED replies and EXEC array size nothing: the reads around them keep
+// their own sizes, the large value read inside MULTI is not sized.
+func TestReplyPushAndTransactionsInNamespaces(t *testing.T) {
+	n := netns.ForTest(t, "redis-server")
+	netns.Redis(t, n.Server, netns.ServerIP, 6379)
+	server := netip.MustParseAddrPort(netns.ServerIP + ":6379")
+	ctx, cancel := context.WithCancel(context.Background())
+	admin := redis.NewClient(&redis.Options{Addr: server.String(), Dialer: netns.Dialer(n.Server, "")})
+	defer admin.Close()
+	eventually.Succeeds(t, 20*time.Second, func() error { return admin.Ping(ctx).Err() })
+	for k, v := range map[string]string{"k:tracked": "v", "k:other": strings.Repeat("o", 1000),
+		"k:big": strings.Repeat("b", 100000), "k:after": strings.Repeat("a", 500)} {
+		if err := admin.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c *Capture
+	if err := netns.Do(n.Observer, func() (err error) {
+		c, err = Open(Config{ReplySampleEvery: 1})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetScope(Scope{
+		Targets: []Target{{Policy: "shop/p", Namespace: "shop", Endpoints: []netip.AddrPort{server}}},
+		Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "shop"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tl := runTally(t, ctx, cancel, c)
+	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Targets == 1 })
+
+	conn, err := netns.Dialer(n.Client, netns.ClientIP)(ctx, "tcp", server.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rd := resp.NewReader(conn, 4096, resp.ReplyLimits())
+	// call sends commands and reads n values (replies or pushes).
+	call := func(req string, n int) []any {
+		t.Helper()
+		if _, err := conn.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		var out []any
+		for range n {
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			v, err := rd.ReadValue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	call(cmd("HELLO", "3")+cmd("CLIENT", "TRACKING", "ON")+cmd("GET", "k:tracked"), 3)
+	// The invalidation, pushed to this connection by another's write.
+	if err := admin.Set(ctx, "k:tracked", "w", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := call("", 1)[0].(resp.Push); !ok {
+		t.Fatalf("want the invalidation push, got %T %v", v, v)
+	}
+	call(cmd("GET", "k:other"), 1)
+	call(cmd("MULTI")+cmd("GET", "k:big")+cmd("EXEC"), 3)
+	call(cmd("GET", "k:after"), 1)
+
+	eventually.True(t, 20*time.Second, "k:after read", func() bool { return tl.get("k:after").Reads == 1 })
+	flushes := c.Stats().Flushes
+	eventually.True(t, 20*time.Second, "two more flushes", func() bool { return c.Stats().Flushes >= flushes+2 })
+	for k, want := range map[string]uint32{"k:tracked": 7, "k:other": uint32(bulkLen(1000)), "k:big": 0, "k:after": uint32(bulkLen(500))} {
+		if got := tl.get(k).Size; got != want {
+			t.Errorf("%s: size %d, want %d", k, got, want)
+		}
+	}
+	if tl.get("k:big").Reads != 1 {
+		t.Errorf("k:big: %d reads counted, sent 1 (inside MULTI)", tl.get("k:big").Reads)
+	}
+	t.Logf("capture: %+v", c.Stats())
+}
