@@ -19,7 +19,14 @@ import "github.com/heatsink-dev/heatsink/dataplane/command"
 //     the queue over its bounds. The queue is dropped; nothing is matched.
 //   - tentative: a request was sent when the client had received every
 //     reply byte seen (its ACK number is the reply stream's end), so if no
-//     earlier command is still unanswered its reply starts there. Replies
+//     earlier command is still unanswered its reply starts there. That
+//     holds for a client that waits for its replies before it sends more
+//     (one command, or one pipeline, at a time), not for one that keeps
+//     commands in flight (a multiplexing client such as ioredis, whose
+//     commands lost with the stream are answered after the next ones are
+//     sent): a connection that lost its step with more than one command
+//     waiting, or that sent a packet of commands while others were still
+//     unanswered, is never matched again (stuck) until it reconnects. Replies
 //     are matched but not counted until a later request confirms it: sent,
 //     again, with every reply byte received, when the parser is at a reply
 //     boundary there and every queued request has had its reply. A wrong
@@ -42,6 +49,9 @@ type replies struct {
 	multi bool
 	// bad: the reply being fed cannot be matched; lost after the feed.
 	bad bool
+	// concurrent: a packet of commands was sent while others waited for
+	// their replies; stuck: matching stopped for the connection's life.
+	concurrent, stuck bool
 	// answered: a reply was matched since the tentative start (a
 	// confirmation needs one: a request cut in packets would else confirm
 	// before any reply came).
@@ -109,7 +119,7 @@ func (r *replies) empty() {
 func (t *tracker) replyRestart(f *flow) {
 	if r := f.r; r != nil {
 		t.clearQueue(r)
-		r.mode, r.known, r.off, r.multi, r.bad = rLost, false, false, false, false
+		r.mode, r.known, r.off, r.multi, r.bad, r.concurrent, r.stuck = rLost, false, false, false, false, false, false
 	}
 }
 
@@ -125,6 +135,12 @@ func (t *tracker) replyLost(f *flow) {
 		t.countReply(f, r.q[r.qh], size)
 	}
 	t.stats.ReplyLost++
+	if r.concurrent || len(r.q)-r.qh > 1 || r.mode == rTentative && r.qh < len(r.q) {
+		// Commands in flight when the step was lost: their replies may
+		// come after later commands are sent, and a tentative start could
+		// not tell them from those commands' replies.
+		r.stuck = true
+	}
 	t.clearQueue(r)
 	r.mode, r.bad = rLost, false
 	r.p.reset()
@@ -134,8 +150,15 @@ func (t *tracker) replyLost(f *flow) {
 // parsed): its ACK number is how much of the reply stream the client had.
 func (t *tracker) replyAtRequest(f *flow, ack uint32) {
 	r := f.r
-	if r == nil || r.off {
+	if r == nil || r.off || r.stuck {
 		return
+	}
+	if r.mode != rLost && r.qh < len(r.q) {
+		r.concurrent = true
+		if r.mode == rTentative {
+			t.replyLost(f) // not in step for certain: stuck
+			return
+		}
 	}
 	if !r.known {
 		r.next, r.known = ack, true

@@ -189,6 +189,32 @@ func TestTrackerReplyResync(t *testing.T) {
 	}
 }
 
+// A connection with commands in flight when it loses step (a client that
+// sends while replies are due) is not matched again: the replies of the
+// commands lost with the stream may come after the next ones are sent.
+func TestTrackerReplyStuckWhenConcurrent(t *testing.T) {
+	tr := newTracker(Limits{}, 1, 1)
+	tr.setScope(scopeT)
+	c := newConn(tr, 40005)
+	c.send(cmd("GET", "a"))
+	c.send(cmd("GET", "b")) // sent before a's reply
+	c.reply("$1\r\na\r\n$300\r\n", 3000)
+	for _, k := range []string{"c", "d", "e"} {
+		c.send(cmd("GET", k))
+		c.reply("$1\r\nx\r\n", 0)
+	}
+	if got := sizesOf(tr); !mapsEqual(got, map[string]uint32{"a": 7, "b": 308}) {
+		t.Errorf("sizes %v, want a's and b's only", got)
+	}
+	// It reconnects: in step again.
+	c = newConn(tr, 40005)
+	c.send(cmd("GET", "f"))
+	c.reply("$1\r\nf\r\n", 0)
+	if got := sizesOf(tr); !mapsEqual(got, map[string]uint32{"f": 7}) {
+		t.Errorf("sizes %v after reconnecting", got)
+	}
+}
+
 // A subscribed connection's messages are never taken for replies, nor
 // replies after CLIENT REPLY given to the commands they do not answer.
 func TestTrackerReplySubscribed(t *testing.T) {
