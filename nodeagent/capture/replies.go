@@ -19,20 +19,21 @@ import "github.com/heatsink-dev/heatsink/dataplane/command"
 //     the queue over its bounds. The queue is dropped; nothing is matched.
 //   - tentative: a request was sent when the client had received every
 //     reply byte seen (its ACK number is the reply stream's end), so if no
-//     earlier command is still unanswered its reply starts there. That
-//     holds for a client that waits for its replies before it sends more
-//     (one command, or one pipeline, at a time), not for one that keeps
-//     commands in flight (a multiplexing client such as ioredis, whose
-//     commands lost with the stream are answered after the next ones are
-//     sent): a connection that lost its step with more than one command
-//     waiting, or that sent a packet of commands while others were still
-//     unanswered, is never matched again (stuck) until it reconnects. Replies
+//     earlier command is still unanswered its reply starts there. Replies
 //     are matched but not counted until a later request confirms it: sent,
 //     again, with every reply byte received, when the parser is at a reply
 //     boundary there and every queued request has had its reply. A wrong
 //     start (an earlier command answered late, or the middle of a long
 //     reply) almost always runs the queue dry or ends off a boundary, and
 //     goes back to lost.
+//   - stuck: the tentative start holds for a client that waits for its
+//     replies before it sends more (one command, or one pipeline, at a
+//     time), not for one that keeps commands in flight (a multiplexing
+//     client such as ioredis: the commands lost with the stream are
+//     answered after the next ones are sent). A connection that lost step
+//     with more than one command waiting, or that sent a packet of
+//     commands while others were unanswered, is not matched again until it
+//     reconnects.
 type replies struct {
 	p replyParser
 	// next is the reply stream's next sequence number, known once a
