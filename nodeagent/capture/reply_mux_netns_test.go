@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/netns"
 )
@@ -57,9 +55,7 @@ func TestReplySizesMultiplexedInNamespaces(t *testing.T) {
 	netns.Redis(t, n.Server, netns.ServerIP, 6379)
 	server := netip.MustParseAddrPort(netns.ServerIP + ":6379")
 	ctx, cancel := context.WithCancel(context.Background())
-	admin := redis.NewClient(&redis.Options{Addr: server.String(), Dialer: netns.Dialer(n.Server, "")})
-	defer admin.Close()
-	eventually.Succeeds(t, 20*time.Second, func() error { return admin.Ping(ctx).Err() })
+	admin := serverAdmin(t, ctx, n, server)
 	want := map[string]uint32{}
 	for i := range 200 {
 		v := fmt.Sprintf("v%d", i)
@@ -75,25 +71,7 @@ func TestReplySizesMultiplexedInNamespaces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var c *Capture
-	if err := netns.Do(n.Observer, func() (err error) {
-		c, err = Open(Config{ReplySampleEvery: 1})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	pods := map[netip.Addr]string{}
-	for _, a := range []string{netns.ClientIP, netns.ClientIP2, netns.ClientIP3} {
-		pods[netip.MustParseAddr(a)] = "shop"
-	}
-	if err := c.SetScope(Scope{
-		Targets: []Target{{Policy: "shop/p", Namespace: "shop", Endpoints: []netip.AddrPort{server}}},
-		Pods:    pods,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	tl := runTally(t, ctx, cancel, c)
-	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Targets == 1 })
+	c, tl := replyCapture(t, ctx, cancel, n, server, netns.ClientIP, netns.ClientIP2, netns.ClientIP3)
 
 	runCtx, stop := context.WithTimeout(ctx, 60*time.Second)
 	defer stop()

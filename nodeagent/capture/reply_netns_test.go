@@ -36,9 +36,7 @@ func TestReplySizesInNamespaces(t *testing.T) {
 		fields, fieldVal  = 50000, 90 // "f:%06d" → 90 bytes: about 5 MB
 		smallKeys, midLen = 200, 600
 	)
-	admin := redis.NewClient(&redis.Options{Addr: server.String(), Dialer: netns.Dialer(n.Server, "")})
-	defer admin.Close()
-	eventually.Succeeds(t, 20*time.Second, func() error { return admin.Ping(ctx).Err() })
+	admin := serverAdmin(t, ctx, n, server)
 	if err := admin.Set(ctx, "big:string", strings.Repeat("s", strLen), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -57,21 +55,7 @@ func TestReplySizesInNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var c *Capture
-	if err := netns.Do(n.Observer, func() (err error) {
-		c, err = Open(Config{ReplySampleEvery: 1})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetScope(Scope{
-		Targets: []Target{{Policy: "shop/p", Namespace: "shop", Endpoints: []netip.AddrPort{server}}},
-		Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "shop"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	tl := runTally(t, ctx, cancel, c)
-	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Targets == 1 })
+	c, tl := replyCapture(t, ctx, cancel, n, server, netns.ClientIP)
 
 	// The application: one connection, so its replies are in step from
 	// its start.
@@ -160,30 +144,14 @@ func TestReplyPushAndTransactionsInNamespaces(t *testing.T) {
 	netns.Redis(t, n.Server, netns.ServerIP, 6379)
 	server := netip.MustParseAddrPort(netns.ServerIP + ":6379")
 	ctx, cancel := context.WithCancel(context.Background())
-	admin := redis.NewClient(&redis.Options{Addr: server.String(), Dialer: netns.Dialer(n.Server, "")})
-	defer admin.Close()
-	eventually.Succeeds(t, 20*time.Second, func() error { return admin.Ping(ctx).Err() })
+	admin := serverAdmin(t, ctx, n, server)
 	for k, v := range map[string]string{"k:tracked": "v", "k:other": strings.Repeat("o", 1000),
 		"k:big": strings.Repeat("b", 100000), "k:after": strings.Repeat("a", 500)} {
 		if err := admin.Set(ctx, k, v, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var c *Capture
-	if err := netns.Do(n.Observer, func() (err error) {
-		c, err = Open(Config{ReplySampleEvery: 1})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetScope(Scope{
-		Targets: []Target{{Policy: "shop/p", Namespace: "shop", Endpoints: []netip.AddrPort{server}}},
-		Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "shop"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	tl := runTally(t, ctx, cancel, c)
-	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Targets == 1 })
+	c, tl := replyCapture(t, ctx, cancel, n, server, netns.ClientIP)
 
 	conn, err := netns.Dialer(n.Client, netns.ClientIP)(ctx, "tcp", server.String())
 	if err != nil {
@@ -232,4 +200,42 @@ func TestReplyPushAndTransactionsInNamespaces(t *testing.T) {
 		t.Errorf("k:big: %d reads counted, sent 1 (inside MULTI)", tl.get("k:big").Reads)
 	}
 	t.Logf("capture: %+v", c.Stats())
+}
+
+// serverAdmin is a client in the server's own namespace (its traffic
+// never crosses the observer: what it writes is not captured), once the
+// server answers.
+func serverAdmin(t *testing.T, ctx context.Context, n *netns.Net, server netip.AddrPort) *redis.Client {
+	t.Helper()
+	admin := redis.NewClient(&redis.Options{Addr: server.String(), Dialer: netns.Dialer(n.Server, "")})
+	t.Cleanup(func() { admin.Close() })
+	eventually.Succeeds(t, 20*time.Second, func() error { return admin.Ping(ctx).Err() })
+	return admin
+}
+
+// replyCapture runs a capture on every interface of the observer, every
+// connection's replies followed, counting the server's traffic from the
+// client addresses for one policy, and sums its counts.
+func replyCapture(t *testing.T, ctx context.Context, cancel context.CancelFunc, n *netns.Net, server netip.AddrPort, clients ...string) (*Capture, *tally) {
+	t.Helper()
+	var c *Capture
+	if err := netns.Do(n.Observer, func() (err error) {
+		c, err = Open(Config{ReplySampleEvery: 1})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pods := map[netip.Addr]string{}
+	for _, a := range clients {
+		pods[netip.MustParseAddr(a)] = "shop"
+	}
+	if err := c.SetScope(Scope{
+		Targets: []Target{{Policy: "shop/p", Namespace: "shop", Endpoints: []netip.AddrPort{server}}},
+		Pods:    pods,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tl := runTally(t, ctx, cancel, c)
+	eventually.True(t, 20*time.Second, "the scope in force", func() bool { return c.Stats().Targets == 1 })
+	return c, tl
 }

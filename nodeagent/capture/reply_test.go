@@ -99,6 +99,14 @@ type conn struct {
 	seq, ack uint32 // the client's next byte, the server's next byte
 }
 
+// replyTracker is a tracker following every connection's replies, with
+// one connection from podA opened.
+func replyTracker(port uint16) (*tracker, *conn) {
+	tr := newTracker(Limits{}, 1, 1)
+	tr.setScope(scopeT)
+	return tr, newConn(tr, port)
+}
+
 func newConn(tr *tracker, port uint16) *conn {
 	c := &conn{tr: tr, cli: netip.AddrPortFrom(podA, port), seq: 100, ack: 5000}
 	tr.packet(0, &segment{client: c.cli, server: srv, seq: c.seq, syn: true})
@@ -133,9 +141,7 @@ func sizesOf(tr *tracker) map[string]uint32 {
 }
 
 func TestTrackerReplySizes(t *testing.T) {
-	tr := newTracker(Limits{}, 1, 1)
-	tr.setScope(scopeT)
-	c := newConn(tr, 40000)
+	tr, c := replyTracker(40000)
 	// A pipeline: a write, two reads, a push frame between their replies.
 	c.send(cmd("SET", "w", "xyz") + cmd("GET", "a") + cmd("HGETALL", "h"))
 	c.reply("+OK\r\n$3\r\nabc\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\na\r\n%1\r\n$1\r\nf\r\n$2\r\nvv\r\n", 0)
@@ -158,9 +164,7 @@ func TestTrackerReplySizes(t *testing.T) {
 // Out of step, nothing is sized until a request sent with every reply
 // byte received is answered and the next one confirms it.
 func TestTrackerReplyResync(t *testing.T) {
-	tr := newTracker(Limits{}, 1, 1)
-	tr.setScope(scopeT)
-	c := newConn(tr, 40001)
+	tr, c := replyTracker(40001)
 	c.send(cmd("GET", "a") + cmd("GET", "b"))
 	c.reply("$1\r\na\r\n$200\r\n", 2000) // the next header not captured
 	c.send(cmd("GET", "c"))              // tentative from here
@@ -193,9 +197,7 @@ func TestTrackerReplyResync(t *testing.T) {
 // sends while replies are due) is not matched again: the replies of the
 // commands lost with the stream may come after the next ones are sent.
 func TestTrackerReplyStuckWhenConcurrent(t *testing.T) {
-	tr := newTracker(Limits{}, 1, 1)
-	tr.setScope(scopeT)
-	c := newConn(tr, 40005)
+	tr, c := replyTracker(40005)
 	c.send(cmd("GET", "a"))
 	c.send(cmd("GET", "b")) // sent before a's reply
 	c.reply("$1\r\na\r\n$300\r\n", 3000)
@@ -218,9 +220,7 @@ func TestTrackerReplyStuckWhenConcurrent(t *testing.T) {
 // A subscribed connection's messages are never taken for replies, nor
 // replies after CLIENT REPLY given to the commands they do not answer.
 func TestTrackerReplySubscribed(t *testing.T) {
-	tr := newTracker(Limits{}, 1, 1)
-	tr.setScope(scopeT)
-	c := newConn(tr, 40002)
+	tr, c := replyTracker(40002)
 	c.send(cmd("SUBSCRIBE", "ch"))
 	c.reply("*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n", 0)
 	c.send(cmd("GET", "k")) // (an error in RESP2: the connection is subscribed)
@@ -239,9 +239,7 @@ func TestTrackerReplySubscribed(t *testing.T) {
 
 // The queue of requests awaiting replies is bounded, whatever is sent.
 func TestTrackerReplyQueueBounded(t *testing.T) {
-	tr := newTracker(Limits{}, 1, 1)
-	tr.setScope(scopeT)
-	c := newConn(tr, 40003)
+	tr, c := replyTracker(40003)
 	for range replyMaxPending + 10 {
 		c.send(cmd("GET", strings.Repeat("k", 100)))
 	}
