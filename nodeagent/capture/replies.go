@@ -329,6 +329,8 @@ func (t *tracker) countReply(f *flow, h pend, size int) {
 			continue
 		}
 		e.Size = max(e.Size, sz)
-		e.Bytes += sz * t.replyEvery
+		// Saturating, as a sidecar's counts: a 512 MB value times the
+		// sampling does not wrap to a small one.
+		e.Bytes = uint32(min(uint64(e.Bytes)+uint64(sz)*uint64(t.replyEvery), 1<<32-1))
 	}
 }
