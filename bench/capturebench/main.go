@@ -38,6 +38,7 @@ func main() {
 	sample := flag.Uint("sample", 1, "capture one connection in N")
 	keyspace := flag.Int("r", 100000, "redis-benchmark key space (random keys)")
 	cluster := flag.Bool("cluster", false, "count as for a Redis Cluster target: a slot map in which the server serves every slot (each command's slot looked up)")
+	replies := flag.Bool("replies", false, "measure following replies instead: the capture with replies off, at the default reply sampling and on every connection, side by side")
 	trials := flag.Int("reaction", 0, "then time a key from cold to 1.5 × its threshold to the manager's view, captured and through a sidecar, side by side, this many trials")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
@@ -47,7 +48,7 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample), *cluster, *trials); err != nil {
+	if err := run(*rounds, *requests, *clients, *pipeline, *keyspace, uint32(*sample), *cluster, *replies, *trials); err != nil {
 		fmt.Fprintln(os.Stderr, "capturebench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -60,7 +61,7 @@ func cpuSeconds() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster bool, trials int) error {
+func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, cluster, replies bool, trials int) error {
 	if err := netns.Available(); err != nil {
 		return err
 	}
@@ -115,7 +116,11 @@ func run(rounds, requests, clients, pipeline, keyspace int, sample uint32, clust
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if rounds > 0 {
+	if rounds > 0 && replies {
+		if err := costReplies(bench, n, server, rounds, requests, clients, pipeline, keyspace, sample); err != nil {
+			return err
+		}
+	} else if rounds > 0 {
 		if err := cost(bench, n, server, rounds, requests, clients, pipeline, keyspace, sample, cluster); err != nil {
 			return err
 		}
@@ -155,49 +160,12 @@ func cost(bench func() (float64, error), n *netns.Net, server netip.AddrPort, ro
 				}
 				continue
 			}
-			c, err := openCapture(n, sample)
+			m, err := measure(bench, n, server, sample, 0, cluster)
 			if err != nil {
 				return err
 			}
-			target := capture.Target{Policy: "bench/p", Namespace: "bench", Endpoints: []netip.AddrPort{server}}
-			if cluster {
-				target.Slots = []capture.SlotRange{{Start: 0, End: 16383, Master: server}}
-			}
-			if err := c.SetScope(capture.Scope{
-				Targets: []capture.Target{target},
-				Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "bench"},
-			}); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() {
-				_ = c.Run(ctx, func(string, []sidecarlink.Entry) {})
-				close(done)
-			}()
-			for c.Stats().Targets == 0 {
-				time.Sleep(10 * time.Millisecond)
-			}
-			// Idle: the scope set, no traffic yet (the wake-ups alone).
-			cpuIdle, tIdle := cpuSeconds(), time.Now()
-			time.Sleep(time.Second)
-			idle = append(idle, 100*(cpuSeconds()-cpuIdle)/time.Since(tIdle).Seconds())
-			// Observed: commands parsed (counted or not: a key over the
-			// per-interval key budget is parsed and dropped).
-			cpu0, t0, n0 := cpuSeconds(), time.Now(), c.Stats().Commands
-			if on, err = bench(); err != nil {
-				cancel()
-				return err
-			}
-			time.Sleep(300 * time.Millisecond) // the last flush
-			wall := time.Since(t0).Seconds()
-			cpu := cpuSeconds() - cpu0
-			obs := float64(c.Stats().Commands - n0)
-			drops = c.Stats().KernelDrops
-			cancel()
-			<-done
-			obsRate = obs / wall
-			cpuPct = 100 * cpu / wall
+			on, obsRate, cpuPct, drops = m.rate, m.observed, m.cpuPct, m.stats.KernelDrops
+			idle = append(idle, m.idlePct)
 		}
 		per := cpuPct / (obsRate / 1e5)
 		worstPer = max(worstPer, per)
@@ -216,11 +184,65 @@ func cost(bench func() (float64, error), n *netns.Net, server netip.AddrPort, ro
 	return nil
 }
 
+// measured is one load with the capture on.
+type measured struct {
+	rate, observed, cpuPct, idlePct float64
+	stats                           capture.Stats
+}
+
+// measure runs the load once with the capture on (its replies followed on
+// one captured connection in replyEvery; 0: none): the client's rate, the
+// commands observed per second, this process's CPU over the run, and its
+// CPU idle (the scope set, 1 s before the traffic).
+func measure(bench func() (float64, error), n *netns.Net, server netip.AddrPort, sample, replyEvery uint32, cluster bool) (m measured, err error) {
+	c, err := openCapture(n, sample, replyEvery)
+	if err != nil {
+		return m, err
+	}
+	target := capture.Target{Policy: "bench/p", Namespace: "bench", Endpoints: []netip.AddrPort{server}}
+	if cluster {
+		target.Slots = []capture.SlotRange{{Start: 0, End: 16383, Master: server}}
+	}
+	if err := c.SetScope(capture.Scope{
+		Targets: []capture.Target{target},
+		Pods:    map[netip.Addr]string{netip.MustParseAddr(netns.ClientIP): "bench"},
+	}); err != nil {
+		return m, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = c.Run(ctx, func(string, []sidecarlink.Entry) {})
+		close(done)
+	}()
+	defer func() { cancel(); <-done }()
+	for c.Stats().Targets == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Idle: the scope set, no traffic yet (the wake-ups alone).
+	cpuIdle, tIdle := cpuSeconds(), time.Now()
+	time.Sleep(time.Second)
+	m.idlePct = 100 * (cpuSeconds() - cpuIdle) / time.Since(tIdle).Seconds()
+	// Observed: commands parsed (counted or not: a key over the
+	// per-interval key budget is parsed and dropped).
+	cpu0, t0, s0 := cpuSeconds(), time.Now(), c.Stats()
+	if m.rate, err = bench(); err != nil {
+		return m, err
+	}
+	time.Sleep(300 * time.Millisecond) // the last flush
+	wall := time.Since(t0).Seconds()
+	cpu := cpuSeconds() - cpu0
+	m.stats = c.Stats()
+	m.observed = float64(m.stats.Commands-s0.Commands) / wall
+	m.cpuPct = 100 * cpu / wall
+	return m, nil
+}
+
 // openCapture opens a capture on every interface of the observer
 // namespace (the bench's node).
-func openCapture(n *netns.Net, sample uint32) (c *capture.Capture, err error) {
+func openCapture(n *netns.Net, sample, replyEvery uint32) (c *capture.Capture, err error) {
 	err = netns.Do(n.Observer, func() (err error) {
-		c, err = capture.Open(capture.Config{SampleEvery: sample})
+		c, err = capture.Open(capture.Config{SampleEvery: sample, ReplySampleEvery: replyEvery})
 		return err
 	})
 	return c, err

@@ -32,7 +32,7 @@ func reaction(n *netns.Net, server netip.AddrPort, trials int, sample uint32) er
 	defer cancel()
 	const policy = "bench/p"
 	threshold := float64(v1alpha1.FallbackReadsPerSecond)
-	c, err := openCapture(n, sample)
+	c, err := openCapture(n, sample, 0)
 	if err != nil {
 		return err
 	}

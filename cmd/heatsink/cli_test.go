@@ -71,6 +71,7 @@ func TestCLIConventions(t *testing.T) {
 		"sidecar, upstream and sentinel":   {args: []string{"sidecar", "--upstream=redis:6379", "--sentinel=sentinel:26379", "--sentinel-master=mymaster"}, wantCode: 2, wantStderr: "--upstream and --sentinel are exclusive"},
 		"sidecar, sentinel without master": {args: []string{"sidecar", "--sentinel=sentinel:26379"}, wantCode: 2, wantStderr: "--sentinel needs --sentinel-master"},
 		"node-agent without node":          {args: []string{"node-agent", "--node-name="}, wantCode: 2, wantStderr: "--node-name or $NODE_NAME is required"},
+		"node-agent reply sampling":        {args: []string{"node-agent", "--node-name=n", "--capture", "--capture-reply-sample=65536"}, wantCode: 2, wantStderr: "--capture-reply-sample must be 0..65535"},
 		"manager, bad kubeconfig":          {args: []string{"manager", "--kubeconfig=" + missing}, wantCode: 1, wantStderr: missing},
 	}
 	for name, tc := range tests {

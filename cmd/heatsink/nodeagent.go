@@ -36,6 +36,7 @@ func runNodeAgent(args []string) error {
 	captureOn := fs.Bool("capture", false, "also count the traffic that the node's pods without a sidecar send to the policies' Redis, by packet capture (needs CAP_NET_RAW and the host's network namespace; docs/capture.md)")
 	captureIf := fs.String("capture-interface", "", "the one interface to capture on; empty: every interface of the node")
 	captureSample := fs.Uint("capture-sample", 1, "capture one client connection in N (whole, chosen in the kernel by a hash of its address and port); counts are multiplied by N")
+	captureReplies := fs.Uint("capture-reply-sample", capture.DefaultReplySampleEvery, "also capture the replies (their headers: the sizes of the keys read, for big keys) of one captured connection in N, chosen by the same hash; 0: none")
 	captureFlows := fs.Int("capture-max-flows", capture.DefaultMaxFlows, "connections the capture tracks at most")
 	opts := zap.Options{}
 	opts.BindFlags(fs)
@@ -65,9 +66,12 @@ func runNodeAgent(args []string) error {
 		if *captureSample == 0 || *captureSample > 1<<16 {
 			return usageError{errors.New("--capture-sample must be 1..65536")}
 		}
+		if *captureReplies > 1<<16-1 {
+			return usageError{errors.New("--capture-reply-sample must be 0..65535")}
+		}
 		var err error
 		if c, err = capture.Open(capture.Config{Interface: *captureIf, SampleEvery: uint32(*captureSample),
-			Limits: capture.Limits{MaxFlows: *captureFlows}}); err != nil {
+			ReplySampleEvery: uint32(*captureReplies), Limits: capture.Limits{MaxFlows: *captureFlows}}); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,8 @@
 # to 1.5 × its threshold, sent by a pod without the sidecar (captured) and
 # through a sidecar at the same instant, timed to the manager's view over the
 # threshold; again with 1-in-4 sampling (what sampling does to detection).
+# And the CPU of following replies (headers of the replies of 1 connection
+# in 8 by default) beside not following them, at pipeline 1 and 16.
 # Needs root and iproute2 (network namespaces); otherwise says so.
 #
 # CAPTURE_BENCH_FLAGS passes flags to capturebench (e.g. "-rounds 5 -sample 4").
@@ -37,6 +39,13 @@ echo "bench: capture: building capturebench" >&2
 "${tmp}/capturebench" -n 400000 -P 16 -r 100000 ${CAPTURE_BENCH_FLAGS:-} | sed 1,2d
 # shellcheck disable=SC2086
 "${tmp}/capturebench" -n 400000 -P 16 -r 1000 ${CAPTURE_BENCH_FLAGS:-} | sed 1,2d
+# Following replies (big keys by read size): the capture with replies off,
+# at the default reply sampling and on every connection, side by side, at
+# pipeline 1 and 16.
+# shellcheck disable=SC2086
+"${tmp}/capturebench" -replies -n 100000 -P 1 -r 100000 ${CAPTURE_BENCH_FLAGS:-}
+# shellcheck disable=SC2086
+"${tmp}/capturebench" -replies -n 400000 -P 16 -r 100000 ${CAPTURE_BENCH_FLAGS:-}
 # The reaction, captured and through a sidecar side by side; then sampled.
 # shellcheck disable=SC2086
 "${tmp}/capturebench" ${CAPTURE_BENCH_FLAGS:-} -rounds 0 -reaction 5

@@ -53,7 +53,7 @@ func TestAggTableCountsEveryKeyExactly(t *testing.T) {
 }
 
 func TestTrackerFlushScalesAndStartsOver(t *testing.T) {
-	tr := newTracker(Limits{}, 4)
+	tr := newTracker(Limits{}, 4, 0)
 	tr.setScope(scopeT)
 	s := &stream{client: netip.AddrPortFrom(podA, 40000)}
 	s.syn(tr)

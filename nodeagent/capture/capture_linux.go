@@ -130,6 +130,7 @@ const (
 	blkFirstPkt  = 16
 	pktNext      = 0
 	pktSnaplen   = 12
+	pktLen       = 16
 	pktNet       = 26
 	statusKernel = unix.TP_STATUS_KERNEL
 	statusUser   = unix.TP_STATUS_USER
@@ -164,7 +165,7 @@ func (c *Capture) attach(prog []bpf.Instruction) error {
 // SetScope sets what is captured and counted: the filter is replaced at
 // once, the tracker takes the scope at its next packet or wake-up.
 func (c *Capture) SetScope(s Scope) error {
-	prog, err := program(s.Endpoints(), c.cfg.SampleEvery)
+	prog, err := program(s.Endpoints(), c.cfg.SampleEvery, c.cfg.ReplySampleEvery)
 	if err != nil {
 		return err
 	}
@@ -186,7 +187,7 @@ func (c *Capture) Stats() Stats {
 // interval (from Run's goroutine). It closes the socket on return.
 func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []sidecarlink.Entry)) error {
 	defer c.close()
-	tr := newTracker(c.cfg.Limits, c.cfg.SampleEvery)
+	tr := newTracker(c.cfg.Limits, c.cfg.SampleEvery, c.cfg.ReplySampleEvery)
 	var seg segment
 	lastFlush, lastSweep := time.Now(), time.Now()
 	var drops, flushes uint64
@@ -224,7 +225,8 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 				h := blk[off:]
 				net := uint32(binary.NativeEndian.Uint16(h[pktNet:]))
 				snap := binary.NativeEndian.Uint32(h[pktSnaplen:])
-				if int(off+net+snap) <= len(blk) && decodePacket(blk[off+net:off+net+snap], &seg) {
+				wire := int(binary.NativeEndian.Uint32(h[pktLen:]))
+				if int(off+net+snap) <= len(blk) && decodePacket(blk[off+net:off+net+snap], wire, &seg) {
 					tr.packet(now, &seg)
 				}
 				next := binary.NativeEndian.Uint32(h[pktNext:])

@@ -15,6 +15,12 @@ type Config struct {
 	// (by a hash of its address and port, in the kernel), and its counts
 	// are multiplied by SampleEvery. 0 or 1: every connection.
 	SampleEvery uint32
+	// ReplySampleEvery: the replies of one captured connection in
+	// ReplySampleEvery are captured too (their headers only: the kernel
+	// copies replySnap bytes of each packet), for the sizes of the keys
+	// read. The same hash chooses them, so they are a subset of the
+	// captured connections. 0: no replies.
+	ReplySampleEvery uint32
 	// Limits bound the tracker's memory.
 	Limits Limits
 	// FlushInterval is how often counts are handed on; default the
@@ -40,6 +46,10 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// DefaultReplySampleEvery is the node agent's default ReplySampleEvery
+// (docs/capture.md, "Replies: big keys by size").
+const DefaultReplySampleEvery = 8
 
 // Stats are a capture's counters.
 type Stats struct {

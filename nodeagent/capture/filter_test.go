@@ -28,7 +28,7 @@ func ipv4TCP(src, dst netip.AddrPort, fragOff uint16, payload string) []byte {
 
 func TestFilter(t *testing.T) {
 	eps := []netip.AddrPort{netip.MustParseAddrPort("10.0.0.9:6379"), netip.MustParseAddrPort("10.96.0.1:6380")}
-	prog, err := coreProgram(eps, 1)
+	prog, err := coreProgram(eps, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestFilter(t *testing.T) {
 			t.Errorf("packet to %v: kept %v, want %v", c.pkt[16:24], n > 0, c.want)
 		}
 		var s segment
-		if c.want && (!decodeIPv4TCP(c.pkt, &s) || s.client != cli || s.seq != 77) {
+		if c.want && (!decodeIPv4TCP(c.pkt, 0, &s) || s.client != cli || s.seq != 77) {
 			t.Errorf("decoded %+v", s)
 		}
 	}
@@ -64,10 +64,10 @@ func TestFilter(t *testing.T) {
 	for i := range many {
 		many[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), 6379)
 	}
-	if _, err := coreProgram(many, 1); err == nil {
+	if _, err := coreProgram(many, 1, 0); err == nil {
 		t.Error("more endpoints than fit accepted")
 	}
-	if full, err := program(eps, 3); err != nil {
+	if full, err := program(eps, 3, 0); err != nil {
 		t.Fatal(err)
 	} else if _, err := bpf.Assemble(full); err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestFilter(t *testing.T) {
 func TestFilterSamplesWholeConnections(t *testing.T) {
 	ep := netip.MustParseAddrPort("10.0.0.9:6379")
 	const every = 4
-	prog, _ := coreProgram([]netip.AddrPort{ep}, every)
+	prog, _ := coreProgram([]netip.AddrPort{ep}, every, 0)
 	vm, err := bpf.NewVM(prog)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestFilterIPv6(t *testing.T) {
 	ep := netip.MustParseAddrPort("[2001:db8::9]:6379")
 	other := netip.MustParseAddrPort("[2001:db8::8]:6379")
 	for _, every := range []uint32{1, 4} {
-		prog, err := coreProgram6([]netip.AddrPort{ep, netip.MustParseAddrPort("10.0.0.1:6379")}, every)
+		prog, err := coreProgram6([]netip.AddrPort{ep, netip.MustParseAddrPort("10.0.0.1:6379")}, every, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestFilterIPv6(t *testing.T) {
 			if n > 0 {
 				kept++
 				var s segment
-				if !decodePacket(ipv6TCP(cli, ep, 6, "x"), &s) || s.client != cli || s.server != ep || string(s.payload) != "x" {
+				if !decodePacket(ipv6TCP(cli, ep, 6, "x"), 0, &s) || s.client != cli || s.server != ep || string(s.payload) != "x" {
 					t.Fatalf("decoded %+v", s)
 				}
 			}
@@ -155,6 +155,65 @@ func TestFilterIPv6(t *testing.T) {
 		}
 		if every == 1 && kept != 400 || every == 4 && (kept < 60 || kept > 140) {
 			t.Errorf("every %d: kept %d of 400", every, kept)
+		}
+	}
+}
+
+// TestFilterReplies: with reply sampling, a reply (from an endpoint) is
+// kept, its head only, exactly when its client is in the 1-in-(every ×
+// replyEvery) sample, which is within the requests' 1-in-every sample.
+func TestFilterReplies(t *testing.T) {
+	ep4 := netip.MustParseAddrPort("10.0.0.9:6379")
+	ep6 := netip.MustParseAddrPort("[2001:db8::9]:6379")
+	const every, replyEvery = 2, 4
+	v4, err := coreProgram([]netip.AddrPort{ep4, netip.MustParseAddrPort("10.0.0.7:6380")}, every, replyEvery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6, err := coreProgram6([]netip.AddrPort{netip.MustParseAddrPort("[2001:db8::7]:6380"), ep6}, every, replyEvery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prog []bpf.Instruction
+		ep   netip.AddrPort
+		pkt  func(src, dst netip.AddrPort) []byte
+		cli  func(i int) netip.AddrPort
+	}{
+		{v4, ep4, func(s, d netip.AddrPort) []byte { return ipv4TCP(s, d, 0, "x") },
+			func(i int) netip.AddrPort {
+				return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), uint16(40000+i*3))
+			}},
+		{v6, ep6, func(s, d netip.AddrPort) []byte { return ipv6TCP(s, d, 6, "x") },
+			func(i int) netip.AddrPort {
+				return netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 1, 0xd, 0xb8, 15: byte(i)}), uint16(40000+i*3))
+			}},
+	} {
+		vm, err := bpf.NewVM(c.prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replies := 0
+		for i := range 400 {
+			cli := c.cli(i)
+			req, _ := vm.Run(c.pkt(cli, c.ep))
+			rep, _ := vm.Run(c.pkt(c.ep, cli))
+			if (req == snapLen) != Sampled(cli, every) || (rep == replySnap) != Sampled(cli, every*replyEvery) || (rep != 0 && rep != replySnap) {
+				t.Fatalf("%v: request kept %d, reply %d", cli, req, rep)
+			}
+			if rep > 0 {
+				replies++
+				if req == 0 {
+					t.Fatalf("%v: a reply kept whose requests are not", cli)
+				}
+			}
+			other := netip.AddrPortFrom(c.ep.Addr(), 6390)
+			if n, _ := vm.Run(c.pkt(other, cli)); n > 0 {
+				t.Fatal("a packet from another port kept")
+			}
+		}
+		if replies < 25 || replies > 80 {
+			t.Errorf("%d of 400 connections' replies kept at 1 in %d", replies, every*replyEvery)
 		}
 	}
 }

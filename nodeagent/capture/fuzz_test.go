@@ -67,7 +67,7 @@ func FuzzTracker(f *testing.F) {
 	f.Add([]byte("garbage\r\n"+cmd("INCR", "c")), []byte{3, 3, 200})
 	f.Add([]byte(cmd("READONLY")+cmd("GET", "a")+cmd("READWRITE")+cmd("SET", "b", "v")), []byte{0, 8, 16, 30, 50})
 	f.Fuzz(func(t *testing.T, data, order []byte) {
-		tr := newTracker(Limits{ReorderBuffer: 64, ReorderTotal: 128}, 1)
+		tr := newTracker(Limits{ReorderBuffer: 64, ReorderTotal: 128}, 1, 0)
 		// The standalone target and a cluster target in which the server
 		// serves half the slots (the other half another node's).
 		scope := scopeT
@@ -83,6 +83,96 @@ func FuzzTracker(f *testing.F) {
 			tr.packet(int64(i), &segment{client: c, server: srv, seq: 1 + uint32(start), payload: data[start:end]})
 			if tr.oooTotal > 128+17 || tr.oooTotal < 0 {
 				t.Fatalf("holding %d out-of-order bytes", tr.oooTotal)
+			}
+		}
+		tr.flush(func(string, []sidecarlink.Entry) {})
+	})
+}
+
+// FuzzReplyParser: whatever the bytes and however they are cut, the reply
+// parser never panics, never opens more than replyMaxDepth aggregates, and
+// ends the same replies, of the same sizes, whole or in pieces; their
+// sizes never exceed the bytes fed.
+func FuzzReplyParser(f *testing.F) {
+	f.Add([]byte("+OK\r\n$3\r\nabc\r\n*2\r\n:1\r\n$-1\r\n>2\r\n+a\r\n+b\r\n%1\r\n+k\r\n,1.5\r\n"), []byte{1, 4, 9})
+	f.Add([]byte("|1\r\n+ttl\r\n:3\r\n$1\r\nx\r\n~0\r\n_\r\n=5\r\ntxt:a\r\n!1\r\ne\r\n"), []byte{0})
+	f.Add([]byte("*3\r\n*1\r\n*0\r\n$100\r\nab"), []byte{2, 2})
+	f.Fuzz(func(t *testing.T, data, cuts []byte) {
+		run := func(pieces bool) (sizes []int, ok bool) {
+			r := replyParser{}
+			r.done = func(size int, push bool) {
+				if push {
+					size = -size
+				}
+				sizes = append(sizes, size)
+			}
+			b := data
+			for i := 0; len(b) > 0; i++ {
+				n := len(b)
+				if pieces && len(cuts) > 0 {
+					n = min(n, int(cuts[i%len(cuts)])+1)
+				}
+				if !r.feed(b[:n], 0) {
+					return sizes, false
+				}
+				if r.depth > replyMaxDepth {
+					t.Fatalf("%d aggregates open", r.depth)
+				}
+				if size, _, ok := r.estimate(); ok && size < 0 {
+					t.Fatalf("estimate %d", size)
+				}
+				b = b[n:]
+			}
+			return sizes, true
+		}
+		whole, okW := run(false)
+		pieces, okP := run(true)
+		if okW != okP || okW && !slices.Equal(whole, pieces) {
+			t.Fatalf("whole %v (%v), in pieces %v (%v)", whole, okW, pieces, okP)
+		}
+		total := 0
+		for _, s := range whole {
+			total += max(s, -s)
+		}
+		if total > len(data) {
+			t.Fatalf("sizes %v over %d bytes", whole, len(data))
+		}
+	})
+}
+
+// FuzzTrackerReplies: requests and replies in any order, cut anywhere,
+// partly uncaptured, with any ACK numbers, never panic the tracker, keep
+// its queues within their bounds and what it holds for them accounted.
+func FuzzTrackerReplies(f *testing.F) {
+	f.Add([]byte(cmd("GET", "k")+cmd("HGETALL", "h")), []byte("$1\r\nv\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"), []byte{0, 1, 2, 3, 4, 5})
+	f.Add([]byte(cmd("MULTI")+cmd("GET", "k")+cmd("EXEC")+cmd("SUBSCRIBE", "c")), []byte("+OK\r\n+QUEUED\r\n*1\r\n$1\r\nv\r\n>3\r\n"), []byte{9, 200, 31, 7})
+	f.Fuzz(func(t *testing.T, req, rep, order []byte) {
+		tr := newTracker(Limits{}, 1, 1)
+		tr.setScope(scopeT)
+		c := netip.AddrPortFrom(podA, 1)
+		tr.packet(0, &segment{client: c, server: srv, seq: 0, syn: true})
+		tr.packet(0, &segment{client: srv, server: c, seq: 0, ack: 1, syn: true})
+		for i, o := range order {
+			if o&1 == 0 {
+				start := int(o>>1) % (len(req) + 1)
+				end := min(len(req), start+1+i%23)
+				tr.packet(int64(i), &segment{client: c, server: srv, seq: 1 + uint32(start), ack: 1 + uint32(i*7)%uint32(len(rep)+1), payload: req[start:end]})
+			} else {
+				start := int(o>>1) % (len(rep) + 1)
+				end := min(len(rep), start+1+i%13)
+				tr.packet(int64(i), &segment{client: srv, server: c, seq: 1 + uint32(start), ack: 1 + uint32(len(req)), payload: rep[start:end], wire: end - start + int(o%3)})
+			}
+			held := 0
+			for _, fl := range tr.flows {
+				if r := fl.r; r != nil {
+					held += r.held()
+					if len(r.q)-r.qh > replyMaxPending || len(r.keys) > replyMaxKeys {
+						t.Fatalf("%d queued, %d key bytes", len(r.q)-r.qh, len(r.keys))
+					}
+				}
+			}
+			if held != tr.replyHeld || held > replyHeldTotal {
+				t.Fatalf("held %d, accounted %d", held, tr.replyHeld)
 			}
 		}
 		tr.flush(func(string, []sidecarlink.Entry) {})

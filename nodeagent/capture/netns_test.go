@@ -162,6 +162,7 @@ func runTally(t *testing.T, ctx context.Context, cancel context.CancelFunc, c *C
 				g := tl.got[string(e.Key)]
 				g.Reads += e.Reads
 				g.Writes += e.Writes
+				g.Size = max(g.Size, e.Size)
 				tl.got[string(e.Key)] = g
 			}
 		})

@@ -318,9 +318,14 @@ func (p *parser) argLen(i int) int {
 
 // keepFor says how many leading arguments of a command named name locate
 // its first key. AUTH and HELLO (passwords) and every command the table
-// does not know keep their name only: their arguments are skipped unread.
+// does not know keep their name only (CLIENT its subcommand too): their
+// arguments are skipped unread.
 func keepFor(info command.Info, known bool, name []byte, argc int) int {
 	switch {
+	case !known && command.EqFold(name, "CLIENT"):
+		// Its subcommand (a keyword): CLIENT REPLY OFF|SKIP stops the
+		// replies that reply capture pairs with commands.
+		return 2
 	case name == nil || !known:
 		return 1
 	case info.Kind == command.State:

@@ -62,7 +62,7 @@ func TestSlotTableServes(t *testing.T) {
 // is taken as having sent it; writes there never count.
 func TestTrackerFollowsReadonly(t *testing.T) {
 	master := netip.MustParseAddrPort("10.0.0.1:6379")
-	tr := newTracker(Limits{}, 1)
+	tr := newTracker(Limits{}, 1, 0)
 	tr.setScope(Scope{Targets: []Target{{Policy: "shop/c", Namespace: "shop",
 		Slots: []SlotRange{{Start: 0, End: 16383, Master: master, Replicas: []netip.AddrPort{srv}}}}},
 		Pods: scopeT.Pods})

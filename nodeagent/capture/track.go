@@ -9,12 +9,17 @@ import (
 )
 
 // segment is the part of one captured TCP packet the tracker reads: a
-// client→server packet of a connection to one of the scope's endpoints.
+// client→server packet of a connection to one of the scope's endpoints,
+// or (reply capture) a packet from one. client and server are its source
+// and destination as decoded: for a reply, the other way round.
 type segment struct {
 	client, server netip.AddrPort
-	seq            uint32
+	seq, ack       uint32
 	syn, fin, rst  bool
-	payload        []byte
+	// payload is what was captured of the payload, wire its length on the
+	// wire: more when the kernel kept only the packet's head (replies).
+	payload []byte
+	wire    int
 }
 
 // Limits bound what the tracker holds. Zero fields take the defaults.
@@ -84,6 +89,15 @@ type TrackerStats struct {
 	// them) and, while the map is stale, commands served at a node it
 	// does not name: a high rate means the map is behind the cluster.
 	NotServed uint64
+	// ReplyPackets and ReplyBytes (on the wire, mostly not copied) of
+	// the connections whose replies are followed; Replies matched to
+	// their request and counted (ReplyEstimated: cut short, their size
+	// estimated); ReplyLost: matching stopped (a hole, a header not
+	// captured, commands skipped, a reply not in step, a bound), until
+	// the streams are in step again; ReplyUnmatched: replies out of step
+	// (none waiting, or sent before their request); ReplyOverflow: over
+	// the queue's bounds.
+	ReplyPackets, ReplyBytes, Replies, ReplyEstimated, ReplyLost, ReplyUnmatched, ReplyOverflow uint64
 	// Targets, Endpoints and Pods describe the scope in force.
 	Targets, Endpoints, Pods int
 }
@@ -108,6 +122,15 @@ type tracker struct {
 	stats    TrackerStats
 	// cur is the flow whose bytes are being parsed (the parser's emit).
 	cur *flow
+	// replyEvery: replies are followed on one connection in replyEvery of
+	// those captured (0: none); eps are the scope's endpoints, which tell
+	// a reply (from one) from a request (to one); replyHeld the bytes of
+	// all flows' queues of requests awaiting replies.
+	replyEvery uint32
+	eps        map[netip.AddrPort]bool
+	replyHeld  int
+	// curAck is the ACK number of the reply packet being parsed.
+	curAck uint32
 }
 
 // flow is one client connection.
@@ -131,6 +154,8 @@ type flow struct {
 	// answers its reads). Unknown for a connection first seen midway:
 	// taken as sent, since a client reads from a replica only with it.
 	readonly bool
+	// r follows the replies (nil: not in the reply sample).
+	r *replies
 }
 
 type oooSeg struct {
@@ -138,13 +163,17 @@ type oooSeg struct {
 	b   []byte
 }
 
-func newTracker(lim Limits, every uint32) *tracker {
-	return &tracker{lim: lim.withDefaults(), every: max(every, 1), flows: map[netip.AddrPort]*flow{}}
+func newTracker(lim Limits, every, replyEvery uint32) *tracker {
+	return &tracker{lim: lim.withDefaults(), every: max(every, 1), replyEvery: replyEvery, flows: map[netip.AddrPort]*flow{}}
 }
 
 // setScope replaces the scope; every connection is attributed again at its
 // next packet.
 func (t *tracker) setScope(s Scope) {
+	// Queued reads name their targets by the old indices.
+	for _, f := range t.flows {
+		t.replyLost(f)
+	}
 	t.scope = s
 	t.gen++
 	// Counts not yet flushed are dropped with the old targets (their
@@ -154,13 +183,23 @@ func (t *tracker) setScope(s Scope) {
 	for i := range s.Targets {
 		t.slots[i] = compileSlots(s.Targets[i].Slots)
 	}
+	if t.replyEvery > 0 {
+		t.eps = map[netip.AddrPort]bool{}
+		for _, e := range s.Endpoints() {
+			t.eps[e] = true
+		}
+	}
 }
 
 // packet handles one segment at now (nanoseconds, monotonic).
 func (t *tracker) packet(now int64, s *segment) {
+	f := t.flows[s.client]
+	if t.replyEvery > 0 && (f == nil || f.server != s.server) && !t.eps[s.server] {
+		t.reply(s) // from an endpoint: a reply
+		return
+	}
 	t.stats.Packets++
 	t.stats.Bytes += uint64(len(s.payload))
-	f := t.flows[s.client]
 	if f == nil {
 		if s.rst || (s.fin && len(s.payload) == 0) {
 			return
@@ -174,6 +213,9 @@ func (t *tracker) packet(now int64, s *segment) {
 		}
 		f = &flow{server: s.server}
 		t.flows[s.client] = f
+		if t.replyEvery > 0 && Sampled(s.client, t.every*t.replyEvery) {
+			f.r = t.newReplies(f)
+		}
 	}
 	f.last = now
 	if f.gen != t.gen || f.server != s.server {
@@ -193,13 +235,14 @@ func (t *tracker) packet(now int64, s *segment) {
 		f.skipped = true
 		f.p = nil // nothing of it is kept
 		t.dropOOO(f)
+		t.replyLost(f)
 	} else {
 		if f.p == nil {
 			f.p = newParser(t.lim.FlowBuffer, t.emit)
 			f.skipped = f.started
 		}
 		if f.skipped {
-			f.p.gap()
+			t.requestGap(f)
 			f.skipped = false
 		}
 	}
@@ -211,14 +254,16 @@ func (t *tracker) packet(now int64, s *segment) {
 			f.p.startSynced()
 		}
 		f.db, f.readonly = 0, false
+		t.replyRestart(f)
 	case !f.started:
 		f.next, f.started = s.seq, true
 		f.readonly = true
 		if f.p != nil {
-			f.p.gap()
+			t.requestGap(f)
 		}
 	}
 	if len(s.payload) > 0 {
+		t.replyAtRequest(f, s.ack)
 		t.deliver(f, s.seq, s.payload)
 	}
 	if s.fin || s.rst {
@@ -251,7 +296,7 @@ func (t *tracker) deliver(f *flow, seq uint32, b []byte) {
 			}
 		}
 		if f.p != nil {
-			f.p.gap()
+			t.requestGap(f)
 		}
 		if seq != f.next {
 			f.ooo = append(f.ooo, oooSeg{seq: seq, b: append([]byte(nil), b...)})
@@ -297,6 +342,16 @@ func (t *tracker) feed(f *flow, b []byte) {
 	f.p.feed(b)
 	t.stats.Garbage += f.p.garbage - g
 	t.stats.Resyncs += f.p.resyncs - r
+	if f.p.garbage != g {
+		t.replyLost(f) // commands were skipped: their replies cannot be matched
+	}
+}
+
+// requestGap says bytes of f's requests were lost: the parser looks for
+// the next command, and replies can no longer be matched to requests.
+func (t *tracker) requestGap(f *flow) {
+	f.p.gap()
+	t.replyLost(f)
 }
 
 func (t *tracker) dropOOO(f *flow) {
@@ -306,17 +361,28 @@ func (t *tracker) dropOOO(f *flow) {
 
 func (t *tracker) remove(client netip.AddrPort, f *flow) {
 	t.dropOOO(f)
+	t.replyLost(f)
 	delete(t.flows, client)
 }
 
-// emit counts one parsed command of t.cur: its first key (as the sidecar
-// counts it), a read or a write by the command table, a write with its
-// request's size.
+// emit counts one parsed command of t.cur and, if its replies are
+// followed, queues it for its reply.
 func (t *tracker) emit(p *parser) {
+	key, read := t.count(p)
+	if t.cur.r != nil {
+		t.expect(t.cur, p, key, read)
+	}
+}
+
+// count counts one parsed command of t.cur: its first key (as the sidecar
+// counts it), a read or a write by the command table, a write with its
+// request's size. It returns the key and, for a read, the targets (a bit
+// per index) it was counted for, which its reply's size is counted for.
+func (t *tracker) count(p *parser) (key []byte, read uint64) {
 	t.stats.Commands++
 	f := t.cur
 	if len(p.args) == 0 || p.args[0] == nil {
-		return
+		return nil, 0
 	}
 	info := p.info
 	if !p.known {
@@ -328,7 +394,7 @@ func (t *tracker) emit(p *parser) {
 		case command.EqFold(p.args[0], "READWRITE"):
 			f.readonly = false
 		}
-		return
+		return nil, 0
 	}
 	if info.Kind == command.State {
 		if command.EqFold(p.args[0], "SELECT") && len(p.args) > 1 {
@@ -336,11 +402,11 @@ func (t *tracker) emit(p *parser) {
 				f.db = db
 			}
 		}
-		return
+		return nil, 0
 	}
-	key := info.FirstKey(p.args)
+	key = info.FirstKey(p.args)
 	if len(key) == 0 {
-		return
+		return nil, 0
 	}
 	for i, ti := range f.targets {
 		if t.scope.Targets[ti].Database != f.db {
@@ -350,15 +416,18 @@ func (t *tracker) emit(p *parser) {
 			t.stats.NotServed++
 			continue
 		}
-		t.add(ti, key, info.Write, p.frame)
+		if t.add(ti, key, info.Write, p.frame) && !info.Write && ti < 64 {
+			read |= 1 << ti
+		}
 	}
+	return key, read
 }
 
-func (t *tracker) add(ti int, key []byte, write bool, size int) {
+func (t *tracker) add(ti int, key []byte, write bool, size int) bool {
 	e := t.agg[ti].entry(key, t.lim.MaxKeys)
 	if e == nil {
 		t.stats.KeysDropped++
-		return
+		return false
 	}
 	t.stats.Counted++
 	if write {
@@ -368,6 +437,7 @@ func (t *tracker) add(ti int, key []byte, write bool, size int) {
 	} else {
 		e.Reads++
 	}
+	return true
 }
 
 // flush hands every target's aggregated keys to sink, scaled by the

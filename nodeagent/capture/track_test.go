@@ -49,7 +49,7 @@ func totals(tr *tracker) map[string]sidecarlink.Entry {
 }
 
 func TestTrackerReassembles(t *testing.T) {
-	tr := newTracker(Limits{}, 1)
+	tr := newTracker(Limits{}, 1, 0)
 	tr.setScope(scopeT)
 	s := &stream{client: netip.AddrPortFrom(podA, 40000), seq: 1000}
 	s.syn(tr)
@@ -78,7 +78,7 @@ func TestTrackerReassembles(t *testing.T) {
 }
 
 func TestTrackerAttributes(t *testing.T) {
-	tr := newTracker(Limits{}, 1)
+	tr := newTracker(Limits{}, 1, 0)
 	tr.setScope(scopeT)
 	other := &stream{client: netip.AddrPortFrom(podB, 40000)}                          // another namespace
 	unknown := &stream{client: netip.AddrPortFrom(netip.MustParseAddr("10.1.0.7"), 1)} // a pod with the sidecar, or none known
@@ -94,7 +94,7 @@ func TestTrackerAttributes(t *testing.T) {
 }
 
 func TestTrackerBounds(t *testing.T) {
-	tr := newTracker(Limits{MaxFlows: 2, IdleTimeout: time.Second, MaxKeys: 2}, 4)
+	tr := newTracker(Limits{MaxFlows: 2, IdleTimeout: time.Second, MaxKeys: 2}, 4, 0)
 	tr.setScope(scopeT)
 	for i := range 3 {
 		s := &stream{client: netip.AddrPortFrom(podA, uint16(5000+i))}
@@ -147,7 +147,7 @@ func BenchmarkTracker(b *testing.B) {
 }
 
 func benchTracker(b *testing.B, scope Scope, conns, cmds int, key func(int) string, value string) {
-	tr := newTracker(Limits{}, 1)
+	tr := newTracker(Limits{}, 1, 0)
 	tr.setScope(scope)
 	var streams []*stream
 	for i := range conns {

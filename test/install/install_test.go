@@ -83,7 +83,7 @@ var valueSets = map[string][]string{
 	"minimal":             {"-f", "testdata/values-minimal.yaml"},
 	"one-replica":         {"--set", "manager.replicas=1", "--set", "metrics.serviceMonitor.enabled=true"},
 	"node-agent-hostport": {"--set", "nodeAgent.ingestMode=hostPort", "--set", "rbac.create=false"},
-	"node-agent-capture":  {"--set", "nodeAgent.capture.enabled=true,nodeAgent.capture.sampleEvery=4"},
+	"node-agent-capture":  {"--set", "nodeAgent.capture.enabled=true,nodeAgent.capture.sampleEvery=4,nodeAgent.capture.replySampleEvery=2"},
 	"monitoring":          {"--set", "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true"},
 	"secret-namespaces":   {"--set", "rbac.secretNamespaces={shop,social}", "--set", "manager.metricsSecure=false"},
 	"openshift-style":     {"-f", "testdata/values-openshift.yaml"},
@@ -123,6 +123,7 @@ func TestHelmSchemaRejectsBadValues(t *testing.T) {
 		"port out of range": "nodeAgent.ingestPort=70000",
 		"bad ingest mode":   "nodeAgent.ingestMode=multicast",
 		"zero sampling":     "nodeAgent.capture.sampleEvery=0",
+		"reply sampling":    "nodeAgent.capture.replySampleEvery=65536",
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(tl.helm, "template", "x", filepath.Join(tl.root, "charts", "heatsink"), "--kube-version", kubeVersion(), "--set", set)
