@@ -94,17 +94,6 @@ func (r Result) Report(b *testing.B) {
 	b.ReportMetric(float64(r.Reads), "reads")
 }
 
-// PerTTL is n events counted over span, per ttl: the upstream GETs per TTL
-// of a run, over the whole time Redis counted them (from the statistics'
-// reset to their read, a little over the load's periods), so a run that
-// took longer than its periods is not read as more GETs per TTL.
-func PerTTL(n int64, span, ttl time.Duration) float64 {
-	if span <= 0 {
-		return 0
-	}
-	return float64(n) * float64(ttl) / float64(span)
-}
-
 // Counter is the value of the unlabelled counter name in reg (an engine's
 // heatsink_engine_*_total).
 func Counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
