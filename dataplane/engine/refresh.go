@@ -39,13 +39,14 @@ import (
 // is at least one TTL, at most one upstream read per TTL, and the refreshes
 // land around expiry; one that lands late makes wait only the readers of
 // the rest of its round trip, coalesced on it, a few of a hot key's reads
-// per TTL. The mean is an exponentially weighted one (each need moves the
-// window by 1/refreshWeight of the difference), each need counted at most
+// per TTL. The mean is the plain one of the first refreshWeight needs, then
+// an exponentially weighted one (each need moves the window by
+// 1/refreshWeight of the difference), each need counted at most
 // refreshClip times the window, so one stall of the machine widens it by
 // (refreshClip − 1)/refreshWeight, not to the stall's length; the clip only
 // ever lowers the mean (fewer reads per TTL, not more). It starts at
-// refreshAheadPercent of the lifetime (the ceiling), is set to the first
-// need measured, and stays between minRefreshWindow and the ceiling: a key
+// refreshAheadPercent of the lifetime (the ceiling) until a need is
+// measured and stays between minRefreshWindow and the ceiling: a key
 // read seldom (long gaps before the first read in its window) or a slow
 // upstream keeps a wide window, up to the ceiling.
 //
@@ -72,18 +73,21 @@ const (
 // entries get. The zero value knows nothing (the ceiling).
 type refreshTiming struct {
 	window time.Duration
-	known  bool
+	// n is how many needs the window averages, up to refreshWeight: the
+	// plain mean of the first ones, so that the first need alone (one
+	// sample of a loaded machine) does not set the window for long.
+	n int
 }
 
 // observe adds one refresh's need (from its window's opening to its value
 // stored) to the window's mean, within [minRefreshWindow, ceiling].
 func (t refreshTiming) observe(need, ceiling time.Duration) refreshTiming {
 	need = max(need, 0)
-	if t.known {
-		t.window += (min(need, refreshClip*t.window) - t.window) / refreshWeight
-	} else {
-		t.window, t.known = need, true
+	if t.n > 0 {
+		need = min(need, refreshClip*t.window)
 	}
+	t.n = min(t.n+1, refreshWeight)
+	t.window += (need - t.window) / time.Duration(t.n)
 	t.window = min(max(t.window, minRefreshWindow), max(ceiling, minRefreshWindow))
 	return t
 }
@@ -92,7 +96,7 @@ func (t refreshTiming) observe(need, ceiling time.Duration) refreshTiming {
 // early refresh: the key's measured window, at most ceiling (and ceiling
 // itself until a refresh has been measured).
 func refreshWindow(t refreshTiming, ceiling time.Duration) time.Duration {
-	if !t.known {
+	if t.n == 0 {
 		return ceiling
 	}
 	return min(t.window, ceiling)

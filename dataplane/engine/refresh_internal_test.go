@@ -47,9 +47,10 @@ func TestRefreshAt(t *testing.T) {
 	}
 }
 
-// TestRefreshWindow is the measured window: the first need, then each
-// need moves it by an eighth of the difference, a need counted at most
-// four windows, within [100 µs, ceiling]; the ceiling until measured.
+// TestRefreshWindow is the measured window: the mean of the first eight
+// needs, then each need moves it by an eighth of the difference, a need
+// counted at most four windows, within [100 µs, ceiling]; the ceiling until
+// measured.
 func TestRefreshWindow(t *testing.T) {
 	const ceiling = 200 * time.Millisecond
 	ms := time.Millisecond
@@ -60,19 +61,23 @@ func TestRefreshWindow(t *testing.T) {
 		}
 		return tm
 	}
+	settled := func(w time.Duration, then ...time.Duration) refreshTiming {
+		return after(append([]time.Duration{w, w, w, w, w, w, w, w}, then...)...)
+	}
 	tests := map[string]struct {
 		timing refreshTiming
 		want   time.Duration
 	}{
-		"nothing measured: the ceiling":          {refreshTiming{}, ceiling},
-		"one need of 3ms: it":                    {after(3 * ms), 3 * ms},
-		"a need under the window: 1/8 of it":     {after(10*ms, 2*ms), 9 * ms},
-		"a need over the window: 1/8 of it":      {after(10*ms, 18*ms), 11 * ms},
-		"a stall counts as four windows at most": {after(10*ms, 10*time.Second), 10*ms + 30*ms/8},
-		"a fast key: the 100µs floor":            {after(10 * time.Microsecond), 100 * time.Microsecond},
-		"a slow key: the ceiling":                {after(250 * ms), ceiling},
-		"a need of 0 (an injected clock)":        {after(0), 100 * time.Microsecond},
-		"a negative need counts as nothing":      {after(-time.Second), 100 * time.Microsecond},
+		"nothing measured: the ceiling":                {refreshTiming{}, ceiling},
+		"one need of 3ms: it":                          {after(3 * ms), 3 * ms},
+		"the first needs: their mean":                  {after(10*ms, 2*ms, 3*ms), 5 * ms},
+		"settled, a need under it moves it by 1/8":     {settled(10*ms, 2*ms), 9 * ms},
+		"settled, a need over it moves it by 1/8":      {settled(10*ms, 18*ms), 11 * ms},
+		"settled, a stall counts as four windows":      {settled(10*ms, 10*time.Second), 10*ms + 30*ms/8},
+		"a fast key: the 100µs floor":                  {after(10 * time.Microsecond), 100 * time.Microsecond},
+		"a slow key: the ceiling":                      {after(250 * ms), ceiling},
+		"a need of 0 (an injected clock): the floor":   {after(0), 100 * time.Microsecond},
+		"a negative need counts as nothing: the floor": {after(-time.Second), 100 * time.Microsecond},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -116,7 +121,7 @@ func TestRefreshWindow(t *testing.T) {
 		t.Fatalf("%.0f %% of the refreshes landed after expiry (window settled at %v); want about the slow 20 %%", 100*frac, refreshWindow(tm, 10*ms))
 	}
 	// One stall of 10 s among 1 ms needs moves the window by 3/8 only.
-	tm = after(ms, ms, ms, 10*time.Second)
+	tm = settled(ms, 10*time.Second)
 	if w := refreshWindow(tm, ceiling); w > ms+3*ms/8 {
 		t.Fatalf("after one stall the window is %v; want at most %v", w, ms+3*ms/8)
 	}
