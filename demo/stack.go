@@ -50,9 +50,9 @@ func podAddr(i int) string { return fmt.Sprintf("127.0.1.%d", i+1) }
 // stack is every running part of the demo. stop stops them all, in reverse
 // order of start, and waits for each.
 type stack struct {
-	log    logr.Logger
-	slog   *slog.Logger
-	cp     *controlplane.ControlPlane
+	log   logr.Logger
+	slog  *slog.Logger
+	cp    *controlplane.ControlPlane
 	redis *redisproc.Cluster
 	// masters are the cluster's masters; ranges[i] the slots masters[i]
 	// serves and replicas[i] its replicas (none without replicas).
