@@ -123,8 +123,11 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, f fillTimes)
 		// What the refresh of the entry replaced needed: from its window's
 		// opening to now, whether this is that refresh or, when it was not
 		// refreshed in time (no read in its window, a refresh that failed
-		// or came late), the fill after its expiry.
-		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || !f.started.Before(old.expires)) {
+		// or came late), the fill after its expiry. The latter only once a
+		// refresh of the key has been measured: a key not yet read steadily
+		// (filled, then idle) would otherwise start at the ceiling's
+		// window from its idle gap.
+		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || t.n > 0 && !f.started.Before(old.expires)) {
 			t = t.observe(f.done.Sub(old.refreshAt), ceiling)
 			c.timing[key] = t
 		}

@@ -310,3 +310,36 @@ func TestRefreshDoesNotResurrectAnInvalidatedValue(t *testing.T) {
 	}
 	mustGet("v2")
 }
+
+// TestIdleExpiryBeforeAnyRefreshIsNotANeed: an entry that expired unread
+// before any refresh of its key was measured (a key filled, then idle)
+// leaves the window at the ceiling, rather than setting it from the idle
+// gap; once a refresh is measured, an unrefreshed expiry counts.
+func TestIdleExpiryBeforeAnyRefreshIsNotANeed(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	c := newCache(10, 1<<20)
+	fill := func() {
+		now := clk.Now()
+		c.put("k", c.seq("k"), []byte("v"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+	}
+	fill()
+	clk.Step(5 * time.Second) // expired unread
+	fill()
+	if tm := c.timing["k"]; tm.n != 0 {
+		t.Fatalf("an idle expiry before any refresh was measured: timing %+v; want none", tm)
+	}
+	clk.Step(800 * time.Millisecond)
+	if _, _, ok, refresh := c.get("k", clk.Now()); !ok || !refresh {
+		t.Fatalf("at the ceiling's window: ok=%v refresh=%v", ok, refresh)
+	}
+	clk.Step(time.Millisecond)
+	fill() // the refresh, 1 ms after the window opened
+	if w := refreshWindow(c.timing["k"], 200*time.Millisecond); w != time.Millisecond {
+		t.Fatalf("after one refresh that needed 1ms: window %v", w)
+	}
+	clk.Step(5 * time.Second) // expired unread again: now a need
+	fill()
+	if tm := c.timing["k"]; tm.n != 2 {
+		t.Fatalf("an unrefreshed expiry after a measured refresh: timing %+v; want it counted", tm)
+	}
+}
