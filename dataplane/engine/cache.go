@@ -96,6 +96,18 @@ func (c *cache) fresh(key string, now time.Time) (val []byte, found, ok bool) {
 	return ce.val, ce.found, true
 }
 
+// expiredAt is when key's entry expired, if the cache still holds one that
+// has expired at now (it is replaced at the next fill).
+func (c *cache) expiredAt(key string, now time.Time) (time.Time, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ce := c.m[key]
+	if ce == nil || now.Before(ce.expires) {
+		return time.Time{}, false
+	}
+	return ce.expires, true
+}
+
 // seq is the current invalidation sequence number of key.
 func (c *cache) seq(key string) uint64 {
 	c.mu.RLock()

@@ -104,13 +104,14 @@ func TestRefreshAheadKeepsAHotKeyCached(t *testing.T) {
 	}
 }
 
-// TestRefreshedEntryLivesTheWholeTTL: with jitterPercent 10 a miss's fill
-// lives 90 to 100 % of the TTL (here, with the random draw injected at its
-// largest, 900 ms of 1 s), but a refresh ahead of expiry gets the whole
-// TTL: its time is set by the old entry's expiry, which already carries
-// the jitter, and a jitter on each refresh would only refetch sooner. The
-// fill after an unrefreshed expiry is a miss's again, jittered. Real
-// redis-server, injected clock, upstream GETs counted by INFO commandstats.
+// TestRefreshedEntryLivesTheWholeTTL: with jitterPercent 10 a key's first
+// fill lives 90 to 100 % of the TTL (here, with the random draw injected at
+// its largest, 900 ms of 1 s), but a fill timed by the expiry of the key's
+// previous entry gets the whole TTL: a refresh ahead of it, or a miss
+// within the jitter span (100 ms) after it; it keeps that entry's phase,
+// which already carries the jitter. A miss after a longer gap is jittered
+// again. Real redis-server, injected clock, upstream GETs counted by INFO
+// commandstats.
 func TestRefreshedEntryLivesTheWholeTTL(t *testing.T) {
 	tg := targets(t)[0]
 	ctx := context.Background()
@@ -131,7 +132,7 @@ func TestRefreshedEntryLivesTheWholeTTL(t *testing.T) {
 			t.Fatalf("%d upstream GETs; want %d", n, upstream)
 		}
 	}
-	read("v1", 1) // a miss: lives 900 ms, its window is 20 % of that
+	read("v1", 1) // the first fill: lives 900 ms, its window is 20 % of that
 	if err := tg.client.Set(ctx, k, "v2", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +147,13 @@ func TestRefreshedEntryLivesTheWholeTTL(t *testing.T) {
 	clk.Step(999 * time.Millisecond) // 1719 ms: the refresh (at 720 ms) lives to 1720 ms
 	read("v2", 2)
 	clk.Step(time.Millisecond)
-	read("v2", 3) // expired unrefreshed: a miss, which lives 900 ms again
-	clk.Step(899 * time.Millisecond)
+	read("v2", 3) // expired unrefreshed, a miss at once: lives to 2720 ms
+	clk.Step(999 * time.Millisecond)
 	read("v2", 3)
-	clk.Step(time.Millisecond)
+	clk.Step(102 * time.Millisecond) // 2821 ms: 101 ms after the expiry
+	read("v2", 4)                    // a miss after a gap: lives 900 ms, to 3721 ms
+	clk.Step(899 * time.Millisecond)
 	read("v2", 4)
+	clk.Step(time.Millisecond)
+	read("v2", 5)
 }
