@@ -173,9 +173,9 @@ const ShedError = "TRYAGAIN heatsink: key over its shed budget, retry later"
 type LocalCache struct {
 	// TTLMillis is how long a cached value is served.
 	TTLMillis int64 `json:"ttlMillis"`
-	// JitterPercent shortens each miss's entry's TTL by a random up to
-	// this percent (an entry refreshed ahead of expiry lives the whole
-	// TTL).
+	// JitterPercent shortens an entry's TTL by a random up to this
+	// percent (a fill timed by the expiry of the key's previous entry
+	// lives the whole TTL).
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
 	// RefreshAheadPercent: a read in a cached value's refresh window
 	// starts one background refresh, so a key that stays read never expires

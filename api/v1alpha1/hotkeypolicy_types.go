@@ -334,10 +334,12 @@ type LocalCache struct {
 	// +kubebuilder:validation:MaxLength=32
 	TTL metav1.Duration `json:"ttl,omitzero"`
 
-	// jitterPercent shortens each miss's cached value's TTL by a random up
-	// to this percent so sidecars and keys filled together do not expire
-	// in lockstep. A value refreshed ahead of expiry lives the whole TTL
-	// (its refresh is timed by the jittered entry it replaces). Default: 10.
+	// jitterPercent shortens a cached value's TTL by a random up to this
+	// percent so sidecars and keys filled together do not expire in
+	// lockstep. A fill timed by the expiry of the key's previous value (a
+	// refresh ahead of it, or a miss within the jitter span after it)
+	// lives the whole TTL: it keeps that value's jittered phase.
+	// Default: 10.
 	// +optional
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=0
