@@ -65,6 +65,17 @@ type Config struct {
 	// background has no hot key), how many decision passes the manager
 	// made and what it counted (see Calm).
 	Calm bool
+	// ReplicaReads runs the replica-reads scenario: a cluster with
+	// ReplicasPerMaster replicas per master, the Zipf background and the
+	// viral read key only, and a policy under which a read-hot key may not
+	// be cached (local cache and replicate off: a key that must not be
+	// stale for a TTL) but may be read from its shard's replicas
+	// (mitigations.replicaReads), each master declared to take half the
+	// viral key's rate (capacity.perShardReadsPerSecond) and sustainFor
+	// long enough to measure the key unmitigated. The summary gives the
+	// GETs per second of each node of the key's shard before and after its
+	// routing entry (see ReplicaReadsResult).
+	ReplicaReads bool
 
 	// OutDir receives the PNG chart and the log of the components.
 	OutDir string
@@ -159,6 +170,32 @@ func (c *Config) SetCalm() {
 	c.ViralReadRate, c.ViralWriteRate, c.EventRate = 0, 0, 0
 }
 
+// ReplicasPerMaster is how many replicas each master has in the
+// replica-reads scenario (as in issue 24's measure: 3 masters, 2 replicas
+// each).
+const ReplicasPerMaster = 2
+
+// replicaReadsSustain is the replica-reads scenario's sustainFor: whole
+// seconds of the viral key read from its master alone before it is routed.
+const replicaReadsSustain = 5 * time.Second
+
+// SetReplicaReads makes c the replica-reads scenario (see
+// Config.ReplicaReads): no viral counter, no scheduled event.
+func (c *Config) SetReplicaReads() {
+	c.ReplicaReads = true
+	c.ViralWriteRate, c.EventRate = 0, 0
+	c.SustainFor = max(c.SustainFor, replicaReadsSustain)
+	c.Cooldown = max(c.Cooldown, c.SustainFor)
+}
+
+// replicasPerMaster is how many replicas the scenario's masters have.
+func (c *Config) replicasPerMaster() int {
+	if c.ReplicaReads {
+		return ReplicasPerMaster
+	}
+	return 0
+}
+
 // Validate checks that the scenario makes sense before anything starts.
 func (c *Config) Validate() error {
 	var errs []error
@@ -201,6 +238,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ReportInterval > c.Window {
 		errs = append(errs, fmt.Errorf("report interval %s must not exceed the window %s", c.ReportInterval, c.Window))
+	}
+	if c.ReplicaReads && c.Calm {
+		errs = append(errs, errors.New("the calm and replica-reads scenarios are two runs"))
+	}
+	if c.ReplicaReads && c.ViralReadRate < 2 {
+		errs = append(errs, fmt.Errorf("the replica-reads scenario needs a viral read rate of at least 2 GET/s (got %d)", c.ViralReadRate))
 	}
 	if c.Cooldown < c.SustainFor {
 		errs = append(errs, fmt.Errorf("cooldown %s must be at least sustainFor %s", c.Cooldown, c.SustainFor))

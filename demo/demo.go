@@ -111,6 +111,9 @@ type Result struct {
 	// Calm is what the calm scenario measures (Config.Calm; also filled
 	// in the others).
 	Calm CalmResult
+	// ReplicaReads is what the replica-reads scenario measures
+	// (Config.ReplicaReads; empty in the others).
+	ReplicaReads ReplicaReadsResult
 }
 
 // EventLead is how long before the event's start all its keys were
@@ -159,7 +162,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, u := range res.Unavailable {
 		fmt.Fprintf(out, "  ! NOT AVAILABLE: %s\n", u)
 	}
-	res.Masters, res.Proxies, res.APIServer = s.redis.Addrs(), s.proxies, s.cp.Config.Host
+	res.Masters, res.Proxies, res.APIServer = s.masters, s.proxies, s.cp.Config.Host
 	keys, err := chooseKeys(s.ranges, cfg.Seed)
 	if err != nil {
 		return nil, err
@@ -192,7 +195,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	start := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Second)
 	res.Start = start
 	res.EventStart = start.Add(cfg.EventStart)
-	pol := samplePolicy(cfg, s.redis.Addrs(), keys, res.EventStart)
+	pol := samplePolicy(cfg, s.masters, keys, res.EventStart)
 	polFile := filepath.Join(cfg.OutDir, "hotkeypolicy.yaml")
 	if err := writeYAML(polFile, pol); err != nil {
 		return nil, err
@@ -204,8 +207,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("applying the HotKeyPolicy: %w", err)
 	}
 
-	smp := observe.NewSampler(s.redis.Addrs())
+	smp := observe.NewSampler(s.masters)
 	defer smp.Close()
+	var shard *observe.Sampler
+	if cfg.ReplicaReads {
+		res.ReplicaReads.Nodes = append([]string{s.masters[keys.HotMaster]}, s.replicas[keys.HotMaster]...)
+		shard = observe.NewSampler(res.ReplicaReads.Nodes)
+		defer shard.Close()
+	}
 	readsBefore, err := smp.TotalReads(ctx)
 	if err != nil {
 		return nil, err
@@ -223,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	hubDone := make(chan struct{})
 	go func() { defer close(hubDone); res.Calm.watch(hubCtx, s.fleet, Namespace+"/"+PolicyName) }()
 	passes := reconcilePasses(s.managerMetrics)
-	runTraffic(ctx, start, smp, wl, obs, v)
+	runTraffic(ctx, start, smp, wl, obs, v, shard)
 	stopHub()
 	<-hubDone
 	res.Calm.Passes = reconcilePasses(s.managerMetrics) - passes
@@ -243,6 +252,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	snap := obs.Snapshot()
 	res.fillMoments(cfg, snap)
 	res.Calm.fill(snap)
+	if shard != nil {
+		res.ReplicaReads.fill(shard.Samples(), res.ViralRead)
+		if err := shard.Err(); err != nil {
+			res.Failures = append(res.Failures, fmt.Errorf("sampling the viral key's shard: %w", err))
+		}
+	}
 	res.Failures = append(res.Failures, s.failures()...)
 
 	chart := filepath.Join(cfg.OutDir, "heatsink-demo.png")
@@ -255,6 +270,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return res, ctx.Err()
 }
 
+// redisStep is the set-up step that starts Redis.
+func redisStep(cfg Config) string {
+	if n := cfg.replicasPerMaster(); n > 0 {
+		return fmt.Sprintf("Redis Cluster: 3 masters with %d replicas each on loopback", n)
+	}
+	return "Redis Cluster: 3 masters on loopback"
+}
+
 // setUp starts every component, showing progress.
 func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
 	steps := []struct {
@@ -262,7 +285,7 @@ func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
 		fn   func() error
 	}{
 		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
-		{"Redis Cluster: 3 masters on loopback", func() error { return s.startRedis(ctx) }},
+		{redisStep(cfg), func() error { return s.startRedis(ctx, cfg.replicasPerMaster()) }},
 		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg) }},
 		{"node agents: node-a, node-b", s.startNodeAgents},
 		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
@@ -275,14 +298,19 @@ func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
 	return nil
 }
 
-// runTraffic runs the workload and the sampler from start until the
-// workload ends or ctx is cancelled, drawing the view each second.
-func runTraffic(ctx context.Context, start time.Time, smp *observe.Sampler, wl *workload, obs *observe.Observer, v *view) {
+// runTraffic runs the workload and the samplers (smp, and also any that
+// is not nil) from start until the workload ends or ctx is cancelled,
+// drawing the view of smp's samples each second.
+func runTraffic(ctx context.Context, start time.Time, smp *observe.Sampler, wl *workload, obs *observe.Observer, v *view, also ...*observe.Sampler) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); smp.Run(runCtx, start) }()
+	for _, sm := range append([]*observe.Sampler{smp}, also...) {
+		if sm != nil {
+			wg.Go(func() { sm.Run(runCtx, start) })
+		}
+	}
+	wg.Add(1)
 	go func() { defer wg.Done(); wl.run(runCtx, start); stopRun() }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -508,6 +536,17 @@ func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *
 	}
 	if cfg.Calm {
 		spec.Schedules = nil
+	}
+	if cfg.ReplicaReads {
+		// Reads of a hot key must not be cached nor copied: the replicas
+		// the shard has anyway serve them. Each master is declared to take
+		// half the viral key's rate, so replica reads are needed.
+		off := func() *bool { b := false; return &b }
+		spec.Schedules = nil
+		spec.Mitigations.LocalCache.Enabled = off()
+		spec.Mitigations.Replicate.Enabled = off()
+		spec.Mitigations.ReplicaReads.Enabled = on()
+		spec.Capacity.PerShardReadsPerSecond = int64(cfg.ViralReadRate / 2)
 	}
 	if a := cfg.Auto; a != nil {
 		// No rate typed: every threshold and the split's sizing come from

@@ -188,9 +188,9 @@ func TestWriteChart(t *testing.T) {
 }
 
 func TestMitigations(t *testing.T) {
-	e := routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1, RefreshAheadPercent: 10}, Replicate: &routing.Replicate{Replicas: 4, TTLMillis: 1},
+	e := routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1, RefreshAheadPercent: 10}, ReplicaReads: &routing.ReplicaReads{MaxLagMillis: 1000}, Replicate: &routing.Replicate{Replicas: 4, TTLMillis: 1},
 		Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}, {FromEpoch: 2, Shards: 8}}}}
-	if got, want := mitigations(e), "coalesce,cache,refresh-ahead,replicas=4,shards=4→8"; got != want {
+	if got, want := mitigations(e), "coalesce,cache,refresh-ahead,replica-reads,replicas=4,shards=4→8"; got != want {
 		t.Errorf("mitigations = %q, want %q", got, want)
 	}
 }
@@ -236,7 +236,9 @@ func TestSamplePolicyIsValid(t *testing.T) {
 	auto.Auto = DefaultAuto()
 	calm := Default()
 	calm.SetCalm()
-	for name, cfg := range map[string]Config{"default": Default(), "short": Short(), "auto": auto, "calm": calm} {
+	replicas := Default()
+	replicas.SetReplicaReads()
+	for name, cfg := range map[string]Config{"default": Default(), "short": Short(), "auto": auto, "calm": calm, "replica-reads": replicas} {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -248,8 +250,11 @@ func TestSamplePolicyIsValid(t *testing.T) {
 		if errs, _ := webhook.ValidateSpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
 			t.Errorf("%s: the demo's policy fails validation: %v", name, errs.ToAggregate())
 		}
+		if m := p.Spec.Mitigations; cfg.ReplicaReads != (m.ReplicaReads.IsEnabled() && !m.LocalCache.IsEnabled() && !m.Replicate.IsEnabled()) {
+			t.Errorf("%s: replica reads %v, local cache %v, replicate %v; want replica reads alone exactly in the replica-reads scenario", name, m.ReplicaReads.IsEnabled(), m.LocalCache.IsEnabled(), m.Replicate.IsEnabled())
+		}
 		switch {
-		case cfg.Calm:
+		case cfg.Calm || cfg.ReplicaReads:
 			if len(p.Spec.Schedules) != 0 {
 				t.Errorf("%s: schedules %+v, want none (no event)", name, p.Spec.Schedules)
 			}

@@ -50,11 +50,15 @@ func podAddr(i int) string { return fmt.Sprintf("127.0.1.%d", i+1) }
 // stack is every running part of the demo. stop stops them all, in reverse
 // order of start, and waits for each.
 type stack struct {
-	log    logr.Logger
-	slog   *slog.Logger
-	cp     *controlplane.ControlPlane
-	redis  *redisproc.Cluster
-	ranges [][]slotRange
+	log   logr.Logger
+	slog  *slog.Logger
+	cp    *controlplane.ControlPlane
+	redis *redisproc.Cluster
+	// masters are the cluster's masters; ranges[i] the slots masters[i]
+	// serves and replicas[i] its replicas (none without replicas).
+	masters  []string
+	ranges   [][]slotRange
+	replicas [][]string
 
 	// Unavailable lists the stages that could not run, with the reason.
 	unavailable []string
@@ -141,10 +145,17 @@ func (s *stack) startControlPlane() error {
 	return cp.CreateNamespace(context.Background(), Namespace)
 }
 
-// startRedis starts the 3-master cluster and learns which slots each master
-// serves.
-func (s *stack) startRedis(ctx context.Context) error {
-	c, err := redisproc.StartCluster(ctx, 3)
+// startRedis starts the 3-master cluster, with replicas replicas per
+// master when replicas > 0, and learns which slots each master serves and
+// which replicas it has.
+func (s *stack) startRedis(ctx context.Context, replicas int) error {
+	var c *redisproc.Cluster
+	var err error
+	if replicas > 0 {
+		c, err = redisproc.StartClusterReplicas(ctx, 3, replicas)
+	} else {
+		c, err = redisproc.StartCluster(ctx, 3)
+	}
 	if err != nil {
 		return err
 	}
@@ -155,20 +166,35 @@ func (s *stack) startRedis(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("CLUSTER SLOTS: %w", err)
 	}
-	s.ranges = make([][]slotRange, len(c.Servers))
+	ranges, reps := map[string][]slotRange{}, map[string][]string{}
 	for _, sl := range slots {
 		if len(sl.Nodes) == 0 {
 			continue
 		}
-		for i, srv := range c.Servers {
-			if sl.Nodes[0].Addr == srv.Addr {
-				s.ranges[i] = append(s.ranges[i], slotRange{Lo: uint16(sl.Start), Hi: uint16(sl.End)})
+		m := sl.Nodes[0].Addr
+		ranges[m] = append(ranges[m], slotRange{Lo: uint16(sl.Start), Hi: uint16(sl.End)})
+		if _, ok := reps[m]; !ok {
+			reps[m] = []string{}
+			for _, n := range sl.Nodes[1:] {
+				reps[m] = append(reps[m], n.Addr)
 			}
 		}
 	}
-	for i, r := range s.ranges {
-		if len(r) == 0 {
-			return fmt.Errorf("master %s serves no slot", c.Servers[i].Addr)
+	// Masters in the order the cluster's nodes were started (Redis picks
+	// which nodes are masters when it has replicas).
+	for _, srv := range c.Servers {
+		if r, ok := ranges[srv.Addr]; ok {
+			s.masters = append(s.masters, srv.Addr)
+			s.ranges = append(s.ranges, r)
+			s.replicas = append(s.replicas, reps[srv.Addr])
+		}
+	}
+	if len(s.masters) != 3 {
+		return fmt.Errorf("CLUSTER SLOTS lists %d masters serving slots, want 3", len(s.masters))
+	}
+	for i, r := range s.replicas {
+		if len(r) != replicas {
+			return fmt.Errorf("master %s has %d replicas in CLUSTER SLOTS, want %d", s.masters[i], len(r), replicas)
 		}
 	}
 	return nil
@@ -257,7 +283,7 @@ func (s *stack) startProxies(ctx context.Context) error {
 				return err
 			}
 			cfg := sidecar.Config{
-				Listener: ln, HTTPListener: hl, Upstreams: s.redis.Addrs(), Cluster: true,
+				Listener: ln, HTTPListener: hl, Upstreams: s.masters, Cluster: true,
 				Policy: PolicyName, Namespace: Namespace, NodeAgent: det, SourceAddr: src,
 				Logger: s.slog.With("proxy", strconv.Itoa(len(s.proxies))),
 				// The demo starts its simulated pods before it applies the

@@ -19,9 +19,12 @@ func printSummary(out io.Writer, cfg Config, r *Result) {
 	fmt.Fprintf(out, "\n%s (%s of traffic, seed %d)\n\n", title, cfg.Duration, cfg.Seed)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
-	if cfg.Calm {
+	switch {
+	case cfg.Calm:
 		printCalm(tw, cfg, r)
-	} else {
+	case cfg.ReplicaReads:
+		printReplicaReads(tw, cfg, r)
+	default:
 		printScenario(tw, cfg, r)
 	}
 	var errs int64

@@ -162,6 +162,9 @@ func mitigations(e routing.Entry) string {
 			m = append(m, "refresh-ahead")
 		}
 	}
+	if e.ReplicaReads != nil {
+		m = append(m, "replica-reads")
+	}
 	if e.Replicate != nil {
 		m = append(m, fmt.Sprintf("replicas=%d", e.Replicate.Replicas))
 	}

@@ -173,12 +173,15 @@ const ShedError = "TRYAGAIN heatsink: key over its shed budget, retry later"
 type LocalCache struct {
 	// TTLMillis is how long a cached value is served.
 	TTLMillis int64 `json:"ttlMillis"`
-	// JitterPercent randomises each entry's TTL by up to this percent.
+	// JitterPercent shortens an entry's TTL by a random up to this
+	// percent (a fill timed by the expiry of the key's previous entry
+	// lives the whole TTL).
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
 	// RefreshAheadPercent: a read in a cached value's refresh window
 	// starts one background refresh, so a key that stays read never expires
-	// under its readers. The engine measures each key's window; this
-	// percent of the value's lifetime is its ceiling. 0 (or absent, as from
+	// under its readers. The engine measures each key's window (the mean
+	// of what its refreshes need); this percent of the value's lifetime is
+	// its ceiling. 0 (or absent, as from
 	// an older writer) turns it off.
 	RefreshAheadPercent int32 `json:"refreshAheadPercent,omitempty"`
 }

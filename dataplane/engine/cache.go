@@ -96,6 +96,18 @@ func (c *cache) fresh(key string, now time.Time) (val []byte, found, ok bool) {
 	return ce.val, ce.found, true
 }
 
+// expiredAt is when key's entry expired, if the cache still holds one that
+// has expired at now (it is replaced at the next fill).
+func (c *cache) expiredAt(key string, now time.Time) (time.Time, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ce := c.m[key]
+	if ce == nil || now.Before(ce.expires) {
+		return time.Time{}, false
+	}
+	return ce.expires, true
+}
+
 // seq is the current invalidation sequence number of key.
 func (c *cache) seq(key string) uint64 {
 	c.mu.RLock()
@@ -123,8 +135,11 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, f fillTimes)
 		// What the refresh of the entry replaced needed: from its window's
 		// opening to now, whether this is that refresh or, when it was not
 		// refreshed in time (no read in its window, a refresh that failed
-		// or came late), the fill after its expiry.
-		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || !f.started.Before(old.expires)) {
+		// or came late), the fill after its expiry. The latter only once a
+		// refresh of the key has been measured: a key not yet read steadily
+		// (filled, then idle) would otherwise start at the ceiling's
+		// window from its idle gap.
+		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || t.n > 0 && !f.started.Before(old.expires)) {
 			t = t.observe(f.done.Sub(old.refreshAt), ceiling)
 			c.timing[key] = t
 		}

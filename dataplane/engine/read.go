@@ -107,7 +107,7 @@ func (e *Engine) fill(ctx context.Context, p *plan, claimed time.Time) (any, err
 		// (a write, a tracking push) makes put drop this value, early
 		// refresh or not.
 		now := e.clock.Now()
-		e.cache.put(key, seq, r.val, r.found, fillTimes{started: started, done: now, expires: now.Add(e.ttl(lc)), aheadPercent: lc.RefreshAheadPercent})
+		e.cache.put(key, seq, r.val, r.found, fillTimes{started: started, done: now, expires: now.Add(e.ttl(lc, e.phased(key, lc, claimed, started))), aheadPercent: lc.RefreshAheadPercent})
 	}
 	return r, err
 }
@@ -137,18 +137,42 @@ func (e *Engine) Cached(key string) (val []byte, found, ok bool) {
 	return val, found, ok
 }
 
-// ttl is a local-cache TTL shortened by a random jitter of up to
-// JitterPercent, so entries filled together do not expire together and no
-// entry outlives TTLMillis.
-func (e *Engine) ttl(lc *routing.LocalCache) time.Duration {
+// ttl is the lifetime of a local-cache fill: TTLMillis, shortened by a
+// random jitter of up to JitterPercent unless phased, so entries filled
+// together do not expire together; no entry outlives TTLMillis.
+func (e *Engine) ttl(lc *routing.LocalCache, phased bool) time.Duration {
 	d := time.Duration(lc.TTLMillis) * time.Millisecond
-	if j := int64(lc.JitterPercent); j > 0 && j <= 100 {
-		span := int64(d) * j / 100
-		if span > 0 {
-			d -= time.Duration(e.opts.IntN(int(span) + 1))
-		}
+	if span := jitterSpan(lc); !phased && span > 0 {
+		d -= time.Duration(e.opts.IntN(int(span) + 1))
 	}
 	return d
+}
+
+// jitterSpan is the most the jitter shortens a fill's TTL.
+func jitterSpan(lc *routing.LocalCache) time.Duration {
+	if j := int64(lc.JitterPercent); j > 0 && j <= 100 {
+		return time.Duration(lc.TTLMillis) * time.Millisecond * time.Duration(j) / 100
+	}
+	return 0
+}
+
+// phased is whether a fill of key that started at started (claimed: the
+// refresh claimed then) is timed by the expiry of the key's previous entry,
+// and so lives the whole TTL: a refresh ahead of that expiry, or a miss
+// that started within the jitter span after it (the previous entry was not
+// refreshed in time). Such a fill keeps the previous entry's phase, which
+// carries the jitter of the key's first fill, so entries of processes and
+// keys filled together stay as far apart as their first fills put them; a
+// jitter on each of them would only refetch sooner (1.05 upstream reads per
+// TTL at the default 10 %, docs/engine.md). Any other fill (the first, after
+// an invalidation, an eviction or a longer gap, such as an outage that all
+// processes see at once) is jittered.
+func (e *Engine) phased(key string, lc *routing.LocalCache, claimed, started time.Time) bool {
+	if !claimed.IsZero() {
+		return true
+	}
+	expired, ok := e.cache.expiredAt(key, started)
+	return ok && started.Sub(expired) <= jitterSpan(lc)
 }
 
 func (e *Engine) getRaw(ctx context.Context, key string) ([]byte, bool, error) {

@@ -20,7 +20,7 @@ import (
 // read); the refreshed value replaces the entry before it expires, so no
 // reader misses at the old expiry; the refreshed entry's window is the
 // measured one (the injected clock makes every fill take no time and the
-// refresh was claimed at once: the 1 ms floor), and an entry nobody reads
+// refresh was claimed at once: the 100 µs floor), and an entry nobody reads
 // in its window is not refreshed and expires. With the knob at 0 nothing is read early. Real
 // redis-server (standalone and 3-master cluster), injected clock, upstream
 // GETs counted by INFO commandstats.
@@ -91,7 +91,7 @@ func TestRefreshAheadKeepsAHotKeyCached(t *testing.T) {
 				reads("v2")
 				upstream(2)
 				// The refreshed entry (filled at 800 ms) opens its window at
-				// 1799 ms: a read at 1700 ms does not refresh it, and nobody
+				// 1799.9 ms: a read at 1700 ms does not refresh it, and nobody
 				// reads it again until it expired at 1800 ms.
 				clk.Step(700 * time.Millisecond)
 				reads("v2")
@@ -102,4 +102,58 @@ func TestRefreshAheadKeepsAHotKeyCached(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRefreshedEntryLivesTheWholeTTL: with jitterPercent 10 a key's first
+// fill lives 90 to 100 % of the TTL (here, with the random draw injected at
+// its largest, 900 ms of 1 s), but a fill timed by the expiry of the key's
+// previous entry gets the whole TTL: a refresh ahead of it, or a miss
+// within the jitter span (100 ms) after it; it keeps that entry's phase,
+// which already carries the jitter. A miss after a longer gap is jittered
+// again. Real redis-server, injected clock, upstream GETs counted by INFO
+// commandstats.
+func TestRefreshedEntryLivesTheWholeTTL(t *testing.T) {
+	tg := targets(t)[0]
+	ctx := context.Background()
+	k := key(t, "jittered")
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	e := newEngine(t, tg.client, engine.Options{Clock: clk, IntN: func(n int) int { return n - 1 }})
+	e.SetTable(table(routing.Entry{Key: k, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 1000, JitterPercent: 10, RefreshAheadPercent: 20}}))
+	if err := tg.client.Set(ctx, k, "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tg.resetStats(t)
+	read := func(want string, upstream int64) {
+		t.Helper()
+		if v, _, err := e.Get(ctx, k); err != nil || string(v) != want {
+			t.Fatalf("GET = %q, %v; want %q", v, err, want)
+		}
+		if n := tg.calls(t, "get"); n != upstream {
+			t.Fatalf("%d upstream GETs; want %d", n, upstream)
+		}
+	}
+	read("v1", 1) // the first fill: lives 900 ms, its window is 20 % of that
+	if err := tg.client.Set(ctx, k, "v2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(720 * time.Millisecond)
+	if v, _, err := e.Get(ctx, k); err != nil || string(v) != "v1" {
+		t.Fatalf("GET in the window = %q, %v; want the cached v1 (and its refresh claimed)", v, err)
+	}
+	eventually.True(t, 10*time.Second, "the refreshed value replaces the entry", func() bool {
+		v, _, err := e.Get(ctx, k)
+		return err == nil && string(v) == "v2"
+	})
+	clk.Step(999 * time.Millisecond) // 1719 ms: the refresh (at 720 ms) lives to 1720 ms
+	read("v2", 2)
+	clk.Step(time.Millisecond)
+	read("v2", 3) // expired unrefreshed, a miss at once: lives to 2720 ms
+	clk.Step(999 * time.Millisecond)
+	read("v2", 3)
+	clk.Step(102 * time.Millisecond) // 2821 ms: 101 ms after the expiry
+	read("v2", 4)                    // a miss after a gap: lives 900 ms, to 3721 ms
+	clk.Step(899 * time.Millisecond)
+	read("v2", 4)
+	clk.Step(time.Millisecond)
+	read("v2", 5)
 }

@@ -22,6 +22,7 @@ import (
 // expiries of a 100 ms TTL, through one go-redis client with the hook (a
 // cache hit costs no network, so an expiry's round trip stands out), with
 // refresh off, at 10 % and at 50 % (the ceilings of the measured window),
+// and at the policy's defaults (refreshAheadPercent 10, jitterPercent 10),
 // next to a key that never expires.
 // hack/bench.d/36-refresh-ahead.sh prints both benchmarks' rows.
 func BenchmarkRefreshAhead(b *testing.B) {
@@ -39,10 +40,10 @@ func BenchmarkRefreshAhead(b *testing.B) {
 	defer direct.Close()
 	ctx := context.Background()
 	for _, row := range []struct {
-		name    string
-		ttl     time.Duration
-		percent int32
-	}{{"no-expiry", time.Hour, 0}, {"refresh-off", ttl, 0}, {"refresh-10", ttl, 10}, {"refresh-50", ttl, 50}} {
+		name            string
+		ttl             time.Duration
+		percent, jitter int32
+	}{{"no-expiry", time.Hour, 0, 0}, {"refresh-off", ttl, 0, 0}, {"refresh-10", ttl, 10, 0}, {"refresh-50", ttl, 50, 0}, {"refresh-10-jitter-10", ttl, 10, 10}} {
 		b.Run(row.name, func(b *testing.B) {
 			key := "hot:" + row.name
 			if err := direct.Set(ctx, key, strings.Repeat("v", 100), 0).Err(); err != nil {
@@ -55,7 +56,7 @@ func BenchmarkRefreshAhead(b *testing.B) {
 			defer e.Close()
 			app.AddHook(redishook.New(e))
 			e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Version: 1, EpochMillis: 60_000, Entries: []routing.Entry{
-				{Key: key, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: row.ttl.Milliseconds(), RefreshAheadPercent: row.percent}}}})
+				{Key: key, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: row.ttl.Milliseconds(), RefreshAheadPercent: row.percent, JitterPercent: row.jitter}}}})
 			if err := app.Get(ctx, key).Err(); err != nil {
 				b.Fatal(err)
 			}

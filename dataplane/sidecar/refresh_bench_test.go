@@ -20,13 +20,16 @@ import (
 // BenchmarkRefreshAhead measures what a cached hot key's expiries cost its
 // readers, through one sidecar in front of a real redis-server: 50 clients
 // at depth 1 (one connection each, one GET every 2 ms each) read one key for
-// 100 TTLs of 100 ms (jitter 0, so 100 expiries), side by side in one run:
+// 100 TTLs of 100 ms (jitter 0 but in the last row, so 100 expiries), side
+// by side in one run:
 //
 //   - no-expiry: a TTL of 1 h, every read a cache hit (the peer);
 //   - refresh-off: refreshAheadPercent 0, the key expires under its readers;
 //   - refresh-10: refreshAheadPercent 10 (the default): the key's measured
 //     window, at most 10 ms;
-//   - refresh-50: refreshAheadPercent 50: at most 50 ms.
+//   - refresh-50: refreshAheadPercent 50: at most 50 ms;
+//   - refresh-10-jitter-10: the policy's defaults, refreshAheadPercent 10
+//     and jitterPercent 10 (a miss's fill lives 90 to 100 ms).
 //
 // Reported per row: client GET latency p50, p99, p99.9 and max; the median
 // over the 100 TTL periods of each period's slowest read (an expiry shows
@@ -53,15 +56,15 @@ func BenchmarkRefreshAhead(b *testing.B) {
 	defer direct.Close()
 	ctx := context.Background()
 	for _, row := range []struct {
-		name    string
-		ttl     time.Duration
-		percent int
-	}{{"no-expiry", time.Hour, 0}, {"refresh-off", ttl, 0}, {"refresh-10", ttl, 10}, {"refresh-50", ttl, 50}} {
+		name            string
+		ttl             time.Duration
+		percent, jitter int
+	}{{"no-expiry", time.Hour, 0, 0}, {"refresh-off", ttl, 0, 0}, {"refresh-10", ttl, 10, 0}, {"refresh-50", ttl, 50, 0}, {"refresh-10-jitter-10", ttl, 10, 10}} {
 		b.Run(row.name, func(b *testing.B) {
 			key := "hot:" + row.name
 			reg := prometheus.NewRegistry()
 			addr := runSidecar(b, srv.Addr, fmt.Sprintf(`{"schemaVersion":1,"policy":"ns/p","version":1,"epochMillis":60000,"entries":[`+
-				`{"key":%q,"source":"detected","coalesce":true,"localCache":{"ttlMillis":%d,"refreshAheadPercent":%d}}]}`, key, row.ttl.Milliseconds(), row.percent),
+				`{"key":%q,"source":"detected","coalesce":true,"localCache":{"ttlMillis":%d,"refreshAheadPercent":%d,"jitterPercent":%d}}]}`, key, row.ttl.Milliseconds(), row.percent, row.jitter),
 				func(c *sidecar.Config) { c.Registry = reg })
 			cs := make([]*redis.Client, clients)
 			for i := range cs {

@@ -47,6 +47,7 @@ func run(args []string) error {
 	keyShare := fs.Int("key-share", 25, "with -auto: thresholds.auto.keySharePercent")
 	target := fs.Int("target-utilization", 70, "with -auto: thresholds.auto.targetUtilizationPercent")
 	calm := fs.Bool("calm", false, fmt.Sprintf("only the Zipf background, over %d keys: no viral key, no event; the summary counts what was mitigated (none should be)", demo.CalmKeys))
+	replicaReads := fs.Bool("replica-reads", false, fmt.Sprintf("3 masters with %d replicas each, the background and the viral read key only, local cache off and replica reads on: the summary gives the key's shard's GETs per node before and after", demo.ReplicasPerMaster))
 	fs.DurationVar(&cfg.Epoch, "epoch", cfg.Epoch, "policy: split epoch (at least 1s)")
 	fs.StringVar(&cfg.OutDir, "out", "demo-out", "directory for the PNG chart and the components' log")
 	plain := fs.Bool("plain", false, "print one line per second instead of redrawing the screen")
@@ -55,6 +56,9 @@ func run(args []string) error {
 	}
 	if *calm {
 		cfg.SetCalm()
+	}
+	if *replicaReads {
+		cfg.SetReplicaReads()
 	}
 	if *auto {
 		cfg.Auto = demo.DefaultAuto()
