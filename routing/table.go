@@ -179,10 +179,10 @@ type LocalCache struct {
 	JitterPercent int32 `json:"jitterPercent,omitempty"`
 	// RefreshAheadPercent: a read in a cached value's refresh window
 	// starts one background refresh, so a key that stays read never expires
-	// under its readers. The engine measures each key's window (the mean
-	// of what its refreshes need); this percent of the value's lifetime is
-	// its ceiling. 0 (or absent, as from
-	// an older writer) turns it off.
+	// under its readers. The engine measures each key's window (about the
+	// 90th percentile of what its refreshes need); this percent of the
+	// value's lifetime is its ceiling. 0 (or absent, as from an older
+	// writer) turns it off.
 	RefreshAheadPercent int32 `json:"refreshAheadPercent,omitempty"`
 }
 

@@ -139,7 +139,7 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, f fillTimes)
 		// refresh of the key has been measured: a key not yet read steadily
 		// (filled, then idle) would otherwise start at the ceiling's
 		// window from its idle gap.
-		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || t.n > 0 && !f.started.Before(old.expires)) {
+		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || t.known && !f.started.Before(old.expires)) {
 			t = t.observe(f.done.Sub(old.refreshAt), ceiling)
 			c.timing[key] = t
 		}

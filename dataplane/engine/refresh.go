@@ -25,30 +25,26 @@ import (
 //     arrives meanwhile makes the cache drop its reply (cache.put) and the
 //     invalidated entry is not brought back.
 //
-// The window is what it costs. A refreshed value is served for one TTL from
-// its fetch (the staleness bound), so the fetches of a key refreshed in
-// time are at most one TTL apart: one that lands s before the old entry's
-// expiry makes the interval TTL − s. No reader waits only if every refresh
-// lands before expiry, so more than one upstream read per TTL is the price
-// of no reader ever waiting (docs/engine.md has the arithmetic). A refresh
-// claimed w before expiry that needs d (from the window's opening to the
-// value stored: the wait for a read that claims it, then the upstream read)
-// makes the interval TTL − w + d. So each key's window follows the mean of
-// what its refreshes needed (an entry that expired unrefreshed counts from
-// its window's opening to the miss's fill after it): then the mean interval
-// is at least one TTL, at most one upstream read per TTL, and the refreshes
-// land around expiry; one that lands late makes wait only the readers of
-// the rest of its round trip, coalesced on it, a few of a hot key's reads
-// per TTL. The mean is the plain one of the first refreshWeight needs, then
-// an exponentially weighted one (each need moves the window by
-// 1/refreshWeight of the difference), each need counted at most
-// refreshClip times the window, so one stall of the machine widens it by
-// (refreshClip − 1)/refreshWeight, not to the stall's length; the clip only
-// ever lowers the mean (fewer reads per TTL, not more). It starts at
-// refreshAheadPercent of the lifetime (the ceiling) until a need is
-// measured and stays between minRefreshWindow and the ceiling: a key
-// read seldom (long gaps before the first read in its window) or a slow
-// upstream keeps a wide window, up to the ceiling.
+// The window is what it costs: a refreshed value is served for one TTL from
+// its fetch (the staleness bound), so a refresh started a window w before
+// expiry makes one upstream read per TTL − w, TTL/(TTL − w) reads per TTL.
+// A fixed fraction of the TTL (10 % made 1.1) is mostly waste for a key
+// read thousands of times a second. The window only has to hold what a
+// refresh needs: a read that claims it, then its upstream read, until the
+// refreshed value is stored. So each key's window follows what its
+// refreshes needed (from the window's opening to the value stored; an
+// entry that expired unrefreshed counts from its opening to the miss's
+// fill after it): it starts at refreshAheadPercent of the lifetime (the
+// ceiling), is set to twice the first need measured, then grows by 30 %
+// after each refresh that needed more than it and shrinks by 3 % after each
+// that needed less, between minRefreshWindow and the ceiling. That settles
+// where about one refresh in ten needs more than the window (ln 1.3 ≈
+// 9 × −ln 0.97): the window tracks the 90th percentile of the need, and a
+// late refresh makes wait only the readers of the rest of its round trip,
+// coalesced, far fewer than 1 % of a hot key's reads. A step is a factor,
+// so one stall of the machine moves the window by 30 %, not to the stall's
+// length; a key read seldom (long gaps before the first read in its
+// window) or a slow upstream keeps a wide window, up to the ceiling.
 //
 // A deterministic point rather than XFetch's probabilistic one: XFetch lets
 // independent processes sharing one cache entry avoid refreshing together
@@ -59,35 +55,34 @@ import (
 // the TTL jitter already spreads sidecars apart. See docs/engine.md.
 
 const (
-	// minRefreshWindow is the narrowest window, about one loopback round
-	// trip: a window under what any refresh needs only makes its readers
-	// wait. It costs 0.1 % of a 100 ms TTL.
-	minRefreshWindow = 100 * time.Microsecond
-	// refreshWeight is the weight of the window's mean (each need moves it
-	// by 1/refreshWeight of the difference); refreshClip the most a need
-	// counts, in windows.
-	refreshWeight, refreshClip = 8, 4
+	// minRefreshWindow is the narrowest window: under it the margin is
+	// within one scheduling delay of a loaded machine, too little for a
+	// refresh to land before expiry. It costs 1 % of a 100 ms TTL, 0.05 %
+	// of the default 2 s.
+	minRefreshWindow = time.Millisecond
+	// refreshGrow and refreshShrink are the window's steps, in percent,
+	// after a refresh that needed more than it and one that did not.
+	refreshGrow, refreshShrink = 30, 3
 )
 
 // refreshTiming is what one key's refreshes measured: the window its next
 // entries get. The zero value knows nothing (the ceiling).
 type refreshTiming struct {
 	window time.Duration
-	// n is how many needs the window averages, up to refreshWeight: the
-	// plain mean of the first ones, so that the first need alone (one
-	// sample of a loaded machine) does not set the window for long.
-	n int
+	known  bool
 }
 
 // observe adds one refresh's need (from its window's opening to its value
-// stored) to the window's mean, within [minRefreshWindow, ceiling].
+// stored), within [minRefreshWindow, ceiling].
 func (t refreshTiming) observe(need, ceiling time.Duration) refreshTiming {
-	need = max(need, 0)
-	if t.n > 0 {
-		need = min(need, refreshClip*t.window)
+	switch {
+	case !t.known:
+		t.window, t.known = 2*need, true
+	case need > t.window:
+		t.window += t.window * refreshGrow / 100
+	default:
+		t.window -= t.window * refreshShrink / 100
 	}
-	t.n = min(t.n+1, refreshWeight)
-	t.window += (need - t.window) / time.Duration(t.n)
 	t.window = min(max(t.window, minRefreshWindow), max(ceiling, minRefreshWindow))
 	return t
 }
@@ -96,7 +91,7 @@ func (t refreshTiming) observe(need, ceiling time.Duration) refreshTiming {
 // early refresh: the key's measured window, at most ceiling (and ceiling
 // itself until a refresh has been measured).
 func refreshWindow(t refreshTiming, ceiling time.Duration) time.Duration {
-	if t.n == 0 {
+	if !t.known {
 		return ceiling
 	}
 	return min(t.window, ceiling)

@@ -144,16 +144,18 @@ func TestRefreshedEntryLivesTheWholeTTL(t *testing.T) {
 		v, _, err := e.Get(ctx, k)
 		return err == nil && string(v) == "v2"
 	})
-	clk.Step(999 * time.Millisecond) // 1719 ms: the refresh (at 720 ms) lives to 1720 ms
+	// Reads stay out of the measured window (the 1 ms floor: the refresh
+	// needed no time on the injected clock), so none claims a refresh.
+	clk.Step(998 * time.Millisecond) // 1718 ms: the refresh (at 720 ms) lives to 1720 ms
 	read("v2", 2)
-	clk.Step(time.Millisecond)
+	clk.Step(2 * time.Millisecond)
 	read("v2", 3) // expired unrefreshed, a miss at once: lives to 2720 ms
-	clk.Step(999 * time.Millisecond)
+	clk.Step(998 * time.Millisecond)
 	read("v2", 3)
-	clk.Step(102 * time.Millisecond) // 2821 ms: 101 ms after the expiry
+	clk.Step(103 * time.Millisecond) // 2821 ms: 101 ms after the expiry
 	read("v2", 4)                    // a miss after a gap: lives 900 ms, to 3721 ms
-	clk.Step(899 * time.Millisecond)
+	clk.Step(898 * time.Millisecond)
 	read("v2", 4)
-	clk.Step(time.Millisecond)
+	clk.Step(2 * time.Millisecond)
 	read("v2", 5)
 }
