@@ -52,20 +52,7 @@ func TestSubscribeThenPublishWithoutWaiting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
 	}
-	s := redistest.Standalone(t)
-	targets := []target{{name: "direct", addr: s.Addr}}
-	// Each proxy's ordering_bounds_reached_total: a message may be lost only
-	// when a wait of the Ordering rule ended by its documented bound (a
-	// machine that stalled Redis or the proxy for longer), never otherwise.
-	regs := map[string]*prometheus.Registry{}
-	for _, noLoop := range []bool{false, true} {
-		name := "proxy-loop"
-		if noLoop {
-			name = "proxy-sessions"
-		}
-		regs[name] = prometheus.NewRegistry()
-		targets = append(targets, target{name: name, addr: startProxy(t, proxy.Config{Upstreams: []string{s.Addr}, NoEventLoop: noLoop, Registerer: regs[name]})})
-	}
+	targets, regs := orderedTargets(t)
 	dir := t.TempDir()
 	serverCA, clientCA := testpki.NewCA(t, dir, "server-ca"), testpki.NewCA(t, dir, "client-ca")
 	tlsAddr, _ := testpki.MTLSRedis(t, dir, serverCA, clientCA)
@@ -88,6 +75,27 @@ func TestSubscribeThenPublishWithoutWaiting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// orderedTargets are a standalone Redis directly, through the event loop
+// and through sessions only, with each proxy's registry: its
+// ordering_bounds_reached_total says how many waits of the Ordering rule
+// ended by their bound (a machine that stalled Redis or the proxy for
+// longer), the only waits after which a message may be lost.
+func orderedTargets(t *testing.T) ([]target, map[string]*prometheus.Registry) {
+	t.Helper()
+	s := redistest.Standalone(t)
+	targets := []target{{name: "direct", addr: s.Addr}}
+	regs := map[string]*prometheus.Registry{}
+	for _, noLoop := range []bool{false, true} {
+		name := "proxy-loop"
+		if noLoop {
+			name = "proxy-sessions"
+		}
+		regs[name] = prometheus.NewRegistry()
+		targets = append(targets, target{name: name, addr: startProxy(t, proxy.Config{Upstreams: []string{s.Addr}, NoEventLoop: noLoop, Registerer: regs[name]})})
+	}
+	return targets, regs
 }
 
 // orderingBounds is heatsink_proxy_ordering_bounds_reached_total in reg
@@ -162,17 +170,7 @@ func TestPipelinedSubscribeThenPublish(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
 	}
-	s := redistest.Standalone(t)
-	targets := []target{{name: "direct", addr: s.Addr}}
-	regs := map[string]*prometheus.Registry{}
-	for _, noLoop := range []bool{false, true} {
-		name := "proxy-loop"
-		if noLoop {
-			name = "proxy-sessions"
-		}
-		regs[name] = prometheus.NewRegistry()
-		targets = append(targets, target{name: name, addr: startProxy(t, proxy.Config{Upstreams: []string{s.Addr}, NoEventLoop: noLoop, Registerer: regs[name]})})
-	}
+	targets, regs := orderedTargets(t)
 	const tries = 1000
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
@@ -257,20 +255,7 @@ func TestPublishAfterPunsubscribeWithoutWaiting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
 	}
-	s := redistest.Standalone(t)
-	targets := []target{{name: "direct", addr: s.Addr}}
-	// Each proxy's ordering_bounds_reached_total: a message may be lost only
-	// when a wait of the Ordering rule ended by its documented bound (a
-	// machine that stalled Redis or the proxy for longer), never otherwise.
-	regs := map[string]*prometheus.Registry{}
-	for _, noLoop := range []bool{false, true} {
-		name := "proxy-loop"
-		if noLoop {
-			name = "proxy-sessions"
-		}
-		regs[name] = prometheus.NewRegistry()
-		targets = append(targets, target{name: name, addr: startProxy(t, proxy.Config{Upstreams: []string{s.Addr}, NoEventLoop: noLoop, Registerer: regs[name]})})
-	}
+	targets, _ := orderedTargets(t)
 	const tries = 300
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
