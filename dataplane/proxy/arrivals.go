@@ -35,13 +35,15 @@ func (r arrivalIO) Read(b []byte) (int, error) {
 // to handsOffScan commands. Bytes that do not begin with a whole
 // multibulk command (an inline command, a command not all here, garbage)
 // count as one that may; a later command not all here ends the scan (the
-// rest of a pipeline). args is scratch space.
-func handsOff(b []byte, args *[][]byte) bool {
+// rest of a pipeline). cluster: classified as in cluster mode, where a
+// cluster-wide command (FLUSHALL, KEYS, ...) hands off. args is scratch
+// space.
+func handsOff(b []byte, args *[][]byte, cluster bool) bool {
 	if len(b) == 0 {
 		return false
 	}
 	for i := 0; i < handsOffScan && len(b) > 0; i++ {
-		rest, may, whole := handsOffOne(b, args)
+		rest, may, whole := handsOffOne(b, args, cluster)
 		switch {
 		case !whole:
 			return i == 0
@@ -59,7 +61,7 @@ const handsOffScan = 64
 // handsOffOne looks at the first command in b: whole reports whether it
 // is a whole multibulk command, may whether it may hand off, rest what
 // follows it.
-func handsOffOne(b []byte, args *[][]byte) (rest []byte, may, whole bool) {
+func handsOffOne(b []byte, args *[][]byte, cluster bool) (rest []byte, may, whole bool) {
 	line := func() ([]byte, bool) {
 		i := bytes.Index(b, []byte("\r\n"))
 		if i < 0 {
@@ -92,5 +94,5 @@ func handsOffOne(b []byte, args *[][]byte) (rest []byte, may, whole bool) {
 	}
 	a := *args
 	info, known := command.Lookup(a[0])
-	return b, decide(info, known, a, mode{shared: true, proto: 2}).op != opForward || info.IsBlocking(a), true
+	return b, decide(info, known, a, mode{shared: true, cluster: cluster, proto: 2}).op != opForward || info.IsBlocking(a), true
 }

@@ -54,6 +54,8 @@ type arrivals struct {
 	loopWaits bool
 	// bound is called when a wait ends by orderMax (proxy metrics).
 	bound func()
+	// cluster: commands are classified as in cluster mode (handsOff).
+	cluster bool
 }
 
 // arrivalState is a session's part of arrivals (under arrivals.mu).
@@ -87,12 +89,12 @@ type arrivalState struct {
 	boundary, handoff, known, pipe bool
 }
 
-func newArrivals(bound func()) *arrivals {
+func newArrivals(bound func(), cluster bool) *arrivals {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil
 	}
-	return &arrivals{ep: ep, byFD: map[int32]*session{}, pending: map[*session]struct{}{}, writers: map[*session]struct{}{}, events: make([]unix.EpollEvent, 256), bound: bound}
+	return &arrivals{ep: ep, byFD: map[int32]*session{}, pending: map[*session]struct{}{}, writers: map[*session]struct{}{}, events: make([]unix.EpollEvent, 256), bound: bound, cluster: cluster}
 }
 
 func (a *arrivals) close() {
@@ -349,7 +351,7 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 					st.latest = a.next
 				}
 				if !st.known {
-					st.handoff, st.known = st.pipe || st.boundary && handsOff(st.rb[:st.rn], &a.args), true
+					st.handoff, st.known = st.pipe || st.boundary && handsOff(st.rb[:st.rn], &a.args, a.cluster), true
 					if !st.handoff {
 						a.notify() // a session may wait to learn it
 					}
@@ -434,7 +436,7 @@ func (a *arrivals) mayHandOff(x *session) bool {
 	if err != nil || n <= 0 {
 		return true // x is reading its bytes: its read says (read)
 	}
-	st.handoff, st.known = handsOff(a.peek[:n], &a.args), true
+	st.handoff, st.known = handsOff(a.peek[:n], &a.args, a.cluster), true
 	return st.handoff
 }
 

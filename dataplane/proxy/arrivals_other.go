@@ -9,7 +9,7 @@ type arrivals struct{}
 
 type arrivalState struct{}
 
-func newArrivals(func()) *arrivals         { return nil }
+func newArrivals(func(), bool) *arrivals   { return nil }
 func (a *arrivals) close()                 {}
 func (a *arrivals) add(*session) bool      { return false }
 func (a *arrivals) remove(*session)        {}

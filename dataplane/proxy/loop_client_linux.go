@@ -73,6 +73,9 @@ type lclient struct {
 	// pausing is the upstream connection not read until c writes the large
 	// reply it streams.
 	pausing *lupstream
+	// handFence is the fence of the command c's session is handed
+	// (fenceUnpresented), taken down by that session.
+	handFence *fence
 	// pre is the command written for the session c is handed to;
 	// noPresend: its next handoff goes without (no spare came in time).
 	pre       *presented
@@ -471,6 +474,10 @@ func (l *loop) forget(c *lclient) {
 	l.owners[c.fd] = owner{}
 	l.dropExclusive(c)
 	l.dropPresented(c)
+	if c.handFence != nil { // closed before its session started
+		l.p.fences.release(c.handFence)
+		c.handFence = nil
+	}
 	l.probeGone(c, nil)
 	c.state = cClosed
 	if u := c.pausing; u != nil {
@@ -499,8 +506,8 @@ func (l *loop) closeClient(c *lclient) {
 func (l *loop) toSession(c *lclient) {
 	fd := c.fd
 	proto := c.proto
-	pr := c.pre
-	c.pre = nil
+	pr, hf := c.pre, c.handFence
+	c.pre, c.handFence = nil, nil
 	l.forget(c)
 	f := os.NewFile(uintptr(fd), "client")
 	nc, err := net.FileConn(f)
@@ -511,9 +518,11 @@ func (l *loop) toSession(c *lclient) {
 		if pr != nil {
 			unix.Close(pr.u.fd)
 		}
+		l.p.fences.release(hf)
 		return
 	}
 	s := newSession(l.p, nc)
+	s.fence = hf
 	c.r.SetSource(nc)
 	s.cr = c.r
 	s.proto = proto
@@ -522,5 +531,6 @@ func (l *loop) toSession(c *lclient) {
 	}
 	if !l.p.startSession(s) {
 		l.p.m.connections.Dec()
+		l.p.fences.release(hf)
 	}
 }

@@ -81,6 +81,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		return false
 	}
 	if !l.presendable(c, cl, args) {
+		l.fenceUnpresented(c, args)
 		return false
 	}
 	if c.owed() > 0 {
@@ -177,6 +178,23 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	}
 	l.handoff(c, off)
 	return true
+}
+
+// fenceUnpresented raises, for a cluster-wide command the loop hands over
+// without writing it (FLUSHALL, FLUSHDB, KEYS, SCRIPT LOAD, ...: the
+// session sends it to every master and answers from their replies), a
+// fence that the session takes down once it has handled it (handFence):
+// the commands other clients send after it wait, as for a presented
+// command. Without it a SET sent right after another client's FLUSHALL
+// was written first and wiped (198 of 200 through the loop). Only once the
+// commands read before it are written, and not while another fence is up.
+func (l *loop) fenceUnpresented(c *lclient, args [][]byte) {
+	if !l.p.cfg.Cluster || !nodeWide(args) && !command.IsFanout(args) {
+		return
+	}
+	if c.handFence == nil && l.presenting == nil && l.p.fences.n.Load() == 0 && c.excl == nil && !l.sessionsAhead() && l.flushUps() {
+		c.handFence = l.p.fences.raiseUnsent()
+	}
 }
 
 // flushUps writes the commands read so far; it reports whether every one

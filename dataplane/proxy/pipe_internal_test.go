@@ -58,7 +58,7 @@ func TestFirstHandsOff(t *testing.T) {
 		{"SUBSCRIBE c\r\n", true},                 // inline
 		{"*x\r\n", true},
 	} {
-		if got := handsOff([]byte(tc.b), &args); got != tc.want {
+		if got := handsOff([]byte(tc.b), &args, false); got != tc.want {
 			t.Errorf("handsOff(%q) = %v, want %v", tc.b, got, tc.want)
 		}
 	}

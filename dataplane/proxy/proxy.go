@@ -262,7 +262,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Sessions are ordered by arrival, among themselves and, with the
 	// event loop, against the loop's clients (loop_arrivals_linux.go).
-	p.arrivals = newArrivals(p.m.orderBounds.Inc)
+	p.arrivals = newArrivals(p.m.orderBounds.Inc, p.cfg.Cluster)
 	if loopEligible(&p.cfg) {
 		if l, err := newLoop(p); err != nil {
 			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)

@@ -320,9 +320,11 @@ func (s *session) handle() (done bool, err error) {
 	case opState:
 		return false, s.sessionCommand()
 	case opFanout:
+		s.fenceClusterWide()
 		s.fanout()
 		return false, nil
 	case opNodeWide:
+		s.fenceClusterWide()
 		s.nodeWideCmd()
 		return false, nil
 	case opClientKill:
@@ -479,6 +481,16 @@ func (s *session) send(u *upstream, raw []byte) {
 	}
 	u.w.Write(s.preRest)
 	s.pre, s.preRest = nil, nil
+}
+
+// fenceClusterWide raises the fence of a command the session sends to
+// every master (unless the event loop raised it when it read the command:
+// handFence): until it is handled, what other clients sent after it waits
+// (a SET after another client's FLUSHALL is not wiped).
+func (s *session) fenceClusterWide() {
+	if s.fence == nil {
+		s.fence = s.p.fences.raiseUnsent()
+	}
 }
 
 // releaseFence takes the session's fence down, if it has one up.
