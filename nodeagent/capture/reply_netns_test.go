@@ -70,6 +70,13 @@ func TestReplySizesInNamespaces(t *testing.T) {
 			if v, err := app.Get(ctx, "big:string").Result(); err != nil || len(v) != strLen {
 				t.Fatalf("GET big:string: %d bytes, %v", len(v), err)
 			}
+			// A copy the capture misses in the 20 MB stream (seen about
+			// once in three runs) ends matching there, with the string's
+			// size known from its header; matching resumes only once two
+			// requests confirm the step, so a small read goes between.
+			if err := app.Get(ctx, small(i)).Err(); err != nil {
+				t.Fatal(err)
+			}
 			if v, err := app.HGetAll(ctx, "big:hash").Result(); err != nil || len(v) != fields {
 				t.Fatalf("HGETALL big:hash: %d fields, %v", len(v), err)
 			}
