@@ -129,7 +129,7 @@ func checkShed(t *testing.T, srvAddr string, noLoop bool) {
 // TestShedFollowsASlowShard: through the sidecar against a real
 // redis-server, a shed key's writers take its whole share while the shard
 // answers at once; while the shard queues (another client's scripts keep it
-// busy about 20 ms at a time, so every command waits), the sidecar admits
+// busy about 40 ms at a time, so every command waits), the sidecar admits
 // a small part of the share, although the writers could get far more than
 // the share through; once the shard is fast again the share comes back.
 func TestShedFollowsASlowShard(t *testing.T) {
@@ -205,7 +205,7 @@ func checkShedSlowShard(t *testing.T, srvAddr string, noLoop bool) {
 		got := rate(500 * time.Millisecond)
 		return got >= 0.7*budget && got <= 1.3*budget
 	})
-	// Another client keeps the shard busy: scripts of 20 ms back to back
+	// Another client keeps the shard busy: scripts of 40 ms back to back
 	// (Redis serves every waiting client between two), until the check
 	// below is done or for at most 10 s.
 	stopBusy := redistest.KeepBusy(t, srvAddr, 10*time.Second)

@@ -9,10 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// busyScript keeps Redis' main thread busy 20 ms; Redis serves every
-// waiting client between two runs, so each of their commands waits.
+// busyScript keeps Redis' main thread busy 40 ms; Redis serves every
+// waiting client between two runs, so each of their commands waits, about
+// 20 ms on average: well over the 10 ms at which a shed limiter takes a
+// reply as queued (engine shedSlow). With 20 ms scripts half the waits
+// were under it, and the limiter's halving and doubling took 3 to over
+// 11 s to settle.
 const busyScript = `local s = redis.call('TIME') local t0 = s[1] * 1e6 + s[2]
-repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] - t0 >= 20000 return 1`
+repeat local n = redis.call('TIME') until n[1] * 1e6 + n[2] - t0 >= 40000 return 1`
 
 // KeepBusy runs busyScript back to back on the Redis at addr, from a client
 // of its own, until the returned stop is called (also at tb's cleanup) or
