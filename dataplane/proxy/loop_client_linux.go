@@ -204,7 +204,7 @@ func (l *loop) clientEvent(c *lclient, ev uint32) {
 		return
 	}
 	// Parsed once the round's clients have all read (parseReads).
-	l.reads = append(l.reads, read{c: c, ts: c.in.ts})
+	l.reads = append(l.reads, c)
 }
 
 // parseRead takes the commands of a client that has read new bytes.

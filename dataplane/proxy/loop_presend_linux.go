@@ -92,7 +92,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		// read before it are written (Redis would have read it before
 		// theirs). Not behind a blocking command, which may not be
 		// answered for long, nor while another fence is up.
-		if l.presenting == nil && l.p.fences.n.Load() == 0 && c.excl == nil && !l.sessionsAhead() && l.flushUps() {
+		if l.mayFenceAtRead(c) {
 			l.presenting = &presenting{c: c, fence: l.p.fences.raiseUnsent()}
 		}
 		l.waitDrain(c, off)
@@ -192,9 +192,18 @@ func (l *loop) fenceUnpresented(c *lclient, args [][]byte) {
 	if !l.p.cfg.Cluster || !nodeWide(args) && !command.IsFanout(args) {
 		return
 	}
-	if c.handFence == nil && l.presenting == nil && l.p.fences.n.Load() == 0 && c.excl == nil && !l.sessionsAhead() && l.flushUps() {
+	if c.handFence == nil && l.mayFenceAtRead(c) {
 		c.handFence = l.p.fences.raiseUnsent()
 	}
+}
+
+// mayFenceAtRead reports whether c's command, not written at once, may put
+// its fence up now: no other fence is up or presenting, no session's
+// command came first, c is not behind its own blocking command (whose
+// reply may take long), and the commands read before it are all written
+// (flushed here; a fence up with some left would hold them).
+func (l *loop) mayFenceAtRead(c *lclient) bool {
+	return l.presenting == nil && l.p.fences.n.Load() == 0 && c.excl == nil && !l.sessionsAhead() && l.flushUps()
 }
 
 // flushUps writes the commands read so far; it reports whether every one

@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"cmp"
 	"io"
 	"slices"
 	"unsafe"
@@ -85,30 +86,16 @@ func (s *stampIO) stamp() int64 {
 	return 0
 }
 
-// read is a client of the round that has read new bytes, at ts.
-type read struct {
-	c  *lclient
-	ts int64
-}
-
-// parseRead takes the commands of the round's clients that read, in the
+// parseReads takes the commands of the round's clients that read, in the
 // order their bytes were sent: by stamp, or epoll's order if one has none.
 func (l *loop) parseReads() {
 	rs := l.reads
-	if len(rs) > 1 && !slices.ContainsFunc(rs, func(r read) bool { return r.ts == 0 }) {
-		slices.SortStableFunc(rs, func(a, b read) int {
-			switch {
-			case a.ts < b.ts:
-				return -1
-			case a.ts > b.ts:
-				return 1
-			}
-			return 0
-		})
+	if len(rs) > 1 && !slices.ContainsFunc(rs, func(c *lclient) bool { return c.in.ts == 0 }) {
+		slices.SortStableFunc(rs, func(a, b *lclient) int { return cmp.Compare(a.in.ts, b.in.ts) })
 	}
-	for _, r := range rs {
-		if r.c.state != cClosed {
-			l.parseRead(r.c)
+	for _, c := range rs {
+		if c.state != cClosed {
+			l.parseRead(c)
 		}
 	}
 	clear(rs)
