@@ -81,6 +81,7 @@ func (r *HotKeyPolicyReconciler) newPass(policy *v1alpha1.HotKeyPolicy) *pass {
 func (r *HotKeyPolicyReconciler) learn(ctx context.Context, p *pass) {
 	var owners []string
 	p.shards, owners, p.sampleAt = r.sampleCapacity(ctx, p.policy, p.spec, p.now)
+	p.shards = capacity.OnCores(p.shards, p.spec.Thresholds.Auto.Cores())
 	p.masters, p.shardOf = learnedShards(p.shards, owners)
 	p.detect[0], p.detect[1] = decide.DetectionThresholds(decide.Input{Spec: p.spec, State: p.prev.State, Shards: p.masters, ShardOf: p.shardOf})
 }

@@ -77,6 +77,14 @@ type Config struct {
 	// routing entry (see ReplicaReadsResult).
 	ReplicaReads bool
 
+	// ShardCPU holds every Redis node to this fraction of a core with a
+	// CPU cgroup, as a pod's resources.limits.cpu holds a container (0:
+	// unlimited): a small shard, one that the demo's rates can hurt on a
+	// machine where an unlimited Redis idles. With Auto the policy says so
+	// (thresholds.auto.shardCPU). Needs root and a CPU cgroup
+	// (internal/testing/cpulimit).
+	ShardCPU float64
+
 	// OutDir receives the PNG chart and the log of the components.
 	OutDir string
 	// Out receives progress, the live view and the summary; nil discards.
@@ -235,6 +243,9 @@ func (c *Config) Validate() error {
 		}
 	} else if c.ReadsPerSecond < 1 || c.WritesPerSecond < 1 || c.PerShardWritesPerSecond < 1 {
 		errs = append(errs, errors.New("thresholds and per-shard capacity must be at least 1"))
+	}
+	if c.ShardCPU < 0 || c.ShardCPU > 1 {
+		errs = append(errs, fmt.Errorf("shard CPU must be 0 (unlimited) or at most one core (got %v)", c.ShardCPU))
 	}
 	if c.ReportInterval > c.Window {
 		errs = append(errs, fmt.Errorf("report interval %s must not exceed the window %s", c.ReportInterval, c.Window))

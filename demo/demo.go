@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -272,10 +274,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // redisStep is the set-up step that starts Redis.
 func redisStep(cfg Config) string {
+	what := "Redis Cluster: 3 masters on loopback"
 	if n := cfg.replicasPerMaster(); n > 0 {
-		return fmt.Sprintf("Redis Cluster: 3 masters with %d replicas each on loopback", n)
+		what = fmt.Sprintf("Redis Cluster: 3 masters with %d replicas each on loopback", n)
 	}
-	return "Redis Cluster: 3 masters on loopback"
+	if cfg.ShardCPU > 0 {
+		what += fmt.Sprintf(", each held to %gm CPU", math.Round(cfg.ShardCPU*1000))
+	}
+	return what
 }
 
 // setUp starts every component, showing progress.
@@ -285,7 +291,7 @@ func (s *stack) setUp(ctx context.Context, cfg Config, out io.Writer) error {
 		fn   func() error
 	}{
 		{"control plane: etcd + kube-apiserver, CRDs, webhook configurations", s.startControlPlane},
-		{redisStep(cfg), func() error { return s.startRedis(ctx, cfg.replicasPerMaster()) }},
+		{redisStep(cfg), func() error { return s.startRedis(ctx, cfg.replicasPerMaster(), cfg.ShardCPU) }},
 		{"manager: HotKeyPolicy reconciler and admission webhooks", func() error { return s.startManager(ctx, cfg) }},
 		{"node agents: node-a, node-b", s.startNodeAgents},
 		{"sidecar proxies: 2 per node", func() error { return s.startProxies(ctx) }},
@@ -555,6 +561,10 @@ func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *
 		spec.Capacity.PerShardWritesPerSecond = 0
 		spec.Thresholds.Auto = &v1alpha1.AutoThresholds{
 			KeySharePercent: a.KeySharePercent, TargetUtilizationPercent: a.TargetUtilizationPercent,
+		}
+		if cfg.ShardCPU > 0 {
+			q := resource.NewMilliQuantity(int64(math.Round(cfg.ShardCPU*1000)), resource.DecimalSI)
+			spec.Thresholds.Auto.ShardCPU = q
 		}
 	}
 	v1alpha1.SetDefaults(&spec)

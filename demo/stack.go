@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/cpulimit"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 	"github.com/heatsink-dev/heatsink/nodeagent"
 	hswebhook "github.com/heatsink-dev/heatsink/webhook"
@@ -54,6 +56,8 @@ type stack struct {
 	slog  *slog.Logger
 	cp    *controlplane.ControlPlane
 	redis *redisproc.Cluster
+	// limits hold the Redis nodes to Config.ShardCPU (none without it).
+	limits []*cpulimit.Group
 	// masters are the cluster's masters; ranges[i] the slots masters[i]
 	// serves and replicas[i] its replicas (none without replicas).
 	masters  []string
@@ -127,6 +131,11 @@ func (s *stack) stop() {
 	if s.redis != nil {
 		s.redis.Stop()
 	}
+	for _, g := range s.limits {
+		if err := g.Remove(); err != nil {
+			s.log.Error(err, "remove a CPU cgroup")
+		}
+	}
 	if s.cp != nil {
 		if err := s.cp.Stop(); err != nil {
 			s.log.Error(err, "stop control plane")
@@ -146,9 +155,14 @@ func (s *stack) startControlPlane() error {
 }
 
 // startRedis starts the 3-master cluster, with replicas replicas per
-// master when replicas > 0, and learns which slots each master serves and
-// which replicas it has.
-func (s *stack) startRedis(ctx context.Context, replicas int) error {
+// master when replicas > 0, each node held to cores of CPU when cores > 0,
+// and learns which slots each master serves and which replicas it has.
+func (s *stack) startRedis(ctx context.Context, replicas int, cores float64) error {
+	if cores > 0 {
+		if err := cpulimit.Available(); err != nil {
+			return fmt.Errorf("shard CPU %v: %w", cores, err)
+		}
+	}
 	var c *redisproc.Cluster
 	var err error
 	if replicas > 0 {
@@ -160,6 +174,18 @@ func (s *stack) startRedis(ctx context.Context, replicas int) error {
 		return err
 	}
 	s.redis = c
+	if cores > 0 {
+		for _, srv := range c.Servers {
+			g, err := cpulimit.New(fmt.Sprintf("heatsink-demo-%d-%d", os.Getpid(), srv.Port), cores)
+			if err != nil {
+				return err
+			}
+			s.limits = append(s.limits, g)
+			if err := g.Add(srv.Pid()); err != nil {
+				return err
+			}
+		}
+	}
 	rc := redis.NewClient(&redis.Options{Addr: c.Addrs()[0], Protocol: 2, DisableIdentity: true})
 	defer rc.Close()
 	slots, err := rc.ClusterSlots(ctx).Result()

@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -116,11 +117,18 @@ func printScenario(tw *tabwriter.Writer, cfg Config, r *Result) {
 
 // thresholdsText says what the policy typed.
 func thresholdsText(cfg Config) string {
-	if a := cfg.Auto; a != nil {
-		return fmt.Sprintf("auto: no rate typed (keySharePercent %d, targetUtilizationPercent %d); learned capacity trusted from %.1f CPU-seconds of load",
-			a.KeySharePercent, a.TargetUtilizationPercent, a.ConfidenceCPU/2)
+	held := ""
+	if cfg.ShardCPU > 0 {
+		held = fmt.Sprintf("; every Redis node held to %gm CPU", math.Round(cfg.ShardCPU*1000))
 	}
-	return fmt.Sprintf("typed: %d reads/s, %d writes/s", cfg.ReadsPerSecond, cfg.WritesPerSecond)
+	if a := cfg.Auto; a != nil {
+		if cfg.ShardCPU > 0 {
+			held += " (thresholds.auto.shardCPU says so)"
+		}
+		return fmt.Sprintf("auto: no rate typed (keySharePercent %d, targetUtilizationPercent %d); learned capacity trusted from %.2g CPU-seconds of load%s",
+			a.KeySharePercent, a.TargetUtilizationPercent, a.ConfidenceCPU/2, held)
+	}
+	return fmt.Sprintf("typed: %d reads/s, %d writes/s%s", cfg.ReadsPerSecond, cfg.WritesPerSecond, held)
 }
 
 // shardText is one master's learned capacity and the thresholds in force

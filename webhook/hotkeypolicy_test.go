@@ -411,6 +411,22 @@ func TestAdmission(t *testing.T) {
 			raw:       map[string]any{"spec.thresholds": map[string]any{"auto": map[string]any{"keySharePercent": 0}}},
 			wantField: "spec.thresholds.auto.keySharePercent", wantMsg: "greater than or equal to 1",
 		},
+		"auto shardCPU of zero": {
+			raw:       map[string]any{"spec.thresholds": map[string]any{"auto": map[string]any{"shardCPU": "0"}}},
+			wantField: "spec.thresholds.auto.shardCPU", wantMsg: "must be over 0 and at most 1",
+		},
+		"auto shardCPU over one core": {
+			raw:       map[string]any{"spec.thresholds": map[string]any{"auto": map[string]any{"shardCPU": "1500m"}}},
+			wantField: "spec.thresholds.auto.shardCPU", wantMsg: "must be over 0 and at most 1",
+		},
+		"auto shardCPU as a whole number over one": {
+			raw:       map[string]any{"spec.thresholds": map[string]any{"auto": map[string]any{"shardCPU": 2}}},
+			wantField: "spec.thresholds.auto.shardCPU", wantMsg: "must be over 0 and at most 1",
+		},
+		"auto shardCPU not a quantity": {
+			raw:       map[string]any{"spec.thresholds": map[string]any{"auto": map[string]any{"shardCPU": "half"}}},
+			wantField: "spec.thresholds.auto.shardCPU", wantMsg: "should match",
+		},
 		"explicit zero maxShards": {
 			raw:       map[string]any{"spec.mitigations.split.maxShards": 0},
 			wantField: "spec.mitigations.split.maxShards", wantMsg: "greater than or equal to 2",
@@ -546,6 +562,8 @@ func TestAdmission(t *testing.T) {
 		"refresh window of 1ms": {
 			raw: map[string]any{"spec.mitigations.localCache.ttl": "10ms", "spec.mitigations.localCache.refreshAheadPercent": 10},
 		},
+		"auto shardCPU of 250m": {raw: map[string]any{"spec.thresholds.auto.shardCPU": "250m"}},
+		"auto shardCPU of one core": {raw: map[string]any{"spec.thresholds.auto.shardCPU": "1"}},
 		"name of 63 characters": {name: strings.Repeat("b", 63)},
 		"database 15":           {raw: map[string]any{"spec.target.database": 15}},
 		"explicit database 0 with a cluster": {

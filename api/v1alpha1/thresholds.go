@@ -87,6 +87,19 @@ func (a *AutoThresholds) Target() float64 {
 	return float64(a.TargetUtilizationPercent) / 100
 }
 
+// Cores is shardCPU in cores: 1 when auto or shardCPU is unset, or when
+// the value is outside (0, 1] (admission refuses such values).
+func (a *AutoThresholds) Cores() float64 {
+	if a == nil || a.ShardCPU == nil {
+		return 1
+	}
+	c := a.ShardCPU.AsApproximateFloat64()
+	if c <= 0 || c > 1 || math.IsNaN(c) {
+		return 1
+	}
+	return c
+}
+
 // KeyShare is keySharePercent as a fraction (default applied).
 func (a *AutoThresholds) KeyShare() float64 {
 	if a.KeySharePercent <= 0 {

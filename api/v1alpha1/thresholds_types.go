@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -92,4 +93,15 @@ type AutoThresholds struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	KeySharePercent int32 `json:"keySharePercent,omitempty"`
+
+	// shardCPU is the CPU each Redis node may use when it is held under one
+	// core, as its pod's resources.limits.cpu is (e.g. 500m). Redis
+	// executes commands on one thread, so a node may use one core at most;
+	// a CPU limit under that is invisible in Redis's own numbers (a
+	// throttled node looks idle between its slices). The capacity learned
+	// per CPU-second is scaled to it, and utilisation is measured against
+	// it. Over 0, at most 1. Unset: one core.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0')) && !quantity(string(self)).isGreaterThan(quantity('1'))",message="thresholds.auto.shardCPU must be over 0 and at most 1 (one core), such as 500m"
+	ShardCPU *resource.Quantity `json:"shardCPU,omitempty"`
 }

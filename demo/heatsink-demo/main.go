@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"golang.org/x/term"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/heatsink-dev/heatsink/demo"
 )
@@ -46,6 +47,7 @@ func run(args []string) error {
 	auto := fs.Bool("auto", false, "policy: type no rate (thresholds.auto): thresholds from each master's learned capacity")
 	keyShare := fs.Int("key-share", 25, "with -auto: thresholds.auto.keySharePercent")
 	target := fs.Int("target-utilization", 70, "with -auto: thresholds.auto.targetUtilizationPercent")
+	shardCPU := fs.String("shard-cpu", "", "hold every Redis node to this much CPU with a cgroup, as a pod's limits.cpu (e.g. 100m; root): a small shard; with -auto the policy's thresholds.auto.shardCPU says so")
 	calm := fs.Bool("calm", false, fmt.Sprintf("only the Zipf background, over %d keys: no viral key, no event; the summary counts what was mitigated (none should be)", demo.CalmKeys))
 	replicaReads := fs.Bool("replica-reads", false, fmt.Sprintf("3 masters with %d replicas each, the background and the viral read key only, local cache off and replica reads on: the summary gives the key's shard's GETs per node before and after", demo.ReplicasPerMaster))
 	fs.DurationVar(&cfg.Epoch, "epoch", cfg.Epoch, "policy: split epoch (at least 1s)")
@@ -53,6 +55,13 @@ func run(args []string) error {
 	plain := fs.Bool("plain", false, "print one line per second instead of redrawing the screen")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *shardCPU != "" {
+		q, err := resource.ParseQuantity(*shardCPU)
+		if err != nil {
+			return fmt.Errorf("-shard-cpu: %w", err)
+		}
+		cfg.ShardCPU = q.AsApproximateFloat64()
 	}
 	if *calm {
 		cfg.SetCalm()

@@ -11,7 +11,12 @@
 #  - typed and auto at the defaults with the viral read key at
 #    DEMO_AUTO_HEAVY_READS (30,000) GET/s and no counter: about as much of
 #    one key as the demo's clients and sidecars can send on two cores, over a
-#    quarter of its master's learned capacity.
+#    quarter of its master's learned capacity;
+#  - typed and auto at the defaults on small shards: every Redis node held to
+#    DEMO_AUTO_SHARD_CPU (50m) of CPU by a cgroup, as a pod's limits.cpu
+#    would hold it, and the auto policy says so (thresholds.auto.shardCPU):
+#    shards the demo's keys do hurt (needs root; the rows are left out, and
+#    say why, without a CPU cgroup).
 # Each row is one `heatsink-demo -plain` run of DEMO_AUTO_DURATION (45 s) of
 # traffic; its summary gives busiest master ÷ mean (as Redis counts ops) and
 # the time from each spike to its relief, and the policy's status the
@@ -32,6 +37,7 @@ DURATION="${DEMO_AUTO_DURATION:-45s}"
 HEAVY="${DEMO_AUTO_HEAVY_READS:-30000}"
 CALM="${DEMO_CALM_DURATION:-10m}"
 CALM_TYPED="${DEMO_CALM_TYPED:-45s}"
+SHARD_CPU="${DEMO_AUTO_SHARD_CPU:-50m}"
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 
@@ -54,6 +60,17 @@ run auto "${DURATION}" -auto
 run auto2 "${DURATION}" -auto -key-share 2
 run heavytyped "${DURATION}" -read-rate "${HEAVY}" -write-rate 0
 run heavyauto "${DURATION}" -auto -read-rate "${HEAVY}" -write-rate 0
+small=(smalltyped smallauto)
+# A CPU cgroup: cgroup v1's cpu hierarchy, or v2 with cpu enabled for children
+# (internal/testing/cpulimit says which it takes).
+if [[ "$(id -u)" == 0 ]] && { grep -qE ' - cgroup [^ ]+ ([^ ]*,)?cpu(,|$)' /proc/self/mountinfo ||
+  grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; }; then
+  run smalltyped "${DURATION}" -shard-cpu "${SHARD_CPU}"
+  run smallauto "${DURATION}" -auto -shard-cpu "${SHARD_CPU}"
+else
+  small=()
+  echo "bench: the small-shard rows need root and a CPU cgroup; left out" >&2
+fi
 run calm "${CALM}" -calm -auto
 run calmtyped "${CALM_TYPED}" -calm -reads-threshold 100 -writes-threshold 1000
 
@@ -64,7 +81,8 @@ echo
 echo "| thresholds | before | after | viral read: spike → relief | viral counter: spike → relief | counter | learned per master: ops/s at one core (confidence), busy |"
 echo "|---|---:|---:|---:|---:|---|---|"
 for r in "typed:typed (800 reads/s, 400 writes/s)" "auto:auto (keySharePercent 25)" "auto2:auto (keySharePercent 2)" \
-  "heavytyped:typed, viral read at ${HEAVY} GET/s, no counter" "heavyauto:auto (keySharePercent 25), viral read at ${HEAVY} GET/s, no counter"; do
+  "heavytyped:typed, viral read at ${HEAVY} GET/s, no counter" "heavyauto:auto (keySharePercent 25), viral read at ${HEAVY} GET/s, no counter" \
+  ${small[0]:+"smalltyped:typed, every Redis node held to ${SHARD_CPU} CPU"} ${small[1]:+"smallauto:auto (keySharePercent 25, shardCPU ${SHARD_CPU}), every Redis node held to ${SHARD_CPU} CPU"}; do
   f="${work}/${r%%:*}.txt"
   rel() { # KEY-LABEL WRITES(0/1): relief, and the threshold in force on its master when routed
     local r t

@@ -143,6 +143,9 @@ func launch(ctx context.Context, dir string, port int, cluster bool, extra []str
 	return s, nil
 }
 
+// Pid is the server's process ID.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Signal sends sig to the server's process (SIGSTOP freezes it, SIGCONT
 // lets it go on: a replica that stops acknowledging, a stalled master).
 func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }

@@ -1,0 +1,52 @@
+package demo
+
+import (
+	"testing"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/internal/testing/cpulimit"
+)
+
+// TestAutoRelievesSmallShards: the demo's story with a policy that types no
+// rate, on shards small enough for its keys to hurt. Every Redis node is
+// held to a twentieth of a core by a CPU cgroup, as a pod's limits.cpu would
+// hold it, and the policy says so (thresholds.auto.shardCPU: 50m). The
+// manager learns each master's capacity at that allotment, and both viral
+// keys are relieved on learned thresholds, as TestEndToEnd relieves them on
+// typed ones: routed within 3 s of their spike (the capacity is trusted
+// before the spikes: 0.05 CPU-seconds here), the busiest master under
+// 1.5 × the mean afterwards, the counter exact.
+func TestAutoRelievesSmallShards(t *testing.T) {
+	if err := cpulimit.Available(); err != nil {
+		t.Skipf("the shards cannot be held under a core here: %v", err)
+	}
+	cfg := Short()
+	cfg.Auto = DefaultAuto()
+	cfg.Auto.ConfidenceCPU = 0.05
+	cfg.ShardCPU = 0.05
+	res := runScenario(t, cfg)
+	for _, m := range []Moments{res.ViralRead, res.Counter} {
+		d := m.SpikeToRouted()
+		if d < 0 || d > 3*time.Second {
+			t.Errorf("%s: spike → routed = %v, want within 3s (detected %v after the spike)", m.Key, d, m.Detected.Sub(m.Spike))
+		}
+		if f := m.InForce; f == nil || f.ReadsFrom != v1alpha1.ThresholdLearned || f.WritesFrom != v1alpha1.ThresholdLearned {
+			t.Errorf("%s: thresholds in force when routed %+v, want learned", m.Key, f)
+		} else {
+			t.Logf("%s: routed %v after its spike at %d reads/s, %d writes/s (learned)", m.Key, d, f.ReadsPerSecond, f.WritesPerSecond)
+		}
+	}
+	if res.RatioAfter == 0 || res.RatioAfter >= 1.5 {
+		t.Errorf("busiest master ÷ mean after relief = %.2f, want < 1.5 (before %.2f)", res.RatioAfter, res.RatioBefore)
+	}
+	if res.CounterErr != nil {
+		t.Errorf("reading the counter: %v", res.CounterErr)
+	}
+	if res.CounterAcked == 0 || res.CounterValue != res.CounterAcked {
+		t.Errorf("counter = %d, acknowledged increments = %d, want equal and > 0", res.CounterValue, res.CounterAcked)
+	}
+	for _, sh := range res.Shards {
+		t.Logf("shard %s (replica %v): %d%% busy, capacity %d ops/s, confidence %d%%", sh.Address, sh.Replica, sh.UtilizationPercent, sh.CapacityOpsPerSecond, sh.ConfidencePercent)
+	}
+}
