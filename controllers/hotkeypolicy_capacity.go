@@ -90,7 +90,11 @@ func (r *HotKeyPolicyReconciler) sampleCapacity(ctx context.Context, policy *v1a
 		sampled, endpoints, closeSampled, err := r.sampledClient(sctx, policy.Spec.Target, cl, creds)
 		var got []capacity.Node
 		if err == nil {
-			got, err = pm.capacity.sampler.Sample(sctx, sampled, replicas, now)
+			t := capacity.Target{Client: sampled, ClusterReplicas: replicas}
+			var closeReplicas func()
+			t.Replicas, closeReplicas = r.replicaClients(spec, endpoints, creds)
+			got, err = pm.capacity.sampler.Sample(sctx, t, now)
+			closeReplicas()
 			closeSampled()
 		}
 		if err != nil {
@@ -199,6 +203,37 @@ func (r *HotKeyPolicyReconciler) sampledClient(ctx context.Context, target v1alp
 		return nil, nil, nil, err
 	}
 	return mc, append([]string{master}, replicas...), func() { mc.Close() }, nil
+}
+
+// replicaClients are clients of the replicas outside a cluster that reads
+// go to with replicaReads on (a cluster's are the cluster client's): the
+// policy's replicaReads.addresses, else a Sentinel set's replicas as its
+// Sentinels named them (the endpoints after the master). done closes them.
+func (r *HotKeyPolicyReconciler) replicaClients(spec *v1alpha1.HotKeyPolicySpec, sentinelNodes []string, creds Credentials) (out []*redis.Client, done func()) {
+	rr := spec.Mitigations.ReplicaReads
+	addrs := rr.Addresses
+	if len(addrs) == 0 && len(sentinelNodes) > 1 {
+		addrs = sentinelNodes[1:]
+	}
+	if !rr.IsEnabled() || spec.Target.Cluster {
+		addrs = nil
+	}
+	for _, a := range addrs {
+		c, err := r.Redis(v1alpha1.RedisTarget{Addresses: []string{a}, Database: spec.Target.Database, TLS: spec.Target.TLS}, creds)
+		if err != nil {
+			continue
+		}
+		if rc, ok := c.(*redis.Client); ok {
+			out = append(out, rc)
+		} else {
+			c.Close()
+		}
+	}
+	return out, func() {
+		for _, c := range out {
+			c.Close()
+		}
+	}
 }
 
 // policyEndpoints is a Sentinel target's last named nodes (nil otherwise).

@@ -73,6 +73,29 @@ func capacityFlows(t *testing.T, env *flowEnv) {
 			}
 			return nil
 		})
+		// With replica reads on, reads go to the replicas: they are
+		// sampled too, as replicas.
+		f.policy("sntrr", func(p *v1alpha1.HotKeyPolicy) {
+			p.Spec.Target = v1alpha1.RedisTarget{Sentinel: &v1alpha1.RedisSentinel{Addresses: h.SentinelAddrs(), MasterName: h.Opts.MasterName}}
+			on := true
+			p.Spec.Mitigations.ReplicaReads.Enabled = &on
+		})
+		f.report("sntrr", "n1")
+		f.eventually("the master and both replicas sampled", func() error {
+			f.step(11*time.Second, "sntrr")
+			var got []string
+			for _, sh := range f.status("sntrr").Shards {
+				if sh.Replica != (sh.Address != master) {
+					return fmt.Errorf("shard %s: replica %v", sh.Address, sh.Replica)
+				}
+				got = append(got, sh.Address)
+			}
+			slices.Sort(got)
+			if w := slices.Sorted(slices.Values(want)); !slices.Equal(got, w) {
+				return fmt.Errorf("shards %v, want %v", got, w)
+			}
+			return nil
+		})
 		// After a failover the Sentinels name another master: the next
 		// sample reads it, by its address.
 		newMaster, err := h.Failover(context.Background())

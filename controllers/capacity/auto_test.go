@@ -31,12 +31,12 @@ func TestAutoThresholdsFromMeasuredCapacity(t *testing.T) {
 	master := func(key string) string { return masterOf(t, cl, key) }
 	opts := Options{MinUtilization: 0.001, FullConfidenceCPU: 0.05, Memory: time.Hour}
 	s := NewSampler(time.Nanosecond, opts)
-	if _, err := s.Sample(ctx, cl, false, time.Now()); err != nil {
+	if _, err := s.Sample(ctx, Target{Client: cl}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	load(t, cl, 20, 100, 10*time.Second, func(p redis.Pipeliner, _ int) { p.SUnionStore(ctx, dear+"u", dear+"a", dear+"b") })
 	load(t, cl, 80, 500, 10*time.Second, func(p redis.Pipeliner, _ int) { p.Get(ctx, cheap+"v") })
-	nodes, err := s.Sample(ctx, cl, false, time.Now())
+	nodes, err := s.Sample(ctx, Target{Client: cl}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,11 +51,22 @@ func NewSampler(interval time.Duration, o Options) *Sampler {
 	return &Sampler{Interval: interval, Options: o, nodes: map[string]*Node{}, due: map[string]time.Time{}}
 }
 
-// Sample reads the nodes of cl that are due (masters, and replicas too when
-// replicas is set and cl is a cluster client) at now and returns every
+// Target is what one Sample reads.
+type Target struct {
+	// Client is the target's client: a cluster's (every master is read)
+	// or one server's (that master).
+	Client redis.UniversalClient
+	// ClusterReplicas: a cluster's replicas are read too (reads go there).
+	ClusterReplicas bool
+	// Replicas are replicas outside a cluster that reads go to (a Sentinel
+	// set's, or those a policy lists), one client each.
+	Replicas []*redis.Client
+}
+
+// Sample reads the nodes of t that are due at now and returns every
 // node's estimate, sorted by address. A node that fails is left out of this
 // round's reading and keeps its estimate; the first error is returned.
-func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas bool, now time.Time) ([]Node, error) {
+func (s *Sampler) Sample(ctx context.Context, t Target, now time.Time) ([]Node, error) {
 	type read struct {
 		addr    string
 		replica bool
@@ -86,7 +97,7 @@ func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas
 		owners []string
 		slots  []redis.ClusterSlot
 	)
-	switch c := cl.(type) {
+	switch c := t.Client.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n, false) })
 		if err == nil {
@@ -96,14 +107,17 @@ func (s *Sampler) Sample(ctx context.Context, cl redis.UniversalClient, replicas
 			// keeps the last map.
 			slots, _ = c.ClusterSlots(ctx).Result()
 		}
-		if err == nil && replicas {
+		if err == nil && t.ClusterReplicas {
 			// Reads go to the replicas: they are shards of their own.
 			err = c.ForEachSlave(ctx, func(ctx context.Context, n *redis.Client) error { return one(ctx, n, true) })
 		}
 	case *redis.Client:
 		err = one(ctx, c, false)
 	default:
-		err = fmt.Errorf("capacity: unsupported client %T", cl)
+		err = fmt.Errorf("capacity: unsupported client %T", t.Client)
+	}
+	for _, r := range t.Replicas {
+		_ = one(ctx, r, true) // its error is the read's, below
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

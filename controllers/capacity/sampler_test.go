@@ -47,13 +47,13 @@ func TestSamplerStandaloneLearns(t *testing.T) {
 	defer cl.Close()
 	ctx := context.Background()
 	s := NewSampler(time.Nanosecond, testOptions)
-	if _, err := s.Sample(ctx, cl, false, time.Now()); err != nil {
+	if _, err := s.Sample(ctx, Target{Client: cl}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var conf []float64
 	for i := 0; i < 4; i++ {
 		load(t, cl, 20, 500, 5*time.Second, func(p redis.Pipeliner, i int) { p.Incr(ctx, fmt.Sprintf("k%d", i%50)) })
-		nodes, err := s.Sample(ctx, cl, false, time.Now())
+		nodes, err := s.Sample(ctx, Target{Client: cl}, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,13 +84,13 @@ func TestSamplerClusterExpensiveShardLearnsLess(t *testing.T) {
 	cl, dear, cheap := dearAndCheap(t)
 	ctx := context.Background()
 	s := NewSampler(time.Nanosecond, testOptions)
-	if _, err := s.Sample(ctx, cl, false, time.Now()); err != nil {
+	if _, err := s.Sample(ctx, Target{Client: cl}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	const rounds, n = 10, 100
 	load(t, cl, rounds, n, 10*time.Second, func(p redis.Pipeliner, _ int) { p.SUnionStore(ctx, dear+"u", dear+"a", dear+"b") })
 	load(t, cl, rounds, n, 10*time.Second, func(p redis.Pipeliner, _ int) { p.Get(ctx, cheap+"v") })
-	nodes, err := s.Sample(ctx, cl, false, time.Now())
+	nodes, err := s.Sample(ctx, Target{Client: cl}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

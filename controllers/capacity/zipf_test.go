@@ -49,7 +49,7 @@ func TestAutoZipfLowUtilisationMitigatesNothing(t *testing.T) {
 	defer cl.Close()
 	ctx := context.Background()
 	s := NewSampler(time.Nanosecond, Options{MinUtilization: 0.001, FullConfidenceCPU: 0.05, Memory: time.Hour})
-	if _, err := s.Sample(ctx, cl, false, time.Now()); err != nil {
+	if _, err := s.Sample(ctx, Target{Client: cl}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewSource(26))
@@ -63,7 +63,7 @@ func TestAutoZipfLowUtilisationMitigatesNothing(t *testing.T) {
 			p.Get(ctx, k)
 		}
 	})
-	nodes, err := s.Sample(ctx, cl, false, time.Now())
+	nodes, err := s.Sample(ctx, Target{Client: cl}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -51,6 +52,7 @@ var fieldTests = map[string]string{
 
 	"thresholds.auto.keySharePercent":          "controllers/decide TestAutoFieldsTakeEffect/keySharePercent",
 	"thresholds.auto.targetUtilizationPercent": "controllers/decide TestAutoFieldsTakeEffect/targetUtilizationPercent",
+	"thresholds.auto.shardCPU":                 "demo TestAutoRelievesSmallShards",
 
 	"capacity.perShardWritesPerSecond": "controllers/decide TestEachSpecFieldChangesTheDecision/capacity.perShardWritesPerSecond",
 	"capacity.perShardReadsPerSecond":  "controllers/decide TestEachSpecFieldChangesTheDecision/capacity.perShardReadsPerSecond",
@@ -102,10 +104,10 @@ var fieldTests = map[string]string{
 }
 
 // specFields lists the JSON paths of every leaf field of t: durations,
-// times, scalars, pointers to them and lists of scalars are leaves;
+// times, quantities, scalars, pointers to them and lists of scalars are leaves;
 // structs are walked, lists of structs as "name[]".
 func specFields(t reflect.Type, prefix string) []string {
-	leaf := map[reflect.Type]bool{reflect.TypeOf(metav1.Duration{}): true, reflect.TypeOf(metav1.Time{}): true}
+	leaf := map[reflect.Type]bool{reflect.TypeOf(metav1.Duration{}): true, reflect.TypeOf(metav1.Time{}): true, reflect.TypeOf(resource.Quantity{}): true}
 	var out []string
 	for i := range t.NumField() {
 		f := t.Field(i)
