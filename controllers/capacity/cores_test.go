@@ -11,23 +11,25 @@ import (
 func TestOnCores(t *testing.T) {
 	nodes := []Node{
 		{Addr: "a", Estimate: Estimate{Capacity: 40000, Utilization: 0.2, OpsPerSecond: 8000, Confidence: 0.6}},
-		{Addr: "b", Replica: true, Estimate: Estimate{Capacity: 10000, Utilization: 0.05, OpsPerSecond: 500, Confidence: 1}},
+		{Addr: "b", Replica: true, Estimate: Estimate{Capacity: 10000, Utilization: 0.05, OpsPerSecond: 500, Confidence: 0.1}},
 	}
 	for _, tc := range []struct {
 		shardCPU       string // "" for unset
 		capA, utilA    float64
 		capB, utilB    float64
+		confA, confB   float64
 		thresholdReads int64
 		overTarget     bool
 	}{
 		// One core: what Redis reports. 25 % of 40,000.
-		{shardCPU: "", capA: 40000, utilA: 0.2, capB: 10000, utilB: 0.05, thresholdReads: 10000},
-		{shardCPU: "1", capA: 40000, utilA: 0.2, capB: 10000, utilB: 0.05, thresholdReads: 10000},
-		// Half a core: half the ops/s, twice as busy.
-		{shardCPU: "500m", capA: 20000, utilA: 0.4, capB: 5000, utilB: 0.1, thresholdReads: 5000},
+		{shardCPU: "", capA: 40000, utilA: 0.2, capB: 10000, utilB: 0.05, confA: 0.6, confB: 0.1, thresholdReads: 10000},
+		{shardCPU: "1", capA: 40000, utilA: 0.2, capB: 10000, utilB: 0.05, confA: 0.6, confB: 0.1, thresholdReads: 10000},
+		// Half a core: half the ops/s, twice as busy, CPU-seconds count
+		// twice.
+		{shardCPU: "500m", capA: 20000, utilA: 0.4, capB: 5000, utilB: 0.1, confA: 1, confB: 0.2, thresholdReads: 5000},
 		// A quarter of a core: 0.2 of a core is 80 % of it, over the
 		// default 70 % target.
-		{shardCPU: "250m", capA: 10000, utilA: 0.8, capB: 2500, utilB: 0.2, thresholdReads: 2500, overTarget: true},
+		{shardCPU: "250m", capA: 10000, utilA: 0.8, capB: 2500, utilB: 0.2, confA: 1, confB: 0.4, thresholdReads: 2500, overTarget: true},
 	} {
 		t.Run("shardCPU="+tc.shardCPU, func(t *testing.T) {
 			auto := &v1alpha1.AutoThresholds{}
@@ -36,11 +38,12 @@ func TestOnCores(t *testing.T) {
 				auto.ShardCPU = &q
 			}
 			got := OnCores(nodes, auto.Cores())
-			if got[0].Capacity != tc.capA || got[0].Utilization != tc.utilA || got[1].Capacity != tc.capB || got[1].Utilization != tc.utilB {
+			if got[0].Capacity != tc.capA || got[0].Utilization != tc.utilA || got[1].Capacity != tc.capB || got[1].Utilization != tc.utilB ||
+				got[0].Confidence != tc.confA || got[1].Confidence != tc.confB {
 				t.Fatalf("got %+v / %+v", got[0].Estimate, got[1].Estimate)
 			}
-			if got[0].OpsPerSecond != 8000 || got[0].Confidence != 0.6 || got[1].Replica != true {
-				t.Errorf("ops/s, confidence and role must not change: %+v", got)
+			if got[0].OpsPerSecond != 8000 || got[1].Replica != true {
+				t.Errorf("ops/s and role must not change: %+v", got)
 			}
 			if nodes[0].Capacity != 40000 {
 				t.Fatalf("the sampler's nodes were changed")
