@@ -41,6 +41,7 @@ func TestCaptureEndpointsFollowTheService(t *testing.T) {
 	pol := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}
 	pol.Spec.Target.Addresses = []string{target}
 	v1alpha1.SetDefaults(&pol.Spec)
+	changed := time.Now()
 	if err := cp.Client.Create(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
@@ -48,16 +49,17 @@ func TestCaptureEndpointsFollowTheService(t *testing.T) {
 	want := func(eps ...string) func(*agentlink.Directive) bool {
 		return func(d *agentlink.Directive) bool { return slices.Equal(d.Endpoints, eps) }
 	}
-	directiveUntil(t, addr, "shop/checkout", 60*time.Second, want(target))
+	directiveUntil(t, addr, "shop/checkout", changed, 60*time.Second, want(target))
 
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "redis"}, Spec: corev1.ServiceSpec{
 		Ports: []corev1.ServicePort{{Name: "redis", Port: 6379, TargetPort: intstr.FromString("redis-port")}}}}
+	changed = time.Now()
 	if err := cp.Client.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
 	clusterIP := net.JoinHostPort(svc.Spec.ClusterIP, "6379")
 	t.Logf("the Service's ClusterIP: %s", svc.Spec.ClusterIP)
-	directiveUntil(t, addr, "shop/checkout", 30*time.Second, want(target, clusterIP))
+	directiveUntil(t, addr, "shop/checkout", changed, 30*time.Second, want(target, clusterIP))
 
 	endpoint := func(ip string, ready bool) discoveryv1.Endpoint {
 		return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}
@@ -72,19 +74,21 @@ func TestCaptureEndpointsFollowTheService(t *testing.T) {
 			{Name: ptr.To("metrics"), Port: ptr.To[int32](9121), Protocol: ptr.To(corev1.ProtocolTCP)}},
 		Endpoints: []discoveryv1.Endpoint{endpoint("10.7.1.1", true), endpoint("10.7.1.2", false)},
 	}
+	changed = time.Now()
 	if err := cp.Client.Create(ctx, sl); err != nil {
 		t.Fatal(err)
 	}
-	directiveUntil(t, addr, "shop/checkout", 30*time.Second, want(target, clusterIP, "10.7.1.1:7000"))
+	directiveUntil(t, addr, "shop/checkout", changed, 30*time.Second, want(target, clusterIP, "10.7.1.1:7000"))
 
 	// A rollout: the old pod goes, the not-ready one turns ready, a new one
 	// comes, on another port number.
 	sl.Endpoints = []discoveryv1.Endpoint{endpoint("10.7.1.2", true), endpoint("10.7.1.3", true)}
 	sl.Ports[0].Port = ptr.To[int32](7001)
+	changed = time.Now()
 	if err := cp.Client.Update(ctx, sl); err != nil {
 		t.Fatal(err)
 	}
-	directiveUntil(t, addr, "shop/checkout", 30*time.Second, want(target, clusterIP, "10.7.1.2:7001", "10.7.1.3:7001"))
+	directiveUntil(t, addr, "shop/checkout", changed, 30*time.Second, want(target, clusterIP, "10.7.1.2:7001", "10.7.1.3:7001"))
 
 	// A second slice of 300 pods: the directive keeps agentlink.MaxEndpoints
 	// (the name, the ClusterIP, and the 254 lowest pod addresses).
@@ -94,26 +98,29 @@ func TestCaptureEndpointsFollowTheService(t *testing.T) {
 	for i := range 300 { // 10.8.1.1-250, 10.8.2.1-50
 		big.Endpoints = append(big.Endpoints, endpoint("10.8."+strconv.Itoa(1+i/250)+"."+strconv.Itoa(1+i%250), true))
 	}
+	changed = time.Now()
 	if err := cp.Client.Create(ctx, big); err != nil {
 		t.Fatal(err)
 	}
-	d := directiveUntil(t, addr, "shop/checkout", 30*time.Second, func(d *agentlink.Directive) bool {
+	d := directiveUntil(t, addr, "shop/checkout", changed, 30*time.Second, func(d *agentlink.Directive) bool {
 		return len(d.Endpoints) == agentlink.MaxEndpoints
 	})
 	if d.Endpoints[2] != "10.7.1.2:7001" || d.Endpoints[4] != "10.8.1.1:7001" || d.Endpoints[len(d.Endpoints)-1] != "10.8.2.2:7001" {
 		t.Errorf("the capped endpoints are not the lowest addresses, in order: %v ... %v", d.Endpoints[:6], d.Endpoints[len(d.Endpoints)-2:])
 	}
+	changed = time.Now()
 	if err := cp.Client.Delete(ctx, big); err != nil {
 		t.Fatal(err)
 	}
-	directiveUntil(t, addr, "shop/checkout", 30*time.Second, want(target, clusterIP, "10.7.1.2:7001", "10.7.1.3:7001"))
+	directiveUntil(t, addr, "shop/checkout", changed, 30*time.Second, want(target, clusterIP, "10.7.1.2:7001", "10.7.1.3:7001"))
 
 	// The Service goes (its slices would go with it): the name alone.
+	changed = time.Now()
 	if err := cp.Client.Delete(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
 	if err := cp.Client.Delete(ctx, sl); err != nil {
 		t.Fatal(err)
 	}
-	directiveUntil(t, addr, "shop/checkout", 30*time.Second, want(target))
+	directiveUntil(t, addr, "shop/checkout", changed, 30*time.Second, want(target))
 }

@@ -63,9 +63,10 @@ func captureCacheOptions() map[client.Object]cache.ByObject {
 }
 
 // directiveUntil reads node-a's stream from the manager's hub at addr
-// until the directive of policy satisfies ok, and returns it; it fails t
-// after timeout, with the last directive seen.
-func directiveUntil(t *testing.T, addr, policy string, timeout time.Duration, ok func(*agentlink.Directive) bool) *agentlink.Directive {
+// until the directive of policy satisfies ok, and returns it, logging how
+// long after since (when the change waited for was made) it came; it fails
+// t after timeout, with the last directive seen.
+func directiveUntil(t *testing.T, addr, policy string, since time.Time, timeout time.Duration, ok func(*agentlink.Directive) bool) *agentlink.Directive {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -91,6 +92,7 @@ func directiveUntil(t *testing.T, addr, policy string, timeout time.Duration, ok
 				last = ev.Directive
 				if ok(last) {
 					resp.Body.Close()
+					t.Logf("directive of %s as expected after %v: %d endpoints", policy, time.Since(since).Round(time.Millisecond), len(last.Endpoints))
 					return last
 				}
 			}
