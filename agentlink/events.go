@@ -36,6 +36,13 @@ type Event struct {
 	Routing   *Routing   `json:"routing,omitempty"`
 }
 
+// MaxEndpoints bounds a directive's Endpoints. An agent's capture filter
+// holds 800 IPv4 endpoints over all its policies (nodeagent/capture), and a
+// scope over that is refused whole; 256 leaves room for three policies
+// whose Services are that large, and is far more than a Redis deployment
+// has pods.
+const MaxEndpoints = 256
+
 // Directive is what a node agent needs to count one policy's traffic: the
 // policy's detection parameters and the manager's current floor and pins.
 type Directive struct {
@@ -65,9 +72,13 @@ type Directive struct {
 	Alert Rates `json:"alert"`
 	// Pins are keys the agent counts exactly and always lists.
 	Pins []string `json:"pins,omitempty"`
-	// Endpoints are the "host:port" addresses of the policy's Redis
-	// (spec.target.addresses), for an agent that captures the traffic of
-	// pods without a sidecar (docs/capture.md): it resolves names itself.
+	// Endpoints are the "host:port" addresses of the policy's Redis, for
+	// an agent that captures the traffic of pods without a sidecar
+	// (docs/capture.md): spec.target.addresses (or a Sentinel target's
+	// master and replicas) as given, whose names the agent resolves
+	// itself, then, with the manager's capture on, the ClusterIPs and
+	// ready pod endpoints of the Services they name, as IP:port. At most
+	// MaxEndpoints.
 	Endpoints []string `json:"endpoints,omitempty"`
 	// Database is spec.target.database: captured commands on another
 	// database are not counted, as a sidecar does not count them.

@@ -2,7 +2,9 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
@@ -23,9 +26,9 @@ import (
 )
 
 // startCaptureManager runs a manager with CapturePods against cp until the
-// test ends (capacity sampled every capacityInterval; 0: the default) and
-// returns its fleet server's address (token "feed").
-func startCaptureManager(t *testing.T, cp *controlplane.ControlPlane, capacityInterval time.Duration) string {
+// test ends (capacity sampled and reports written every interval; 0: the
+// defaults) and returns its fleet server's address (token "feed").
+func startCaptureManager(t *testing.T, cp *controlplane.ControlPlane, interval time.Duration) string {
 	t.Helper()
 	addr := net.JoinHostPort("127.0.0.1", freePort(t))
 	h, err := hub.New(hub.Options{Addr: addr, Token: "feed"})
@@ -35,13 +38,13 @@ func startCaptureManager(t *testing.T, cp *controlplane.ControlPlane, capacityIn
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme: scheme.New(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: controllers.PodCacheOptionsFor(true)}},
+		Cache:      cache.Options{ByObject: captureCacheOptions()},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &controllers.HotKeyPolicyReconciler{Fleet: h, CapturePods: true, SkipNameValidation: true,
-		CapacityInterval: capacityInterval, Metrics: controllers.NewMetrics(prometheus.NewRegistry())}
+		CapacityInterval: interval, ReportInterval: interval, Metrics: controllers.NewMetrics(prometheus.NewRegistry())}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +53,54 @@ func startCaptureManager(t *testing.T, cp *controlplane.ControlPlane, capacityIn
 	go func() { _ = mgr.Start(mctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return addr
+}
+
+// captureCacheOptions are the manager's cache options with --capture-pods.
+func captureCacheOptions() map[client.Object]cache.ByObject {
+	byObject := controllers.EndpointCacheOptions()
+	byObject[&corev1.Pod{}] = controllers.PodCacheOptionsFor(true)
+	return byObject
+}
+
+// directiveUntil reads node-a's stream from the manager's hub at addr
+// until the directive of policy satisfies ok, and returns it, logging how
+// long after since (when the change waited for was made) it came; it fails
+// t after timeout, with the last directive seen.
+func directiveUntil(t *testing.T, addr, policy string, since time.Time, timeout time.Duration, ok func(*agentlink.Directive) bool) *agentlink.Directive {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last *agentlink.Directive
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+agentlink.PathWatch+"?node=node-a", nil)
+		agentlink.SetToken(req, "feed")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil { // the hub serves once the manager leads
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		dec := json.NewDecoder(resp.Body)
+		for {
+			ev, err := agentlink.DecodeEvent(dec)
+			if err != nil {
+				break
+			}
+			if ev.Type == agentlink.TypePolicy && ev.Directive.Policy == policy {
+				last = ev.Directive
+				if ok(last) {
+					resp.Body.Close()
+					t.Logf("directive of %s as expected after %v: %d endpoints", policy, time.Since(since).Round(time.Millisecond), len(last.Endpoints))
+					return last
+				}
+			}
+		}
+		resp.Body.Close()
+	}
+	t.Fatalf("no directive of %s as expected within %v; the last: %+v", policy, timeout, last)
+	return nil
 }
 
 // runningPod creates a pod on node-a and sets it Running at ip.

@@ -89,9 +89,12 @@ type HotKeyPolicyReconciler struct {
 	// observes through it and hands it every published table. Required.
 	Fleet *hub.Hub
 	// CapturePods: node agents capture the traffic of pods without the
-	// sidecar (docs/capture.md), so the hub is told about those pods too.
-	// The manager's pod cache must then hold every pod
-	// (PodCacheOptionsFor(true)).
+	// sidecar (docs/capture.md), so the hub is told about those pods too,
+	// and directives carry the ClusterIPs and pod endpoints of the
+	// Services the policies name (hotkeypolicy_endpoints.go). The
+	// manager's pod cache must then hold every pod
+	// (PodCacheOptionsFor(true)); it watches Services and EndpointSlices
+	// too (EndpointCacheOptions strip them).
 	CapturePods bool
 	// ReportInterval bounds how often the aggregated HotKeyReport of a
 	// policy is rewritten (DefaultReportInterval if 0).
@@ -131,15 +134,21 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Only when asked: nil lets the manager's own setting apply.
 		opts.SkipNameValidation = ptr.To(true)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.HotKeyPolicy{}).
 		Owns(&corev1.ConfigMap{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
 		// The hub asks for a pass when a key's estimate crosses a band, so
 		// reaction does not wait for a periodic requeue.
 		WatchesRawSource(source.Channel(r.triggers, &handler.EnqueueRequestForObject{})).
 		Named("hotkeypolicy").
-		WithOptions(opts).
-		Complete(r)
+		WithOptions(opts)
+	if r.CapturePods {
+		// The Services the policies name, for the capture's endpoints.
+		if err := r.watchEndpoints(context.Background(), mgr, b); err != nil {
+			return err
+		}
+	}
+	return b.Complete(r)
 }
 
 // init fills unset fields from mgr.
@@ -216,7 +225,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return r.routingDeleted(ctx, policy)
 	}
 	r.learn(ctx, p)
-	if warm, at, err := r.observe(p); err != nil || !warm {
+	if warm, at, err := r.observe(ctx, p); err != nil || !warm {
 		// Not heard from every node yet (a new leader): decide nothing, so
 		// the published table stands untouched until the view is complete.
 		return requeueAt(p.now, at), err

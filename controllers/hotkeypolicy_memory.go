@@ -42,6 +42,9 @@ type policyMemory struct {
 	bigOver map[string]bool
 	// sizes are the big keys' sizes MEMORY USAGE told (see confirmSizes).
 	sizes policySizes
+	// endpointsDropped is how many pod endpoints the last pass's directive
+	// left out (see captureEndpoints): the cut is logged when it changes.
+	endpointsDropped int
 }
 
 // memory holds the policyMemory of every policy. One mutex guards it all:

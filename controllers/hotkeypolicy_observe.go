@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -20,7 +21,7 @@ import (
 // can be decided on: a manager that has just been elected has not heard
 // from every node yet, and must not take "not heard" for "cold"; it then
 // returns false and the time to look again.
-func (r *HotKeyPolicyReconciler) observe(p *pass) (warm bool, warmAt time.Time, err error) {
+func (r *HotKeyPolicyReconciler) observe(ctx context.Context, p *pass) (warm bool, warmAt time.Time, err error) {
 	id := policyID(p.key)
 	params := hub.ParamsFromSpec(p.spec)
 	params.Thresholds.Reads, params.Thresholds.Writes = p.detect[0], p.detect[1]
@@ -29,6 +30,10 @@ func (r *HotKeyPolicyReconciler) observe(p *pass) (warm bool, warmAt time.Time, 
 		// No address in the spec: the nodes the Sentinels named at the
 		// last capacity sample (hotkeypolicy_sentinel.go).
 		params.Endpoints = r.policyEndpoints(p.key)
+	} else {
+		// With the capture, the Services they name resolved too
+		// (hotkeypolicy_endpoints.go).
+		params.Endpoints = r.captureEndpoints(ctx, p, params.Endpoints)
 	}
 	r.Fleet.SetPolicy(id, params)
 	snap, st := r.Fleet.Snapshot(id)

@@ -38,6 +38,10 @@ type Metrics struct {
 
 	// Per policy: keys at or over thresholds.valueBytes.
 	bigKeys *prometheus.GaugeVec
+
+	// Per policy, with the capture on: the endpoints its directive
+	// carries, and the Services' pod endpoints left out by the cap.
+	captureEndpoints, captureEndpointsDropped *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics on reg. Registering twice on one registry
@@ -78,6 +82,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Threshold in force for the keys of a Redis master, by direction (reads, writes) and source (Typed, Learned, Fallback)."}, []string{"namespace", "policy", "address", "direction", "source"}),
 		bigKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_big_keys",
 			Help: "Keys of the policy whose largest value seen is at or over thresholds.valueBytes (listed in its HotKeyReport)."}, []string{"namespace", "policy"}),
+		captureEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_capture_endpoints",
+			Help: "Endpoints in the policy's directive for capturing node agents: its target addresses, and the ClusterIPs and ready pod endpoints of the Services they name."}, []string{"namespace", "policy"}),
+		captureEndpointsDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "heatsink_manager_capture_endpoints_dropped",
+			Help: "Pod endpoints of the Services the policy names that its directive leaves out (over agentlink.MaxEndpoints): their traffic is not captured."}, []string{"namespace", "policy"}),
 	}
 	m.mitigated = register(reg, m.mitigated)
 	m.decisions = register(reg, m.decisions)
@@ -96,6 +104,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.shardConfidence = register(reg, m.shardConfidence)
 	m.shardThreshold = register(reg, m.shardThreshold)
 	m.bigKeys = register(reg, m.bigKeys)
+	m.captureEndpoints = register(reg, m.captureEndpoints)
+	m.captureEndpointsDropped = register(reg, m.captureEndpointsDropped)
 	return m
 }
 
@@ -184,7 +194,7 @@ func (m *Metrics) forget(namespace, name string) {
 	}
 	m.epoch.DeleteLabelValues(namespace, name)
 	labels := prometheus.Labels{"namespace": namespace, "policy": name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.shardUtilization, m.shardCapacity, m.shardConfidence, m.shardThreshold, m.bigKeys} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{m.ready, m.degraded, m.staleNodes, m.publishFailures, m.routingVersion, m.shardUtilization, m.shardCapacity, m.shardConfidence, m.shardThreshold, m.bigKeys, m.captureEndpoints, m.captureEndpointsDropped} {
 		v.DeletePartialMatch(labels)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"maps"
 
 	"github.com/heatsink-dev/heatsink/internal/metricsauth"
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +81,7 @@ func runManager(args []string) error {
 	mf := bindManagerFlags(fs)
 	margin := fs.Duration("epoch-margin", controllers.DefaultMargin, "how far ahead of an epoch boundary a split change is announced, and how long a replaced split generation waits for late writes before it is folded")
 	workers := fs.Int("max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "how many policies reconcile at once, so that one policy's slow Redis does not hold back the others")
-	capturePods := fs.Bool("capture-pods", false, "tell the node agents about pods without the sidecar too, for their packet capture (node-agent --capture; docs/capture.md): the manager then watches every pod of the cluster, not only injected ones")
+	capturePods := fs.Bool("capture-pods", false, "tell the node agents about pods without the sidecar too, for their packet capture (node-agent --capture; docs/capture.md), and the ClusterIPs and pod endpoints of the Services the policies name: the manager then watches every pod of the cluster, not only injected ones, and every Service and EndpointSlice")
 	redisTimeout := fs.Duration("redis-timeout", controllers.DefaultRedisTimeout, "bound on all the Redis work (folds, replica fills) of one reconcile pass")
 	wh := bindWebhookFlags(fs)
 	fc := bindFleetFlags(fs)
@@ -105,6 +106,17 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
+	// Watch only the ConfigMaps the manager writes (routing tables), not
+	// every ConfigMap of the cluster; only injected pods (every pod with
+	// --capture-pods), stripped to what the hub needs; with --capture-pods,
+	// Services and EndpointSlices stripped to their addresses and ports.
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
+		&corev1.Pod{}:       controllers.PodCacheOptionsFor(*capturePods),
+	}
+	if *capturePods {
+		maps.Copy(byObject, controllers.EndpointCacheOptions())
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme.New(),
 		Metrics:                mf.metricsOptions(),
@@ -118,14 +130,7 @@ func runManager(args []string) error {
 		// cluster). Safe: the process exits as soon as Start returns.
 		LeaderElectionReleaseOnCancel: true,
 		WebhookServer:                 whServer,
-		// Watch only the ConfigMaps the manager writes (routing tables), not
-		// every ConfigMap of the cluster.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
-			// Only injected pods (every pod with --capture-pods), stripped to
-			// what the hub needs.
-			&corev1.Pod{}: controllers.PodCacheOptionsFor(*capturePods),
-		}},
+		Cache:                         cache.Options{ByObject: byObject},
 	})
 	if err != nil {
 		return err

@@ -16,7 +16,9 @@ type Params struct {
 	ReportInterval   time.Duration
 	TopK             int32
 	// Endpoints and Database are the policy's Redis addresses and
-	// database, for node agents that capture traffic (docs/capture.md).
+	// database, for node agents that capture traffic (docs/capture.md);
+	// the reconciler adds to the addresses what the Services they name
+	// resolve to (controllers/endpoints).
 	Endpoints []string
 	Database  int32
 	// Slots is the target's Redis Cluster slot map as the manager last

@@ -195,11 +195,14 @@ func seeTopKeys(t *testing.T, l *lifecycle, n *netns.Net, c *capture.Capture) {
 
 // startGettingStartedManager runs the manager as the chart with the
 // capture configures it (--capture-pods: every pod cached and listed to
-// the agents), with both webhooks, and returns the hub's address.
+// the agents, Services and EndpointSlices watched), with both webhooks, and
+// returns the hub's address.
 func startGettingStartedManager(t *testing.T, l *lifecycle) string {
 	t.Helper()
 	opts := l.cp.ManagerOptions()
-	opts.Cache = cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: controllers.PodCacheOptionsFor(true)}}
+	byObject := controllers.EndpointCacheOptions()
+	byObject[&corev1.Pod{}] = controllers.PodCacheOptionsFor(true)
+	opts.Cache = cache.Options{ByObject: byObject}
 	mgr, err := ctrl.NewManager(l.cp.Config, opts)
 	if err != nil {
 		t.Fatal(err)

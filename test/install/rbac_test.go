@@ -157,3 +157,39 @@ func TestManagerSecretAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestManagerCaptureAccess checks the manager's rights on Services and
+// EndpointSlices, which only the capture's endpoints need (a manager with
+// --capture-pods watches them in every namespace, docs/capture.md): get,
+// list and watch with nodeAgent.capture.enabled, in every namespace, and
+// nothing else; none without the capture, nor with the capture asked for
+// but no node agent (the chart then does not pass --capture-pods).
+func TestManagerCaptureAccess(t *testing.T) {
+	tl := findTools(t)
+	for name, tc := range map[string]struct {
+		args []string
+		read bool
+	}{
+		"default":                  {nil, false},
+		"capture":                  {[]string{"--set", "nodeAgent.capture.enabled=true"}, true},
+		"capture without an agent": {[]string{"--set", "nodeAgent.capture.enabled=true,nodeAgent.enabled=false"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cp := testenv.Start(t, controlplane.Options{})
+			applyRBAC(t, cp, helmTemplate(t, tl, tc.args))
+			const sa = "system:serviceaccount:" + namespace + ":heatsink-manager"
+			groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+			for _, res := range []struct{ group, resource string }{{"", "services"}, {"discovery.k8s.io", "endpointslices"}} {
+				for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
+					for _, where := range []string{"shop", ""} {
+						got := can(t, cp, sa, groups, authorizationv1.ResourceAttributes{Namespace: where, Verb: verb, Group: res.group, Resource: res.resource})
+						want := tc.read && (verb == "get" || verb == "list" || verb == "watch")
+						if got != want {
+							t.Errorf("%s %s in namespace %q: allowed %v, want %v", verb, res.resource, where, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
