@@ -35,11 +35,9 @@ func TestAutoThresholdsFromMeasuredCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	load(t, cl, 20, 100, 10*time.Second, func(p redis.Pipeliner, _ int) { p.SUnionStore(ctx, dear+"u", dear+"a", dear+"b") })
-	load(t, cl, 80, 500, 10*time.Second, func(p redis.Pipeliner, _ int) { p.Get(ctx, cheap+"v") })
-	nodes, err := s.Sample(ctx, Target{Client: cl}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cheapMaster := master(cheap)
+	nodes := loadUntilConfident(t, cl, s, 20*time.Second, func(n Node) bool { return n.Addr == cheapMaster }, 500,
+		func(p redis.Pipeliner, _ int) { p.Get(ctx, cheap+"v") })
 	owners := s.Owners()
 	if len(owners) != routing.SlotCount || owners[routing.Slot(dear)] != master(dear) || owners[routing.Slot(cheap)] != master(cheap) {
 		t.Fatalf("slot owners do not match the client's: %d slots", len(owners))
