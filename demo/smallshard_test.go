@@ -15,7 +15,8 @@ import (
 // manager learns each master's capacity at that allotment, and both viral
 // keys are relieved on learned thresholds, as TestEndToEnd relieves them on
 // typed ones: routed within 3 s of their spike (the capacity is trusted
-// before the spikes: 0.05 CPU-seconds here), the busiest master under
+// before the spikes: its CPU-seconds count in the allotment's seconds,
+// capacity.OnCores), the busiest master under
 // 1.5 × the mean afterwards, the counter exact.
 func TestAutoRelievesSmallShards(t *testing.T) {
 	if err := cpulimit.Available(); err != nil {
@@ -23,7 +24,6 @@ func TestAutoRelievesSmallShards(t *testing.T) {
 	}
 	cfg := Short()
 	cfg.Auto = DefaultAuto()
-	cfg.Auto.ConfidenceCPU = 0.05
 	cfg.ShardCPU = 0.05
 	res := runScenario(t, cfg)
 	for _, m := range []Moments{res.ViralRead, res.Counter} {
