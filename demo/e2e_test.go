@@ -21,6 +21,25 @@ import (
 func TestEndToEnd(t *testing.T) {
 	cfg := Short()
 	res := runScenario(t, cfg)
+	checkRelieved(t, res)
+	if lead, ok := res.EventLead(); !ok || lead <= 0 {
+		t.Errorf("scheduled keys published %v before their start (all published: %v), want > 0", lead, ok)
+	}
+	if res.Chart == "" {
+		t.Errorf("no chart written")
+	}
+	// The viral key stays read for many TTLs: its cached value is refreshed
+	// ahead of expiry (the policy's default refreshAheadPercent).
+	if res.Engine.Refreshes == 0 {
+		t.Errorf("no cache refresh ahead of expiry in %v of a read-hot key (cache hits %.0f, misses %.0f)", cfg.Duration, res.Engine.CacheHits, res.Engine.CacheMisses)
+	}
+}
+
+// checkRelieved checks the demo's promise of relief: both viral keys routed
+// within 3 s of their spike, the busiest master under 1.5 × the mean
+// afterwards, the split counter equal to the acknowledged increments.
+func checkRelieved(t *testing.T, res *Result) {
+	t.Helper()
 	for _, m := range []Moments{res.ViralRead, res.Counter} {
 		d := m.SpikeToRouted()
 		if d < 0 || d > 3*time.Second {
@@ -35,17 +54,6 @@ func TestEndToEnd(t *testing.T) {
 	}
 	if res.CounterAcked == 0 || res.CounterValue != res.CounterAcked {
 		t.Errorf("counter = %d, acknowledged increments = %d, want equal and > 0", res.CounterValue, res.CounterAcked)
-	}
-	if lead, ok := res.EventLead(); !ok || lead <= 0 {
-		t.Errorf("scheduled keys published %v before their start (all published: %v), want > 0", lead, ok)
-	}
-	if res.Chart == "" {
-		t.Errorf("no chart written")
-	}
-	// The viral key stays read for many TTLs: its cached value is refreshed
-	// ahead of expiry (the policy's default refreshAheadPercent).
-	if res.Engine.Refreshes == 0 {
-		t.Errorf("no cache refresh ahead of expiry in %v of a read-hot key (cache hits %.0f, misses %.0f)", cfg.Duration, res.Engine.CacheHits, res.Engine.CacheMisses)
 	}
 }
 

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"testing"
-	"time"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/internal/testing/cpulimit"
@@ -26,25 +25,13 @@ func TestAutoRelievesSmallShards(t *testing.T) {
 	cfg.Auto = DefaultAuto()
 	cfg.ShardCPU = 0.05
 	res := runScenario(t, cfg)
+	checkRelieved(t, res)
 	for _, m := range []Moments{res.ViralRead, res.Counter} {
-		d := m.SpikeToRouted()
-		if d < 0 || d > 3*time.Second {
-			t.Errorf("%s: spike → routed = %v, want within 3s (detected %v after the spike)", m.Key, d, m.Detected.Sub(m.Spike))
-		}
 		if f := m.InForce; f == nil || f.ReadsFrom != v1alpha1.ThresholdLearned || f.WritesFrom != v1alpha1.ThresholdLearned {
 			t.Errorf("%s: thresholds in force when routed %+v, want learned", m.Key, f)
 		} else {
-			t.Logf("%s: routed %v after its spike at %d reads/s, %d writes/s (learned)", m.Key, d, f.ReadsPerSecond, f.WritesPerSecond)
+			t.Logf("%s: routed %v after its spike at %d reads/s, %d writes/s (learned)", m.Key, m.SpikeToRouted(), f.ReadsPerSecond, f.WritesPerSecond)
 		}
-	}
-	if res.RatioAfter == 0 || res.RatioAfter >= 1.5 {
-		t.Errorf("busiest master ÷ mean after relief = %.2f, want < 1.5 (before %.2f)", res.RatioAfter, res.RatioBefore)
-	}
-	if res.CounterErr != nil {
-		t.Errorf("reading the counter: %v", res.CounterErr)
-	}
-	if res.CounterAcked == 0 || res.CounterValue != res.CounterAcked {
-		t.Errorf("counter = %d, acknowledged increments = %d, want equal and > 0", res.CounterValue, res.CounterAcked)
 	}
 	for _, sh := range res.Shards {
 		t.Logf("shard %s (replica %v): %d%% busy, capacity %d ops/s, confidence %d%%", sh.Address, sh.Replica, sh.UtilizationPercent, sh.CapacityOpsPerSecond, sh.ConfidencePercent)
