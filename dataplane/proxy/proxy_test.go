@@ -533,13 +533,21 @@ func TestStalledUpstreamTimesOut(t *testing.T) {
 		br := bufio.NewReader(c)
 		line, err := br.ReadString('\n')
 		if name == "dedicated" && err == nil {
-			var second string
-			second, err = br.ReadString('\n')
-			if !strings.HasPrefix(second, "-") {
-				t.Fatalf("dedicated: GET answered %q, want an error", second)
-			}
-			if !strings.Contains(line, "timeout waiting for a reply") {
-				line = second
+			// The session's state (CLIENT SETNAME) went with the stalled
+			// connection, so it ends after the batch it was serving: a GET
+			// read in that batch is answered with the error; one still
+			// unread (it came in a later segment, as on a loaded machine)
+			// sees the connection closed. Either is an error, never a value.
+			second, err2 := br.ReadString('\n')
+			switch {
+			case strings.HasPrefix(second, "-"):
+				if !strings.Contains(line, "timeout waiting for a reply") {
+					line = second
+				}
+			case second == "" && err2 != nil:
+				// closed after the CLIENT's error: line must be the timeout
+			default:
+				t.Fatalf("dedicated: GET answered %q (%v), want an error or the connection closed", second, err2)
 			}
 		}
 		c.Close()
