@@ -22,13 +22,13 @@ import (
 // around it halve and double in turn (behind 7 ms scripts, half-second
 // windows admitted 355, 400 ... 356, 123, 20, 6, 10, 22, 141 of a 400/s
 // share over 9 s; 3 to over 11 s to settle behind 20 ms ones on a loaded
-// machine). The marks are fixed, not
-// relative to a wait at rest the limiter would measure: a limiter exists
-// only once its key is shed, that is once the key is hot and its shard
-// loaded, so it never sees the shard at rest, and a slowly updated low
-// percentile of its waits would take a queue that lasts for the rest.
-// The fixed marks cost what the known limit says: a shard whose replies
-// take over shedSlow at rest (a far network) is taken for queueing.
+// machine). The marks are fixed, not relative to a wait at rest the
+// limiter would measure: a limiter exists only once its key is shed, that
+// is once the key is hot and its shard loaded, so it never sees the shard
+// at rest, and a slowly updated low percentile of its waits would take a
+// queue that lasts for the rest. The fixed marks cost what the known limit
+// says: a shard whose replies take over shedSlow at rest (a far network)
+// is taken for queueing.
 const (
 	// shedSlow is the high mark: a window in which most replies waited
 	// over it halves the fraction (down to shedMinFactor).
