@@ -23,27 +23,6 @@ const shedWindow = time.Second
 // command), so a pause cannot be spent in one burst on the shard.
 const shedBurst = 100 * time.Millisecond
 
-// The shard's queueing. A budget is a fraction of the shard's capacity at
-// one core; a shard that does not get its core (a host shared with other
-// work) saturates below it, its clients wait in its queue instead of
-// asking more, and nothing would be shed while the other keys of the shard
-// queue behind the hot one. So each limiter also follows how long its
-// admitted commands wait for their reply (ShedLatency): over each window
-// of at least shedLatencyWindow and shedLatencyMin replies in which more
-// than half of them were slower than shedSlow it halves the fraction of
-// its share it admits (down to shedMinFactor), and otherwise doubles it,
-// back to the whole share (a shard that is fast again gets its budget
-// back within six windows); a window that has not its replies after
-// shedLatencyLong ends as a fast one (too few to tell). The fraction is at
-// most 1, so the fleet's bound (docs/engine.md) holds.
-const (
-	shedSlow          = 10 * time.Millisecond
-	shedLatencyWindow = 100 * time.Millisecond
-	shedLatencyLong   = time.Second
-	shedLatencyMin    = 5
-	shedMinFactor     = 1.0 / 64
-)
-
 // limiter is one key's pair of token buckets (reads, writes).
 type limiter struct {
 	mu  sync.Mutex
@@ -61,12 +40,13 @@ type bucket struct {
 	count    int64
 	rate     float64
 	measured bool
-	// cut is 1 − the fraction of the share admitted (0: all of it), and
-	// latStart, latN and latSlow the current latency window: replies
-	// measured and those slower than shedSlow.
-	cut           float64
-	latStart      time.Time
-	latN, latSlow int
+	// cut is 1 − the fraction of the share admitted (0: all of it: the
+	// zero bucket admits its whole share), lat the current window of its
+	// replies' waits and quiet the quiet windows in a row before it
+	// (shed_wait.go).
+	cut   float64
+	lat   waitWindow
+	quiet int
 }
 
 // admit counts one attempt at now and reports whether it is admitted
@@ -99,69 +79,6 @@ func (b *bucket) admit(now time.Time, s *routing.Shed, dir int) bool {
 		return true
 	}
 	return false
-}
-
-// waited counts one admitted command's wait d for its reply, at now, and
-// moves the fraction of the share admitted at the end of a window.
-func (l *limiter) waited(now time.Time, dir int, d time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.dir[dir].waited(now, d)
-}
-
-func (b *bucket) waited(now time.Time, d time.Duration) {
-	if b.latStart.IsZero() {
-		b.latStart = now
-	}
-	b.latN++
-	if d > shedSlow {
-		b.latSlow++
-	}
-	el := now.Sub(b.latStart)
-	if el < shedLatencyWindow || b.latN < shedLatencyMin && el < shedLatencyLong {
-		return
-	}
-	if b.latN >= shedLatencyMin && 2*b.latSlow > b.latN {
-		b.cut = 1 - max((1-b.cut)/2, shedMinFactor)
-	} else {
-		b.cut = max(1-(1-b.cut)*2, 0)
-	}
-	b.latStart, b.latN, b.latSlow = now, 0, 0
-}
-
-// ShedTimed is the key whose limiter wants the wait of d's command, sent
-// raw: the shed key of its entry, "" when it has none (or the direction is
-// not shed). Callers that send the command time its reply and hand it to
-// ShedLatency.
-func ShedTimed(d Decision) string {
-	en := d.Entry
-	if en == nil || en.Shed == nil || d.Op != OpRaw {
-		return ""
-	}
-	dir := routing.ShedReads
-	if d.Write {
-		dir = routing.ShedWrites
-	}
-	if en.Shed.Budget(dir) <= 0 {
-		return ""
-	}
-	return en.Key
-}
-
-// ShedLatency tells key's limiter that one of its admitted commands (write
-// or read) waited d for its reply from the shard: the limiter admits less
-// of its share while most of them wait over shedSlow (the shard is
-// queueing), and more again once they do not.
-func (e *Engine) ShedLatency(key string, write bool, d time.Duration) {
-	p := e.table.Load().plans[key]
-	if p == nil || p.lim == nil {
-		return
-	}
-	dir := routing.ShedReads
-	if write {
-		dir = routing.ShedWrites
-	}
-	p.lim.waited(e.clock.Now(), dir, d)
 }
 
 // limiterFor is key's limiter, made on first use and kept while the key

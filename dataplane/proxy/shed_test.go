@@ -12,7 +12,6 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
-	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -129,9 +128,10 @@ func checkShed(t *testing.T, srvAddr string, noLoop bool) {
 // TestShedFollowsASlowShard: through the sidecar against a real
 // redis-server, a shed key's writers take its whole share while the shard
 // answers at once; while the shard queues (another client's scripts keep it
-// busy about 40 ms at a time, so every command waits), the sidecar admits
-// a small part of the share, although the writers could get far more than
-// the share through; once the shard is fast again the share comes back.
+// busy 20 ms at a time, so every command waits), the sidecar admits a
+// small part of the share, steadily, although the writers (20 at one
+// command per script) could get far more than the share through; once the
+// shard is fast again the share comes back (redistest.ShedFollowsBusy).
 func TestShedFollowsASlowShard(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
@@ -198,30 +198,5 @@ func checkShedSlowShard(t *testing.T, srvAddr string, noLoop bool) {
 		return float64(v1-v0) / time.Since(t0).Seconds()
 	}
 	time.Sleep(1500 * time.Millisecond) // the sidecar measures its own demand
-	// Polled in half-second windows: the limiter times each reply from the
-	// sidecar, so a loaded machine that stalls this process makes it back
-	// off as from a queueing shard.
-	eventually.True(t, 8*time.Second, "the share admitted while the shard answers at once", func() bool {
-		got := rate(500 * time.Millisecond)
-		return got >= 0.7*budget && got <= 1.3*budget
-	})
-	// Another client keeps the shard busy: scripts of 40 ms back to back
-	// (Redis serves every waiting client between two), until the check
-	// below is done or for at most 10 s.
-	stopBusy := redistest.KeepBusy(t, srvAddr, 10*time.Second)
-	// Without following the shard, the writers (20 at one command per
-	// script) would get about 1,000/s through, the share's 400 of them, in
-	// every window. The limiter's windows see the wait within a second or
-	// so; on a loaded machine the scripts themselves may pause, so the
-	// admitted rate is polled in half-second windows until one is low.
-	var slow float64
-	eventually.True(t, 8*time.Second, "a small part of the share admitted while the shard queues", func() bool {
-		slow = rate(500 * time.Millisecond)
-		return slow <= 0.35*budget
-	})
-	stopBusy()
-	eventually.True(t, 8*time.Second, "the share back once the shard is fast again", func() bool {
-		return rate(500*time.Millisecond) >= 0.7*budget
-	})
-	t.Logf("admitted %.0f writes/s while the shard queued (share %d/s)", slow, budget)
+	redistest.ShedFollowsBusy(t, srvAddr, 20*time.Millisecond, budget, rate)
 }

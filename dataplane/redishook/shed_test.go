@@ -11,7 +11,6 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
-	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -59,8 +58,9 @@ func TestHookSheds(t *testing.T) {
 
 // TestHookShedFollowsASlowShard: as the sidecar does (proxy's
 // TestShedFollowsASlowShard), a client with the hook admits its share of a
-// shed key while a real redis-server answers at once, and a small part of
-// it while the server queues behind another client's 40 ms scripts.
+// shed key while a real redis-server answers at once, a small part of it,
+// steadily, while the server queues behind another client's 20 ms scripts,
+// and its share again once the server is fast (redistest.ShedFollowsBusy).
 func TestHookShedFollowsASlowShard(t *testing.T) {
 	const budget, writers = 400, 20
 	srv := redistest.Standalone(t)
@@ -101,27 +101,5 @@ func TestHookShedFollowsASlowShard(t *testing.T) {
 		return float64(v1-v0) / time.Since(t0).Seconds()
 	}
 	time.Sleep(1500 * time.Millisecond) // the client measures its own demand
-	// The admitted rate is polled in half-second windows: the limiter
-	// times each reply from this process, so a loaded machine that stalls
-	// the client makes it back off as from a queueing shard (one fixed
-	// window admitted 233/s in the 4th of 4 runs at load average 14).
-	var fast float64
-	eventually.True(t, 8*time.Second, "the share admitted while the shard answers at once", func() bool {
-		fast = rate(500 * time.Millisecond)
-		return fast >= 0.7*budget && fast <= 1.3*budget
-	})
-	t.Logf("admitted %.0f writes/s while the shard answered at once (share %d/s)", fast, budget)
-	// Another client keeps the shard busy with 40 ms scripts until the
-	// check is done (at most 10 s); the admitted rate is polled in
-	// half-second windows, since on a loaded machine the scripts may pause.
-	// With 20 ms scripts about half the replies waited under the
-	// limiter's 10 ms, and it took 3 to over 11 s to back off.
-	stopBusy := redistest.KeepBusy(t, srv.Addr, 10*time.Second)
-	var slow float64
-	eventually.True(t, 8*time.Second, "a small part of the share admitted while the shard queues", func() bool {
-		slow = rate(500 * time.Millisecond)
-		return slow <= 0.35*budget
-	})
-	stopBusy()
-	t.Logf("admitted %.0f writes/s while the shard queued (share %d/s)", slow, budget)
+	redistest.ShedFollowsBusy(t, srv.Addr, 20*time.Millisecond, budget, rate)
 }
