@@ -218,6 +218,7 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 			}
 			n := binary.NativeEndian.Uint32(blk[blkNumPkts:])
 			off := binary.NativeEndian.Uint32(blk[blkFirstPkt:])
+			tr.beginBlock()
 			for range n {
 				if int(off)+unix.SizeofTpacket3Hdr > len(blk) {
 					break
@@ -235,6 +236,7 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 				}
 				off += next
 			}
+			tr.endBlock()
 			atomic.StoreUint32(status, statusKernel) // the block goes back to the kernel
 			i = (i + 1) % blocks
 		}

@@ -317,6 +317,7 @@ func (t *tracker) countReply(f *flow, h pend, size int) {
 	if h.targets == 0 {
 		return
 	}
+	t.drainAgg() // the keys' adds in the order they came
 	key := f.r.keys[h.off : h.off+h.n]
 	sz := uint32(min(size, 1<<32-1))
 	for ti := range t.agg {

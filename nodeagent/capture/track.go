@@ -131,6 +131,11 @@ type tracker struct {
 	replyHeld  int
 	// curAck is the ACK number of the reply packet being parsed.
 	curAck uint32
+	// batch holds counts not yet added to agg; inBlock: the reader is in a
+	// ring block, and drains the batch at its end (endBlock), else each
+	// packet does (aggBatch).
+	batch   aggBatch
+	inBlock bool
 }
 
 // flow is one client connection.
@@ -170,6 +175,7 @@ func newTracker(lim Limits, every, replyEvery uint32) *tracker {
 // setScope replaces the scope; every connection is attributed again at its
 // next packet.
 func (t *tracker) setScope(s Scope) {
+	t.drainAgg()
 	// Queued reads name their targets by the old indices.
 	for _, f := range t.flows {
 		t.replyLost(f)
@@ -193,6 +199,23 @@ func (t *tracker) setScope(s Scope) {
 
 // packet handles one segment at now (nanoseconds, monotonic).
 func (t *tracker) packet(now int64, s *segment) {
+	t.handle(now, s)
+	if !t.inBlock {
+		t.drainAgg()
+	}
+}
+
+// beginBlock and endBlock bracket the packets of one ring block: their
+// counts are added to the key tables in batches (aggBatch), the last at
+// endBlock.
+func (t *tracker) beginBlock() { t.inBlock = true }
+
+func (t *tracker) endBlock() {
+	t.inBlock = false
+	t.drainAgg()
+}
+
+func (t *tracker) handle(now int64, s *segment) {
 	f := t.flows[s.client]
 	if t.replyEvery > 0 && (f == nil || f.server != s.server) && !t.eps[s.server] {
 		t.reply(s) // from an endpoint: a reply
@@ -416,6 +439,13 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 			t.stats.NotServed++
 			continue
 		}
+		if f.r == nil {
+			t.queueAdd(ti, key, info.Write, p.frame)
+			continue
+		}
+		// Its reply's size is counted for the targets its read was:
+		// whether the table took the key is needed now.
+		t.drainAgg()
 		if t.add(ti, key, info.Write, p.frame) && !info.Write && ti < 64 {
 			read |= 1 << ti
 		}
@@ -423,8 +453,39 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 	return key, read
 }
 
+// queueAdd is add, deferred to the batch's drain.
+func (t *tracker) queueAdd(ti int, key []byte, write bool, size int) {
+	b := &t.batch
+	b.items = append(b.items, aggItem{h: t.agg[ti].hash(key), off: uint32(len(b.keys)), n: uint32(len(key)),
+		ti: int32(ti), write: write, size: uint32(size)})
+	b.keys = append(b.keys, key...)
+	if len(b.items) >= aggBatchMax {
+		t.drainAgg()
+	}
+}
+
+// drainAgg adds the batch's counts, in order, after a pass that brings
+// each probe's first slot into the cache (aggBatch).
+func (t *tracker) drainAgg() {
+	b := &t.batch
+	if len(b.items) == 0 {
+		return
+	}
+	for _, it := range b.items {
+		b.touched += t.agg[it.ti].touch(it.h)
+	}
+	for _, it := range b.items {
+		t.addHashed(int(it.ti), b.keys[it.off:it.off+it.n], it.h, it.write, int(it.size))
+	}
+	b.items, b.keys = b.items[:0], b.keys[:0]
+}
+
 func (t *tracker) add(ti int, key []byte, write bool, size int) bool {
-	e := t.agg[ti].entry(key, t.lim.MaxKeys)
+	return t.addHashed(ti, key, t.agg[ti].hash(key), write, size)
+}
+
+func (t *tracker) addHashed(ti int, key []byte, h uint64, write bool, size int) bool {
+	e := t.agg[ti].entryHashed(key, h, t.lim.MaxKeys)
 	if e == nil {
 		t.stats.KeysDropped++
 		return false
@@ -446,6 +507,7 @@ func (t *tracker) add(ti int, key []byte, write bool, size int) bool {
 // over. The entries are valid only during the call (sink copies what it
 // keeps, as the agent's sketch does).
 func (t *tracker) flush(sink func(policy string, entries []sidecarlink.Entry)) {
+	t.drainAgg()
 	for ti := range t.agg {
 		a := &t.agg[ti]
 		if len(a.entries) == 0 {
@@ -474,6 +536,7 @@ func (t *tracker) sweep(now int64) {
 
 // Stats returns the counters.
 func (t *tracker) statsNow() TrackerStats {
+	t.drainAgg()
 	s := t.stats
 	s.Flows = len(t.flows)
 	s.Targets, s.Endpoints, s.Pods = len(t.scope.Targets), len(t.scope.Endpoints()), len(t.scope.Pods)

@@ -174,8 +174,15 @@ func benchTracker(b *testing.B, scope Scope, conns, cmds int, key func(int) stri
 			}
 			b.StartTimer()
 		}
+		// As the capture reads them: in ring blocks (here of 512 packets).
+		if i%512 == 0 {
+			tr.beginBlock()
+		}
 		s := segs[i%len(segs)]
 		tr.packet(int64(i), &s)
+		if i%512 == 511 || i == b.N-1 {
+			tr.endBlock()
+		}
 		if i%10000 == 9999 {
 			tr.flush(func(string, []sidecarlink.Entry) {})
 		}
