@@ -76,8 +76,8 @@ func TestTrackerFlushScalesAndStartsOver(t *testing.T) {
 	}
 }
 
-// TestTrackerBatchCountsAsOneAtATime: counts added in ring blocks (batched,
-// aggBatch) are those added one packet at a time: the same keys counted
+// TestTrackerBatchCountsAsOneAtATime: counts added in batches (aggBatch),
+// per packet or per ring block, are those added one at a time: the same keys counted
 // and dropped over the key bound, the same read sizes, interleaving a
 // connection whose replies are followed (its adds not deferred) with one
 // whose replies are not, across a flush.
@@ -90,6 +90,7 @@ func TestTrackerBatchCountsAsOneAtATime(t *testing.T) {
 	}
 	run := func(block int) (map[string]sidecarlink.Entry, TrackerStats) {
 		tr := newTracker(Limits{MaxKeys: 5}, 1, 2)
+		tr.unbatched = block < 0
 		tr.setScope(scopeT)
 		conns := []*conn{newConn(tr, ports[0]), newConn(tr, ports[1])}
 		if conns[0].tr.flows[conns[0].cli].r == nil || conns[1].tr.flows[conns[1].cli].r != nil {
@@ -126,11 +127,11 @@ func TestTrackerBatchCountsAsOneAtATime(t *testing.T) {
 		merge()
 		return all, tr.statsNow()
 	}
-	want, wantStats := run(0)
+	want, wantStats := run(-1)
 	if wantStats.KeysDropped == 0 || wantStats.Replies == 0 {
 		t.Fatalf("stats %+v: no key dropped or no reply sized, the test tests nothing", wantStats)
 	}
-	for _, block := range []int{1, 7, 64, 300} {
+	for _, block := range []int{0, 1, 7, 64, 300} {
 		got, stats := run(block)
 		if fmt.Sprint(got) != fmt.Sprint(want) || stats != wantStats {
 			t.Errorf("blocks of %d packets: %v\n%+v\nwant %v\n%+v", block, got, stats, want, wantStats)

@@ -195,10 +195,13 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 	// was last read.
 	losing := false
 	blocks := len(c.ring) / blockSize
+	// status is the current block's; ready, made once (a closure per
+	// wait would be an allocation per wake-up), reads it.
+	var status *uint32
+	ready := func(uintptr) bool { return atomic.LoadUint32(status)&statusUser != 0 }
 	for i := 0; ctx.Err() == nil; {
 		blk := c.ring[i*blockSize : (i+1)*blockSize]
-		status := (*uint32)(unsafe.Pointer(&blk[blkStatus]))
-		ready := func(uintptr) bool { return atomic.LoadUint32(status)&statusUser != 0 }
+		status = (*uint32)(unsafe.Pointer(&blk[blkStatus]))
 		if !ready(0) {
 			// The kernel signals the socket readable when it hands a
 			// block over; ready is checked again once the poller is

@@ -129,6 +129,8 @@ type tracker struct {
 	replyEvery uint32
 	eps        map[netip.AddrPort]bool
 	replyHeld  int
+	// nEndpoints is len(scope.Endpoints()), for the stats of every flush.
+	nEndpoints int
 	// curAck is the ACK number of the reply packet being parsed.
 	curAck uint32
 	// batch holds counts not yet added to agg; inBlock: the reader is in a
@@ -136,6 +138,9 @@ type tracker struct {
 	// packet does (aggBatch).
 	batch   aggBatch
 	inBlock bool
+	// unbatched: every add made at once (tests: the reference the batch
+	// is checked against).
+	unbatched bool
 }
 
 // flow is one client connection.
@@ -181,6 +186,7 @@ func (t *tracker) setScope(s Scope) {
 		t.replyLost(f)
 	}
 	t.scope = s
+	t.nEndpoints = len(s.Endpoints())
 	t.gen++
 	// Counts not yet flushed are dropped with the old targets (their
 	// indices change); the capture flushes before it changes scope.
@@ -439,12 +445,17 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 			t.stats.NotServed++
 			continue
 		}
-		if f.r == nil {
+		// A read whose reply is followed has its size counted for the
+		// targets that took its key: that must be known now. It is, with
+		// the add deferred, while the table has room for every add
+		// pending and this one.
+		if !t.unbatched && (f.r == nil || len(t.agg[ti].entries)+len(t.batch.items) < t.lim.MaxKeys) {
 			t.queueAdd(ti, key, info.Write, p.frame)
+			if f.r != nil && !info.Write && ti < 64 {
+				read |= 1 << ti
+			}
 			continue
 		}
-		// Its reply's size is counted for the targets its read was:
-		// whether the table took the key is needed now.
 		t.drainAgg()
 		if t.add(ti, key, info.Write, p.frame) && !info.Write && ti < 64 {
 			read |= 1 << ti
@@ -539,6 +550,6 @@ func (t *tracker) statsNow() TrackerStats {
 	t.drainAgg()
 	s := t.stats
 	s.Flows = len(t.flows)
-	s.Targets, s.Endpoints, s.Pods = len(t.scope.Targets), len(t.scope.Endpoints()), len(t.scope.Pods)
+	s.Targets, s.Endpoints, s.Pods = len(t.scope.Targets), t.nEndpoints, len(t.scope.Pods)
 	return s
 }
