@@ -80,7 +80,7 @@ func TestTrackerFlushScalesAndStartsOver(t *testing.T) {
 // per packet or per ring block, are those added one at a time: the same keys counted
 // and dropped over the key bound, the same read sizes, interleaving a
 // connection whose replies are followed (its adds not deferred) with one
-// whose replies are not, across a flush.
+// whose replies are not, across flushes.
 func TestTrackerBatchCountsAsOneAtATime(t *testing.T) {
 	var ports []uint16 // one followed (1 in 2), one not
 	for p := uint16(41000); len(ports) < 2; p++ {
@@ -110,15 +110,35 @@ func TestTrackerBatchCountsAsOneAtATime(t *testing.T) {
 			}
 			c := conns[i%2]
 			k := fmt.Sprintf("k%d", (i*7)%11)
+			// Flushes between a read and its reply, which then makes its
+			// key's entry in the next interval, with adds pending.
+			flush := func() {
+				if i%50 == 0 {
+					merge()
+				}
+			}
+			if i%50 == 25 {
+				// A read taken, a flush before its reply, more new keys
+				// than the bound pending when the reply makes its key's
+				// entry in the next interval.
+				merge()
+				sk := fmt.Sprintf("s%d", i)
+				conns[0].send(cmd("GET", sk))
+				merge()
+				for j := range 6 {
+					conns[1].send(cmd("GET", fmt.Sprintf("o%d-%d", i, j)))
+				}
+				conns[0].reply("$2\r\nxy\r\n", 0)
+			}
 			if i%3 == 0 {
 				c.send(cmd("SET", k, "value"))
+				flush()
 				c.reply("+OK\r\n", 0)
 			} else {
 				c.send(cmd("GET", k) + cmd("GET", k+"x"))
+				flush()
+				conns[1-i%2].send(cmd("GET", "other"+k))
 				c.reply(fmt.Sprintf("$%d\r\n%s\r\n$-1\r\n", len(k)+i%4, k+"abc"[:i%4]), 0)
-			}
-			if i == 150 {
-				merge()
 			}
 			if block > 0 && (i%block == block-1 || i == 299) {
 				tr.endBlock()

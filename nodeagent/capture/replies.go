@@ -317,12 +317,14 @@ func (t *tracker) countReply(f *flow, h pend, size int) {
 	if h.targets == 0 {
 		return
 	}
-	t.drainAgg() // the keys' adds in the order they came
 	key := f.r.keys[h.off : h.off+h.n]
 	sz := uint32(min(size, 1<<32-1))
 	for ti := range t.agg {
 		if ti >= 64 || h.targets&(1<<ti) == 0 {
 			continue
+		}
+		if !t.batchRoom(ti) {
+			t.drainAgg() // near the key bound: the adds in the order they came
 		}
 		e := t.agg[ti].entry(key, t.lim.MaxKeys)
 		if e == nil {

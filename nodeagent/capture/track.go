@@ -447,9 +447,8 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 		}
 		// A read whose reply is followed has its size counted for the
 		// targets that took its key: that must be known now. It is, with
-		// the add deferred, while the table has room for every add
-		// pending and this one.
-		if !t.unbatched && (f.r == nil || len(t.agg[ti].entries)+len(t.batch.items) < t.lim.MaxKeys) {
+		// the add deferred, while the table has room (batchRoom).
+		if !t.unbatched && (f.r == nil || t.batchRoom(ti)) {
 			t.queueAdd(ti, key, info.Write, p.frame)
 			if f.r != nil && !info.Write && ti < 64 {
 				read |= 1 << ti
@@ -473,6 +472,13 @@ func (t *tracker) queueAdd(ti int, key []byte, write bool, size int) {
 	if len(b.items) >= aggBatchMax {
 		t.drainAgg()
 	}
+}
+
+// batchRoom says target ti's table has room for every add pending and one
+// more: each will be taken, in whatever order they are made (and the
+// entries they make or update are the same).
+func (t *tracker) batchRoom(ti int) bool {
+	return len(t.agg[ti].entries)+len(t.batch.items) < t.lim.MaxKeys
 }
 
 // drainAgg adds the batch's counts, in order, after a pass that brings
