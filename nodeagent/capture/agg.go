@@ -115,8 +115,8 @@ func (a *aggTable) reset() {
 	a.arena = a.arena[:0]
 }
 
-// aggBatch holds the commands of a few packets before they are added to
-// the key tables.
+// aggBatch holds the commands (and reply sizes) of a few packets before
+// they are added to the key tables.
 //
 // Why: at one command per packet over many keys, nearly every command's
 // key is new in its interval and its probe's first slot is a cache miss
@@ -137,11 +137,14 @@ type aggBatch struct {
 	touched uint32
 }
 
+// aggItem is a command's add (write, size: the request's) or, reply, a
+// matched reply's size.
 type aggItem struct {
 	h      uint64
 	off, n uint32
 	ti     int32
 	write  bool
+	reply  bool
 	size   uint32
 }
 

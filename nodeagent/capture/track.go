@@ -449,7 +449,7 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 		// targets that took its key: that must be known now. It is, with
 		// the add deferred, while the table has room (batchRoom).
 		if !t.unbatched && (f.r == nil || t.batchRoom(ti)) {
-			t.queueAdd(ti, key, info.Write, p.frame)
+			t.queue(ti, key, aggItem{write: info.Write, size: uint32(p.frame)})
 			if f.r != nil && !info.Write && ti < 64 {
 				read |= 1 << ti
 			}
@@ -463,11 +463,12 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 	return key, read
 }
 
-// queueAdd is add, deferred to the batch's drain.
-func (t *tracker) queueAdd(ti int, key []byte, write bool, size int) {
+// queue defers an add (or a reply's size: it.reply) of key to target ti
+// to the batch's drain.
+func (t *tracker) queue(ti int, key []byte, it aggItem) {
 	b := &t.batch
-	b.items = append(b.items, aggItem{h: t.agg[ti].hash(key), off: uint32(len(b.keys)), n: uint32(len(key)),
-		ti: int32(ti), write: write, size: uint32(size)})
+	it.h, it.off, it.n, it.ti = t.agg[ti].hash(key), uint32(len(b.keys)), uint32(len(key)), int32(ti)
+	b.items = append(b.items, it)
 	b.keys = append(b.keys, key...)
 	if len(b.items) >= aggBatchMax {
 		t.drainAgg()
@@ -475,8 +476,7 @@ func (t *tracker) queueAdd(ti int, key []byte, write bool, size int) {
 }
 
 // batchRoom says target ti's table has room for every add pending and one
-// more: each will be taken, in whatever order they are made (and the
-// entries they make or update are the same).
+// more: each will be taken.
 func (t *tracker) batchRoom(ti int) bool {
 	return len(t.agg[ti].entries)+len(t.batch.items) < t.lim.MaxKeys
 }
@@ -492,7 +492,12 @@ func (t *tracker) drainAgg() {
 		b.touched += t.agg[it.ti].touch(it.h)
 	}
 	for _, it := range b.items {
-		t.addHashed(int(it.ti), b.keys[it.off:it.off+it.n], it.h, it.write, int(it.size))
+		key := b.keys[it.off : it.off+it.n]
+		if it.reply {
+			t.addReply(int(it.ti), key, it.h, it.size)
+		} else {
+			t.addHashed(int(it.ti), key, it.h, it.write, int(it.size))
+		}
 	}
 	b.items, b.keys = b.items[:0], b.keys[:0]
 }
