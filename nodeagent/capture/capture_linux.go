@@ -191,11 +191,17 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 	var seg segment
 	lastFlush, lastSweep := time.Now(), time.Now()
 	var drops, flushes uint64
+	// losing: a block said the kernel dropped packets since the counter
+	// was last read.
+	losing := false
 	blocks := len(c.ring) / blockSize
+	// status is the current block's; ready, made once (a closure per
+	// wait would be an allocation per wake-up), reads it.
+	var status *uint32
+	ready := func(uintptr) bool { return atomic.LoadUint32(status)&statusUser != 0 }
 	for i := 0; ctx.Err() == nil; {
 		blk := c.ring[i*blockSize : (i+1)*blockSize]
-		status := (*uint32)(unsafe.Pointer(&blk[blkStatus]))
-		ready := func(uintptr) bool { return atomic.LoadUint32(status)&statusUser != 0 }
+		status = (*uint32)(unsafe.Pointer(&blk[blkStatus]))
 		if !ready(0) {
 			// The kernel signals the socket readable when it hands a
 			// block over; ready is checked again once the poller is
@@ -218,6 +224,7 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 			}
 			n := binary.NativeEndian.Uint32(blk[blkNumPkts:])
 			off := binary.NativeEndian.Uint32(blk[blkFirstPkt:])
+			tr.beginBlock()
 			for range n {
 				if int(off)+unix.SizeofTpacket3Hdr > len(blk) {
 					break
@@ -235,6 +242,8 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 				}
 				off += next
 			}
+			tr.endBlock()
+			losing = losing || atomic.LoadUint32(status)&unix.TP_STATUS_LOSING != 0
 			atomic.StoreUint32(status, statusKernel) // the block goes back to the kernel
 			i = (i + 1) % blocks
 		}
@@ -249,12 +258,22 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 		}
 		tr.flush(sink)
 		flushes++
-		if now.Sub(lastSweep) > time.Second {
+		sweep := now.Sub(lastSweep) > time.Second
+		if sweep {
 			lastSweep = now
 			tr.sweep(now.UnixNano())
 		}
-		if st, err := unix.GetsockoptTpacketStatsV3(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
-			drops += uint64(st.Drops) // reading resets the kernel's counters
+		// The drop counter is read when a block says there were drops,
+		// and once a second, not at every flush: the read is a system
+		// call, and a system call from an otherwise idle process wakes
+		// the runtime's sysmon from its deep sleep into a millisecond of
+		// 20 µs sleeps, a context switch each (seen in perf after every
+		// flush, ten a second).
+		if losing || sweep {
+			losing = false
+			if st, err := unix.GetsockoptTpacketStatsV3(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+				drops += uint64(st.Drops) // reading resets the kernel's counters
+			}
 		}
 		c.mu.Lock()
 		c.stats = Stats{TrackerStats: tr.statsNow(), KernelDrops: drops, Flushes: flushes}

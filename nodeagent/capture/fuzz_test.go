@@ -2,11 +2,10 @@ package capture
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
-
-	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // FuzzParser: whatever the bytes and however they are cut, the parser
@@ -61,32 +60,51 @@ func FuzzParser(f *testing.F) {
 }
 
 // FuzzTracker: segments in any order, repeated or missing, never panic the
-// tracker or make it hold more than its reorder bounds.
+// tracker or make it hold more than its reorder bounds, and count the same
+// batched (aggBatch) as with every add made at once.
 func FuzzTracker(f *testing.F) {
 	f.Add([]byte(cmd("GET", "k")+cmd("SET", "k", "v")+cmd("GET", "k")), []byte{0, 10, 20, 5, 40})
 	f.Add([]byte("garbage\r\n"+cmd("INCR", "c")), []byte{3, 3, 200})
 	f.Add([]byte(cmd("READONLY")+cmd("GET", "a")+cmd("READWRITE")+cmd("SET", "b", "v")), []byte{0, 8, 16, 30, 50})
 	f.Fuzz(func(t *testing.T, data, order []byte) {
-		tr := newTracker(Limits{ReorderBuffer: 64, ReorderTotal: 128}, 1, 0)
-		// The standalone target and a cluster target in which the server
-		// serves half the slots (the other half another node's).
-		scope := scopeT
-		scope.Targets = append(slices.Clone(scopeT.Targets), Target{Policy: "shop/c", Namespace: "shop", Slots: []SlotRange{
-			{Start: 0, End: 8191, Master: srv, Replicas: []netip.AddrPort{netip.MustParseAddrPort("10.0.0.10:6379")}},
-			{Start: 8192, End: 16383, Master: netip.MustParseAddrPort("10.0.0.11:6379")}}})
-		tr.setScope(scope)
-		c := netip.AddrPortFrom(podA, 1)
-		tr.packet(0, &segment{client: c, server: srv, seq: 0, syn: true})
-		for i, o := range order {
-			start := int(o) % (len(data) + 1)
-			end := min(len(data), start+1+i%17)
-			tr.packet(int64(i), &segment{client: c, server: srv, seq: 1 + uint32(start), payload: data[start:end]})
-			if tr.oooTotal > 128+17 || tr.oooTotal < 0 {
-				t.Fatalf("holding %d out-of-order bytes", tr.oooTotal)
+		// As FuzzTrackerReplies: adds at once, batched per packet and per
+		// block, the same counts and stats.
+		ref := trackRequests(t, data, order, -1)
+		for _, block := range []int{0, 1 + len(order)%7} {
+			if got := trackRequests(t, data, order, block); got != ref {
+				t.Fatalf("blocks of %d: %s\nadds at once: %s", block, got, ref)
 			}
 		}
-		tr.flush(func(string, []sidecarlink.Entry) {})
 	})
+}
+
+func trackRequests(t *testing.T, data, order []byte, block int) string {
+	tr := newTracker(Limits{ReorderBuffer: 64, ReorderTotal: 128, MaxKeys: 3}, 1, 0)
+	tr.unbatched = block < 0
+	// The standalone target and a cluster target in which the server
+	// serves half the slots (the other half another node's).
+	scope := scopeT
+	scope.Targets = append(slices.Clone(scopeT.Targets), Target{Policy: "shop/c", Namespace: "shop", Slots: []SlotRange{
+		{Start: 0, End: 8191, Master: srv, Replicas: []netip.AddrPort{netip.MustParseAddrPort("10.0.0.10:6379")}},
+		{Start: 8192, End: 16383, Master: netip.MustParseAddrPort("10.0.0.11:6379")}}})
+	tr.setScope(scope)
+	c := netip.AddrPortFrom(podA, 1)
+	tr.packet(0, &segment{client: c, server: srv, seq: 0, syn: true})
+	for i, o := range order {
+		if block > 0 && i%block == 0 {
+			tr.beginBlock()
+		}
+		start := int(o) % (len(data) + 1)
+		end := min(len(data), start+1+i%17)
+		tr.packet(int64(i), &segment{client: c, server: srv, seq: 1 + uint32(start), payload: data[start:end]})
+		if tr.oooTotal > 128+17 || tr.oooTotal < 0 {
+			t.Fatalf("holding %d out-of-order bytes", tr.oooTotal)
+		}
+		if block > 0 && (i%block == block-1 || i == len(order)-1) {
+			tr.endBlock()
+		}
+	}
+	return fmt.Sprint(totals(tr), tr.statsNow())
 }
 
 // FuzzReplyParser: whatever the bytes and however they are cut, the reply
@@ -142,39 +160,64 @@ func FuzzReplyParser(f *testing.F) {
 
 // FuzzTrackerReplies: requests and replies in any order, cut anywhere,
 // partly uncaptured, with any ACK numbers, never panic the tracker, keep
-// its queues within their bounds and what it holds for them accounted.
+// its queues within their bounds and what it holds for them accounted,
+// and count the same batched (aggBatch) as with every add made at once.
 func FuzzTrackerReplies(f *testing.F) {
 	f.Add([]byte(cmd("GET", "k")+cmd("HGETALL", "h")), []byte("$1\r\nv\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"), []byte{0, 1, 2, 3, 4, 5})
 	f.Add([]byte(cmd("MULTI")+cmd("GET", "k")+cmd("EXEC")+cmd("SUBSCRIBE", "c")), []byte("+OK\r\n+QUEUED\r\n*1\r\n$1\r\nv\r\n>3\r\n"), []byte{9, 200, 31, 7})
 	f.Fuzz(func(t *testing.T, req, rep, order []byte) {
-		tr := newTracker(Limits{}, 1, 1)
-		tr.setScope(scopeT)
-		c := netip.AddrPortFrom(podA, 1)
-		tr.packet(0, &segment{client: c, server: srv, seq: 0, syn: true})
-		tr.packet(0, &segment{client: srv, server: c, seq: 0, ack: 1, syn: true})
-		for i, o := range order {
-			if o&1 == 0 {
-				start := int(o>>1) % (len(req) + 1)
-				end := min(len(req), start+1+i%23)
-				tr.packet(int64(i), &segment{client: c, server: srv, seq: 1 + uint32(start), ack: 1 + uint32(i*7)%uint32(len(rep)+1), payload: req[start:end]})
-			} else {
-				start := int(o>>1) % (len(rep) + 1)
-				end := min(len(rep), start+1+i%13)
-				tr.packet(int64(i), &segment{client: srv, server: c, seq: 1 + uint32(start), ack: 1 + uint32(len(req)), payload: rep[start:end], wire: end - start + int(o%3)})
-			}
-			held := 0
-			for _, fl := range tr.flows {
-				if r := fl.r; r != nil {
-					held += r.held()
-					if len(r.q)-r.qh > replyMaxPending || len(r.keys) > replyMaxKeys {
-						t.Fatalf("%d queued, %d key bytes", len(r.q)-r.qh, len(r.keys))
-					}
-				}
-			}
-			if held != tr.replyHeld || held > replyHeldTotal {
-				t.Fatalf("held %d, accounted %d", held, tr.replyHeld)
+		// Three ways: adds made at once (the reference), batched per
+		// packet, batched per block of a few packets; the same counts and
+		// stats (a bound of 3 keys, so drops too).
+		var ref string
+		for mode, block := range []int{-1, 0, 1 + len(order)%7} {
+			got := trackReplies(t, req, rep, order, block)
+			if mode == 0 {
+				ref = got
+			} else if got != ref {
+				t.Fatalf("blocks of %d: %s\nadds at once: %s", block, got, ref)
 			}
 		}
-		tr.flush(func(string, []sidecarlink.Entry) {})
 	})
+}
+
+// trackReplies runs FuzzTrackerReplies' packets (block: as in
+// TestTrackerBatchCountsAsOneAtATime) and returns the counts and stats.
+func trackReplies(t *testing.T, req, rep, order []byte, block int) string {
+	tr := newTracker(Limits{MaxKeys: 3}, 1, 1)
+	tr.unbatched = block < 0
+	tr.setScope(scopeT)
+	c := netip.AddrPortFrom(podA, 1)
+	tr.packet(0, &segment{client: c, server: srv, seq: 0, syn: true})
+	tr.packet(0, &segment{client: srv, server: c, seq: 0, ack: 1, syn: true})
+	for i, o := range order {
+		if block > 0 && i%block == 0 {
+			tr.beginBlock()
+		}
+		if o&1 == 0 {
+			start := int(o>>1) % (len(req) + 1)
+			end := min(len(req), start+1+i%23)
+			tr.packet(int64(i), &segment{client: c, server: srv, seq: 1 + uint32(start), ack: 1 + uint32(i*7)%uint32(len(rep)+1), payload: req[start:end]})
+		} else {
+			start := int(o>>1) % (len(rep) + 1)
+			end := min(len(rep), start+1+i%13)
+			tr.packet(int64(i), &segment{client: srv, server: c, seq: 1 + uint32(start), ack: 1 + uint32(len(req)), payload: rep[start:end], wire: end - start + int(o%3)})
+		}
+		held := 0
+		for _, fl := range tr.flows {
+			if r := fl.r; r != nil {
+				held += r.held()
+				if len(r.q)-r.qh > replyMaxPending || len(r.keys) > replyMaxKeys {
+					t.Fatalf("%d queued, %d key bytes", len(r.q)-r.qh, len(r.keys))
+				}
+			}
+		}
+		if held != tr.replyHeld || held > replyHeldTotal {
+			t.Fatalf("held %d, accounted %d", held, tr.replyHeld)
+		}
+		if block > 0 && (i%block == block-1 || i == len(order)-1) {
+			tr.endBlock()
+		}
+	}
+	return fmt.Sprint(totals(tr), tr.statsNow())
 }

@@ -63,6 +63,8 @@ type parser struct {
 		n     int
 		info  command.Info
 		known bool
+		// keep is keepFor's answer (-1: it depends on the count).
+		keep int
 	}
 
 	emit func(p *parser)
@@ -281,8 +283,7 @@ func (p *parser) argDone() {
 		if len(p.args) > 0 {
 			name = p.args[0]
 		}
-		p.info, p.known = p.lookup(name)
-		p.keep = keepFor(p.info, p.known, name, p.argc)
+		p.info, p.known, p.keep = p.lookup(name, p.argc)
 	}
 	p.argi++
 	p.st = stBulkHdr
@@ -292,18 +293,25 @@ func (p *parser) argDone() {
 	}
 }
 
-// lookup is command.Lookup, remembering the last name.
-func (p *parser) lookup(name []byte) (command.Info, bool) {
+// lookup is command.Lookup and keepFor, remembering the last name.
+func (p *parser) lookup(name []byte, argc int) (command.Info, bool, int) {
 	l := &p.last
 	if l.n > 0 && bytes.Equal(l.name[:l.n], name) {
-		return l.info, l.known
+		if l.keep < 0 {
+			return l.info, l.known, keepFor(l.info, l.known, name, argc)
+		}
+		return l.info, l.known, l.keep
 	}
 	info, known := command.Lookup(name)
+	keep := keepFor(info, known, name, argc)
 	if len(name) <= len(l.name) {
 		l.n = copy(l.name[:], name)
-		l.info, l.known = info, known
+		l.info, l.known, l.keep = info, known, keep
+		if known && info.Kind != command.State && info.FirstIndex() < 0 {
+			l.keep = -1 // a movable key: as many as the count allows
+		}
 	}
-	return info, known
+	return info, known, keep
 }
 
 // argLen is the length of kept argument i: what was appended since the

@@ -323,14 +323,25 @@ func (t *tracker) countReply(f *flow, h pend, size int) {
 		if ti >= 64 || h.targets&(1<<ti) == 0 {
 			continue
 		}
-		e := t.agg[ti].entry(key, t.lim.MaxKeys)
-		if e == nil {
-			t.stats.KeysDropped++
+		if t.unbatched {
+			t.addReply(ti, key, t.agg[ti].hash(key), sz)
 			continue
 		}
-		e.Size = max(e.Size, sz)
-		// Saturating, as a sidecar's counts: a 512 MB value times the
-		// sampling does not wrap to a small one.
-		e.Bytes = uint32(min(uint64(e.Bytes)+uint64(sz)*uint64(t.replyEvery), 1<<32-1))
+		// In the batch, in turn with the adds (its key's entry is as
+		// cold as theirs).
+		t.queue(ti, key, aggItem{reply: true, size: sz})
 	}
+}
+
+// addReply counts a reply's size for key in target ti's table.
+func (t *tracker) addReply(ti int, key []byte, h uint64, sz uint32) {
+	e := t.agg[ti].entryHashed(key, h, t.lim.MaxKeys)
+	if e == nil {
+		t.stats.KeysDropped++
+		return
+	}
+	e.Size = max(e.Size, sz)
+	// Saturating, as a sidecar's counts: a 512 MB value times the
+	// sampling does not wrap to a small one.
+	e.Bytes = uint32(min(uint64(e.Bytes)+uint64(sz)*uint64(t.replyEvery), 1<<32-1))
 }

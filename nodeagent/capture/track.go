@@ -129,8 +129,18 @@ type tracker struct {
 	replyEvery uint32
 	eps        map[netip.AddrPort]bool
 	replyHeld  int
+	// nEndpoints is len(scope.Endpoints()), for the stats of every flush.
+	nEndpoints int
 	// curAck is the ACK number of the reply packet being parsed.
 	curAck uint32
+	// batch holds counts not yet added to agg; inBlock: the reader is in a
+	// ring block, and drains the batch at its end (endBlock), else each
+	// packet does (aggBatch).
+	batch   aggBatch
+	inBlock bool
+	// unbatched: every add made at once (tests: the reference the batch
+	// is checked against).
+	unbatched bool
 }
 
 // flow is one client connection.
@@ -170,11 +180,13 @@ func newTracker(lim Limits, every, replyEvery uint32) *tracker {
 // setScope replaces the scope; every connection is attributed again at its
 // next packet.
 func (t *tracker) setScope(s Scope) {
+	t.drainAgg()
 	// Queued reads name their targets by the old indices.
 	for _, f := range t.flows {
 		t.replyLost(f)
 	}
 	t.scope = s
+	t.nEndpoints = len(s.Endpoints())
 	t.gen++
 	// Counts not yet flushed are dropped with the old targets (their
 	// indices change); the capture flushes before it changes scope.
@@ -193,6 +205,23 @@ func (t *tracker) setScope(s Scope) {
 
 // packet handles one segment at now (nanoseconds, monotonic).
 func (t *tracker) packet(now int64, s *segment) {
+	t.handle(now, s)
+	if !t.inBlock {
+		t.drainAgg()
+	}
+}
+
+// beginBlock and endBlock bracket the packets of one ring block: their
+// counts are added to the key tables in batches (aggBatch), the last at
+// endBlock.
+func (t *tracker) beginBlock() { t.inBlock = true }
+
+func (t *tracker) endBlock() {
+	t.inBlock = false
+	t.drainAgg()
+}
+
+func (t *tracker) handle(now int64, s *segment) {
 	f := t.flows[s.client]
 	if t.replyEvery > 0 && (f == nil || f.server != s.server) && !t.eps[s.server] {
 		t.reply(s) // from an endpoint: a reply
@@ -416,6 +445,17 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 			t.stats.NotServed++
 			continue
 		}
+		// A read whose reply is followed has its size counted for the
+		// targets that took its key: that must be known now. It is, with
+		// the add deferred, while the table has room (batchRoom).
+		if !t.unbatched && (f.r == nil || t.batchRoom(ti)) {
+			t.queue(ti, key, aggItem{write: info.Write, size: uint32(p.frame)})
+			if f.r != nil && !info.Write && ti < 64 {
+				read |= 1 << ti
+			}
+			continue
+		}
+		t.drainAgg()
 		if t.add(ti, key, info.Write, p.frame) && !info.Write && ti < 64 {
 			read |= 1 << ti
 		}
@@ -423,8 +463,51 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 	return key, read
 }
 
+// queue defers an add (or a reply's size: it.reply) of key to target ti
+// to the batch's drain.
+func (t *tracker) queue(ti int, key []byte, it aggItem) {
+	b := &t.batch
+	it.h, it.off, it.n, it.ti = t.agg[ti].hash(key), uint32(len(b.keys)), uint32(len(key)), int32(ti)
+	b.items = append(b.items, it)
+	b.keys = append(b.keys, key...)
+	if len(b.items) >= aggBatchMax {
+		t.drainAgg()
+	}
+}
+
+// batchRoom says target ti's table has room for every add pending and one
+// more: each will be taken.
+func (t *tracker) batchRoom(ti int) bool {
+	return len(t.agg[ti].entries)+len(t.batch.items) < t.lim.MaxKeys
+}
+
+// drainAgg adds the batch's counts, in order, after a pass that brings
+// each probe's first slot into the cache (aggBatch).
+func (t *tracker) drainAgg() {
+	b := &t.batch
+	if len(b.items) == 0 {
+		return
+	}
+	for _, it := range b.items {
+		b.touched += t.agg[it.ti].touch(it.h)
+	}
+	for _, it := range b.items {
+		key := b.keys[it.off : it.off+it.n]
+		if it.reply {
+			t.addReply(int(it.ti), key, it.h, it.size)
+		} else {
+			t.addHashed(int(it.ti), key, it.h, it.write, int(it.size))
+		}
+	}
+	b.items, b.keys = b.items[:0], b.keys[:0]
+}
+
 func (t *tracker) add(ti int, key []byte, write bool, size int) bool {
-	e := t.agg[ti].entry(key, t.lim.MaxKeys)
+	return t.addHashed(ti, key, t.agg[ti].hash(key), write, size)
+}
+
+func (t *tracker) addHashed(ti int, key []byte, h uint64, write bool, size int) bool {
+	e := t.agg[ti].entryHashed(key, h, t.lim.MaxKeys)
 	if e == nil {
 		t.stats.KeysDropped++
 		return false
@@ -446,6 +529,7 @@ func (t *tracker) add(ti int, key []byte, write bool, size int) bool {
 // over. The entries are valid only during the call (sink copies what it
 // keeps, as the agent's sketch does).
 func (t *tracker) flush(sink func(policy string, entries []sidecarlink.Entry)) {
+	t.drainAgg()
 	for ti := range t.agg {
 		a := &t.agg[ti]
 		if len(a.entries) == 0 {
@@ -474,8 +558,9 @@ func (t *tracker) sweep(now int64) {
 
 // Stats returns the counters.
 func (t *tracker) statsNow() TrackerStats {
+	t.drainAgg()
 	s := t.stats
 	s.Flows = len(t.flows)
-	s.Targets, s.Endpoints, s.Pods = len(t.scope.Targets), len(t.scope.Endpoints()), len(t.scope.Pods)
+	s.Targets, s.Endpoints, s.Pods = len(t.scope.Targets), t.nEndpoints, len(t.scope.Pods)
 	return s
 }
