@@ -2,9 +2,12 @@ package install
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 )
 
@@ -38,7 +42,45 @@ func applyRBAC(t *testing.T, cp *controlplane.ControlPlane, manifest []byte) []*
 		}
 		out = append(out, o)
 	}
+	rbacSettled(t, cp)
 	return out
+}
+
+// rbacSettled waits until the API server's authorizer sees what was just
+// created. It authorises from informers, so a review made at once can miss
+// a binding created a moment before (a loaded machine's fresh-clone run
+// read a granted Secret as denied). Each kind has its informer, which
+// delivers in order: a marker Role, RoleBinding, ClusterRole and
+// ClusterRoleBinding created last, once in force, mean everything before
+// them of their kinds is.
+func rbacSettled(t *testing.T, cp *controlplane.ControlPlane) {
+	t.Helper()
+	ctx := context.Background()
+	const user, name = "heatsink-test-rbac-settled", "heatsink-test-rbac-settled"
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}
+	subjects := []rbacv1.Subject{{Kind: "User", Name: user}}
+	for _, o := range []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Rules: rules},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name}},
+	} {
+		if err := cp.Client.Create(ctx, o); err != nil {
+			t.Fatalf("the RBAC marker: %v", err)
+		}
+	}
+	err := eventually.Poll(ctx, 10*time.Second, func() error {
+		if !can(t, cp, user, nil, authorizationv1.ResourceAttributes{Namespace: "default", Verb: "get", Resource: "configmaps"}) ||
+			!can(t, cp, user, nil, authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes"}) {
+			return fmt.Errorf("the marker's rights are not in force yet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func can(t *testing.T, cp *controlplane.ControlPlane, user string, groups []string, attrs authorizationv1.ResourceAttributes) bool {
