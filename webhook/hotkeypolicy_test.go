@@ -562,10 +562,10 @@ func TestAdmission(t *testing.T) {
 		"refresh window of 1ms": {
 			raw: map[string]any{"spec.mitigations.localCache.ttl": "10ms", "spec.mitigations.localCache.refreshAheadPercent": 10},
 		},
-		"auto shardCPU of 250m": {raw: map[string]any{"spec.thresholds.auto.shardCPU": "250m"}},
+		"auto shardCPU of 250m":     {raw: map[string]any{"spec.thresholds.auto.shardCPU": "250m"}},
 		"auto shardCPU of one core": {raw: map[string]any{"spec.thresholds.auto.shardCPU": "1"}},
-		"name of 63 characters": {name: strings.Repeat("b", 63)},
-		"database 15":           {raw: map[string]any{"spec.target.database": 15}},
+		"name of 63 characters":     {name: strings.Repeat("b", 63)},
+		"database 15":               {raw: map[string]any{"spec.target.database": 15}},
 		"explicit database 0 with a cluster": {
 			raw: map[string]any{"spec.target.cluster": true, "spec.target.database": 0},
 		},
