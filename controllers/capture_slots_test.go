@@ -2,8 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -70,36 +68,7 @@ func TestClusterSlotsInDirective(t *testing.T) {
 		}
 		return n == routing.SlotCount
 	}
-	// directive reads the node's stream until a directive satisfies ok.
-	directive := func(what string, ok func(*agentlink.Directive) bool) *agentlink.Directive {
-		t.Helper()
-		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-		defer wcancel()
-		for wctx.Err() == nil {
-			req, _ := http.NewRequestWithContext(wctx, http.MethodGet, "http://"+addr+agentlink.PathWatch+"?node=node-a", nil)
-			agentlink.SetToken(req, "feed")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			dec := json.NewDecoder(resp.Body)
-			for {
-				ev, err := agentlink.DecodeEvent(dec)
-				if err != nil {
-					break
-				}
-				if ev.Type == agentlink.TypePolicy && ev.Directive != nil && ok(ev.Directive) {
-					resp.Body.Close()
-					return ev.Directive
-				}
-			}
-			resp.Body.Close()
-		}
-		t.Fatalf("no directive with %s", what)
-		return nil
-	}
-	first := directive("the cluster's slot map", func(d *agentlink.Directive) bool { return complete(d.Slots) })
+	first := directiveUntil(t, addr, "shop/checkout", time.Now(), 60*time.Second, func(d *agentlink.Directive) bool { return complete(d.Slots) })
 	const slot = 42
 	was := owner(first.Slots, slot)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: nodes})
@@ -108,7 +77,7 @@ func TestClusterSlotsInDirective(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.MigrateSlot(t, nodes[:3], slot)
-	moved := directive("the map after slot 42 moved", func(d *agentlink.Directive) bool {
+	moved := directiveUntil(t, addr, "shop/checkout", time.Now(), 60*time.Second, func(d *agentlink.Directive) bool {
 		o := owner(d.Slots, slot)
 		return complete(d.Slots) && o != "" && o != was
 	})
