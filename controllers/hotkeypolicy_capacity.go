@@ -211,12 +211,12 @@ func (r *HotKeyPolicyReconciler) sampledClient(ctx context.Context, target v1alp
 // Sentinels named them (the endpoints after the master). done closes them.
 func (r *HotKeyPolicyReconciler) replicaClients(spec *v1alpha1.HotKeyPolicySpec, sentinelNodes []string, creds Credentials) (out []*redis.Client, done func()) {
 	rr := spec.Mitigations.ReplicaReads
+	if !rr.IsEnabled() || spec.Target.Cluster {
+		return nil, func() {}
+	}
 	addrs := rr.Addresses
 	if len(addrs) == 0 && len(sentinelNodes) > 1 {
 		addrs = sentinelNodes[1:]
-	}
-	if !rr.IsEnabled() || spec.Target.Cluster {
-		addrs = nil
 	}
 	for _, a := range addrs {
 		c, err := r.Redis(v1alpha1.RedisTarget{Addresses: []string{a}, Database: spec.Target.Database, TLS: spec.Target.TLS}, creds)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -118,7 +119,7 @@ func parentDir() (dir string, v2 bool, err error) {
 		fstype, mountpoint := f[sep+1], f[4]
 		switch fstype {
 		case "cgroup":
-			if sep+3 < len(f) && hasOption(f[sep+3], "cpu") {
+			if sep+3 < len(f) && slices.Contains(strings.Split(f[sep+3], ","), "cpu") {
 				return filepath.Join(mountpoint, own["cpu"]), false, nil
 			}
 		case "cgroup2":
@@ -129,7 +130,7 @@ func parentDir() (dir string, v2 bool, err error) {
 	}
 	if v2dir != "" {
 		b, err := os.ReadFile(filepath.Join(v2dir, "cgroup.subtree_control"))
-		if err == nil && hasWord(string(b), "cpu") {
+		if err == nil && slices.Contains(strings.Fields(string(b)), "cpu") {
 			return v2dir, true, nil
 		}
 	}
@@ -158,22 +159,4 @@ func ownCgroups() (map[string]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func hasOption(opts, want string) bool {
-	for _, o := range strings.Split(opts, ",") {
-		if o == want {
-			return true
-		}
-	}
-	return false
-}
-
-func hasWord(s, want string) bool {
-	for _, w := range strings.Fields(s) {
-		if w == want {
-			return true
-		}
-	}
-	return false
 }
