@@ -13,7 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Config is one demo scenario. Times are offsets from the start of traffic.
@@ -92,6 +95,15 @@ type Config struct {
 	// Live redraws a full-screen view each second (a terminal); otherwise
 	// one line per second is printed.
 	Live bool
+}
+
+// shardCPU is ShardCPU as a quantity (e.g. 50m), nil when unlimited: what
+// the policy says and the demo prints.
+func (c *Config) shardCPU() *resource.Quantity {
+	if c.ShardCPU <= 0 {
+		return nil
+	}
+	return resource.NewMilliQuantity(int64(math.Round(c.ShardCPU*1000)), resource.DecimalSI)
 }
 
 // AutoConfig is the demo's thresholds.auto and how fast the manager trusts

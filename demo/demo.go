@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -279,7 +277,7 @@ func redisStep(cfg Config) string {
 		what = fmt.Sprintf("Redis Cluster: 3 masters with %d replicas each on loopback", n)
 	}
 	if cfg.ShardCPU > 0 {
-		what += fmt.Sprintf(", each held to %gm CPU", math.Round(cfg.ShardCPU*1000))
+		what += fmt.Sprintf(", each held to %s CPU", cfg.shardCPU())
 	}
 	return what
 }
@@ -562,10 +560,7 @@ func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *
 		spec.Thresholds.Auto = &v1alpha1.AutoThresholds{
 			KeySharePercent: a.KeySharePercent, TargetUtilizationPercent: a.TargetUtilizationPercent,
 		}
-		if cfg.ShardCPU > 0 {
-			q := resource.NewMilliQuantity(int64(math.Round(cfg.ShardCPU*1000)), resource.DecimalSI)
-			spec.Thresholds.Auto.ShardCPU = q
-		}
+		spec.Thresholds.Auto.ShardCPU = cfg.shardCPU()
 	}
 	v1alpha1.SetDefaults(&spec)
 	p := &v1alpha1.HotKeyPolicy{Spec: spec}

@@ -3,7 +3,6 @@ package demo
 import (
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -119,7 +118,7 @@ func printScenario(tw *tabwriter.Writer, cfg Config, r *Result) {
 func thresholdsText(cfg Config) string {
 	held := ""
 	if cfg.ShardCPU > 0 {
-		held = fmt.Sprintf("; every Redis node held to %gm CPU", math.Round(cfg.ShardCPU*1000))
+		held = fmt.Sprintf("; every Redis node held to %s CPU", cfg.shardCPU())
 	}
 	if a := cfg.Auto; a != nil {
 		if cfg.ShardCPU > 0 {
