@@ -94,7 +94,7 @@ func TestFoldNeverRecreatesAnExpiredKey(t *testing.T) {
 				ctx := context.Background()
 				key := fmt.Sprintf("rl:%s:%d", name, step)
 				gen := routing.Generation{FromEpoch: 3, Shards: 3}
-				at := time.Now().Add(time.Second)
+				at := time.Now().Add(2 * time.Second)
 				keys := append([]string{key}, routing.ShardKeys(key, gen)...)
 				for i, k := range keys {
 					if err := c.Set(ctx, k, 10+i, 0).Err(); err != nil {
