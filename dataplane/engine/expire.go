@@ -73,6 +73,10 @@ func (e *Engine) Expire(ctx context.Context, args [][]byte) (int64, error) {
 	if r == 1 {
 		e.spreadExpiry(ctx, p, p.readKeys[1:], at, true)
 	}
+	if r == 1 && at == -2 {
+		// A time in the past deleted the counter: its known total is gone.
+		e.forgetCounter(key)
+	}
 	return r, nil
 }
 
