@@ -21,7 +21,7 @@ import (
 // managerACL is the ACL rule list docs/proxy.md (Hardened Redis) gives the
 // manager's Redis user, the key patterns first (app:* stands for the
 // policy's keys.include patterns).
-var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+hget", "+eval", "+evalsha",
+var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+pexpiretime", "+pexpireat", "+hget", "+eval", "+evalsha",
 	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+memory|usage", "+cluster|slots"}
 
 // TestManagerACL: a Redis user with exactly managerACL folds a split
@@ -111,9 +111,13 @@ func managerPassAs(t *testing.T, target v1alpha1.RedisTarget) func(rules []strin
 		}
 		key := fmt.Sprintf("app:counter:%d", n)
 		gen := routing.Generation{FromEpoch: 7, Shards: 2}
-		admin.Set(ctx, key, 100, 0)
+		// No base key, and the first shard carries the counter's expiry:
+		// the fold creates the base key with it (PEXPIREAT).
 		for i, s := range routing.ShardKeys(key, gen) {
 			admin.Set(ctx, s, 5+2*i, 0)
+			if i == 0 {
+				admin.Expire(ctx, s, time.Hour)
+			}
 		}
 		page := fmt.Sprintf("app:page:%d", n)
 		admin.Set(ctx, page, "html", 0)

@@ -29,6 +29,18 @@
 //
 // Readers summing K and the shards between steps 2 and 3 see v twice; that
 // over-count lasts one round trip and only on retired generations.
+//
+// Expiry. A split counter with an expiry carries it on K and on every shard
+// (the engine gives each shard K's), so when it passes the whole counter is
+// gone. A fold must not bring back what expired: step 1 reads the shard's
+// expiry X with v (PEXPIRETIME, one script), and the move carries X. Step 2
+// adds v to K as it is (keeping K's expiry) when K exists or the shard had
+// no expiry; when K is gone and the shard had one, K is created with v and
+// expiry X, which Redis deletes at once if X has passed: v expired with the
+// counter, and no key is left without an expiry. Step 3 debits a shard that
+// is gone (it expired since step 1) only if it had no expiry, so an expired
+// shard is not re-created at −v. Either way K plus the shards is conserved
+// for every value that has not expired.
 package fold
 
 import (
@@ -96,10 +108,16 @@ type Result struct {
 // key of its own that expires after the ack key (KEYS[3]), and a credit
 // after that (a stale folder, a late writer's increments) goes on from it,
 // so a number is never reused while an ack key could hold it.
+//
+// ARGV[3] is the shard's PEXPIRETIME at step 1 (-1: none): when the base
+// key is gone, the value keeps that expiry (see the package doc).
 var credit = newScript(`
 local p = redis.call('HGET', KEYS[2], ARGV[1])
 if p then return p end
+local at = tonumber(ARGV[3])
+local gone = at > 0 and not redis.call('GET', KEYS[1])
 redis.call('INCRBY', KEYS[1], ARGV[2])
+if gone then redis.call('PEXPIREAT', KEYS[1], at) end
 local f = 'seq:' .. ARGV[1]
 local n = redis.call('HINCRBY', KEYS[2], f, 1)
 if n == 1 then
@@ -109,7 +127,7 @@ if n == 1 then
     redis.call('HSET', KEYS[2], f, n)
   end
 end
-local rec = ARGV[2] .. ' ' .. n
+local rec = ARGV[2] .. ' ' .. n .. ' ' .. ARGV[3]
 redis.call('HSET', KEYS[2], ARGV[1], rec)
 return rec
 `)
@@ -132,12 +150,24 @@ return 1
 // seqKey is where Retire keeps a shard's sequence number.
 func seqKey(key, shard string) string { return routing.SameSlotKey(key, "foldseq:"+shard) }
 
+// debit is step 3. ARGV[3] is the shard's expiry when it was read: a shard
+// that had one and is gone now expired with its value, and is not
+// re-created at −v.
 var debit = newScript(`
 local a = tonumber(redis.call('GET', KEYS[2]) or '0')
 if a >= tonumber(ARGV[2]) then return 0 end
-redis.call('DECRBY', KEYS[1], ARGV[1])
+if not (tonumber(ARGV[3]) > 0 and not redis.call('GET', KEYS[1])) then
+  redis.call('DECRBY', KEYS[1], ARGV[1])
+end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
+`)
+
+// readShard is step 1: the shard's value and its PEXPIRETIME, read
+// together.
+var readShard = newScript(`
+local v = redis.call('GET', KEYS[1]) or '0'
+return {v, redis.call('PEXPIRETIME', KEYS[1])}
 `)
 
 var clearRecord = newScript(`
@@ -179,10 +209,7 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 		if err := f.fault(StepRead); err != nil {
 			return false, err
 		}
-		v, err := f.client.Get(ctx, shard).Int64()
-		if errors.Is(err, redis.Nil) {
-			v, err = 0, nil
-		}
+		v, at, err := f.read(ctx, shard)
 		if err != nil {
 			return false, fmt.Errorf("fold: read shard: %w", err)
 		}
@@ -192,7 +219,7 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 		if err := f.fault(StepCredit); err != nil {
 			return false, err
 		}
-		rec, err := credit.run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, shard, v).Text()
+		rec, err := credit.run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, shard, v, at).Text()
 		if err != nil {
 			return false, fmt.Errorf("fold: credit base key: %w", err)
 		}
@@ -205,19 +232,46 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 	return false, nil
 }
 
-// finish applies steps 3 and 4 of the pending record rec ("v n").
+// read is step 1: the shard's value (0 if it is missing) and its
+// PEXPIRETIME (-1: none).
+func (f *Folder) read(ctx context.Context, shard string) (v, at int64, err error) {
+	r, err := readShard.run(ctx, f.client, []string{shard}).Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(r) != 2 {
+		return 0, 0, fmt.Errorf("unexpected reply of %d elements", len(r))
+	}
+	s, _ := r[0].(string)
+	v, err = strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("shard does not hold an integer")
+	}
+	at, _ = r[1].(int64)
+	return v, at, nil
+}
+
+// finish applies steps 3 and 4 of the pending record rec ("v n at"; a
+// record written before expiries were carried has no "at": no expiry).
 func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Result) error {
-	vs, ns, ok := strings.Cut(rec, " ")
-	v, err := strconv.ParseInt(vs, 10, 64)
-	n, err2 := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil || err2 != nil || n <= 0 {
+	fields := strings.Fields(rec)
+	var v, n, at int64 = 0, 0, -1
+	var err, err2, err3 error
+	if len(fields) == 2 || len(fields) == 3 {
+		v, err = strconv.ParseInt(fields[0], 10, 64)
+		n, err2 = strconv.ParseInt(fields[1], 10, 64)
+		if len(fields) == 3 {
+			at, err3 = strconv.ParseInt(fields[2], 10, 64)
+		}
+	}
+	if len(fields) < 2 || len(fields) > 3 || err != nil || err2 != nil || err3 != nil || n <= 0 {
 		return fmt.Errorf("fold: malformed ledger record for a shard of %d bytes", len(rec))
 	}
 	if err := f.fault(StepDebit); err != nil {
 		return err
 	}
 	ack := routing.SameSlotKey(shard, "foldack")
-	if err := debit.run(ctx, f.client, []string{shard, ack}, v, n).Err(); err != nil {
+	if err := debit.run(ctx, f.client, []string{shard, ack}, v, n, at).Err(); err != nil {
 		return fmt.Errorf("fold: debit shard: %w", err)
 	}
 	if err := f.fault(StepClear); err != nil {

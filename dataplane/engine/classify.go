@@ -96,6 +96,13 @@ const (
 	// OpIncr: INCR, DECR, INCRBY, DECRBY: Engine.IncrBy (a malformed form
 	// goes raw).
 	OpIncr
+	// OpExpire: EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT (with NX, XX, GT, LT)
+	// and PERSIST of a counter: Engine.Expire, which gives every physical
+	// key the base key's resulting expiry.
+	OpExpire
+	// OpTTL: TTL, PTTL, EXPIRETIME, PEXPIRETIME of a counter: Engine.TTL
+	// (the base key's, -1 for a counter held by its shards alone).
+	OpTTL
 )
 
 // Decision is Classify's answer.
@@ -195,6 +202,10 @@ func Classify(args [][]byte, lookup func(key string) (*routing.Entry, bool), inT
 		d.Op = OpSet
 	case physical && isIncrFamily(name):
 		d.Op = OpIncr
+	case counter && n >= 2 && isExpireFamily(name):
+		d.Op = OpExpire
+	case counter && n == 2 && isTTLFamily(name):
+		d.Op = OpTTL
 	case rawOK:
 		d.Op = OpRaw
 	default:
@@ -209,6 +220,14 @@ func isSetFamily(name []byte) bool {
 
 func isIncrFamily(name []byte) bool {
 	return eqFold(name, "INCR") || eqFold(name, "DECR") || eqFold(name, "INCRBY") || eqFold(name, "DECRBY")
+}
+
+func isExpireFamily(name []byte) bool {
+	return eqFold(name, "EXPIRE") || eqFold(name, "PEXPIRE") || eqFold(name, "EXPIREAT") || eqFold(name, "PEXPIREAT") || eqFold(name, "PERSIST")
+}
+
+func isTTLFamily(name []byte) bool {
+	return eqFold(name, "TTL") || eqFold(name, "PTTL") || eqFold(name, "EXPIRETIME") || eqFold(name, "PEXPIRETIME")
 }
 
 // hasSetGet reports whether a SET carries the GET option (after its key

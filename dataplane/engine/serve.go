@@ -110,6 +110,21 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 		return e.serveSet(ctx, args, obs)
 	case OpIncr:
 		return e.serveIncr(ctx, args, obs)
+	case OpExpire, OpTTL:
+		k := string(args[1])
+		var n int64
+		var err error
+		if d.Op == OpExpire {
+			n, err = e.Expire(ctx, args)
+			obs(k, 0, 1, 0)
+		} else {
+			n, err = e.TTL(ctx, args)
+			obs(k, 1, 0, 0)
+		}
+		if err != nil {
+			return errReply(err), true
+		}
+		return Reply{Kind: ReplyInt, Int: n}, true
 	}
 	return Reply{}, false
 }

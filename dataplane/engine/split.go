@@ -236,7 +236,8 @@ func (e *Engine) flushKey(ctx context.Context, key string) error {
 	if p := e.plan(key); p != nil && p.entry.Split != nil && p.hasShards && p.entry.Active(now) {
 		target = e.writeKey(p, now)
 	}
-	if err := e.rc().IncrBy(ctx, target, d).Err(); err != nil {
+	v, err := e.rc().IncrBy(ctx, target, d).Result()
+	if err != nil {
 		e.m.upstreamErrors.Inc()
 		c.mu.Lock()
 		c.pending += d
@@ -244,6 +245,9 @@ func (e *Engine) flushKey(ctx context.Context, key string) error {
 		return err
 	}
 	e.m.flushes.Inc()
+	if p := e.plan(key); target != key && v == d && p != nil {
+		e.inheritExpiry(ctx, p, target)
+	}
 	return nil
 }
 
@@ -284,7 +288,20 @@ func (e *Engine) setCounter(ctx context.Context, p *plan, n int64) error {
 		return err
 	}
 	e.forgetCounter(p.key)
+	// SET drops the key's expiry (no options are accepted here).
+	e.persistCounter(ctx, p)
 	return nil
+}
+
+// persistCounter removes a split counter's expiry from its base key and
+// every shard, as SET and DEL do to a plain key. The value is already
+// written, so a failure is counted, not returned.
+func (e *Engine) persistCounter(ctx context.Context, p *plan) {
+	if err := e.rc().Persist(ctx, p.key).Err(); err != nil {
+		e.m.upstreamErrors.Inc()
+		return
+	}
+	e.spreadExpiry(ctx, p, p.readKeys[1:], -1, false)
 }
 
 // writeKey is the physical key that takes a write of a split counter now: a

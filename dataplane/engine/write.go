@@ -190,6 +190,9 @@ func (e *Engine) Del(ctx context.Context, key string) (int64, error) {
 			return 0, err
 		}
 		e.forgetCounter(p.key)
+		// A deleted key has no expiry left: a later INCR starts one
+		// without.
+		e.persistCounter(ctx, p)
 		return 1, nil
 	}
 	if len(p.replicas) == 0 {
@@ -250,6 +253,11 @@ func (e *Engine) IncrBy(ctx context.Context, key string, n int64) (int64, error)
 	if err != nil {
 		e.m.upstreamErrors.Inc()
 		return 0, err
+	}
+	if target != key && shardVal == n {
+		// This INCRBY created the shard (or found it at 0): it must carry
+		// the counter's expiry, which Redis does not give a new key.
+		e.inheritExpiry(ctx, p, target)
 	}
 	return e.estimate(ctx, p, n, shardVal), nil
 }

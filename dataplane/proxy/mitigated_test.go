@@ -113,8 +113,8 @@ func checkMitigatedCommands(t *testing.T, addr string, direct redis.UniversalCli
 		}{
 			{[]any{"APPEND", "likes", "x"}, "ERR heatsink: APPEND on a key mitigated by split is not supported"},
 			{[]any{"INCRBYFLOAT", "likes", "1.5"}, "ERR heatsink: INCRBYFLOAT on a key mitigated by split is not supported"},
-			{[]any{"EXPIRE", "likes", 10}, "ERR heatsink: EXPIRE on a key mitigated by split is not supported"},
-			{[]any{"TTL", "likes"}, "ERR heatsink: TTL on a key mitigated by split is not supported"},
+			{[]any{"GETRANGE", "likes", 0, 1}, "ERR heatsink: GETRANGE on a key mitigated by split is not supported"},
+			{[]any{"EXPIRE", "page", 10}, "ERR heatsink: EXPIRE on a key mitigated by replicate is not supported"},
 			{[]any{"APPEND", "page", "x"}, "ERR heatsink: APPEND on a key mitigated by replicate is not supported"},
 			{[]any{"GETSET", "page", "x"}, "ERR heatsink: GETSET on a key mitigated by replicate is not supported"},
 			{[]any{"GETDEL", "page"}, "ERR heatsink: GETDEL on a key mitigated by replicate is not supported"},

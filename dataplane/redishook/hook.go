@@ -331,8 +331,12 @@ func store(cmd redis.Cmder, r engine.Reply) error {
 		cmd.SetErr(redis.Nil)
 		return redis.Nil
 	case engine.ReplyInt:
-		if c, ok := cmd.(*redis.BoolCmd); ok { // SETNX through SetNX
+		switch c := cmd.(type) {
+		case *redis.BoolCmd: // SETNX through SetNX, EXPIRE, PERSIST
 			c.SetVal(r.Int != 0)
+			return nil
+		case *redis.DurationCmd: // TTL, PTTL, EXPIRETIME, PEXPIRETIME
+			c.SetVal(durationOf(c.Name(), r.Int))
 			return nil
 		}
 		return setVal(cmd, r.Int)
@@ -354,6 +358,19 @@ func store(cmd redis.Cmder, r engine.Reply) error {
 		return setVal(cmd, vals)
 	}
 	return unexpected(cmd)
+}
+
+// durationOf is the value go-redis's DurationCmd gives the integer reply n
+// of the command name: -1 and -2 as they are, anything else in seconds
+// (TTL, EXPIRETIME) or milliseconds (PTTL, PEXPIRETIME).
+func durationOf(name string, n int64) time.Duration {
+	switch {
+	case n == -1 || n == -2:
+		return time.Duration(n)
+	case name == "ttl" || name == "expiretime":
+		return time.Duration(n) * time.Second
+	}
+	return time.Duration(n) * time.Millisecond
 }
 
 // setVal stores a reply of type T in cmd: its typed Cmd (StringCmd,

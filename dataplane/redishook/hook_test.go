@@ -298,11 +298,12 @@ func TestHookDecidesLikeTheProxy(t *testing.T) {
 				t.Fatalf("EXISTS = %d, %v; want 2", n, err)
 			}
 
-			// APPEND, GETSET and EXPIRE are refused: nothing is written.
+			// APPEND, GETSET and EXPIRE of a replicated key are refused:
+			// nothing is written.
 			for _, c := range []redis.Cmder{
 				tg.app.Append(ctx, counter, "x"),
 				tg.app.GetSet(ctx, counter, "1"),
-				tg.app.Expire(ctx, counter, time.Second),
+				tg.app.Expire(ctx, profile, time.Second),
 				tg.app.Append(ctx, profile, "x"),
 				tg.app.MSetNX(ctx, plain, "q", profile, "v"),
 			} {
@@ -313,7 +314,7 @@ func TestHookDecidesLikeTheProxy(t *testing.T) {
 			if v := tg.app.Get(ctx, counter).Val(); v != "40" {
 				t.Fatalf("counter after refusals = %q, want 40", v)
 			}
-			if ttl := tg.direct.TTL(ctx, counter).Val(); ttl > 0 {
+			if ttl := tg.direct.TTL(ctx, profile).Val(); ttl > 0 {
 				t.Fatalf("a refused EXPIRE set a TTL: %v", ttl)
 			}
 
