@@ -62,12 +62,12 @@ type readStats struct {
 	worst        time.Duration
 }
 
-// readFor reads key through e every millisecond for d (at most 20,000
+// readFor reads key through e every interval for d (at most 20,000
 // reads) and fails the test at any read staler than bound.
-func (w *versions) readFor(t *testing.T, e *engine.Engine, key string, d, bound time.Duration) readStats {
+func (w *versions) readFor(t *testing.T, e *engine.Engine, key string, d, every, bound time.Duration) readStats {
 	t.Helper()
 	var st readStats
-	tk := time.NewTicker(time.Millisecond)
+	tk := time.NewTicker(every)
 	defer tk.Stop()
 	end := time.Now().Add(d)
 	for i := 0; i < 20_000 && time.Now().Before(end); i++ {
@@ -139,7 +139,7 @@ func TestReplicaReadsStaleBound(t *testing.T) {
 	defer wg.Wait() // before the client closes, whatever ends the test
 	wg.Add(1)
 	go func() { defer wg.Done(); w.writeFor(t, mc, "hot", pause) }()
-	st := w.readFor(t, e, "hot", pause, bound)
+	st := w.readFor(t, e, "hot", pause, time.Millisecond, bound)
 	wg.Wait()
 	if n := getCalls(t, rep); n != 0 {
 		t.Fatalf("the replica %v behind at the engine's start served %d of %d reads", pause, n, st.reads)
@@ -154,7 +154,7 @@ func TestReplicaReadsStaleBound(t *testing.T) {
 	for round := range 3 {
 		eventually.True(t, 20*time.Second, "the replica serves reads again", func() bool {
 			resetStats(t, rep)
-			w.readFor(t, e, "hot", 20*time.Millisecond, bound)
+			w.readFor(t, e, "hot", 20*time.Millisecond, time.Millisecond, bound)
 			return getCalls(t, rep) > 0
 		})
 		if _, err := redisproc.Command(rep, "CLIENT", "PAUSE", strconv.Itoa(int(pause/time.Millisecond)), "WRITE"); err != nil {
@@ -162,11 +162,59 @@ func TestReplicaReadsStaleBound(t *testing.T) {
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); w.writeFor(t, mc, "hot", pause+bound) }()
-		st := w.readFor(t, e, "hot", pause+bound, bound)
+		st := w.readFor(t, e, "hot", pause+bound, time.Millisecond, bound)
 		wg.Wait()
 		t.Logf("pause %d: %d reads, %d stale (within the bound), the stalest %v behind; bound %v", round, st.reads, st.stale, st.worst, bound)
 		if st.stale == 0 {
 			t.Fatalf("pause %d: no read was stale at all: the paused replica was never read, which is not what this checks", round)
 		}
+	}
+}
+
+// TestReplicaReadsLongMaxLag: with a maxLag of 70 check intervals (past
+// the 64 offsets the history once kept), a replica that stops applying is
+// read until it is maxLag plus one interval behind, and never after: the
+// history reaches that far back, and a replica behind all of it is not
+// taken as being only the history's age behind.
+func TestReplicaReadsLongMaxLag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	const (
+		check  = 100 * time.Millisecond
+		maxLag = 70 * check
+		bound  = maxLag + check
+	)
+	r := redistest.Replicated(t, 1)
+	rep := r.ReplicaAddrs()[0]
+	mc := redis.NewClient(&redis.Options{Addr: r.Master.Addr})
+	defer mc.Close()
+	w := &versions{}
+	w.writeFor(t, mc, "hot", 10*time.Millisecond)
+	e := engine.New(mc, engine.Options{})
+	defer e.Close()
+	tbl := replicaTable(0, r.ReplicaAddrs(), "hot")
+	tbl.Replicas.CheckMillis = check.Milliseconds()
+	tbl.Entries[0].ReplicaReads.MaxLagMillis = maxLag.Milliseconds()
+	e.SetTable(tbl)
+	eventually.True(t, 20*time.Second, "the replica serves reads", func() bool {
+		resetStats(t, rep)
+		w.readFor(t, e, "hot", 20*time.Millisecond, time.Millisecond, bound)
+		return getCalls(t, rep) > 0
+	})
+	if _, err := redisproc.Command(rep, "CLIENT", "PAUSE", strconv.Itoa(int(3*maxLag/time.Millisecond)), "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	defer redisproc.Command(rep, "CLIENT", "UNPAUSE")
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	run := maxLag + 2*time.Second
+	wg.Add(1)
+	go func() { defer wg.Done(); w.writeFor(t, mc, "hot", run) }()
+	// Reads every 10 ms: the point is the end of the pause, not the rate.
+	st := w.readFor(t, e, "hot", run, 10*time.Millisecond, bound)
+	t.Logf("%d reads, %d stale (within the bound), the stalest %v behind; bound %v", st.reads, st.stale, st.worst, bound)
+	if st.worst < maxLag/2 {
+		t.Fatalf("the stalest read was %v behind: the paused replica was not read long enough to check the bound", st.worst)
 	}
 }
