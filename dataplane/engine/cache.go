@@ -13,11 +13,16 @@ import (
 // per TTL, so insertion order is as good as recency and costs no write on a
 // hit. A hit takes a read lock only.
 //
-// Every invalidation of a key bumps that key's sequence number; a fill
-// carries the number it saw before its upstream read and is dropped if it
-// changed, so a read that raced a write never caches the old value. An
-// early refresh (refresh.go) is such a fill, so it cannot bring back a value
-// invalidated while it was in flight.
+// Every invalidation is numbered (gen); a fill carries the number current
+// before its upstream read (seq) and is dropped if its key was invalidated
+// since, so a read that raced a write never caches the old value. An early
+// refresh (refresh.go) is such a fill, so it cannot bring back a value
+// invalidated while it was in flight. What that takes per key is bounded:
+// a key's last invalidation number is kept only until maxInvalidations
+// keys have one, then every record is dropped at once and the floor rises
+// to the current number, which fails every fill older than it (the ones
+// whose records went with the drop, and a few innocent ones, which are
+// then just not cached).
 type cache struct {
 	maxEntries int
 	maxBytes   int64
@@ -26,7 +31,11 @@ type cache struct {
 	m     map[string]*centry
 	order *list.List // of *centry, oldest fill first
 	bytes int64
-	seqs  map[string]uint64
+	// gen counts invalidations; inval is each recently invalidated key's
+	// last number; a fill that started before floor is dropped (its key's
+	// record may be gone).
+	gen, floor uint64
+	inval      map[string]uint64
 	// timing is what each key's fills measured, for its refresh window
 	// (refresh.go); kept across entries and invalidations, dropped with
 	// the key in retain.
@@ -64,7 +73,7 @@ func newCache(maxEntries int, maxBytes int64) *cache {
 		maxBytes:   maxBytes,
 		m:          make(map[string]*centry),
 		order:      list.New(),
-		seqs:       make(map[string]uint64),
+		inval:      make(map[string]uint64),
 		timing:     make(map[string]refreshTiming),
 	}
 }
@@ -108,14 +117,18 @@ func (c *cache) expiredAt(key string, now time.Time) (time.Time, bool) {
 	return ce.expires, true
 }
 
-// seq is the current invalidation sequence number of key.
-func (c *cache) seq(key string) uint64 {
+// maxInvalidations bounds the keys whose last invalidation is recorded:
+// past it the records are dropped and the floor raised (see cache).
+const maxInvalidations = 4096
+
+// seq is the invalidation number a fill that starts now carries.
+func (c *cache) seq() uint64 {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.seqs[key]
+	return c.gen
 }
 
-// put stores a fill read after seq(key) returned seq, unless key was
+// put stores a fill read after seq() returned seq, unless key was
 // invalidated since. It reports whether the value was stored. The fill's
 // times and the entry it replaces are what key's refresh window is measured
 // from (refresh.go).
@@ -126,7 +139,7 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, f fillTimes)
 	if size > c.maxBytes {
 		return false
 	}
-	if c.seqs[key] != seq {
+	if seq < c.floor || c.inval[key] > seq {
 		return false
 	}
 	ceiling := refreshCeiling(f.done, f.expires, f.aheadPercent)
@@ -169,27 +182,40 @@ func (c *cache) removeLocked(ce *centry) {
 func (c *cache) invalidate(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seqs[key]++
+	if len(c.inval) >= maxInvalidations {
+		c.dropRecordsLocked()
+	}
+	c.gen++
+	c.inval[key] = c.gen
 	if ce := c.m[key]; ce != nil {
 		c.removeLocked(ce)
 	}
+}
+
+// dropRecordsLocked forgets every key's last invalidation and fails every
+// fill in flight instead: one that started before now may have had its
+// key invalidated.
+func (c *cache) dropRecordsLocked() {
+	c.gen++
+	c.floor = c.gen
+	clear(c.inval)
 }
 
 // invalidateAll drops every entry (lost server-assisted invalidations).
 func (c *cache) invalidateAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, ce := range c.m {
-		c.seqs[k]++
+	for _, ce := range c.m {
 		c.removeLocked(ce)
 	}
-	for k := range c.seqs {
-		c.seqs[k]++
-	}
+	c.dropRecordsLocked()
 }
 
-// retain drops the entries and sequence numbers of keys keep rejects, when
-// they leave the routing table: their writes stop invalidating the cache.
+// retain drops the entries of keys keep rejects, when they leave the
+// routing table: their writes stop invalidating the cache. A fill in
+// flight for such a key must fail too, and which keys have one is not
+// known: every fill in flight fails (a table change costs them their
+// store, not their read).
 func (c *cache) retain(keep func(key string) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -198,13 +224,7 @@ func (c *cache) retain(keep func(key string) bool) {
 			c.removeLocked(ce)
 		}
 	}
-	for k := range c.seqs {
-		if !keep(k) {
-			// A fill in flight for a dropped key must still fail: keep the
-			// number moving rather than resetting it to zero.
-			c.seqs[k]++
-		}
-	}
+	c.dropRecordsLocked()
 	for k := range c.timing {
 		if !keep(k) {
 			delete(c.timing, k)

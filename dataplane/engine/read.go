@@ -81,7 +81,7 @@ func (e *Engine) fill(ctx context.Context, p *plan, claimed time.Time) (any, err
 			}
 		}
 	}
-	seq := e.cache.seq(key)
+	seq := e.cache.seq()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.UpstreamTimeout)
 	defer cancel()
 	var r readResult

@@ -122,7 +122,7 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	c := newCache(10, 1<<20)
 	fill := func(val string) bool {
 		now := clk.Now()
-		return c.put("k", c.seq("k"), []byte(val), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+		return c.put("k", c.seq(), []byte(val), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
 	}
 	if !fill("v1") {
 		t.Fatal("fill refused")
@@ -173,7 +173,7 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 		t.Fatalf("%d refreshes claimed of the refreshed entry; want 1", n)
 	}
 	// A refresh read its sequence number, then a write invalidated.
-	seq := c.seq("k")
+	seq := c.seq()
 	c.invalidate("k")
 	now := clk.Now()
 	if c.put("k", seq, []byte("stale"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second)}) {
@@ -305,7 +305,7 @@ func TestIdleExpiryBeforeAnyRefreshIsNotANeed(t *testing.T) {
 	c := newCache(10, 1<<20)
 	fill := func() {
 		now := clk.Now()
-		c.put("k", c.seq("k"), []byte("v"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+		c.put("k", c.seq(), []byte("v"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
 	}
 	fill()
 	clk.Step(5 * time.Second) // expired unread

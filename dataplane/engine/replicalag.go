@@ -18,16 +18,32 @@ type offsetSample struct {
 	sent   time.Time
 }
 
-// offsetHistory is a master's recent offsets, oldest first, at most
-// historyLen of them (one per lag check).
+// offsetHistory is a master's recent offsets, oldest first, at most max
+// of them (one per lag check).
 type offsetHistory struct {
 	samples []offsetSample
+	max     int
 }
 
-// historyLen bounds a shard's history: a replica further behind than the
-// oldest sample is known to be at least that far behind, which is all a
-// bound needs.
-const historyLen = 64
+// maxHistory bounds a shard's history whatever maxLag is: 1,024 samples
+// (about 40 KiB per shard) cover a maxLag of 1,024 check intervals, 17
+// minutes at the 1 s default. A replica further behind than the history
+// reaches is not measured, so not read: the bound holds, only replica
+// reads a larger maxLag would allow are given up.
+const maxHistory = 1024
+
+// historyFor is how many samples a shard keeps so that a replica within
+// maxLag can be measured and read: one that holds every write of maxLag
+// ago holds the offset of a sample sent at most one check interval before
+// that, so the samples must reach maxLag plus one interval back, plus one
+// for the check in progress and one for rounding.
+func historyFor(maxLag, check time.Duration) int {
+	if check <= 0 {
+		return maxHistory
+	}
+	n := int((maxLag+check-1)/check) + 2
+	return min(max(n, 3), maxHistory)
+}
 
 func (h *offsetHistory) add(s offsetSample) {
 	if n := len(h.samples); n > 0 && s.offset < h.samples[n-1].offset {
@@ -35,9 +51,10 @@ func (h *offsetHistory) add(s offsetSample) {
 		// that lost its history). Nothing older describes it.
 		h.samples = h.samples[:0]
 	}
-	if len(h.samples) == historyLen {
-		copy(h.samples, h.samples[1:])
-		h.samples = h.samples[:historyLen-1]
+	if limit := max(h.max, 1); len(h.samples) >= limit {
+		drop := len(h.samples) - limit + 1
+		copy(h.samples, h.samples[drop:])
+		h.samples = h.samples[:len(h.samples)-drop]
 	}
 	h.samples = append(h.samples, s)
 }
@@ -47,11 +64,14 @@ func (h *offsetHistory) add(s offsetSample) {
 // was read, at now): the replica lacks what the master had written at the
 // first sample whose offset passes the replica's, so it is at least now
 // minus that sample's time behind. A replica at or past the newest sample
-// has lag 0. It is a lower bound, exact to one check interval: a replica
-// is skipped only when it is certainly over the bound, and it is measured
-// again at the next check. ok is false without any sample.
+// has lag 0. It is a lower bound, exact to one check interval (the read
+// bound, usableReplica, takes the upper one from caughtUpTo). ok is false
+// without any sample, and for a replica behind every sample: it lacks
+// writes older than the whole history, which right after a start or a
+// failover is a few milliseconds long, so how far behind it is cannot be
+// told.
 func lagOf(h []offsetSample, replica int64, now time.Time) (lag time.Duration, ok bool) {
-	if len(h) == 0 {
+	if len(h) == 0 || replica < h[0].offset {
 		return 0, false
 	}
 	if replica >= h[len(h)-1].offset {
@@ -78,13 +98,17 @@ func caughtUpTo(h []offsetSample, replica int64) (at time.Time, ok bool) {
 	return time.Time{}, false
 }
 
-// usableReplica says whether a replica may serve a read: measured, within
-// the lag bound, and, when this process wrote the key at wrote (non-zero),
-// known to hold everything the master had after that write (caughtUp, the
-// replica's caughtUpTo, is not before it), so a client reads its own
-// writes.
-func usableReplica(lag, maxLag time.Duration, caughtUp, wrote time.Time) bool {
-	if lag < 0 || lag > maxLag {
+// usableReplica says whether a replica may serve a read at now. Its last
+// check measured it (lag, from lagOf, is not lagUnknown) within maxLag;
+// and it is known to hold every write the master acknowledged up to
+// maxLag plus one check interval before now (caughtUp, its caughtUpTo,
+// is that recent), which is the staleness bound a read from it keeps
+// whatever happened since the check: a check that is late or slow does
+// not stretch it. When this process wrote the key at wrote (non-zero),
+// the replica must also be known to hold that write (caughtUp is not
+// before it), so a client reads its own writes.
+func usableReplica(lag, maxLag, check time.Duration, caughtUp, now, wrote time.Time) bool {
+	if lag < 0 || lag > maxLag || caughtUp.IsZero() || now.Sub(caughtUp) > maxLag+check {
 		return false
 	}
 	return wrote.IsZero() || !caughtUp.Before(wrote)

@@ -16,14 +16,19 @@ func TestLagOf(t *testing.T) {
 		want    time.Duration
 		wantOK  bool
 	}{
-		"no sample: unknown":                          {replica: 5, now: at(3)},
-		"caught up with the newest sample":            {hist: hist, replica: 350, now: at(3.001), wantOK: true},
-		"ahead of the sample (read after it)":         {hist: hist, replica: 400, now: at(3.001), wantOK: true},
-		"behind the newest only: since that sample":   {hist: hist, replica: 200, now: at(3.5), want: 500 * time.Millisecond, wantOK: true},
-		"behind since the second sample":              {hist: hist, replica: 150, now: at(3.5), want: 2500 * time.Millisecond, wantOK: true},
-		"behind every sample: at least the history":   {hist: hist, replica: 50, now: at(3.5), want: 3500 * time.Millisecond, wantOK: true},
-		"an idle master: equal offsets mean no lag":   {hist: []offsetSample{{at: at(0), offset: 7}, {at: at(1), offset: 7}}, replica: 7, now: at(9), wantOK: true},
-		"a clock that went back never gives negative": {hist: hist, replica: 200, now: at(2), want: 0, wantOK: true},
+		"no sample: unknown":                        {replica: 5, now: at(3)},
+		"caught up with the newest sample":          {hist: hist, replica: 350, now: at(3.001), wantOK: true},
+		"ahead of the sample (read after it)":       {hist: hist, replica: 400, now: at(3.001), wantOK: true},
+		"behind the newest only: since that sample": {hist: hist, replica: 200, now: at(3.5), want: 500 * time.Millisecond, wantOK: true},
+		"behind since the second sample":            {hist: hist, replica: 150, now: at(3.5), want: 2500 * time.Millisecond, wantOK: true},
+		// Behind every sample, a replica lacks writes older than the
+		// history: how much older cannot be told, so it is not measured
+		// (not read), rather than given the history's age as its lag.
+		"behind every sample: unknown":                 {hist: hist, replica: 50, now: at(3.5)},
+		"behind the one sample after a start: unknown": {hist: hist[3:], replica: 50, now: at(3.001)},
+		"at the oldest sample: since the next one":     {hist: hist, replica: 100, now: at(3.5), want: 2500 * time.Millisecond, wantOK: true},
+		"an idle master: equal offsets mean no lag":    {hist: []offsetSample{{at: at(0), offset: 7}, {at: at(1), offset: 7}}, replica: 7, now: at(9), wantOK: true},
+		"a clock that went back never gives negative":  {hist: hist, replica: 200, now: at(2), want: 0, wantOK: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, ok := lagOf(tc.hist, tc.replica, tc.now)
@@ -35,7 +40,8 @@ func TestLagOf(t *testing.T) {
 }
 
 func TestOffsetHistory(t *testing.T) {
-	var h offsetHistory
+	const historyLen = 64
+	h := offsetHistory{max: historyLen}
 	t0 := time.Unix(0, 0)
 	for i := 0; i < historyLen+10; i++ {
 		h.add(offsetSample{at: t0.Add(time.Duration(i) * time.Second), offset: int64(i * 10)})
@@ -47,6 +53,43 @@ func TestOffsetHistory(t *testing.T) {
 	h.add(offsetSample{at: t0, offset: 3})
 	if len(h.samples) != 1 || h.samples[0].offset != 3 {
 		t.Fatalf("after an offset going back: %v", h.samples)
+	}
+}
+
+func TestHistoryFor(t *testing.T) {
+	ms := time.Millisecond
+	for name, tc := range map[string]struct {
+		maxLag, check time.Duration
+		want          int
+	}{
+		"the defaults (1 s, 1 s)":                {maxLag: time.Second, check: time.Second, want: 3},
+		"maxLag under the interval":              {maxLag: 100 * ms, check: time.Second, want: 3},
+		"maxLag of 100 intervals":                {maxLag: 100 * time.Second, check: time.Second, want: 102},
+		"a part interval rounds up":              {maxLag: 1500 * ms, check: time.Second, want: 4},
+		"maxLag over 1,024 intervals: the bound": {maxLag: time.Hour, check: 100 * ms, want: maxHistory},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := historyFor(tc.maxLag, tc.check); got != tc.want {
+				t.Errorf("historyFor(%v, %v) = %d, want %d", tc.maxLag, tc.check, got, tc.want)
+			}
+		})
+	}
+	// A replica 100 intervals behind, with a maxLag of 101 intervals, is
+	// measured within its bound once the history has filled; the fixed 64
+	// samples it once had never reached back that far.
+	check, maxLag := time.Second, 101*time.Second
+	h := offsetHistory{max: historyFor(maxLag, check)}
+	t0 := time.Unix(1000, 0)
+	for i := range 200 {
+		at := t0.Add(time.Duration(i) * check)
+		h.add(offsetSample{at: at, offset: int64(i * 10), sent: at.Add(-ms)})
+	}
+	now := t0.Add(199*check + ms)
+	replica := int64(99 * 10) // holds what the master had 100 checks ago
+	lag, ok := lagOf(h.samples, replica, now)
+	cu, cuOK := caughtUpTo(h.samples, replica)
+	if !ok || !cuOK || !usableReplica(lag, maxLag, check, cu, now, time.Time{}) {
+		t.Fatalf("a replica 100 checks behind, maxLag 101 checks: lag %v (%v), caught up to %v (%v); want it usable", lag, ok, now.Sub(cu), cuOK)
 	}
 }
 
@@ -93,23 +136,27 @@ func TestPickReplica(t *testing.T) {
 }
 
 func TestUsableReplica(t *testing.T) {
-	const bound = 100 * time.Millisecond
+	const bound, check = 100 * time.Millisecond, time.Second
 	t0 := time.Unix(1000, 0)
+	ms := time.Millisecond
 	for name, tc := range map[string]struct {
-		lag             time.Duration
-		caughtUp, wrote time.Time
-		want            bool
+		lag                  time.Duration
+		caughtUp, now, wrote time.Time
+		want                 bool
 	}{
-		"within the bound, no write":                 {lag: 0, want: true},
-		"at the bound":                               {lag: bound, want: true},
-		"over the bound":                             {lag: bound + 1},
-		"down or not measured":                       {lag: lagUnknown},
-		"written here, replica known to hold it":     {caughtUp: t0.Add(time.Millisecond), wrote: t0, want: true},
-		"written here, replica not known to hold it": {caughtUp: t0.Add(-time.Millisecond), wrote: t0},
-		"written here, replica behind every sample":  {wrote: t0},
+		"within the bound, no write":                 {lag: 0, caughtUp: t0, now: t0, want: true},
+		"at the bound":                               {lag: bound, caughtUp: t0, now: t0, want: true},
+		"over the bound":                             {lag: bound + 1, caughtUp: t0, now: t0},
+		"down or not measured":                       {lag: lagUnknown, caughtUp: t0, now: t0},
+		"measured, but behind every sample":          {lag: 0, now: t0},
+		"held up to the bound plus a check ago":      {lag: 0, caughtUp: t0, now: t0.Add(bound + check), want: true},
+		"held only longer ago: a check late or slow": {lag: 0, caughtUp: t0, now: t0.Add(bound + check + ms)},
+		"written here, replica known to hold it":     {caughtUp: t0.Add(ms), now: t0.Add(ms), wrote: t0, want: true},
+		"written here, replica not known to hold it": {caughtUp: t0.Add(-ms), now: t0, wrote: t0},
+		"written here, replica behind every sample":  {now: t0, wrote: t0},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := usableReplica(tc.lag, bound, tc.caughtUp, tc.wrote); got != tc.want {
+			if got := usableReplica(tc.lag, bound, check, tc.caughtUp, tc.now, tc.wrote); got != tc.want {
 				t.Errorf("usableReplica = %v, want %v", got, tc.want)
 			}
 		})

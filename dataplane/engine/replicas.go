@@ -67,10 +67,13 @@ type replicaConfig struct {
 	check time.Duration
 	addrs []string
 	db    int32
+	// history is how many offsets each shard keeps: enough to measure a
+	// replica within the largest maxLag of the table (historyFor).
+	history int
 }
 
 func (c replicaConfig) equal(o replicaConfig) bool {
-	return c.on == o.on && c.check == o.check && c.db == o.db && slices.Equal(c.addrs, o.addrs)
+	return c.on == o.on && c.check == o.check && c.db == o.db && c.history == o.history && slices.Equal(c.addrs, o.addrs)
 }
 
 // replicaView is one discovery's shards; immutable but for the lags.
@@ -81,6 +84,8 @@ type replicaView struct {
 	slots *[routing.SlotCount]int16
 	// timeout bounds one read from a replica.
 	timeout time.Duration
+	// check is the check interval, part of the read bound (usableReplica).
+	check time.Duration
 }
 
 type replicaShard struct {
@@ -107,11 +112,15 @@ func (rs *replicaSet) configure(t *routing.Table) {
 	cfg := replicaConfig{db: t.Database}
 	if s := t.Replicas; s != nil {
 		cfg.check, cfg.addrs = time.Duration(s.CheckMillis)*time.Millisecond, s.Addresses
+		var maxLag time.Duration
 		for i := range t.Entries {
-			if t.Entries[i].ReplicaReads != nil {
+			if rr := t.Entries[i].ReplicaReads; rr != nil {
 				cfg.on = true
-				break
+				maxLag = max(maxLag, time.Duration(rr.MaxLagMillis)*time.Millisecond)
 			}
+		}
+		if cfg.on {
+			cfg.history = historyFor(maxLag, cfg.check)
 		}
 	}
 	rs.mu.Lock()
@@ -236,7 +245,7 @@ func (rs *replicaSet) discover(ctx context.Context, cfg replicaConfig) error {
 			prev[sh.masterAddr] = sh
 		}
 	}
-	v := &replicaView{timeout: rs.timeout(cfg.check)}
+	v := &replicaView{timeout: rs.timeout(cfg.check), check: cfg.check}
 	if len(list) > 1 || (len(list) == 1 && list[0].Slots != nil) {
 		v.slots = new([routing.SlotCount]int16)
 		for i := range v.slots {
@@ -263,7 +272,7 @@ func (rs *replicaSet) discover(ctx context.Context, cfg replicaConfig) error {
 		return c
 	}
 	for _, s := range list {
-		sh := &replicaShard{masterAddr: s.Master}
+		sh := &replicaShard{masterAddr: s.Master, hist: offsetHistory{max: cfg.history}}
 		if p := prev[s.Master]; p != nil {
 			sh.hist = p.hist
 		}
@@ -430,12 +439,13 @@ func (rs *replicaSet) pick(key string, maxLag time.Duration, wrote time.Time) (*
 	}
 	var buf [16]bool
 	usable := buf[:0]
+	now := rs.e.clock.Now()
 	for _, nd := range sh.nodes {
 		var cu time.Time
 		if ns := nd.caughtUp.Load(); ns != 0 {
 			cu = time.Unix(0, ns)
 		}
-		usable = append(usable, usableReplica(time.Duration(nd.lag.Load()), maxLag, cu, wrote))
+		usable = append(usable, usableReplica(time.Duration(nd.lag.Load()), maxLag, v.check, cu, now, wrote))
 	}
 	i := pickReplica(usable, sh.next.Add(1)-1)
 	if i < 0 {

@@ -3,11 +3,8 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"time"
 )
 
@@ -16,7 +13,8 @@ import (
 // serverName).
 type TLSOptions struct {
 	// CAFile is a PEM bundle of the CAs that sign Redis' certificate; empty
-	// means the system roots.
+	// means the system roots. It is read again when it changes (tls_ca.go
+	// says which connections see a new bundle).
 	CAFile string
 	// ServerName overrides the name checked in Redis' certificate; empty
 	// means the host of each address dialled (which in cluster mode differs
@@ -38,24 +36,39 @@ type TLSOptions struct {
 
 // ClientTLS builds the client TLS configuration for connections to Redis.
 // TLS 1.2 is the floor: Redis supports 1.2 and 1.3, and older versions are
-// broken. A client certificate is loaded once here, so that a bad pair
-// fails at start, and then again whenever its files change.
+// broken. A client certificate and a CA bundle are loaded once here, so
+// that a bad one fails at start, and then again whenever their files
+// change.
 func ClientTLS(o TLSOptions) (*tls.Config, error) {
+	if o.InsecureSkipVerify && o.CAFile != "" {
+		return nil, errors.New("redis TLS: a CA file and insecureSkipVerify exclude each other")
+	}
 	cfg := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		ServerName:         o.ServerName,
 		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // opt-in by flag only, never from a policy
 	}
 	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
+		ca, err := newCABundle(o.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("redis TLS CA: %w", err)
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis TLS CA: no PEM certificate in %s", o.CAFile)
+		cfg.RootCAs, _ = ca.get()
+		caBundles.Store(cfg, ca)
+		if o.ServerName != "" {
+			// The name is the same for every connection, so the check
+			// can be made here, with the bundle as it is at each
+			// handshake: the standard verification is replaced, not
+			// skipped.
+			cfg.InsecureSkipVerify = true
+			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+				roots, err := ca.get()
+				if err != nil {
+					return err
+				}
+				return verifyWith(cs, roots, o.ServerName)
+			}
 		}
-		cfg.RootCAs = pool
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		return nil, errors.New("redis TLS: a client certificate needs both a certificate and a key file")
@@ -69,16 +82,14 @@ func ClientTLS(o TLSOptions) (*tls.Config, error) {
 		// handshake, and survives the Clone tls.Dialer makes per address.
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cc.get() }
 	}
-	if cfg.InsecureSkipVerify && cfg.RootCAs != nil {
-		return nil, errors.New("redis TLS: a CA file and insecureSkipVerify exclude each other")
-	}
 	return cfg, nil
 }
 
 // dialTLS connects to addr and completes the TLS handshake within the
 // dialer's timeout, checking Redis' certificate against the configured
-// server name or else addr's host, as tls.Dialer does. The TLS connection
-// runs over a tlsTransport, so that the event loop can take it over.
+// server name or else addr's host, as tls.Dialer does, against the CA
+// bundle as it is now. The TLS connection runs over a tlsTransport, so that
+// the event loop can take it over.
 func dialTLS(ctx context.Context, d *net.Dialer, cfg *tls.Config, addr string) (*tls.Conn, error) {
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -95,8 +106,9 @@ func dialTLS(ctx context.Context, d *net.Dialer, cfg *tls.Config, addr string) (
 			raw.Close()
 			return nil, err
 		}
+		roots := currentRoots(cfg)
 		cfg = cfg.Clone() // GetClientCertificate survives it
-		cfg.ServerName = host
+		cfg.ServerName, cfg.RootCAs = host, roots
 	}
 	tc := tls.Client(&tlsTransport{Conn: raw, fd: -1}, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {

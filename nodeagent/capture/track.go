@@ -159,7 +159,13 @@ type flow struct {
 	targets []int
 	// nodes are, per target, the server's index in its slot map.
 	nodes []uint16
-	db    int
+	// db is the connection's database, dbUnknown when the capture cannot
+	// know it: it learns it from the connection's start (database 0) or
+	// from a SELECT or RESET it parses, and loses it when bytes pass
+	// unparsed. A connection of unknown database is counted for no
+	// standalone target (a SELECT it never saw would otherwise put another
+	// database's keys on the policy).
+	db int
 	// readonly: the connection sent READONLY (a cluster replica then
 	// answers its reads). Unknown for a connection first seen midway:
 	// taken as sent, since a client reads from a replica only with it.
@@ -172,6 +178,9 @@ type oooSeg struct {
 	seq uint32
 	b   []byte
 }
+
+// dbUnknown: the connection's database is not known (see flow.db).
+const dbUnknown = -1
 
 func newTracker(lim Limits, every, replyEvery uint32) *tracker {
 	return &tracker{lim: lim.withDefaults(), every: max(every, 1), replyEvery: replyEvery, flows: map[netip.AddrPort]*flow{}}
@@ -285,7 +294,10 @@ func (t *tracker) handle(now int64, s *segment) {
 		f.db, f.readonly = 0, false
 		t.replyRestart(f)
 	case !f.started:
+		// First seen midway (opened before the capture, or its start
+		// lost): whatever it selected went by unseen.
 		f.next, f.started = s.seq, true
+		f.db = dbUnknown
 		f.readonly = true
 		if f.p != nil {
 			t.requestGap(f)
@@ -364,6 +376,9 @@ func (t *tracker) drain(f *flow) {
 func (t *tracker) feed(f *flow, b []byte) {
 	f.next += uint32(len(b))
 	if f.p == nil {
+		if len(b) > 0 {
+			f.db = dbUnknown // a SELECT may be in what is not parsed
+		}
 		return
 	}
 	t.cur = f
@@ -426,10 +441,13 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 		return nil, 0
 	}
 	if info.Kind == command.State {
-		if command.EqFold(p.args[0], "SELECT") && len(p.args) > 1 {
+		switch {
+		case command.EqFold(p.args[0], "SELECT") && len(p.args) > 1:
 			if db, ok := atoi(p.args[1]); ok {
 				f.db = db
 			}
+		case command.EqFold(p.args[0], "RESET"):
+			f.db = 0 // RESET selects database 0
 		}
 		return nil, 0
 	}
@@ -438,7 +456,10 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 		return nil, 0
 	}
 	for i, ti := range f.targets {
-		if t.scope.Targets[ti].Database != f.db {
+		if db := f.db; db != t.scope.Targets[ti].Database && (db != dbUnknown || t.slots[ti] == nil) {
+			// Another database, or one not known on a standalone
+			// target. A Redis Cluster has database 0 only (SELECT of any
+			// other fails), so there unknown means 0.
 			continue
 		}
 		if st := t.slots[ti]; st != nil && !st.serves(f.nodes[i], key, info.Write, f.readonly) {

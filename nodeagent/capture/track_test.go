@@ -208,3 +208,49 @@ func benchTracker(b *testing.B, scope Scope, conns, cmds int, key func(int) stri
 		b.Fatalf("gaps %d, counted %d: the segments are not in sequence", tr.stats.Gaps, tr.stats.Counted)
 	}
 }
+
+// TestTrackerMidwayDatabase: a connection whose database the capture cannot
+// know (first seen midway, or with bytes that went by unparsed while it
+// counted for no target) is counted for no standalone target until a
+// SELECT or RESET it sees says which database it uses; on a cluster target
+// (database 0 only) it is counted at once.
+func TestTrackerMidwayDatabase(t *testing.T) {
+	tr := newTracker(Limits{}, 1, 0)
+	tr.setScope(scopeT)
+	midway := &stream{client: netip.AddrPortFrom(podA, 40002), seq: 5000} // no SYN seen
+	tr.packet(1, midway.next(cmd("GET", "unknown")))
+	tr.packet(2, midway.next(cmd("SELECT", "0")+cmd("GET", "selected")))
+	tr.packet(3, midway.next(cmd("SELECT", "3")+cmd("GET", "db3")+cmd("RESET")+cmd("GET", "reset")))
+	got := totals(tr)
+	for key, want := range map[string]uint32{"unknown": 0, "selected": 1, "db3": 0, "reset": 1} {
+		if g := got["shop/p "+key].Reads; g != want {
+			t.Errorf("%s: %d reads, want %d", key, g, want)
+		}
+	}
+
+	// Seen from its start, but its SELECT went by while no target counted
+	// it (its pod was not in the scope yet).
+	tr2 := newTracker(Limits{}, 1, 0)
+	tr2.setScope(Scope{Targets: scopeT.Targets})
+	late := &stream{client: netip.AddrPortFrom(podA, 40003)}
+	late.syn(tr2)
+	tr2.packet(1, late.next(cmd("SELECT", "3")))
+	tr2.setScope(scopeT)
+	tr2.packet(2, late.next(cmd("GET", "after-scope")))
+	if g := totals(tr2)["shop/p after-scope"].Reads; g != 0 {
+		t.Errorf("a connection whose SELECT went unparsed: %d reads counted, want 0", g)
+	}
+
+	// A cluster target: database 0 is the only one.
+	cl := Scope{
+		Targets: []Target{{Policy: "shop/c", Namespace: "shop", Slots: []SlotRange{{Start: 0, End: 16383, Master: srv}}}},
+		Pods:    scopeT.Pods,
+	}
+	tr3 := newTracker(Limits{}, 1, 0)
+	tr3.setScope(cl)
+	m := &stream{client: netip.AddrPortFrom(podA, 40004), seq: 7000}
+	tr3.packet(1, m.next(cmd("GET", "k")))
+	if g := totals(tr3)["shop/c k"].Reads; g != 1 {
+		t.Errorf("a midway connection to a cluster node: %d reads, want 1", g)
+	}
+}

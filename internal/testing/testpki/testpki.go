@@ -57,8 +57,8 @@ func NewCA(tb testing.TB, dir, name string) *CA {
 }
 
 // IssuePEM returns a certificate for cn signed by ca and its key, PEM: a
-// server certificate for 127.0.0.1 when server is true, a client one
-// otherwise.
+// server certificate for 127.0.0.1 and the DNS name cn when server is true,
+// a client one otherwise.
 func (ca *CA) IssuePEM(tb testing.TB, cn string, server bool) (certPEM, keyPEM []byte) {
 	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -73,6 +73,7 @@ func (ca *CA) IssuePEM(tb testing.TB, cn string, server bool) (certPEM, keyPEM [
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		tmpl.DNSNames = []string{cn}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
