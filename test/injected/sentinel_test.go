@@ -142,6 +142,7 @@ func failover(t *testing.T, s *secured, app *redis.Client) string {
 	done := make(chan struct{})
 	go func() { defer close(done); w.run(ctx, app, 200_000) }()
 	eventually.True(t, 20*time.Second, "writes flow through the sidecar", func() bool { return w.ackedCount() > 200 })
+	replicasReady(t, s)
 	start := time.Now()
 	newMaster, err := s.Failover(context.Background())
 	if err != nil {
@@ -173,6 +174,38 @@ func failover(t *testing.T, s *secured, app *redis.Client) string {
 		t.Fatalf("%s ROLE %v %v", newMaster, role, err)
 	}
 	return newMaster
+}
+
+// replicasReady waits until every Sentinel sees every replica linked to
+// the master with no link-down time: a Sentinel elects only such a replica
+// (a link down longer than 10 × down-after-milliseconds in its last INFO
+// of the replica disqualifies it), and a forced failover with no replica
+// to elect is aborted and not retried. Right after a failover, the old
+// master's INFO as a Sentinel last read it may still show its link down.
+func replicasReady(t *testing.T, s *secured) {
+	t.Helper()
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		for _, x := range s.Sentinels {
+			out, err := s.Sentinel.SentinelCommand(x.Addr, "SENTINEL", "REPLICAS", s.Opts.MasterName)
+			if err != nil {
+				return err
+			}
+			lines := strings.Split(out, "\n")
+			n := 0
+			for i := 0; i+1 < len(lines); i += 2 {
+				switch f, v := lines[i], lines[i+1]; {
+				case f == "flags" && v != "slave", f == "master-link-status" && v != "ok", f == "master-link-down-time" && v != "0":
+					return fmt.Errorf("sentinel %s: a replica has %s %s", x.Addr, f, v)
+				case f == "flags":
+					n++
+				}
+			}
+			if n != s.Opts.Replicas {
+				return fmt.Errorf("sentinel %s knows %d ready replicas, want %d", x.Addr, n, s.Opts.Replicas)
+			}
+		}
+		return nil
+	})
 }
 
 // TestInjectedSidecarFollowsSentinelWithPasswords runs the sidecar as the
