@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if len(cfg.Sentinels) > 0 {
 		sentinelCreds, err := fileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
 		if err != nil {
-			return fmt.Errorf("sentinel %w", err)
+			return fmt.Errorf("sentinel credentials files: %w", err)
 		}
 		if follow, err = startFollow(ctx, &cfg, creds, sentinelCreds, log); err != nil {
 			return err
