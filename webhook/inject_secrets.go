@@ -18,6 +18,11 @@ const (
 	// spec.target.credentialsSecretRef (keys username and password).
 	CredentialsVolumeName = "heatsink-credentials"
 	CredentialsMountPath  = "/etc/heatsink/credentials/"
+	// SentinelCredentialsVolumeName is the volume of the Secret named by
+	// spec.target.sentinel.credentialsSecretRef (keys username and
+	// password): the Sentinels' own credentials.
+	SentinelCredentialsVolumeName = "heatsink-sentinel-credentials"
+	SentinelCredentialsMountPath  = "/etc/heatsink/sentinel-credentials/"
 	// ClientCertVolumeName is the volume of the kubernetes.io/tls Secret
 	// named by spec.target.tls.clientCertSecretRef (tls.crt and tls.key).
 	ClientCertVolumeName = "heatsink-tls-client"
@@ -53,6 +58,15 @@ func mountSecrets(pod *corev1.Pod, c *corev1.Container, policy *v1alpha1.HotKeyP
 		c.Env = append(c.Env,
 			corev1.EnvVar{Name: "HEATSINK_REDIS_USERNAME_FILE", Value: CredentialsMountPath + "username"},
 			corev1.EnvVar{Name: "HEATSINK_REDIS_PASSWORD_FILE", Value: CredentialsMountPath + "password"},
+		)
+	}
+	if sn := t.Sentinel; sn != nil && sn.CredentialsSecretRef != nil && sn.CredentialsSecretRef.Name != "" {
+		// Optional for the same reasons; the Sentinels' password rotates
+		// like Redis' (read at each new connection to a Sentinel).
+		mount(SentinelCredentialsVolumeName, SentinelCredentialsMountPath, sn.CredentialsSecretRef.Name, true, "username", "password")
+		c.Env = append(c.Env,
+			corev1.EnvVar{Name: "HEATSINK_SENTINEL_USERNAME_FILE", Value: SentinelCredentialsMountPath + "username"},
+			corev1.EnvVar{Name: "HEATSINK_SENTINEL_PASSWORD_FILE", Value: SentinelCredentialsMountPath + "password"},
 		)
 	}
 	if t.TLS != nil && t.TLS.ClientCertSecretRef != nil && t.TLS.ClientCertSecretRef.Name != "" {

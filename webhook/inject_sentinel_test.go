@@ -11,7 +11,8 @@ import (
 )
 
 // TestInjectSentinelTarget gives the sidecar the Sentinels, the master
-// name and the Sentinels' credentials (from their Secret), and no upstream.
+// name and the Sentinels' credentials (their Secret mounted as files, as
+// Redis' are, so that both rotate without a restart), and no upstream.
 func TestInjectSentinelTarget(t *testing.T) {
 	policy := testPolicy("shop", "catalogue")
 	policy.Spec.Target = v1alpha1.RedisTarget{
@@ -26,18 +27,45 @@ func TestInjectSentinelTarget(t *testing.T) {
 	webhook.Inject(pod, policy, webhook.InjectorConfig{Image: testImage})
 	env := envOf(pod.Spec.InitContainers[0])
 	want := map[string]string{
-		"HEATSINK_UPSTREAM":            "",
-		"HEATSINK_CLUSTER":             "false",
-		"HEATSINK_SENTINEL_ADDRESSES":  "sentinel-0.shop.svc:26379,sentinel-1.shop.svc:26379",
-		"HEATSINK_SENTINEL_MASTER":     "mymaster",
-		"HEATSINK_SENTINEL_USERNAME":   "secret:sentinel-auth/username",
-		"HEATSINK_SENTINEL_PASSWORD":   "secret:sentinel-auth/password",
-		"HEATSINK_REDIS_PASSWORD_FILE": "/etc/heatsink/credentials/password",
+		"HEATSINK_UPSTREAM":               "",
+		"HEATSINK_CLUSTER":                "false",
+		"HEATSINK_SENTINEL_ADDRESSES":     "sentinel-0.shop.svc:26379,sentinel-1.shop.svc:26379",
+		"HEATSINK_SENTINEL_MASTER":        "mymaster",
+		"HEATSINK_SENTINEL_USERNAME_FILE": "/etc/heatsink/sentinel-credentials/username",
+		"HEATSINK_SENTINEL_PASSWORD_FILE": "/etc/heatsink/sentinel-credentials/password",
+		"HEATSINK_REDIS_USERNAME_FILE":    "/etc/heatsink/credentials/username",
+		"HEATSINK_REDIS_PASSWORD_FILE":    "/etc/heatsink/credentials/password",
 	}
 	for k, v := range want {
 		if got, ok := env[k]; !ok || got != v {
 			t.Errorf("%s = %q (set: %v), want %q", k, got, ok, v)
 		}
+	}
+	// No credential in the environment: it would be fixed for the life
+	// of the container.
+	for _, k := range []string{"HEATSINK_SENTINEL_USERNAME", "HEATSINK_SENTINEL_PASSWORD", "HEATSINK_REDIS_USERNAME", "HEATSINK_REDIS_PASSWORD"} {
+		if v, ok := env[k]; ok {
+			t.Errorf("%s = %q: credentials belong in the mounted files", k, v)
+		}
+	}
+	proxy := pod.Spec.InitContainers[0]
+	mounted := false
+	for _, m := range proxy.VolumeMounts {
+		if m.Name == webhook.SentinelCredentialsVolumeName {
+			mounted = m.MountPath == "/etc/heatsink/sentinel-credentials/" && m.ReadOnly
+		}
+	}
+	if !mounted {
+		t.Errorf("the Sentinel credentials volume is not mounted read-only at /etc/heatsink/sentinel-credentials/: %v", proxy.VolumeMounts)
+	}
+	var vol *corev1.Volume
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == webhook.SentinelCredentialsVolumeName {
+			vol = &pod.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.Secret == nil || vol.Secret.SecretName != "sentinel-auth" || vol.Secret.Optional == nil || !*vol.Secret.Optional || len(vol.Secret.Items) != 2 {
+		t.Errorf("Sentinel credentials volume = %+v, want the optional Secret sentinel-auth (username, password)", vol)
 	}
 }
 

@@ -157,8 +157,12 @@ type RedisSentinel struct {
 	MasterName string `json:"masterName"`
 
 	// credentialsSecretRef names a Secret in the policy's namespace holding
-	// the Sentinels' own credentials: key "password" and, optionally,
-	// "username". Absent: the Sentinels need none.
+	// the Sentinels' own credentials (their requirepass, or an ACL user's):
+	// key "password" and, optionally, "username". Absent: the Sentinels
+	// need none. The manager reads it at every pass; the injector mounts it
+	// into the sidecar as files, read at each new connection to a
+	// Sentinel, so a rotated password applies without a restart, as
+	// target.credentialsSecretRef does for the master and replicas.
 	// +optional
 	CredentialsSecretRef *corev1.LocalObjectReference `json:"credentialsSecretRef,omitempty"`
 }

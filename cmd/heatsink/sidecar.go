@@ -50,8 +50,10 @@ func runSidecar(args []string) error {
 	sentinels := fs.String("sentinel", env("HEATSINK_SENTINEL_ADDRESSES", ""), "comma-separated Redis Sentinel host:port, instead of --upstream: the master of --sentinel-master is found through them and followed across failovers (HEATSINK_SENTINEL_ADDRESSES)")
 	fs.StringVar(&c.SentinelMaster, "sentinel-master", env("HEATSINK_SENTINEL_MASTER", ""), "name the Sentinels monitor the master under (HEATSINK_SENTINEL_MASTER)")
 	fs.StringVar(&c.SentinelUsername, "sentinel-username", env("HEATSINK_SENTINEL_USERNAME", ""), "ACL user of the Sentinels (HEATSINK_SENTINEL_USERNAME)")
-	// As for Redis' password: from the environment only.
+	// As for Redis' password: from the environment or a file only.
 	c.SentinelPassword = os.Getenv("HEATSINK_SENTINEL_PASSWORD")
+	fs.StringVar(&c.SentinelUsernameFile, "sentinel-username-file", env("HEATSINK_SENTINEL_USERNAME_FILE", ""), "file holding the Sentinels' ACL user, read at each new connection to a Sentinel (the injector mounts the Sentinel credentials Secret); replaces --sentinel-username (HEATSINK_SENTINEL_USERNAME_FILE)")
+	fs.StringVar(&c.SentinelPasswordFile, "sentinel-password-file", env("HEATSINK_SENTINEL_PASSWORD_FILE", ""), "file holding the Sentinels' password (their requirepass or the ACL user's), read at each new connection to a Sentinel, so a rotated Secret needs no restart; replaces HEATSINK_SENTINEL_PASSWORD (HEATSINK_SENTINEL_PASSWORD_FILE)")
 	fs.StringVar(&c.Policy, "policy", env("HEATSINK_POLICY", ""), "HotKeyPolicy name whose routing table to follow (HEATSINK_POLICY)")
 	fs.StringVar(&c.Namespace, "namespace", env("HEATSINK_NAMESPACE", ""), "namespace of the policy (HEATSINK_NAMESPACE)")
 	fs.StringVar(&c.RoutingFile, "routing-file", env("HEATSINK_ROUTING_FILE", "/etc/heatsink/routing/routing.json"), "mounted routing table, the fallback when the node agent is away; empty: none (HEATSINK_ROUTING_FILE)")
@@ -126,6 +128,8 @@ func runSidecar(args []string) error {
 		return usageError{fmt.Errorf("--sentinel needs --sentinel-master, the name the Sentinels monitor the master under")}
 	case len(c.Sentinels) > 0 && c.Cluster:
 		return usageError{fmt.Errorf("--sentinel does not apply to a Redis Cluster (--cluster)")}
+	case len(c.Sentinels) == 0 && (c.SentinelUsernameFile != "" || c.SentinelPasswordFile != ""):
+		return usageError{fmt.Errorf("--sentinel-username-file and --sentinel-password-file need --sentinel")}
 	}
 	c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

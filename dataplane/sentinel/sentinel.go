@@ -66,9 +66,17 @@ type Options struct {
 	// Username and Password authenticate to the Sentinels (their own
 	// requirepass or ACL user), if set.
 	Username, Password string
+	// Credentials, if set, replaces Username and Password: it is asked
+	// at each new connection to a Sentinel, so that credentials read from
+	// a mounted Secret rotate without a restart (connections already open
+	// stay as they were authenticated).
+	Credentials func() (username, password string)
 	// DataUsername and DataPassword authenticate to the data nodes, for
 	// the ROLE check.
 	DataUsername, DataPassword string
+	// DataCredentials, if set, replaces DataUsername and DataPassword,
+	// asked at each ROLE check (each opens a connection of its own).
+	DataCredentials func() (username, password string)
 	// TLS, if set, is used for the Sentinels and the data nodes.
 	TLS *tls.Config
 	// Recheck is how often the Sentinels are asked again without a
@@ -131,7 +139,8 @@ func New(opts Options) (*Follower, error) {
 	f := &Follower{opts: opts, kick: make(chan struct{}, 1)}
 	for _, a := range opts.Addrs {
 		f.sentinels = append(f.sentinels, redis.NewSentinelClient(&redis.Options{
-			Addr: a, Username: opts.Username, Password: opts.Password, TLSConfig: opts.TLS,
+			Addr: a, Username: opts.Username, Password: opts.Password, CredentialsProvider: opts.Credentials,
+			TLSConfig:   opts.TLS,
 			DialTimeout: opts.Timeout, ReadTimeout: opts.Timeout, WriteTimeout: opts.Timeout,
 			// A Sentinel that fails is skipped, not retried: another answers.
 			MaxRetries: -1, PoolSize: 2,
@@ -357,8 +366,8 @@ func (f *Follower) verify(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
 	defer cancel()
 	c := redis.NewClient(&redis.Options{
-		Addr: addr, Username: f.opts.DataUsername, Password: f.opts.DataPassword, TLSConfig: f.opts.TLS,
-		DialTimeout: f.opts.Timeout, ReadTimeout: f.opts.Timeout, WriteTimeout: f.opts.Timeout,
+		Addr: addr, Username: f.opts.DataUsername, Password: f.opts.DataPassword, CredentialsProvider: f.opts.DataCredentials,
+		TLSConfig: f.opts.TLS, DialTimeout: f.opts.Timeout, ReadTimeout: f.opts.Timeout, WriteTimeout: f.opts.Timeout,
 		MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true,
 	})
 	defer c.Close()

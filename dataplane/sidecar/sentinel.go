@@ -37,8 +37,11 @@ type masterFollow struct {
 }
 
 // startFollow discovers the master through the Sentinels (waiting until
-// one is found or ctx ends) and makes it cfg's upstream.
-func startFollow(ctx context.Context, cfg *Config, log *slog.Logger) (*masterFollow, error) {
+// one is found or ctx ends) and makes it cfg's upstream. creds and
+// sentinelCreds, if not nil, are the mounted Redis and Sentinel
+// credentials, read at each new connection (they replace cfg's static
+// ones).
+func startFollow(ctx context.Context, cfg *Config, creds, sentinelCreds *proxy.FileCredentials, log *slog.Logger) (*masterFollow, error) {
 	if len(cfg.Upstreams) > 0 {
 		return nil, errors.New("sidecar: upstream addresses and Sentinels are exclusive")
 	}
@@ -48,8 +51,8 @@ func startFollow(ctx context.Context, cfg *Config, log *slog.Logger) (*masterFol
 	m := &masterFollow{log: log, tls: cfg.TLS, switched: cfg.OnMasterSwitch, fencedHook: cfg.OnMasterFence, live: map[*engineConn]struct{}{}}
 	f, err := sentinel.New(sentinel.Options{
 		Addrs: cfg.Sentinels, MasterName: cfg.SentinelMaster,
-		Username: cfg.SentinelUsername, Password: cfg.SentinelPassword,
-		DataUsername: cfg.Username, DataPassword: cfg.Password, TLS: cfg.TLS,
+		Username: cfg.SentinelUsername, Password: cfg.SentinelPassword, Credentials: provider(sentinelCreds),
+		DataUsername: cfg.Username, DataPassword: cfg.Password, DataCredentials: provider(creds), TLS: cfg.TLS,
 		OnSwitch: m.onSwitch, OnFence: m.onFence, Logger: log,
 	})
 	if err != nil {

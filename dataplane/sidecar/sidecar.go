@@ -43,10 +43,15 @@ type Config struct {
 	// that name the master of SentinelMaster; the proxy and the engine
 	// follow it across failovers (sentinel.go). SentinelUsername and
 	// SentinelPassword authenticate to the Sentinels; Username and
-	// Password to the master.
+	// Password (or their files) to the master and replicas.
 	Sentinels                          []string
 	SentinelMaster                     string
 	SentinelUsername, SentinelPassword string
+	// SentinelUsernameFile and SentinelPasswordFile, if set, replace
+	// SentinelUsername and SentinelPassword: the mounted Sentinel
+	// credentials Secret, read at each new connection to a Sentinel, as
+	// UsernameFile and PasswordFile are for Redis.
+	SentinelUsernameFile, SentinelPasswordFile string
 	// OnMasterSwitch, if set, is called after the sidecar moved to a new
 	// master, and OnMasterFence after it stopped using the master because
 	// a failover is promoting a replica (Sentinel mode).
@@ -126,23 +131,25 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// The credentials first: the Sentinel follower checks the master's
+	// ROLE with them before anything else can start.
+	creds, err := fileCredentials(cfg.UsernameFile, cfg.PasswordFile)
+	if err != nil {
+		return err
+	}
 	var follow *masterFollow
 	if len(cfg.Sentinels) > 0 {
-		var err error
-		if follow, err = startFollow(ctx, &cfg, log); err != nil {
+		sentinelCreds, err := fileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
+		if err != nil {
+			return fmt.Errorf("sentinel credentials files: %w", err)
+		}
+		if follow, err = startFollow(ctx, &cfg, creds, sentinelCreds, log); err != nil {
 			return err
 		}
 		defer follow.close()
 	}
 	// p is set below, before the engine's client sends anything.
 	var p *proxy.Proxy
-	var creds *proxy.FileCredentials
-	if cfg.UsernameFile != "" || cfg.PasswordFile != "" {
-		creds = &proxy.FileCredentials{UsernameFile: cfg.UsernameFile, PasswordFile: cfg.PasswordFile}
-		if _, _, err := creds.Get(); err != nil {
-			return err
-		}
-	}
 	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p }, follow)
 	defer rc.Close()
 	eopts := engine.Options{Registerer: reg}
@@ -181,7 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 		pcfg.Observer = dc
 		registerDetectorStats(reg, dc)
 	}
-	p, err := proxy.New(pcfg)
+	p, err = proxy.New(pcfg)
 	if err != nil {
 		return err
 	}
@@ -236,14 +243,7 @@ func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *prox
 		// is still retried (nothing was sent).
 		MaxRetries: -1,
 	}
-	if creds != nil {
-		// go-redis asks at each new connection, as the proxy does. Get
-		// fails only before the first good read, which Run checked.
-		uo.CredentialsProvider = func() (string, string) {
-			u, p, _ := creds.Get()
-			return u, p
-		}
-	}
+	uo.CredentialsProvider = provider(creds)
 	if follow != nil {
 		// The follower's dialer connects to the current master (TLS
 		// included) and drops the old master's connections on a switch.
