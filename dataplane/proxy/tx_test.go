@@ -76,11 +76,9 @@ func checkTxRefused(t *testing.T, direct redis.UniversalClient, cfg proxy.Config
 	addr, _ := start(t, cfg)
 	c := redis.NewClient(&redis.Options{Addr: addr}) // go-redis' defaults: MaxRetries 3, ReadTimeout 3s
 	defer c.Close()
-	conn := c.Conn() // one connection throughout: it must stay usable
-	defer conn.Close()
 	// The clock stands still: the shed key's first write takes its only
 	// token, and every later one is over its share.
-	must(t, conn.Incr(ctx, shed).Err())
+	must(t, c.Incr(ctx, shed).Err())
 
 	splitRefusal := "ERR heatsink: APPEND on a key mitigated by split is not supported inside MULTI"
 	for _, tc := range []struct {
@@ -109,6 +107,8 @@ func checkTxRefused(t *testing.T, direct redis.UniversalClient, cfg proxy.Config
 		}, refused: 1, want: splitRefusal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			conn := c.Conn() // one connection: it must stay usable
+			defer conn.Close()
 			if tc.watch {
 				must(t, conn.Do(ctx, "WATCH", watched).Err())
 			}
