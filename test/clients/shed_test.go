@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,6 +147,7 @@ func checkShedRun(t *testing.T, up upstream, lib string, r shedRun) {
 func shedSidecar(t *testing.T, up upstream, keys []string) string {
 	t.Helper()
 	tbl := routing.Table{SchemaVersion: 1, Policy: "ns/p", Version: 1, EpochMillis: 60000}
+	slices.Sort(keys) // a table's entries are sorted
 	for _, k := range keys {
 		tbl.Entries = append(tbl.Entries, routing.Entry{Key: k, Source: routing.SourceDetected,
 			Shed: &routing.Shed{WritesPerSecond: 1, MinPerSecond: 1}})
@@ -172,14 +173,10 @@ func shedSidecar(t *testing.T, up upstream, keys []string) string {
 			t.Errorf("sidecar: %v", err)
 		}
 	})
-	// With a routing file it is ready once its table is in force.
-	eventually.True(t, 30*time.Second, "the sidecar is ready", func() bool {
-		resp, err := http.Get("http://" + hl.Addr().String() + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+	s := &stack{metrics: "http://" + hl.Addr().String() + "/metrics"}
+	eventually.True(t, 30*time.Second, "the sidecar serves under its routing file", func() bool {
+		v, _ := s.metric("heatsink_proxy_routing_in_force")
+		return v == 1
 	})
 	return ln.Addr().String()
 }
