@@ -23,10 +23,11 @@ import (
 )
 
 // The shed workload: rounds of pairs of INCR {<client><mode>}:shed then
-// INCR {<client><mode>}:other, the shed key first in every pipeline. The
-// shed key admits one write a second (minPerSecond, no demand published),
-// so the first pipeline's first command takes the token and every later
-// pipeline of the run starts with a refused command.
+// INCR {<client><mode>}:other, the shed key first in every pipeline: one
+// command at a time, one pipeline of the pairs a round, or one transaction
+// per pair. The shed key admits one write a second (minPerSecond, no
+// demand published), so the first pipeline's first command takes the
+// token and every later pipeline of the run starts with a refused command.
 const (
 	shedRounds = 5
 	shedPairs  = 20
@@ -221,33 +222,33 @@ func goShed(t *testing.T, addr string, cluster bool, prefix string, modes []stri
 				}
 				continue
 			}
-			var p redis.Pipeliner
 			if mode == "tx" {
-				p = c.TxPipeline()
-			} else {
-				p = c.Pipeline()
+				for range shedPairs {
+					p := c.TxPipeline()
+					p.Incr(ctx, shed)
+					p.Incr(ctx, other)
+					if cmds, err := p.Exec(ctx); err != nil {
+						// EXECABORT, and the refused command its refusal.
+						seen(err)
+						r.FirstRefused++
+						for _, cmd := range cmds {
+							if cmd.Err() != nil && cmd.Err().Error() != err.Error() {
+								seen(cmd.Err())
+							}
+						}
+						continue
+					}
+					r.Shed++
+					r.Other++
+				}
+				continue
 			}
+			p := c.Pipeline()
 			for range shedPairs {
 				p.Incr(ctx, shed)
 				p.Incr(ctx, other)
 			}
-			cmds, err := p.Exec(ctx)
-			if mode == "tx" {
-				if err != nil {
-					// EXECABORT, and the refused command its refusal.
-					seen(err)
-					r.FirstRefused++
-					for _, cmd := range cmds {
-						if cmd.Err() != nil && cmd.Err().Error() != err.Error() {
-							seen(cmd.Err())
-						}
-					}
-					continue
-				}
-				r.Shed += shedPairs
-				r.Other += shedPairs
-				continue
-			}
+			cmds, _ := p.Exec(ctx)
 			if cmds[0].Err() != nil {
 				r.FirstRefused++
 			}

@@ -4,7 +4,8 @@
 // in turn, rounds x pairs times, and prints one JSON line: the increments
 // acknowledged per key, the refusals, how many pipelines had their first
 // command refused, and the distinct error messages the application saw.
-// Modes: plain (one command at a time), pipeline, tx (multi). Arguments:
+// Modes: plain (one command at a time), pipeline, tx (pairs transactions
+// of one pair each a round: multi). Arguments:
 // host port cluster prefix rounds pairs mode...
 "use strict";
 const { Redis, Cluster } = require("ioredis");
@@ -41,22 +42,30 @@ async function main() {
         }
         continue;
       }
-      const p = mode === "tx" ? r.multi() : r.pipeline();
-      for (let i = 0; i < pairs; i++) p.incr(shed).incr(other);
-      let res;
-      try {
-        res = await p.exec();
-      } catch (e) {
-        error(e); // multi: EXECABORT, with the queued refusal
-        out.firstRefused++;
-        continue;
+      const batches = [];
+      if (mode === "tx") {
+        for (let i = 0; i < pairs; i++) batches.push(r.multi().incr(shed).incr(other));
+      } else {
+        const p = r.pipeline();
+        for (let i = 0; i < pairs; i++) p.incr(shed).incr(other);
+        batches.push(p);
       }
-      if (res[0][0]) out.firstRefused++;
-      res.forEach(([err], i) => {
-        if (err) error(err);
-        else if (i % 2 === 0) out.shed++;
-        else out.other++;
-      });
+      for (const p of batches) {
+        let res;
+        try {
+          res = await p.exec();
+        } catch (e) {
+          error(e); // multi: EXECABORT, with the queued refusal
+          out.firstRefused++;
+          continue;
+        }
+        if (res[0][0]) out.firstRefused++;
+        res.forEach(([err], i) => {
+          if (err) error(err);
+          else if (i % 2 === 0) out.shed++;
+          else out.other++;
+        });
+      }
     }
     process.stdout.write(JSON.stringify(out) + "\n");
   }

@@ -4,9 +4,10 @@
 # in turn, rounds x pairs times, and prints one JSON line: the increments
 # acknowledged per key, the refusals, how many pipelines had their first
 # command refused, and the distinct error messages the application saw.
-# Modes: plain (one command at a time), pipeline (transaction=False),
-# tx (pipeline with transaction=True: MULTI/EXEC; not on RedisCluster,
-# which has no transactions). Arguments: host port cluster prefix rounds
+# Modes: plain (one command at a time), pipeline (transaction=False), tx
+# (pairs transactions of one pair each a round: pipeline with
+# transaction=True, MULTI/EXEC; not on RedisCluster, which has no
+# transactions). Arguments: host port cluster prefix rounds
 # pairs mode...
 import json
 import sys
@@ -41,20 +42,24 @@ for mode in modes:
                 r.incr(other)
                 out["other"] += 1
             continue
-        p = r.pipeline(transaction=(mode == "tx"))
+        if mode == "tx":
+            for _ in range(pairs):
+                p = r.pipeline(transaction=True)
+                p.incr(shed)
+                p.incr(other)
+                try:
+                    p.execute()
+                except ResponseError as e:
+                    error(e)
+                    out["firstRefused"] += 1
+                    continue
+                out["shed"] += 1
+                out["other"] += 1
+            continue
+        p = r.pipeline(transaction=False)
         for _ in range(pairs):
             p.incr(shed)
             p.incr(other)
-        if mode == "tx":
-            try:
-                p.execute()
-            except ResponseError as e:
-                error(e)
-                out["firstRefused"] += 1
-                continue
-            out["shed"] += pairs
-            out["other"] += pairs
-            continue
         res = p.execute(raise_on_error=False)
         if isinstance(res[0], Exception):
             out["firstRefused"] += 1
