@@ -19,7 +19,8 @@ import (
 // shed key over the client's share fail with routing.ShedError without
 // reaching a real redis-server, alone and in a pipeline, while the other
 // commands of the pipeline are answered once each (go-redis' default
-// retries: the refusal is not one it retries).
+// retries: the refusal is not one it retries); a transaction naming it is
+// refused whole.
 func TestHookSheds(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
@@ -54,6 +55,24 @@ func TestHookSheds(t *testing.T) {
 	}
 	if v, _ := direct.Get(ctx, "other").Int(); v != 2 {
 		t.Fatalf("other = %d, want 2", v)
+	}
+	// A transaction with the shed key over its share is refused whole,
+	// nothing sent, as the sidecar aborts it (EXECABORT).
+	cmds, err = app.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, "other")
+		p.Incr(ctx, "counter")
+		return nil
+	})
+	if err == nil || err.Error() != routing.ShedError {
+		t.Fatalf("MULTI with the shed key over its share: %v, want %q", err, routing.ShedError)
+	}
+	for i, c := range cmds {
+		if c.Err() == nil {
+			t.Fatalf("command %d of the refused transaction succeeded", i)
+		}
+	}
+	if v, _ := direct.Get(ctx, "other").Int(); v != 2 {
+		t.Fatalf("other = %d after a refused transaction, want 2: part of it ran", v)
 	}
 }
 
