@@ -147,12 +147,20 @@ func checkShedRun(t *testing.T, up upstream, lib string, r shedRun) {
 // table is in force.
 func shedSidecar(t *testing.T, up upstream, keys []string) string {
 	t.Helper()
-	tbl := routing.Table{SchemaVersion: 1, Policy: "ns/p", Version: 1, EpochMillis: 60000}
-	slices.Sort(keys) // a table's entries are sorted
+	var entries []routing.Entry
 	for _, k := range keys {
-		tbl.Entries = append(tbl.Entries, routing.Entry{Key: k, Source: routing.SourceDetected,
+		entries = append(entries, routing.Entry{Key: k, Source: routing.SourceDetected,
 			Shed: &routing.Shed{WritesPerSecond: 1, MinPerSecond: 1}})
 	}
+	return fileSidecar(t, up, entries)
+}
+
+// fileSidecar runs a real sidecar in front of up whose routing file holds
+// entries, and returns its client address once its table is in force.
+func fileSidecar(t *testing.T, up upstream, entries []routing.Entry) string {
+	t.Helper()
+	tbl := routing.Table{SchemaVersion: 1, Policy: "ns/p", Version: 1, EpochMillis: 60000, Entries: entries}
+	slices.SortFunc(tbl.Entries, func(a, b routing.Entry) int { return strings.Compare(a.Key, b.Key) }) // a table's entries are sorted
 	b, err := json.Marshal(tbl)
 	if err != nil {
 		t.Fatal(err)
