@@ -152,7 +152,7 @@ func setMitigatingCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1a
 		// The change to this reason is a Warning Event (transitions):
 		// clients are being refused.
 		reason = v1alpha1.ReasonShedding
-		msg += fmt.Sprintf("; %d shed over their budget (the excess is refused with TRYAGAIN)", n)
+		msg += fmt.Sprintf("; %d shed over their budget (the excess is refused with SHED)", n)
 	}
 	setCondition(st, gen, v1alpha1.ConditionMitigating, metav1.ConditionTrue, reason, msg)
 }

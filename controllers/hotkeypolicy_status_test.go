@@ -344,7 +344,7 @@ func TestSetMitigatingCondition(t *testing.T) {
 		"keys mitigated, some capped": {out: decide.Output{Keys: hotKeys(1), Capped: 2},
 			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonHotKeys, "1 keys mitigated; 2 more left out by capacity.maxMitigatedKeys")},
 		"a key shed": {mode: v1alpha1.ModeEnforce, out: shedOut,
-			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonShedding, "2 keys mitigated; 1 shed over their budget (the excess is refused with TRYAGAIN)")},
+			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonShedding, "2 keys mitigated; 1 shed over their budget (the excess is refused with SHED)")},
 		"a key that Enforce would shed, in Observe mode: nothing is refused": {mode: v1alpha1.ModeObserve, out: shedOut,
 			want: cond(v1alpha1.ConditionMitigating, metav1.ConditionTrue, v1alpha1.ReasonWouldShed, "2 keys mitigated; 1 would be shed over their budget (Observe mode: nothing is refused)")},
 	} {

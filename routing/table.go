@@ -164,10 +164,30 @@ type Shed struct {
 	MinPerSecond int64 `json:"minPerSecond,omitempty"`
 }
 
-// ShedError is the error reply of a shed command. TRYAGAIN is the code
-// Redis gives for a command to repeat later, which go-redis retries with
-// backoff and redis-py's cluster client retries too.
-const ShedError = "TRYAGAIN heatsink: key over its shed budget, retry later"
+// ShedCode is the error code of a shed command's reply (ShedError): a
+// code of heatsink's own, which no client library retries.
+//
+// Not TRYAGAIN (nor LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, NOREPLICAS
+// or "max number of clients"): go-redis v9 (Client and, per node,
+// ClusterClient) takes the FIRST command's error as a pipeline's and, when
+// it is one of those, sends the whole pipeline again (MaxRetries 3,
+// MaxRedirects 3 by default: redis.go pipelineReadCmds, osscluster.go
+// pipelineReadCmds, error.go shouldRetry), so every admitted command of
+// the pipeline is applied up to four times. The sidecar cannot tell a
+// plain command from a pipeline's first one (a pipeline may arrive in
+// several reads), and go-redis retries the same codes for both, so no code
+// is retried for the one and not replayed for the other. redis-py 4.3.4 (Redis: no error retried; RedisCluster and
+// its pipeline: TryAgainError retried per command) and ioredis 6 (Redis:
+// none; Cluster: TRYAGAIN retried per command, a pipeline only when every
+// other command is a read or failed alike) would retry TRYAGAIN safely,
+// but one reply serves every client: none retries SHED, so a refused
+// command reaches the application at once, as the documented error, and
+// an admitted one is applied exactly once (test/clients
+// TestShedPipelineAppliesEachWriteOnce).
+const ShedCode = "SHED"
+
+// ShedError is the error reply of a shed command.
+const ShedError = ShedCode + " heatsink: key over its shed budget, retry later"
 
 // LocalCache parameters.
 type LocalCache struct {

@@ -158,7 +158,7 @@ type HotKeyPolicyStatus struct {
 	HotKeyCount int32 `json:"hotKeyCount,omitempty"`
 
 	// shedKeyCount is the number of keys shed over their budget (or, in
-	// Observe mode, that would be): their excess is refused with TRYAGAIN.
+	// Observe mode, that would be): their excess is refused with SHED.
 	// +optional
 	ShedKeyCount int32 `json:"shedKeyCount,omitempty"`
 

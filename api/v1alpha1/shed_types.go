@@ -2,7 +2,9 @@ package v1alpha1
 
 // Shed configures shedding at the key: every sidecar admits its share of
 // the key's budget (in proportion to what it asks of what the whole fleet
-// asks) and answers the rest at once with a TRYAGAIN error, never queued.
+// asks) and answers the rest at once with a SHED error, never queued (a
+// code no client library retries, so no pipeline is sent again: see
+// docs/engine.md, Shed).
 // The reads of a key with a local cache are never shed.
 // +kubebuilder:validation:XValidation:rule="!has(self.readsPerSecond) || !has(self.reads) || self.reads",message="mitigations.shed.readsPerSecond is set but mitigations.shed.reads is false: reads would never be shed"
 type Shed struct {

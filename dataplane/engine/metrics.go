@@ -36,8 +36,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		refreshes:        c("cache_refreshes_total", "Early refreshes of cached keys started ahead of their expiry (each is one coalesced upstream read)."),
 		replicaReads:     c("replica_reads_total", "Reads of mitigated keys answered by a Redis replica (replicaReads)."),
 		replicaFallbacks: c("replica_fallbacks_total", "Reads from a Redis replica that failed and went to the master instead."),
-		shedReads:        c("shed_reads_total", "Reads of shed keys refused over their share of the key's budget (TRYAGAIN)."),
-		shedWrites:       c("shed_writes_total", "Writes of shed keys refused over their share of the key's budget (TRYAGAIN)."),
+		shedReads:        c("shed_reads_total", "Reads of shed keys refused over their share of the key's budget (SHED)."),
+		shedWrites:       c("shed_writes_total", "Writes of shed keys refused over their share of the key's budget (SHED)."),
 	}
 	if reg != nil {
 		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.replicaReads, &m.replicaFallbacks, &m.shedReads, &m.shedWrites} {

@@ -370,8 +370,11 @@ func (e *Engine) Invalidates(args [][]byte, d Decision, f func(key string)) {
 // table. A command that names no mitigated key gets ClassNone and OpRaw.
 //
 // A command on a shed key over its share (shed.go) is refused with
-// routing.ShedError, except inside MULTI, where the transaction's
-// commands are queued by Redis and answered by EXEC as a whole.
+// routing.ShedError, inside MULTI too: the sidecar then aborts the
+// transaction as Redis does for a command refused at queue time (EXEC
+// answers EXECABORT, nothing runs), and the go-redis hook refuses the
+// transaction whole, so a transaction never runs in part and is no way
+// around the budget.
 func (e *Engine) Decide(args [][]byte, inTx bool) Decision {
 	ix := e.table.Load()
 	t := ix.table
@@ -381,7 +384,7 @@ func (e *Engine) Decide(args [][]byte, inTx bool) Decision {
 		}
 		return t.Lookup(k), true
 	}, inTx)
-	if !ix.shedding || inTx || d.Class == ClassNone || d.Op == OpRefuse {
+	if !ix.shedding || d.Class == ClassNone || d.Op == OpRefuse {
 		return d
 	}
 	if k := e.shed(ix, args, d.Write); k != "" {

@@ -232,11 +232,19 @@ func (s *session) invalidateKeys(keys []string) {
 	}
 }
 
+// errResend answers a streamed command met by MOVED or ASK. Its code is
+// heatsink's own, for the reason routing.ShedCode is: Redis Cluster
+// answers TRYAGAIN during a resharding, but go-redis (Client, and per node
+// ClusterClient) sends a whole pipeline again when its first command's
+// error is TRYAGAIN, applying every other command of it again; no client
+// library retries RESEND. The command was not applied (Redis redirected
+// it), so the application may send it again.
+const errResend = "RESEND heatsink proxy: the key's slot moved while its large value was sent; nothing was applied, send it again"
+
 // redirectStreamed answers a MOVED or ASK to a streamed command, which
-// the proxy cannot send again (it kept none of it): TRYAGAIN, as Redis
-// Cluster answers a command it cannot serve during a resharding, after
+// the proxy cannot send again (it kept none of it), with errResend, after
 // asking for a fresh slot map.
 func (s *session) redirectStreamed() {
 	s.p.topo.refreshAsync()
-	s.cw.Buf = resp.AppendError(s.cw.Buf, "TRYAGAIN heatsink proxy: the key's slot moved while its large value was sent; send it again")
+	s.cw.Buf = resp.AppendError(s.cw.Buf, errResend)
 }

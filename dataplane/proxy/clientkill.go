@@ -50,6 +50,7 @@ const errNoSuchClient = "ERR No such client"
 func (s *session) clientKill() (done bool, err error) {
 	if s.inTx || s.pinPending {
 		s.localError(refuseClientKillInTx)
+		s.refusedInTx()
 		return false, nil
 	}
 	args := s.cmd.Args

@@ -164,4 +164,9 @@ func TestClientKillOfOthersRefused(t *testing.T) {
 	if diff := cmp.Diff(any(resp.Error("ERR heatsink proxy: CLIENT KILL inside MULTI is not supported through the proxy")), v); diff != "" {
 		t.Errorf("CLIENT KILL in MULTI (-want +got):\n%s", diff)
 	}
+	// Refused at queue time, as Redis refuses a command: EXEC aborts.
+	v, _ = rc.do("EXEC")
+	if diff := cmp.Diff(any(resp.Error("EXECABORT Transaction discarded because of previous errors.")), v); diff != "" {
+		t.Errorf("EXEC after the refused CLIENT KILL (-want +got):\n%s", diff)
+	}
 }

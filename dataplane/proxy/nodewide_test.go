@@ -341,6 +341,16 @@ func TestNodeWideInClusterTransactionRefused(t *testing.T) {
 	if diff := cmp.Diff(any(resp.Error("ERR heatsink proxy: SWAPDB acts on every node of a cluster; run it against each node directly")), v); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+	// Refused at queue time, as Redis refuses a command: EXEC aborts, and
+	// the connection is out of the transaction.
+	v, _ = rc.do("EXEC")
+	if diff := cmp.Diff(any(resp.Error("EXECABORT Transaction discarded because of previous errors.")), v); diff != "" {
+		t.Errorf("EXEC after the refused commands (-want +got):\n%s", diff)
+	}
+	v, _ = rc.do("PING")
+	if diff := cmp.Diff(any("PONG"), v); diff != "" {
+		t.Errorf("PING after the aborted transaction (-want +got):\n%s", diff)
+	}
 }
 
 // infoKeyspace is the Keyspace section of an INFO text without avg_ttl,

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -103,6 +104,9 @@ type session struct {
 	pinPending bool
 	inTx       bool
 	watching   bool
+	// txRefused: the proxy refused a command of the open transaction
+	// (session_tx.go), so its EXEC answers EXECABORT and runs nothing.
+	txRefused bool
 
 	// db is the client's database as the proxy sent it (unknownDB when it
 	// cannot tell), dbSeq numbers its changes, txSelect marks a SELECT
@@ -312,6 +316,7 @@ func (s *session) handle() (done bool, err error) {
 		return true, errQuit
 	case opRefuse:
 		s.localError(c.route.err)
+		s.refusedInTx()
 		return false, nil
 	case opHello:
 		return false, nil // answered by helloShared
@@ -355,6 +360,9 @@ func (s *session) handle() (done bool, err error) {
 
 	if c.mitigated {
 		if s.mitigated(&c, args) {
+			if c.decision.Op == engine.OpRefuse {
+				s.refusedInTx()
+			}
 			return false, nil
 		}
 		inval = invalidates(s.p.cfg.Engine, args, c.decision)
@@ -367,6 +375,11 @@ func (s *session) handle() (done bool, err error) {
 	}
 
 	if c.info.Kind == command.EndTx {
+		if s.txRefused && s.inTx && command.EqFold(args[0], "EXEC") {
+			s.execAborted(c.node)
+			return false, nil
+		}
+		s.txRefused = false
 		s.endTxDB(args[0])
 	}
 	node := c.node

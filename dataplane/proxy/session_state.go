@@ -23,7 +23,7 @@ func (s *session) sessionCommand() error {
 		s.prelude.reset()
 		s.stickyState = false
 		s.proto = 2
-		s.pinned, s.pinPending, s.inTx, s.watching = -1, false, false, false
+		s.pinned, s.pinPending, s.inTx, s.watching, s.txRefused = -1, false, false, false, false
 	} else {
 		un = s.prelude.setUndoable(stateSlot(args[0]), raw, s.proto)
 		if command.EqFold(args[0], "HELLO") && len(args) > 1 {

@@ -18,9 +18,10 @@ import (
 
 // TestShedRefusesTheExcessAtOnce: through the sidecar against a real
 // redis-server, the writes of a shed key over the sidecar's share are
-// answered TRYAGAIN without reaching Redis, the admitted ones are applied,
-// a plain key on the same server is untouched, the reads of a cached shed
-// key are never shed, and a transaction is not shed. The clock is a fake
+// answered routing.ShedError without reaching Redis, the admitted ones are
+// applied once each (go-redis' default retries), a plain key on the same
+// server is untouched, the reads of a cached shed key are never shed, and a
+// transaction with a command over the share is aborted whole (EXECABORT). The clock is a fake
 // one: the share is whatever tokens its steps add, exactly.
 func TestShedRefusesTheExcessAtOnce(t *testing.T) {
 	skipShort(t)
@@ -47,8 +48,8 @@ func checkShed(t *testing.T, srvAddr string, noLoop bool) {
 	}})
 	rec := &recorder{m: map[string][3]uint32{}}
 	addr, _ := start(t, proxy.Config{Upstreams: []string{srvAddr}, Engine: eng, Observer: rec, Policy: "ns/p", NoEventLoop: noLoop})
-	// No retries: every refusal is seen as it is.
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	// go-redis' defaults: the refusal is not one it retries.
+	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	ctx := context.Background()
 	ec.ConfigResetStat(ctx)
@@ -60,7 +61,7 @@ func checkShed(t *testing.T, srvAddr string, noLoop bool) {
 			switch {
 			case err == nil:
 				ok++
-			case redis.IsTryAgainError(err) && strings.HasPrefix(err.Error(), routing.ShedError):
+			case err.Error() == routing.ShedError:
 				shedN++
 			default:
 				t.Fatalf("INCR counter: %v", err)
@@ -112,15 +113,28 @@ func checkShed(t *testing.T, srvAddr string, noLoop bool) {
 			}
 		}
 	})
-	t.Run("a transaction is not shed", func(t *testing.T) {
-		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	t.Run("a transaction over the share is aborted whole", func(t *testing.T) {
+		before, _ := ec.Get(ctx, "counter").Int()
+		cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for range 20 {
 				p.Incr(ctx, "counter")
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatalf("MULTI of 20 INCRs: %v", err)
+		if err == nil || !strings.HasPrefix(err.Error(), "EXECABORT ") {
+			t.Fatalf("MULTI of 20 INCRs over the share: %v, want EXECABORT", err)
+		}
+		refused := 0
+		for _, cmd := range cmds {
+			if e := cmd.Err(); e != nil && e.Error() == routing.ShedError {
+				refused++
+			}
+		}
+		if refused == 0 {
+			t.Fatalf("no INCR in MULTI got %q", routing.ShedError)
+		}
+		if v, _ := ec.Get(ctx, "counter").Int(); v != before {
+			t.Fatalf("counter = %d after an aborted transaction, want %d: some of it ran", v, before)
 		}
 	})
 }
@@ -165,7 +179,7 @@ func checkShedSlowShard(t *testing.T, srvAddr string, noLoop bool) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range writers {
-		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 		defer c.Close()
 		wg.Go(func() {
 			for range 1_000_000 {
@@ -174,7 +188,7 @@ func checkShedSlowShard(t *testing.T, srvAddr string, noLoop bool) {
 					return
 				default:
 				}
-				if err := c.Incr(ctx, "counter").Err(); err != nil && !redis.IsTryAgainError(err) {
+				if err := c.Incr(ctx, "counter").Err(); err != nil && err.Error() != routing.ShedError {
 					t.Errorf("INCR: %v", err)
 					return
 				}

@@ -16,14 +16,16 @@ import (
 )
 
 // TestHookSheds: in process, as through the sidecar, the commands of a
-// shed key over the client's share fail with TRYAGAIN without reaching a
-// real redis-server, alone and in a pipeline, while the other commands of
-// the pipeline are answered.
+// shed key over the client's share fail with routing.ShedError without
+// reaching a real redis-server, alone and in a pipeline, while the other
+// commands of the pipeline are answered once each (go-redis' default
+// retries: the refusal is not one it retries); a transaction naming it is
+// refused whole.
 func TestHookSheds(t *testing.T) {
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
-	app := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	app := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { app.Close(); direct.Close() })
 	e := engine.New(app, engine.Options{Clock: clk})
@@ -36,7 +38,7 @@ func TestHookSheds(t *testing.T) {
 		t.Fatalf("first INCR (the first attempt is admitted): %v", err)
 	}
 	err := app.Incr(ctx, "counter").Err()
-	if !redis.IsTryAgainError(err) || err.Error() != routing.ShedError {
+	if err == nil || err.Error() != routing.ShedError {
 		t.Fatalf("second INCR with the clock still: %v, want %q", err, routing.ShedError)
 	}
 	cmds, _ := app.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -45,7 +47,7 @@ func TestHookSheds(t *testing.T) {
 		p.Incr(ctx, "other")
 		return nil
 	})
-	if cmds[0].Err() != nil || cmds[2].Err() != nil || !redis.IsTryAgainError(cmds[1].Err()) {
+	if cmds[0].Err() != nil || cmds[2].Err() != nil || cmds[1].Err() == nil || cmds[1].Err().Error() != routing.ShedError {
 		t.Fatalf("pipeline: %v, %v, %v; want the shed key's INCR alone refused", cmds[0].Err(), cmds[1].Err(), cmds[2].Err())
 	}
 	if v, _ := direct.Get(ctx, "counter").Int(); v != 1 {
@@ -53,6 +55,24 @@ func TestHookSheds(t *testing.T) {
 	}
 	if v, _ := direct.Get(ctx, "other").Int(); v != 2 {
 		t.Fatalf("other = %d, want 2", v)
+	}
+	// A transaction with the shed key over its share is refused whole,
+	// nothing sent, as the sidecar aborts it (EXECABORT).
+	cmds, err = app.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, "other")
+		p.Incr(ctx, "counter")
+		return nil
+	})
+	if err == nil || err.Error() != routing.ShedError {
+		t.Fatalf("MULTI with the shed key over its share: %v, want %q", err, routing.ShedError)
+	}
+	for i, c := range cmds {
+		if c.Err() == nil {
+			t.Fatalf("command %d of the refused transaction succeeded", i)
+		}
+	}
+	if v, _ := direct.Get(ctx, "other").Int(); v != 2 {
+		t.Fatalf("other = %d after a refused transaction, want 2: part of it ran", v)
 	}
 }
 
@@ -65,7 +85,7 @@ func TestHookShedFollowsASlowShard(t *testing.T) {
 	const budget, writers = 400, 20
 	srv := redistest.Standalone(t)
 	ctx := context.Background()
-	app := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, PoolSize: writers})
+	app := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: writers})
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { app.Close(); direct.Close() })
 	e := engine.New(app, engine.Options{})
@@ -84,7 +104,7 @@ func TestHookShedFollowsASlowShard(t *testing.T) {
 					return
 				default:
 				}
-				if err := app.Incr(ctx, "counter").Err(); err != nil && !redis.IsTryAgainError(err) {
+				if err := app.Incr(ctx, "counter").Err(); err != nil && err.Error() != routing.ShedError {
 					t.Errorf("INCR: %v", err)
 					return
 				}

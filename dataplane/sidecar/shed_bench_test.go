@@ -143,7 +143,7 @@ func BenchmarkShed(b *testing.B) {
 							if w >= writers*7/10 {
 								addr = addrs[1]
 							}
-							c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1})
+							c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
 							defer c.Close()
 							wg.Go(func() {
 								var ok, shed []time.Duration
@@ -171,7 +171,7 @@ func BenchmarkShed(b *testing.B) {
 									switch {
 									case err == nil:
 										ok = append(ok, d)
-									case redis.IsTryAgainError(err):
+									case err.Error() == routing.ShedError:
 										shed = append(shed, d)
 									}
 								}
