@@ -123,8 +123,14 @@ func (g goRedis) do(t *testing.T, b batch) outcome {
 			cmds = append(cmds, p.Do(ctx, args(op)...))
 		}
 		_, err := p.Exec(ctx)
-		if b.Mode == "tx" && err != nil && strings.HasPrefix(err.Error(), "EXECABORT") {
-			return outcome{Aborted: "e:" + err.Error()}
+		if b.Mode == "tx" && err != nil {
+			// go-redis may return the first queued command's error; EXEC's
+			// own (EXECABORT) is then on the commands it discarded.
+			for _, e := range append([]error{err}, cmdErrs(cmds)...) {
+				if strings.HasPrefix(e.Error(), "EXECABORT") {
+					return outcome{Aborted: "e:" + e.Error() + " (" + err.Error() + ")"}
+				}
+			}
 		}
 	}
 	var o outcome
@@ -136,6 +142,15 @@ func (g goRedis) do(t *testing.T, b batch) outcome {
 		o.Replies = append(o.Replies, normGo(v, err))
 	}
 	return o
+}
+
+func cmdErrs(cmds []*redis.Cmd) (out []error) {
+	for _, c := range cmds {
+		if c.Err() != nil {
+			out = append(out, c.Err())
+		}
+	}
+	return out
 }
 
 // normGo normalises a go-redis reply as the scripts do (runner.py).
