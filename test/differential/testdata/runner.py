@@ -60,11 +60,18 @@ for line in sys.stdin:
     try:
         res = p.execute(raise_on_error=False)
     except redis.exceptions.RedisError as e:
-        # A transaction that failed as a whole, or a pipeline the client
-        # gave up on: every command of it gets the error.
         if mode == "tx":
-            print(json.dumps({"x": norm(e)}), flush=True)
+            # With raise_on_error=False, redis-py raises from a transaction
+            # only when EXEC failed: on EXECABORT it raises the first
+            # queue-time error, annotated "Command # n (...) of pipeline
+            # caused error" (Pipeline._execute_transaction).
+            x = norm(e)
+            if isinstance(e, redis.exceptions.ExecAbortError) or "of pipeline caused error" in str(e):
+                x = "EXECABORT " + x
+            print(json.dumps({"x": x}), flush=True)
         else:
+            # A pipeline the client gave up on: every command of it gets
+            # the error.
             print(json.dumps({"r": [norm(e)] * len(ops)}), flush=True)
         continue
     print(json.dumps({"r": [norm(v) for v in res]}), flush=True)
