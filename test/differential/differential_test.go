@@ -1,13 +1,14 @@
 // Package differential holds heatsink's differential harness for
-// mitigated keys: generated sequences of commands, sent by real client
-// libraries in their default configuration (go-redis, redis-py, ioredis)
+// mitigated keys. Generated sequences of commands are sent by real client
+// libraries in their default configuration (go-redis, redis-py, ioredis),
 // one by one, pipelined and in transactions, through the heatsink sidecar
-// (the shipped binary, started as the injector starts it) in front of a
-// standalone Redis and a 3-master Redis Cluster with passwords, whose
-// routing table puts every move on one key each (coalesce, local cache,
-// replicate, split, pre-aggregate, shed) beside an unmitigated key, are
-// compared with the same sequences sent by the same library to a Redis
-// without heatsink. A run fails on:
+// (the shipped binary, started as the injector starts it: credentials from
+// files) whose routing table puts every move on one key each (coalesce,
+// local cache, replicate, split, pre-aggregate, shed) beside an
+// unmitigated key, in front of a standalone Redis, a 3-master Redis
+// Cluster and a Sentinel-managed master, with passwords on Redis and on
+// the Sentinels; and the same sequences are sent by the same library to a
+// Redis without heatsink. A run fails on:
 //
 //   - a reply that differs from Redis's (a lost or doubled write shows in
 //     the next read or INCR of the key, and in the final read of every key;
@@ -17,9 +18,8 @@
 //     nothing run): a refused command is left out of the reference run;
 //   - a batch with no answer within replyWait (a connection left hanging).
 //
-// `go test` runs a bounded number of sequences (seeds 1..diffSeeds, a few
-// dozen batches each); `make fuzz` runs longer ones through
-// HEATSINK_DIFF_SEEDS and HEATSINK_DIFF_BATCHES.
+// `go test` runs one sequence of 24 batches per cell; `make fuzz` runs
+// longer ones through HEATSINK_DIFF_SEEDS and HEATSINK_DIFF_BATCHES.
 package differential
 
 import (
@@ -94,7 +94,8 @@ func envInt(name string, def int) int {
 }
 
 // TestDifferential runs the matrix: every move × every client library ×
-// plain, pipelined and transactional use × standalone and cluster.
+// plain, pipelined and transactional use × standalone, cluster and
+// Sentinel.
 func TestDifferential(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server and the heatsink binary; skipped with -short")

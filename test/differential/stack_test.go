@@ -15,20 +15,30 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// password is the Redis password of every topology behind the sidecar:
-// production sets one, so the harness does.
-const password = "diff-Pa55word"
+// password is the Redis password of every topology behind the sidecar,
+// and sentinelPassword the Sentinels' own: production sets them, so the
+// harness does.
+const (
+	password         = "diff-Pa55word"
+	sentinelPassword = "diff-Sentinel-Pa55"
+)
 
 // topology is a Redis deployment behind the sidecar.
 type topology struct {
 	name    string
 	cluster bool
-	// addrs are the sidecar's upstreams (every master).
+	// addrs are the sidecar's upstreams (every master); behind Sentinel,
+	// the master at the start (the harness makes no failover).
 	addrs []string
+	// sentinels and master name the Sentinels and the master they
+	// monitor, when the sidecar follows them instead of addrs.
+	sentinels []string
+	master    string
 }
 
 func topologies(t *testing.T) []topology {
@@ -45,10 +55,19 @@ func topologies(t *testing.T) []topology {
 		}
 		n.Close()
 	}
-	return []topology{
+	out := []topology{
 		{name: "standalone", addrs: []string{s.Addr}},
 		{name: "cluster", cluster: true, addrs: c.Addrs()},
 	}
+	if redisproc.Available() == nil {
+		if _, err := exec.LookPath("redis-sentinel"); err == nil {
+			sn := redistest.Sentinel(t, redisproc.SentinelOptions{Replicas: 1, Sentinels: 1, Password: password, SentinelPassword: sentinelPassword})
+			out = append(out, topology{name: "sentinel", addrs: []string{sn.Data[0].Addr}, sentinels: sn.SentinelAddrs(), master: sn.Opts.MasterName})
+		} else {
+			t.Log("redis-sentinel is not installed (make redis installs it): no Sentinel topology")
+		}
+	}
+	return out
 }
 
 // startSidecar runs the heatsink binary's sidecar as the injector runs it
@@ -62,9 +81,11 @@ func startSidecar(t *testing.T, top topology, tbl *routing.Table) string {
 		t.Skip("HEATSINK_BIN is not set: run through make test, which builds bin/heatsink")
 	}
 	dir := t.TempDir()
-	pwFile := filepath.Join(dir, "password")
-	if err := os.WriteFile(pwFile, []byte(password), 0o600); err != nil {
-		t.Fatal(err)
+	pwFile, sentinelPwFile := filepath.Join(dir, "password"), filepath.Join(dir, "sentinel-password")
+	for f, pw := range map[string]string{pwFile: password, sentinelPwFile: sentinelPassword} {
+		if err := os.WriteFile(f, []byte(pw), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	data, err := tbl.Marshal()
 	if err != nil {
@@ -75,11 +96,16 @@ func startSidecar(t *testing.T, top topology, tbl *routing.Table) string {
 		t.Fatal(err)
 	}
 	listen, httpAddr := freeAddr(t), freeAddr(t)
-	args := []string{"sidecar", "--listen", listen, "--http-address", httpAddr,
-		"--upstream", strings.Join(top.addrs, ","), "--routing-file", rtFile,
+	args := []string{"sidecar", "--listen", listen, "--http-address", httpAddr, "--routing-file", rtFile,
 		"--redis-password-file", pwFile, "--node-agent", "", "--policy", tbl.Policy, "--namespace", "diff"}
-	if top.cluster {
-		args = append(args, "--cluster")
+	switch {
+	case top.sentinels != nil:
+		args = append(args, "--sentinel", strings.Join(top.sentinels, ","), "--sentinel-master", top.master,
+			"--sentinel-password-file", sentinelPwFile)
+	case top.cluster:
+		args = append(args, "--upstream", strings.Join(top.addrs, ","), "--cluster")
+	default:
+		args = append(args, "--upstream", strings.Join(top.addrs, ","))
 	}
 	cmd := exec.Command(bin, args...)
 	logs := &strings.Builder{}
