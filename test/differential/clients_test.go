@@ -131,6 +131,13 @@ func (g goRedis) do(t *testing.T, b batch) outcome {
 					return outcome{Aborted: "e:" + e.Error() + " (" + err.Error() + ")"}
 				}
 			}
+			// ClusterClient reads EXEC's EXECABORT and gives every command
+			// the first queue-time error instead (as it does with Redis
+			// itself): a transaction none of whose commands has a reply.
+			var rerr redis.Error
+			if errors.As(err, &rerr) && len(cmdErrs(cmds)) == len(cmds) {
+				return outcome{Aborted: "e:EXECABORT (go-redis: every command failed with " + err.Error() + ")"}
+			}
 		}
 	}
 	var o outcome
