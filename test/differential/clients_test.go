@@ -135,7 +135,7 @@ func (g goRedis) do(t *testing.T, b batch) outcome {
 			// the first queue-time error instead (as it does with Redis
 			// itself): a transaction none of whose commands has a reply.
 			var rerr redis.Error
-			if errors.As(err, &rerr) && len(cmdErrs(cmds)) == len(cmds) {
+			if errs := cmdErrs(cmds); errors.As(err, &rerr) && len(errs) == len(cmds) && allAre(errs, err) {
 				return outcome{Aborted: "e:EXECABORT (go-redis: every command failed with " + err.Error() + ")"}
 			}
 		}
@@ -158,6 +158,15 @@ func cmdErrs(cmds []*redis.Cmd) (out []error) {
 		}
 	}
 	return out
+}
+
+func allAre(errs []error, want error) bool {
+	for _, e := range errs {
+		if e.Error() != want.Error() {
+			return false
+		}
+	}
+	return true
 }
 
 // normGo normalises a go-redis reply as the scripts do (runner.py).
