@@ -131,11 +131,11 @@ func (g goRedis) do(t *testing.T, b batch) outcome {
 					return outcome{Aborted: "e:" + e.Error() + " (" + err.Error() + ")"}
 				}
 			}
-			// ClusterClient reads EXEC's EXECABORT and gives every command
-			// the first queue-time error instead (as it does with Redis
-			// itself): a transaction none of whose commands has a reply.
+			// ClusterClient reads EXEC's EXECABORT as it does with Redis
+			// itself: each command refused at queue time keeps its error,
+			// every other one gets the first of them (classifyExecError).
 			var rerr redis.Error
-			if errs := cmdErrs(cmds); errors.As(err, &rerr) && len(errs) == len(cmds) && allAre(errs, err) {
+			if errs := cmdErrs(cmds); errors.As(err, &rerr) && len(errs) == len(cmds) && queueErrors(errs, err) {
 				return outcome{Aborted: "e:EXECABORT (go-redis: every command failed with " + err.Error() + ")"}
 			}
 		}
@@ -160,9 +160,12 @@ func cmdErrs(cmds []*redis.Cmd) (out []error) {
 	return out
 }
 
-func allAre(errs []error, want error) bool {
+// queueErrors reports whether errs are what go-redis' ClusterClient gives
+// the commands of a transaction EXEC aborted: first, or a refusal of
+// heatsink's at queue time.
+func queueErrors(errs []error, first error) bool {
 	for _, e := range errs {
-		if e.Error() != want.Error() {
+		if e.Error() != first.Error() && !refusal("e:"+e.Error()) {
 			return false
 		}
 	}
