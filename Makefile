@@ -99,9 +99,11 @@ e2e: ## Install heatsink with Helm and kustomize into a real one-node Kubernetes
 	hack/e2e.sh
 
 FUZZTIME ?= 30s
+DIFF_SEEDS ?= 10
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for FUZZTIME (30s) each.
+fuzz: build ## Run every fuzz target for FUZZTIME (30s) each, then the differential harness for DIFF_SEEDS (10) long sequences per cell.
 	hack/fuzz.sh $(FUZZTIME)
+	HEATSINK_DIFF_SEEDS=$(DIFF_SEEDS) HEATSINK_DIFF_BATCHES=200 go test -count=1 -timeout 60m -run '^TestDifferential$$' ./test/differential/
 
 .PHONY: bench
 bench: setup ## Run every benchmark and write bench-report.md.

@@ -409,6 +409,11 @@ func TestPreAggregateFlush(t *testing.T) {
 	if got := rawSum(t, tg.client, en); got != 0 {
 		t.Fatalf("before the flush Redis holds %d, want 0", got)
 	}
+	// A read through the same engine sees the increments it holds, as the
+	// INCR replies did (the differential harness found GET behind them).
+	if v, found, err := e.Get(ctx, k); err != nil || !found || string(v) != "10" {
+		t.Fatalf("GET before the flush: %q, %v, %v; want 10, the pending increments", v, found, err)
+	}
 	eventually.Succeeds(t, 5*time.Second, func() error {
 		if !clk.HasWaiters() {
 			return errors.New("flush timer not armed")

@@ -193,7 +193,7 @@ func (e *Engine) getRaw(ctx context.Context, key string) ([]byte, bool, error) {
 func (e *Engine) fetch(ctx context.Context, p *plan, active bool) (readResult, error) {
 	switch {
 	case p.entry.Split != nil && p.hasShards:
-		total, exists, err := e.sum(ctx, p)
+		total, exists, err := e.counterSum(ctx, p)
 		if err != nil || !exists {
 			return readResult{}, err
 		}
@@ -225,6 +225,28 @@ func (e *Engine) readKey(ctx context.Context, p *plan, key string, active bool) 
 		}
 	}
 	return e.getRaw(ctx, key)
+}
+
+// counterSum is a split counter's value as this process knows it: the sum
+// of its physical keys plus, when it is pre-aggregated, this process's
+// increments not yet flushed, so that a read after an INCR sees it as the
+// INCR's reply did. flushMu keeps a flush from moving increments out of
+// pending into Redis while they are summed: each is counted once.
+func (e *Engine) counterSum(ctx context.Context, p *plan) (int64, bool, error) {
+	if p.entry.PreAggregate == nil {
+		return e.sum(ctx, p)
+	}
+	c := e.counter(p.key)
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	total, exists, err := e.sum(ctx, p)
+	if err != nil {
+		return 0, false, err
+	}
+	c.mu.Lock()
+	pending := c.pending
+	c.mu.Unlock()
+	return total + pending, exists || pending != 0, nil
 }
 
 // errNotInteger is returned when a split counter's key holds something else.
