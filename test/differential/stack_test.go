@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
@@ -76,10 +77,7 @@ func topologies(t *testing.T) []topology {
 // the test ends, and returns its client address once it is ready.
 func startSidecar(t *testing.T, top topology, tbl *routing.Table) string {
 	t.Helper()
-	bin := os.Getenv("HEATSINK_BIN")
-	if bin == "" {
-		t.Skip("HEATSINK_BIN is not set: run through make test, which builds bin/heatsink")
-	}
+	bin := heatsinkbin.Path(t)
 	dir := t.TempDir()
 	pwFile, sentinelPwFile := filepath.Join(dir, "password"), filepath.Join(dir, "sentinel-password")
 	for f, pw := range map[string]string{pwFile: password, sentinelPwFile: sentinelPassword} {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
 	"github.com/heatsink-dev/heatsink/internal/testing/proxytest"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 )
@@ -166,24 +166,6 @@ func counter(t *testing.T, g prometheus.Gatherer, name string, want map[string]s
 	return sum
 }
 
-// heatsinkBinary is the heatsink binary: $HEATSINK_BIN when set (make test
-// builds it), else built from this tree into the test's temporary dir.
-func heatsinkBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("HEATSINK_BIN"); b != "" {
-		if _, err := os.Stat(b); err == nil {
-			return b
-		}
-	}
-	out := filepath.Join(t.TempDir(), "heatsink")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/heatsink-dev/heatsink/cmd/heatsink")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return out
-}
-
 // proxyProcess is `heatsink sidecar` running as its own process.
 type proxyProcess struct {
 	addr   string
@@ -197,7 +179,7 @@ type proxyProcess struct {
 // listening on a free port, in front of upstream.
 func startProxyProcess(t *testing.T, upstream string, prefix []string, flags ...string) *proxyProcess {
 	t.Helper()
-	bin := heatsinkBinary(t)
+	bin := heatsinkbin.Path(t)
 	port := freePort(t, false)
 	pp := &proxyProcess{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
 	args := append(append([]string{}, prefix...), bin, "sidecar", "--listen", pp.addr, "--upstream", upstream,

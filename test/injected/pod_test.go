@@ -19,25 +19,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-)
 
-// heatsinkBinary is $HEATSINK_BIN (make test builds it), else built from
-// this tree into the test's temporary directory.
-func heatsinkBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("HEATSINK_BIN"); b != "" {
-		if _, err := os.Stat(b); err == nil {
-			return b
-		}
-	}
-	out := filepath.Join(t.TempDir(), "heatsink")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/heatsink-dev/heatsink/cmd/heatsink")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return out
-}
+	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
+)
 
 // kubelet stands in for the kubelet of one pod on this host: it lays out
 // the pod's Secret and ConfigMap volumes and resolves the container's
@@ -231,7 +215,7 @@ func (k *kubelet) run(t *testing.T, c corev1.Container) *sidecarProcess {
 	}
 	// Only what the kubelet gives the container: no variable of this
 	// test's environment leaks in.
-	p.cmd = exec.Command(heatsinkBinary(t), args...)
+	p.cmd = exec.Command(heatsinkbin.Path(t), args...)
 	p.cmd.Env = append(env, "PATH="+os.Getenv("PATH"))
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.started = time.Now()

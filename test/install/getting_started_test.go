@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +25,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/internal/testing/docblock"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
 	"github.com/heatsink-dev/heatsink/internal/testing/netns"
 	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/nodeagent/capture"
@@ -64,7 +63,7 @@ func TestGettingStartedAsDocumented(t *testing.T) {
 	}
 	l := newLifecycle(t)
 	l.docs = docblock.Load(t, l.sh.Dir, "docs/getting-started.md")
-	l.sh.Tools["heatsink"] = heatsinkBinary(t)
+	l.sh.Tools["heatsink"] = heatsinkbin.Path(t)
 	ctx := l.ctx
 
 	// The node: Redis in the server namespace, the application's
@@ -411,22 +410,4 @@ func checkInjected(t *testing.T, l *lifecycle) {
 		t.Errorf("the injection webhook did not inject a pod of the patched template: init containers %v, annotations %v, labels %v",
 			pod.Spec.InitContainers, pod.Annotations, pod.Labels)
 	}
-}
-
-// heatsinkBinary is $HEATSINK_BIN (make test builds it), else built from
-// this tree into the test's temporary directory.
-func heatsinkBinary(t *testing.T) string {
-	t.Helper()
-	if b := os.Getenv("HEATSINK_BIN"); b != "" {
-		if _, err := os.Stat(b); err == nil {
-			return b
-		}
-	}
-	out := filepath.Join(t.TempDir(), "heatsink")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/heatsink-dev/heatsink/cmd/heatsink")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return out
 }
