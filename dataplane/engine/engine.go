@@ -11,8 +11,8 @@ package engine
 
 import (
 	"context"
-	"crypto/tls"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,10 +61,11 @@ type Options struct {
 	// Without it a cluster client's come from CLUSTER SLOTS and a
 	// standalone client's from the table.
 	Replicas ReplicaSource
-	// ReplicaTLS, if set, is the TLS configuration of connections to
-	// replicas, instead of the client's own (which a client with its own
-	// dialer, such as the sidecar's in Sentinel mode, does not carry).
-	ReplicaTLS *tls.Config
+	// ReplicaDialer, if set, dials replicas (TLS included) instead of the
+	// client's own TLS configuration: the sidecar's clients dial with one
+	// (proxy.TLSDialer) so that each handshake sees the current CA bundle,
+	// and in Sentinel mode its client's own dialer reaches the master alone.
+	ReplicaDialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (o *Options) defaults() {

@@ -161,7 +161,12 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 	d := net.Dialer{Timeout: 5 * time.Second}
 	var conn net.Conn
 	var err error
-	if tr.opts.TLSConfig != nil {
+	if tr.opts.Dialer != nil {
+		// The client's own dialer (the sidecar's: TLS with the current
+		// CA bundle, or the Sentinel follower's) reaches the node as its
+		// connections do.
+		conn, err = tr.opts.Dialer(ctx, "tcp", tr.opts.Addr)
+	} else if tr.opts.TLSConfig != nil {
 		td := tls.Dialer{NetDialer: &d, Config: tr.opts.TLSConfig}
 		conn, err = td.DialContext(ctx, "tcp", tr.opts.Addr)
 	} else {

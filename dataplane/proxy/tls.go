@@ -85,6 +85,30 @@ func ClientTLS(o TLSOptions) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// TLSDialer is a go-redis Options.Dialer that connects over TLS with cfg (a
+// configuration ClientTLS made) as dialTLS does: each connection checks
+// Redis' certificate against the CA bundle as it is at its handshake, and
+// against the configured server name or else the host it dials. The
+// engine's clients dial with it rather than with Options.TLSConfig, with
+// which go-redis keeps the bundle read at start whenever no server name
+// is set (tls_ca.go).
+func TLSDialer(cfg *tls.Config, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	return func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return DialTLS(ctx, d, cfg, addr)
+	}
+}
+
+// DialTLS connects to addr with d and completes the TLS handshake with cfg
+// (see TLSDialer).
+func DialTLS(ctx context.Context, d *net.Dialer, cfg *tls.Config, addr string) (net.Conn, error) {
+	tc, err := dialTLS(ctx, d, cfg, addr)
+	if err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
 // dialTLS connects to addr and completes the TLS handshake within the
 // dialer's timeout, checking Redis' certificate against the configured
 // server name or else addr's host, as tls.Dialer does, against the CA

@@ -13,20 +13,16 @@ import (
 // The Redis CA bundle is a mounted Secret too, and rotates like the client
 // certificate (secretfiles.go): it is read at each handshake, parsed again
 // only when its bytes changed, and a file that cannot be read or holds no
-// certificate leaves the last good bundle in use. Which handshakes see the
-// current bundle:
-//
-//   - every connection the proxy dials (dialTLS: sessions, the event loop,
-//     slot-map loads, readiness), whatever the server name: it builds each
-//     connection's configuration and knows the host it dials;
-//   - with a fixed server name (--tls-server-name), every connection of
-//     the engine's go-redis clients too (VerifyConnection below).
-//
-// Without a fixed name the engine's go-redis connections keep the bundle
-// read at start: each is checked against the host it dials, which crypto/tls
-// sets on its own copy of the configuration and never passes to a
-// verification callback (for an IP address not even as SNI), so a callback
-// could check the chain but not the name, and the name check is not given up.
+// certificate leaves the last good bundle in use. Every connection to Redis
+// sees the current bundle: those the proxy dials (dialTLS: sessions, the
+// event loop, slot-map loads, readiness) and the engine's, which dial with
+// TLSDialer. go-redis' own TLS (Options.TLSConfig) would not do: without a
+// fixed server name each connection is checked against the host it dials,
+// which crypto/tls sets on its own copy of the configuration and never
+// passes to a verification callback (for an IP address not even as SNI), so
+// a callback could check the chain but not the name. With a fixed name
+// (--tls-server-name) ClientTLS's VerifyConnection checks both, for
+// go-redis clients given the configuration itself (the go-redis hook's).
 
 // caBundle is the CA bundle in a file.
 type caBundle struct {

@@ -20,13 +20,13 @@ import (
 // TestTLSCARotation: Redis' certificate is replaced by one a new CA
 // signed, and the CA bundle file (a mounted Secret) is replaced by that
 // CA's: connections opened after that, through the proxy (no server name:
-// each node's address is checked) and from a go-redis client with the
-// configuration the engine gets (a fixed server name), verify against the
-// new bundle without a restart; one opened before keeps working until
-// Redis cuts every connection, which leaves the proxy only ones it dials
-// after the rotation. The
-// bundle is swapped the way a CA rotation goes (old and new CA, then the
-// new one alone), so no connection has to fail in between.
+// each node's address is checked), from a go-redis client with a fixed
+// server name, and from one dialling with TLSDialer as the sidecar's engine
+// does (no server name), verify against the new bundle without a restart;
+// one opened before keeps working until Redis cuts every connection, which
+// leaves the proxy only ones it dials after the rotation. The bundle is
+// swapped the way a CA rotation goes (old and new CA, then the new one
+// alone), so no connection has to fail in between.
 func TestTLSCARotation(t *testing.T) {
 	skipShort(t)
 	dir := t.TempDir()
@@ -67,7 +67,14 @@ func TestTLSCARotation(t *testing.T) {
 	engineLike := func() error {
 		e := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret", TLSConfig: named, MaxRetries: -1})
 		defer e.Close()
-		return e.Ping(ctx).Err()
+		if err := e.Ping(ctx).Err(); err != nil {
+			return err
+		}
+		// The sidecar's engine dials with TLSDialer (no server name:
+		// the host it dials is checked), not with TLSConfig.
+		d := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret", Dialer: proxy.TLSDialer(perAddress, 5*time.Second), MaxRetries: -1})
+		defer d.Close()
+		return d.Ping(ctx).Err()
 	}
 	if err := engineLike(); err != nil {
 		t.Fatalf("go-redis with the named configuration before the rotation: %v", err)

@@ -151,11 +151,11 @@ func (m *masterFollow) dial(ctx context.Context, _, _ string) (net.Conn, error) 
 	if fenced {
 		return nil, errors.New("redis master failing over (Sentinel); retry")
 	}
-	nd := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	nd := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	var c net.Conn
 	var err error
 	if m.tls != nil {
-		c, err = (&tls.Dialer{NetDialer: nd, Config: m.tls}).DialContext(ctx, "tcp", addr)
+		c, err = proxy.DialTLS(ctx, nd, m.tls, addr)
 	} else {
 		c, err = nd.DialContext(ctx, "tcp", addr)
 	}

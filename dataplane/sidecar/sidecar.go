@@ -153,10 +153,13 @@ func Run(ctx context.Context, cfg Config) error {
 	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p }, follow)
 	defer rc.Close()
 	eopts := engine.Options{Registerer: reg}
+	if cfg.TLS != nil {
+		eopts.ReplicaDialer = proxy.TLSDialer(cfg.TLS, dialTimeout)
+	}
 	if follow != nil {
 		// Only the Sentinels know the master's replicas; the engine's
-		// client dials the master alone, with the TLS its dialer adds.
-		eopts.Replicas, eopts.ReplicaTLS = follow.replicas, cfg.TLS
+		// client dials the master alone.
+		eopts.Replicas = follow.replicas
 	}
 	eng := engine.New(rc, eopts)
 	defer eng.Close()
@@ -227,6 +230,10 @@ func Run(ctx context.Context, cfg Config) error {
 	return p.Serve(ctx, ln)
 }
 
+// dialTimeout bounds a dial to Redis and its TLS handshake, for the
+// engine's connections (the go-redis default) and the Sentinel follower's.
+const dialTimeout = 5 * time.Second
+
 // engineClient is the go-redis client the engine sends its commands
 // through. In cluster mode it takes its slot map from the proxy
 // (ClusterOptions.ClusterSlots): the sidecar keeps one slot map, so the
@@ -244,6 +251,12 @@ func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *prox
 		MaxRetries: -1,
 	}
 	uo.CredentialsProvider = provider(creds)
+	if cfg.TLS != nil {
+		// With TLSConfig go-redis would keep the CA bundle read at start
+		// unless a server name is fixed; the proxy's dialer checks each
+		// handshake against the bundle as it is then (tls_ca.go).
+		uo.Dialer, uo.TLSConfig = proxy.TLSDialer(cfg.TLS, dialTimeout), nil
+	}
 	if follow != nil {
 		// The follower's dialer connects to the current master (TLS
 		// included) and drops the old master's connections on a switch.
