@@ -53,6 +53,9 @@ const (
 	famEnd
 )
 
+// FamilyBits is the count of family bits: FamAll is 1<<FamilyBits - 1.
+const FamilyBits = 17
+
 // FamAll is every family.
 const FamAll = famEnd - 1
 
@@ -90,6 +93,10 @@ func ServedBy(e *Entry) Families {
 	}
 	return ServedRaw
 }
+
+// Names and FamilyBits must cover every bit.
+var _ = [1]struct{}{}[famEnd-1<<FamilyBits]
+var _ = [1]struct{}{}[len(familyNames)-FamilyBits]
 
 // Known reports whether f says what the key's clients send: some family
 // was reported and no reporter left it unknown.

@@ -8,6 +8,8 @@ package decide
 
 import (
 	"time"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Observation is one key's cluster-wide rates, as the manager estimates them
@@ -22,6 +24,11 @@ type Observation struct {
 	// timer but never makes it hot; only a count does (step). The zero
 	// value is a count.
 	Bound bool
+	// Families are the command families the key's clients sent in the
+	// window, ORed over the nodes (routing.Families): the moves chosen must
+	// serve every one. Unknown (zero, or FamUnknown set by a reporter of
+	// an older version) allows only the moves that refuse nothing.
+	Families routing.Families
 }
 
 // Aggregate is what the fleet says of one policy.
