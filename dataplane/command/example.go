@@ -11,7 +11,7 @@ var examples = map[string][]string{
 	"EVAL": {"return 1", "1", "K"}, "EVALSHA": {"e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "1", "K"},
 	"FCALL": {"f", "1", "K"}, "EVAL_RO": {"return 1", "1", "K"}, "EVALSHA_RO": {"e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "1", "K"},
 	"FCALL_RO": {"f", "1", "K"},
-	"LMPOP": {"1", "K", "LEFT"}, "BLMPOP": {"0", "1", "K", "LEFT"}, "ZMPOP": {"1", "K", "MIN"}, "BZMPOP": {"0", "1", "K", "MIN"},
+	"LMPOP":    {"1", "K", "LEFT"}, "BLMPOP": {"0", "1", "K", "LEFT"}, "ZMPOP": {"1", "K", "MIN"}, "BZMPOP": {"0", "1", "K", "MIN"},
 	"ZUNION": {"1", "K"}, "ZINTER": {"1", "K"}, "ZDIFF": {"1", "K"}, "SINTERCARD": {"1", "K"},
 	"ZUNIONSTORE": {"K", "1", "K"}, "ZINTERSTORE": {"K", "1", "K"}, "ZDIFFSTORE": {"K", "1", "K"},
 	"XREAD": {"STREAMS", "K", "0"}, "XREADGROUP": {"GROUP", "g", "c", "STREAMS", "K", ">"},
