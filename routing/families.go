@@ -80,6 +80,12 @@ const (
 	ServedCounter = FamStringRead | FamStringWrite | FamCounter | FamKey
 )
 
+// RelievedReads are the read families the read moves (coalesce, local
+// cache, replica reads, replicate) relieve: the engine answers them itself
+// (GET, MGET); the reads of other types go to Redis raw
+// (TestRelievedReadsMatchClassify in dataplane/engine).
+const RelievedReads = FamStringRead
+
 // ServedBy is the families an entry's mitigation serves (ServedRaw for nil:
 // a key that left the table is served raw).
 func ServedBy(e *Entry) Families {

@@ -141,6 +141,19 @@ type KeyDecision struct {
 	ShedReads, ShedWrites int64
 	Since                 *time.Time
 	Source                v1alpha1.HotKeySource
+	// Families are the command families the key's clients sent in the
+	// window, and Reason why a move its heat asked for was not chosen
+	// (e.g. a write-hot queue is not split), "" when none was left out.
+	Families routing.Families
+	Reason   string
+}
+
+// because records why a move was left out.
+func (d *KeyDecision) because(why string) {
+	if d.Reason != "" {
+		d.Reason += "; "
+	}
+	d.Reason += why
 }
 
 // Output is the decision.
@@ -160,6 +173,9 @@ type Output struct {
 	// Capped counts keys hot enough to mitigate but left out by
 	// capacity.maxMitigatedKeys.
 	Capped int
+	// Refrained are the hot keys no allowed move serves (Reason says
+	// why), hottest first: nothing is applied to them.
+	Refrained []KeyDecision
 }
 
 // Decide computes the next routing decision. It is pure: same input, same
@@ -269,6 +285,8 @@ func advanceKeys(in Input, lim *limits) keyStates {
 type mitigations struct {
 	entries   map[string]*routing.Entry
 	decisions map[string]*KeyDecision
+	// refrained are the hot keys left unmitigated, with why, hottest first.
+	refrained []KeyDecision
 	// next is when a split shrink is due (zero if none).
 	next time.Time
 }
@@ -287,10 +305,13 @@ func mitigate(in Input, keys keyStates) mitigations {
 		e, d, next := detectedEntry(in.Now, in.Spec, pk, key, ks, in.Observations[key], lastShards(in.Current, key))
 		e, d = withShed(in.Spec, pk, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
-		if e != nil {
+		switch {
+		case e != nil:
 			m.entries[key] = e
 			d.Since = ks.Since
 			m.decisions[key] = d
+		case d != nil && d.Reason != "":
+			m.refrained = append(m.refrained, *d)
 		}
 	}
 	for _, sk := range in.Scheduled {
@@ -376,7 +397,8 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 // mitigated keys hottest first, the state of every key not idle by key,
 // and the earliest time any of them changes by itself.
 func assemble(lim *limits, keys keyStates, m mitigations, splits splitPlan) Output {
-	out := Output{NextCheck: earliestNZ(keys.next, m.next, splits.next), Started: keys.started, Ended: keys.ended, Capped: keys.capped}
+	out := Output{NextCheck: earliestNZ(keys.next, m.next, splits.next), Started: keys.started, Ended: keys.ended, Capped: keys.capped,
+		Refrained: m.refrained}
 	out.Entries = make([]routing.Entry, 0, len(m.entries))
 	for _, e := range m.entries {
 		if hasMitigation(e) {
@@ -472,8 +494,12 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 	var next time.Time
 	m := &spec.Mitigations
 	e := &routing.Entry{Key: key, Source: routing.SourceDetected}
-	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected}
-	if ks.ReadHot {
+	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected, Families: o.Families}
+	fam := o.Families
+	if ks.ReadHot && !readsRelieved(fam) {
+		d.because(whyNoReads(fam))
+	}
+	if ks.ReadHot && readsRelieved(fam) {
 		if m.Coalesce.IsEnabled() {
 			e.Coalesce = true
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationCoalesce)
@@ -493,14 +519,24 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 			e.ReplicaReads = &routing.ReplicaReads{MaxLagMillis: m.ReplicaReads.MaxLag.Milliseconds()}
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
 		}
-		if m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0) {
+		wantReplicate := m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0)
+		if wantReplicate && !fits(v1alpha1.MitigationReplicate, fam) {
+			d.because(whyNot(v1alpha1.MitigationReplicate, fam))
+			wantReplicate = false
+		}
+		if wantReplicate {
 			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, pk.reads, m.Replicate.MaxReplicas)
 			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = n
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicate)
 		}
 	}
-	if ks.WriteHot && m.Split.IsEnabled() {
+	split := ks.WriteHot && m.Split.IsEnabled()
+	if split && !fits(v1alpha1.MitigationSplit, fam) {
+		d.because(whyNot(v1alpha1.MitigationSplit, fam))
+		split = false
+	}
+	if split {
 		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, pk.writes, m.Split.MaxShards)
 		if n < current {
 			// Shrink only past the hysteresis band: the smaller size must
@@ -536,7 +572,7 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 		ks.ShrinkSince = nil
 	}
 	if len(d.Mitigations) == 0 {
-		return nil, nil, next
+		return nil, d, next
 	}
 	return e, d, next
 }
@@ -586,14 +622,24 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 		}
 		add(v1alpha1.MitigationReplicaReads)
 	}
-	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() {
+	// A schedule asks for its moves before any traffic says what the
+	// key's clients send; once the window says so, a move that would refuse
+	// some of it is left out like a detected key's.
+	refuses := func(t v1alpha1.MitigationType) bool {
+		if o.Families.Known() && !fits(t, o.Families) {
+			d.because(whyNot(t, o.Families))
+			return true
+		}
+		return false
+	}
+	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() && !refuses(v1alpha1.MitigationReplicate) {
 		if e.Replicate == nil || e.Replicate.Replicas < m.Replicate.Replicas {
 			e.Replicate = &routing.Replicate{Replicas: m.Replicate.Replicas, TTLMillis: spec.Mitigations.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = m.Replicate.Replicas
 		}
 		add(v1alpha1.MitigationReplicate)
 	}
-	if m.Split != nil && spec.Mitigations.Split.IsEnabled() {
+	if m.Split != nil && spec.Mitigations.Split.IsEnabled() && !refuses(v1alpha1.MitigationSplit) {
 		if e.Split == nil || e.Split.Generations[0].Shards < m.Split.Shards {
 			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}}
 			d.Shards = m.Split.Shards

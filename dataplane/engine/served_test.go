@@ -73,3 +73,29 @@ func TestServedMatchesClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestRelievedReadsMatchClassify checks routing.RelievedReads, by which
+// the manager gives read moves only to keys whose reads they relieve,
+// against the engine: on a coalesced or cached key, some command of each
+// relieved family is answered by the engine (not sent raw), and no read
+// of another family is.
+func TestRelievedReadsMatchClassify(t *testing.T) {
+	for _, move := range []string{"coalesce", "local cache"} {
+		en := servedEntries[move]
+		lookup := func(k string) (*routing.Entry, bool) { return en, k == "k" }
+		engineServes := routing.Families(0)
+		for _, name := range command.Names() {
+			args := command.Example(name, "k")
+			if args == nil {
+				continue
+			}
+			c, _ := command.Lookup(args[0])
+			if d := engine.Classify(args, lookup, false); d.Op != engine.OpRaw && d.Op != engine.OpRefuse && !c.Write {
+				engineServes |= c.FamilyOf(args)
+			}
+		}
+		if engineServes != routing.RelievedReads {
+			t.Errorf("%s: the engine answers reads of %v itself, routing.RelievedReads says %v", move, engineServes, routing.RelievedReads)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package decide
+
+import (
+	"fmt"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// servedBy is the families the data plane serves on a key mitigated by t
+// (routing's served sets, which dataplane/engine's Classify is tested
+// against command by command).
+func servedBy(t v1alpha1.MitigationType) routing.Families {
+	switch t {
+	case v1alpha1.MitigationReplicate:
+		return routing.ServedReplicate
+	case v1alpha1.MitigationSplit, v1alpha1.MitigationPreAggregate:
+		return routing.ServedCounter
+	}
+	return routing.ServedRaw
+}
+
+// fits reports whether t may be chosen for a key whose clients sent fam in
+// the window: t serves every family. Families unknown (an older reporter,
+// or none reported) allow only the moves that serve everything: any other
+// could refuse a command nobody told the manager about.
+func fits(t v1alpha1.MitigationType, fam routing.Families) bool {
+	served := servedBy(t)
+	if !fam.Known() {
+		return served == routing.ServedRaw
+	}
+	return served.Has(fam)
+}
+
+// readsRelieved reports whether the read moves (coalesce, local cache,
+// replica reads, replicate) relieve any read the key's clients send:
+// the engine serves string reads itself (routing.RelievedReads) and passes
+// the reads of other types raw, so on a hash or set they would only
+// occupy the table. Unknown families keep them: they refuse nothing.
+func readsRelieved(fam routing.Families) bool {
+	return !fam.Known() || fam&routing.RelievedReads != 0
+}
+
+// whyNot says, for status, Events and `heatsink top`, why t was not chosen
+// for a key whose clients send fam.
+func whyNot(t v1alpha1.MitigationType, fam routing.Families) string {
+	move := moveName(t)
+	switch {
+	case !fam.Known():
+		return "command families unknown (counted by a sidecar or node agent of an older version): " + move + " could refuse its commands"
+	case fam&routing.FamScript != 0:
+		return "used by scripts or functions: never " + move
+	case fam&routing.FamOrdered != 0:
+		return "list or stream (order-bearing, e.g. a queue): order forbids " + move
+	case fam&routing.FamTx != 0 && servedBy(t).Has(fam&^routing.FamTx):
+		return "sent inside MULTI, where " + move + " cannot take part"
+	}
+	return fmt.Sprintf("%s would refuse its %s commands", move, fam&^servedBy(t))
+}
+
+// whyNoReads says why a read-hot key gets no read move.
+func whyNoReads(fam routing.Families) string {
+	return fmt.Sprintf("%s reads are passed to Redis raw: coalescing, the local cache and replicas relieve string reads only", fam&readFamilies)
+}
+
+const readFamilies = routing.FamHashRead | routing.FamSetRead | routing.FamZSetRead | routing.FamOrdered | routing.FamScript | routing.FamOther
+
+func moveName(t v1alpha1.MitigationType) string {
+	switch t {
+	case v1alpha1.MitigationSplit:
+		return "split"
+	case v1alpha1.MitigationPreAggregate:
+		return "pre-aggregate"
+	case v1alpha1.MitigationReplicate:
+		return "replicate"
+	}
+	return string(t)
+}

@@ -1,0 +1,176 @@
+package decide
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"k8s.io/utils/ptr"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// strFams are the families of a string key read with GET and written with
+// SET and INCR: every move serves it.
+const strFams = routing.FamStringRead | routing.FamStringWrite | routing.FamCounter | routing.FamKey
+
+// mixCmd is one command of a generated client workload of key "k": commands (args) and
+// whether each is sent inside MULTI.
+type mixCmd struct {
+	args [][]byte
+	inTx bool
+}
+
+// TestNoMoveRefusesWhatClientsSend is the property of issue 33's first
+// item: on generated command mixes of a key hot in both directions, with
+// every move allowed, no command the key's clients sent in the window is
+// refused by the engine (dataplane/engine.Classify itself, on the entry
+// decide chose) because of the move chosen. Families unknown allow only
+// moves that refuse nothing. A string counter's mix is still split, so the
+// property does not hold by mitigating nothing.
+func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
+	names := command.Names()
+	slices.Sort(names)
+	var keyed []string
+	for _, n := range names {
+		if command.Example(n, "k") != nil {
+			keyed = append(keyed, n)
+		}
+	}
+	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
+		m := &s.Mitigations
+		m.Coalesce.Enabled, m.LocalCache.Enabled, m.Replicate.Enabled = ptr.To(true), ptr.To(true), ptr.To(true)
+		m.Split.Enabled, m.PreAggregate.Enabled = ptr.To(true), ptr.To(true)
+	})
+	now := t0
+	state := State{Keys: []KeyState{{Key: "k", ReadHot: true, WriteHot: true, Since: &now}}}
+	decideFor := func(fam routing.Families) *routing.Entry {
+		out := Decide(Input{Now: now, Spec: spec, State: state,
+			Observations: map[string]Observation{"k": {ReadsPerSecond: 200_000, WritesPerSecond: 200_000, Families: fam}}})
+		for i := range out.Entries {
+			if out.Entries[i].Key == "k" {
+				return &out.Entries[i]
+			}
+		}
+		return nil
+	}
+	split := 0
+	for seed := range uint64(2000) {
+		rng := rand.New(rand.NewPCG(seed, 33))
+		var mix []mixCmd
+		var fam routing.Families
+		for range 1 + rng.IntN(4) {
+			c := mixCmd{args: command.Example(keyed[rng.IntN(len(keyed))], "k"), inTx: rng.IntN(8) == 0}
+			info, _ := command.Lookup(c.args[0])
+			fam |= info.FamilyOf(c.args)
+			if c.inTx {
+				fam |= routing.FamTx
+			}
+			mix = append(mix, c)
+		}
+		switch rng.IntN(10) {
+		case 0: // reported by an older sidecar too
+			fam |= routing.FamUnknown
+		case 1: // by none that reports families
+			fam = 0
+		}
+		en := decideFor(fam)
+		if en == nil {
+			continue
+		}
+		if en.Split != nil {
+			split++
+		}
+		lookup := func(key string) (*routing.Entry, bool) { return en, key == "k" }
+		for _, c := range mix {
+			if d := engine.Classify(c.args, lookup, c.inTx); d.Op == engine.OpRefuse {
+				t.Errorf("seed %d: families %v, moves %+v: the engine refuses %q (in MULTI: %v): %s", seed, fam, en, c.args, c.inTx, d.Err)
+			}
+		}
+	}
+	if split == 0 {
+		t.Error("no generated mix was split: the property holds vacuously")
+	}
+	if en := decideFor(strFams); en == nil || en.Split == nil || en.Replicate == nil {
+		t.Errorf("a hot string counter's entry %+v, want split and replicated", en)
+	}
+}
+
+// TestDecideByFamilies: a write-hot queue, leaderboard, hash counter or
+// scripted key is not split, with the reason in its decision; a read-hot
+// hash gets no read move that would only occupy the table; a key whose
+// families are unknown gets only the moves that refuse nothing; a key no
+// allowed move serves is listed in Refrained, or shed when shedding is
+// allowed.
+func TestDecideByFamilies(t *testing.T) {
+	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
+		s.Mitigations.Coalesce.Enabled, s.Mitigations.Replicate.Enabled = ptr.To(true), ptr.To(true)
+	})
+	shedSpec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Enabled = ptr.To(true) })
+	now := t0
+	for name, tc := range map[string]struct {
+		spec      *v1alpha1.HotKeyPolicySpec
+		reads     int64
+		fam       routing.Families
+		moves     []v1alpha1.MitigationType
+		reason    string
+		refrained bool
+	}{
+		"a string counter is split": {fam: routing.FamCounter | routing.FamStringRead,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}},
+		"a queue is not split": {fam: routing.FamOrdered, refrained: true,
+			reason: "list or stream (order-bearing, e.g. a queue): order forbids split"},
+		"a Lua limiter is never split": {fam: routing.FamScript | routing.FamCounter | routing.FamTTL, refrained: true,
+			reason: "used by scripts or functions: never split"},
+		"a leaderboard is not split": {fam: routing.FamZSetWrite | routing.FamZSetRead, refrained: true,
+			reason: "split would refuse its zset-read,zset-write commands"},
+		"a counter with EXPIRE is not split": {fam: routing.FamCounter | routing.FamTTL, refrained: true,
+			reason: "split would refuse its ttl commands"},
+		"a counter in MULTI is not split": {fam: routing.FamCounter | routing.FamTx, refrained: true,
+			reason: "sent inside MULTI, where split cannot take part"},
+		"unknown families are not split": {fam: routing.FamUnknown | routing.FamCounter, refrained: true,
+			reason: "command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
+		"a read-hot hash counter gets nothing": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter, refrained: true,
+			reason: "hash-read reads are passed to Redis raw: coalescing, the local cache and replicas relieve string reads only; split would refuse its hash-read,hash-counter commands"},
+		"a read-hot string with unknown families is coalesced, not replicated": {spec: spec, reads: 200_000, fam: 0,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce},
+			reason: "command families unknown (counted by a sidecar or node agent of an older version): replicate could refuse its commands; " +
+				"command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
+		"a queue is shed when shedding is allowed": {spec: shedSpec, fam: routing.FamOrdered,
+			moves:  []v1alpha1.MitigationType{v1alpha1.MitigationShed},
+			reason: "list or stream (order-bearing, e.g. a queue): order forbids split"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sp := tc.spec
+			if sp == nil {
+				sp = testSpec()
+			}
+			st := State{Keys: []KeyState{{Key: "k", ReadHot: tc.reads > 0, WriteHot: true, Since: &now}}}
+			out := Decide(Input{Now: now, Spec: sp, State: st,
+				Observations: map[string]Observation{"k": {ReadsPerSecond: tc.reads, WritesPerSecond: 200_000, Families: tc.fam}}})
+			var d *KeyDecision
+			for _, list := range [][]KeyDecision{out.Keys, out.Refrained} {
+				for i := range list {
+					if list[i].Key == "k" {
+						d = &list[i]
+					}
+				}
+			}
+			if d == nil {
+				t.Fatalf("k is in neither Keys nor Refrained: %+v", out)
+			}
+			if got := len(out.Refrained) == 1; got != tc.refrained {
+				t.Errorf("refrained %v, want %v", got, tc.refrained)
+			}
+			if !slices.Equal(d.Mitigations, tc.moves) || d.Reason != tc.reason || d.Families != tc.fam {
+				t.Errorf("moves %v, reason %q, families %v; want %v, %q, %v", d.Mitigations, d.Reason, d.Families, tc.moves, tc.reason, tc.fam)
+			}
+			if tc.refrained && len(out.Entries) != 0 {
+				t.Errorf("entries %+v for a key no move serves", out.Entries)
+			}
+		})
+	}
+}
