@@ -148,14 +148,6 @@ type KeyDecision struct {
 	Reason   string
 }
 
-// because records why a move was left out.
-func (d *KeyDecision) because(why string) {
-	if d.Reason != "" {
-		d.Reason += "; "
-	}
-	d.Reason += why
-}
-
 // Output is the decision.
 type Output struct {
 	State State
@@ -647,25 +639,6 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 		add(v1alpha1.MitigationSplit)
 	}
 	sort.Slice(d.Mitigations, func(i, j int) bool { return mitigationRank(d.Mitigations[i]) < mitigationRank(d.Mitigations[j]) })
-}
-
-func mitigationRank(t v1alpha1.MitigationType) int {
-	switch t {
-	case v1alpha1.MitigationCoalesce:
-		return 0
-	case v1alpha1.MitigationLocalCache:
-		return 1
-	case v1alpha1.MitigationReplicaReads:
-		return 2
-	case v1alpha1.MitigationReplicate:
-		return 3
-	case v1alpha1.MitigationShed:
-		return 7
-	case v1alpha1.MitigationSplit:
-		return 4
-	default:
-		return 5
-	}
 }
 
 // Size is the smallest count of physical keys that serves rate with

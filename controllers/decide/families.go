@@ -76,3 +76,11 @@ func moveName(t v1alpha1.MitigationType) string {
 	}
 	return string(t)
 }
+
+// because records why a move was left out.
+func (d *KeyDecision) because(why string) {
+	if d.Reason != "" {
+		d.Reason += "; "
+	}
+	d.Reason += why
+}

@@ -21,8 +21,12 @@ import (
 // test/repo's TestEverySpecFieldIsTested keeps a row here (or elsewhere)
 // for every field of the spec.
 func TestEachSpecFieldChangesTheDecision(t *testing.T) {
-	reads := func(n int64) map[string]Observation { return map[string]Observation{"k": {Families: strFams, ReadsPerSecond: n}} }
-	writes := func(n int64) map[string]Observation { return map[string]Observation{"k": {Families: strFams, WritesPerSecond: n}} }
+	reads := func(n int64) map[string]Observation {
+		return map[string]Observation{"k": {Families: strFams, ReadsPerSecond: n}}
+	}
+	writes := func(n int64) map[string]Observation {
+		return map[string]Observation{"k": {Families: strFams, WritesPerSecond: n}}
+	}
 	sustained := func(obs map[string]Observation) []tick { return []tick{{0, obs}, {2 * time.Second, obs}} }
 	entry := func(out Output) *routing.Entry {
 		for i := range out.Entries {
