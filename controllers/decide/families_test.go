@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"k8s.io/utils/ptr"
 
@@ -172,5 +173,34 @@ func TestDecideByFamilies(t *testing.T) {
 				t.Errorf("entries %+v for a key no move serves", out.Entries)
 			}
 		})
+	}
+}
+
+// TestForcedSplitOfAQueueIsWithdrawn: a move chosen before the key's
+// clients were known (a schedule splits a key that turns out to be a
+// queue) refuses their LPUSH; the sidecar reports the refused commands'
+// family all the same, and the next decision withdraws the split with the
+// reason, so the clients recover without a restart.
+func TestForcedSplitOfAQueueIsWithdrawn(t *testing.T) {
+	spec := testSpec()
+	now := t0
+	sk := ScheduledKey{Key: "q", Schedule: "s", PrewarmAt: now.Add(-time.Minute), Start: now.Add(-time.Minute), End: now.Add(time.Hour),
+		Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}
+	decision := func(fam routing.Families) KeyDecision {
+		out := Decide(Input{Now: now, Spec: spec, Scheduled: []ScheduledKey{sk},
+			Observations: map[string]Observation{"q": {WritesPerSecond: 10, Families: fam}}})
+		for _, d := range slices.Concat(out.Keys, out.Refrained) {
+			if d.Key == "q" {
+				return d
+			}
+		}
+		return KeyDecision{}
+	}
+	if d := decision(0); !slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) {
+		t.Fatalf("no traffic yet: the schedule's split is not applied: %+v", d)
+	}
+	d := decision(routing.FamOrdered)
+	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || d.Reason != "list or stream (order-bearing, e.g. a queue): order forbids split" {
+		t.Fatalf("once the refused LPUSH are reported: %+v, want the split withdrawn with its reason", d)
 	}
 }
