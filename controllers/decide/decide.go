@@ -41,6 +41,9 @@ type KeyState struct {
 	// direction cools down (see limits).
 	ReadThreshold  int64 `json:"readThreshold,omitempty"`
 	WriteThreshold int64 `json:"writeThreshold,omitempty"`
+	// SplitHeldUntil: the key's split was withdrawn because its clients'
+	// commands were refused; it is not split again before (see holdSplit).
+	SplitHeldUntil *time.Time `json:"splitHeldUntil,omitempty"`
 }
 
 func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
@@ -84,7 +87,7 @@ func (s State) Durable() State {
 	for _, k := range s.Keys {
 		if k.hot() {
 			out.Keys = append(out.Keys, KeyState{Key: k.Key, ReadHot: k.ReadHot, WriteHot: k.WriteHot, Since: k.Since, DetectedAt: k.DetectedAt,
-				ReadThreshold: k.ReadThreshold, WriteThreshold: k.WriteThreshold})
+				ReadThreshold: k.ReadThreshold, WriteThreshold: k.WriteThreshold, SplitHeldUntil: k.SplitHeldUntil})
 		}
 	}
 	return out
@@ -530,11 +533,8 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicate)
 		}
 	}
-	split := ks.WriteHot && m.Split.IsEnabled()
-	if split && !fits(v1alpha1.MitigationSplit, fam) {
-		d.because(whyNot(v1alpha1.MitigationSplit, fam))
-		split = false
-	}
+	split, held := holdSplit(now, spec, ks, fam, current, d)
+	next = earliestNZ(next, held)
 	if split {
 		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, pk.writes, m.Split.MaxShards)
 		if n < current {

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/routing"
@@ -83,4 +84,37 @@ func (d *KeyDecision) because(why string) {
 		d.Reason += "; "
 	}
 	d.Reason += why
+}
+
+// holdSplit decides whether a hot key may be split (split), given the
+// families its clients sent: only if split serves them all, and not while
+// a split withdrawn from the key is held back. A split in force (current
+// shards > 0) that no longer fits was hurting: the sidecars refused
+// commands of its clients, whose families reached the manager all the
+// same. It is withdrawn, and held back for the policy's cooldown, so that
+// clients that stopped sending the refused commands (a queue's consumers
+// gave up) do not make it come back at once and fail again. held is when
+// the hold ends (zero if none).
+func holdSplit(now time.Time, spec *v1alpha1.HotKeyPolicySpec, ks *KeyState, fam routing.Families, current int32, d *KeyDecision) (split bool, held time.Time) {
+	if ks.SplitHeldUntil != nil && !now.Before(*ks.SplitHeldUntil) {
+		ks.SplitHeldUntil = nil
+	}
+	if !ks.WriteHot || !spec.Mitigations.Split.IsEnabled() {
+		return false, time.Time{}
+	}
+	if !fits(v1alpha1.MitigationSplit, fam) {
+		why := whyNot(v1alpha1.MitigationSplit, fam)
+		if current > 0 {
+			until := now.Add(spec.Thresholds.Cooldown.Duration)
+			ks.SplitHeldUntil = &until
+			why = "split withdrawn, its clients' commands refused: " + why
+		}
+		d.because(why)
+		return false, time.Time{}
+	}
+	if until := ks.SplitHeldUntil; until != nil {
+		d.because(fmt.Sprintf("split withdrawn after its clients' commands were refused; not split again before %s (the cooldown)", until.UTC().Format(time.RFC3339)))
+		return false, *until
+	}
+	return true, time.Time{}
 }

@@ -3,6 +3,7 @@ package decide
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,5 +203,51 @@ func TestForcedSplitOfAQueueIsWithdrawn(t *testing.T) {
 	d := decision(routing.FamOrdered)
 	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || d.Reason != "list or stream (order-bearing, e.g. a queue): order forbids split" {
 		t.Fatalf("once the refused LPUSH are reported: %+v, want the split withdrawn with its reason", d)
+	}
+}
+
+// TestHurtingSplitIsWithdrawnAndHeld: a split in force under which the
+// key's clients send a command it refuses (LPUSH: the refused commands'
+// family still reaches the manager) is withdrawn at the next decision,
+// with the reason, and is not applied again before the cooldown even once
+// the refused commands stop; after it, it is.
+func TestHurtingSplitIsWithdrawnAndHeld(t *testing.T) {
+	spec := testSpec()
+	cooldown := spec.Thresholds.Cooldown.Duration
+	now := t0
+	state := State{Keys: []KeyState{{Key: "k", WriteHot: true, Since: &now}}}
+	current := &routing.Table{EpochMillis: spec.Mitigations.Split.Epoch.Milliseconds(),
+		Entries: []routing.Entry{{Key: "k", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}}}}}}
+	pass := func(at time.Time, fam routing.Families, cur *routing.Table) (Output, KeyDecision) {
+		out := Decide(Input{Now: at, Spec: spec, State: state, Current: cur,
+			Observations: map[string]Observation{"k": {WritesPerSecond: 50_000, Families: fam}}})
+		state = out.State
+		for _, d := range slices.Concat(out.Keys, out.Refrained) {
+			if d.Key == "k" {
+				return out, d
+			}
+		}
+		return out, KeyDecision{}
+	}
+	_, d := pass(now, strFams|routing.FamOrdered, current)
+	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || d.Reason != "split withdrawn, its clients' commands refused: "+
+		"list or stream (order-bearing, e.g. a queue): order forbids split" {
+		t.Fatalf("under refusals: %+v, want the split withdrawn with why", d)
+	}
+	// The refused commands stopped (the producers gave up): still held.
+	later := now.Add(cooldown / 2)
+	out, d := pass(later, strFams, nil)
+	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || !strings.Contains(d.Reason, "not split again before") {
+		t.Fatalf("within the cooldown: %+v, want the split still held back", d)
+	}
+	if want := now.Add(cooldown); out.NextCheck.After(want) || out.NextCheck.IsZero() {
+		t.Errorf("next check %v, want by the hold's end %v", out.NextCheck, want)
+	}
+	if dur := state.Durable(); len(dur.Keys) != 1 || dur.Keys[0].SplitHeldUntil == nil {
+		t.Errorf("the hold is not in the durable state: %+v (a new leader would split again at once)", dur)
+	}
+	_, d = pass(now.Add(cooldown), strFams, nil)
+	if !slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || d.Reason != "" {
+		t.Fatalf("after the cooldown: %+v, want split again", d)
 	}
 }
