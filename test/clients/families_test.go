@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -113,4 +114,76 @@ func statusReason(t *testing.T, s *stack, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestForcedSplitOfAQueueIsUndone: a schedule forces a split on a key
+// that turns out to be a job queue (go-redis LPUSH + RPOP through a real
+// sidecar, node agent and manager, standalone Redis). The sidecar refuses
+// the queue's commands under the split, but reports their family all the
+// same; the manager withdraws the split, says why in status, and the
+// clients recover without a restart: their LPUSH succeed again.
+func TestForcedSplitOfAQueueIsUndone(t *testing.T) {
+	up := upstreams(t)[0]
+	prefix := "forced:"
+	s := startSidecar(t, up, "forced-split", prefix)
+	queue := prefix + "queue:jobs"
+	ctx := context.Background()
+	cl := s.pod.f.cp.Client
+	p := &v1alpha1.HotKeyPolicy{}
+	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: s.pod.policy}, p); err != nil {
+		t.Fatal(err)
+	}
+	orig := p.DeepCopy()
+	start := metav1.NewTime(time.Now().Add(-time.Second))
+	p.Spec.Schedules = []v1alpha1.Schedule{{Name: "sale", Start: &start, Duration: metav1.Duration{Duration: time.Hour},
+		Keys: []string{queue}, Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}}
+	if err := cl.Patch(ctx, p, crclient.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
+	defer c.Close()
+	pace := time.NewTicker(100 * time.Millisecond)
+	defer pace.Stop()
+	deadline := time.Now().Add(90 * time.Second)
+	var pushes, refused, okSince int
+	var hurtAt, recoveredAt time.Time
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d LPUSH (%d refused): hurt at %v, recovered at %v, status %q", pushes, refused, hurtAt, recoveredAt, statusReason(t, s, queue))
+		}
+		<-pace.C
+		for i := range 10 {
+			pushes++
+			err := c.LPush(ctx, queue, i).Err()
+			if err == nil {
+				okSince++
+				_ = c.RPop(ctx, queue).Err()
+				continue
+			}
+			if !strings.Contains(err.Error(), "mitigated by split") {
+				t.Fatalf("LPUSH: %v", err)
+			}
+			refused++
+			okSince = 0
+			if hurtAt.IsZero() {
+				hurtAt = time.Now()
+			}
+		}
+		// Recovered: refused before, then 3 s of LPUSH all served.
+		if !hurtAt.IsZero() && okSince >= 300 {
+			recoveredAt = time.Now()
+			break
+		}
+	}
+	why := statusReason(t, s, queue)
+	t.Logf("the forced split refused %d of %d LPUSH; the clients recovered %v after the first refusal; status: %q",
+		refused, pushes, recoveredAt.Sub(hurtAt).Round(100*time.Millisecond), why)
+	if !strings.Contains(why, "order forbids split") {
+		t.Errorf("the queue's reason in status is %q, want it to say that order forbids split", why)
+	}
+	if tbl := s.pod.table(t); tbl != nil {
+		if e := tbl.Lookup(queue); e != nil && e.Split != nil {
+			t.Errorf("the queue is still split in the table: %+v", e.Split)
+		}
+	}
 }
