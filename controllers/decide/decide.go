@@ -314,13 +314,7 @@ func mitigate(in Input, keys keyStates) mitigations {
 			continue
 		}
 		mergeScheduled(in.Spec, m.entries, m.decisions, sk, in.Observations[sk.Key])
-		if d := m.decisions[sk.Key]; len(d.Mitigations) == 0 {
-			// Every move of the schedule would refuse what the key's
-			// clients send.
-			delete(m.decisions, sk.Key)
-			delete(m.entries, sk.Key)
-			m.refrained = append(m.refrained, *d)
-		}
+		m.refrainScheduled(sk.Key)
 	}
 	return m
 }

@@ -2,6 +2,8 @@ package decide
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -80,6 +82,9 @@ func moveName(t v1alpha1.MitigationType) string {
 
 // because records why a move was left out.
 func (d *KeyDecision) because(why string) {
+	if why == "" || strings.Contains(d.Reason, why) {
+		return
+	}
 	if d.Reason != "" {
 		d.Reason += "; "
 	}
@@ -117,4 +122,22 @@ func holdSplit(now time.Time, spec *v1alpha1.HotKeyPolicySpec, ks *KeyState, fam
 		return false, *until
 	}
 	return true, time.Time{}
+}
+
+// refrainScheduled settles a scheduled key's place after its schedule's
+// moves were merged in: a key also detected but left unmitigated moves
+// from refrained to the scheduled decision (with its reason), and a key
+// every move of whose schedule would refuse its clients' commands moves
+// to refrained.
+func (m *mitigations) refrainScheduled(key string) {
+	d := m.decisions[key]
+	if i := slices.IndexFunc(m.refrained, func(r KeyDecision) bool { return r.Key == key }); i >= 0 {
+		d.because(m.refrained[i].Reason)
+		m.refrained = slices.Delete(m.refrained, i, i+1)
+	}
+	if len(d.Mitigations) == 0 {
+		delete(m.decisions, key)
+		delete(m.entries, key)
+		m.refrained = append(m.refrained, *d)
+	}
 }

@@ -251,3 +251,17 @@ func TestHurtingSplitIsWithdrawnAndHeld(t *testing.T) {
 		t.Fatalf("after the cooldown: %+v, want split again", d)
 	}
 }
+
+// TestScheduledQueueListedOnce: a queue both detected write-hot and
+// scheduled for a split is listed once, with one reason.
+func TestScheduledQueueListedOnce(t *testing.T) {
+	now := t0
+	sk := ScheduledKey{Key: "q", Schedule: "s", PrewarmAt: now.Add(-time.Minute), Start: now.Add(-time.Minute), End: now.Add(time.Hour),
+		Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}
+	out := Decide(Input{Now: now, Spec: testSpec(), Scheduled: []ScheduledKey{sk},
+		State:        State{Keys: []KeyState{{Key: "q", WriteHot: true, Since: &now}}},
+		Observations: map[string]Observation{"q": {WritesPerSecond: 50_000, Families: routing.FamOrdered}}})
+	if len(out.Keys) != 0 || len(out.Refrained) != 1 || out.Refrained[0].Reason != "list or stream (order-bearing, e.g. a queue): order forbids split" {
+		t.Fatalf("keys %+v, refrained %+v; want the queue refrained once, with one reason", out.Keys, out.Refrained)
+	}
+}
