@@ -109,7 +109,10 @@ func holdSplit(now time.Time, spec *v1alpha1.HotKeyPolicySpec, ks *KeyState, fam
 	}
 	if !fits(v1alpha1.MitigationSplit, fam) {
 		why := whyNot(v1alpha1.MitigationSplit, fam)
-		if current > 0 {
+		if current > 0 && fam.Known() {
+			// Known families it cannot serve: its clients' commands were
+			// refused. (Unknown ones, from an older reporter, say nothing
+			// of refusals: no hold.)
 			until := now.Add(spec.Thresholds.Cooldown.Duration)
 			ks.SplitHeldUntil = &until
 			why = "split withdrawn, its clients' commands refused: " + why
