@@ -104,9 +104,10 @@ func ServedBy(e *Entry) Families {
 var _ = [1]struct{}{}[famEnd-1<<FamilyBits]
 var _ = [1]struct{}{}[len(familyNames)-FamilyBits]
 
-// Known reports whether f says what the key's clients send: some family
-// was reported and no reporter left it unknown.
-func (f Families) Known() bool { return f != 0 && f&FamUnknown == 0 }
+// Known reports whether f says what the key's clients send: no reporter
+// left it unknown. None (0) is known: no command of the key was seen in
+// the window (a key that cools down), so no move can refuse one.
+func (f Families) Known() bool { return f&FamUnknown == 0 }
 
 // Has reports whether f holds every family of g.
 func (f Families) Has(g Families) bool { return f&g == g }

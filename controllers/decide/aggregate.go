@@ -26,8 +26,9 @@ type Observation struct {
 	Bound bool
 	// Families are the command families the key's clients sent in the
 	// window, ORed over the nodes (routing.Families): the moves chosen must
-	// serve every one. Unknown (zero, or FamUnknown set by a reporter of
-	// an older version) allows only the moves that refuse nothing.
+	// serve every one. Unknown (FamUnknown, set for a reporter of an
+	// older version) allows only the moves that refuse nothing; none (0:
+	// no command seen in the window, a key cooling down) refuses nothing.
 	Families routing.Families
 }
 

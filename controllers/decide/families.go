@@ -24,9 +24,10 @@ func servedBy(t v1alpha1.MitigationType) routing.Families {
 }
 
 // fits reports whether t may be chosen for a key whose clients sent fam in
-// the window: t serves every family. Families unknown (an older reporter,
-// or none reported) allow only the moves that serve everything: any other
-// could refuse a command nobody told the manager about.
+// the window: t serves every family (none seen: nothing to refuse).
+// Families unknown (a reporter of an older version) allow only the moves
+// that serve everything: any other could refuse a command nobody told the
+// manager about.
 func fits(t v1alpha1.MitigationType, fam routing.Families) bool {
 	served := servedBy(t)
 	if !fam.Known() {
@@ -39,9 +40,10 @@ func fits(t v1alpha1.MitigationType, fam routing.Families) bool {
 // replica reads, replicate) relieve any read the key's clients send:
 // the engine serves string reads itself (routing.RelievedReads) and passes
 // the reads of other types raw, so on a hash or set they would only
-// occupy the table. Unknown families keep them: they refuse nothing.
+// occupy the table. Unknown families, or no read seen, keep them: they
+// refuse nothing.
 func readsRelieved(fam routing.Families) bool {
-	return !fam.Known() || fam&routing.RelievedReads != 0
+	return !fam.Known() || fam&routing.RelievedReads != 0 || fam&readFamilies == 0
 }
 
 // whyNot says, for status, Events and `heatsink top`, why t was not chosen

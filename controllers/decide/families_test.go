@@ -73,11 +73,8 @@ func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 			}
 			mix = append(mix, c)
 		}
-		switch rng.IntN(10) {
-		case 0: // reported by an older sidecar too
+		if rng.IntN(10) == 0 { // reported by an older sidecar too
 			fam |= routing.FamUnknown
-		case 1: // by none that reports families
-			fam = 0
 		}
 		en := decideFor(fam)
 		if en == nil {
@@ -137,7 +134,7 @@ func TestDecideByFamilies(t *testing.T) {
 			reason: "command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
 		"a read-hot hash counter gets nothing": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter, refrained: true,
 			reason: "hash-read reads are passed to Redis raw: coalescing, the local cache and replicas relieve string reads only; split would refuse its hash-read,hash-counter commands"},
-		"a read-hot string with unknown families is coalesced, not replicated": {spec: spec, reads: 200_000, fam: 0,
+		"a read-hot string with unknown families is coalesced, not replicated": {spec: spec, reads: 200_000, fam: routing.FamUnknown,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce},
 			reason: "command families unknown (counted by a sidecar or node agent of an older version): replicate could refuse its commands; " +
 				"command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
@@ -187,6 +184,7 @@ func TestForcedSplitOfAQueueIsWithdrawn(t *testing.T) {
 	now := t0
 	sk := ScheduledKey{Key: "q", Schedule: "s", PrewarmAt: now.Add(-time.Minute), Start: now.Add(-time.Minute), End: now.Add(time.Hour),
 		Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}
+	// Before the sidecars' reports, from a reporter that did not say.
 	decision := func(fam routing.Families) KeyDecision {
 		out := Decide(Input{Now: now, Spec: spec, Scheduled: []ScheduledKey{sk},
 			Observations: map[string]Observation{"q": {WritesPerSecond: 10, Families: fam}}})
@@ -197,7 +195,7 @@ func TestForcedSplitOfAQueueIsWithdrawn(t *testing.T) {
 		}
 		return KeyDecision{}
 	}
-	if d := decision(0); !slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) {
+	if d := decision(routing.FamUnknown); !slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) {
 		t.Fatalf("no traffic yet: the schedule's split is not applied: %+v", d)
 	}
 	d := decision(routing.FamOrdered)
@@ -263,5 +261,17 @@ func TestScheduledQueueListedOnce(t *testing.T) {
 		Observations: map[string]Observation{"q": {WritesPerSecond: 50_000, Families: routing.FamOrdered}}})
 	if len(out.Keys) != 0 || len(out.Refrained) != 1 || out.Refrained[0].Reason != "list or stream (order-bearing, e.g. a queue): order forbids split" {
 		t.Fatalf("keys %+v, refrained %+v; want the queue refrained once, with one reason", out.Keys, out.Refrained)
+	}
+}
+
+// TestCoolingSplitKeptWithoutTraffic: a split key whose traffic stopped
+// (no node lists it, so no family is seen) keeps its split while it cools
+// down: no command seen is no command refused.
+func TestCoolingSplitKeptWithoutTraffic(t *testing.T) {
+	now := t0
+	current := &routing.Table{Entries: []routing.Entry{{Key: "k", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}}}}}}
+	out := Decide(Input{Now: now, Spec: testSpec(), Current: current, State: State{Keys: []KeyState{{Key: "k", WriteHot: true, Since: &now}}}})
+	if len(out.Keys) != 1 || !slices.Contains(out.Keys[0].Mitigations, v1alpha1.MitigationSplit) || out.Keys[0].Reason != "" {
+		t.Fatalf("keys %+v, refrained %+v: want k still split while it cools", out.Keys, out.Refrained)
 	}
 }
