@@ -99,9 +99,11 @@ type Entry struct {
 	// version 1 batch.
 	Size uint32
 	// Families are the families of the commands the key's clients sent in
-	// the interval (0: none reported, e.g. counted by a go-redis hook that
-	// does not report them); routing.FamUnknown in a batch of version 1
-	// or 2, whose sender knew nothing of families.
+	// the interval; routing.FamUnknown in a batch of version 1 or 2, whose
+	// sender knew nothing of families. 0 says no command was seen: a
+	// sender that counts commands must report their families too
+	// (dataplane/counts.Client.ObserveFamilies), or the manager may choose
+	// a move that refuses them.
 	Families routing.Families
 }
 
