@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Summary is one node agent's view of its node's traffic, sent every tick.
@@ -73,6 +75,10 @@ type KeyRates struct {
 	// Pinned is set when the rates are exact counts (the key is pinned by
 	// the directive the summary names), not the sketch's estimate.
 	Pinned bool
+	// Families are the command families the node's clients sent on the key
+	// in the sketch's last one to two windows (0: none reported);
+	// routing.FamUnknown from an agent of version 1 or 2.
+	Families routing.Families
 }
 
 // Limits of a Summary, enforced by both sides.
@@ -85,9 +91,10 @@ const (
 	// MaxBigKeysPerPolicy bounds a policy's BigKeys.
 	MaxBigKeysPerPolicy = 64
 	MaxSummaryBytes     = 32 << 20
-	// summaryVersion is the version MarshalSummary writes; version 1 (no
-	// big keys) is still read, from agents not yet upgraded.
-	summaryVersion    = 2
+	// summaryVersion is the version MarshalSummary writes; versions 1 (no
+	// big keys, no families) and 2 (no families) are still read, from
+	// agents not yet upgraded.
+	summaryVersion    = 3
 	summaryHeaderSize = 4
 	// rateScale: rates travel as unsigned integers in thousandths per second.
 	rateScale = 1000
@@ -107,6 +114,7 @@ var ErrMalformed = errors.New("malformed summary")
 //	            total reads, writes   key count
 //	            per key: len, bytes   reads   writes   recent reads   recent writes
 //	                     bytes/s   flags (bit 0: pinned)
+//	                     families (version 3: routing.Families)
 //	            big key count (version 2)
 //	            per big key: len, bytes   size in bytes
 //
@@ -143,6 +151,7 @@ func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
 				flags = 1
 			}
 			buf = append(buf, flags)
+			buf = binary.AppendUvarint(buf, uint64(k.Families))
 		}
 		buf = binary.AppendUvarint(buf, uint64(len(p.BigKeys)))
 		for j := range p.BigKeys {
@@ -210,7 +219,7 @@ func UnmarshalSummary(buf []byte) (*Summary, error) {
 		return nil, fmt.Errorf("%w: bad header", ErrMalformed)
 	}
 	version := buf[2]
-	if (version != summaryVersion && version != 1) || buf[3] != 0 {
+	if version < 1 || version > summaryVersion || buf[3] != 0 {
 		return nil, fmt.Errorf("%w: version %d flags %#x", ErrMalformed, buf[2], buf[3])
 	}
 	d := decoder{p: buf[summaryHeaderSize:]}
@@ -244,6 +253,10 @@ func UnmarshalSummary(buf []byte) (*Summary, error) {
 				k.Pinned = true
 			default:
 				d.fail(fmt.Sprintf("key flags %#x", f))
+			}
+			k.Families = routing.FamUnknown
+			if version >= 3 {
+				k.Families = routing.Families(d.uv(math.MaxUint32, "families"))
 			}
 			p.Keys = append(p.Keys, k)
 		}

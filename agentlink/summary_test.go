@@ -5,12 +5,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 func sample() *Summary {
 	return &Summary{Node: "node-a", Session: 42, Seq: 7, Policies: []PolicySummary{
 		{Policy: "shop/checkout", Directive: 3, Unseen: Rates{Reads: 1.5, Writes: 0.25}, Total: Rates{Reads: 9000, Writes: 120},
-			Keys:    []KeyRates{{Key: "product:1", Reads: 812.125, RecentReads: 900.5, Bytes: 4096}, {Key: "likes:9", Writes: 40, RecentWrites: 38, Pinned: true}},
+			Keys: []KeyRates{{Key: "product:1", Reads: 812.125, RecentReads: 900.5, Bytes: 4096, Families: routing.FamStringRead | routing.FamKey},
+				{Key: "likes:9", Writes: 40, RecentWrites: 38, Pinned: true, Families: routing.FamCounter}},
 			BigKeys: []KeySize{{Key: "blob:20mb", Bytes: 20 << 20}, {Key: "product:1", Bytes: 4096}}},
 		{Policy: "shop/empty"},
 	}}
@@ -31,14 +34,28 @@ func TestSummaryRoundTrip(t *testing.T) {
 }
 
 // TestSummaryReadsVersion1: a summary of an agent not yet upgraded (no big
-// keys) still decodes.
+// keys, no families) still decodes; its keys' families are unknown.
 func TestSummaryReadsVersion1(t *testing.T) {
 	v1 := []byte{'H', 'F', 1, 0, 1, 'n', 7, 1, 1, 1, 'p', 0, 0, 0, 0, 0, 1, 1, 'k', 0xe8, 0x07, 0, 0, 0, 0, 0}
 	got, err := UnmarshalSummary(v1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Reads: 1}}}}}
+	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Reads: 1, Families: routing.FamUnknown}}}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
+// TestSummaryReadsVersion2: a summary of an agent that lists big keys but
+// no families still decodes; its keys' families are unknown.
+func TestSummaryReadsVersion2(t *testing.T) {
+	v2 := []byte{'H', 'F', 2, 0, 1, 'n', 7, 1, 1, 1, 'p', 0, 0, 0, 0, 0, 1, 1, 'k', 0, 0xe8, 0x07, 0, 0, 0, 0, 0}
+	got, err := UnmarshalSummary(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Writes: 1, Families: routing.FamUnknown}}}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
 	}
@@ -47,14 +64,15 @@ func TestSummaryReadsVersion1(t *testing.T) {
 func TestSummaryRefusesBadInput(t *testing.T) {
 	good, _ := MarshalSummary(nil, sample())
 	for name, buf := range map[string][]byte{
-		"empty":         nil,
-		"bad magic":     append([]byte("XX"), good[2:]...),
-		"bad version":   append([]byte{'H', 'F', 9, 0}, good[4:]...),
-		"truncated":     good[:len(good)-3],
-		"trailing byte": append(append([]byte{}, good...), 0),
-		"huge count":    {'H', 'F', 1, 0, 1, 'n', 0, 0, 0xff, 0xff, 0x03},
-		"v1 with sizes": append([]byte{'H', 'F', 1, 0}, good[4:]...),
-		"too many big":  {'H', 'F', 2, 0, 1, 'n', 0, 0, 1, 1, 'p', 0, 0, 0, 0, 0, 0, 65},
+		"empty":            nil,
+		"bad magic":        append([]byte("XX"), good[2:]...),
+		"bad version":      append([]byte{'H', 'F', 9, 0}, good[4:]...),
+		"truncated":        good[:len(good)-3],
+		"trailing byte":    append(append([]byte{}, good...), 0),
+		"huge count":       {'H', 'F', 1, 0, 1, 'n', 0, 0, 0xff, 0xff, 0x03},
+		"v1 with sizes":    append([]byte{'H', 'F', 1, 0}, good[4:]...),
+		"v2 with families": append([]byte{'H', 'F', 2, 0}, good[4:]...),
+		"too many big":     {'H', 'F', 2, 0, 1, 'n', 0, 0, 1, 1, 'p', 0, 0, 0, 0, 0, 0, 65},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := UnmarshalSummary(buf); !errors.Is(err, ErrMalformed) {

@@ -233,6 +233,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	p.decide(r.Margin)
 	r.enact(ctx, p)
 	r.writeReport(ctx, p)
+	r.noteWithheld(p)
 
 	p.ratesDue = r.ratesDue(p.key, p.now)
 	status := buildStatus(p)

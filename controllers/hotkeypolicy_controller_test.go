@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +65,8 @@ func (f *flow) policy(name string, mut ...func(*v1alpha1.HotKeyPolicy)) *v1alpha
 
 // report is node's agent sending its summary for policy now: the node
 // hosts a pod of the policy (as the pod informer would tell the hub) and
-// lists the candidates with exact rates (no unseen traffic).
+// lists the candidates with exact rates (no unseen traffic) and their
+// command families.
 func (f *flow) report(policy, node string, c ...v1alpha1.Candidate) {
 	f.t.Helper()
 	id := f.ns + "/" + policy
@@ -72,7 +74,13 @@ func (f *flow) report(policy, node string, c ...v1alpha1.Candidate) {
 	ps := agentlink.PolicySummary{Policy: id}
 	for _, k := range c {
 		r, w := float64(k.ReadsPerSecond), float64(k.WritesPerSecond)
-		ps.Keys = append(ps.Keys, agentlink.KeyRates{Key: k.Key, Reads: r, Writes: w, RecentReads: r, RecentWrites: w})
+		// Clients of a string key (GET, SET, INCR, DEL) unless the
+		// candidate names its families.
+		fam := routing.FamStringRead | routing.FamStringWrite | routing.FamCounter | routing.FamKey
+		if len(k.Families) > 0 {
+			fam = routing.ParseFamilies(strings.Join(k.Families, ","))
+		}
+		ps.Keys = append(ps.Keys, agentlink.KeyRates{Key: k.Key, Reads: r, Writes: w, RecentReads: r, RecentWrites: w, Families: fam})
 	}
 	f.seq++
 	f.hub.Ingest(&agentlink.Summary{Node: node, Session: 1, Seq: f.seq, Policies: []agentlink.PolicySummary{ps}})

@@ -40,6 +40,9 @@ type policyMemory struct {
 	// bigOver are the keys at or over thresholds.valueBytes at the last
 	// pass (see noteBigKeys).
 	bigOver map[string]bool
+	// withheld maps each key a move was left out for at the last pass to
+	// why (see noteWithheld).
+	withheld map[string]string
 	// sizes are the big keys' sizes MEMORY USAGE told (see confirmSizes).
 	sizes policySizes
 	// endpointsDropped is how many pod endpoints the last pass's directive

@@ -146,6 +146,7 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 	th := hub.ParamsFromSpec(p.spec).Thresholds
 	th.Reads, th.Writes = p.detect[0], p.detect[1]
 	cands := reportCandidates(p.hubSnap, th, int(p.spec.Detection.TopK))
+	annotateCandidates(cands, p.hubSnap, &p.out)
 	nodes := int32(p.hubSnap.FreshNodes)
 	so := r.sizeOptions()
 	big := reportBigKeys(p.hubSnap.BigKeys, p.spec.Thresholds.ValueBytes, r.measuredSizes(p, so), p.now, so.TTL)

@@ -52,7 +52,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.HotKeyCount = int32(len(p.out.Keys))
 	st.ShedKeyCount = int32(shedKeys(&p.out))
 	st.Moves = moves(p.out.Keys)
-	st.HotKeys = shownHotKeys(st.HotKeys, p.out.Keys, p.ratesDue, p.detect)
+	st.HotKeys = shownHotKeys(st.HotKeys, slices.Concat(p.out.Keys, p.out.Refrained), p.ratesDue, p.detect)
 	st.NextEvents = nextEvents(p.evs)
 	if p.ratesDue || len(st.Shards) != len(p.shards) {
 		st.Shards, st.BusiestShardUtilizationPercent = shardStatus(p.shards, p.shardThresholds())
@@ -66,7 +66,8 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 }
 
 // shownHotKeys are the hot keys status shows: the first maxStatusHotKeys of
-// keys (hottest first), in the order of their names (by heat, two keys at
+// keys (the mitigated ones hottest first, then those no allowed move
+// serves, each with its command families and why a move was left out), in the order of their names (by heat, two keys at
 // about the same heat would swap places from pass to pass, and each swap
 // would be a status write). A key already shown in old keeps its shown
 // rates unless ratesDue and they moved (rateMoved): rates are shown, not
@@ -81,7 +82,8 @@ func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesD
 	for _, k := range keys[:min(len(keys), maxStatusHotKeys)] {
 		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
 			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source,
-			ShedReadsPerSecond: k.ShedReads, ShedWritesPerSecond: k.ShedWrites}
+			ShedReadsPerSecond: k.ShedReads, ShedWritesPerSecond: k.ShedWrites,
+			Families: k.Families.Names(), Reason: truncate(k.Reason)}
 		if o, ok := shown[k.Key]; ok && (!ratesDue ||
 			!rateMoved(o.ReadsPerSecond, hk.ReadsPerSecond, th[0]) && !rateMoved(o.WritesPerSecond, hk.WritesPerSecond, th[1])) {
 			hk.ReadsPerSecond, hk.WritesPerSecond = o.ReadsPerSecond, o.WritesPerSecond

@@ -93,7 +93,7 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 			filtered++
 			continue
 		}
-		p.sk.Update(key, e.Reads, e.Writes, e.Bytes)
+		p.sk.UpdateFamilies(key, e.Reads, e.Writes, e.Bytes, e.Families)
 		p.sizes.Observe(key, uint64(e.Size))
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)

@@ -1,10 +1,11 @@
 package sidecarlink
 
-// The counts datagram. Version 2 layout (all integers are unsigned LEB128
+// The counts datagram. Version 3 layout (all integers are unsigned LEB128
 // varints, "uv"):
 //
 //	magic    2 bytes  'H' 'S'
-//	version  1 byte   2 (1 is still read: its entries have no size)
+//	version  1 byte   3 (1 and 2 are still read: their entries have no
+//	                  families, and 1's no size)
 //	flags    1 byte   0 (reserved; a batch with any flag set is rejected)
 //	policy   uv length, then that many bytes: "<namespace>/<name>"
 //	count    uv number of entries, 1..MaxEntries (Encoder always writes it
@@ -16,8 +17,11 @@ package sidecarlink
 //	           writes  uv (≤ 2^32-1)
 //	           bytes   uv (≤ 2^32-1) value bytes read and written
 //	           size    uv (≤ 2^32-1) the largest value bytes of one access
-//	                   in the interval (version 2 only): what the agent
+//	                   in the interval (version 2 on): what the agent
 //	                   ranks big keys by
+//	           families uv (≤ 2^32-1) the routing.Families of the commands
+//	                   the key's clients sent in the interval (version 3):
+//	                   what the manager chooses the key's moves by
 //
 // Nothing may follow the last entry. A batch is accepted whole or rejected
 // whole: the agent validates it completely before it counts anything.
@@ -28,13 +32,16 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 const (
 	// CountsVersion is the counts datagram version this package writes.
-	// It reads it and version 1 (entries without a size), so agents
-	// accept batches of sidecars not yet upgraded.
-	CountsVersion = 2
+	// It reads it and versions 1 and 2 (entries without families, and
+	// 1's without a size), so agents accept batches of sidecars not yet
+	// upgraded.
+	CountsVersion = 3
 	// FlushInterval is how often a sidecar sends what it aggregated. The
 	// agent relies on it: a key's first batch carries one interval of
 	// traffic, and one interval is the shortest span it measures a rate
@@ -45,7 +52,7 @@ const (
 	MaxDatagram = 65507
 	// MinDatagram is the smallest datagram limit a sender may use: one entry
 	// with the longest key under the longest policy.
-	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 4*binary.MaxVarintLen32
+	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 5*binary.MaxVarintLen32
 	// MaxKeyLen is the longest key a batch may carry. Longer keys are not
 	// counted by the sidecar: reports carry keys of at most 512 bytes.
 	MaxKeyLen = 512
@@ -91,6 +98,13 @@ type Entry struct {
 	// wrote in the interval (a read's reply, a write's request); 0 in a
 	// version 1 batch.
 	Size uint32
+	// Families are the families of the commands the key's clients sent in
+	// the interval; routing.FamUnknown in a batch of version 1 or 2, whose
+	// sender knew nothing of families. 0 says no command was seen: a
+	// sender that counts commands must report their families too
+	// (dataplane/counts.Client.ObserveFamilies), or the manager may choose
+	// a move that refuses them.
+	Families routing.Families
 }
 
 // Batch is a decoded batch. Its slices alias the datagram and are reused by
@@ -118,7 +132,7 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 		return nil, ErrMagic
 	}
 	version := buf[2]
-	if version != CountsVersion && version != 1 {
+	if version < 1 || version > CountsVersion {
 		return nil, fmt.Errorf("%w: %d", ErrVersion, buf[2])
 	}
 	if buf[3] != 0 {
@@ -166,6 +180,13 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 				return nil, err
 			}
 			e.Size = uint32(v)
+		}
+		e.Families = routing.FamUnknown
+		if version >= 3 {
+			if v, p, err = uvarint(p, math.MaxUint32, "families"); err != nil {
+				return nil, err
+			}
+			e.Families = routing.Families(v)
 		}
 		es = append(es, e)
 	}
@@ -219,7 +240,7 @@ type Encoder struct {
 }
 
 // EntrySize is an upper bound of the bytes key takes in a batch.
-func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 4*binary.MaxVarintLen32 }
+func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 5*binary.MaxVarintLen32 }
 
 // Reset starts a batch for policy in buf (reusing its storage), with datagrams
 // limited to limit bytes.
@@ -250,13 +271,14 @@ func (e *Encoder) Fits(key string) bool {
 func (e *Encoder) Len() int { return e.count }
 
 // Add appends an entry. The caller checks Fits first.
-func (e *Encoder) Add(key string, reads, writes, bytes, size uint32) {
+func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing.Families) {
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(key)))
 	e.buf = append(e.buf, key...)
 	e.buf = binary.AppendUvarint(e.buf, uint64(reads))
 	e.buf = binary.AppendUvarint(e.buf, uint64(writes))
 	e.buf = binary.AppendUvarint(e.buf, uint64(bytes))
 	e.buf = binary.AppendUvarint(e.buf, uint64(size))
+	e.buf = binary.AppendUvarint(e.buf, uint64(fam))
 	e.count++
 }
 
@@ -274,7 +296,7 @@ func AppendBatch(buf []byte, policy string, entries []Entry) []byte {
 	var e Encoder
 	e.Reset(buf, policy, math.MaxInt)
 	for _, en := range entries {
-		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes, en.Size)
+		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes, en.Size, en.Families)
 	}
 	return e.Bytes()
 }

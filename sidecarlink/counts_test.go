@@ -8,12 +8,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 func entries(kv ...string) []Entry {
 	var out []Entry
 	for i, k := range kv {
-		out = append(out, Entry{Key: []byte(k), Reads: uint32(i + 1), Writes: uint32(2 * i), Bytes: uint32(100 * i), Size: uint32(60 * i)})
+		out = append(out, Entry{Key: []byte(k), Reads: uint32(i + 1), Writes: uint32(2 * i), Bytes: uint32(100 * i), Size: uint32(60 * i),
+			Families: routing.Families(1) << (i % 15)})
 	}
 	return out
 }
@@ -43,7 +46,23 @@ func TestDecodeVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Entry{{Key: []byte("k"), Reads: 5, Bytes: 200}}
+	want := []Entry{{Key: []byte("k"), Reads: 5, Bytes: 200, Families: routing.FamUnknown}}
+	if diff := cmp.Diff(want, b.Entries); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+}
+
+// TestDecodeVersion2 reads a batch of a sidecar that reports sizes but not
+// families: its keys' families are unknown, which the manager treats
+// conservatively.
+func TestDecodeVersion2(t *testing.T) {
+	v2 := []byte{'H', 'S', 2, 0, 4, 'n', 's', '/', 'p', 0x81, 0x00, 1, 'k', 5, 1, 200, 1, 40}
+	var d Decoder
+	b, err := d.Decode(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{{Key: []byte("k"), Reads: 5, Writes: 1, Bytes: 200, Size: 40, Families: routing.FamUnknown}}
 	if diff := cmp.Diff(want, b.Entries); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}
@@ -63,7 +82,7 @@ func TestEncoderSplitsAtLimit(t *testing.T) {
 			got = append(got, e.Len())
 			e.Reset(nil, "ns/p", 200)
 		}
-		e.Add(k, 1, 0, 0, 0)
+		e.Add(k, 1, 0, 0, 0, routing.FamAll)
 	}
 	if len(got) == 0 {
 		t.Fatal("encoder never filled up")
@@ -80,7 +99,9 @@ func TestDecodeRejects(t *testing.T) {
 		"empty":            {nil, ErrTruncated},
 		"short header":     {[]byte{'H', 'S', 1}, ErrTruncated},
 		"bad magic":        {append([]byte{'X'}, good[1:]...), ErrMagic},
-		"version 3":        {append([]byte{'H', 'S', 3}, good[3:]...), ErrVersion},
+		"version 4":        {append([]byte{'H', 'S', 4}, good[3:]...), ErrVersion},
+		"version 0":        {append([]byte{'H', 'S', 0}, good[3:]...), ErrVersion},
+		"v2 with families": {append([]byte{'H', 'S', 2}, good[3:]...), ErrMalformed},
 		"v1 with sizes":    {append([]byte{'H', 'S', 1}, good[3:]...), ErrMalformed},
 		"flags":            {append([]byte{'H', 'S', 2, 1}, good[4:]...), ErrFlags},
 		"truncated":        {good[:len(good)-1], ErrTruncated},

@@ -110,6 +110,20 @@ type HotKeyStatus struct {
 	Since *metav1.Time `json:"since,omitempty"`
 	// source says whether a node agent or a schedule made the key hot.
 	Source HotKeySource `json:"source"`
+	// families are the families of the commands the key's clients sent in
+	// the window (see HotKeyReport's candidates): the moves chosen serve
+	// every one.
+	// +optional
+	// +kubebuilder:validation:MaxItems=17
+	// +kubebuilder:validation:items:MaxLength=16
+	Families []string `json:"families,omitempty"`
+	// reason says why a move the key's heat asked for was not chosen
+	// (e.g. "list or stream (order-bearing, e.g. a queue): order forbids
+	// split"); a hot key no allowed move serves is listed with no
+	// mitigations and its reason.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
 }
 
 // ScheduledEventStatus is an upcoming or running scheduled event.

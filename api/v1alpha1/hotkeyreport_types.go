@@ -103,6 +103,25 @@ type Candidate struct {
 	// pinned it); otherwise the rates are an upper bound.
 	// +optional
 	Exact bool `json:"exact,omitempty"`
+	// families are the families of the commands the key's clients sent in
+	// the window (string-read, string-write, counter, key, hash-read,
+	// hash-write, hash-counter, set-read, set-write, zset-read, zset-write,
+	// list/stream, script, ttl, other, multi; unknown when a sidecar or
+	// node agent of an older version counted the key): what the manager
+	// chooses the key's moves by (docs/manager.md, "Command families").
+	// +optional
+	// +kubebuilder:validation:MaxItems=17
+	// +kubebuilder:validation:items:MaxLength=16
+	Families []string `json:"families,omitempty"`
+	// mitigations are the moves applied to the key, cheapest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	Mitigations []MitigationType `json:"mitigations,omitempty"`
+	// reason says why a move the key's heat asked for was not chosen (e.g.
+	// a queue is not split).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
 }
 
 // HotKeyReport is the manager's view of one policy's hottest keys across

@@ -8,6 +8,8 @@ package decide
 
 import (
 	"time"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Observation is one key's cluster-wide rates, as the manager estimates them
@@ -22,6 +24,12 @@ type Observation struct {
 	// timer but never makes it hot; only a count does (step). The zero
 	// value is a count.
 	Bound bool
+	// Families are the command families the key's clients sent in the
+	// window, ORed over the nodes (routing.Families): the moves chosen must
+	// serve every one. Unknown (FamUnknown, set for a reporter of an
+	// older version) allows only the moves that refuse nothing; none (0:
+	// no command seen in the window, a key cooling down) refuses nothing.
+	Families routing.Families
 }
 
 // Aggregate is what the fleet says of one policy.

@@ -87,7 +87,7 @@ func TestInForce(t *testing.T) {
 // capacity and not on one of high capacity.
 func TestAutoDearShardLowerThresholds(t *testing.T) {
 	shards := []Shard{shard(8_000, 1, 0.3), shard(400_000, 1, 0.3)}
-	obs := map[string]Observation{"a:k": {ReadsPerSecond: 5_000}, "b:k": {ReadsPerSecond: 5_000}}
+	obs := map[string]Observation{"a:k": {Families: strFams, ReadsPerSecond: 5_000}, "b:k": {Families: strFams, ReadsPerSecond: 5_000}}
 	_, hot := autoRun(autoSpec(), shards, obs, State{})
 	if !slices.Equal(hot, []string{"a:k"}) {
 		t.Fatalf("hot %v, want only the dear shard's key", hot)
@@ -103,7 +103,7 @@ func TestAutoDearShardLowerThresholds(t *testing.T) {
 func TestAutoTypedWins(t *testing.T) {
 	spec := autoSpec(func(s *v1alpha1.HotKeyPolicySpec) { s.Thresholds.ReadsPerSecond = 1_000 })
 	shards := []Shard{shard(400_000, 1, 0.3)} // derived 100,000
-	obs := map[string]Observation{"a:reads": {ReadsPerSecond: 1_500}, "a:writes": {WritesPerSecond: 50_000}}
+	obs := map[string]Observation{"a:reads": {Families: strFams, ReadsPerSecond: 1_500}, "a:writes": {Families: strFams, WritesPerSecond: 50_000}}
 	out, hot := autoRun(spec, shards, obs, State{})
 	if !slices.Equal(hot, []string{"a:reads"}) {
 		t.Fatalf("hot %v, want the key over the typed reads threshold only", hot)
@@ -117,7 +117,7 @@ func TestAutoTypedWins(t *testing.T) {
 // numbers decide, and a key hot by them is hot.
 func TestAutoLowConfidenceFallsBack(t *testing.T) {
 	shards := []Shard{shard(400_000, 0.2, 0.3)}
-	obs := map[string]Observation{"a:r": {ReadsPerSecond: 6_000}, "a:w": {WritesPerSecond: 900}}
+	obs := map[string]Observation{"a:r": {Families: strFams, ReadsPerSecond: 6_000}, "a:w": {Families: strFams, WritesPerSecond: 900}}
 	if _, hot := autoRun(autoSpec(), shards, obs, State{}); !slices.Equal(hot, []string{"a:r"}) {
 		t.Fatalf("hot %v, want a:r (over 5000), not a:w (under 1000)", hot)
 	}
@@ -135,11 +135,11 @@ func TestAutoLowConfidenceFallsBack(t *testing.T) {
 func TestAutoShardRulePicksFewest(t *testing.T) {
 	obs := map[string]Observation{}
 	for _, s := range []string{"a", "b"} {
-		obs[s+":k1"] = Observation{ReadsPerSecond: 15_000}
-		obs[s+":k2"] = Observation{WritesPerSecond: 8_000}
-		obs[s+":k3"] = Observation{ReadsPerSecond: 6_000}
+		obs[s+":k1"] = Observation{Families: strFams, ReadsPerSecond: 15_000}
+		obs[s+":k2"] = Observation{Families: strFams, WritesPerSecond: 8_000}
+		obs[s+":k3"] = Observation{Families: strFams, ReadsPerSecond: 6_000}
 		for i := 0; i < 50; i++ {
-			obs[fmt.Sprintf("%s:tail%d", s, i)] = Observation{ReadsPerSecond: 1_000}
+			obs[fmt.Sprintf("%s:tail%d", s, i)] = Observation{Families: strFams, ReadsPerSecond: 1_000}
 		}
 	}
 	shards := []Shard{shard(100_000, 1, 0.9), shard(100_000, 1, 0.5)}
@@ -179,7 +179,7 @@ func TestAutoShardRulePicksFewest(t *testing.T) {
 func TestAutoShardRuleFlatTail(t *testing.T) {
 	obs := map[string]Observation{}
 	for i := 0; i < 2000; i++ {
-		obs[fmt.Sprintf("a:%d", i)] = Observation{ReadsPerSecond: 4_900, WritesPerSecond: 4_900}
+		obs[fmt.Sprintf("a:%d", i)] = Observation{Families: strFams, ReadsPerSecond: 4_900, WritesPerSecond: 4_900}
 	}
 	_, hot := autoRun(autoSpec(), []Shard{shard(100_000, 1, 0.99)}, obs, State{})
 	if len(hot) != 0 {
@@ -192,7 +192,7 @@ func TestAutoShardRuleFlatTail(t *testing.T) {
 // cools by its own rate against the frozen threshold.
 func TestAutoFrozenWhileHot(t *testing.T) {
 	spec := autoSpec()
-	obs := map[string]Observation{"a:k": {ReadsPerSecond: 30_000}}
+	obs := map[string]Observation{"a:k": {Families: strFams, ReadsPerSecond: 30_000}}
 	out, hot := autoRun(spec, []Shard{shard(100_000, 1, 0.3)}, obs, State{})
 	if !slices.Equal(hot, []string{"a:k"}) || out.State.Keys[0].ReadThreshold != 25_000 {
 		t.Fatalf("hot %v state %+v", hot, out.State.Keys)
@@ -213,7 +213,7 @@ func TestAutoFrozenWhileHot(t *testing.T) {
 		}
 	}
 	// Under 25,000 × 0.8 for a cooldown: cold, and the freeze is gone.
-	in := Input{Spec: spec, Observations: map[string]Observation{"a:k": {ReadsPerSecond: 19_000}}, State: durable, Shards: []Shard{shard(100_000, 1, 0.3)}, ShardOf: byPrefix}
+	in := Input{Spec: spec, Observations: map[string]Observation{"a:k": {Families: strFams, ReadsPerSecond: 19_000}}, State: durable, Shards: []Shard{shard(100_000, 1, 0.3)}, ShardOf: byPrefix}
 	for _, at := range []time.Duration{0, spec.Thresholds.Cooldown.Duration} {
 		in.Now = t0.Add(time.Hour + at)
 		out = Decide(in)
@@ -228,7 +228,7 @@ func TestAutoFrozenWhileHot(t *testing.T) {
 // sized from the least learned capacity's key share; typed capacity.* wins.
 func TestAutoSizing(t *testing.T) {
 	shards := []Shard{shard(40_000, 1, 0.3), shard(400_000, 1, 0.3)} // per key: 10,000
-	obs := map[string]Observation{"b:counter": {WritesPerSecond: 150_000}}
+	obs := map[string]Observation{"b:counter": {Families: strFams, WritesPerSecond: 150_000}}
 	out, _ := autoRun(autoSpec(), shards, obs, State{})
 	if len(out.Keys) != 1 || out.Keys[0].Shards != 19 { // ceil(150,000 × 1.25 ÷ 10,000)
 		t.Fatalf("keys %+v, want 19 shards", out.Keys)
@@ -247,7 +247,7 @@ func TestAutoSizing(t *testing.T) {
 // TestAutoFieldsTakeEffect: each field of thresholds.auto changes the
 // decision.
 func TestAutoFieldsTakeEffect(t *testing.T) {
-	obs := map[string]Observation{"a:k": {ReadsPerSecond: 15_000}}
+	obs := map[string]Observation{"a:k": {Families: strFams, ReadsPerSecond: 15_000}}
 	t.Run("keySharePercent", func(t *testing.T) {
 		shards := []Shard{shard(100_000, 1, 0.3)}
 		if _, hot := autoRun(autoSpec(), shards, obs, State{}); len(hot) != 0 {

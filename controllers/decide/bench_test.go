@@ -14,7 +14,7 @@ import (
 func benchObservations(keys int) map[string]Observation {
 	out := make(map[string]Observation, keys)
 	for k := range keys {
-		o := Observation{}
+		o := Observation{Families: strFams}
 		if k%2 == 0 {
 			o.ReadsPerSecond = 100_000
 		} else {

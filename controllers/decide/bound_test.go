@@ -11,7 +11,7 @@ import (
 // threshold ends the timer. Cooling is as for counts.
 func TestDecideOnCountsNotBounds(t *testing.T) {
 	obs := func(reads, writes int64, bound bool) map[string]Observation {
-		return map[string]Observation{"k": {ReadsPerSecond: reads, WritesPerSecond: writes, Bound: bound}}
+		return map[string]Observation{"k": {Families: strFams, ReadsPerSecond: reads, WritesPerSecond: writes, Bound: bound}}
 	}
 	var (
 		boundHot    = obs(6000, 0, true)    // over 5000 on the bound only

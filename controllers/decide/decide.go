@@ -41,6 +41,9 @@ type KeyState struct {
 	// direction cools down (see limits).
 	ReadThreshold  int64 `json:"readThreshold,omitempty"`
 	WriteThreshold int64 `json:"writeThreshold,omitempty"`
+	// SplitHeldUntil: the key's split was withdrawn because its clients'
+	// commands were refused; it is not split again before (see holdSplit).
+	SplitHeldUntil *time.Time `json:"splitHeldUntil,omitempty"`
 }
 
 func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
@@ -84,7 +87,7 @@ func (s State) Durable() State {
 	for _, k := range s.Keys {
 		if k.hot() {
 			out.Keys = append(out.Keys, KeyState{Key: k.Key, ReadHot: k.ReadHot, WriteHot: k.WriteHot, Since: k.Since, DetectedAt: k.DetectedAt,
-				ReadThreshold: k.ReadThreshold, WriteThreshold: k.WriteThreshold})
+				ReadThreshold: k.ReadThreshold, WriteThreshold: k.WriteThreshold, SplitHeldUntil: k.SplitHeldUntil})
 		}
 	}
 	return out
@@ -141,6 +144,11 @@ type KeyDecision struct {
 	ShedReads, ShedWrites int64
 	Since                 *time.Time
 	Source                v1alpha1.HotKeySource
+	// Families are the command families the key's clients sent in the
+	// window, and Reason why a move its heat asked for was not chosen
+	// (e.g. a write-hot queue is not split), "" when none was left out.
+	Families routing.Families
+	Reason   string
 }
 
 // Output is the decision.
@@ -160,6 +168,9 @@ type Output struct {
 	// Capped counts keys hot enough to mitigate but left out by
 	// capacity.maxMitigatedKeys.
 	Capped int
+	// Refrained are the hot keys no allowed move serves (Reason says
+	// why), hottest first: nothing is applied to them.
+	Refrained []KeyDecision
 }
 
 // Decide computes the next routing decision. It is pure: same input, same
@@ -269,6 +280,8 @@ func advanceKeys(in Input, lim *limits) keyStates {
 type mitigations struct {
 	entries   map[string]*routing.Entry
 	decisions map[string]*KeyDecision
+	// refrained are the hot keys left unmitigated, with why, hottest first.
+	refrained []KeyDecision
 	// next is when a split shrink is due (zero if none).
 	next time.Time
 }
@@ -287,10 +300,13 @@ func mitigate(in Input, keys keyStates) mitigations {
 		e, d, next := detectedEntry(in.Now, in.Spec, pk, key, ks, in.Observations[key], lastShards(in.Current, key))
 		e, d = withShed(in.Spec, pk, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
-		if e != nil {
+		switch {
+		case e != nil:
 			m.entries[key] = e
 			d.Since = ks.Since
 			m.decisions[key] = d
+		case d != nil && d.Reason != "":
+			m.refrained = append(m.refrained, *d)
 		}
 	}
 	for _, sk := range in.Scheduled {
@@ -298,6 +314,7 @@ func mitigate(in Input, keys keyStates) mitigations {
 			continue
 		}
 		mergeScheduled(in.Spec, m.entries, m.decisions, sk, in.Observations[sk.Key])
+		m.refrainScheduled(sk.Key)
 	}
 	return m
 }
@@ -376,7 +393,8 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 // mitigated keys hottest first, the state of every key not idle by key,
 // and the earliest time any of them changes by itself.
 func assemble(lim *limits, keys keyStates, m mitigations, splits splitPlan) Output {
-	out := Output{NextCheck: earliestNZ(keys.next, m.next, splits.next), Started: keys.started, Ended: keys.ended, Capped: keys.capped}
+	out := Output{NextCheck: earliestNZ(keys.next, m.next, splits.next), Started: keys.started, Ended: keys.ended, Capped: keys.capped,
+		Refrained: m.refrained}
 	out.Entries = make([]routing.Entry, 0, len(m.entries))
 	for _, e := range m.entries {
 		if hasMitigation(e) {
@@ -472,8 +490,12 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 	var next time.Time
 	m := &spec.Mitigations
 	e := &routing.Entry{Key: key, Source: routing.SourceDetected}
-	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected}
-	if ks.ReadHot {
+	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected, Families: o.Families}
+	fam := o.Families
+	if ks.ReadHot && !readsRelieved(fam) {
+		d.because(whyNoReads(fam))
+	}
+	if ks.ReadHot && readsRelieved(fam) {
 		if m.Coalesce.IsEnabled() {
 			e.Coalesce = true
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationCoalesce)
@@ -493,14 +515,21 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 			e.ReplicaReads = &routing.ReplicaReads{MaxLagMillis: m.ReplicaReads.MaxLag.Milliseconds()}
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
 		}
-		if m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0) {
+		wantReplicate := m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0)
+		if wantReplicate && !fits(v1alpha1.MitigationReplicate, fam) {
+			d.because(whyNot(v1alpha1.MitigationReplicate, fam))
+			wantReplicate = false
+		}
+		if wantReplicate {
 			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, pk.reads, m.Replicate.MaxReplicas)
 			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = n
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicate)
 		}
 	}
-	if ks.WriteHot && m.Split.IsEnabled() {
+	split, held := holdSplit(now, spec, ks, fam, current, d)
+	next = earliestNZ(next, held)
+	if split {
 		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, pk.writes, m.Split.MaxShards)
 		if n < current {
 			// Shrink only past the hysteresis band: the smaller size must
@@ -536,7 +565,7 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 		ks.ShrinkSince = nil
 	}
 	if len(d.Mitigations) == 0 {
-		return nil, nil, next
+		return nil, d, next
 	}
 	return e, d, next
 }
@@ -586,14 +615,24 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 		}
 		add(v1alpha1.MitigationReplicaReads)
 	}
-	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() {
+	// A schedule asks for its moves before any traffic says what the
+	// key's clients send; once the window says so, a move that would refuse
+	// some of it is left out like a detected key's.
+	refuses := func(t v1alpha1.MitigationType) bool {
+		if o.Families.Known() && !fits(t, o.Families) {
+			d.because(whyNot(t, o.Families))
+			return true
+		}
+		return false
+	}
+	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() && !refuses(v1alpha1.MitigationReplicate) {
 		if e.Replicate == nil || e.Replicate.Replicas < m.Replicate.Replicas {
 			e.Replicate = &routing.Replicate{Replicas: m.Replicate.Replicas, TTLMillis: spec.Mitigations.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = m.Replicate.Replicas
 		}
 		add(v1alpha1.MitigationReplicate)
 	}
-	if m.Split != nil && spec.Mitigations.Split.IsEnabled() {
+	if m.Split != nil && spec.Mitigations.Split.IsEnabled() && !refuses(v1alpha1.MitigationSplit) {
 		if e.Split == nil || e.Split.Generations[0].Shards < m.Split.Shards {
 			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}}
 			d.Shards = m.Split.Shards
@@ -601,25 +640,6 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 		add(v1alpha1.MitigationSplit)
 	}
 	sort.Slice(d.Mitigations, func(i, j int) bool { return mitigationRank(d.Mitigations[i]) < mitigationRank(d.Mitigations[j]) })
-}
-
-func mitigationRank(t v1alpha1.MitigationType) int {
-	switch t {
-	case v1alpha1.MitigationCoalesce:
-		return 0
-	case v1alpha1.MitigationLocalCache:
-		return 1
-	case v1alpha1.MitigationReplicaReads:
-		return 2
-	case v1alpha1.MitigationReplicate:
-		return 3
-	case v1alpha1.MitigationShed:
-		return 7
-	case v1alpha1.MitigationSplit:
-		return 4
-	default:
-		return 5
-	}
 }
 
 // Size is the smallest count of physical keys that serves rate with

@@ -179,9 +179,9 @@ func run(spec *v1alpha1.HotKeyPolicySpec, ticks []tick) Output {
 }
 
 func TestDecideHysteresis(t *testing.T) {
-	hotReads := map[string]Observation{"k": {ReadsPerSecond: 6000}}
-	warmReads := map[string]Observation{"k": {ReadsPerSecond: 4500}} // under 5000, over 4000
-	coldReads := map[string]Observation{"k": {ReadsPerSecond: 3000}} // under 4000
+	hotReads := map[string]Observation{"k": {Families: strFams, ReadsPerSecond: 6000}}
+	warmReads := map[string]Observation{"k": {Families: strFams, ReadsPerSecond: 4500}} // under 5000, over 4000
+	coldReads := map[string]Observation{"k": {Families: strFams, ReadsPerSecond: 3000}} // under 4000
 	tests := map[string]struct {
 		ticks       []tick
 		wantHot     bool
@@ -260,33 +260,33 @@ func TestDecideMitigations(t *testing.T) {
 		want *routing.Entry // nil: not in the table
 	}{
 		"read-hot, everything allowed, one key can serve it: cheap moves only": {
-			spec: testSpec(on(true, true, true, true, false)), obs: Observation{ReadsPerSecond: 6000},
+			spec: testSpec(on(true, true, true, true, false)), obs: Observation{Families: strFams, ReadsPerSecond: 6000},
 			want: &routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10, RefreshAheadPercent: 10}},
 		},
 		"read-hot beyond one key: replicas sized from reads": {
-			spec: testSpec(on(true, true, true, true, false)), obs: Observation{ReadsPerSecond: 100000},
+			spec: testSpec(on(true, true, true, true, false)), obs: Observation{Families: strFams, ReadsPerSecond: 100000},
 			want: &routing.Entry{Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 2000, JitterPercent: 10, RefreshAheadPercent: 10}, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 300000}},
 		},
 		"read-hot with only replicate allowed": {
-			spec: testSpec(on(false, false, true, false, false)), obs: Observation{ReadsPerSecond: 6000},
+			spec: testSpec(on(false, false, true, false, false)), obs: Observation{Families: strFams, ReadsPerSecond: 6000},
 			want: &routing.Entry{Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 300000}},
 		},
 		"read-hot, nothing for reads allowed": {
-			spec: testSpec(on(false, false, false, true, false)), obs: Observation{ReadsPerSecond: 6000},
+			spec: testSpec(on(false, false, false, true, false)), obs: Observation{Families: strFams, ReadsPerSecond: 6000},
 		},
 		"write-hot: split sized from writes": {
-			spec: testSpec(on(true, true, true, true, false)), obs: Observation{WritesPerSecond: 100000},
+			spec: testSpec(on(true, true, true, true, false)), obs: Observation{Families: strFams, WritesPerSecond: 100000},
 			want: &routing.Entry{Split: gen(7)},
 		},
 		"write-hot with pre-aggregation": {
-			spec: testSpec(on(false, false, false, true, true)), obs: Observation{WritesPerSecond: 2000},
+			spec: testSpec(on(false, false, false, true, true)), obs: Observation{Families: strFams, WritesPerSecond: 2000},
 			want: &routing.Entry{Split: gen(2), PreAggregate: &routing.PreAggregate{FlushMillis: 100}},
 		},
 		"write-hot, split not allowed": {
-			spec: testSpec(on(true, true, true, false, false)), obs: Observation{WritesPerSecond: 100000},
+			spec: testSpec(on(true, true, true, false, false)), obs: Observation{Families: strFams, WritesPerSecond: 100000},
 		},
 		"hot both ways gets both": {
-			spec: testSpec(on(true, false, false, true, false)), obs: Observation{ReadsPerSecond: 6000, WritesPerSecond: 2000},
+			spec: testSpec(on(true, false, false, true, false)), obs: Observation{Families: strFams, ReadsPerSecond: 6000, WritesPerSecond: 2000},
 			want: &routing.Entry{Coalesce: true, Split: gen(2)},
 		},
 	}
@@ -309,9 +309,9 @@ func TestDecideMitigations(t *testing.T) {
 
 func TestDecideSplitLifecycle(t *testing.T) {
 	spec := testSpec()
-	hot := map[string]Observation{"k": {WritesPerSecond: 100000}}
-	hotter := map[string]Observation{"k": {WritesPerSecond: 200000}}
-	cold := map[string]Observation{"k": {WritesPerSecond: 10}}
+	hot := map[string]Observation{"k": {Families: strFams, WritesPerSecond: 100000}}
+	hotter := map[string]Observation{"k": {Families: strFams, WritesPerSecond: 200000}}
+	cold := map[string]Observation{"k": {Families: strFams, WritesPerSecond: 10}}
 	var st State
 	var cur *routing.Table
 	step := func(at time.Duration, obs map[string]Observation) Output {
@@ -393,7 +393,7 @@ func TestDecideSplitLifecycle(t *testing.T) {
 func TestDecideCap(t *testing.T) {
 	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) { s.Capacity.MaxMitigatedKeys = 2 })
 	obs := map[string]Observation{
-		"a": {ReadsPerSecond: 6000}, "b": {ReadsPerSecond: 60000}, "c": {ReadsPerSecond: 9000},
+		"a": {Families: strFams, ReadsPerSecond: 6000}, "b": {Families: strFams, ReadsPerSecond: 60000}, "c": {Families: strFams, ReadsPerSecond: 9000},
 	}
 	out := run(spec, []tick{{0, obs}, {2 * time.Second, obs}})
 	var keys []string
@@ -487,7 +487,7 @@ func TestShrinkNeedsTheHysteresisBand(t *testing.T) {
 				Key: "k", Source: routing.SourceDetected,
 				Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1000, Shards: tc.current}}},
 			}}}
-			obs := map[string]Observation{"k": {WritesPerSecond: tc.rate}}
+			obs := map[string]Observation{"k": {Families: strFams, WritesPerSecond: tc.rate}}
 			// Two steps sustainFor apart, with the key already write-hot.
 			st.Keys = []KeyState{{Key: "k", WriteHot: true}}
 			var out Output
@@ -549,7 +549,7 @@ func TestDetectedAtIsWhenTheKeyWentOver(t *testing.T) {
 	spec := &v1alpha1.HotKeyPolicySpec{}
 	spec.Mitigations.Split.Enabled = ptr.To(true)
 	v1alpha1.SetDefaults(spec)
-	in := Input{Now: t0, Spec: spec, Observations: map[string]Observation{"k": {WritesPerSecond: 50000}}}
+	in := Input{Now: t0, Spec: spec, Observations: map[string]Observation{"k": {Families: strFams, WritesPerSecond: 50000}}}
 	out := Decide(in)
 	in.State, in.Now = out.State, t0.Add(spec.Thresholds.SustainFor.Duration)
 	out = Decide(in)

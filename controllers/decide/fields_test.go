@@ -21,8 +21,12 @@ import (
 // test/repo's TestEverySpecFieldIsTested keeps a row here (or elsewhere)
 // for every field of the spec.
 func TestEachSpecFieldChangesTheDecision(t *testing.T) {
-	reads := func(n int64) map[string]Observation { return map[string]Observation{"k": {ReadsPerSecond: n}} }
-	writes := func(n int64) map[string]Observation { return map[string]Observation{"k": {WritesPerSecond: n}} }
+	reads := func(n int64) map[string]Observation {
+		return map[string]Observation{"k": {Families: strFams, ReadsPerSecond: n}}
+	}
+	writes := func(n int64) map[string]Observation {
+		return map[string]Observation{"k": {Families: strFams, WritesPerSecond: n}}
+	}
 	sustained := func(obs map[string]Observation) []tick { return []tick{{0, obs}, {2 * time.Second, obs}} }
 	entry := func(out Output) *routing.Entry {
 		for i := range out.Entries {
@@ -129,7 +133,7 @@ func TestEachSpecFieldChangesTheDecision(t *testing.T) {
 		},
 		"capacity.maxMitigatedKeys": {
 			field: func(s *v1alpha1.HotKeyPolicySpec) { s.Capacity.MaxMitigatedKeys = 2 },
-			ticks: sustained(map[string]Observation{"a": {ReadsPerSecond: 6000}, "b": {ReadsPerSecond: 7000}, "c": {ReadsPerSecond: 8000}}),
+			ticks: sustained(map[string]Observation{"a": {Families: strFams, ReadsPerSecond: 6000}, "b": {Families: strFams, ReadsPerSecond: 7000}, "c": {Families: strFams, ReadsPerSecond: 8000}}),
 			probe: count, want: "2",
 		},
 		"mitigations.coalesce.enabled": {

@@ -29,7 +29,7 @@ func FuzzDecide(f *testing.F) {
 			data = data[4:]
 			now = now.Add(time.Duration(step) * time.Second)
 			obs := map[string]Observation{
-				fmt.Sprintf("k%d", key): {ReadsPerSecond: int64(reads) * 100, WritesPerSecond: int64(writes) * 1000},
+				fmt.Sprintf("k%d", key): {Families: strFams, ReadsPerSecond: int64(reads) * 100, WritesPerSecond: int64(writes) * 1000},
 			}
 			out := Decide(Input{Now: now, Spec: spec, Observations: obs, State: st, Current: cur, Margin: 10 * time.Second})
 			tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 60000, Entries: out.Entries}

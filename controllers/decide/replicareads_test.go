@@ -34,27 +34,27 @@ func TestDecideReplicaReads(t *testing.T) {
 		wantMits []v1alpha1.MitigationType
 	}{
 		"one key serves it: the cache alone": {
-			spec: testSpec(on(true, true, true)), obs: Observation{ReadsPerSecond: 6000},
+			spec: testSpec(on(true, true, true)), obs: Observation{Families: strFams, ReadsPerSecond: 6000},
 			want:     &routing.Entry{Coalesce: true, LocalCache: cache},
 			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationRefreshAhead},
 		},
 		"beyond one key: replica reads after the cache, no copies": {
-			spec: testSpec(on(true, true, true)), obs: Observation{ReadsPerSecond: 100000},
+			spec: testSpec(on(true, true, true)), obs: Observation{Families: strFams, ReadsPerSecond: 100000},
 			want:     &routing.Entry{Coalesce: true, LocalCache: cache, ReplicaReads: rr},
 			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationRefreshAhead, v1alpha1.MitigationReplicaReads},
 		},
 		"beyond one key, replica reads not allowed: copies": {
-			spec: testSpec(on(true, false, true)), obs: Observation{ReadsPerSecond: 100000},
+			spec: testSpec(on(true, false, true)), obs: Observation{Families: strFams, ReadsPerSecond: 100000},
 			want:     &routing.Entry{Coalesce: true, LocalCache: cache, Replicate: &routing.Replicate{Replicas: 3, TTLMillis: 300000}},
 			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationRefreshAhead, v1alpha1.MitigationReplicate},
 		},
 		"nothing cheaper allowed: replica reads even under one key's capacity": {
-			spec: testSpec(on(false, true, true)), obs: Observation{ReadsPerSecond: 6000},
+			spec: testSpec(on(false, true, true)), obs: Observation{Families: strFams, ReadsPerSecond: 6000},
 			want:     &routing.Entry{ReplicaReads: rr},
 			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationReplicaReads},
 		},
 		"write-hot only: no replica reads": {
-			spec: testSpec(on(false, true, false)), obs: Observation{WritesPerSecond: 2000},
+			spec: testSpec(on(false, true, false)), obs: Observation{Families: strFams, WritesPerSecond: 2000},
 			want:     &routing.Entry{Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1001, Shards: 2}}}},
 			wantMits: []v1alpha1.MitigationType{v1alpha1.MitigationSplit},
 		},

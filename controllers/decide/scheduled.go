@@ -23,3 +23,23 @@ func ScheduledKeys(schedules []v1alpha1.Schedule, evs []schedule.Event) []Schedu
 	}
 	return out
 }
+
+// mitigationRank orders a key's mitigations cheapest first.
+func mitigationRank(t v1alpha1.MitigationType) int {
+	switch t {
+	case v1alpha1.MitigationCoalesce:
+		return 0
+	case v1alpha1.MitigationLocalCache:
+		return 1
+	case v1alpha1.MitigationReplicaReads:
+		return 2
+	case v1alpha1.MitigationReplicate:
+		return 3
+	case v1alpha1.MitigationShed:
+		return 7
+	case v1alpha1.MitigationSplit:
+		return 4
+	default:
+		return 5
+	}
+}

@@ -59,7 +59,9 @@ func withShed(spec *v1alpha1.HotKeyPolicySpec, pk perKey, key string, ks *KeySta
 	}
 	if e == nil {
 		e = &routing.Entry{Key: key, Source: routing.SourceDetected}
-		d = &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected}
+	}
+	if d == nil {
+		d = &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected, Families: o.Families}
 	}
 	e.Shed = out
 	d.ShedReads, d.ShedWrites = out.ReadsPerSecond, out.WritesPerSecond

@@ -41,42 +41,42 @@ func TestShedIsTheLastResort(t *testing.T) {
 		want *routing.Shed // nil: not shed
 	}{
 		"not enabled: never shed": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){noSplit}, obs: Observation{WritesPerSecond: 100000},
+			mut: []func(*v1alpha1.HotKeyPolicySpec){noSplit}, obs: Observation{Families: strFams, WritesPerSecond: 100000},
 		},
 		"a write-hot key that may not be split, at 5 × its shard": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit}, obs: Observation{WritesPerSecond: 100000},
+			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit}, obs: Observation{Families: strFams, WritesPerSecond: 100000},
 			want: &routing.Shed{WritesPerSecond: 16000, DemandWrites: 100000, MinPerSecond: 10},
 		},
 		"a split that suffices: not shed": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){shed}, obs: Observation{WritesPerSecond: 100000},
+			mut: []func(*v1alpha1.HotKeyPolicySpec){shed}, obs: Observation{Families: strFams, WritesPerSecond: 100000},
 		},
 		"a split capped by maxShards: shed at what its shards take": {
 			mut:  []func(*v1alpha1.HotKeyPolicySpec){shed, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Split.MaxShards = 2 }},
-			obs:  Observation{WritesPerSecond: 100000},
+			obs:  Observation{Families: strFams, WritesPerSecond: 100000},
 			want: &routing.Shed{WritesPerSecond: 32000, DemandWrites: 100000, MinPerSecond: 10},
 		},
 		"write-hot under the budget: not shed": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit}, obs: Observation{WritesPerSecond: 15000},
+			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit}, obs: Observation{Families: strFams, WritesPerSecond: 15000},
 		},
 		"an explicit budget wins": {
 			mut:  []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.WritesPerSecond = 5000 }},
-			obs:  Observation{WritesPerSecond: 10000},
+			obs:  Observation{Families: strFams, WritesPerSecond: 10000},
 			want: &routing.Shed{WritesPerSecond: 5000, DemandWrites: 10000, MinPerSecond: 10},
 		},
 		"an uncached read-hot key past its replicas": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noReplicate}, obs: Observation{ReadsPerSecond: 100000},
+			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noReplicate}, obs: Observation{Families: strFams, ReadsPerSecond: 100000},
 			want: &routing.Shed{ReadsPerSecond: 40000, DemandReads: 100000, MinPerSecond: 10},
 		},
 		"the reads of a cached key are never shed": {
-			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noReplicate, cache}, obs: Observation{ReadsPerSecond: 100000},
+			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noReplicate, cache}, obs: Observation{Families: strFams, ReadsPerSecond: 100000},
 		},
 		"reads not shed when the policy says so": {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noReplicate, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Reads = ptr.To(false) }},
-			obs: Observation{ReadsPerSecond: 100000},
+			obs: Observation{Families: strFams, ReadsPerSecond: 100000},
 		},
 		"an excluded key is never shed": {
 			mut: []func(*v1alpha1.HotKeyPolicySpec){shed, noSplit, func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Exclude = []string{"orders:*"} }},
-			obs: Observation{WritesPerSecond: 100000},
+			obs: Observation{Families: strFams, WritesPerSecond: 100000},
 		},
 	}
 	for name, tc := range tests {
@@ -115,13 +115,13 @@ func TestShedDemandKeepsTheTable(t *testing.T) {
 		s.Mitigations.Split.Enabled = ptr.To(false)
 	})
 	rate := int64(100000)
-	out := decideHot(spec, map[string]Observation{"k": {WritesPerSecond: rate}}, nil)
+	out := decideHot(spec, map[string]Observation{"k": {Families: strFams, WritesPerSecond: rate}}, nil)
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := 0; i < 500; i++ {
 		cur := &routing.Table{SchemaVersion: 1, EpochMillis: 60000, Entries: out.Entries}
 		prev := *shedOf(out, "k")
 		rate = max(rate+int64(r.NormFloat64()*2000), 20000)
-		in := Input{Now: t0.Add(time.Duration(i+3) * time.Second), Spec: spec, Observations: map[string]Observation{"k": {WritesPerSecond: rate}}, State: out.State, Current: cur, Margin: time.Second}
+		in := Input{Now: t0.Add(time.Duration(i+3) * time.Second), Spec: spec, Observations: map[string]Observation{"k": {Families: strFams, WritesPerSecond: rate}}, State: out.State, Current: cur, Margin: time.Second}
 		out = Decide(in)
 		got := shedOf(out, "k")
 		if got == nil {
@@ -146,7 +146,7 @@ func TestShedMinimumCappedByTheFleet(t *testing.T) {
 		s.Mitigations.Split.Enabled = ptr.To(false)
 	})
 	for nodes, want := range map[int]int64{0: 10, 100: 10, 1000: 1, 400: 4} {
-		in := Input{Now: t0, Spec: spec, Observations: map[string]Observation{"k": {WritesPerSecond: 100000}}, Nodes: nodes}
+		in := Input{Now: t0, Spec: spec, Observations: map[string]Observation{"k": {Families: strFams, WritesPerSecond: 100000}}, Nodes: nodes}
 		out := Decide(in)
 		in.Now, in.State = t0.Add(spec.Thresholds.SustainFor.Duration), out.State
 		if got := shedOf(Decide(in), "k"); got == nil || got.MinPerSecond != want {
@@ -162,8 +162,8 @@ func TestEachShedFieldChangesTheDecision(t *testing.T) {
 	shedOn := func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Enabled = ptr.To(true) }
 	noSplit := func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Split.Enabled = ptr.To(false) }
 	noReplicate := func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Replicate.Enabled = ptr.To(false) }
-	writes := Observation{WritesPerSecond: 100000}
-	reads := Observation{ReadsPerSecond: 100000}
+	writes := Observation{Families: strFams, WritesPerSecond: 100000}
+	reads := Observation{Families: strFams, ReadsPerSecond: 100000}
 	probe := func(out Output) string {
 		s := shedOf(out, "k")
 		if s == nil {

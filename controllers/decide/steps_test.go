@@ -20,7 +20,7 @@ import (
 func at(d time.Duration) *time.Time { t := t0.Add(d); return &t }
 
 func TestAdvanceKeys(t *testing.T) {
-	reads := func(n int64) Observation { return Observation{ReadsPerSecond: n} }
+	reads := func(n int64) Observation { return Observation{Families: strFams, ReadsPerSecond: n} }
 	for name, tc := range map[string]struct {
 		spec  *v1alpha1.HotKeyPolicySpec
 		state []KeyState
@@ -55,7 +55,7 @@ func TestAdvanceKeys(t *testing.T) {
 			state: []KeyState{{Key: "k", ReadHot: true, Since: at(-time.Hour), DetectedAt: at(-time.Hour), ReadUnderSince: at(-5 * time.Minute)}},
 			want:  keyStates{byKey: map[string]*KeyState{"k": {Key: "k"}}, hottest: []string{"k"}, ended: 1}},
 		"hottest first, relative to each threshold, by name among equals": {
-			obs: map[string]Observation{"a": reads(6000), "b": {WritesPerSecond: 2000}, "c": reads(6000)},
+			obs: map[string]Observation{"a": reads(6000), "b": {Families: strFams, WritesPerSecond: 2000}, "c": reads(6000)},
 			want: keyStates{byKey: map[string]*KeyState{"a": {Key: "a", ReadOverSince: at(0)}, "b": {Key: "b", WriteOverSince: at(0)}, "c": {Key: "c", ReadOverSince: at(0)}},
 				hottest: []string{"b", "a", "c"}, next: t0.Add(2 * time.Second)}},
 		"the cap keeps the hot key; a hotter newcomer waits, counted": {
@@ -105,29 +105,29 @@ func TestMitigate(t *testing.T) {
 	}{
 		"a read-hot key gets the cheapest mitigation": {spec: coalesce,
 			keys: hot(KeyState{Key: "k", ReadHot: true, Since: at(-time.Hour)}),
-			obs:  map[string]Observation{"k": {ReadsPerSecond: 6000}},
+			obs:  map[string]Observation{"k": {Families: strFams, ReadsPerSecond: 6000}},
 			want: mitigations{
 				entries: map[string]*routing.Entry{"k": {Key: "k", Source: routing.SourceDetected, Coalesce: true}},
-				decisions: map[string]*KeyDecision{"k": {Key: "k", ReadsPerSecond: 6000, Since: at(-time.Hour), Source: v1alpha1.SourceDetected,
+				decisions: map[string]*KeyDecision{"k": {Key: "k", ReadsPerSecond: 6000, Since: at(-time.Hour), Source: v1alpha1.SourceDetected, Families: strFams,
 					Mitigations: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce}}}}},
 		"a key not hot yet gets nothing": {spec: coalesce,
 			keys: hot(KeyState{Key: "k", ReadOverSince: at(-time.Second)}),
-			obs:  map[string]Observation{"k": {ReadsPerSecond: 6000}},
+			obs:  map[string]Observation{"k": {Families: strFams, ReadsPerSecond: 6000}},
 			want: mitigations{entries: map[string]*routing.Entry{}, decisions: map[string]*KeyDecision{}}},
 		"a write-hot key is split, sized for its rate": {
 			keys: hot(KeyState{Key: "k", WriteHot: true}),
-			obs:  map[string]Observation{"k": {WritesPerSecond: 50000}}, // 50k × 1.25 / 20k: 4
+			obs:  map[string]Observation{"k": {Families: strFams, WritesPerSecond: 50000}}, // 50k × 1.25 / 20k: 4
 			want: mitigations{
 				entries: map[string]*routing.Entry{"k": {Key: "k", Source: routing.SourceDetected, Split: splitOf(4)}},
-				decisions: map[string]*KeyDecision{"k": {Key: "k", WritesPerSecond: 50000, Shards: 4, Source: v1alpha1.SourceDetected,
+				decisions: map[string]*KeyDecision{"k": {Key: "k", WritesPerSecond: 50000, Shards: 4, Source: v1alpha1.SourceDetected, Families: strFams,
 					Mitigations: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}}}}},
 		"a split shrinks only after sustainFor": {
 			keys:    hot(KeyState{Key: "k", WriteHot: true}),
-			obs:     map[string]Observation{"k": {WritesPerSecond: 20000}},
+			obs:     map[string]Observation{"k": {Families: strFams, WritesPerSecond: 20000}},
 			current: &routing.Table{Entries: []routing.Entry{{Key: "k", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 990, Shards: 8}}}}}},
 			want: mitigations{
 				entries: map[string]*routing.Entry{"k": {Key: "k", Source: routing.SourceDetected, Split: splitOf(8)}},
-				decisions: map[string]*KeyDecision{"k": {Key: "k", WritesPerSecond: 20000, Shards: 8, Source: v1alpha1.SourceDetected,
+				decisions: map[string]*KeyDecision{"k": {Key: "k", WritesPerSecond: 20000, Shards: 8, Source: v1alpha1.SourceDetected, Families: strFams,
 					Mitigations: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}}},
 				next: t0.Add(2 * time.Second)}},
 		"a scheduled key in its window is merged in, bounded to its event": {

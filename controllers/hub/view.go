@@ -3,11 +3,13 @@ package hub
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // view is the manager's picture of one policy's traffic across the fleet,
@@ -74,6 +76,10 @@ type keySum struct {
 	// unseenR and unseenW are Σ Unseen of the nodes that listed the key.
 	unseenR, unseenW float64
 	reporters        int
+	// fams counts, per routing.Families bit, the nodes whose summary
+	// listed the key with that family: the key's families are the bits
+	// some node reports (families), ORed over the nodes and their windows.
+	fams famCounts
 	// pin is the directive version that pinned the key (0: not pinned),
 	// band its last band (see band), stamp the apply that last touched it.
 	pin   uint64
@@ -120,6 +126,7 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentl
 		s.unseenR += n.unseen.Reads
 		s.unseenW += n.unseen.Writes
 		s.reporters++
+		s.fams.add(k.Families, 1)
 		s.stamp = v.stamp
 		touched = append(touched, s)
 	}
@@ -161,6 +168,7 @@ func (v *view) subtract(n *nodeState, reband bool) {
 		s.bytes -= k.Bytes
 		s.unseenR -= n.unseen.Reads
 		s.unseenW -= n.unseen.Writes
+		s.fams.add(k.Families, -1)
 		if reband && s.stamp != v.stamp {
 			s.stamp = v.stamp
 			v.reband(s)
@@ -371,7 +379,8 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 	for k, s := range v.keys {
 		e := v.estimate(s)
 		val := e.value()
-		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes), Bound: !e.counted}
+		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes), Bound: !e.counted,
+			Families: s.fams.families()}
 		snap.Estimates[k] = Estimate{Lower: e.lower, Upper: e.upper, Bytes: e.bytes, Exact: e.exact}
 		if e.exact {
 			snap.Exact++
@@ -399,6 +408,29 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 		}
 	}
 	return snap
+}
+
+// famCounts counts the reporters of each family bit of a key.
+type famCounts [routing.FamilyBits]int32
+
+// add counts (n = 1) or uncounts (n = -1) one reporter's families.
+func (c *famCounts) add(f routing.Families, n int32) {
+	for f != 0 {
+		i := bits.TrailingZeros32(uint32(f))
+		c[i] += n
+		f &^= 1 << i
+	}
+}
+
+// families are the bits at least one reporter reports.
+func (c *famCounts) families() routing.Families {
+	var f routing.Families
+	for i, n := range c {
+		if n > 0 {
+			f |= 1 << i
+		}
+	}
+	return f
 }
 
 func round(f float64) int64 {

@@ -10,6 +10,8 @@ package command
 import (
 	"bytes"
 	"strconv"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Kind says how a command uses its connection beyond one request and one
@@ -80,6 +82,8 @@ type Info struct {
 	// that the position depends on other arguments.
 	first int8
 	keys  keySpec
+	// family is what the command does to its key (FamilyOf).
+	family routing.Families
 }
 
 // keySpec locates the keys of a command beyond its first.

@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -90,6 +91,8 @@ type entry struct {
 	// size is the largest value of one access in the interval (see
 	// accessSize), what the node agent ranks big keys by.
 	size uint32
+	// fam are the families of the key's commands (ObserveFamilies).
+	fam routing.Families
 }
 
 type shard struct {
@@ -186,6 +189,32 @@ func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
 	c.observed.Add(1)
 }
 
+// ObserveFamilies adds the families of a command on key under policy (see
+// routing.Families) to what the next batch says of the key: the manager
+// chooses a key's moves by them. The proxy calls it once per command it
+// classifies, refused or shed ones included, alongside Observe's counts.
+// It never blocks on the network and does not retain key.
+func (c *Client) ObserveFamilies(policy, key string, f routing.Families) {
+	if len(key) == 0 || len(key) > sidecarlink.MaxKeyLen || len(policy) == 0 || len(policy) > sidecarlink.MaxPolicyLen || c.closed.Load() {
+		return
+	}
+	s := &c.shards[maphash.String(c.seed, key)&(shards-1)]
+	s.mu.Lock()
+	if i, ok := s.idx[pk{policy, key}]; ok {
+		s.ents[i].fam |= f
+		s.mu.Unlock()
+		return
+	}
+	if len(s.ents) >= c.perShrd {
+		s.mu.Unlock()
+		return
+	}
+	key = strings.Clone(key)
+	s.idx[pk{policy, key}] = int32(len(s.ents))
+	s.ents = append(s.ents, entry{policy: policy, key: key, fam: f})
+	s.mu.Unlock()
+}
+
 // accessSize is the value size of one access of a call counting reads +
 // writes accesses of bytes in all.
 func accessSize(reads, writes, bytes uint32) uint32 {
@@ -264,7 +293,7 @@ func (c *Client) encode(ents []entry) {
 		if !enc.Fits(e.key) {
 			c.send(enc)
 		}
-		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size)
+		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam)
 	}
 }
 

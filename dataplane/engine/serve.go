@@ -68,13 +68,14 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 	}
 	switch d.Op {
 	case OpRefuse:
-		if d.Shed != "" {
-			// A shed command is demand all the same: the node agents
-			// must go on seeing it, or the key would cool down.
+		// A shed or refused command is demand all the same: the node
+		// agents must go on seeing it, or the key would cool down, be
+		// released and mitigated again (flapping).
+		if k := refusedKey(d); k != "" {
 			if d.Write {
-				obs(d.Shed, 0, 1, 0)
+				obs(k, 0, 1, 0)
 			} else {
-				obs(d.Shed, 1, 0, 0)
+				obs(k, 1, 0, 0)
 			}
 		}
 		return errReply(errors.New(d.Err)), true
@@ -127,6 +128,19 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 		return Reply{Kind: ReplyInt, Int: n}, true
 	}
 	return Reply{}, false
+}
+
+// refusedKey is the key a refused command is counted for: the shed key
+// whose limiter refused it, or else the mitigated key whose move cannot
+// serve it.
+func refusedKey(d Decision) string {
+	switch {
+	case d.Shed != "":
+		return d.Shed
+	case d.Entry != nil:
+		return d.Entry.Key
+	}
+	return ""
 }
 
 // serveSet maps SET, SETNX, SETEX and PSETEX to Set with options

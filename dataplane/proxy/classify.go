@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // classified is everything the proxy decides about one client command
@@ -87,6 +88,7 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 		c.decision = e.Decide(args, m.inTx)
 	}
 	if p.cfg.Observer != nil {
+		p.observeFamilies(info, args, c.key, m.inTx)
 		if info.Write {
 			c.observeWrite = true
 		} else {
@@ -94,6 +96,37 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 		}
 	}
 	return c
+}
+
+// FamilyObserver is an Observer also told the command families of each
+// key's commands (dataplane/counts.Client is): the manager chooses a key's
+// moves by them, so that no move refuses a command the key's clients send.
+type FamilyObserver interface {
+	ObserveFamilies(policy, key string, f routing.Families)
+}
+
+// observeFamilies reports the family of a command naming key (its first)
+// to the Observer, if it takes families: at classification, before the
+// engine may refuse or shed the command, so that a refused command still
+// tells the manager what the key's clients need. Every key of a multi-key
+// command is reported.
+func (p *Proxy) observeFamilies(info command.Info, args [][]byte, key []byte, inTx bool) {
+	fo, ok := p.cfg.Observer.(FamilyObserver)
+	if !ok {
+		return
+	}
+	f := info.FamilyOf(args)
+	if inTx {
+		f |= routing.FamTx
+	}
+	if !info.MultiKey() {
+		fo.ObserveFamilies(p.cfg.Policy, unsafeString(key), f)
+		return
+	}
+	info.ForEachKey(args, func(i int) bool {
+		fo.ObserveFamilies(p.cfg.Policy, unsafeString(args[i]), f)
+		return true
+	})
 }
 
 // observe reports one access of key to the Observer, if one is set; every

@@ -30,7 +30,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Hook is a redis.Hook applying an engine's routing table.
@@ -239,7 +241,26 @@ func (h *Hook) idle() bool { return len(h.e.Table().Entries) == 0 }
 
 // classify is the engine's decision for the command, the one the sidecar
 // proxy takes for the same command.
+//
+// It first reports the command's family for each key it names to the
+// observer, if it takes families (as the proxy does): before the engine
+// may refuse or shed the command, so the manager learns what the key's
+// clients need whatever happens to it.
 func (h *Hook) classify(args [][]byte, inTx bool) engine.Decision {
+	if fo, ok := h.obs.(interface {
+		ObserveFamilies(policy, key string, f routing.Families)
+	}); ok && len(args) > 0 {
+		if c, known := command.Lookup(args[0]); known {
+			f := c.FamilyOf(args)
+			if inTx {
+				f |= routing.FamTx
+			}
+			c.ForEachKey(args, func(i int) bool {
+				fo.ObserveFamilies(h.policy, string(args[i]), f)
+				return true
+			})
+		}
+	}
 	return h.e.Decide(args, inTx)
 }
 

@@ -72,6 +72,9 @@ func Table(w io.Writer, f Frame, width int) error {
 			line(fmt.Sprintf("%-*s %*s %*s %*s %*s %-*s %*s", keyW, Ellipsize(k.Key, keyW),
 				readsW, mark+Count(k.ReadsPerSecond), writesW, mark+Count(k.WritesPerSecond), bytesW, Bytes(k.BytesPerSecond),
 				sizeW, size, moveW, clip(Move(k), moveW), sinceW, since))
+			if why := Why(k); why != "" {
+				line("    " + why)
+			}
 		}
 		if p.More > 0 {
 			line(fmt.Sprintf("  … %d more (--limit)", p.More))
@@ -106,6 +109,18 @@ func policyLine(now time.Time, p Policy) string {
 		s += "s"
 	}
 	return s + fmt.Sprintf("  moved %d", p.HotKeyCount)
+}
+
+// Why is the line under a key saying what its clients send and, when a
+// move its heat asked for was left out, why: "list/stream: list or stream
+// (order-bearing, e.g. a queue): order forbids split". Empty when the
+// manager knows neither.
+func Why(k Key) string {
+	s := strings.Join(k.Families, ",")
+	if k.Reason != "" {
+		s += ": " + k.Reason
+	}
+	return s
 }
 
 // Move is the table's short form of what is done to a key: its mitigations,

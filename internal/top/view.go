@@ -87,6 +87,11 @@ type Key struct {
 	// (bigKeys[].valueBytes); absent otherwise.
 	SizeBytes     int64 `json:"sizeBytes,omitempty"`
 	SizeConfirmed bool  `json:"sizeConfirmed,omitempty"`
+	// Families are the families of the commands the key's clients sent
+	// (string-read, counter, list/stream, script...), and Reason why a move
+	// its heat asked for was not chosen (from status, else the report).
+	Families []string `json:"families,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
 
 	rank int // position in the report; moved keys it lacks come after
 }
@@ -124,7 +129,7 @@ func Build(now time.Time, policies []v1alpha1.HotKeyPolicy, reports []v1alpha1.H
 		big[nsName{p.Namespace, p.Name}] = bk
 		for i, c := range r.Spec.Candidates {
 			p.Keys = append(p.Keys, Key{Key: c.Key, ReadsPerSecond: c.ReadsPerSecond, WritesPerSecond: c.WritesPerSecond,
-				BytesPerSecond: c.BytesPerSecond, Exact: c.Exact, rank: i})
+				BytesPerSecond: c.BytesPerSecond, Exact: c.Exact, Families: c.Families, Reason: c.Reason, rank: i})
 		}
 	}
 	for id, hks := range moved {
@@ -145,6 +150,9 @@ func Build(now time.Time, policies []v1alpha1.HotKeyPolicy, reports []v1alpha1.H
 			}
 			k := &p.Keys[i]
 			k.Mitigations, k.Shards, k.Replicas, k.Source = hk.Mitigations, hk.Shards, hk.Replicas, hk.Source
+			if len(hk.Families) > 0 {
+				k.Families, k.Reason = hk.Families, hk.Reason
+			}
 			if hk.Since != nil {
 				t := hk.Since.Time
 				k.Since = &t

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash/maphash"
 
+	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -146,6 +147,7 @@ type aggItem struct {
 	write  bool
 	reply  bool
 	size   uint32
+	fam    routing.Families
 }
 
 // aggBatchMax bounds a batch: enough misses to overlap, few enough that

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -470,14 +471,14 @@ func (t *tracker) count(p *parser) (key []byte, read uint64) {
 		// targets that took its key: that must be known now. It is, with
 		// the add deferred, while the table has room (batchRoom).
 		if !t.unbatched && (f.r == nil || t.batchRoom(ti)) {
-			t.queue(ti, key, aggItem{write: info.Write, size: uint32(p.frame)})
+			t.queue(ti, key, aggItem{write: info.Write, fam: info.Family(), size: uint32(p.frame)})
 			if f.r != nil && !info.Write && ti < 64 {
 				read |= 1 << ti
 			}
 			continue
 		}
 		t.drainAgg()
-		if t.add(ti, key, info.Write, p.frame) && !info.Write && ti < 64 {
+		if t.add(ti, key, info.Write, info.Family(), p.frame) && !info.Write && ti < 64 {
 			read |= 1 << ti
 		}
 	}
@@ -517,23 +518,26 @@ func (t *tracker) drainAgg() {
 		if it.reply {
 			t.addReply(int(it.ti), key, it.h, it.size)
 		} else {
-			t.addHashed(int(it.ti), key, it.h, it.write, int(it.size))
+			t.addHashed(int(it.ti), key, it.h, it.write, it.fam, int(it.size))
 		}
 	}
 	b.items, b.keys = b.items[:0], b.keys[:0]
 }
 
-func (t *tracker) add(ti int, key []byte, write bool, size int) bool {
-	return t.addHashed(ti, key, t.agg[ti].hash(key), write, size)
+func (t *tracker) add(ti int, key []byte, write bool, fam routing.Families, size int) bool {
+	return t.addHashed(ti, key, t.agg[ti].hash(key), write, fam, size)
 }
 
-func (t *tracker) addHashed(ti int, key []byte, h uint64, write bool, size int) bool {
+// fam is the command's family (command.Info.Family: the capture keeps too
+// few arguments to see the options that change it, see FamilyOf).
+func (t *tracker) addHashed(ti int, key []byte, h uint64, write bool, fam routing.Families, size int) bool {
 	e := t.agg[ti].entryHashed(key, h, t.lim.MaxKeys)
 	if e == nil {
 		t.stats.KeysDropped++
 		return false
 	}
 	t.stats.Counted++
+	e.Families |= fam
 	if write {
 		e.Writes++
 		e.Bytes += uint32(size)

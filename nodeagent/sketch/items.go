@@ -6,6 +6,8 @@ package sketch
 import (
 	"slices"
 	"strings"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Tracking returns the rates below which a key the store does not hold
@@ -86,6 +88,9 @@ type Item struct {
 	// Pinned is set for keys held by Pin: their counts are exact since the
 	// key was stored (pinned, or earlier).
 	Pinned bool
+	// Families are the command families counted for the key in the last
+	// one to two windows (UpdateFamilies).
+	Families routing.Families
 }
 
 // Top returns up to n items, highest score first. Rates are the larger of
@@ -179,7 +184,7 @@ func (s *Sketch) item(x int32) Item {
 		return (float64(a) + float64(b)*prevShare) * 1e9 / recentSpan
 	}
 	it := Item{
-		Key: e.key, Score: e.score, Reads: e.reads, Writes: e.writes, Bytes: e.nbytes, Pinned: e.pinned,
+		Key: e.key, Score: e.score, Reads: e.reads, Writes: e.writes, Bytes: e.nbytes, Pinned: e.pinned, Families: s.families(e),
 		ReadAvg: avg(e.reads), WriteAvg: avg(e.writes), ByteAvg: avg(e.nbytes),
 		ReadRecent: recent(c.reads, p.reads), WriteRecent: recent(c.writes, p.writes),
 	}

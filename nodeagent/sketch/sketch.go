@@ -33,6 +33,8 @@ import (
 	"math/bits"
 	"time"
 	"unsafe"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // Config sizes a Sketch.
@@ -119,6 +121,11 @@ type entry struct {
 	hpos    int32 // place in the heap; -1 while pinned
 	pinned  bool
 	updated bool // listed in Sketch.updated
+	// fam are the command families counted in window number famWin
+	// (slot number ÷ Slots), famOld those of the window before it: a
+	// key's families are those of the last one to two windows (families).
+	fam, famOld routing.Families
+	famWin      int64
 }
 
 type slot struct{ reads, writes, nbytes uint32 }
@@ -249,13 +256,29 @@ func (s *Sketch) Hash(key string) uint64 { return maphash.String(s.seed, key) }
 // does not retain key unless admitting it (then it copies it), so key may
 // alias a reused buffer.
 func (s *Sketch) Update(key string, reads, writes, nbytes uint32) {
-	s.UpdateHashed(key, maphash.String(s.seed, key), reads, writes, nbytes)
+	s.update(key, maphash.String(s.seed, key), reads, writes, nbytes, 0)
+}
+
+// UpdateFamilies is Update that also records the command families the
+// counts came from (Item.Families). Families without counts are recorded
+// only for a key the store holds: they admit nothing.
+func (s *Sketch) UpdateFamilies(key string, reads, writes, nbytes uint32, fam routing.Families) {
+	s.update(key, maphash.String(s.seed, key), reads, writes, nbytes, fam)
 }
 
 // UpdateHashed is Update with h = s.Hash(key).
 func (s *Sketch) UpdateHashed(key string, h uint64, reads, writes, nbytes uint32) {
+	s.update(key, h, reads, writes, nbytes, 0)
+}
+
+func (s *Sketch) update(key string, h uint64, reads, writes, nbytes uint32, fam routing.Families) {
 	w := uint64(reads)*uint64(s.cfg.ReadWeight) + uint64(writes)*uint64(s.cfg.WriteWeight)
 	if w == 0 {
+		if fam != 0 {
+			if x, ok := s.lookup(key, h); ok {
+				s.markFamilies(&s.ents[x], fam)
+			}
+		}
 		return
 	}
 	s.fed = s.now
@@ -266,6 +289,7 @@ func (s *Sketch) UpdateHashed(key string, h uint64, reads, writes, nbytes uint32
 		}
 		e := &s.ents[x-1]
 		if e.hash == h && e.key == key {
+			s.markFamilies(e, fam)
 			s.add(x-1, e, reads, writes, nbytes, w)
 			if !e.pinned {
 				s.down(int(e.hpos))
@@ -275,13 +299,40 @@ func (s *Sketch) UpdateHashed(key string, h uint64, reads, writes, nbytes uint32
 	}
 	est := s.filter(h, w)
 	if len(s.heap)+len(s.pinned) < s.m {
-		s.admit(key, h, est, reads, writes, nbytes, w)
+		s.markFamilies(s.admit(key, h, est, reads, writes, nbytes, w), fam)
 		return
 	}
 	if len(s.heap) > 0 && est > s.ents[s.heap[0]].score {
 		s.evict(s.heap[0])
-		s.admit(key, h, est, reads, writes, nbytes, w)
+		s.markFamilies(s.admit(key, h, est, reads, writes, nbytes, w), fam)
 	}
+}
+
+// markFamilies adds fam to e's families of the current window.
+func (s *Sketch) markFamilies(e *entry, fam routing.Families) {
+	if fam == 0 {
+		return
+	}
+	w := s.cur / int64(s.cfg.Slots)
+	if e.famWin != w {
+		e.famOld = 0
+		if e.famWin == w-1 {
+			e.famOld = e.fam
+		}
+		e.fam, e.famWin = 0, w
+	}
+	e.fam |= fam
+}
+
+// families are e's families of the current window and the one before.
+func (s *Sketch) families(e *entry) routing.Families {
+	switch w := s.cur / int64(s.cfg.Slots); e.famWin {
+	case w:
+		return e.fam | e.famOld
+	case w - 1:
+		return e.fam
+	}
+	return 0
 }
 
 func (s *Sketch) add(x int32, e *entry, reads, writes, nbytes uint32, w uint64) {

@@ -7,7 +7,7 @@ import "strings"
 
 // admit stores key on the batch that brought it. That batch carries the
 // Lead before it arrived, so the key's counts cover traffic from then.
-func (s *Sketch) admit(key string, h, est uint64, reads, writes, nbytes uint32, w uint64) {
+func (s *Sketch) admit(key string, h, est uint64, reads, writes, nbytes uint32, w uint64) *entry {
 	x := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
 	e := &s.ents[x]
@@ -26,6 +26,7 @@ func (s *Sketch) admit(key string, h, est uint64, reads, writes, nbytes uint32, 
 	}
 	s.heap = append(s.heap, x)
 	s.up(len(s.heap) - 1)
+	return e
 }
 
 // evict removes entry x from the index, the heap and its slots.

@@ -69,7 +69,8 @@ func Build(items []sketch.Item, floor, tracking agentlink.Rates, maxKeys int) (k
 // one-slot rate apart, so the manager can sum each over the nodes.
 func rates(it *sketch.Item) agentlink.KeyRates {
 	return agentlink.KeyRates{Key: it.Key, Reads: it.ReadAvg, Writes: it.WriteAvg,
-		RecentReads: it.ReadRecent, RecentWrites: it.WriteRecent, Bytes: it.ByteRate, Pinned: it.Pinned}
+		RecentReads: it.ReadRecent, RecentWrites: it.WriteRecent, Bytes: it.ByteRate, Pinned: it.Pinned,
+		Families: it.Families}
 }
 
 // MinUrgentCount is the fewest counts (reads and writes) on which a key can

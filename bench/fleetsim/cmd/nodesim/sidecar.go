@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -118,7 +119,9 @@ func (c *counter) flush(buf []byte, send func(src netip.Addr, batch []byte)) (ba
 				batches++
 				enc.Reset(buf, policy, maxDatagram)
 			}
-			enc.Add(e.key, e.reads, e.writes, e.nbytes, 0)
+			// The simulated clients GET and INCR: string families, so
+			// the manager may split as it would for them.
+			enc.Add(e.key, e.reads, e.writes, e.nbytes, 0, routing.FamStringRead|routing.FamCounter)
 			entries++
 		}
 		if enc.Len() > 0 {

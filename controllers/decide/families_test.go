@@ -1,0 +1,277 @@
+package decide
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// strFams are the families of a string key read with GET and written with
+// SET and INCR: every move serves it.
+const strFams = routing.FamStringRead | routing.FamStringWrite | routing.FamCounter | routing.FamKey
+
+// mixCmd is one command of a generated client workload of key "k": commands (args) and
+// whether each is sent inside MULTI.
+type mixCmd struct {
+	args [][]byte
+	inTx bool
+}
+
+// TestNoMoveRefusesWhatClientsSend is the property of issue 33's first
+// item: on generated command mixes of a key hot in both directions, with
+// every move allowed, no command the key's clients sent in the window is
+// refused by the engine (dataplane/engine.Classify itself, on the entry
+// decide chose) because of the move chosen. Families unknown allow only
+// moves that refuse nothing. A string counter's mix is still split, so the
+// property does not hold by mitigating nothing.
+func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
+	names := command.Names()
+	slices.Sort(names)
+	var keyed []string
+	for _, n := range names {
+		if command.Example(n, "k") != nil {
+			keyed = append(keyed, n)
+		}
+	}
+	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
+		m := &s.Mitigations
+		m.Coalesce.Enabled, m.LocalCache.Enabled, m.Replicate.Enabled = ptr.To(true), ptr.To(true), ptr.To(true)
+		m.Split.Enabled, m.PreAggregate.Enabled = ptr.To(true), ptr.To(true)
+	})
+	now := t0
+	state := State{Keys: []KeyState{{Key: "k", ReadHot: true, WriteHot: true, Since: &now}}}
+	decideFor := func(fam routing.Families) *routing.Entry {
+		out := Decide(Input{Now: now, Spec: spec, State: state,
+			Observations: map[string]Observation{"k": {ReadsPerSecond: 200_000, WritesPerSecond: 200_000, Families: fam}}})
+		for i := range out.Entries {
+			if out.Entries[i].Key == "k" {
+				return &out.Entries[i]
+			}
+		}
+		return nil
+	}
+	split := 0
+	for seed := range uint64(2000) {
+		rng := rand.New(rand.NewPCG(seed, 33))
+		var mix []mixCmd
+		var fam routing.Families
+		for range 1 + rng.IntN(4) {
+			c := mixCmd{args: command.Example(keyed[rng.IntN(len(keyed))], "k"), inTx: rng.IntN(8) == 0}
+			info, _ := command.Lookup(c.args[0])
+			fam |= info.FamilyOf(c.args)
+			if c.inTx {
+				fam |= routing.FamTx
+			}
+			mix = append(mix, c)
+		}
+		if rng.IntN(10) == 0 { // reported by an older sidecar too
+			fam |= routing.FamUnknown
+		}
+		en := decideFor(fam)
+		if en == nil {
+			continue
+		}
+		if en.Split != nil {
+			split++
+		}
+		lookup := func(key string) (*routing.Entry, bool) { return en, key == "k" }
+		for _, c := range mix {
+			if d := engine.Classify(c.args, lookup, c.inTx); d.Op == engine.OpRefuse {
+				t.Errorf("seed %d: families %v, moves %+v: the engine refuses %q (in MULTI: %v): %s", seed, fam, en, c.args, c.inTx, d.Err)
+			}
+		}
+	}
+	if split == 0 {
+		t.Error("no generated mix was split: the property holds vacuously")
+	}
+	if en := decideFor(strFams); en == nil || en.Split == nil || en.Replicate == nil {
+		t.Errorf("a hot string counter's entry %+v, want split and replicated", en)
+	}
+}
+
+// TestDecideByFamilies: a write-hot queue, leaderboard, hash counter or
+// scripted key is not split, with the reason in its decision; a read-hot
+// hash gets no read move that would only occupy the table; a key whose
+// families are unknown gets only the moves that refuse nothing; a key no
+// allowed move serves is listed in Refrained, or shed when shedding is
+// allowed.
+func TestDecideByFamilies(t *testing.T) {
+	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
+		s.Mitigations.Coalesce.Enabled, s.Mitigations.Replicate.Enabled = ptr.To(true), ptr.To(true)
+	})
+	shedSpec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) { s.Mitigations.Shed.Enabled = ptr.To(true) })
+	now := t0
+	for name, tc := range map[string]struct {
+		spec      *v1alpha1.HotKeyPolicySpec
+		reads     int64
+		fam       routing.Families
+		moves     []v1alpha1.MitigationType
+		reason    string
+		refrained bool
+	}{
+		"a string counter is split": {fam: routing.FamCounter | routing.FamStringRead,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}},
+		"a queue is not split": {fam: routing.FamOrdered, refrained: true,
+			reason: "list or stream (order-bearing, e.g. a queue): order forbids split"},
+		"a Lua limiter is never split": {fam: routing.FamScript | routing.FamCounter | routing.FamTTL, refrained: true,
+			reason: "used by scripts or functions: never split"},
+		"a leaderboard is not split": {fam: routing.FamZSetWrite | routing.FamZSetRead, refrained: true,
+			reason: "split would refuse its zset-read,zset-write commands"},
+		"a counter with EXPIRE is not split": {fam: routing.FamCounter | routing.FamTTL, refrained: true,
+			reason: "split would refuse its ttl commands"},
+		"a counter in MULTI is not split": {fam: routing.FamCounter | routing.FamTx, refrained: true,
+			reason: "sent inside MULTI, where split cannot take part"},
+		"unknown families are not split": {fam: routing.FamUnknown | routing.FamCounter, refrained: true,
+			reason: "command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
+		"a read-hot hash counter gets nothing": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter, refrained: true,
+			reason: "hash-read reads are passed to Redis raw: coalescing, the local cache and replicas relieve string reads only; split would refuse its hash-read,hash-counter commands"},
+		"a read-hot string with unknown families is coalesced, not replicated": {spec: spec, reads: 200_000, fam: routing.FamUnknown,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce},
+			reason: "command families unknown (counted by a sidecar or node agent of an older version): replicate could refuse its commands; " +
+				"command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
+		"a queue is shed when shedding is allowed": {spec: shedSpec, fam: routing.FamOrdered,
+			moves:  []v1alpha1.MitigationType{v1alpha1.MitigationShed},
+			reason: "list or stream (order-bearing, e.g. a queue): order forbids split"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sp := tc.spec
+			if sp == nil {
+				sp = testSpec()
+			}
+			st := State{Keys: []KeyState{{Key: "k", ReadHot: tc.reads > 0, WriteHot: true, Since: &now}}}
+			out := Decide(Input{Now: now, Spec: sp, State: st,
+				Observations: map[string]Observation{"k": {ReadsPerSecond: tc.reads, WritesPerSecond: 200_000, Families: tc.fam}}})
+			var d *KeyDecision
+			for _, list := range [][]KeyDecision{out.Keys, out.Refrained} {
+				for i := range list {
+					if list[i].Key == "k" {
+						d = &list[i]
+					}
+				}
+			}
+			if d == nil {
+				t.Fatalf("k is in neither Keys nor Refrained: %+v", out)
+			}
+			if got := len(out.Refrained) == 1; got != tc.refrained {
+				t.Errorf("refrained %v, want %v", got, tc.refrained)
+			}
+			if !slices.Equal(d.Mitigations, tc.moves) || d.Reason != tc.reason || d.Families != tc.fam {
+				t.Errorf("moves %v, reason %q, families %v; want %v, %q, %v", d.Mitigations, d.Reason, d.Families, tc.moves, tc.reason, tc.fam)
+			}
+			if tc.refrained && len(out.Entries) != 0 {
+				t.Errorf("entries %+v for a key no move serves", out.Entries)
+			}
+		})
+	}
+}
+
+// TestForcedSplitOfAQueueIsWithdrawn: a move chosen before the key's
+// clients were known (a schedule splits a key that turns out to be a
+// queue) refuses their LPUSH; the sidecar reports the refused commands'
+// family all the same, and the next decision withdraws the split with the
+// reason, so the clients recover without a restart.
+func TestForcedSplitOfAQueueIsWithdrawn(t *testing.T) {
+	spec := testSpec()
+	now := t0
+	sk := ScheduledKey{Key: "q", Schedule: "s", PrewarmAt: now.Add(-time.Minute), Start: now.Add(-time.Minute), End: now.Add(time.Hour),
+		Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}
+	// Before the sidecars' reports, from a reporter that did not say.
+	decision := func(fam routing.Families) KeyDecision {
+		out := Decide(Input{Now: now, Spec: spec, Scheduled: []ScheduledKey{sk},
+			Observations: map[string]Observation{"q": {WritesPerSecond: 10, Families: fam}}})
+		for _, d := range slices.Concat(out.Keys, out.Refrained) {
+			if d.Key == "q" {
+				return d
+			}
+		}
+		return KeyDecision{}
+	}
+	if d := decision(routing.FamUnknown); !slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) {
+		t.Fatalf("no traffic yet: the schedule's split is not applied: %+v", d)
+	}
+	d := decision(routing.FamOrdered)
+	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || d.Reason != "list or stream (order-bearing, e.g. a queue): order forbids split" {
+		t.Fatalf("once the refused LPUSH are reported: %+v, want the split withdrawn with its reason", d)
+	}
+}
+
+// TestHurtingSplitIsWithdrawnAndHeld: a split in force under which the
+// key's clients send a command it refuses (LPUSH: the refused commands'
+// family still reaches the manager) is withdrawn at the next decision,
+// with the reason, and is not applied again before the cooldown even once
+// the refused commands stop; after it, it is.
+func TestHurtingSplitIsWithdrawnAndHeld(t *testing.T) {
+	spec := testSpec()
+	cooldown := spec.Thresholds.Cooldown.Duration
+	now := t0
+	state := State{Keys: []KeyState{{Key: "k", WriteHot: true, Since: &now}}}
+	current := &routing.Table{EpochMillis: spec.Mitigations.Split.Epoch.Milliseconds(),
+		Entries: []routing.Entry{{Key: "k", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}}}}}}
+	pass := func(at time.Time, fam routing.Families, cur *routing.Table) (Output, KeyDecision) {
+		out := Decide(Input{Now: at, Spec: spec, State: state, Current: cur,
+			Observations: map[string]Observation{"k": {WritesPerSecond: 50_000, Families: fam}}})
+		state = out.State
+		for _, d := range slices.Concat(out.Keys, out.Refrained) {
+			if d.Key == "k" {
+				return out, d
+			}
+		}
+		return out, KeyDecision{}
+	}
+	_, d := pass(now, strFams|routing.FamOrdered, current)
+	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || d.Reason != "split withdrawn, its clients' commands refused: "+
+		"list or stream (order-bearing, e.g. a queue): order forbids split" {
+		t.Fatalf("under refusals: %+v, want the split withdrawn with why", d)
+	}
+	// The refused commands stopped (the producers gave up): still held.
+	later := now.Add(cooldown / 2)
+	out, d := pass(later, strFams, nil)
+	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || !strings.Contains(d.Reason, "not split again before") {
+		t.Fatalf("within the cooldown: %+v, want the split still held back", d)
+	}
+	if want := now.Add(cooldown); out.NextCheck.After(want) || out.NextCheck.IsZero() {
+		t.Errorf("next check %v, want by the hold's end %v", out.NextCheck, want)
+	}
+	if dur := state.Durable(); len(dur.Keys) != 1 || dur.Keys[0].SplitHeldUntil == nil {
+		t.Errorf("the hold is not in the durable state: %+v (a new leader would split again at once)", dur)
+	}
+	_, d = pass(now.Add(cooldown), strFams, nil)
+	if !slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || d.Reason != "" {
+		t.Fatalf("after the cooldown: %+v, want split again", d)
+	}
+}
+
+// TestScheduledQueueListedOnce: a queue both detected write-hot and
+// scheduled for a split is listed once, with one reason.
+func TestScheduledQueueListedOnce(t *testing.T) {
+	now := t0
+	sk := ScheduledKey{Key: "q", Schedule: "s", PrewarmAt: now.Add(-time.Minute), Start: now.Add(-time.Minute), End: now.Add(time.Hour),
+		Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}
+	out := Decide(Input{Now: now, Spec: testSpec(), Scheduled: []ScheduledKey{sk},
+		State:        State{Keys: []KeyState{{Key: "q", WriteHot: true, Since: &now}}},
+		Observations: map[string]Observation{"q": {WritesPerSecond: 50_000, Families: routing.FamOrdered}}})
+	if len(out.Keys) != 0 || len(out.Refrained) != 1 || out.Refrained[0].Reason != "list or stream (order-bearing, e.g. a queue): order forbids split" {
+		t.Fatalf("keys %+v, refrained %+v; want the queue refrained once, with one reason", out.Keys, out.Refrained)
+	}
+}
+
+// TestCoolingSplitKeptWithoutTraffic: a split key whose traffic stopped
+// (no node lists it, so no family is seen) keeps its split while it cools
+// down: no command seen is no command refused.
+func TestCoolingSplitKeptWithoutTraffic(t *testing.T) {
+	now := t0
+	current := &routing.Table{Entries: []routing.Entry{{Key: "k", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}}}}}}
+	out := Decide(Input{Now: now, Spec: testSpec(), Current: current, State: State{Keys: []KeyState{{Key: "k", WriteHot: true, Since: &now}}}})
+	if len(out.Keys) != 1 || !slices.Contains(out.Keys[0].Mitigations, v1alpha1.MitigationSplit) || out.Keys[0].Reason != "" {
+		t.Fatalf("keys %+v, refrained %+v: want k still split while it cools", out.Keys, out.Refrained)
+	}
+}

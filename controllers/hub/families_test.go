@@ -1,0 +1,39 @@
+package hub
+
+import (
+	"testing"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// TestViewOrsFamiliesAcrossNodes: what decide sees of a key's families is
+// the OR of every fresh node's latest summary; a family only a node's
+// older summary or a forgotten node reported is gone, and an old agent's
+// unknown families make the whole key unknown.
+func TestViewOrsFamiliesAcrossNodes(t *testing.T) {
+	kf := func(f routing.Families) agentlink.KeyRates {
+		return agentlink.KeyRates{Key: "q", Writes: 100, RecentWrites: 100, Families: f}
+	}
+	fams := func(v *view) routing.Families { return v.snapshot(t0, time.Minute, time.Minute).Keys["q"].Families }
+	v := newView()
+	v.setExpected(t0, map[string]bool{"a": true, "b": true})
+	v.apply(t0, "a", 1, 1, psum(1, 0, kf(routing.FamOrdered)))
+	v.apply(t0, "b", 1, 1, psum(1, 0, kf(routing.FamScript|routing.FamOrdered)))
+	if got, want := fams(v), routing.FamOrdered|routing.FamScript; got != want {
+		t.Fatalf("families %v, want %v", got, want)
+	}
+	v.apply(t0, "b", 1, 2, psum(1, 0, kf(routing.FamOrdered))) // b's clients stopped running scripts
+	if got, want := fams(v), routing.FamOrdered; got != want {
+		t.Fatalf("after b's next summary: families %v, want %v", got, want)
+	}
+	v.apply(t0, "b", 1, 3, psum(1, 0, kf(routing.FamUnknown)))
+	if got := fams(v); got.Known() {
+		t.Fatalf("with an old agent's key: families %v, want unknown", got)
+	}
+	v.forget("b")
+	if got, want := fams(v), routing.FamOrdered; got != want {
+		t.Fatalf("after b is forgotten: families %v, want %v", got, want)
+	}
+}

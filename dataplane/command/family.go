@@ -1,0 +1,91 @@
+package command
+
+import (
+	"fmt"
+
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// familyOf lists the commands of each family (routing.Families) but
+// FamOther, which every other command of the table gets: each command has
+// exactly one (TestEveryCommandHasOneFamily). The manager chooses a key's
+// moves by the families its clients send (routing.Served...), so a command
+// listed in the wrong family could make it choose a move that refuses it;
+// the engine's Classify is tested against this grouping command by command.
+var familyOf = map[routing.Families][]string{
+	routing.FamStringRead:  {"GET", "MGET", "STRLEN"},
+	routing.FamStringWrite: {"SET", "SETNX", "SETEX", "PSETEX", "MSET"},
+	routing.FamCounter:     {"INCR", "DECR", "INCRBY", "DECRBY"},
+	routing.FamKey:         {"DEL", "UNLINK", "EXISTS", "TYPE"},
+	routing.FamHashRead: {"HGET", "HMGET", "HGETALL", "HKEYS", "HVALS", "HLEN", "HEXISTS", "HSTRLEN", "HRANDFIELD", "HSCAN",
+		"HTTL", "HPTTL", "HEXPIRETIME", "HPEXPIRETIME"},
+	routing.FamHashWrite:   {"HSET", "HSETNX", "HMSET", "HDEL", "HEXPIRE", "HPEXPIRE", "HPERSIST", "HGETDEL", "HGETEX", "HSETEX"},
+	routing.FamHashCounter: {"HINCRBY", "HINCRBYFLOAT"},
+	routing.FamSetRead: {"SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SRANDMEMBER", "SSCAN", "SINTER", "SUNION", "SDIFF",
+		"SINTERCARD"},
+	routing.FamSetWrite: {"SADD", "SREM", "SPOP", "SMOVE", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"},
+	routing.FamZSetRead: {"ZRANGE", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREVRANGE", "ZSCORE",
+		"ZMSCORE", "ZRANK", "ZREVRANK", "ZCARD", "ZCOUNT", "ZLEXCOUNT", "ZRANDMEMBER", "ZSCAN", "ZUNION", "ZINTER", "ZDIFF",
+		"GEODIST", "GEOHASH", "GEOPOS", "GEORADIUS_RO", "GEORADIUSBYMEMBER_RO", "GEOSEARCH"},
+	routing.FamZSetWrite: {"ZADD", "ZINCRBY", "ZREM", "ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZREMRANGEBYLEX", "ZPOPMIN", "ZPOPMAX",
+		"BZPOPMIN", "BZPOPMAX", "ZMPOP", "BZMPOP", "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZRANGESTORE",
+		"GEOADD", "GEORADIUS", "GEORADIUSBYMEMBER", "GEOSEARCHSTORE"},
+	routing.FamOrdered: {"LRANGE", "LLEN", "LINDEX", "LPOS", "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LSET", "LREM",
+		"LTRIM", "LINSERT", "BLPOP", "BRPOP", "LMPOP", "BLMPOP", "LMOVE", "BLMOVE", "RPOPLPUSH", "BRPOPLPUSH",
+		"XRANGE", "XREVRANGE", "XLEN", "XPENDING", "XADD", "XDEL", "XTRIM", "XACK", "XCLAIM", "XAUTOCLAIM", "XSETID",
+		"XINFO", "XGROUP", "XREAD", "XREADGROUP"},
+	routing.FamScript: {"EVAL", "EVALSHA", "FCALL", "EVAL_RO", "EVALSHA_RO", "FCALL_RO"},
+	routing.FamTTL: {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST",
+		"GETEX"},
+}
+
+// assignFamilies sets every table entry's family; a name listed above but
+// missing from the table is a programming error caught at start.
+var familiesAssigned = func() bool {
+	for name, c := range table {
+		c.family = routing.FamOther
+		table[name] = c
+	}
+	for f, names := range familyOf {
+		for _, n := range names {
+			c, ok := table[n]
+			if !ok {
+				panic(fmt.Sprintf("command: family of %s, which the table does not know", n))
+			}
+			c.family = f
+			table[n] = c
+		}
+	}
+	return true
+}()
+
+// FamilyOf is the family of this invocation (args[0] is the name): the
+// command's, except where options change what the engine can serve: SET
+// with GET reads the old value (FamOther), GETEX without options is a GET
+// (FamStringRead).
+func (c Info) FamilyOf(args [][]byte) routing.Families {
+	switch {
+	case c.family == routing.FamStringWrite && len(args) > 3 && EqFold(args[0], "SET"):
+		for _, a := range args[3:] {
+			if EqFold(a, "GET") {
+				return routing.FamOther
+			}
+		}
+	case c.family == routing.FamTTL && len(args) == 2 && EqFold(args[0], "GETEX"):
+		return routing.FamStringRead
+	}
+	return c.family
+}
+
+// Family is the command's family whatever its options (see FamilyOf).
+func (c Info) Family() routing.Families { return c.family }
+
+// Names lists every command of the table, in no order: for tests that walk
+// the whole table.
+func Names() []string {
+	out := make([]string, 0, len(table))
+	for n := range table {
+		out = append(out, n)
+	}
+	return out
+}

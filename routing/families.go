@@ -1,0 +1,148 @@
+package routing
+
+import "strings"
+
+// Families is a set of command families: what a key's clients do with it.
+// The data plane reports, per key, the families of the commands its
+// clients sent (dataplane/command.Info.FamilyOf gives each command exactly
+// one); node agents and the manager OR them over their window; the manager
+// chooses only moves that serve every family seen (Served). The bits
+// travel in the counts datagram and the agent summary: never renumber one.
+type Families uint32
+
+const (
+	// FamStringRead: GET, MGET, STRLEN, GETEX without options.
+	FamStringRead Families = 1 << iota
+	// FamStringWrite: SET, SETNX, SETEX, PSETEX (without GET), MSET.
+	FamStringWrite
+	// FamCounter: INCR, DECR, INCRBY, DECRBY.
+	FamCounter
+	// FamKey: commands on any key whatever its type: DEL, UNLINK, EXISTS,
+	// TYPE.
+	FamKey
+	// FamHashRead, FamHashWrite, FamHashCounter (HINCRBY, HINCRBYFLOAT).
+	FamHashRead
+	FamHashWrite
+	FamHashCounter
+	// FamSetRead, FamSetWrite: sets.
+	FamSetRead
+	FamSetWrite
+	// FamZSetRead, FamZSetWrite: sorted sets (and geo indexes, which are
+	// sorted sets).
+	FamZSetRead
+	FamZSetWrite
+	// FamOrdered: lists and streams, whose order is their meaning (a
+	// queue): never spread over physical keys.
+	FamOrdered
+	// FamScript: EVAL, EVALSHA, FCALL and their read-only forms: a script
+	// touches its keys inside Redis, out of the data plane's sight.
+	FamScript
+	// FamTTL: EXPIRE family, TTL family, PERSIST, GETEX with options.
+	FamTTL
+	// FamOther: every other command naming the key (APPEND, GETRANGE,
+	// SETBIT, GETSET, INCRBYFLOAT, PFADD, RENAME, WATCH, SET ... GET...).
+	FamOther
+	// FamTx: a command of the key was sent inside MULTI, where the engine
+	// cannot take part (it refuses whatever it would serve itself).
+	FamTx
+	// FamUnknown: a reporter that does not report families (a sidecar or
+	// node agent of an older version) counted the key: what its clients
+	// send is unknown, so only moves that refuse nothing are safe.
+	FamUnknown
+
+	famEnd
+)
+
+// FamilyBits is the count of family bits: FamAll is 1<<FamilyBits - 1.
+const FamilyBits = 17
+
+// FamAll is every family.
+const FamAll = famEnd - 1
+
+// The moves' served sets, by how a move changes where the key's data lives
+// (dataplane/engine.Class). A move serves a family when the data plane
+// refuses none of its commands on a key the move mitigates; the engine's
+// Classify is tested against these sets command by command
+// (TestServedMatchesClassify in dataplane/engine), so they cannot drift.
+const (
+	// ServedRaw: coalesce, local cache, replica reads and shed leave the
+	// base key the whole truth: any command may go to Redis raw.
+	ServedRaw = FamAll
+	// ServedReplicate: the engine serves string reads and writes and
+	// counters on the base key and its copies, and sends raw the commands
+	// the table marks typed (the copies hold only strings); TTL, scripts,
+	// other string writes, transactions and the multi-key commands of
+	// sorted sets, sets and lists (ZUNION, SMOVE, LMOVE...) are refused.
+	ServedReplicate = FamStringRead | FamStringWrite | FamCounter | FamKey |
+		FamHashRead | FamHashWrite | FamHashCounter | FamSetRead
+	// ServedCounter: split and pre-aggregate spread a string counter over
+	// shards: only the string commands the engine implements exactly.
+	ServedCounter = FamStringRead | FamStringWrite | FamCounter | FamKey
+)
+
+// RelievedReads are the read families the read moves (coalesce, local
+// cache, replica reads, replicate) relieve: the engine answers them itself
+// (GET, MGET); the reads of other types go to Redis raw
+// (TestRelievedReadsMatchClassify in dataplane/engine).
+const RelievedReads = FamStringRead
+
+// ServedBy is the families an entry's mitigation serves (ServedRaw for nil:
+// a key that left the table is served raw).
+func ServedBy(e *Entry) Families {
+	switch {
+	case e == nil:
+		return ServedRaw
+	case e.Split != nil || e.PreAggregate != nil:
+		return ServedCounter
+	case e.Replicate != nil:
+		return ServedReplicate
+	}
+	return ServedRaw
+}
+
+// Names and FamilyBits must cover every bit.
+var _ = [1]struct{}{}[famEnd-1<<FamilyBits]
+var _ = [1]struct{}{}[len(familyNames)-FamilyBits]
+
+// Known reports whether f says what the key's clients send: no reporter
+// left it unknown. None (0) is known: no command of the key was seen in
+// the window (a key that cools down), so no move can refuse one.
+func (f Families) Known() bool { return f&FamUnknown == 0 }
+
+// Has reports whether f holds every family of g.
+func (f Families) Has(g Families) bool { return f&g == g }
+
+var familyNames = [...]string{
+	"string-read", "string-write", "counter", "key",
+	"hash-read", "hash-write", "hash-counter",
+	"set-read", "set-write", "zset-read", "zset-write",
+	"list/stream", "script", "ttl", "other", "multi", "unknown",
+}
+
+// Names lists f's families by name, in bit order.
+func (f Families) Names() []string {
+	var out []string
+	for i, n := range familyNames {
+		if f&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// String is f's names joined by ",", "" for none.
+func (f Families) String() string { return strings.Join(f.Names(), ",") }
+
+// ParseFamilies reads String's form; unknown names are ignored (a newer
+// writer's families).
+func ParseFamilies(s string) Families {
+	var f Families
+	for _, n := range strings.Split(s, ",") {
+		for i, name := range familyNames {
+			if n == name {
+				f |= 1 << i
+			}
+		}
+	}
+	return f
+}
