@@ -37,10 +37,11 @@ const (
 	// FamScript: EVAL, EVALSHA, FCALL and their read-only forms: a script
 	// touches its keys inside Redis, out of the data plane's sight.
 	FamScript
-	// FamTTL: EXPIRE family, TTL family, PERSIST, GETEX with options.
+	// FamTTL: EXPIRE family, TTL family, PERSIST.
 	FamTTL
 	// FamOther: every other command naming the key (APPEND, GETRANGE,
-	// SETBIT, GETSET, INCRBYFLOAT, PFADD, RENAME, WATCH, SET ... GET...).
+	// SETBIT, GETSET, INCRBYFLOAT, PFADD, RENAME, WATCH, SET ... GET,
+	// GETEX with options...).
 	FamOther
 	// FamTx: a command of the key was sent inside MULTI, where the engine
 	// cannot take part (it refuses whatever it would serve itself).
@@ -76,8 +77,10 @@ const (
 	ServedReplicate = FamStringRead | FamStringWrite | FamCounter | FamKey |
 		FamHashRead | FamHashWrite | FamHashCounter | FamSetRead
 	// ServedCounter: split and pre-aggregate spread a string counter over
-	// shards: only the string commands the engine implements exactly.
-	ServedCounter = FamStringRead | FamStringWrite | FamCounter | FamKey
+	// shards: only the string commands the engine implements exactly, and
+	// the expiry commands (every shard carries the key's expiry), so that
+	// a rate limiter's INCR + EXPIRE can be split.
+	ServedCounter = FamStringRead | FamStringWrite | FamCounter | FamKey | FamTTL
 )
 
 // RelievedReads are the read families the read moves (coalesce, local

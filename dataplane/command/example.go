@@ -17,6 +17,8 @@ var examples = map[string][]string{
 	"XREAD": {"STREAMS", "K", "0"}, "XREADGROUP": {"GROUP", "g", "c", "STREAMS", "K", ">"},
 	"XINFO": {"STREAM", "K"}, "XGROUP": {"CREATE", "K", "g", "$"}, "OBJECT": {"ENCODING", "K"}, "MEMORY": {"USAGE", "K"},
 	"BITOP": {"AND", "K", "K"},
+	"TTL":   {"K"}, "PTTL": {"K"}, "EXPIRETIME": {"K"}, "PEXPIRETIME": {"K"}, "PERSIST": {"K"},
+	"EXPIRE": {"K", "10"}, "PEXPIRE": {"K", "10000"}, "EXPIREAT": {"K", "4102444800"}, "PEXPIREAT": {"K", "4102444800000"},
 }
 
 // Example is a well-formed invocation of the command name naming key, or

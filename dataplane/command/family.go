@@ -35,8 +35,7 @@ var familyOf = map[routing.Families][]string{
 		"XRANGE", "XREVRANGE", "XLEN", "XPENDING", "XADD", "XDEL", "XTRIM", "XACK", "XCLAIM", "XAUTOCLAIM", "XSETID",
 		"XINFO", "XGROUP", "XREAD", "XREADGROUP"},
 	routing.FamScript: {"EVAL", "EVALSHA", "FCALL", "EVAL_RO", "EVALSHA_RO", "FCALL_RO"},
-	routing.FamTTL: {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST",
-		"GETEX"},
+	routing.FamTTL: {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST"},
 }
 
 // assignFamilies sets every table entry's family; a name listed above but
@@ -62,7 +61,8 @@ var familiesAssigned = func() bool {
 // FamilyOf is the family of this invocation (args[0] is the name): the
 // command's, except where options change what the engine can serve: SET
 // with GET reads the old value (FamOther), GETEX without options is a GET
-// (FamStringRead).
+// (FamStringRead; with options it reads and sets the expiry at once, which
+// a split counter cannot: FamOther).
 func (c Info) FamilyOf(args [][]byte) routing.Families {
 	switch {
 	case c.family == routing.FamStringWrite && len(args) > 3 && EqFold(args[0], "SET"):
@@ -71,7 +71,7 @@ func (c Info) FamilyOf(args [][]byte) routing.Families {
 				return routing.FamOther
 			}
 		}
-	case c.family == routing.FamTTL && len(args) == 2 && EqFold(args[0], "GETEX"):
+	case c.family == routing.FamOther && len(args) == 2 && EqFold(args[0], "GETEX"):
 		return routing.FamStringRead
 	}
 	return c.family

@@ -46,7 +46,7 @@ func TestFamilyOfOptions(t *testing.T) {
 		{[]string{"set", "k", "v", "EX", "10"}, routing.FamStringWrite},
 		{[]string{"SET", "k", "v", "get"}, routing.FamOther},
 		{[]string{"GETEX", "k"}, routing.FamStringRead},
-		{[]string{"GETEX", "k", "PERSIST"}, routing.FamTTL},
+		{[]string{"GETEX", "k", "PERSIST"}, routing.FamOther},
 		{[]string{"lpush", "q", "a"}, routing.FamOrdered},
 		{[]string{"EVALSHA", "abc", "1", "k"}, routing.FamScript},
 		{[]string{"HINCRBY", "h", "f", "1"}, routing.FamHashCounter},
