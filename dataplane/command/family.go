@@ -35,7 +35,7 @@ var familyOf = map[routing.Families][]string{
 		"XRANGE", "XREVRANGE", "XLEN", "XPENDING", "XADD", "XDEL", "XTRIM", "XACK", "XCLAIM", "XAUTOCLAIM", "XSETID",
 		"XINFO", "XGROUP", "XREAD", "XREADGROUP"},
 	routing.FamScript: {"EVAL", "EVALSHA", "FCALL", "EVAL_RO", "EVALSHA_RO", "FCALL_RO"},
-	routing.FamTTL: {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST"},
+	routing.FamTTL:    {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST"},
 }
 
 // assignFamilies sets every table entry's family; a name listed above but
