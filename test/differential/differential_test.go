@@ -4,7 +4,7 @@
 // one by one, pipelined and in transactions, through the heatsink sidecar
 // (the shipped binary, started as the injector starts it: credentials from
 // files) whose routing table puts every move on one key each (coalesce,
-// local cache, replicate, split, pre-aggregate, shed) beside an
+// local cache, replica reads, replicate, split, pre-aggregate, shed) beside an
 // unmitigated key, in front of a standalone Redis, a 3-master Redis
 // Cluster and a Sentinel-managed master, with passwords on Redis and on
 // the Sentinels; and the same sequences are sent by the same library to a
@@ -35,6 +35,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -66,11 +67,25 @@ var moves = []move{
 		return routing.Entry{Key: k, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}},
 			PreAggregate: &routing.PreAggregate{FlushMillis: 100}}
 	}},
+	// Reads of a replica within 1 s of the master, and never one older
+	// than a write this sidecar made (read your writes, docs/engine.md).
+	{"replicareads", func(k string) routing.Entry {
+		return routing.Entry{Key: k, ReplicaReads: &routing.ReplicaReads{MaxLagMillis: 1000}}
+	}},
 	// A budget of one write and one read a second, from a sidecar that
 	// starts at the minimum: most of the key's commands are refused.
 	{"shed", func(k string) routing.Entry {
 		return routing.Entry{Key: k, Shed: &routing.Shed{ReadsPerSecond: 1, WritesPerSecond: 1, DemandReads: 1, DemandWrites: 1, MinPerSecond: 1}}
 	}},
+}
+
+func moveNamed(name string) move {
+	for _, m := range moves {
+		if m.name == name {
+			return m
+		}
+	}
+	panic("no move " + name)
 }
 
 // cell is one run of the matrix: a client library in one mode against one
@@ -115,7 +130,8 @@ func TestDifferential(t *testing.T) {
 				}
 			}
 			// One sidecar serves every cell: one table with each cell's keys.
-			tbl := &routing.Table{SchemaVersion: 1, Policy: "diff", Version: 1, EpochMillis: 60000}
+			tbl := &routing.Table{SchemaVersion: 1, Policy: "diff", Version: 1, EpochMillis: 60000,
+				Replicas: &routing.ReplicaSettings{Addresses: top.replicas, CheckMillis: 100}}
 			for _, c := range cells {
 				for _, m := range moves {
 					if m.entry != nil {
@@ -126,7 +142,7 @@ func TestDifferential(t *testing.T) {
 				}
 			}
 			sort.Slice(tbl.Entries, func(i, j int) bool { return tbl.Entries[i].Key < tbl.Entries[j].Key })
-			addr := startSidecar(t, top, tbl)
+			addr, metrics := startSidecar(t, top, tbl)
 			for _, c := range cells {
 				t.Run(fmt.Sprintf("%s/%s/seed-%d", c.lib.name, c.mode, c.seed), func(t *testing.T) {
 					if why := c.lib.noTx(top.cluster); c.mode == "tx" && why != "" {
@@ -135,8 +151,37 @@ func TestDifferential(t *testing.T) {
 					play(t, c, addr, ref.Addr, batches)
 				})
 			}
+			if top.replicas != nil || top.sentinels != nil {
+				checkReplicaReads(t, top, addr, metrics, cells)
+			}
 		})
 	}
+}
+
+// checkReplicaReads: in the sequences above a read of the replica-reads
+// key mostly follows a write of the sidecar's own, which a replica serves
+// only once it is known to hold it (read your writes). Once the writes
+// stop, the replicas serve the key's reads, and each must be the master's
+// value: the key of every cell is read until replicas have answered.
+func checkReplicaReads(t *testing.T, top topology, sidecar, metrics string, cells []cell) {
+	t.Helper()
+	var keys []string
+	for _, c := range cells {
+		keys = append(keys, c.key(moveNamed("replicareads")))
+	}
+	before := counter(t, metrics, "heatsink_engine_replica_reads_total")
+	eventually.Succeeds(t, 20*time.Second, func() error {
+		for _, k := range keys {
+			op := []string{"GET", k}
+			if got, want := read(t, sidecar, top.cluster, password, op), read(t, top.addrs[0], top.cluster, password, op); got != want {
+				t.Fatalf("%v answered %s through the sidecar, %s from the master", op, got, want)
+			}
+		}
+		if n := counter(t, metrics, "heatsink_engine_replica_reads_total") - before; n < float64(len(keys)) {
+			return fmt.Errorf("%v reads answered by a replica so far", n)
+		}
+		return nil
+	})
 }
 
 // tally counts, per move, the commands sent and those refused.
@@ -319,7 +364,7 @@ func (g *gen) batch() batch {
 	for j := range n {
 		m := moves[g.r.IntN(len(moves))]
 		if j == 0 && g.r.IntN(2) == 0 {
-			m = moves[len(moves)-1] // shed
+			m = moveNamed("shed")
 			b.Ops = append(b.Ops, []string{"INCR", g.c.key(m)})
 			continue
 		}

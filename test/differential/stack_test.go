@@ -2,6 +2,7 @@ package differential
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -40,10 +41,16 @@ type topology struct {
 	// monitor, when the sidecar follows them instead of addrs.
 	sentinels []string
 	master    string
+	// replicas are the table's replica addresses for replica reads (a
+	// Sentinel set's come from the Sentinels; a cluster in the harness
+	// has none, so its replica reads go to the masters).
+	replicas []string
 }
 
 func topologies(t *testing.T) []topology {
 	s := redistest.Standalone(t, "--requirepass", password)
+	r := redistest.Standalone(t, "--requirepass", password, "--masterauth", password,
+		"--replicaof", "127.0.0.1", strconv.Itoa(s.Port))
 	c := redistest.Cluster(t)
 	// The cluster is created without a password (redis-cli --cluster
 	// create would need it); its nodes get one before any client comes.
@@ -57,7 +64,7 @@ func topologies(t *testing.T) []topology {
 		n.Close()
 	}
 	out := []topology{
-		{name: "standalone", addrs: []string{s.Addr}},
+		{name: "standalone", addrs: []string{s.Addr}, replicas: []string{r.Addr}},
 		{name: "cluster", cluster: true, addrs: c.Addrs()},
 	}
 	if redisproc.Available() == nil {
@@ -74,8 +81,9 @@ func topologies(t *testing.T) []topology {
 // startSidecar runs the heatsink binary's sidecar as the injector runs it
 // (the password from a mounted file, read at each new connection) in front
 // of top, with tbl as its mounted routing table and no node agent, until
-// the test ends, and returns its client address once it is ready.
-func startSidecar(t *testing.T, top topology, tbl *routing.Table) string {
+// the test ends, and returns its client address and its metrics URL once
+// it is ready.
+func startSidecar(t *testing.T, top topology, tbl *routing.Table) (addr, metrics string) {
 	t.Helper()
 	bin := heatsinkbin.Path(t)
 	dir := t.TempDir()
@@ -136,7 +144,31 @@ func startSidecar(t *testing.T, top topology, tbl *routing.Table) string {
 		}
 		return nil
 	})
-	return listen
+	return listen, "http://" + httpAddr + "/metrics"
+}
+
+// counter is the value of a counter the sidecar exposes, summed over its
+// series (0 when it has none).
+func counter(t *testing.T, url, name string) float64 {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
 
 type errExited string
