@@ -580,7 +580,8 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 		nb, na := sk.Start, sk.End
 		e = &routing.Entry{Key: sk.Key, Source: routing.SourceScheduled, NotBefore: &nb, NotAfter: &na}
 		since := sk.Start
-		d = &KeyDecision{Key: sk.Key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceScheduled, Since: &since}
+		d = &KeyDecision{Key: sk.Key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Families: o.Families,
+			Source: v1alpha1.SourceScheduled, Since: &since}
 		entries[sk.Key], decisions[sk.Key] = e, d
 	}
 	m := sk.Mitigation

@@ -266,6 +266,21 @@ func TestScheduledQueueListedOnce(t *testing.T) {
 	}
 }
 
+// TestScheduledOnlyQueueShowsItsFamilies: a key only a schedule mitigates
+// (not hot) carries its clients' families in its decision, which status
+// shows beside the reason (test/clients TestForcedSplitOfAQueueIsUndone
+// read an empty list before).
+func TestScheduledOnlyQueueShowsItsFamilies(t *testing.T) {
+	now := t0
+	sk := ScheduledKey{Key: "q", Schedule: "s", PrewarmAt: now.Add(-time.Minute), Start: now.Add(-time.Minute), End: now.Add(time.Hour),
+		Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}
+	out := Decide(Input{Now: now, Spec: testSpec(), Scheduled: []ScheduledKey{sk},
+		Observations: map[string]Observation{"q": {WritesPerSecond: 50, Families: routing.FamOrdered}}})
+	if len(out.Refrained) != 1 || out.Refrained[0].Families != routing.FamOrdered {
+		t.Fatalf("refrained %+v; want the queue refrained with its families (list/stream)", out.Refrained)
+	}
+}
+
 // TestCoolingSplitKeptWithoutTraffic: a split key whose traffic stopped
 // (no node lists it, so no family is seen) keeps its split while it cools
 // down: no command seen is no command refused.
