@@ -65,13 +65,15 @@ func TestTLSCARotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	engineLike := func() error {
-		e := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret", TLSConfig: named, MaxRetries: -1})
+		e := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret", TLSConfig: named})
 		defer e.Close()
 		if err := e.Ping(ctx).Err(); err != nil {
 			return err
 		}
 		// The sidecar's engine dials with TLSDialer (no server name:
-		// the host it dials is checked), not with TLSConfig.
+		// the host it dials is checked), not with TLSConfig, and with
+		// no retries (engineClient: an INCRBY retried after its
+		// connection failed could be applied twice).
 		d := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret", Dialer: proxy.TLSDialer(perAddress, 5*time.Second), MaxRetries: -1})
 		defer d.Close()
 		return d.Ping(ctx).Err()
@@ -99,7 +101,7 @@ func TestTLSCARotation(t *testing.T) {
 	}
 	oldRoots := x509.NewCertPool()
 	oldRoots.AddCert(ca1.Cert)
-	stale := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret", MaxRetries: -1,
+	stale := redis.NewClient(&redis.Options{Addr: tlsAddr, Password: "s3cret",
 		TLSConfig: &tls.Config{RootCAs: oldRoots, Certificates: []tls.Certificate{clientPair}, MinVersion: tls.VersionTLS12}})
 	defer stale.Close()
 	if err := stale.Ping(ctx).Err(); err == nil {

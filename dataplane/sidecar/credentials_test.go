@@ -184,7 +184,7 @@ func runAsUser(t *testing.T, cfg sidecar.Config, addrs []string, rules []any, us
 		_, body := get(t, base+"/readyz")
 		return !strings.Contains(body, "not serving")
 	})
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
 	return c, base, func() {
 		c.Close()
 		cancel()
