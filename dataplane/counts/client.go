@@ -158,33 +158,15 @@ func NewClient(addr string, opts ClientOptions) (*Client, error) {
 // key (it copies it the first time it sees it in an interval), so key may
 // alias a reused buffer; policy is retained.
 func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
-	if len(key) == 0 || len(key) > sidecarlink.MaxKeyLen || len(policy) == 0 || len(policy) > sidecarlink.MaxPolicyLen || c.closed.Load() {
+	s, e := c.entry(policy, key)
+	if e == nil {
 		c.dropped.Add(1)
 		return
 	}
-	s := &c.shards[maphash.String(c.seed, key)&(shards-1)]
-	s.mu.Lock()
-	if i, ok := s.idx[pk{policy, key}]; ok {
-		e := &s.ents[i]
-		e.reads = satAdd(e.reads, reads)
-		e.writes = satAdd(e.writes, writes)
-		e.nbytes = satAdd(e.nbytes, bytes)
-		e.size = max(e.size, accessSize(reads, writes, bytes))
-		s.mu.Unlock()
-		c.observed.Add(1)
-		return
-	}
-	if len(s.ents) >= c.perShrd {
-		s.mu.Unlock()
-		c.dropped.Add(1)
-		return
-	}
-	// The key is copied when first seen in an interval, so a caller may pass
-	// a string that aliases a reused buffer. policy is kept as given: it is
-	// the sidecar's configuration, not request data.
-	key = strings.Clone(key)
-	s.idx[pk{policy, key}] = int32(len(s.ents))
-	s.ents = append(s.ents, entry{policy: policy, key: key, reads: reads, writes: writes, nbytes: bytes, size: accessSize(reads, writes, bytes)})
+	e.reads = satAdd(e.reads, reads)
+	e.writes = satAdd(e.writes, writes)
+	e.nbytes = satAdd(e.nbytes, bytes)
+	e.size = max(e.size, accessSize(reads, writes, bytes))
 	s.mu.Unlock()
 	c.observed.Add(1)
 }
@@ -195,24 +177,35 @@ func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
 // classifies, refused or shed ones included, alongside Observe's counts.
 // It never blocks on the network and does not retain key.
 func (c *Client) ObserveFamilies(policy, key string, f routing.Families) {
+	if s, e := c.entry(policy, key); e != nil {
+		e.fam |= f
+		s.mu.Unlock()
+	}
+}
+
+// entry is key's entry under policy in this interval, added if new, with
+// its shard locked; nil (nothing locked) when the key or policy is out of
+// bounds, the client is closed or the shard is full. The key is copied
+// when first seen in an interval, so a caller may pass a string that
+// aliases a reused buffer; policy is kept as given: it is the sidecar's
+// configuration, not request data.
+func (c *Client) entry(policy, key string) (*shard, *entry) {
 	if len(key) == 0 || len(key) > sidecarlink.MaxKeyLen || len(policy) == 0 || len(policy) > sidecarlink.MaxPolicyLen || c.closed.Load() {
-		return
+		return nil, nil
 	}
 	s := &c.shards[maphash.String(c.seed, key)&(shards-1)]
 	s.mu.Lock()
 	if i, ok := s.idx[pk{policy, key}]; ok {
-		s.ents[i].fam |= f
-		s.mu.Unlock()
-		return
+		return s, &s.ents[i]
 	}
 	if len(s.ents) >= c.perShrd {
 		s.mu.Unlock()
-		return
+		return nil, nil
 	}
 	key = strings.Clone(key)
 	s.idx[pk{policy, key}] = int32(len(s.ents))
-	s.ents = append(s.ents, entry{policy: policy, key: key, fam: f})
-	s.mu.Unlock()
+	s.ents = append(s.ents, entry{policy: policy, key: key})
+	return s, &s.ents[len(s.ents)-1]
 }
 
 // accessSize is the value size of one access of a call counting reads +

@@ -1,7 +1,6 @@
 package counts
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -47,27 +46,8 @@ func TestClientSendsFamilies(t *testing.T) {
 // BenchmarkObserveWithFamilies is BenchmarkObserve with the families call
 // the proxy makes for each command: the cost families add per command.
 func BenchmarkObserveWithFamilies(b *testing.B) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pc.Close()
-	c, err := NewClient(pc.LocalAddr().String(), ClientOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	keys := make([]string, 1024)
-	for i := range keys {
-		keys[i] = "product:" + itoa(i)
-	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			c.ObserveFamilies("shop/checkout", keys[i&1023], routing.FamStringRead)
-			c.Observe("shop/checkout", keys[i&1023], 1, 0, 64)
-			i++
-		}
+	benchObserve(b, func(c *Client, key string) {
+		c.ObserveFamilies("shop/checkout", key, routing.FamStringRead)
+		c.Observe("shop/checkout", key, 1, 0, 64)
 	})
 }
