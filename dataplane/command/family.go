@@ -77,6 +77,22 @@ func (c Info) FamilyOf(args [][]byte) routing.Families {
 	return c.family
 }
 
+// KeyFamilies calls report for each key the invocation names, with the
+// family its clients send it under: FamilyOf, plus FamTx inside MULTI.
+// The proxy and the go-redis hook report these before the engine may
+// refuse or shed the command, so that the manager learns what the key's
+// clients need whatever happens to it.
+func (c Info) KeyFamilies(args [][]byte, inTx bool, report func(key []byte, f routing.Families)) {
+	f := c.FamilyOf(args)
+	if inTx {
+		f |= routing.FamTx
+	}
+	c.ForEachKey(args, func(i int) bool {
+		report(args[i], f)
+		return true
+	})
+}
+
 // Family is the command's family whatever its options (see FamilyOf).
 func (c Info) Family() routing.Families { return c.family }
 

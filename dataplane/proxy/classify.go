@@ -88,7 +88,7 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 		c.decision = e.Decide(args, m.inTx)
 	}
 	if p.cfg.Observer != nil {
-		p.observeFamilies(info, args, c.key, m.inTx)
+		p.observeFamilies(info, args, m.inTx)
 		if info.Write {
 			c.observeWrite = true
 		} else {
@@ -105,27 +105,14 @@ type FamilyObserver interface {
 	ObserveFamilies(policy, key string, f routing.Families)
 }
 
-// observeFamilies reports the family of a command naming key (its first)
-// to the Observer, if it takes families: at classification, before the
-// engine may refuse or shed the command, so that a refused command still
-// tells the manager what the key's clients need. Every key of a multi-key
-// command is reported.
-func (p *Proxy) observeFamilies(info command.Info, args [][]byte, key []byte, inTx bool) {
-	fo, ok := p.cfg.Observer.(FamilyObserver)
-	if !ok {
+// observeFamilies reports the family of the command for each key it names
+// (command.Info.KeyFamilies) to the Observer, if it takes families.
+func (p *Proxy) observeFamilies(info command.Info, args [][]byte, inTx bool) {
+	if p.families == nil {
 		return
 	}
-	f := info.FamilyOf(args)
-	if inTx {
-		f |= routing.FamTx
-	}
-	if !info.MultiKey() {
-		fo.ObserveFamilies(p.cfg.Policy, unsafeString(key), f)
-		return
-	}
-	info.ForEachKey(args, func(i int) bool {
-		fo.ObserveFamilies(p.cfg.Policy, unsafeString(args[i]), f)
-		return true
+	info.KeyFamilies(args, inTx, func(key []byte, f routing.Families) {
+		p.families.ObserveFamilies(p.cfg.Policy, unsafeString(key), f)
 	})
 }
 

@@ -126,6 +126,9 @@ type Proxy struct {
 	topo *topology
 	m    *metrics
 	log  *slog.Logger
+	// families is cfg.Observer if it takes command families, else nil:
+	// asserted once here rather than for every command.
+	families FamilyObserver
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -208,6 +211,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Limits.StreamAbove = streamValueAbove // negative: every command held whole
 	}
 	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
+	p.families, _ = cfg.Observer.(FamilyObserver)
 	p.fences.bound = p.m.orderBounds.Inc
 	if cfg.SharedConns == 0 {
 		cfg.SharedConns = 2

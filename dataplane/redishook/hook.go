@@ -243,21 +243,15 @@ func (h *Hook) idle() bool { return len(h.e.Table().Entries) == 0 }
 // proxy takes for the same command.
 //
 // It first reports the command's family for each key it names to the
-// observer, if it takes families (as the proxy does): before the engine
-// may refuse or shed the command, so the manager learns what the key's
-// clients need whatever happens to it.
+// observer, if it takes families, as the proxy does
+// (command.Info.KeyFamilies).
 func (h *Hook) classify(args [][]byte, inTx bool) engine.Decision {
 	if fo, ok := h.obs.(interface {
 		ObserveFamilies(policy, key string, f routing.Families)
 	}); ok && len(args) > 0 {
 		if c, known := command.Lookup(args[0]); known {
-			f := c.FamilyOf(args)
-			if inTx {
-				f |= routing.FamTx
-			}
-			c.ForEachKey(args, func(i int) bool {
-				fo.ObserveFamilies(h.policy, string(args[i]), f)
-				return true
+			c.KeyFamilies(args, inTx, func(key []byte, f routing.Families) {
+				fo.ObserveFamilies(h.policy, string(key), f)
 			})
 		}
 	}
