@@ -1,4 +1,4 @@
-// Package node agent is heatsink's node agent, run as a DaemonSet (one per
+// Package nodeagent is heatsink's node agent, run as a DaemonSet (one per
 // node, `heatsink node-agent`). It
 //
 //   - receives the access counts of the sidecars on its node over UDP
@@ -8,7 +8,7 @@
 //     every tick decides what to tell the elected manager (package summary):
 //     the keys at or above the floor the manager set, with a bound on every
 //     key it leaves out, exact counts for the keys the manager pinned;
-//   - holds a stream from the manager (package fleet) that tells it the
+//   - holds a stream from the manager (agentlink) that tells it the
 //     policies, the pods of its node and the routing tables, and serves those
 //     tables to its node's sidecars (so sidecars need no API credentials and
 //     the API server sees one reader, the manager, not one per pod).
