@@ -174,7 +174,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
-		Hold: st.gate, FollowMaster: follow != nil,
+		Hold: st.gate,
+	}
+	if follow != nil {
+		pcfg.Master = follow.master
 	}
 	if creds != nil {
 		pcfg.Credentials = creds.Get
@@ -196,7 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if follow != nil {
-		go follow.run(ctx, p)
+		go follow.run(ctx)
 	}
 
 	w, err := startWatcher(ctx, cfg, eng, sm, log)
