@@ -32,6 +32,7 @@ func statusPass(mut ...func(*pass)) *pass {
 	policy := &v1alpha1.HotKeyPolicy{}
 	policy.Namespace, policy.Name, policy.Generation = "ns", "p", 4
 	spec := policy.Spec.DeepCopy()
+	spec.Mode = v1alpha1.ModeEnforce
 	spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
 	v1alpha1.SetDefaults(spec)
 	p := &pass{policy: policy, spec: spec, now: statusNow, agg: decide.Aggregate{FreshNodes: 3}, pub: publishResult{version: 5}, ratesDue: true,
