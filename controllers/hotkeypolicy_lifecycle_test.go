@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -144,6 +145,7 @@ func lifecycleFlows(t *testing.T, env *flowEnv) {
 			}
 			return nil
 		})
+		f.eventually("kstatus: a healthy policy is Current", kstatusIs(f, "likes", status.CurrentStatus))
 		// A node whose agent goes silent while it hosts the policy's pods
 		// is stale: its traffic is not counted, worth a Degraded condition.
 		f.stepAlive(time.Minute, "likes", "n2")
@@ -155,6 +157,9 @@ func lifecycleFlows(t *testing.T, env *flowEnv) {
 			}
 			return nil
 		})
+		// kstatus reads no Degraded: Stalled says it, so that Flux and
+		// cli-utils do not report a degraded policy as Current.
+		f.eventually("kstatus: a degraded policy is Failed", kstatusIs(f, "likes", status.FailedStatus))
 
 		p := &v1alpha1.HotKeyPolicy{}
 		p.Namespace, p.Name = f.ns, "likes"

@@ -62,6 +62,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	setReadyCondition(st, gen, p.spec.Mode, p.pub)
 	setMitigatingCondition(st, gen, p.spec.Mode, &p.out)
 	setDegradedCondition(st, gen, p.act, p.schedErrs)
+	setKstatusConditions(st, gen, p.pub.draining)
 	return st
 }
 
@@ -287,6 +288,9 @@ func transitions(old, next []metav1.Condition) []transition {
 		}
 		if prev == nil && c.Status == metav1.ConditionFalse {
 			continue // a first "nothing wrong" is not news
+		}
+		if c.Type == v1alpha1.ConditionReconciling || c.Type == v1alpha1.ConditionStalled {
+			continue // derived from Ready and Degraded, whose Events tell the news
 		}
 		typ := corev1.EventTypeNormal
 		if (c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse) || c.Reason == v1alpha1.ReasonShedding {
