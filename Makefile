@@ -124,9 +124,10 @@ demo: setup ## Run the local end-to-end demo: a hot key detected and relieved.
 	$(LOCALBIN)/heatsink-demo $(DEMO_FLAGS)
 
 # IMAGE_VERSION is the release the image and its binary are stamped with:
-# the chart's appVersion, so that the chart's default image is the one built
-# (VERSION, above, is a development build's git description).
-IMAGE_VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/heatsink/Chart.yaml)
+# release.yaml's version without its "v", which is also the chart's
+# appVersion, so that the chart's default image is the one built (VERSION,
+# above, is a development build's git description).
+IMAGE_VERSION ?= $(shell sed -n 's/^version: *v\{0,1\}\([^ #]*\).*/\1/p' release.yaml)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMG       ?= ghcr.io/heatsink-dev/heatsink:$(IMAGE_VERSION)
 IMAGE_DIR ?= $(CURDIR)/out/images
