@@ -69,8 +69,8 @@ func TestCLIArtefacts(t *testing.T) {
 		Spec struct {
 			Version   string
 			Platforms []struct {
-				Selector struct{ MatchLabels map[string]string } `json:"selector"`
-				URI, SHA256, Bin                                string
+				Selector         struct{ MatchLabels map[string]string } `json:"selector"`
+				URI, SHA256, Bin string
 			}
 		}
 	}
