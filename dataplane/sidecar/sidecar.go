@@ -27,6 +27,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/dataplane/watch"
+	"github.com/heatsink-dev/heatsink/internal/version"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -130,6 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 		reg = cfg.Registry
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(version.Collectors("sidecar")...)
 
 	// The credentials first: the Sentinel follower checks the master's
 	// ROLE with them before anything else can start.
