@@ -34,6 +34,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/sizes"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 )
 
 // Finalizer holds a deleted policy until its split keys are unsplit and
@@ -96,6 +97,9 @@ type HotKeyPolicyReconciler struct {
 	// (PodCacheOptionsFor(true)); it watches Services and EndpointSlices
 	// too (EndpointCacheOptions strip them).
 	CapturePods bool
+	// Targets are the installer's target choices: raw addresses are
+	// refused unless Targets.AllowRawAddresses (package targets).
+	Targets targets.Options
 	// ReportInterval bounds how often the aggregated HotKeyReport of a
 	// policy is rewritten (DefaultReportInterval if 0).
 	ReportInterval time.Duration
@@ -142,6 +146,9 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.triggers, &handler.EnqueueRequestForObject{})).
 		Named("hotkeypolicy").
 		WithOptions(opts)
+	if err := r.watchTargets(context.Background(), mgr.GetFieldIndexer(), b); err != nil {
+		return err
+	}
 	if r.CapturePods {
 		// The Services the policies name, for the capture's endpoints.
 		if err := r.watchEndpoints(context.Background(), mgr, b); err != nil {
@@ -215,6 +222,13 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if err := r.patchFinalizers(ctx, policy, func() { controllerutil.AddFinalizer(policy, Finalizer) }); err != nil {
 			return ctrl.Result{}, err
 		}
+	}
+
+	if refusal, err := r.resolveTarget(ctx, policy); err != nil || refusal != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.targetRefused(ctx, policy, refusal)
 	}
 
 	p := r.newPass(policy)

@@ -40,7 +40,13 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 	if !controllerutil.ContainsFinalizer(policy, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if policy.Annotations[AnnotationSkipFold] == "true" {
+	refusal, err := r.resolveTarget(ctx, policy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if refusal != nil {
+		r.skipDrainRefused(ctx, policy, refusal)
+	} else if policy.Annotations[AnnotationSkipFold] == "true" {
 		r.skipDrain(ctx, policy)
 	} else if res, done, err := r.drainForDeletion(ctx, policy); !done || err != nil {
 		return res, err

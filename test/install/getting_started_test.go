@@ -23,6 +23,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/docblock"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
@@ -210,14 +211,15 @@ func startGettingStartedManager(t *testing.T, l *lifecycle) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := webhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+	// The page's policies write raw addresses: the installer's opt-in.
+	if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{AllowRawAddresses: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: "ghcr.io/heatsink-dev/heatsink:test",
 		Resources: webhook.DefaultProxyResources(), NodeAgentAddress: "heatsink-node-agent.heatsink-system.svc:7946"}); err != nil {
 		t.Fatal(err)
 	}
-	r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h, CapturePods: true}
+	r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h, CapturePods: true, Targets: targets.Options{AllowRawAddresses: true}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
