@@ -301,6 +301,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	shedFlows(t, env)
 	capacityFlows(t, env)
 	sizesFlows(t, env)
+	ownershipFlows(t, env)
 
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()

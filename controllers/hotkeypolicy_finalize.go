@@ -81,6 +81,10 @@ func (r *HotKeyPolicyReconciler) releaseRouting(ctx context.Context, policy *v1a
 	if err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	if !ownedBy(cm, policy) {
+		// Not this policy's (checkRoutingOwner): never deleted.
+		return nil
+	}
 	if controllerutil.ContainsFinalizer(cm, Finalizer) {
 		orig := cm.DeepCopy()
 		controllerutil.RemoveFinalizer(cm, Finalizer)

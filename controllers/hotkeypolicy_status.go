@@ -120,6 +120,8 @@ func setCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, typ string, s meta
 // version in force (st.RoutingVersion).
 func setReadyCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1alpha1.PolicyMode, pub publishResult) {
 	switch {
+	case errors.Is(pub.err, errRoutingNotOwned):
+		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonRoutingNotOwned, pub.err.Error())
 	case pub.err != nil:
 		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, pub.err.Error())
 	case mode == v1alpha1.ModeObserve && pub.draining > 0:
