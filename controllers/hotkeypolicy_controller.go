@@ -125,8 +125,16 @@ const DefaultMaxConcurrentReconciles = 4
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+//
+// No Secret rule: the manager reads the Secrets policies name (credentials,
+// TLS) only in the namespaces the installer lists (chart value
+// rbac.secretNamespaces: a Role with get, never list or watch, in each). RBAC
+// is fixed at install time and the manager must not grant itself rights
+// (creating Roles would take the escalate or bind verbs, broader than what
+// they would grant), so the platform team names the namespaces, as it names
+// the namespaces a ClusterRedisTarget allows. Elsewhere a policy that names
+// a Secret reports CredentialsMissing with that value in the message.
 
 // SetupWithManager fills unset fields from mgr and registers the reconciler.
 func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
