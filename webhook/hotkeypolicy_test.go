@@ -227,11 +227,26 @@ func TestAdmission(t *testing.T) {
 		},
 		"neither addresses nor sentinel": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = nil },
-			wantField: "spec.target", wantMsg: "exactly one of addresses",
+			wantField: "spec.target", wantMsg: "exactly one of clusterTargetRef",
+		},
+		"clusterTargetRef with cluster": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target.Addresses, p.Spec.Target.Cluster = nil, true
+				p.Spec.Target.ClusterTargetRef = &v1alpha1.ClusterTargetReference{Name: "shop-redis"}
+			},
+			wantField: "spec.target", wantMsg: "cluster and tls come from the ClusterRedisTarget",
+		},
+		"clusterTargetRef and serviceRef": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target.Addresses = nil
+				p.Spec.Target.ClusterTargetRef = &v1alpha1.ClusterTargetReference{Name: "shop-redis"}
+				p.Spec.Target.ServiceRef = &v1alpha1.ServiceTargetReference{Name: "redis"}
+			},
+			wantField: "spec.target", wantMsg: "exactly one of clusterTargetRef",
 		},
 		"addresses and sentinel": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Sentinel = testSentinel() },
-			wantField: "spec.target", wantMsg: "exactly one of addresses",
+			wantField: "spec.target", wantMsg: "exactly one of clusterTargetRef",
 		},
 		"sentinel with cluster": {
 			mutate: func(p *v1alpha1.HotKeyPolicy) {

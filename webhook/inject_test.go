@@ -214,7 +214,7 @@ func TestInjectionWebhook(t *testing.T) {
 		if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{AllowRawAddresses: true}); err != nil {
 			return err
 		}
-		return webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: testImage, Resources: webhook.DefaultProxyResources()})
+		return webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: testImage, Resources: webhook.DefaultProxyResources(), Targets: targets.Options{AllowRawAddresses: true}})
 	})
 	ctx := context.Background()
 	const ns = "shop"

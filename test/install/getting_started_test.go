@@ -92,6 +92,12 @@ func TestGettingStartedAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	createApplication(t, l)
+	// Its Redis' Service, which the page's policy names (serviceRef).
+	redisSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "redis"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "redis"}, Ports: []corev1.ServicePort{{Port: 6379}}}}
+	if err := l.cp.Client.Create(ctx, redisSvc); err != nil {
+		t.Fatal(err)
+	}
 
 	out := l.run(t, "gs-policy")
 	if !strings.Contains(out, "catalogue") || !strings.Contains(out, "Observe") {
@@ -211,15 +217,15 @@ func startGettingStartedManager(t *testing.T, l *lifecycle) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The page's policies write raw addresses: the installer's opt-in.
-	if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{AllowRawAddresses: true}); err != nil {
+	// As installed: no raw addresses (the page's policy names a Service).
+	if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: "ghcr.io/heatsink-dev/heatsink:test",
 		Resources: webhook.DefaultProxyResources(), NodeAgentAddress: "heatsink-node-agent.heatsink-system.svc:7946"}); err != nil {
 		t.Fatal(err)
 	}
-	r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h, CapturePods: true, Targets: targets.Options{AllowRawAddresses: true}}
+	r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h, CapturePods: true}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
