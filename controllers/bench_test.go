@@ -15,6 +15,7 @@ import (
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
@@ -71,7 +72,7 @@ func BenchmarkReconcile(b *testing.B) {
 		}
 		h.Ingest(&agentlink.Summary{Node: node, Session: 1, Seq: 1, Policies: []agentlink.PolicySummary{ps}})
 	}
-	r := &HotKeyPolicyReconciler{Clock: clk, Fleet: h}
+	r := &HotKeyPolicyReconciler{Clock: clk, Fleet: h, Targets: targets.Options{AllowRawAddresses: true}}
 	mgr := testenv.RunManager(b, cp, func(m manager.Manager) error { return r.init(m) })
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		b.Fatal("cache not synced")

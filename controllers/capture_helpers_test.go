@@ -21,6 +21,7 @@ import (
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 )
@@ -43,7 +44,7 @@ func startCaptureManager(t *testing.T, cp *controlplane.ControlPlane, interval t
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &controllers.HotKeyPolicyReconciler{Fleet: h, CapturePods: true, SkipNameValidation: true,
+	r := &controllers.HotKeyPolicyReconciler{Fleet: h, CapturePods: true, SkipNameValidation: true, Targets: targets.Options{AllowRawAddresses: true},
 		CapacityInterval: interval, ReportInterval: interval, Metrics: controllers.NewMetrics(prometheus.NewRegistry())}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
@@ -69,7 +70,7 @@ func startManager(t *testing.T, cp *controlplane.ControlPlane, addr string) (sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &controllers.HotKeyPolicyReconciler{Fleet: h, SkipNameValidation: true, Metrics: controllers.NewMetrics(prometheus.NewRegistry())}
+	r := &controllers.HotKeyPolicyReconciler{Fleet: h, SkipNameValidation: true, Metrics: controllers.NewMetrics(prometheus.NewRegistry()), Targets: targets.Options{AllowRawAddresses: true}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

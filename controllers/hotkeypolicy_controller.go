@@ -34,6 +34,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/sizes"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 )
 
 // Finalizer holds a deleted policy until its split keys are unsplit and
@@ -96,6 +97,9 @@ type HotKeyPolicyReconciler struct {
 	// (PodCacheOptionsFor(true)); it watches Services and EndpointSlices
 	// too (EndpointCacheOptions strip them).
 	CapturePods bool
+	// Targets are the installer's target choices: raw addresses are
+	// refused unless Targets.AllowRawAddresses (package targets).
+	Targets targets.Options
 	// ReportInterval bounds how often the aggregated HotKeyReport of a
 	// policy is rewritten (DefaultReportInterval if 0).
 	ReportInterval time.Duration
@@ -121,8 +125,16 @@ const DefaultMaxConcurrentReconciles = 4
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+//
+// No Secret rule: the manager reads the Secrets policies name (credentials,
+// TLS) only in the namespaces the installer lists (chart value
+// rbac.secretNamespaces: a Role with get, never list or watch, in each). RBAC
+// is fixed at install time and the manager must not grant itself rights
+// (creating Roles would take the escalate or bind verbs, broader than what
+// they would grant), so the platform team names the namespaces, as it names
+// the namespaces a ClusterRedisTarget allows. Elsewhere a policy that names
+// a Secret reports CredentialsMissing with that value in the message.
 
 // SetupWithManager fills unset fields from mgr and registers the reconciler.
 func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -142,6 +154,9 @@ func (r *HotKeyPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(r.triggers, &handler.EnqueueRequestForObject{})).
 		Named("hotkeypolicy").
 		WithOptions(opts)
+	if err := r.watchTargets(context.Background(), mgr.GetFieldIndexer(), b); err != nil {
+		return err
+	}
 	if r.CapturePods {
 		// The Services the policies name, for the capture's endpoints.
 		if err := r.watchEndpoints(context.Background(), mgr, b); err != nil {
@@ -215,6 +230,13 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if err := r.patchFinalizers(ctx, policy, func() { controllerutil.AddFinalizer(policy, Finalizer) }); err != nil {
 			return ctrl.Result{}, err
 		}
+	}
+
+	if refusal, err := r.resolveTarget(ctx, policy); err != nil || refusal != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.targetRefused(ctx, policy, refusal)
 	}
 
 	p := r.newPass(policy)

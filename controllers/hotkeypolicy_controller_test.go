@@ -24,6 +24,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/capacity"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
@@ -278,7 +279,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, RedisTimeout: time.Minute, SkipNameValidation: true,
+	r := &HotKeyPolicyReconciler{Clock: clk, Margin: 10 * time.Second, RedisTimeout: time.Minute, SkipNameValidation: true, Targets: targets.Options{AllowRawAddresses: true},
 		// Full confidence after 0.05 CPU-seconds: the flows' loads are short
 		// (only policies with thresholds.auto decide on it).
 		Capacity: capacity.Options{MinUtilization: 1e-6, FullConfidenceCPU: 0.05},
@@ -301,6 +302,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	shedFlows(t, env)
 	capacityFlows(t, env)
 	sizesFlows(t, env)
+	ownershipFlows(t, env)
 
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()

@@ -30,7 +30,8 @@ import (
 // that policy's pass; the pass's observe step hands the hub the new set,
 // and the hub sends a directive whose endpoints changed again. Without
 // CapturePods nothing here runs, and the manager needs no right on
-// Services or EndpointSlices.
+// EndpointSlices (it reads Services for spec.target.serviceRef, package
+// targets).
 //
 // Those rights are a ClusterRole of their own (roleName), which the chart
 // binds only with nodeAgent.capture.enabled:
@@ -134,10 +135,38 @@ func (r *HotKeyPolicyReconciler) captureEndpoints(ctx context.Context, p *pass, 
 // EndpointCacheOptions strip the manager's Service and EndpointSlice caches
 // (CapturePods: every one of the cluster) to what package endpoints reads.
 func EndpointCacheOptions() map[client.Object]cache.ByObject {
-	meta := func(o metav1.Object, labels map[string]string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(),
-			ResourceVersion: o.GetResourceVersion(), DeletionTimestamp: o.GetDeletionTimestamp(), Labels: labels}
-	}
+	out := ServiceCacheOptions()
+	out[&discoveryv1.EndpointSlice{}] = cache.ByObject{Transform: func(o any) (any, error) {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return o, nil
+		}
+		eps := make([]discoveryv1.Endpoint, len(s.Endpoints))
+		for i, e := range s.Endpoints {
+			eps[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Hostname: e.Hostname,
+				Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}}
+		}
+		var labels map[string]string
+		if name, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
+			labels = map[string]string{discoveryv1.LabelServiceName: name}
+		}
+		return &discoveryv1.EndpointSlice{TypeMeta: s.TypeMeta, AddressType: s.AddressType, Ports: s.Ports, Endpoints: eps,
+			ObjectMeta: cachedMeta(s, labels)}, nil
+	}}
+	return out
+}
+
+// cachedMeta is the metadata the stripped Services and EndpointSlices keep.
+func cachedMeta(o metav1.Object, labels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: o.GetName(), Namespace: o.GetNamespace(), UID: o.GetUID(),
+		ResourceVersion: o.GetResourceVersion(), DeletionTimestamp: o.GetDeletionTimestamp(), Labels: labels}
+}
+
+// ServiceCacheOptions strip the cached Services to their type, ClusterIPs and
+// ports: what the capture's endpoints and a serviceRef target
+// (package targets) read.
+func ServiceCacheOptions() map[client.Object]cache.ByObject {
+	meta := cachedMeta
 	return map[client.Object]cache.ByObject{
 		&corev1.Service{}: {Transform: func(o any) (any, error) {
 			s, ok := o.(*corev1.Service)
@@ -150,23 +179,6 @@ func EndpointCacheOptions() map[client.Object]cache.ByObject {
 			}
 			return &corev1.Service{TypeMeta: s.TypeMeta, ObjectMeta: meta(s, nil), Spec: corev1.ServiceSpec{
 				Type: s.Spec.Type, ClusterIP: s.Spec.ClusterIP, ClusterIPs: s.Spec.ClusterIPs, Ports: ports}}, nil
-		}},
-		&discoveryv1.EndpointSlice{}: {Transform: func(o any) (any, error) {
-			s, ok := o.(*discoveryv1.EndpointSlice)
-			if !ok {
-				return o, nil
-			}
-			eps := make([]discoveryv1.Endpoint, len(s.Endpoints))
-			for i, e := range s.Endpoints {
-				eps[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Hostname: e.Hostname,
-					Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready}}
-			}
-			var labels map[string]string
-			if name, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
-				labels = map[string]string{discoveryv1.LabelServiceName: name}
-			}
-			return &discoveryv1.EndpointSlice{TypeMeta: s.TypeMeta, AddressType: s.AddressType, Ports: s.Ports, Endpoints: eps,
-				ObjectMeta: meta(s, labels)}, nil
 		}},
 	}
 }

@@ -40,7 +40,13 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 	if !controllerutil.ContainsFinalizer(policy, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if policy.Annotations[AnnotationSkipFold] == "true" {
+	refusal, err := r.resolveTarget(ctx, policy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if refusal != nil {
+		r.skipDrainRefused(ctx, policy, refusal)
+	} else if policy.Annotations[AnnotationSkipFold] == "true" {
 		r.skipDrain(ctx, policy)
 	} else if res, done, err := r.drainForDeletion(ctx, policy); !done || err != nil {
 		return res, err
@@ -74,6 +80,10 @@ func (r *HotKeyPolicyReconciler) releaseRouting(ctx context.Context, policy *v1a
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: policy.Namespace, Name: routingName(policy)}, cm)
 	if err != nil {
 		return client.IgnoreNotFound(err)
+	}
+	if !ownedBy(cm, policy) {
+		// Not this policy's (checkRoutingOwner): never deleted.
+		return nil
 	}
 	if controllerutil.ContainsFinalizer(cm, Finalizer) {
 		orig := cm.DeepCopy()

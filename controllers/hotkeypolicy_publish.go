@@ -62,6 +62,9 @@ type published struct {
 	held bool
 	// terminating: the ConfigMap is being deleted (held until released).
 	terminating bool
+	// foreign: the ConfigMap is not controlled by this policy (another
+	// policy's, or labelled by hand); it is never written or deleted.
+	foreign bool
 }
 
 // decided is the table the previous decision produced, which the next one
@@ -108,7 +111,9 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 		}
 		r.mem.with(key, func(m *policyMemory) { m.parsed = parsedEntry{rv: cm.ResourceVersion, doc: doc} })
 	}
-	return newPublished(policy.Status.RoutingVersion, cm, doc), nil
+	pub := newPublished(policy.Status.RoutingVersion, cm, doc)
+	pub.foreign = !ownedBy(cm, policy)
+	return pub, nil
 }
 
 // routingDoc is the parsed data of a routing ConfigMap. parsedEntry shares
@@ -329,6 +334,9 @@ func (c routingContent) unchanged(prev *published) bool {
 // server-side apply, only when its table or the durable part of its state
 // changes; otherwise the pass's state is remembered for the next pass.
 func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out, enforced *decide.Output) publishResult {
+	if err := r.checkRoutingOwner(ctx, policy, prev); err != nil {
+		return publishResult{version: prev.Version, err: err}
+	}
 	c, err := newRoutingContent(policy, spec, prev, out, enforced)
 	if err != nil {
 		return publishResult{version: prev.Version, err: err}

@@ -112,6 +112,9 @@ func (r *HotKeyPolicyReconciler) credentials(ctx context.Context, policy *v1alph
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: Secret %q not found", errCredentials, name)
 		}
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("%w: the manager may not read Secret %q in namespace %q: the installer grants reads per namespace (chart value rbac.secretNamespaces)", errCredentials, name, policy.Namespace)
+		}
 		return s, err
 	}
 	t := policy.Spec.Target

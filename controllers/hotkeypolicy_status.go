@@ -62,6 +62,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	setReadyCondition(st, gen, p.spec.Mode, p.pub)
 	setMitigatingCondition(st, gen, p.spec.Mode, &p.out)
 	setDegradedCondition(st, gen, p.act, p.schedErrs)
+	setTargetAllowedCondition(st, gen)
 	setKstatusConditions(st, gen, p.pub.draining)
 	return st
 }
@@ -120,6 +121,8 @@ func setCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, typ string, s meta
 // version in force (st.RoutingVersion).
 func setReadyCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1alpha1.PolicyMode, pub publishResult) {
 	switch {
+	case errors.Is(pub.err, errRoutingNotOwned):
+		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonRoutingNotOwned, pub.err.Error())
 	case pub.err != nil:
 		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, pub.err.Error())
 	case mode != v1alpha1.ModeEnforce && pub.draining > 0:

@@ -31,7 +31,13 @@ import (
 // the manager's only cost that grows with pods, and the node agents make no
 // API call at all.
 //
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// Only list and watch: an injected pod may be in any namespace, and RBAC
+// cannot select by label, so the watch is cluster-wide and its label
+// selector is what keeps other pods out of the manager's memory (with
+// --capture-pods every pod is the capture's concern). Reading one pod by
+// name is only the manager's own (webhook/image.go), in its namespace.
+//
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeyreports,verbs=create;patch
 
 // PodCacheOptions restricts the manager's pod cache to injected pods and

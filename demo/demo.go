@@ -195,7 +195,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	start := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Second)
 	res.Start = start
 	res.EventStart = start.Add(cfg.EventStart)
-	pol := samplePolicy(cfg, s.masters, keys, res.EventStart)
+	// The platform team's part: the Redis Cluster, approved for the
+	// demo's namespace; the policy names it (the manager runs without raw
+	// addresses, as an install does by default).
+	target := sampleTarget(s.masters)
+	targetFile := filepath.Join(cfg.OutDir, "clusterredistarget.yaml")
+	if err := writeYAML(targetFile, target); err != nil {
+		return nil, err
+	}
+	if err := progress(out, cfg.Live, "kubectl apply -f "+targetFile, func() error {
+		return s.cp.Client.Create(ctx, target)
+	}); err != nil {
+		return nil, fmt.Errorf("applying the ClusterRedisTarget: %w", err)
+	}
+	pol := samplePolicy(cfg, target.Name, keys, res.EventStart)
 	polFile := filepath.Join(cfg.OutDir, "hotkeypolicy.yaml")
 	if err := writeYAML(polFile, pol); err != nil {
 		return nil, err
@@ -503,14 +516,29 @@ func writeYAML(path string, obj any) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
+// TargetName is the ClusterRedisTarget the demo's policy names.
+const TargetName = "demo-redis-cluster"
+
+// sampleTarget is the ClusterRedisTarget the demo applies: its Redis
+// Cluster's masters, for the demo's namespace only.
+func sampleTarget(addrs []string) *v1alpha1.ClusterRedisTarget {
+	t := &v1alpha1.ClusterRedisTarget{Spec: v1alpha1.ClusterRedisTargetSpec{
+		Addresses: addrs, Cluster: true,
+		AllowedNamespaces: v1alpha1.AllowedNamespaces{Names: []string{Namespace}},
+	}}
+	t.APIVersion, t.Kind = v1alpha1.GroupVersion.String(), "ClusterRedisTarget"
+	t.Name = TargetName
+	return t
+}
+
 // samplePolicy is the policy the demo applies: like the samples in
 // config/samples, with short windows so that it reacts within seconds.
-func samplePolicy(cfg Config, addrs []string, keys Keys, eventStart time.Time) *v1alpha1.HotKeyPolicy {
+func samplePolicy(cfg Config, target string, keys Keys, eventStart time.Time) *v1alpha1.HotKeyPolicy {
 	on := func() *bool { b := true; return &b }
 	d := func(x time.Duration) metav1.Duration { return metav1.Duration{Duration: x} }
 	spec := v1alpha1.HotKeyPolicySpec{
 		Mode:   v1alpha1.ModeEnforce,
-		Target: v1alpha1.RedisTarget{Addresses: addrs, Cluster: true},
+		Target: v1alpha1.RedisTarget{ClusterTargetRef: &v1alpha1.ClusterTargetReference{Name: target}},
 		Keys:   v1alpha1.KeySelector{Include: []string{"product:*", "likes:*", "sale:*", "user:*"}, Exclude: []string{"session:*"}},
 		Detection: v1alpha1.Detection{
 			Window: d(cfg.Window), ReportInterval: d(cfg.ReportInterval), TopK: 64,

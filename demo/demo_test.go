@@ -246,7 +246,7 @@ func TestSamplePolicyIsValid(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := samplePolicy(cfg, []string{"127.0.0.1:7000"}, k, time.Unix(2_000_000_000, 0))
+		p := samplePolicy(cfg, TargetName, k, time.Unix(2_000_000_000, 0))
 		if errs, _ := webhook.ValidateSpec(&p.Spec, field.NewPath("spec")); len(errs) > 0 {
 			t.Errorf("%s: the demo's policy fails validation: %v", name, errs.ToAggregate())
 		}

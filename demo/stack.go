@@ -23,6 +23,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/cpulimit"
@@ -238,7 +239,8 @@ func (s *stack) startManager(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := hswebhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+	// No raw addresses: the demo's policy names its ClusterRedisTarget.
+	if err := hswebhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{}); err != nil {
 		return err
 	}
 	s.managerMetrics = prometheus.NewRegistry()

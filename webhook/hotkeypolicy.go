@@ -12,14 +12,17 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/keyfilter"
 )
 
@@ -32,10 +35,11 @@ import (
 // unset durations out (omitzero) and get the schema's defaults too.
 
 // SetupHotKeyPolicyWebhook registers the HotKeyPolicy validating webhook with
-// the manager's webhook server.
-func SetupHotKeyPolicyWebhook(mgr ctrl.Manager) error {
+// the manager's webhook server. opts are the installer's target choices
+// (raw addresses off unless enabled).
+func SetupHotKeyPolicyWebhook(mgr ctrl.Manager, opts targets.Options) error {
 	return ctrl.NewWebhookManagedBy(mgr, &v1alpha1.HotKeyPolicy{}).
-		WithValidator(PolicyValidator{}).
+		WithValidator(PolicyValidator{Reader: mgr.GetAPIReader(), Targets: opts}).
 		Complete()
 }
 
@@ -55,17 +59,34 @@ const MaxSpecBytes = 512 << 10
 // PolicyValidator rejects policies whose fields are syntactically valid for
 // the schema but meaningless or unusable: a name too long for a label, bad
 // host:port, Secret name, glob, cron or time zone, and a spec too large to
-// store. It runs after the schema (types, bounds, durations, CEL rules).
-type PolicyValidator struct{}
-
-// ValidateCreate implements admission.Validator.
-func (PolicyValidator) ValidateCreate(_ context.Context, p *v1alpha1.HotKeyPolicy) (admission.Warnings, error) {
-	return validate(p)
+// store; and a target the policy's namespace may not use (package targets).
+// It runs after the schema (types, bounds, durations, CEL rules).
+type PolicyValidator struct {
+	// Reader reads the ClusterRedisTarget, namespace and Service a target
+	// names, uncached so that a target just changed is seen. Nil: the
+	// target is not checked (pure tests of the other rules).
+	Reader client.Reader
+	// Targets are the installer's choices (raw addresses).
+	Targets targets.Options
 }
 
-// ValidateUpdate implements admission.Validator.
-func (PolicyValidator) ValidateUpdate(_ context.Context, _, p *v1alpha1.HotKeyPolicy) (admission.Warnings, error) {
-	return validate(p)
+// ValidateCreate implements admission.Validator.
+func (v PolicyValidator) ValidateCreate(ctx context.Context, p *v1alpha1.HotKeyPolicy) (admission.Warnings, error) {
+	return v.validate(ctx, p)
+}
+
+// ValidateUpdate implements admission.Validator. An update that changes the
+// spec is checked as a create is: a policy admitted before its target
+// stopped allowing the namespace cannot be changed to keep using it. One
+// that leaves the spec as it was (metadata: the manager's finalizer, labels;
+// a deletion in progress) is not refused for its target, or a revoked
+// target would keep the manager from removing its finalizer; the manager
+// refuses to connect to it at reconcile instead.
+func (v PolicyValidator) ValidateUpdate(ctx context.Context, old, p *v1alpha1.HotKeyPolicy) (admission.Warnings, error) {
+	if equality.Semantic.DeepEqual(&old.Spec, &p.Spec) {
+		return PolicyValidator{Targets: v.Targets}.validate(ctx, p)
+	}
+	return v.validate(ctx, p)
 }
 
 // ValidateDelete implements admission.Validator; deletion is always allowed.
@@ -73,9 +94,19 @@ func (PolicyValidator) ValidateDelete(context.Context, *v1alpha1.HotKeyPolicy) (
 	return nil, nil
 }
 
-func validate(p *v1alpha1.HotKeyPolicy) (admission.Warnings, error) {
+func (v PolicyValidator) validate(ctx context.Context, p *v1alpha1.HotKeyPolicy) (admission.Warnings, error) {
 	errs, warnings := ValidateSpec(&p.Spec, field.NewPath("spec"))
 	errs = append(ValidateName(p.Name, field.NewPath("metadata", "name")), errs...)
+	if len(errs) == 0 && v.Reader != nil {
+		in, err := targets.Read(ctx, v.Reader, p.Namespace, &p.Spec)
+		if err != nil {
+			return warnings, apierrors.NewInternalError(fmt.Errorf("reading the policy's target: %w", err))
+		}
+		if _, refusal := targets.Resolve(&p.Spec, in, v.Targets); refusal != nil {
+			parts := strings.Split(refusal.Field, ".")
+			errs = append(errs, field.Forbidden(field.NewPath(parts[0], parts[1:]...), refusal.Message+" (rule "+refusal.Rule+")"))
+		}
+	}
 	if len(errs) == 0 {
 		return warnings, nil
 	}

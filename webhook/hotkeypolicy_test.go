@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/webhook"
@@ -67,7 +68,9 @@ func schedule(mutate ...func(*v1alpha1.Schedule)) func(*v1alpha1.HotKeyPolicy) {
 func startAdmission(t *testing.T) *controlplane.ControlPlane {
 	cp := testenv.Start(t, controlplane.Options{Webhooks: true})
 	testenv.RunManager(t, cp, func(mgr manager.Manager) error {
-		return webhook.SetupHotKeyPolicyWebhook(mgr)
+		// The admission table is about the other rules: raw addresses on (the
+		// installer's opt-in); targets_envtest_test.go tests the target rules.
+		return webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{AllowRawAddresses: true})
 	})
 	return cp
 }
@@ -224,11 +227,26 @@ func TestAdmission(t *testing.T) {
 		},
 		"neither addresses nor sentinel": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Addresses = nil },
-			wantField: "spec.target", wantMsg: "exactly one of addresses",
+			wantField: "spec.target", wantMsg: "exactly one of clusterTargetRef",
+		},
+		"clusterTargetRef with cluster": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target.Addresses, p.Spec.Target.Cluster = nil, true
+				p.Spec.Target.ClusterTargetRef = &v1alpha1.ClusterTargetReference{Name: "shop-redis"}
+			},
+			wantField: "spec.target", wantMsg: "cluster and tls come from the ClusterRedisTarget",
+		},
+		"clusterTargetRef and serviceRef": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Target.Addresses = nil
+				p.Spec.Target.ClusterTargetRef = &v1alpha1.ClusterTargetReference{Name: "shop-redis"}
+				p.Spec.Target.ServiceRef = &v1alpha1.ServiceTargetReference{Name: "redis"}
+			},
+			wantField: "spec.target", wantMsg: "exactly one of clusterTargetRef",
 		},
 		"addresses and sentinel": {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Target.Sentinel = testSentinel() },
-			wantField: "spec.target", wantMsg: "exactly one of addresses",
+			wantField: "spec.target", wantMsg: "exactly one of clusterTargetRef",
 		},
 		"sentinel with cluster": {
 			mutate: func(p *v1alpha1.HotKeyPolicy) {

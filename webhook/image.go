@@ -13,6 +13,10 @@ import (
 // The manager reads its own Pod, once at start, to give the sidecar its own
 // image (OwnImage); its ClusterRole already gets pods (controllers/hub_feed.go).
 
+// The manager reads its own Pod, in its namespace only.
+//
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get,namespace=heatsink-system
+
 // OwnImage returns the image of container in the Pod namespace/name: the
 // manager's own image, which the injected sidecar runs by default, so that an
 // image override of the install (kustomize images:, a chart value) moves the

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -46,6 +47,7 @@ import (
 // looks for the webhooks' RBAC.
 //
 // +kubebuilder:rbac:groups=heatsink.dev,resources=hotkeypolicies,verbs=get
+// (and what the policy's target names: package targets)
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;update,resourceNames=heatsink-mutating-webhook-configuration;heatsink-validating-webhook-configuration
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update,namespace=heatsink-system
 
@@ -122,6 +124,9 @@ type InjectorConfig struct {
 	// node's kubelet then watches that ConfigMap through the API server, a
 	// cost that grows with the nodes running the policy's pods.
 	RoutingFile bool
+	// Targets are the installer's target choices (raw addresses), as the
+	// policy webhook and the manager apply them.
+	Targets targets.Options
 }
 
 // DefaultProxyResources are the proxy's requests and limits unless configured:
@@ -198,6 +203,19 @@ func (in *Injector) Handle(ctx context.Context, req admission.Request) admission
 		}
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("read HotKeyPolicy %s/%s: %w", ns, policyName, err))
 	}
+	// The sidecar connects where the manager does: the policy's target
+	// resolved, and refused as admission and the manager refuse it (the
+	// target may have stopped allowing the namespace since the policy was
+	// admitted).
+	tin, err := targets.Read(ctx, in.Reader, ns, &policy.Spec)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("read the target of HotKeyPolicy %s/%s: %w", ns, policyName, err))
+	}
+	resolved, refusal := targets.Resolve(&policy.Spec, tin, in.Config.Targets)
+	if refusal != nil {
+		return admission.Denied(fmt.Sprintf("annotation %s=%q: the policy's target is not allowed: %s", InjectAnnotation, policyName, refusal.Error()))
+	}
+	policy.Spec.Target = resolved
 	mutated := pod.DeepCopy()
 	Inject(mutated, policy, in.Config)
 	raw, err := json.Marshal(mutated)

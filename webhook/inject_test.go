@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/webhook"
@@ -210,10 +211,10 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 func TestInjectionWebhook(t *testing.T) {
 	cp := testenv.Start(t, controlplane.Options{Webhooks: true})
 	testenv.RunManager(t, cp, func(mgr manager.Manager) error {
-		if err := webhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+		if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{AllowRawAddresses: true}); err != nil {
 			return err
 		}
-		return webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: testImage, Resources: webhook.DefaultProxyResources()})
+		return webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: testImage, Resources: webhook.DefaultProxyResources(), Targets: targets.Options{AllowRawAddresses: true}})
 	})
 	ctx := context.Background()
 	const ns = "shop"

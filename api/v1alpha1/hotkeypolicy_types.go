@@ -81,12 +81,32 @@ type HotKeyPolicySpec struct {
 
 // RedisTarget is how the manager and sidecars reach Redis.
 // +kubebuilder:validation:XValidation:rule="!has(self.cluster) || !self.cluster || !has(self.database) || self.database == 0",message="target.database must be 0 when target.cluster is true: a Redis Cluster has only database 0"
-// +kubebuilder:validation:XValidation:rule="has(self.addresses) != has(self.sentinel)",message="target needs exactly one of addresses (the Redis nodes) and sentinel (the Sentinels that name the master)"
+// +kubebuilder:validation:XValidation:rule="[has(self.addresses), has(self.sentinel), has(self.clusterTargetRef), has(self.serviceRef)].exists_one(x, x)",message="target needs exactly one of clusterTargetRef (a ClusterRedisTarget your platform team allows this namespace), serviceRef (a Service of this namespace), addresses and sentinel (raw addresses, only where the installer enabled them)"
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterTargetRef) || (!has(self.tls) && (!has(self.cluster) || !self.cluster))",message="with target.clusterTargetRef, cluster and tls come from the ClusterRedisTarget: leave them out of the policy"
 // +kubebuilder:validation:XValidation:rule="!has(self.sentinel) || !has(self.cluster) || !self.cluster",message="target.sentinel cannot be used with cluster: true (a Redis Cluster fails over by itself; list its nodes in addresses)"
 type RedisTarget struct {
+	// clusterTargetRef names a ClusterRedisTarget: a Redis the platform
+	// team approved for this namespace (its spec.allowedNamespaces). Its
+	// addresses or Sentinels, cluster, tls and credentialsSecretRef apply;
+	// the policy's credentialsSecretRef, when set, overrides the latter.
+	// Admission refuses a target that does not allow the namespace, and the
+	// manager checks again at every reconcile (condition TargetAllowed).
+	// +optional
+	ClusterTargetRef *ClusterTargetReference `json:"clusterTargetRef,omitempty"`
+
+	// serviceRef names a Service of the policy's own namespace: the manager
+	// and the sidecars reach Redis at <name>.<namespace>.svc:<port>. A
+	// Service of type ExternalName (a name outside the namespace) is
+	// refused.
+	// +optional
+	ServiceRef *ServiceTargetReference `json:"serviceRef,omitempty"`
+
 	// addresses are host:port addresses: the Redis server, or for a
-	// cluster any subset of the nodes (the rest are discovered). Exactly
-	// one of addresses and sentinel is set.
+	// cluster any subset of the nodes (the rest are discovered). Raw
+	// addresses (and sentinel) are refused unless the installer enabled
+	// them (manager flag --allow-raw-target-addresses, chart value
+	// targets.allowRawAddresses): any address the manager can reach would
+	// otherwise be open to anyone who may write a policy.
 	// +optional
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16

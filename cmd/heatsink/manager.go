@@ -118,6 +118,10 @@ func runManager(args []string) error {
 	}
 	if *capturePods {
 		maps.Copy(byObject, controllers.EndpointCacheOptions())
+	} else {
+		// The Services policies name in spec.target.serviceRef, stripped
+		// the same way.
+		maps.Copy(byObject, controllers.ServiceCacheOptions())
 	}
 	ctrlmetrics.Registry.MustRegister(version.Collectors("manager")...)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -141,7 +145,7 @@ func runManager(args []string) error {
 	if err := setupWebhooks(ctx, mgr, wh); err != nil {
 		return err
 	}
-	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub, CapturePods: *capturePods}); err != nil {
+	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub, CapturePods: *capturePods, Targets: wh.targets}); err != nil {
 		return err
 	}
 	if err := addHealthChecks(mgr, wh.enabled); err != nil {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/certs"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	hswebhook "github.com/heatsink-dev/heatsink/webhook"
@@ -62,6 +63,10 @@ type webhookConfig struct {
 	nodeAgentAddress   string
 	routingFile        bool
 
+	// targets are the installer's target choices, applied by the policy
+	// webhook, the injector and the reconciler alike.
+	targets targets.Options
+
 	// rotator is set by prepareWebhookServer with self-signed certificates.
 	rotator *certs.Rotator
 }
@@ -84,6 +89,7 @@ func bindWebhookFlags(fs *flag.FlagSet) *webhookConfig {
 	fs.StringVar(&c.proxyPullPolicy, "proxy-image-pull-policy", "", "pull policy of the injected sidecar: Always, IfNotPresent, Never; empty for the API default")
 	fs.StringVar(&c.nodeAgentAddress, "node-agent-address", "", "node agent address the injected sidecar sends counts to (UDP) and reads routing tables from (TCP), e.g. the node-local Service heatsink-node-agent.heatsink-system.svc:7946 (in a manifest, heatsink-node-agent.$(POD_NAMESPACE).svc:7946 follows the install's namespace); empty: the agent's hostPort on the pod's node")
 	fs.BoolVar(&c.routingFile, "inject-routing-file", false, "also mount each policy's routing ConfigMap into injected pods, as a fallback for when the node agent is away (each node's kubelet then watches it)")
+	fs.BoolVar(&c.targets.AllowRawAddresses, "allow-raw-target-addresses", false, "admit policies that write Redis addresses themselves (spec.target.addresses, spec.target.sentinel, mitigations.replicaReads.addresses) instead of naming a ClusterRedisTarget or a Service of their namespace: anyone who may write a policy can then make the manager connect to, and write into, any Redis it can reach (docs/install.md, Security model)")
 	d := hswebhook.DefaultProxyResources()
 	fs.StringVar(&c.proxyCPURequest, "proxy-cpu-request", d.Requests.Cpu().String(), "CPU request of the injected sidecar")
 	fs.StringVar(&c.proxyMemoryRequest, "proxy-memory-request", d.Requests.Memory().String(), "memory request of the injected sidecar")
@@ -212,7 +218,7 @@ func (c *webhookConfig) injectorConfig() (hswebhook.InjectorConfig, error) {
 	default:
 		return hswebhook.InjectorConfig{}, fmt.Errorf("--proxy-image-pull-policy=%q: want Always, IfNotPresent or Never", p)
 	}
-	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, NodeAgentAddress: c.nodeAgentAddress, RoutingFile: c.routingFile}, nil
+	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, NodeAgentAddress: c.nodeAgentAddress, RoutingFile: c.routingFile, Targets: c.targets}, nil
 }
 
 // setupWebhooks registers the admission webhooks and, with self-signed
@@ -226,7 +232,7 @@ func setupWebhooks(ctx context.Context, mgr ctrl.Manager, c *webhookConfig) erro
 			return err
 		}
 	}
-	if err := hswebhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+	if err := hswebhook.SetupHotKeyPolicyWebhook(mgr, c.targets); err != nil {
 		return err
 	}
 	if !c.inject {

@@ -26,6 +26,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/nodeagent"
@@ -119,7 +120,8 @@ func newFleet() (_ *fleet, err error) {
 	// A split is announced 1 s ahead of an epoch boundary: every part is
 	// on this machine, the table reaches the sidecar within milliseconds.
 	r := &controllers.HotKeyPolicyReconciler{Margin: time.Second, Fleet: h, RedisTimeout: 5 * time.Second,
-		SkipNameValidation: true, Metrics: controllers.NewMetrics(prometheus.NewRegistry())}
+		SkipNameValidation: true, Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
+		Targets: targets.Options{AllowRawAddresses: true}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

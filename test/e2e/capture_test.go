@@ -27,19 +27,18 @@ import (
 
 const observePolicy, readerKey = "seen", "item:viral"
 
-// observePolicyYAML targets the cluster by its Service, as a user writes
-// it: the cluster client discovers the masters through it and then talks to
+// observePolicyYAML targets the cluster by its Service (through the
+// ClusterRedisTarget, as a user names it): the cluster client discovers the masters through it and then talks to
 // their pod addresses, which the capture takes from the slot map the
 // manager reads (CLUSTER SLOTS) and sends in the policy's directive.
-const observePolicyYAML = `
+const observePolicyYAML = targetYAML + `---
 apiVersion: heatsink.dev/v1alpha1
 kind: HotKeyPolicy
 metadata: {name: seen, namespace: shop}
 spec:
   mode: Observe
   target:
-    addresses: ["redis.redis.svc.cluster.local:6379"]
-    cluster: true
+    clusterTargetRef: {name: redis-cluster}
   keys:
     include: ["item:*"]
   detection: {window: 5s, topK: 16, reportInterval: 1s}

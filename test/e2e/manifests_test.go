@@ -54,17 +54,28 @@ spec:
       volumes: [{name: data, emptyDir: {}}]
 `
 
+// targetYAML is the platform team's part: the Redis Cluster of namespace
+// redis, approved for shop's policies (the install refuses raw addresses).
+const targetYAML = `
+apiVersion: heatsink.dev/v1alpha1
+kind: ClusterRedisTarget
+metadata: {name: redis-cluster}
+spec:
+  addresses: ["redis.redis.svc.cluster.local:6379"]
+  cluster: true
+  allowedNamespaces: {names: [shop]}
+`
+
 // policyYAML is the HotKeyPolicy: thresholds the workload's viral keys
 // cross by a wide margin and its background keys never reach.
-const policyYAML = `
+const policyYAML = targetYAML + `---
 apiVersion: heatsink.dev/v1alpha1
 kind: HotKeyPolicy
 metadata: {name: hot, namespace: shop}
 spec:
   mode: Enforce
   target:
-    addresses: ["redis.redis.svc.cluster.local:6379"]
-    cluster: true
+    clusterTargetRef: {name: redis-cluster}
   keys:
     include: ["product:*", "likes:*"]
   detection: {window: 5s, topK: 16, reportInterval: 1s}

@@ -24,6 +24,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
@@ -36,14 +37,15 @@ func startHeatsink(t *testing.T) *controlplane.ControlPlane {
 	t.Helper()
 	cp := testenv.Start(t, controlplane.Options{Webhooks: true})
 	testenv.RunManager(t, cp, func(mgr manager.Manager) error {
-		if err := webhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+		// The docs' policies write raw addresses: the installer's opt-in.
+		if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{AllowRawAddresses: true}); err != nil {
 			return err
 		}
 		h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "test"})
 		if err != nil {
 			return err
 		}
-		r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h}
+		r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h, Targets: targets.Options{AllowRawAddresses: true}}
 		return r.SetupWithManager(mgr)
 	})
 	return cp

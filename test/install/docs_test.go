@@ -21,6 +21,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/docblock"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
@@ -84,10 +85,11 @@ func (l *lifecycle) startManager(t *testing.T) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := webhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+	// The docs' policies write raw addresses: the installer's opt-in.
+	if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{AllowRawAddresses: true}); err != nil {
 		t.Fatal(err)
 	}
-	r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h}
+	r := &controllers.HotKeyPolicyReconciler{SkipNameValidation: true, RedisTimeout: 2 * time.Second, Fleet: h, Targets: targets.Options{AllowRawAddresses: true}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/docblock"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
@@ -91,6 +92,12 @@ func TestGettingStartedAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	createApplication(t, l)
+	// Its Redis' Service, which the page's policy names (serviceRef).
+	redisSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "redis"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "redis"}, Ports: []corev1.ServicePort{{Port: 6379}}}}
+	if err := l.cp.Client.Create(ctx, redisSvc); err != nil {
+		t.Fatal(err)
+	}
 
 	out := l.run(t, "gs-policy")
 	if !strings.Contains(out, "catalogue") || !strings.Contains(out, "Observe") {
@@ -210,7 +217,8 @@ func startGettingStartedManager(t *testing.T, l *lifecycle) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := webhook.SetupHotKeyPolicyWebhook(mgr); err != nil {
+	// As installed: no raw addresses (the page's policy names a Service).
+	if err := webhook.SetupHotKeyPolicyWebhook(mgr, targets.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := webhook.SetupInjectionWebhook(mgr, webhook.InjectorConfig{Image: "ghcr.io/heatsink-dev/heatsink:test",

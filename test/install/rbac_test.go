@@ -162,16 +162,16 @@ func TestAggregatedRolesLetTeamsWritePolicies(t *testing.T) {
 }
 
 // TestManagerSecretAccess checks what the manager may do with Secrets:
-// get, never list or watch; in every namespace by default, and only in the
-// listed ones with rbac.secretNamespaces.
+// get, never list or watch, only in the namespaces rbac.secretNamespaces
+// lists (none by default), besides its own.
 func TestManagerSecretAccess(t *testing.T) {
 	tl := findTools(t)
 	for name, tc := range map[string]struct {
 		args               []string
 		shopGet, socialGet bool
 	}{
-		"default: get in every namespace": {nil, true, true},
-		"narrowed to shop":                {[]string{"--set", "rbac.secretNamespaces={shop}"}, true, false},
+		"default: no Secret outside its namespace": {nil, false, false},
+		"narrowed to shop":                         {[]string{"--set", "rbac.secretNamespaces={shop}"}, true, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cp := testenv.Start(t, controlplane.Options{})
