@@ -37,7 +37,7 @@ type cache struct {
 	// m holds the entries by Redis key, then by request ("" for the
 	// key's value, read by GET).
 	m     map[string]map[string]*centry
-	n     int // entries in m
+	n     int        // entries in m
 	order *list.List // of *centry, oldest fill first
 	bytes int64
 	// gen counts invalidations; inval is each recently invalidated key's

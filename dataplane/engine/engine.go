@@ -109,7 +109,7 @@ type Engine struct {
 	rflight  singleflight.Group
 	rflights reqFlights
 	raw      rawPool
-	m         *metrics
+	m        *metrics
 
 	// track holds the tracking connections while tracking is on (the
 	// table's localCache.tracking, or Options.Tracking for a table that
