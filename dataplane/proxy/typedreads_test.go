@@ -167,13 +167,18 @@ func TestTypedReadsRelievedStandalone(t *testing.T) {
 	srv := redistest.Standalone(t)
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer direct.Close()
-	eng := engine.New(direct, engine.Options{})
-	defer eng.Close()
-	eng.SetTable(typedTable())
-	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng})
-	checkTypedReads(t, addr, direct, []*redis.Client{direct}, func(protocol int) redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: protocol})
-	})
+	// The event loop (shared connections) and sessions (dedicated).
+	for _, shared := range []int{0, -1} {
+		t.Run(fmt.Sprintf("sharedConns %d", shared), func(t *testing.T) {
+			eng := engine.New(direct, engine.Options{})
+			defer eng.Close()
+			eng.SetTable(typedTable())
+			addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng, SharedConns: shared})
+			checkTypedReads(t, addr, direct, []*redis.Client{direct}, func(protocol int) redis.UniversalClient {
+				return redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: protocol})
+			})
+		})
+	}
 }
 
 // TestTypedReadsRelievedCluster: the same on the 3-master cluster.
