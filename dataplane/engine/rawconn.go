@@ -105,8 +105,9 @@ func (n *rawNode) drain() {
 var errRawClosed = errors.New("heatsink: engine closed")
 
 // do sends one request and returns its reply's bytes (a copy), an error
-// reply included; err is a failure to reach the node.
-func (rp *rawPool) do(ctx context.Context, n *rawNode, args [][]byte) ([]byte, error) {
+// reply included; err is a failure to reach the node. asking sends ASKING
+// first, on the same connection (a cluster slot being migrated).
+func (rp *rawPool) do(ctx context.Context, n *rawNode, args [][]byte, asking bool) ([]byte, error) {
 	var c *rawConn
 	select {
 	case c = <-n.idle:
@@ -119,7 +120,17 @@ func (rp *rawPool) do(ctx context.Context, n *rawNode, args [][]byte) ([]byte, e
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	b, err := c.do(ctx, args)
+	var b []byte
+	var err error
+	if asking {
+		b, err = c.do(ctx, toArgs([]string{"ASKING"}))
+		if err == nil && (len(b) == 0 || b[0] != '+') {
+			err = fmt.Errorf("heatsink: ASKING: %q", b)
+		}
+	}
+	if err == nil {
+		b, err = c.do(ctx, args)
+	}
 	if err != nil {
 		_ = c.conn.Close()
 		n.slots <- struct{}{}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"sync"
@@ -106,7 +107,7 @@ func (e *Engine) Read(ctx context.Context, args [][]byte, proto int) ([]byte, er
 		if v, _, ok, refresh := e.cache.get(id, now); ok {
 			e.m.cacheHits.Inc()
 			if refresh {
-				e.refreshReq(ctx, p, id, args, proto, now)
+				e.refreshReq(ctx, p, id, ownArgs(args), proto, now)
 			}
 			return v, nil
 		}
@@ -115,6 +116,9 @@ func (e *Engine) Read(ctx context.Context, args [][]byte, proto int) ([]byte, er
 	if !active || (!p.entry.Coalesce && lc == nil) {
 		return e.fetchReq(ctx, p, key, args, proto, active)
 	}
+	// The flight may outlive this caller (its context ends, and its
+	// buffers are reused): it sends a copy.
+	args = ownArgs(args)
 	fid := flightID(id)
 	e.rflights.add(key, fid)
 	ch := e.rflight.DoChan(fid, func() (any, error) {
@@ -155,11 +159,7 @@ func (e *Engine) CachedRead(args [][]byte, proto int) (reply []byte, ok bool) {
 		e.m.cacheHits.Inc()
 		if refresh {
 			// args alias the caller's buffer: the refresh keeps a copy.
-			own := make([][]byte, len(args))
-			for i, a := range args {
-				own[i] = append([]byte(nil), a...)
-			}
-			e.refreshReq(context.Background(), p, id, own, proto, now)
+			e.refreshReq(context.Background(), p, id, ownArgs(args), proto, now)
 		}
 	}
 	return v, ok
@@ -189,7 +189,11 @@ func (e *Engine) fillReq(ctx context.Context, p *plan, id entryID, args [][]byte
 	if tr := e.track.Load(); tr != nil && lc != nil {
 		e.m.upstreamReads.Inc()
 		b, err = tr.request(fctx, id.key, args, proto)
-		if err != nil && fctx.Err() == nil {
+		if _, _, moved := redirection(b); err == nil && moved {
+			// The slot moved: read where it is now (readReq follows),
+			// untracked; the TTL bounds this fill's staleness.
+			b, err = e.fetchReq(fctx, p, id.key, args, proto, true)
+		} else if err != nil && fctx.Err() == nil {
 			// No tracking connection: the TTL alone bounds staleness.
 			e.m.upstreamErrors.Inc()
 			b, err = e.fetchReq(fctx, p, id.key, args, proto, true)
@@ -217,6 +221,15 @@ func (e *Engine) refreshReq(ctx context.Context, p *plan, id entryID, args [][]b
 	})
 }
 
+// ownArgs copies args for work that may outlive the caller's buffers.
+func ownArgs(args [][]byte) [][]byte {
+	own := make([][]byte, len(args))
+	for i, a := range args {
+		own[i] = append([]byte(nil), a...)
+	}
+	return own
+}
+
 func isErrorReply(b []byte) bool { return len(b) > 0 && (b[0] == '-' || b[0] == '!') }
 
 // fetchReq sends a request upstream: to a replica of the key's shard
@@ -234,7 +247,7 @@ func (e *Engine) fetchReq(ctx context.Context, p *plan, key string, args [][]byt
 			rn, err := e.rawNode(n.c.Options(), proto, cluster)
 			var b []byte
 			if err == nil {
-				b, err = e.raw.do(rctx, rn, args)
+				b, err = e.raw.do(rctx, rn, args, false)
 			}
 			cancel()
 			if err == nil && !isErrorReply(b) {
@@ -250,23 +263,66 @@ func (e *Engine) fetchReq(ctx context.Context, p *plan, key string, args [][]byt
 	return e.readReq(ctx, key, args, proto, p)
 }
 
-// readReq sends a request to the master of key.
+// readReq sends a request to the master of key. In a cluster whose slot
+// moved (the client's slot map is stale, or the slot is being migrated),
+// Redis answers MOVED or ASK: the request follows it once, as a cluster
+// client would (ASKING first for ASK), and a MOVED makes the client reload
+// its slot map; a client of the sidecar never sees either.
 func (e *Engine) readReq(ctx context.Context, key string, args [][]byte, proto int, _ *plan) ([]byte, error) {
 	e.m.upstreamReads.Inc()
 	opts, err := e.nodeOptions(ctx, key)
-	if err != nil {
-		e.m.upstreamErrors.Inc()
-		return nil, err
-	}
-	rn, err := e.rawNode(opts, proto, false)
 	var b []byte
 	if err == nil {
-		b, err = e.raw.do(ctx, rn, args)
+		b, err = e.rawDo(ctx, opts, proto, false, args)
+	}
+	for hop := 0; err == nil && hop < 2; hop++ {
+		addr, ask, ok := redirection(b)
+		if !ok {
+			break
+		}
+		cc, _ := e.client.(*redis.ClusterClient)
+		if cc == nil {
+			break
+		}
+		if !ask {
+			cc.ReloadState(ctx)
+		}
+		o := *opts
+		o.Addr = addr
+		b, err = e.rawDo(ctx, &o, proto, ask, args)
 	}
 	if err != nil {
 		e.m.upstreamErrors.Inc()
 	}
 	return b, err
+}
+
+// rawDo sends one request on a raw connection of opts' node, after ASKING
+// when asking.
+func (e *Engine) rawDo(ctx context.Context, opts *redis.Options, proto int, asking bool, args [][]byte) ([]byte, error) {
+	rn, err := e.rawNode(opts, proto, false)
+	if err != nil {
+		return nil, err
+	}
+	return e.raw.do(ctx, rn, args, asking)
+}
+
+// redirection reads a MOVED or ASK error reply: the address it names.
+func redirection(b []byte) (addr string, ask, ok bool) {
+	var rest []byte
+	switch {
+	case bytes.HasPrefix(b, []byte("-MOVED ")):
+		rest = b[len("-MOVED "):]
+	case bytes.HasPrefix(b, []byte("-ASK ")):
+		rest, ask = b[len("-ASK "):], true
+	default:
+		return "", false, false
+	}
+	f := bytes.Fields(rest) // slot, address
+	if len(f) != 2 {
+		return "", false, false
+	}
+	return string(f[1]), ask, true
 }
 
 // rawNode is the raw pool's node for opts; errRawClosed after Close.

@@ -339,7 +339,7 @@ func (l *loop) cacheHit(c *lclient, cl *classified, args [][]byte) bool {
 		}
 		l.appendOut(c, b)
 		if l.p.cfg.Observer != nil {
-			l.p.observe(string(cl.key), 1, 0, len(b))
+			l.p.observe(cl.readKey, 1, 0, len(b)) // a cacheable read names one key, its first
 		}
 		l.nEng++
 		return true

@@ -241,3 +241,34 @@ func TestTypedReadsTrackingInvalidation(t *testing.T) {
 		})
 	}
 }
+
+// TestTypedReadsFollowAMovedSlot: the engine reads a cacheable request on
+// connections of its own; when the key's slot moves to another master
+// (the engine's slot map is then stale: Redis answers MOVED), the read
+// follows the redirection and the client gets the reply, never MOVED.
+func TestTypedReadsFollowAMovedSlot(t *testing.T) {
+	skipShort(t)
+	cl := redistest.Cluster(t)
+	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer direct.Close()
+	eng := engine.New(direct, engine.Options{})
+	defer eng.Close()
+	const k = "moving-hash"
+	eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
+		{Key: k, Source: routing.SourceDetected, Coalesce: true},
+	}})
+	addr, _ := start(t, proxy.Config{Upstreams: cl.Addrs()[:1], Cluster: true, Engine: eng})
+	ctx := context.Background()
+	must(t, direct.HSet(ctx, k, "a", "1").Err())
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	defer c.Close()
+	if v, err := c.HGetAll(ctx, k).Result(); err != nil || v["a"] != "1" {
+		t.Fatalf("HGETALL before the move = %v, %v", v, err)
+	}
+	redistest.MigrateSlot(t, cl.Addrs(), int(routing.Slot(k)))
+	for range 5 {
+		if v, err := c.HGetAll(ctx, k).Result(); err != nil || v["a"] != "1" {
+			t.Fatalf("HGETALL after the slot moved = %v, %v", v, err)
+		}
+	}
+}
