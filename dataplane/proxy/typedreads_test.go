@@ -138,7 +138,10 @@ func checkTypedReads(t *testing.T, addr string, direct redis.UniversalClient, no
 			for _, req := range [][]any{{"HGETALL", "th"}, {"HGET", "th", "a"}} {
 				must(t, c.Do(ctx, req...).Err()) // cached
 			}
-			must(t, c.HSet(ctx, "th", "a", "new").Err())
+			// Another client of the same sidecar writes.
+			w := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol})
+			defer w.Close()
+			must(t, w.HSet(ctx, "th", "a", "new").Err())
 			if v := c.HGet(ctx, "th", "a").Val(); v != "new" {
 				t.Fatalf("HGET th a after HSET = %q, want new", v)
 			}
@@ -204,40 +207,63 @@ func TestTypedReadsRelievedCluster(t *testing.T) {
 
 // TestTypedReadsTrackingInvalidation: with server-assisted tracking, a
 // write by a client that does not go through heatsink drops the cached
-// replies of the key, in both protocols, long before their TTL.
+// replies of the key, in both protocols, long before their TTL; standalone
+// and 3-master cluster.
 func TestTypedReadsTrackingInvalidation(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer direct.Close()
-	eng := engine.New(direct, engine.Options{Tracking: true})
-	defer eng.Close()
-	eng.SetTable(typedTable())
-	addr, _ := start(t, proxy.Config{Upstreams: []string{srv.Addr}, Engine: eng})
-	ctx := context.Background()
-	fillTyped(t, ctx, direct)
-	for _, protocol := range []int{2, 3} {
-		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol})
-		defer c.Close()
-		must(t, c.HSet(ctx, "th", "a", "1").Err())
-		for range 2 {
-			if v := c.HGetAll(ctx, "th").Val(); v["a"] != "1" {
-				t.Fatalf("RESP%d: HGETALL = %v", protocol, v)
+	cl := redistest.Cluster(t)
+	single := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer single.Close()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer cc.Close()
+	var cnodes []*redis.Client
+	for _, a := range cl.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: a})
+		defer n.Close()
+		cnodes = append(cnodes, n)
+	}
+	for _, tc := range []struct {
+		name    string
+		direct  redis.UniversalClient
+		nodes   []*redis.Client
+		cluster bool
+		up      []string
+	}{
+		{"standalone", single, []*redis.Client{single}, false, []string{srv.Addr}},
+		{"cluster", cc, cnodes, true, cl.Addrs()[:1]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := engine.New(tc.direct, engine.Options{Tracking: true})
+			defer eng.Close()
+			eng.SetTable(typedTable())
+			addr, _ := start(t, proxy.Config{Upstreams: tc.up, Cluster: tc.cluster, Engine: eng})
+			ctx := context.Background()
+			fillTyped(t, ctx, tc.direct)
+			for _, protocol := range []int{2, 3} {
+				c := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol})
+				defer c.Close()
+				must(t, c.HSet(ctx, "th", "a", "1").Err())
+				for range 2 {
+					if v := c.HGetAll(ctx, "th").Val(); v["a"] != "1" {
+						t.Fatalf("RESP%d: HGETALL = %v", protocol, v)
+					}
+				}
+				before := totalCalls(t, tc.nodes, "hgetall")
+				for range 100 {
+					must(t, c.HGetAll(ctx, "th").Err())
+				}
+				if n := totalCalls(t, tc.nodes, "hgetall") - before; n != 0 {
+					t.Fatalf("RESP%d: 100 cached HGETALL cost %d upstream calls, want 0", protocol, n)
+				}
+				must(t, tc.direct.HSet(ctx, "th", "a", fmt.Sprint("direct", protocol)).Err())
+				eventually.Succeeds(t, 10*time.Second, func() error {
+					if v := c.HGetAll(ctx, "th").Val(); v["a"] != fmt.Sprint("direct", protocol) {
+						return fmt.Errorf("RESP%d: HGETALL after a write not through heatsink = %v", protocol, v)
+					}
+					return nil
+				})
 			}
-		}
-		before := commandCalls(t, direct, "hgetall")
-		for range 100 {
-			must(t, c.HGetAll(ctx, "th").Err())
-		}
-		if n := commandCalls(t, direct, "hgetall") - before; n != 0 {
-			t.Fatalf("RESP%d: 100 cached HGETALL cost %d upstream calls, want 0", protocol, n)
-		}
-		must(t, direct.HSet(ctx, "th", "a", fmt.Sprint("direct", protocol)).Err())
-		eventually.Succeeds(t, 10*time.Second, func() error {
-			if v := c.HGetAll(ctx, "th").Val(); v["a"] != fmt.Sprint("direct", protocol) {
-				return fmt.Errorf("RESP%d: HGETALL after a write not through heatsink = %v", protocol, v)
-			}
-			return nil
 		})
 	}
 }
