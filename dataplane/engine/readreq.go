@@ -97,7 +97,7 @@ func (e *Engine) Read(ctx context.Context, args [][]byte, proto int) ([]byte, er
 	p := e.plan(key)
 	if p == nil {
 		// The key left the table: as Redis alone.
-		return e.readReq(ctx, key, args, proto, nil)
+		return e.readReq(ctx, key, args, proto)
 	}
 	id := entryID{key: key, req: reqID(proto, args)}
 	now := e.clock.Now()
@@ -260,7 +260,7 @@ func (e *Engine) fetchReq(ctx context.Context, p *plan, key string, args [][]byt
 			e.m.replicaFallbacks.Inc()
 		}
 	}
-	return e.readReq(ctx, key, args, proto, p)
+	return e.readReq(ctx, key, args, proto)
 }
 
 // readReq sends a request to the master of key. In a cluster whose slot
@@ -268,7 +268,7 @@ func (e *Engine) fetchReq(ctx context.Context, p *plan, key string, args [][]byt
 // Redis answers MOVED or ASK: the request follows it once, as a cluster
 // client would (ASKING first for ASK), and a MOVED makes the client reload
 // its slot map; a client of the sidecar never sees either.
-func (e *Engine) readReq(ctx context.Context, key string, args [][]byte, proto int, _ *plan) ([]byte, error) {
+func (e *Engine) readReq(ctx context.Context, key string, args [][]byte, proto int) ([]byte, error) {
 	e.m.upstreamReads.Inc()
 	opts, err := e.nodeOptions(ctx, key)
 	var b []byte
