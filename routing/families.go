@@ -83,11 +83,16 @@ const (
 	ServedCounter = FamStringRead | FamStringWrite | FamCounter | FamKey | FamTTL
 )
 
-// RelievedReads are the read families the read moves (coalesce, local
-// cache, replica reads, replicate) relieve: the engine answers them itself
-// (GET, MGET); the reads of other types go to Redis raw
-// (TestRelievedReadsMatchClassify in dataplane/engine).
-const RelievedReads = FamStringRead
+// RelievedReads are the families whose reads the read moves (coalesce,
+// local cache, replica reads) relieve: the engine answers GET and MGET,
+// and every other read-only, deterministic one-key read of any type
+// (dataplane/command.Info.Cacheable: HGETALL, SISMEMBER, ZRANGE, LRANGE,
+// XRANGE, TYPE, EXPIRETIME, GETRANGE...) itself, by the whole request
+// (TestRelievedReadsMatchClassify in dataplane/engine). Random, cursor,
+// blocking, script and remaining-time reads (SRANDMEMBER, HSCAN, BLPOP,
+// EVAL_RO, TTL) still go to Redis raw; replicate, whose copies hold
+// strings only, relieves string reads alone.
+const RelievedReads = FamStringRead | FamKey | FamHashRead | FamSetRead | FamZSetRead | FamOrdered | FamTTL | FamOther
 
 // ServedBy is the families an entry's mitigation serves (ServedRaw for nil:
 // a key that left the table is served raw).

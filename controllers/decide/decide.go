@@ -515,7 +515,7 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 			e.ReplicaReads = &routing.ReplicaReads{MaxLagMillis: m.ReplicaReads.MaxLag.Milliseconds()}
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
 		}
-		wantReplicate := m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0)
+		wantReplicate := m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0) && replicateRelieves(fam)
 		if wantReplicate && !fits(v1alpha1.MitigationReplicate, fam) {
 			d.because(whyNot(v1alpha1.MitigationReplicate, fam))
 			wantReplicate = false

@@ -38,9 +38,9 @@ func fits(t v1alpha1.MitigationType, fam routing.Families) bool {
 
 // readsRelieved reports whether the read moves (coalesce, local cache,
 // replica reads, replicate) relieve any read the key's clients send:
-// the engine serves string reads itself (routing.RelievedReads) and passes
-// the reads of other types raw, so on a hash or set they would only
-// occupy the table. Unknown families, or no read seen, keep them: they
+// the engine serves the deterministic one-key reads of every type itself
+// (routing.RelievedReads) and passes scripts raw, so on a key read only by
+// scripts they would only occupy the table. Unknown families, or no read seen, keep them: they
 // refuse nothing.
 func readsRelieved(fam routing.Families) bool {
 	return !fam.Known() || fam&routing.RelievedReads != 0 || fam&readFamilies == 0
@@ -65,7 +65,14 @@ func whyNot(t v1alpha1.MitigationType, fam routing.Families) string {
 
 // whyNoReads says why a read-hot key gets no read move.
 func whyNoReads(fam routing.Families) string {
-	return fmt.Sprintf("%s reads are passed to Redis raw: coalescing, the local cache and replicas relieve string reads only", fam&readFamilies)
+	return fmt.Sprintf("%s reads are passed to Redis raw: coalescing, the local cache and replicas relieve the deterministic one-key reads only", fam&readFamilies)
+}
+
+// replicateRelieves reports whether replicated copies relieve the key's
+// reads: they hold strings, so the engine sends the reads of other types
+// raw on a replicated key; on a hash or set they would only be written.
+func replicateRelieves(fam routing.Families) bool {
+	return !fam.Known() || fam&routing.FamStringRead != 0 || fam&readFamilies == 0
 }
 
 const readFamilies = routing.FamHashRead | routing.FamSetRead | routing.FamZSetRead | routing.FamOrdered | routing.FamScript | routing.FamOther

@@ -134,8 +134,11 @@ func TestDecideByFamilies(t *testing.T) {
 			reason: "sent inside MULTI, where split cannot take part"},
 		"unknown families are not split": {fam: routing.FamUnknown | routing.FamCounter, refrained: true,
 			reason: "command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
-		"a read-hot hash counter gets nothing": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter, refrained: true,
-			reason: "hash-read reads are passed to Redis raw: coalescing, the local cache and replicas relieve string reads only; split would refuse its hash-read,hash-counter commands"},
+		"a read-hot hash counter is coalesced, not replicated": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter,
+			moves:  []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce},
+			reason: "split would refuse its hash-read,hash-counter commands"},
+		"a read-hot key read only by scripts gets nothing": {spec: spec, reads: 200_000, fam: routing.FamScript, refrained: true,
+			reason: "script reads are passed to Redis raw: coalescing, the local cache and replicas relieve the deterministic one-key reads only; used by scripts or functions: never split"},
 		"a read-hot string with unknown families is coalesced, not replicated": {spec: spec, reads: 200_000, fam: routing.FamUnknown,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce},
 			reason: "command families unknown (counted by a sidecar or node agent of an older version): replicate could refuse its commands; " +

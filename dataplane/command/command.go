@@ -71,6 +71,18 @@ type Info struct {
 	// other connections BUSY, and only SCRIPT KILL or FUNCTION KILL sent on
 	// another connection stops it.
 	Scripting bool
+	// ReadOnly commands never change a key (Redis' readonly flag). With
+	// Nondeterministic false, a key spec that names every key, and one
+	// key named, the reply is a function of the request and that key's
+	// value: the engine may share and cache it (Cacheable).
+	ReadOnly bool
+	// Nondeterministic commands may answer the same request on the same
+	// value differently: randomness (SRANDMEMBER, ZRANDMEMBER,
+	// HRANDFIELD), time (TTL, PTTL, HTTL, HPTTL), cursors and server state
+	// (the SCAN family, OBJECT, MEMORY, XINFO, XPENDING's idle times):
+	// Redis' nondeterministic_output tip, plus the reads of a remaining
+	// time, which a cached reply would freeze.
+	Nondeterministic bool
 	// Shareable commands may go through an upstream connection shared with
 	// other clients: they leave no state on it, their reply depends on
 	// nothing but the command, they never block it, and they cannot keep
@@ -82,6 +94,10 @@ type Info struct {
 	// that the position depends on other arguments.
 	first int8
 	keys  keySpec
+	// incomplete: the command may read keys it does not name (SORT_RO's
+	// BY and GET patterns; Redis' key spec "incomplete" flag): a write to
+	// those keys would not be seen as a write to the named one.
+	incomplete bool
 	// family is what the command does to its key (FamilyOf).
 	family routing.Families
 }
@@ -110,8 +126,8 @@ var table = func() map[string]Info {
 			m[n] = c
 		}
 	}
-	read, write := Info{first: 1}, Info{first: 1, Write: true}
-	typedRead, typedWrite := Info{first: 1, Typed: true}, Info{first: 1, Write: true, Typed: true}
+	read, write := Info{first: 1, ReadOnly: true}, Info{first: 1, Write: true}
+	typedRead, typedWrite := Info{first: 1, Typed: true, ReadOnly: true}, Info{first: 1, Write: true, Typed: true}
 	set(read, "GET", "GETRANGE", "STRLEN", "SUBSTR", "TYPE", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME",
 		"GETBIT", "BITCOUNT", "BITPOS", "BITFIELD_RO", "DUMP", "SORT_RO")
 	set(write, "SET", "SETNX", "SETEX", "PSETEX", "GETSET", "GETDEL", "GETEX", "APPEND", "SETRANGE",
@@ -129,23 +145,26 @@ var table = func() map[string]Info {
 		"ZPOPMIN", "ZPOPMAX", "XADD", "XDEL", "XTRIM", "XACK", "XCLAIM", "XAUTOCLAIM", "XSETID", "GEOADD")
 	set(Info{first: 1, Write: true, Typed: true, Blocking: true}, "BLPOP", "BRPOP", "BZPOPMIN", "BZPOPMAX")
 	// Subcommand first: the key is the third word.
-	set(Info{first: 2}, "XINFO", "OBJECT", "MEMORY")
+	set(Info{first: 2, ReadOnly: true}, "XINFO", "OBJECT", "MEMORY")
 	set(Info{first: 2, Write: true}, "XGROUP")
 	set(Info{first: 2, Write: true, keys: keysAll}, "BITOP") // BITOP op dest src...
-	set(Info{first: 1, keys: keysAll}, "MGET", "EXISTS", "TOUCH", "SINTER", "SUNION", "SDIFF", "PFCOUNT")
+	set(Info{first: 1, keys: keysAll, ReadOnly: true}, "MGET", "EXISTS", "SINTER", "SUNION", "SDIFF", "PFCOUNT")
+	// TOUCH changes the keys' access time (OBJECT IDLETIME): Redis flags
+	// it readonly, but its reply counts keys that exist now.
+	set(Info{first: 1, keys: keysAll, ReadOnly: true, Nondeterministic: true}, "TOUCH")
 	set(Info{first: 1, Write: true, keys: keysAll}, "DEL", "UNLINK", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE",
 		"PFMERGE", "RENAME", "RENAMENX", "RPOPLPUSH")
 	set(Info{first: 1, Write: true, keys: keysPairs}, "MSET", "MSETNX")
-	set(Info{first: 1, keys: keysTwo}, "LCS")
+	set(Info{first: 1, keys: keysTwo, ReadOnly: true}, "LCS")
 	set(Info{first: 1, Write: true, keys: keysTwo}, "SMOVE", "LMOVE", "COPY", "GEOSEARCHSTORE", "ZRANGESTORE")
 	set(Info{first: 1, Write: true, keys: keysTwo, Blocking: true}, "BLMOVE", "BRPOPLPUSH")
 	set(Info{first: keyMovable, Write: true, keys: keysNumkeys}, "LMPOP", "ZMPOP", "ZUNION", "ZINTER", "ZDIFF")
 	set(Info{first: keyMovable, Write: true, keys: keysNumkeys, Blocking: true}, "BLMPOP", "BZMPOP")
 	set(Info{first: keyMovable, Write: true, keys: keysNumkeys, Scripting: true}, "EVAL", "EVALSHA", "FCALL")
-	set(Info{first: keyMovable, keys: keysNumkeys, Scripting: true}, "EVAL_RO", "EVALSHA_RO", "FCALL_RO")
-	set(Info{first: keyMovable, Typed: true, keys: keysNumkeys}, "SINTERCARD") // SINTERCARD numkeys key...
+	set(Info{first: keyMovable, keys: keysNumkeys, Scripting: true, ReadOnly: true}, "EVAL_RO", "EVALSHA_RO", "FCALL_RO")
+	set(Info{first: keyMovable, Typed: true, keys: keysNumkeys, ReadOnly: true}, "SINTERCARD") // SINTERCARD numkeys key...
 	set(Info{first: 1, Write: true, keys: keysStore}, "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE")
-	set(Info{first: keyMovable}, "XREAD")
+	set(Info{first: keyMovable, ReadOnly: true}, "XREAD")
 	set(Info{first: keyMovable, Write: true}, "XREADGROUP")
 
 	// Keyless commands with one request and one reply.
@@ -169,6 +188,16 @@ var table = func() map[string]Info {
 	set(Info{Kind: ClusterWide}, "KEYS", "SCAN", "DBSIZE", "RANDOMKEY", "FLUSHALL", "FLUSHDB", "SWAPDB")
 	set(Info{Kind: Replication}, "SYNC", "PSYNC", "REPLCONF")
 
+	// Reads whose reply may differ for the same request on the same value.
+	for _, n := range []string{"SRANDMEMBER", "ZRANDMEMBER", "HRANDFIELD", "HSCAN", "SSCAN", "ZSCAN",
+		"TTL", "PTTL", "HTTL", "HPTTL", "OBJECT", "MEMORY", "XINFO", "XPENDING"} {
+		c := m[n]
+		c.Nondeterministic = true
+		m[n] = c
+	}
+	c := m["SORT_RO"]
+	c.incomplete = true
+	m["SORT_RO"] = c
 	for name, c := range m {
 		if (c.Kind == Plain && !c.Blocking && !c.Scripting) || c.Kind == ClusterWide {
 			c.Shareable = true
@@ -262,6 +291,24 @@ func (c Info) ForEachKey(args [][]byte, f func(i int) bool) {
 			}
 		}
 	}
+}
+
+// Cacheable reports whether this invocation's reply is a function of the
+// request and the value of the one key it names, so that the engine may
+// answer it for several clients (coalescing) and again later (the local
+// cache) until that key is written: a read-only command (never a write,
+// script, blocking form, transaction or connection command) whose output
+// is deterministic, with a key spec that names every key it reads, naming
+// exactly one key. By the table's flags, not by name: a command added to
+// the table with those flags is cacheable.
+func (c Info) Cacheable(args [][]byte) bool {
+	if !c.ReadOnly || c.Write || c.Nondeterministic || c.incomplete || c.Scripting || c.Kind != Plain ||
+		c.first <= 0 || c.IsBlocking(args) {
+		return false
+	}
+	n := 0
+	c.ForEachKey(args, func(int) bool { n++; return n < 2 })
+	return n == 1
 }
 
 // FirstIndex is the index in args of the first key: 0 when the command

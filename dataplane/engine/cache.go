@@ -1,14 +1,18 @@
 package engine
 
 import (
+	"bytes"
 	"container/list"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// cache is the local cache of mitigated keys' values. It is bounded by
-// entries and by bytes (key + value), evicting the oldest fill first: the
+// cache is the local cache of mitigated keys' values (GET) and of the
+// replies to their other cacheable reads (HGETALL, SISMEMBER, ZRANGE...,
+// by the whole request and the client's protocol: entryID). It is bounded
+// by entries and by bytes (key + request + value), evicting the oldest fill first: the
 // keys it holds are the few hot keys of the routing table, each refilled once
 // per TTL, so insertion order is as good as recency and costs no write on a
 // hit. A hit takes a read lock only.
@@ -22,13 +26,18 @@ import (
 // keys have one, then every record is dropped at once and the floor rises
 // to the current number, which fails every fill older than it (the ones
 // whose records went with the drop, and a few innocent ones, which are
-// then just not cached).
+// then just not cached). Invalidations are by Redis key: every entry of
+// the key, whatever its request, goes, and every fill of it in flight
+// fails.
 type cache struct {
 	maxEntries int
 	maxBytes   int64
 
-	mu    sync.RWMutex
-	m     map[string]*centry
+	mu sync.RWMutex
+	// m holds the entries by Redis key, then by request ("" for the
+	// key's value, read by GET).
+	m     map[string]map[string]*centry
+	n     int        // entries in m
 	order *list.List // of *centry, oldest fill first
 	bytes int64
 	// gen counts invalidations; inval is each recently invalidated key's
@@ -39,11 +48,42 @@ type cache struct {
 	// timing is what each key's fills measured, for its refresh window
 	// (refresh.go); kept across entries and invalidations, dropped with
 	// the key in retain.
-	timing map[string]refreshTiming
+	timing map[entryID]refreshTiming
+}
+
+// entryID names one cache entry: a Redis key and a request on it. req is
+// "" for the key's value (GET, MGET), else the client's protocol and the
+// whole request (reqID): two requests differing in any argument, or in
+// the protocol their reply is written in, are two entries.
+type entryID struct {
+	key, req string
+}
+
+// keyID is the entry of key's value.
+func keyID(key string) entryID { return entryID{key: key} }
+
+// reqID is the request part of the entry of a cacheable read (args[0] is
+// its name, in any case) answered in RESP proto: the reply bytes differ
+// by protocol (a map or an array of pairs, a double or a bulk string).
+func reqID(proto int, args [][]byte) string {
+	n := 2
+	for _, a := range args {
+		n += 4 + len(a)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, byte(proto), byte(len(args)))
+	for i, a := range args {
+		if i == 0 {
+			a = bytes.ToUpper(a)
+		}
+		b = binary.AppendUvarint(b, uint64(len(a)))
+		b = append(b, a...)
+	}
+	return string(b)
 }
 
 type centry struct {
-	key     string
+	id      entryID
 	val     []byte
 	found   bool
 	expires time.Time
@@ -71,19 +111,19 @@ func newCache(maxEntries int, maxBytes int64) *cache {
 	return &cache{
 		maxEntries: maxEntries,
 		maxBytes:   maxBytes,
-		m:          make(map[string]*centry),
+		m:          make(map[string]map[string]*centry),
 		order:      list.New(),
 		inval:      make(map[string]uint64),
-		timing:     make(map[string]refreshTiming),
+		timing:     make(map[entryID]refreshTiming),
 	}
 }
 
 // get returns the cached value of key if it has not expired at now. refresh
 // is true for the one caller, per entry, that reads it at or after its
 // refreshAt: that caller starts the early refresh.
-func (c *cache) get(key string, now time.Time) (val []byte, found, ok, refresh bool) {
+func (c *cache) get(id entryID, now time.Time) (val []byte, found, ok, refresh bool) {
 	c.mu.RLock()
-	ce := c.m[key]
+	ce := c.m[id.key][id.req]
 	c.mu.RUnlock()
 	if ce == nil || !now.Before(ce.expires) {
 		return nil, false, false, false
@@ -95,9 +135,9 @@ func (c *cache) get(key string, now time.Time) (val []byte, found, ok, refresh b
 }
 
 // fresh is get without claiming the refresh.
-func (c *cache) fresh(key string, now time.Time) (val []byte, found, ok bool) {
+func (c *cache) fresh(id entryID, now time.Time) (val []byte, found, ok bool) {
 	c.mu.RLock()
-	ce := c.m[key]
+	ce := c.m[id.key][id.req]
 	c.mu.RUnlock()
 	if ce == nil || !now.Before(ce.expires) {
 		return nil, false, false
@@ -107,10 +147,10 @@ func (c *cache) fresh(key string, now time.Time) (val []byte, found, ok bool) {
 
 // expiredAt is when key's entry expired, if the cache still holds one that
 // has expired at now (it is replaced at the next fill).
-func (c *cache) expiredAt(key string, now time.Time) (time.Time, bool) {
+func (c *cache) expiredAt(id entryID, now time.Time) (time.Time, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	ce := c.m[key]
+	ce := c.m[id.key][id.req]
 	if ce == nil || now.Before(ce.expires) {
 		return time.Time{}, false
 	}
@@ -128,23 +168,24 @@ func (c *cache) seq() uint64 {
 	return c.gen
 }
 
-// put stores a fill read after seq() returned seq, unless key was
-// invalidated since. It reports whether the value was stored. The fill's
-// times and the entry it replaces are what key's refresh window is measured
-// from (refresh.go).
-func (c *cache) put(key string, seq uint64, val []byte, found bool, f fillTimes) bool {
-	size := int64(len(key) + len(val) + 64)
+// put stores a fill read after seq() returned seq, unless its key was
+// invalidated since. It reports whether the value was stored: a value
+// larger than the byte bound is not. The fill's times and the entry it
+// replaces are what the entry's refresh window is measured from
+// (refresh.go).
+func (c *cache) put(id entryID, seq uint64, val []byte, found bool, f fillTimes) bool {
+	size := int64(len(id.key) + len(id.req) + len(val) + 64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if size > c.maxBytes {
 		return false
 	}
-	if seq < c.floor || c.inval[key] > seq {
+	if seq < c.floor || c.inval[id.key] > seq {
 		return false
 	}
 	ceiling := refreshCeiling(f.done, f.expires, f.aheadPercent)
-	t := c.timing[key]
-	if old := c.m[key]; old != nil {
+	t := c.timing[id]
+	if old := c.m[id.key][id.req]; old != nil {
 		// What the refresh of the entry replaced needed: from its window's
 		// opening to now, whether this is that refresh or, when it was not
 		// refreshed in time (no read in its window, a refresh that failed
@@ -154,31 +195,53 @@ func (c *cache) put(key string, seq uint64, val []byte, found bool, f fillTimes)
 		// window from its idle gap.
 		if !old.refreshAt.IsZero() && ceiling > 0 && (old.refreshing.Load() || t.known && !f.started.Before(old.expires)) {
 			t = t.observe(f.done.Sub(old.refreshAt), ceiling)
-			c.timing[key] = t
+			c.timing[id] = t
 		}
 		c.removeLocked(old)
 	}
-	for len(c.m) >= c.maxEntries || c.bytes+size > c.maxBytes {
+	for c.n >= c.maxEntries || c.bytes+size > c.maxBytes {
 		front := c.order.Front()
 		if front == nil {
 			break
 		}
 		c.removeLocked(front.Value.(*centry))
 	}
-	ce := &centry{key: key, val: val, found: found, expires: f.expires, refreshAt: refreshAt(f.expires, ceiling, t), size: size}
+	if len(c.timing) > 2*c.maxEntries {
+		// Requests come and go (HGET of many fields): keep the timing of
+		// the entries held only.
+		for tid := range c.timing {
+			if c.m[tid.key][tid.req] == nil {
+				delete(c.timing, tid)
+			}
+		}
+	}
+	ce := &centry{id: id, val: val, found: found, expires: f.expires, refreshAt: refreshAt(f.expires, ceiling, t), size: size}
 	ce.elem = c.order.PushBack(ce)
-	c.m[key] = ce
+	reqs := c.m[id.key]
+	if reqs == nil {
+		reqs = make(map[string]*centry, 1)
+		c.m[id.key] = reqs
+	}
+	reqs[id.req] = ce
+	c.n++
 	c.bytes += size
 	return true
 }
 
 func (c *cache) removeLocked(ce *centry) {
 	c.order.Remove(ce.elem)
-	delete(c.m, ce.key)
+	reqs := c.m[ce.id.key]
+	delete(reqs, ce.id.req)
+	if len(reqs) == 0 {
+		delete(c.m, ce.id.key)
+	}
+	c.n--
 	c.bytes -= ce.size
 }
 
-// invalidate drops key and makes fills that started before fail.
+// invalidate drops every entry of key (its value and the replies to
+// every request on it) and makes the fills of key that started before
+// fail.
 func (c *cache) invalidate(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -187,7 +250,7 @@ func (c *cache) invalidate(key string) {
 	}
 	c.gen++
 	c.inval[key] = c.gen
-	if ce := c.m[key]; ce != nil {
+	for _, ce := range c.m[key] {
 		c.removeLocked(ce)
 	}
 }
@@ -205,8 +268,10 @@ func (c *cache) dropRecordsLocked() {
 func (c *cache) invalidateAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, ce := range c.m {
-		c.removeLocked(ce)
+	for _, reqs := range c.m {
+		for _, ce := range reqs {
+			c.removeLocked(ce)
+		}
 	}
 	c.dropRecordsLocked()
 }
@@ -219,15 +284,17 @@ func (c *cache) invalidateAll() {
 func (c *cache) retain(keep func(key string) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, ce := range c.m {
+	for k, reqs := range c.m {
 		if !keep(k) {
-			c.removeLocked(ce)
+			for _, ce := range reqs {
+				c.removeLocked(ce)
+			}
 		}
 	}
 	c.dropRecordsLocked()
-	for k := range c.timing {
-		if !keep(k) {
-			delete(c.timing, k)
+	for id := range c.timing {
+		if !keep(id.key) {
+			delete(c.timing, id)
 		}
 	}
 }
@@ -238,7 +305,7 @@ func (c *cache) setLimits(maxEntries int, maxBytes int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.maxEntries, c.maxBytes = maxEntries, maxBytes
-	for len(c.m) > c.maxEntries || c.bytes > c.maxBytes {
+	for c.n > c.maxEntries || c.bytes > c.maxBytes {
 		front := c.order.Front()
 		if front == nil {
 			break
@@ -251,5 +318,5 @@ func (c *cache) setLimits(maxEntries int, maxBytes int64) {
 func (c *cache) stats() (entries int, bytes int64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return len(c.m), c.bytes
+	return c.n, c.bytes
 }

@@ -19,7 +19,7 @@ func TestCacheInvalidationStateBounded(t *testing.T) {
 	const keys = 100_000
 	for i := range keys {
 		k := "key:" + strconv.Itoa(i)
-		c.put(k, c.seq(), []byte("v"), true, ft)
+		c.put(keyID(k), c.seq(), []byte("v"), true, ft)
 		c.invalidate(k)
 	}
 	if n := len(c.inval); n > maxInvalidations {
@@ -39,14 +39,14 @@ func TestCacheInvalidationStateBounded(t *testing.T) {
 	if _, ok := c.inval["hot"]; ok {
 		t.Fatal("hot's record was kept: the check below would not cross the bound")
 	}
-	if c.put("hot", seq, []byte("stale"), true, ft) {
+	if c.put(keyID("hot"), seq, []byte("stale"), true, ft) {
 		t.Fatal("a fill that raced an invalidation was stored after the key's record was dropped")
 	}
 	// A fill that starts after the invalidation is stored.
-	if !c.put("hot", c.seq(), []byte("fresh"), true, ft) {
+	if !c.put(keyID("hot"), c.seq(), []byte("fresh"), true, ft) {
 		t.Fatal("a fill after the invalidation was refused")
 	}
-	if v, _, ok, _ := c.get("hot", now); !ok || string(v) != "fresh" {
+	if v, _, ok, _ := c.get(keyID("hot"), now); !ok || string(v) != "fresh" {
 		t.Fatalf("hot = %q, %v; want the fresh fill", v, ok)
 	}
 
@@ -59,10 +59,10 @@ func TestCacheInvalidationStateBounded(t *testing.T) {
 		seq := c.seq()
 		c.invalidate("warm")
 		drop()
-		if c.put("warm", seq, []byte("stale"), true, ft) {
+		if c.put(keyID("warm"), seq, []byte("stale"), true, ft) {
 			t.Errorf("%s: a fill that raced an invalidation was stored", name)
 		}
-		if !c.put("warm", c.seq(), []byte("fresh"), true, ft) {
+		if !c.put(keyID("warm"), c.seq(), []byte("fresh"), true, ft) {
 			t.Errorf("%s: a fill after it was refused", name)
 		}
 	}

@@ -103,6 +103,13 @@ const (
 	// OpTTL: TTL, PTTL, EXPIRETIME, PEXPIRETIME of a counter: Engine.TTL
 	// (the base key's, -1 for a counter held by its shards alone).
 	OpTTL
+	// OpRead: a cacheable read (command.Info.Cacheable: read-only,
+	// deterministic, one key; HGETALL, SISMEMBER, ZRANGE, LRANGE, XRANGE,
+	// TYPE, GETRANGE...) of a key whose base key is the whole truth and
+	// whose entry coalesces, caches or reads replicas: Engine.Read, by the
+	// whole request, in the client's protocol. The go-redis hook sends it
+	// raw.
+	OpRead
 )
 
 // Decision is Classify's answer.
@@ -206,12 +213,20 @@ func Classify(args [][]byte, lookup func(key string) (*routing.Entry, bool), inT
 		d.Op = OpExpire
 	case counter && n == 2 && isTTLFamily(name):
 		d.Op = OpTTL
+	case d.Class == ClassCache && readMove(d.Entry) && c.Cacheable(args):
+		d.Op = OpRead
 	case rawOK:
 		d.Op = OpRaw
 	default:
 		return refuse("")
 	}
 	return d
+}
+
+// readMove reports whether an entry asks the engine to relieve its reads:
+// coalescing, a local cache or replica reads.
+func readMove(en *routing.Entry) bool {
+	return en != nil && (en.Coalesce || en.LocalCache != nil || en.ReplicaReads != nil)
 }
 
 func isSetFamily(name []byte) bool {

@@ -107,7 +107,7 @@ func (e *Engine) switchDatabase(old *index) {
 	defer cancel()
 	_ = e.Flush(ctx) // still through old's client: the new index is not stored yet
 	for k := range old.plans {
-		e.flight.Forget(k)
+		e.forgetFlights(k)
 	}
 	e.cache.invalidateAll()
 	// Totals were read in the old database. The counters stay (a writer

@@ -104,7 +104,12 @@ type Engine struct {
 	cache     *cache
 	reps      replicaSet
 	flight    singleflight.Group
-	m         *metrics
+	// rflight coalesces the requests of readreq.go, by flightID; rflights
+	// lists those in flight per key; raw holds their connections.
+	rflight  singleflight.Group
+	rflights reqFlights
+	raw      rawPool
+	m        *metrics
 
 	// track holds the tracking connections while tracking is on (the
 	// table's localCache.tracking, or Options.Tracking for a table that
@@ -317,7 +322,7 @@ func (e *Engine) plan(key string) *plan {
 // read in flight, which may have started before the write.
 func (e *Engine) invalidate(key string) {
 	e.cache.invalidate(key)
-	e.flight.Forget(key)
+	e.forgetFlights(key)
 	if p := e.plan(key); p != nil && p.entry.ReplicaReads != nil {
 		p.wrote.Store(e.clock.Now().UnixNano())
 	}
@@ -342,6 +347,7 @@ func (e *Engine) Close() error {
 		}
 		e.trackMu.Unlock()
 		e.reps.close()
+		e.raw.closeAll()
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.UpstreamTimeout)
 		defer cancel()
 		err = e.Flush(ctx)

@@ -32,7 +32,7 @@ func (e *Engine) Get(ctx context.Context, key string) (val []byte, found bool, e
 	active := p.entry.Active(now)
 	lc := p.entry.LocalCache
 	if active && lc != nil {
-		if v, f, ok, refresh := e.cache.get(key, now); ok {
+		if v, f, ok, refresh := e.cache.get(keyID(key), now); ok {
 			e.m.cacheHits.Inc()
 			if refresh {
 				e.refresh(ctx, p, now)
@@ -76,7 +76,7 @@ func (e *Engine) fill(ctx context.Context, p *plan, claimed time.Time) (any, err
 		// A caller that missed the cache just before the previous flight
 		// filled it must not read upstream again.
 		if lc != nil {
-			if v, f, ok := e.cache.fresh(key, started); ok {
+			if v, f, ok := e.cache.fresh(keyID(key), started); ok {
 				return readResult{v, f}, nil
 			}
 		}
@@ -107,7 +107,7 @@ func (e *Engine) fill(ctx context.Context, p *plan, claimed time.Time) (any, err
 		// (a write, a tracking push) makes put drop this value, early
 		// refresh or not.
 		now := e.clock.Now()
-		e.cache.put(key, seq, r.val, r.found, fillTimes{started: started, done: now, expires: now.Add(e.ttl(lc, e.phased(key, lc, claimed, started))), aheadPercent: lc.RefreshAheadPercent})
+		e.cache.put(keyID(key), seq, r.val, r.found, fillTimes{started: started, done: now, expires: now.Add(e.ttl(lc, e.phased(keyID(key), lc, claimed, started))), aheadPercent: lc.RefreshAheadPercent})
 	}
 	return r, err
 }
@@ -126,7 +126,7 @@ func (e *Engine) Cached(key string) (val []byte, found, ok bool) {
 	if !p.entry.Active(now) {
 		return nil, false, false
 	}
-	val, found, ok, refresh := e.cache.get(key, now)
+	val, found, ok, refresh := e.cache.get(keyID(key), now)
 	if ok {
 		e.m.cacheHits.Inc()
 		if refresh {
@@ -167,11 +167,11 @@ func jitterSpan(lc *routing.LocalCache) time.Duration {
 // TTL at the default 10 %, docs/engine.md). Any other fill (the first, after
 // an invalidation, an eviction or a longer gap, such as an outage that all
 // processes see at once) is jittered.
-func (e *Engine) phased(key string, lc *routing.LocalCache, claimed, started time.Time) bool {
+func (e *Engine) phased(id entryID, lc *routing.LocalCache, claimed, started time.Time) bool {
 	if !claimed.IsZero() {
 		return true
 	}
-	expired, ok := e.cache.expiredAt(key, started)
+	expired, ok := e.cache.expiredAt(id, started)
 	return ok && started.Sub(expired) <= jitterSpan(lc)
 }
 

@@ -124,6 +124,13 @@ func refreshAt(expires time.Time, ceiling time.Duration, t refreshTiming) time.T
 // (the go-redis hook marks the engine's own commands in them), not its
 // cancellation. Close waits for refreshes in flight.
 func (e *Engine) refresh(ctx context.Context, p *plan, claimed time.Time) {
+	e.background(ctx, func(ctx context.Context) {
+		_, _, _ = e.flight.Do(p.key, func() (any, error) { return e.fill(ctx, p, claimed) })
+	})
+}
+
+// background runs one early refresh, counted, unless Close is waiting.
+func (e *Engine) background(ctx context.Context, run func(ctx context.Context)) {
 	e.bgMu.Lock()
 	if e.bgClosed {
 		e.bgMu.Unlock()
@@ -135,7 +142,7 @@ func (e *Engine) refresh(ctx context.Context, p *plan, claimed time.Time) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defer e.bg.Done()
-		_, _, _ = e.flight.Do(p.key, func() (any, error) { return e.fill(ctx, p, claimed) })
+		run(ctx)
 	}()
 }
 

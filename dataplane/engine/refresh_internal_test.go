@@ -122,7 +122,7 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	c := newCache(10, 1<<20)
 	fill := func(val string) bool {
 		now := clk.Now()
-		return c.put("k", c.seq(), []byte(val), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+		return c.put(keyID("k"), c.seq(), []byte(val), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
 	}
 	if !fill("v1") {
 		t.Fatal("fill refused")
@@ -133,7 +133,7 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 		n := 0
 		for range 100 {
 			wg.Go(func() {
-				v, _, ok, refresh := c.get("k", clk.Now())
+				v, _, ok, refresh := c.get(keyID("k"), clk.Now())
 				if !ok || string(v) != "v1" && string(v) != "v2" {
 					t.Errorf("get = %q, %v", v, ok)
 				}
@@ -176,16 +176,16 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	seq := c.seq()
 	c.invalidate("k")
 	now := clk.Now()
-	if c.put("k", seq, []byte("stale"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second)}) {
+	if c.put(keyID("k"), seq, []byte("stale"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second)}) {
 		t.Fatal("a refresh that raced an invalidation was stored")
 	}
-	if _, _, ok, _ := c.get("k", now); ok {
+	if _, _, ok, _ := c.get(keyID("k"), now); ok {
 		t.Fatal("the invalidated entry came back")
 	}
 	// An expired entry is neither served nor refreshed.
 	fill("v3")
 	clk.Step(time.Second)
-	if _, _, ok, refresh := c.get("k", clk.Now()); ok || refresh {
+	if _, _, ok, refresh := c.get(keyID("k"), clk.Now()); ok || refresh {
 		t.Fatalf("expired entry: ok=%v refresh=%v", ok, refresh)
 	}
 	// A key that leaves the table takes its measured window with it (the
@@ -193,11 +193,11 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 	// invalidated; the next fill of it starts at the ceiling again.
 	fillN := func() {
 		now := clk.Now()
-		c.put("n", 0, []byte("x"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+		c.put(keyID("n"), 0, []byte("x"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
 	}
 	fillN()
 	clk.Step(800 * time.Millisecond)
-	if _, _, ok, refresh := c.get("n", clk.Now()); !ok || !refresh {
+	if _, _, ok, refresh := c.get(keyID("n"), clk.Now()); !ok || !refresh {
 		t.Fatalf("n at its refresh point: ok=%v refresh=%v", ok, refresh)
 	}
 	fillN() // its refresh: now measured
@@ -210,7 +210,7 @@ func TestCacheClaimsOneRefreshPerEntry(t *testing.T) {
 		t.Fatalf("after retain of no key: %d keys' refresh timings kept", len(c.timing))
 	}
 	fill("v4")
-	if got := c.m["k"].refreshAt.Sub(now); got != 800*time.Millisecond {
+	if got := c.m["k"][""].refreshAt.Sub(now); got != 800*time.Millisecond {
 		t.Fatalf("a key back in the table refreshes %v after its fill; want the ceiling's 800ms", got)
 	}
 }
@@ -290,7 +290,7 @@ func TestRefreshDoesNotResurrectAnInvalidatedValue(t *testing.T) {
 	}
 	close(g.release)
 	e.waitRefreshes() // the refresh has tried to store its reply
-	if v, _, ok := e.cache.fresh(k, clk.Now()); ok {
+	if v, _, ok := e.cache.fresh(keyID(k), clk.Now()); ok {
 		t.Fatalf("the cache holds %q after the write: the refresh resurrected it", v)
 	}
 	mustGet("v2")
@@ -305,26 +305,26 @@ func TestIdleExpiryBeforeAnyRefreshIsNotANeed(t *testing.T) {
 	c := newCache(10, 1<<20)
 	fill := func() {
 		now := clk.Now()
-		c.put("k", c.seq(), []byte("v"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
+		c.put(keyID("k"), c.seq(), []byte("v"), true, fillTimes{started: now, done: now, expires: now.Add(time.Second), aheadPercent: 20})
 	}
 	fill()
 	clk.Step(5 * time.Second) // expired unread
 	fill()
-	if tm := c.timing["k"]; tm.known {
+	if tm := c.timing[keyID("k")]; tm.known {
 		t.Fatalf("an idle expiry before any refresh was measured: timing %+v; want none", tm)
 	}
 	clk.Step(800 * time.Millisecond)
-	if _, _, ok, refresh := c.get("k", clk.Now()); !ok || !refresh {
+	if _, _, ok, refresh := c.get(keyID("k"), clk.Now()); !ok || !refresh {
 		t.Fatalf("at the ceiling's window: ok=%v refresh=%v", ok, refresh)
 	}
 	clk.Step(time.Millisecond)
 	fill() // the refresh, 1 ms after the window opened
-	if w := refreshWindow(c.timing["k"], 200*time.Millisecond); w != 2*time.Millisecond {
+	if w := refreshWindow(c.timing[keyID("k")], 200*time.Millisecond); w != 2*time.Millisecond {
 		t.Fatalf("after one refresh that needed 1ms: window %v; want twice the need", w)
 	}
 	clk.Step(5 * time.Second) // expired unread again: now a need, over the window
 	fill()
-	if w := refreshWindow(c.timing["k"], 200*time.Millisecond); w != 2*time.Millisecond*130/100 {
+	if w := refreshWindow(c.timing[keyID("k")], 200*time.Millisecond); w != 2*time.Millisecond*130/100 {
 		t.Fatalf("an unrefreshed expiry after a measured refresh: window %v; want it counted (30 %% wider)", w)
 	}
 }

@@ -48,14 +48,24 @@ type tracker struct {
 
 	// reqMu serialises requests; one is outstanding at a time.
 	reqMu sync.Mutex
-	// mu guards conn and replies.
+	// mu guards conn, replies, id and resp2.
 	mu      sync.Mutex
 	conn    net.Conn
 	replies chan respReply
+	// id is conn's CLIENT ID: RESP2 fills (resp2, opened lazily) track
+	// their keys with CLIENT TRACKING ON REDIRECT id, so that conn gets
+	// their invalidations too; resp2 is closed with conn (its redirection
+	// would point nowhere).
+	id    string
+	resp2 *rawConn
+	// resp2Mu serialises the requests on resp2.
+	resp2Mu sync.Mutex
 }
 
+// respReply is one reply of the tracking connection: its bytes (an error
+// reply included), or a failure to read it.
 type respReply struct {
-	v   any
+	raw []byte
 	err error
 }
 
@@ -76,16 +86,16 @@ func (e *Engine) nodeOptions(ctx context.Context, key string) (*redis.Options, e
 	return nil, fmt.Errorf("heatsink: CLIENT TRACKING needs a *redis.Client or *redis.ClusterClient, not %T", rc)
 }
 
-// trackedGet reads key through the tracking connection of its node.
-func (ts *trackers) get(ctx context.Context, key string) ([]byte, bool, error) {
+// trackerFor returns the tracker of key's node.
+func (ts *trackers) trackerFor(ctx context.Context, key string) (*tracker, error) {
 	opts, err := ts.e.nodeOptions(ctx, key)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	ts.mu.Lock()
+	defer ts.mu.Unlock()
 	if ts.closed {
-		ts.mu.Unlock()
-		return nil, false, errClosed
+		return nil, errClosed
 	}
 	// One connection per node and database: a connection reads (and
 	// tracks) one database.
@@ -95,10 +105,25 @@ func (ts *trackers) get(ctx context.Context, key string) ([]byte, bool, error) {
 		tr = &tracker{t: ts, opts: opts}
 		ts.m[id] = tr
 	}
-	ts.mu.Unlock()
-	v, err := tr.do(ctx, "GET", key)
+	return tr, nil
+}
+
+// get reads key through the tracking connection of its node.
+func (ts *trackers) get(ctx context.Context, key string) ([]byte, bool, error) {
+	tr, err := ts.trackerFor(ctx, key)
 	if err != nil {
 		return nil, false, err
+	}
+	raw, err := tr.do(ctx, encodeCommand("GET", key))
+	if err != nil {
+		return nil, false, err
+	}
+	v, _, err := resp.Decode(raw, resp.ReplyLimits())
+	if err != nil {
+		return nil, false, err
+	}
+	if re, ok := v.(resp.Error); ok {
+		return nil, false, re
 	}
 	switch v := v.(type) {
 	case nil:
@@ -107,6 +132,64 @@ func (ts *trackers) get(ctx context.Context, key string) ([]byte, bool, error) {
 		return v, true, nil
 	}
 	return nil, false, fmt.Errorf("heatsink: unexpected GET reply %T", v)
+}
+
+// request sends a cacheable read of key (args) in RESP proto so that the
+// server tracks key for this engine: on the tracking connection itself in
+// RESP3, on a RESP2 connection redirecting its invalidations to it in
+// RESP2. It returns the reply's bytes, an error reply included.
+func (ts *trackers) request(ctx context.Context, key string, args [][]byte, proto int) ([]byte, error) {
+	tr, err := ts.trackerFor(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if proto == 3 {
+		return tr.do(ctx, resp.AppendArgs(nil, args))
+	}
+	return tr.doResp2(ctx, args)
+}
+
+// doResp2 sends one request on the tracker's RESP2 connection, opening it
+// (and the tracking connection it redirects to) first if needed.
+func (tr *tracker) doResp2(ctx context.Context, args [][]byte) ([]byte, error) {
+	tr.resp2Mu.Lock()
+	defer tr.resp2Mu.Unlock()
+	tr.mu.Lock()
+	conn, c2, id := tr.conn, tr.resp2, tr.id
+	tr.mu.Unlock()
+	if conn == nil {
+		// Connect the tracking connection: PING through do.
+		if _, err := tr.do(ctx, encodeCommand("PING")); err != nil {
+			return nil, err
+		}
+		tr.mu.Lock()
+		conn, c2, id = tr.conn, tr.resp2, tr.id
+		tr.mu.Unlock()
+		if conn == nil {
+			return nil, errors.New("heatsink: tracking connection lost")
+		}
+	}
+	if c2 == nil {
+		var err error
+		if c2, err = dialRaw(ctx, tr.opts, 2, false, id); err != nil {
+			return nil, err
+		}
+		tr.mu.Lock()
+		if tr.conn != conn {
+			// The tracking connection failed meanwhile: the
+			// redirection points nowhere.
+			tr.mu.Unlock()
+			_ = c2.conn.Close()
+			return nil, errors.New("heatsink: tracking connection lost")
+		}
+		tr.resp2 = c2
+		tr.mu.Unlock()
+	}
+	b, err := c2.do(ctx, args)
+	if err != nil {
+		tr.fail(conn)
+	}
+	return b, err
 }
 
 // closeAll closes every tracking connection.
@@ -119,12 +202,16 @@ func (ts *trackers) closeAll() {
 		if tr.conn != nil {
 			_ = tr.conn.Close()
 		}
+		if tr.resp2 != nil {
+			_ = tr.resp2.conn.Close()
+		}
 		tr.mu.Unlock()
 	}
 }
 
-// do sends one command and waits for its reply, connecting first if needed.
-func (tr *tracker) do(ctx context.Context, args ...string) (any, error) {
+// do sends one encoded command and waits for its reply's bytes,
+// connecting first if needed.
+func (tr *tracker) do(ctx context.Context, req []byte) ([]byte, error) {
 	tr.reqMu.Lock()
 	defer tr.reqMu.Unlock()
 	tr.mu.Lock()
@@ -139,7 +226,7 @@ func (tr *tracker) do(ctx context.Context, args ...string) (any, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetWriteDeadline(dl)
 	}
-	if _, err := conn.Write(encodeCommand(args...)); err != nil {
+	if _, err := conn.Write(req); err != nil {
 		tr.fail(conn)
 		return nil, err
 	}
@@ -148,7 +235,7 @@ func (tr *tracker) do(ctx context.Context, args ...string) (any, error) {
 		if !ok {
 			return nil, errors.New("heatsink: tracking connection lost")
 		}
-		return r.v, r.err
+		return r.raw, r.err
 	case <-ctx.Done():
 		// The reply may still come; the connection is out of step.
 		tr.fail(conn)
@@ -190,20 +277,25 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 		}
 		hello = append(hello, "AUTH", user, pass)
 	}
-	setup := [][]string{hello, {"CLIENT", "TRACKING", "ON"}}
+	setup := [][]string{hello, {"CLIENT", "TRACKING", "ON"}, {"CLIENT", "ID"}}
 	if tr.opts.DB != 0 {
 		// The fills read the table's database, as the client's own
 		// connections would.
 		setup = append(setup, []string{"SELECT", strconv.Itoa(tr.opts.DB)})
 	}
+	var id string
 	for _, cmd := range setup {
 		if _, err := conn.Write(encodeCommand(cmd...)); err != nil {
 			_ = conn.Close()
 			return nil, nil, err
 		}
-		if _, err := readReply(br); err != nil {
+		v, err := readReply(br)
+		if err != nil {
 			_ = conn.Close()
 			return nil, nil, fmt.Errorf("heatsink: tracking connection: %s: %v", cmd[0], err)
+		}
+		if n, ok := v.(int64); ok && cmd[0] == "CLIENT" && cmd[1] == "ID" {
+			id = strconv.FormatInt(n, 10)
 		}
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -217,7 +309,7 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 		return nil, nil, errClosed
 	}
 	tr.mu.Lock()
-	tr.conn, tr.replies = conn, replies
+	tr.conn, tr.replies, tr.id = conn, replies, id
 	tr.mu.Unlock()
 	tr.t.mu.Unlock()
 	go tr.read(conn, br, replies)
@@ -230,12 +322,16 @@ func (tr *tracker) read(conn net.Conn, br *resp.Reader, replies chan respReply) 
 	defer tr.fail(conn)
 	c := tr.t.e.cache
 	for {
-		v, err := readReply(br)
-		var re resp.Error
-		if err != nil && !errors.As(err, &re) {
+		var rep resp.Reply
+		if err := br.ReadReply(&rep); err != nil {
 			return
 		}
-		if p, ok := v.(resp.Push); ok {
+		if rep.IsPush() {
+			v, _, err := resp.Decode(rep.Raw, resp.ReplyLimits())
+			p, ok := v.(resp.Push)
+			if err != nil || !ok {
+				return
+			}
 			if len(p) == 2 && string(asBytes(p[0])) == "invalidate" {
 				keys, _ := p[1].([]any)
 				if p[1] == nil {
@@ -244,13 +340,13 @@ func (tr *tracker) read(conn net.Conn, br *resp.Reader, replies chan respReply) 
 				for _, k := range keys {
 					key := string(asBytes(k))
 					c.invalidate(key)
-					tr.t.e.flight.Forget(key)
+					tr.t.e.forgetFlights(key)
 				}
 			}
 			continue
 		}
 		select {
-		case replies <- respReply{v, err}:
+		case replies <- respReply{raw: append([]byte(nil), rep.Raw...)}:
 		default:
 			// A reply nobody waits for (its caller gave up): the
 			// connection is out of step.
@@ -265,7 +361,11 @@ func (tr *tracker) fail(conn net.Conn) {
 	tr.mu.Lock()
 	current := tr.conn == conn
 	if current {
-		tr.conn, tr.replies = nil, nil
+		tr.conn, tr.replies, tr.id = nil, nil, ""
+		if tr.resp2 != nil {
+			_ = tr.resp2.conn.Close()
+			tr.resp2 = nil
+		}
 	}
 	tr.mu.Unlock()
 	_ = conn.Close()

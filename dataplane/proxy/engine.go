@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
@@ -51,6 +52,10 @@ func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
 	if s.p.cfg.Observer != nil {
 		obs = s.p.observe
 	}
+	if d.Op == engine.OpRead {
+		s.execRead(ctx, args)
+		return true
+	}
 	r, ok := s.p.cfg.Engine.Serve(ctx, d, args, s.raw, obs)
 	if !ok {
 		return false
@@ -64,6 +69,25 @@ func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
 		s.nEng++
 	}
 	return true
+}
+
+// execRead answers a cacheable read (engine.OpRead) with Redis' reply
+// bytes in the client's protocol, from the engine's cache, coalesced, or
+// read from a replica.
+func (s *session) execRead(ctx context.Context, args [][]byte) {
+	b, err := s.p.cfg.Engine.Read(ctx, args, s.proto)
+	if s.p.cfg.Observer != nil {
+		c, _ := command.Lookup(args[0])
+		s.p.observe(string(c.FirstKey(args)), 1, 0, len(b))
+	}
+	if !s.quiet {
+		if err != nil {
+			s.cw.Buf = appendEngineError(s.cw.Buf, err)
+		} else {
+			s.cw.Buf = append(s.cw.Buf, b...)
+		}
+	}
+	s.nEng++
 }
 
 // engineCtx bounds one engine call by the proxy's reply timeout, if any.

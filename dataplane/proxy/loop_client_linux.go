@@ -328,10 +328,22 @@ func (l *loop) command(c *lclient, off int) {
 	}
 }
 
-// cacheHit answers a GET from the engine's local cache, inline, when the
-// value is cached (the client owes no reply, so none of its own writes is
-// in flight).
+// cacheHit answers a GET or another cacheable read from the engine's local
+// cache, inline, when its reply is cached (the client owes no reply, so
+// none of its own writes is in flight).
 func (l *loop) cacheHit(c *lclient, cl *classified, args [][]byte) bool {
+	if cl.decision.Op == engine.OpRead {
+		b, ok := l.p.cfg.Engine.CachedRead(args, c.proto)
+		if !ok {
+			return false
+		}
+		l.appendOut(c, b)
+		if l.p.cfg.Observer != nil {
+			l.p.observe(cl.readKey, 1, 0, len(b)) // a cacheable read names one key, its first
+		}
+		l.nEng++
+		return true
+	}
 	if cl.decision.Op != engine.OpGet {
 		return false
 	}

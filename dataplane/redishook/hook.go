@@ -255,7 +255,15 @@ func (h *Hook) classify(args [][]byte, inTx bool) engine.Decision {
 			})
 		}
 	}
-	return h.e.Decide(args, inTx)
+	d := h.e.Decide(args, inTx)
+	if d.Op == engine.OpRead {
+		// A cacheable read of another type than strings is answered
+		// with Redis' reply bytes (engine.Read), which go-redis' typed
+		// commands (HGetAll's map, ZRangeWithScores' pairs) cannot be
+		// filled from: the hook sends it to Redis (docs/engine.md).
+		d.Op = engine.OpRaw
+	}
+	return d
 }
 
 // invalidate drops the cached copies of the mitigated keys of a command

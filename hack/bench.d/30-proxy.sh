@@ -5,7 +5,10 @@
 #  2. one upstream command per client command on random keys (INFO
 #     commandstats);
 #  3. a hot key read through the engine's local cache (upstream GETs per
-#     client GET), and SET on that cached key vs direct;
+#     client GET), the same for a read-hot hash, set and sorted set
+#     (HGETALL, HGET, SISMEMBER, SMEMBERS, ZREVRANGE 0 9 WITHSCORES, ZSCORE;
+#     RESP2 and RESP3: upstream calls per client call), and SET on that
+#     cached key vs direct;
 #  4. a write-hot counter on a 3-master cluster, before and after split:
 #     busiest master's ops over the mean of the three;
 #  5. cluster mode: the proxy against redis-benchmark --cluster straight to
@@ -268,6 +271,9 @@ echo
 cat >"${work}/routing.json" <<'JSON'
 {"schemaVersion":1,"policy":"bench/bench","version":1,"epochMillis":60000,"entries":[
  {"key":"hot","source":"detected","coalesce":true,"localCache":{"ttlMillis":2000,"jitterPercent":10}},
+ {"key":"hoth","source":"detected","coalesce":true,"localCache":{"ttlMillis":2000,"jitterPercent":10}},
+ {"key":"hots","source":"detected","coalesce":true,"localCache":{"ttlMillis":2000,"jitterPercent":10}},
+ {"key":"hotz","source":"detected","coalesce":true,"localCache":{"ttlMillis":2000,"jitterPercent":10}},
  {"key":"likes","source":"detected","split":{"generations":[{"fromEpoch":0,"shards":6}]}}
 ]}
 JSON
@@ -288,6 +294,26 @@ hot_start=$(date +%s.%N)
 hot=$(bench "${EPORT}" 1 -n "${HOTN}" GET hot)
 hot_secs=$(awk -v a="${hot_start}" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
 hot_up=$(cmdcalls "${RPORT}" get); hot_up=${hot_up:-0}
+# Read-hot hash, set and sorted set, same table (coalesce + local cache,
+# TTL 2 s ± 10 %): upstream calls of each command per client call, RESP2
+# and RESP3 (redis-benchmark -3).
+redis-cli -p "${RPORT}" HSET hoth a 1 b 2 c 3 d 4 e 5 >/dev/null
+redis-cli -p "${RPORT}" SADD hots m1 m2 m3 m4 m5 >/dev/null
+for i in $(seq 1 20); do redis-cli -p "${RPORT}" ZADD hotz "${i}.5" "p${i}" >/dev/null; done
+TYPEDN=${REQUESTS}
+typed_rows=()
+for cmd in "HGETALL hoth" "HGET hoth a" "SISMEMBER hots m1" "SMEMBERS hots" "ZREVRANGE hotz 0 9 WITHSCORES" "ZSCORE hotz p3"; do
+  row="| \`${cmd}\` |"
+  for proto in 2 3; do
+    p3=(); [[ ${proto} == 3 ]] && p3=(-3)
+    redis-cli -p "${RPORT}" CONFIG RESETSTAT >/dev/null
+    # shellcheck disable=SC2086
+    r=$(bench "${EPORT}" 1 -n "${TYPEDN}" "${p3[@]}" ${cmd})
+    c=$(cmdcalls "${RPORT}" "$(tr 'A-Z' 'a-z' <<<"${cmd%% *}")"); c=${c:-0}
+    row+=" ${TYPEDN} → ${c} = $(awk -v a="${c}" -v b="${TYPEDN}" 'BEGIN{printf "%.5f", a/b}') ($(cut -d' ' -f1 <<<"${r}") calls/s) |"
+  done
+  typed_rows+=("${row}")
+done
 rm -f "${work}"/m.*
 order=(direct engine)
 declare -A EP=([direct]=$RPORT [engine]=$EPORT)
@@ -300,6 +326,12 @@ finish direct/sethot; finish engine/sethot
 
 read -r hr hp50 hp99 <<<"${hot}"
 echo "**Hot read key, local cache** (TTL 2 s ± 10 %, coalesced): ${HOTN} client GETs of one key in ${hot_secs} s (${hr} GETs/s, p50/p99 ${hp50}/${hp99} ms) → ${hot_up} upstream GETs = $(awk -v a="${hot_up}" -v b="${HOTN}" 'BEGIN{printf "%.4f", 100*a/b}') % (target ≤ 0.01 %)."
+echo
+echo "**Read-hot hash, set and sorted set, local cache** (same table and TTL; redis-benchmark depth 1, RESP2 and RESP3 (-3); upstream calls of the command per client call, target ≤ 0.002 as for GET):"
+echo
+echo "| request | RESP2: client → upstream = upstream ÷ client | RESP3: client → upstream = upstream ÷ client |"
+echo "|---|---|---|"
+printf '%s\n' "${typed_rows[@]}"
 echo
 read -r dr dp50 dp99 <<<"${R[direct/sethot]}"
 read -r er ep50 ep99 <<<"${R[engine/sethot]}"

@@ -67,6 +67,19 @@ var moves = []move{
 		return routing.Entry{Key: k, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}},
 			PreAggregate: &routing.PreAggregate{FlushMillis: 100}}
 	}},
+	// Read-hot collections coalesced and cached: their reads are answered
+	// by the engine by the whole request (docs/engine.md, reads of every
+	// type), in the client's protocol; any write drops them.
+	{"coalesce-hash", func(k string) routing.Entry { return routing.Entry{Key: k, Coalesce: true} }},
+	{"cache-hash", func(k string) routing.Entry {
+		return routing.Entry{Key: k, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60000}}
+	}},
+	{"cache-set", func(k string) routing.Entry {
+		return routing.Entry{Key: k, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60000}}
+	}},
+	{"cache-zset", func(k string) routing.Entry {
+		return routing.Entry{Key: k, Coalesce: true, LocalCache: &routing.LocalCache{TTLMillis: 60000}}
+	}},
 	// Reads of a replica within 1 s of the master, and never one older
 	// than a write this sidecar made (read your writes, docs/engine.md).
 	{"replicareads", func(k string) routing.Entry {
@@ -374,9 +387,21 @@ func (g *gen) batch() batch {
 }
 
 // op is one command on key: mostly what a counter, a cached value or a
-// rate limiter sends, now and then a command of another type.
+// rate limiter sends, now and then a command of another type; on the
+// collections' keys, mostly their reads.
 func (g *gen) op(key string) []string {
 	v := strconv.Itoa(g.r.IntN(100))
+	switch {
+	case strings.HasSuffix(key, "-hash"):
+		return g.pick(key, [][]string{{"HGETALL"}, {"HGETALL"}, {"HGET", "f" + v[:1]}, {"HMGET", "f1", "f2"}, {"HEXISTS", "f1"},
+			{"HLEN"}, {"TYPE"}, {"HSET", "f" + v[:1], v}, {"HINCRBY", "f2", "1"}, {"HDEL", "f1"}})
+	case strings.HasSuffix(key, "-set"):
+		return g.pick(key, [][]string{{"SISMEMBER", "m" + v[:1]}, {"SISMEMBER", "m1"}, {"SMEMBERS"}, {"SMISMEMBER", "m1", "m2"},
+			{"SCARD"}, {"SADD", "m" + v[:1]}, {"SREM", "m" + v[:1]}})
+	case strings.HasSuffix(key, "-zset"):
+		return g.pick(key, [][]string{{"ZREVRANGE", "0", "9", "WITHSCORES"}, {"ZREVRANGE", "0", "9", "WITHSCORES"}, {"ZSCORE", "p" + v[:1]},
+			{"ZRANGE", "0", "-1"}, {"ZRANK", "p1"}, {"ZCARD"}, {"ZINCRBY", "1.5", "p" + v[:1]}, {"ZADD", v, "p" + v[:1]}, {"ZREM", "p1"}})
+	}
 	switch g.r.IntN(16) {
 	case 0, 1:
 		return []string{"SET", key, v}
@@ -407,4 +432,11 @@ func (g *gen) op(key string) []string {
 		return []string{"APPEND", key, "7"}
 	}
 	return []string{"LPUSH", key, v}
+}
+
+// pick is one of forms, each a command's name and the arguments after its
+// key.
+func (g *gen) pick(key string, forms [][]string) []string {
+	f := forms[g.r.IntN(len(forms))]
+	return append([]string{f[0], key}, f[1:]...)
 }
