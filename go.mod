@@ -14,7 +14,10 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
-require github.com/kylelemons/godebug v1.1.0 // indirect
+require (
+	github.com/go-redis/redis_rate/v10 v10.0.1 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+)
 
 require (
 	github.com/google/go-containerregistry v0.22.1
