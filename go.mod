@@ -3,6 +3,7 @@ module github.com/heatsink-dev/heatsink
 go 1.26.0
 
 require (
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/google/go-cmp v0.7.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/robfig/cron/v3 v3.0.1
@@ -14,10 +15,7 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
-require (
-	github.com/go-redis/redis_rate/v10 v10.0.1 // indirect
-	github.com/kylelemons/godebug v1.1.0 // indirect
-)
+require github.com/kylelemons/godebug v1.1.0 // indirect
 
 require (
 	github.com/google/go-containerregistry v0.22.1
