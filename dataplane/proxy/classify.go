@@ -86,6 +86,7 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 	if e := p.cfg.Engine; e != nil && e.Names(info, args, c.key) {
 		c.mitigated = true
 		c.decision = e.Decide(args, m.inTx)
+		p.observeRefused(c.decision)
 	}
 	if p.cfg.Observer != nil {
 		p.observeFamilies(info, args, m.inTx)
@@ -103,6 +104,24 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 // moves by them, so that no move refuses a command the key's clients send.
 type FamilyObserver interface {
 	ObserveFamilies(policy, key string, f routing.Families)
+}
+
+// RefusalObserver is an Observer also told each command refused because
+// of its key's move (dataplane/counts.Client is): the manager rolls back a
+// move under which the key's clients' commands are refused.
+type RefusalObserver interface {
+	ObserveRefused(policy, key string)
+}
+
+// observeRefused reports a command the engine refuses because of its key's
+// move (not one shed by the key's budget: shedding is what the policy
+// asked for) to the Observer, if it takes refusals, under the mitigated
+// key the decision names.
+func (p *Proxy) observeRefused(d engine.Decision) {
+	if p.refusals == nil || d.Op != engine.OpRefuse || d.Shed != "" || d.Entry == nil {
+		return
+	}
+	p.refusals.ObserveRefused(p.cfg.Policy, d.Entry.Key)
 }
 
 // observeFamilies reports the family of the command for each key it names
