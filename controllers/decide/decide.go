@@ -642,14 +642,11 @@ func mergeScheduled(now time.Time, spec *v1alpha1.HotKeyPolicySpec, entries map[
 	// key's clients send; once the window says so, a move that would refuse
 	// some of it is left out like a detected key's.
 	refuses := func(t v1alpha1.MitigationType) bool {
-		if !held.IsZero() {
-			return true
-		}
 		if o.Families.Known() && !fits(t, o.Families) {
 			d.because(whyNot(t, o.Families))
 			return true
 		}
-		return false
+		return !held.IsZero()
 	}
 	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() && !refuses(v1alpha1.MitigationReplicate) {
 		if e.Replicate == nil || e.Replicate.Replicas < m.Replicate.Replicas {

@@ -158,14 +158,11 @@ func holdMoves(now time.Time, spec *v1alpha1.HotKeyPolicySpec, ks *KeyState, o O
 // for a key whose clients sent fam, with d's reason when it may not: it
 // must serve every family, and not be held (held non-zero).
 func mayRefuse(t v1alpha1.MitigationType, fam routing.Families, held time.Time, d *KeyDecision) bool {
-	if !held.IsZero() {
-		return false
-	}
 	if !fits(t, fam) {
 		d.because(whyNot(t, fam))
 		return false
 	}
-	return true
+	return held.IsZero()
 }
 
 // refrainScheduled settles a scheduled key's place after its schedule's
