@@ -86,7 +86,6 @@ func (p *Proxy) classify(args [][]byte, m mode) classified {
 	if e := p.cfg.Engine; e != nil && e.Names(info, args, c.key) {
 		c.mitigated = true
 		c.decision = e.Decide(args, m.inTx)
-		p.observeRefused(c.decision)
 	}
 	if p.cfg.Observer != nil {
 		p.observeFamilies(info, args, m.inTx)
@@ -113,10 +112,12 @@ type RefusalObserver interface {
 	ObserveRefused(policy, key string)
 }
 
-// observeRefused reports a command the engine refuses because of its key's
+// observeRefused reports a command the engine refused because of its key's
 // move (not one shed by the key's budget: shedding is what the policy
 // asked for) to the Observer, if it takes refusals, under the mitigated
-// key the decision names.
+// key the decision names. It is called where the refusal is answered (a
+// command may be classified more than once: by the event loop, then by
+// the session it is handed to).
 func (p *Proxy) observeRefused(d engine.Decision) {
 	if p.refusals == nil || d.Op != engine.OpRefuse || d.Shed != "" || d.Entry == nil {
 		return
