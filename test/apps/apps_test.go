@@ -117,7 +117,7 @@ func playApps(t *testing.T, up upstream, node []string) {
 	goMid, jsMid := gc.snapshot(), js.snap(t)
 	upMid, mastersMid := mon.snapshot()
 	time.Sleep(d - d/2) // the measured half
-	goEnd := gc.snapshot()
+	goEnd, jsEnd := gc.snapshot(), js.snap(t)
 	upEnd, mastersEnd := mon.snapshot()
 	close(stop)
 	wg.Wait()
@@ -137,7 +137,7 @@ func playApps(t *testing.T, up upstream, node []string) {
 		e := jsOut.Exact[tag]
 		ok, _ := e[0].(bool)
 		detail, _ := e[1].(string)
-		results = append(results, result{tag: tag, calls: jsOut.Calls[tag] - jsMid[tag], refused: jsOut.Refused[tag], errs: jsOut.Errors[tag],
+		results = append(results, result{tag: tag, calls: jsEnd[tag] - jsMid[tag], refused: jsOut.Refused[tag], errs: jsOut.Errors[tag],
 			lastErr: jsOut.LastError[tag], exact: ok, detail: detail})
 	}
 	busiest := busiestOverMean(mastersMid, mastersEnd)
