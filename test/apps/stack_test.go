@@ -203,7 +203,11 @@ func startStack(t *testing.T, up upstream) *stack {
 	t.Helper()
 	f := startFleet(t)
 	ctx := context.Background()
-	s := &stack{f: f, up: up, policy: "apps-" + up.name}
+	podMu.Lock()
+	podSeq++
+	policy := fmt.Sprintf("apps-%s-%d", up.name, podSeq) // -count=N runs each with its own policy
+	podMu.Unlock()
+	s := &stack{f: f, up: up, policy: policy}
 	p := demoPolicy(s.policy, up)
 	if err := f.cp.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
