@@ -310,7 +310,8 @@ func mitigate(in Input, keys keyStates) mitigations {
 		if !ks.hot() {
 			continue
 		}
-		e, d, next := detectedEntry(in.Now, in.Spec, pk, key, ks, in.Observations[key], entryOf(in.Current, key), lastShards(in.Current, key))
+		o, seen := in.Observations[key]
+		e, d, next := detectedEntry(in.Now, in.Spec, pk, key, ks, o, seen, entryOf(in.Current, key), lastShards(in.Current, key))
 		e, d = withShed(in.Spec, pk, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
 		switch {
@@ -506,7 +507,14 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 // shrinkSize) and after the smaller size has held for sustainFor (reports of several nodes arrive one by one, so a sum may dip
 // for a moment), and never while the key cools down: shrinking first and
 // unsplitting shortly after would only churn generations.
-func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, key string, ks *KeyState, o Observation, cur *routing.Entry, current int32) (*routing.Entry, *KeyDecision, time.Time) {
+//
+// A key no node listed in this pass (seen false: its traffic unseen for a
+// moment, between two summaries) keeps the moves in force that can refuse
+// commands but gets no new one: with no family seen, nothing says its
+// clients' commands fit it (a BullMQ marker key, sent scripts and BZPOPMIN
+// and so never split, was split in such a pass and its scripts refused:
+// test/apps TestApplications).
+func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, key string, ks *KeyState, o Observation, seen bool, cur *routing.Entry, current int32) (*routing.Entry, *KeyDecision, time.Time) {
 	m := &spec.Mitigations
 	e := &routing.Entry{Key: key, Source: routing.SourceDetected}
 	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected, Families: o.Families}
@@ -537,14 +545,16 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
 		}
 		wantReplicate := m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0)
-		if wantReplicate && mayRefuse(v1alpha1.MitigationReplicate, fam, held, d) {
+		blind := !seen && (cur == nil || cur.Replicate == nil)
+		if wantReplicate && !blind && mayRefuse(v1alpha1.MitigationReplicate, fam, held, d) {
 			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, pk.reads, m.Replicate.MaxReplicas)
 			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = n
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicate)
 		}
 	}
-	if ks.WriteHot && spec.Mitigations.Split.IsEnabled() && mayRefuse(v1alpha1.MitigationSplit, fam, held, d) {
+	blind := !seen && current == 0
+	if ks.WriteHot && spec.Mitigations.Split.IsEnabled() && !blind && mayRefuse(v1alpha1.MitigationSplit, fam, held, d) {
 		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, pk.writes, m.Split.MaxShards)
 		if n < current {
 			// Shrink only past the hysteresis band: the smaller size must

@@ -126,3 +126,22 @@ func TestScheduledSplitHeldAfterItsClientsStop(t *testing.T) {
 		t.Fatalf("after the cooldown: %+v, want the schedule's split again", d)
 	}
 }
+
+// TestUnseenHotKeyGetsNoNewMove: a write-hot key no node listed in this
+// pass (no observation: its traffic unseen between two summaries) gets no
+// new split, for no family says its clients' commands fit one (a BullMQ
+// marker key, sent scripts and never split, was split in such a pass and
+// its scripts refused); one seen with its families is split as before, and
+// one split already keeps its split (TestCoolingSplitKeptWithoutTraffic).
+func TestUnseenHotKeyGetsNoNewMove(t *testing.T) {
+	now := t0
+	state := State{Keys: []KeyState{{Key: "k", WriteHot: true, Since: &now}}}
+	out := Decide(Input{Now: now, Spec: testSpec(), State: state})
+	if d := keyDecision(out, "k"); slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) {
+		t.Fatalf("unseen: %+v, want no new split", d)
+	}
+	out = Decide(Input{Now: now, Spec: testSpec(), State: state, Observations: map[string]Observation{"k": {WritesPerSecond: 50_000, Families: strFams}}})
+	if d := keyDecision(out, "k"); !slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) {
+		t.Fatalf("seen: %+v, want split", d)
+	}
+}
