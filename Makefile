@@ -124,9 +124,10 @@ demo: setup ## Run the local end-to-end demo: a hot key detected and relieved.
 	$(LOCALBIN)/heatsink-demo $(DEMO_FLAGS)
 
 # IMAGE_VERSION is the release the image and its binary are stamped with:
-# the chart's appVersion, so that the chart's default image is the one built
-# (VERSION, above, is a development build's git description).
-IMAGE_VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/heatsink/Chart.yaml)
+# release.yaml's version without its "v", which is also the chart's
+# appVersion, so that the chart's default image is the one built (VERSION,
+# above, is a development build's git description).
+IMAGE_VERSION ?= $(shell sed -n 's/^version: *v\{0,1\}\([^ #]*\).*/\1/p' release.yaml)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 IMG       ?= ghcr.io/heatsink-dev/heatsink:$(IMAGE_VERSION)
 IMAGE_DIR ?= $(CURDIR)/out/images
@@ -139,6 +140,21 @@ image: ## Build the OCI image without a Docker engine into out/images/heatsink.t
 		--revision $(REVISION) --tag $(IMG) --out $(IMAGE_DIR)/heatsink.tar
 	HEATSINK_IMAGE_TAR=$(IMAGE_DIR)/heatsink.tar HEATSINK_IMAGE_REF=$(IMG) HEATSINK_VERSION=$(IMAGE_VERSION) \
 		HEATSINK_REVISION=$(REVISION) go test -count=1 -run TestBuiltImage ./images
+
+# REGISTRY is where a release is published: the image is REGISTRY/heatsink,
+# the chart REGISTRY/charts/heatsink. The signatures name it, so make
+# release and make publish take the same one.
+REGISTRY    ?= ghcr.io/heatsink-dev
+RELEASE_DIR ?= $(CURDIR)/out/release
+SIGNING_KEY ?=
+
+.PHONY: release
+release: $(HELM) ## Build the release of release.yaml's VERSION into out/release: multi-arch images with SBOM, provenance and signature, chart, CLI, krew manifest (SIGNING_KEY=ecdsa.pem).
+	hack/release.sh "$(VERSION)" "$(REGISTRY)" "$(SIGNING_KEY)" "$(RELEASE_DIR)" "$(HELM)"
+
+.PHONY: publish
+publish: ## Push out/release (images, signatures, SBOMs, provenance, chart) to REGISTRY.
+	go run ./hack/release publish --from $(RELEASE_DIR)/oci --registry $(REGISTRY)
 
 .PHONY: docker-build
 docker-build: ## Build the container image with a Docker engine (make image needs none).

@@ -41,6 +41,7 @@ func BenchmarkReconcile(b *testing.B) {
 	clk := clocktesting.NewFakeClock(routing.EpochStart(e0, 60000).Add(10 * time.Second))
 	p := &v1alpha1.HotKeyPolicy{}
 	p.Namespace, p.Name = ns, "bench"
+	p.Spec.Mode = v1alpha1.ModeEnforce
 	p.Spec.Target.Addresses = []string{"127.0.0.1:1"}
 	p.Spec.Mitigations.Split.Enabled = ptr.To(true)
 	v1alpha1.SetDefaults(&p.Spec) // typed zero durations would be sent as "0s"

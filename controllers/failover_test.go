@@ -95,6 +95,7 @@ func TestLeaderFailoverDuringAHotEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	pol.Spec.Mode = v1alpha1.ModeEnforce
 	pol.Spec.Target.Addresses = []string{"127.0.0.1:1"}
 	v1alpha1.SetDefaults(&pol.Spec) // typed zero durations would be sent as "0s"
 	pol.Spec.Thresholds.SustainFor = metav1.Duration{Duration: time.Second}

@@ -50,6 +50,7 @@ func (f *flow) policy(name string, mut ...func(*v1alpha1.HotKeyPolicy)) *v1alpha
 	f.t.Helper()
 	p := &v1alpha1.HotKeyPolicy{}
 	p.Namespace, p.Name = f.ns, name
+	p.Spec.Mode = v1alpha1.ModeEnforce // these flows test what is enforced; Observe is the default
 	p.Spec.Target.Addresses = []string{"127.0.0.1:1"}
 	p.Spec.Mitigations.Split.Enabled = ptr.To(true)
 	p.Spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -170,8 +171,14 @@ func drainFlows(t *testing.T, env *flowEnv) {
 			}
 			return nil
 		})
+		f.report("obs", "n1") // the agent is alive (the clock moved past its last summary)
+		f.poke("obs")
+		f.eventually("kstatus: draining is InProgress", kstatusIs(f, "obs", status.InProgressStatus))
 		unsplitThenFolded(f, "obs", "likes:obs", g)
 		f.tableUntil("table empty", "obs", func(tbl *routing.Table) bool { return len(tbl.Entries) == 0 })
+		f.report("obs", "n1")
+		f.poke("obs")
+		f.eventually("kstatus: drained is Current", kstatusIs(f, "obs", status.CurrentStatus))
 		folded(t, rc, "likes:obs", g)
 	})
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
@@ -144,6 +145,7 @@ func lifecycleFlows(t *testing.T, env *flowEnv) {
 			}
 			return nil
 		})
+		f.eventually("kstatus: a healthy policy is Current", kstatusIs(f, "likes", status.CurrentStatus))
 		// A node whose agent goes silent while it hosts the policy's pods
 		// is stale: its traffic is not counted, worth a Degraded condition.
 		f.stepAlive(time.Minute, "likes", "n2")
@@ -155,6 +157,9 @@ func lifecycleFlows(t *testing.T, env *flowEnv) {
 			}
 			return nil
 		})
+		// kstatus reads no Degraded: Stalled says it, so that Flux and
+		// cli-utils do not report a degraded policy as Current.
+		f.eventually("kstatus: a degraded policy is Failed", kstatusIs(f, "likes", status.FailedStatus))
 
 		p := &v1alpha1.HotKeyPolicy{}
 		p.Namespace, p.Name = f.ns, "likes"
@@ -169,30 +174,42 @@ func lifecycleFlows(t *testing.T, env *flowEnv) {
 		})
 	})
 
+	// Observe is also what a policy that names no mode gets (the schema's
+	// default): "default" leaves spec.mode out and must publish nothing either.
 	t.Run("observe mode publishes nothing", func(t *testing.T) {
 		f := newFlow(t)
-		f.policy("dry", func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = v1alpha1.ModeObserve })
-		f.report("dry", "n1", cand("likes:2", 0, 50000))
-		f.stateUntil("pending", "dry", func(doc stateDoc) bool { return len(doc.Keys) == 1 })
-		f.step(2*time.Second, "dry")
-		f.eventually("status shows the decision", func() error {
-			st := f.status("dry")
-			if st.HotKeyCount != 1 || len(st.HotKeys) != 1 || st.HotKeys[0].Shards != 4 ||
-				meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady).Reason != v1alpha1.ReasonObserving {
-				return fmt.Errorf("status %+v", st)
+		for name, mode := range map[string]v1alpha1.PolicyMode{"dry": v1alpha1.ModeObserve, "default": ""} {
+			f.policy(name, func(p *v1alpha1.HotKeyPolicy) { p.Spec.Mode = mode })
+			f.report(name, "n1", cand("likes:2", 0, 50000))
+			f.stateUntil("pending", name, func(doc stateDoc) bool { return len(doc.Keys) == 1 })
+		}
+		f.clk.Step(2 * time.Second)
+		f.poke("dry")
+		f.poke("default")
+		for _, name := range []string{"dry", "default"} {
+			f.eventually(name+": status shows the decision", func() error {
+				st := f.status(name)
+				if st.HotKeyCount != 1 || len(st.HotKeys) != 1 || st.HotKeys[0].Shards != 4 ||
+					meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady).Reason != v1alpha1.ReasonObserving {
+					return fmt.Errorf("status %+v", st)
+				}
+				return nil
+			})
+			tbl, cm, err := f.table(name)
+			if err != nil {
+				t.Fatal(err)
 			}
-			return nil
-		})
-		tbl, cm, err := f.table("dry")
-		if err != nil {
-			t.Fatal(err)
+			if len(tbl.Entries) != 0 {
+				t.Errorf("%s: Observe mode published %+v", name, tbl.Entries)
+			}
+			var doc stateDoc
+			if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Observed) != 1 {
+				t.Errorf("%s: state %q: %v", name, cm.Data[StateKey], err)
+			}
 		}
-		if len(tbl.Entries) != 0 {
-			t.Errorf("Observe mode published %+v", tbl.Entries)
-		}
-		var doc stateDoc
-		if err := json.Unmarshal([]byte(cm.Data[StateKey]), &doc); err != nil || len(doc.Observed) != 1 {
-			t.Errorf("state %q: %v", cm.Data[StateKey], err)
+		p := &v1alpha1.HotKeyPolicy{}
+		if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "default"}, p); err != nil || p.Spec.Mode != v1alpha1.ModeObserve {
+			t.Errorf("a policy written without mode is stored with mode %q (%v), want Observe", p.Spec.Mode, err)
 		}
 	})
 

@@ -107,7 +107,7 @@ func (p *pass) decide(margin time.Duration) {
 // Observe never strands shard values; generations that were only decided
 // never took writes and are dropped when retired.
 func enforced(spec *v1alpha1.HotKeyPolicySpec, prev *published, out *decide.Output, now time.Time, margin time.Duration) *decide.Output {
-	if spec.Mode != v1alpha1.ModeObserve {
+	if spec.Mode == v1alpha1.ModeEnforce {
 		return out
 	}
 	em := spec.Mitigations.Split.Epoch.Milliseconds()

@@ -70,7 +70,7 @@ type published struct {
 // switch to Enforce, only what was published counts, so that a generation
 // never published cannot take effect without its announcement.
 func (p *published) decided(mode v1alpha1.PolicyMode) *routing.Table {
-	if mode == v1alpha1.ModeObserve {
+	if mode != v1alpha1.ModeEnforce {
 		t := routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: 1, Entries: p.Observe}
 		if p.Table != nil {
 			t.EpochMillis = p.Table.EpochMillis
@@ -234,7 +234,7 @@ type routingContent struct {
 func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolicySpec, prev *published, out, enforced *decide.Output) (routingContent, error) {
 	entries := []routing.Entry{}
 	doc := stateDoc{Keys: out.State.Keys}
-	if spec.Mode == v1alpha1.ModeObserve {
+	if spec.Mode != v1alpha1.ModeEnforce {
 		doc.Observed = out.Entries
 		if doc.Observed == nil {
 			doc.Observed = []routing.Entry{}
@@ -262,7 +262,7 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 	}
 	c := routingContent{tableJSON: string(tableJSON), version: t.Version,
 		doc: routingDoc{table: t, tableVersion: t.Version, state: out.State, observe: doc.Observed, durable: durable}}
-	if spec.Mode == v1alpha1.ModeObserve {
+	if spec.Mode != v1alpha1.ModeEnforce {
 		c.draining = len(entries)
 	}
 	return c, nil

@@ -19,6 +19,7 @@ func publishFixture() (*v1alpha1.HotKeyPolicy, *v1alpha1.HotKeyPolicySpec) {
 	policy := &v1alpha1.HotKeyPolicy{}
 	policy.Namespace, policy.Name = "ns", "p"
 	spec := policy.Spec.DeepCopy()
+	spec.Mode = v1alpha1.ModeEnforce
 	spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
 	v1alpha1.SetDefaults(spec)
 	return policy, spec

@@ -62,6 +62,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	setReadyCondition(st, gen, p.spec.Mode, p.pub)
 	setMitigatingCondition(st, gen, p.spec.Mode, &p.out)
 	setDegradedCondition(st, gen, p.act, p.schedErrs)
+	setKstatusConditions(st, gen, p.pub.draining)
 	return st
 }
 
@@ -121,10 +122,10 @@ func setReadyCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1alpha1
 	switch {
 	case pub.err != nil:
 		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, pub.err.Error())
-	case mode == v1alpha1.ModeObserve && pub.draining > 0:
+	case mode != v1alpha1.ModeEnforce && pub.draining > 0:
 		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, fmt.Sprintf(
 			"decisions are computed and shown in status; %d keys split before the switch to Observe stay published until unsplit and folded", pub.draining))
-	case mode == v1alpha1.ModeObserve:
+	case mode != v1alpha1.ModeEnforce:
 		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving, "decisions are computed and shown in status; nothing is published")
 	default:
 		setCondition(st, gen, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("routing table version %d published", st.RoutingVersion))
@@ -147,7 +148,7 @@ func setMitigatingCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64, mode v1a
 	}
 	reason := v1alpha1.ReasonHotKeys
 	switch n := shedKeys(out); {
-	case n > 0 && mode == v1alpha1.ModeObserve:
+	case n > 0 && mode != v1alpha1.ModeEnforce:
 		reason = v1alpha1.ReasonWouldShed
 		msg += fmt.Sprintf("; %d would be shed over their budget (Observe mode: nothing is refused)", n)
 	case n > 0:
@@ -287,6 +288,9 @@ func transitions(old, next []metav1.Condition) []transition {
 		}
 		if prev == nil && c.Status == metav1.ConditionFalse {
 			continue // a first "nothing wrong" is not news
+		}
+		if c.Type == v1alpha1.ConditionReconciling || c.Type == v1alpha1.ConditionStalled {
+			continue // derived from Ready and Degraded, whose Events tell the news
 		}
 		typ := corev1.EventTypeNormal
 		if (c.Type == v1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue) || (c.Type == v1alpha1.ConditionReady && c.Status == metav1.ConditionFalse) || c.Reason == v1alpha1.ReasonShedding {

@@ -32,6 +32,7 @@ func statusPass(mut ...func(*pass)) *pass {
 	policy := &v1alpha1.HotKeyPolicy{}
 	policy.Namespace, policy.Name, policy.Generation = "ns", "p", 4
 	spec := policy.Spec.DeepCopy()
+	spec.Mode = v1alpha1.ModeEnforce
 	spec.Mitigations.Split.Epoch = metav1.Duration{Duration: time.Minute}
 	v1alpha1.SetDefaults(spec)
 	p := &pass{policy: policy, spec: spec, now: statusNow, agg: decide.Aggregate{FreshNodes: 3}, pub: publishResult{version: 5}, ratesDue: true,
@@ -50,12 +51,21 @@ var (
 	published5 = cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "routing table version 5 published")
 	notHot     = cond(v1alpha1.ConditionMitigating, metav1.ConditionFalse, v1alpha1.ReasonNoHotKeys, "no key is mitigated")
 	healthy    = cond(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")
+	reconciled = cond(v1alpha1.ConditionReconciling, metav1.ConditionFalse, v1alpha1.ReasonReconciled, "the policy's last change is carried out")
+	notStalled = cond(v1alpha1.ConditionStalled, metav1.ConditionFalse, v1alpha1.ReasonProgressing, "nothing blocks the policy")
 )
+
+// stalled is what the kstatus conditions say while c (Degraded True or
+// Ready False) stalls the policy.
+func stalled(st *v1alpha1.HotKeyPolicyStatus, c metav1.Condition) {
+	st.Conditions[3] = cond(v1alpha1.ConditionReconciling, metav1.ConditionFalse, v1alpha1.ReasonReconciled, "progress is stalled: see Stalled")
+	st.Conditions[4] = cond(v1alpha1.ConditionStalled, metav1.ConditionTrue, c.Reason, c.Message)
+}
 
 // wantStatus is the status of statusPass as is, changed by mut.
 func wantStatus(mut ...func(*v1alpha1.HotKeyPolicyStatus)) *v1alpha1.HotKeyPolicyStatus {
 	st := &v1alpha1.HotKeyPolicyStatus{ObservedGeneration: 4, Epoch: 1000, RoutingConfigMap: routing.ConfigMapName("p"),
-		RoutingVersion: 5, ReportingNodes: 3, Conditions: []metav1.Condition{published5, notHot, healthy}}
+		RoutingVersion: 5, ReportingNodes: 3, Conditions: []metav1.Condition{published5, notHot, healthy, reconciled, notStalled}}
 	for _, m := range mut {
 		m(st)
 	}
@@ -90,6 +100,7 @@ func TestBuildStatus(t *testing.T) {
 	degraded := func(reason, msg string) func(*v1alpha1.HotKeyPolicyStatus) {
 		return func(st *v1alpha1.HotKeyPolicyStatus) {
 			st.Conditions[2] = cond(v1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+			stalled(st, st.Conditions[2])
 		}
 	}
 	long := strings.Repeat("x", 2000)
@@ -108,6 +119,7 @@ func TestBuildStatus(t *testing.T) {
 			pass: statusPass(func(p *pass) { p.pub.err = errors.New("apply routing ConfigMap: conflict") }),
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
 				st.Conditions[0] = cond(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, "apply routing ConfigMap: conflict")
+				stalled(st, st.Conditions[0])
 			})},
 		"Observe mode": {
 			pass: statusPass(func(p *pass) { p.spec.Mode = v1alpha1.ModeObserve }),
@@ -120,6 +132,8 @@ func TestBuildStatus(t *testing.T) {
 			want: wantStatus(func(st *v1alpha1.HotKeyPolicyStatus) {
 				st.Conditions[0] = cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonObserving,
 					"decisions are computed and shown in status; 2 keys split before the switch to Observe stay published until unsplit and folded")
+				st.Conditions[3] = cond(v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonDrainingSplits,
+					"2 keys split before the switch to Observe are being unsplit and folded")
 			})},
 		"keys mitigated": {
 			pass: statusPass(func(p *pass) { p.out.Keys = hotKeys(2) }),
@@ -479,6 +493,11 @@ func TestTransitions(t *testing.T) {
 			want: []transition{ev(corev1.EventTypeWarning, degraded(metav1.ConditionTrue, v1alpha1.ReasonStaleReports))}},
 		"Degraded recovers": {old: with(degraded(metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable)), next: steady,
 			want: []transition{ev(corev1.EventTypeNormal, steady[2])}},
+		"Degraded turns True with Stalled: one Warning, none for the kstatus conditions": {old: steady,
+			next: append(with(degraded(metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable)),
+				cond(v1alpha1.ConditionReconciling, metav1.ConditionTrue, v1alpha1.ReasonDrainingSplits, "draining"),
+				cond(v1alpha1.ConditionStalled, metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable, "degraded says "+v1alpha1.ReasonRedisUnavailable)),
+			want: []transition{ev(corev1.EventTypeWarning, degraded(metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable))}},
 		"Ready turns False: a Warning": {old: steady, next: with(ready(metav1.ConditionFalse, v1alpha1.ReasonPublishFailed)),
 			want: []transition{ev(corev1.EventTypeWarning, ready(metav1.ConditionFalse, v1alpha1.ReasonPublishFailed))}},
 		"keys start being shed: a Warning": {old: with(mitigating(metav1.ConditionTrue, v1alpha1.ReasonHotKeys)),

@@ -53,6 +53,20 @@ phase "build: kubelet, containerd, CoreDNS... (hack/setup-cluster.sh)" hack/setu
 phase "build: helm" make -s helm
 phase "build: heatsink image (make image)" make -s image
 phase "build: e2e images (Redis, workload)" e2e_images
+# The previous release (release.yaml's previous.commit), built from a git
+# worktree of its commit: the upgrade scenario installs it, then upgrades.
+previous_release() {
+  local commit tag
+  commit=$(sed -n 's/^  commit: *\([0-9a-f]*\).*/\1/p' release.yaml)
+  tag=$(sed -n 's/^  version: *v\{0,1\}\([^ #]*\).*/\1/p' release.yaml)
+  rm -rf "${OUT}/previous"
+  git worktree prune
+  git worktree add --detach "${OUT}/previous" "${commit}" >&2
+  make -s -C "${OUT}/previous" image IMAGE_VERSION="${tag}" IMG="ghcr.io/heatsink-dev/heatsink:${tag}" \
+    IMAGE_DIR="${IMAGES}/previous"
+  PREVIOUS_TAG="${tag}"
+}
+phase "build: the previous release's image (release.yaml)" previous_release
 phase "build: the e2e test" go test -c -tags e2e -o "${OUT}/e2e.test" ./test/e2e
 
 cleanup() {
@@ -74,9 +88,11 @@ cleanup() {
 trap cleanup EXIT
 
 phase "hack/cluster up" env HEATSINK_CLUSTER_SKIP_SETUP=1 hack/cluster up
-phase "images imported into containerd" hack/cluster load "${IMAGES}/heatsink.tar" "${IMAGES}/redis.tar" "${IMAGES}/workload.tar"
+phase "images imported into containerd" hack/cluster load "${IMAGES}/heatsink.tar" "${IMAGES}/redis.tar" "${IMAGES}/workload.tar" \
+  "${IMAGES}/previous/heatsink.tar"
 phase "test/e2e (helm, then kustomize)" hack/cluster exec env \
   E2E_ROOT="${ROOT}" E2E_OUT="${OUT}" HELM_BIN="${HELM_BIN:-$(ls -d "${ROOT}"/bin/helm-v* | sort | tail -1)}" \
   E2E_CTR="${ROOT}/bin/containerd/${CONTAINERD_VERSION}/ctr" E2E_CTR_ADDRESS="${DIR}/containerd/containerd.sock" \
   E2E_REDIS_IMAGE="${REDIS_IMAGE}" E2E_WORKLOAD_IMAGE="${WORKLOAD_IMAGE}" \
-  "${OUT}/e2e.test" -test.v -test.timeout 45m
+  E2E_PREVIOUS_CHART="${OUT}/previous/charts/heatsink" E2E_PREVIOUS_IMAGE_TAG="${PREVIOUS_TAG}" \
+  "${OUT}/e2e.test" -test.v -test.timeout 70m

@@ -23,6 +23,8 @@ type Heatsink struct {
 	// Version is the release (the chart's appVersion unless told), Revision
 	// the git commit it was built from, Source the repository's URL.
 	Version, Revision, Source string
+	// Arch is the binary's architecture (GOARCH; "amd64" when empty).
+	Arch string
 }
 
 // Labels are the image's OCI annotations as config labels.
@@ -49,6 +51,7 @@ func BuildHeatsink(base v1.Image, h Heatsink) (v1.Image, error) {
 		Entrypoint: []string{"/heatsink"},
 		Labels:     h.Labels(),
 		History:    "COPY heatsink /heatsink",
+		Arch:       h.Arch,
 	})
 }
 

@@ -129,9 +129,16 @@ type Config struct {
 	Labels     map[string]string
 	// History is the description of the added layer.
 	History string
+	// Arch is the image's linux architecture ("amd64" when empty): the
+	// base is architecture-independent, so only the added files and this
+	// field differ between the platforms of one release.
+	Arch string
 }
 
-// Build is base plus one layer of files, run as cfg says, for linux/amd64.
+// Platforms are the platforms a release's image index holds.
+var Platforms = []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
+
+// Build is base plus one layer of files, run as cfg says, for linux/cfg.Arch.
 func Build(base v1.Image, files []File, cfg Config) (v1.Image, error) {
 	layer, err := Layer(files)
 	if err != nil {
@@ -150,7 +157,10 @@ func Build(base v1.Image, files []File, cfg Config) (v1.Image, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Architecture, cf.OS = cfg.Arch, "linux"
+	if cf.Architecture == "" {
+		cf.Architecture = "amd64"
+	}
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.WorkingDir = cfg.Entrypoint, cfg.Cmd, cfg.WorkingDir
 	cf.Config.User = cfg.User

@@ -240,3 +240,64 @@ func TestBuiltImage(t *testing.T) {
 	}
 	checkHeatsink(t, tarball, os.Getenv("HEATSINK_IMAGE_REF"), os.Getenv("HEATSINK_VERSION"), os.Getenv("HEATSINK_REVISION"))
 }
+
+// TestBaseRecordsItsPackagesForScanners checks that the base says what a
+// scanner needs to see its packages: /etc/os-release names Debian 12, and
+// each package's dpkg status entry is one dpkg itself reads back (dpkg-query
+// on a status file made of the entries) with the version of the base's
+// label.
+func TestBaseRecordsItsPackagesForScanners(t *testing.T) {
+	base, err := images.LoadBase("base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	osr, pkgs, err := images.InstalledPackages(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if osr.ID != "debian" || osr.VersionID != "12" {
+		t.Errorf("os-release: %+v, want debian 12", osr)
+	}
+	cf, err := base.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range pkgs {
+		got = append(got, p.Name+"="+p.Version)
+		if p.Architecture != "all" || p.Source == "" {
+			t.Errorf("%s: architecture %q, source %q", p.Name, p.Architecture, p.Source)
+		}
+	}
+	if want := cf.Config.Labels["dev.heatsink.base.debian-packages"]; strings.Join(got, " ") != want {
+		t.Errorf("status entries list %q, the base's label %q", got, want)
+	}
+	if _, err := exec.LookPath("dpkg-query"); err != nil {
+		t.Skip("dpkg-query not installed")
+	}
+	fs := filesystem(t, base)
+	admin := t.TempDir()
+	var status []byte
+	for _, p := range pkgs {
+		status = append(append(status, fs[images.DpkgStatusDir+"/"+p.Name].data...), '\n')
+	}
+	if err := os.WriteFile(filepath.Join(admin, "status"), status, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("dpkg-query", "--admindir="+admin, "-W", "-f", "${Package}=${Version} ${db:Status-Abbrev}\n").CombinedOutput()
+	if err != nil {
+		t.Fatalf("dpkg-query: %v\n%s", err, out)
+	}
+	var read []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 || f[1] != "ii" {
+			t.Errorf("dpkg-query: %q is not an installed package", l)
+			continue
+		}
+		read = append(read, f[0])
+	}
+	if diff := cmp.Diff(got, read); diff != "" {
+		t.Errorf("dpkg reads other packages (-status.d +dpkg-query):\n%s", diff)
+	}
+}

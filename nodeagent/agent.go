@@ -1,4 +1,4 @@
-// Package node agent is heatsink's node agent, run as a DaemonSet (one per
+// Package nodeagent is heatsink's node agent, run as a DaemonSet (one per
 // node, `heatsink node-agent`). It
 //
 //   - receives the access counts of the sidecars on its node over UDP
@@ -8,7 +8,7 @@
 //     every tick decides what to tell the elected manager (package summary):
 //     the keys at or above the floor the manager set, with a bound on every
 //     key it leaves out, exact counts for the keys the manager pinned;
-//   - holds a stream from the manager (package fleet) that tells it the
+//   - holds a stream from the manager (agentlink) that tells it the
 //     policies, the pods of its node and the routing tables, and serves those
 //     tables to its node's sidecars (so sidecars need no API credentials and
 //     the API server sees one reader, the manager, not one per pod).
@@ -143,6 +143,9 @@ type Agent struct {
 	batches, observations, summaries, ticks, summarized atomic.Uint64
 	// captured counts the entries the capture handed over.
 	captured atomic.Uint64
+	// captureStopped: the capture configured (opts.Capture) returned
+	// before the agent's end; readiness fails from then on.
+	captureStopped atomic.Bool
 	// scopeChanged wakes captureLoop (nil without a capture).
 	scopeChanged chan struct{}
 	// resolvedNames caches the endpoints' names (captureLoop's only).
@@ -212,7 +215,7 @@ func New(opts Options) (*Agent, error) {
 		up:       &uplinkState{},
 	}
 	if opts.Capture != nil {
-		if err := captureMetrics(opts.Registerer, opts.Capture); err != nil {
+		if err := RegisterCaptureMetrics(opts.Registerer, opts.Capture, func() bool { return !d.captureStopped.Load() }); err != nil {
 			conn.Close()
 			ln.Close()
 			return nil, err
@@ -323,8 +326,10 @@ func (d *Agent) Run(ctx context.Context) error {
 	if c := d.opts.Capture; c != nil {
 		run(d.captureLoop)
 		run(func(ctx context.Context) {
-			if err := c.Run(ctx, d.countCaptured); err != nil {
-				d.log.Error(err, "capture stopped")
+			err := c.Run(ctx, d.countCaptured)
+			if ctx.Err() == nil {
+				d.captureStopped.Store(true)
+				d.log.Error(err, "capture stopped: the agent is not ready until it restarts")
 			}
 		})
 	}
@@ -364,8 +369,18 @@ func (d *Agent) endpoints() []func(context.Context) {
 	// Ready once the sockets are bound (they are, by New): the agent serves
 	// its node's sidecars with the last tables it has even while the
 	// manager is away, so the manager's absence must not fail readiness
-	// (it would stall every DaemonSet rollout during a failover).
-	probes.HandleFunc("/readyz", ok)
+	// (it would stall every DaemonSet rollout during a failover). A
+	// configured capture that stopped does: the node's pods without a
+	// sidecar are no longer counted, which nothing else would show (the
+	// node agent Service publishes not-ready agents, so the sidecars keep
+	// theirs).
+	probes.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if d.captureStopped.Load() {
+			http.Error(w, "capture not running\n", http.StatusServiceUnavailable)
+			return
+		}
+		ok(w, r)
+	})
 	serve(d.opts.ProbeAddr, probes)
 	return out
 }

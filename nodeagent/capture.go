@@ -176,8 +176,11 @@ func (d *Agent) countCaptured(policy string, entries []sidecarlink.Entry) {
 	d.captured.Add(uint64(len(entries)))
 }
 
-// captureMetrics exposes the capture's counters (read at scrape time).
-func captureMetrics(reg prometheus.Registerer, c *capture.Capture) error {
+// RegisterCaptureMetrics exposes the capture's counters (read at scrape
+// time) and whether it runs (running). New registers them for an agent with
+// a capture; test/monitoring registers them on their own, to list every
+// metric a node agent can export without opening a packet socket.
+func RegisterCaptureMetrics(reg prometheus.Registerer, c *capture.Capture, running func() bool) error {
 	counter := func(name, help string, f func(capture.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(f(c.Stats())) })
@@ -205,6 +208,13 @@ func captureMetrics(reg prometheus.Registerer, c *capture.Capture) error {
 			func(s capture.Stats) uint64 { return s.ReplyLost }),
 		counter("heatsink_node_agent_capture_flows_refused_total", "Connections not tracked because the flow table was full.",
 			func(s capture.Stats) uint64 { return s.FlowsRefused }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatsink_node_agent_capture_running", Help: "1 while the configured capture runs, 0 once it stopped (its interface went down or away, a socket error): the agent is then not ready."},
+			func() float64 {
+				if running() {
+					return 1
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "heatsink_node_agent_capture_flows", Help: "Connections the capture tracks."},
 			func() float64 { return float64(c.Stats().Flows) }),
 		// The scope in force, so that an operator (and the e2e) can tell a

@@ -2,8 +2,8 @@
 // DaemonSet) and the sidecars of its node (and the go-redis hook, which
 // speaks for an application as a sidecar would): the formats, paths and
 // limits both sides agree on, and their codecs. Both sides import it, as the
-// manager and the node agents both import package fleet. The implementations
-// stay with their components: the agent's server in package node agent, the
+// manager and the node agents both import agentlink. The implementations
+// stay with their components: the agent's server in package nodeagent, the
 // sidecar's counts client in dataplane/counts and its table follower in
 // dataplane/watch.
 //

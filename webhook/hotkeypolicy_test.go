@@ -335,8 +335,9 @@ func TestAdmission(t *testing.T) {
 			mutate:    func(p *v1alpha1.HotKeyPolicy) { p.Spec.Detection.Window = metav1.Duration{Duration: -time.Second} },
 			wantField: "spec.detection.window", wantMsg: "such as 10s",
 		},
-		"every mitigation disabled": {
+		"Enforce with every mitigation disabled": {
 			mutate: func(p *v1alpha1.HotKeyPolicy) {
+				p.Spec.Mode = v1alpha1.ModeEnforce
 				p.Spec.Mitigations.Coalesce.Enabled = ptr.To(false)
 				p.Spec.Mitigations.LocalCache.Enabled = ptr.To(false)
 			},
@@ -551,6 +552,12 @@ func TestAdmission(t *testing.T) {
 		"Observe with every mitigation disabled": {
 			mutate: func(p *v1alpha1.HotKeyPolicy) {
 				p.Spec.Mode = v1alpha1.ModeObserve
+				p.Spec.Mitigations.Coalesce.Enabled = ptr.To(false)
+				p.Spec.Mitigations.LocalCache.Enabled = ptr.To(false)
+			},
+		},
+		"no mode (Observe, the default) with every mitigation disabled": {
+			mutate: func(p *v1alpha1.HotKeyPolicy) {
 				p.Spec.Mitigations.Coalesce.Enabled = ptr.To(false)
 				p.Spec.Mitigations.LocalCache.Enabled = ptr.To(false)
 			},

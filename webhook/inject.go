@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -316,6 +317,33 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		pod.Labels = map[string]string{}
 	}
 	pod.Labels[v1alpha1.LabelPolicy] = policy.Name
+	if v := ImageVersion(cfg.Image); v != "" {
+		pod.Labels[SidecarVersionLabel] = v
+	}
+}
+
+// SidecarVersionLabel is the version of the sidecar injected into a pod
+// (its image's tag): the pods still running an older sidecar after an
+// upgrade are `kubectl get pods -l 'heatsink.dev/sidecar-version!=0.2.0'`,
+// and `heatsink top` counts them. Not app.kubernetes.io/version: that
+// label is the application's own version, on the same pod.
+const SidecarVersionLabel = "heatsink.dev/sidecar-version"
+
+// labelValue is what a label value may be (63 characters at most).
+var labelValue = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// ImageVersion is the tag of an image reference, or "" when it has none or
+// the tag is not a label value ("repo@sha256:..." names no version).
+func ImageVersion(image string) string {
+	if strings.Contains(image, "@") {
+		return ""
+	}
+	last := image[strings.LastIndex(image, "/")+1:]
+	_, tag, ok := strings.Cut(last, ":")
+	if !ok || !labelValue.MatchString(tag) {
+		return ""
+	}
+	return tag
 }
 
 func hasVolume(pod *corev1.Pod, name string) bool {

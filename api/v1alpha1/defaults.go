@@ -43,7 +43,7 @@ const (
 // would.
 func SetDefaults(spec *HotKeyPolicySpec) {
 	if spec.Mode == "" {
-		spec.Mode = ModeEnforce
+		spec.Mode = ModeObserve
 	}
 	if len(spec.Keys.Include) == 0 {
 		spec.Keys.Include = []string{"*"}

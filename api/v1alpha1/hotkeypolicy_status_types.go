@@ -145,7 +145,9 @@ type HotKeyPolicyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions are Ready, Mitigating and Degraded.
+	// conditions are Ready, Mitigating and Degraded, and kstatus'
+	// Reconciling and Stalled (abnormal-true, derived from Ready and
+	// Degraded).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -32,10 +32,11 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.mitigation.split) || s.mitigation.split.shards <= self.mitigations.split.maxShards)",message="a schedule's split.shards exceeds mitigations.split.maxShards"
 // +kubebuilder:validation:XValidation:rule="!has(self.mitigations.replicaReads) || !has(self.mitigations.replicaReads.addresses) || (!has(self.target.sentinel) && !(has(self.target.cluster) && self.target.cluster))",message="mitigations.replicaReads.addresses are for a standalone target: a Redis Cluster's and a Sentinel set's replicas are discovered"
 type HotKeyPolicySpec struct {
-	// mode is Enforce (publish and act) or Observe (decide and report only).
-	// Default: Enforce.
+	// mode is Observe (decide and report only) or Enforce (publish and act).
+	// Default: Observe, so that a policy acts only after someone chose to:
+	// enforcing is an explicit mode: Enforce.
 	// +optional
-	// +kubebuilder:default=Enforce
+	// +kubebuilder:default=Observe
 	Mode PolicyMode `json:"mode,omitempty"`
 
 	// target is the Redis deployment whose keys this policy protects.

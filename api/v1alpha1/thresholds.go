@@ -5,7 +5,7 @@ import "math"
 // The one place where a threshold or a per-key capacity that is not typed
 // gets its value. Before thresholds.auto these were the schema's defaults,
 // so policies stored then hold them as typed numbers and keep them (see
-// docs/api.md, Upgrading).
+// docs/manager.md, Upgrading).
 const (
 	// FallbackReadsPerSecond and FallbackWritesPerSecond are the thresholds
 	// of a key whose threshold is not typed and not derived (thresholds.auto

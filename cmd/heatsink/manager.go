@@ -7,6 +7,7 @@ import (
 	"maps"
 
 	"github.com/heatsink-dev/heatsink/internal/metricsauth"
+	"github.com/heatsink-dev/heatsink/internal/version"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/heatsink-dev/heatsink/controllers"
@@ -117,6 +119,7 @@ func runManager(args []string) error {
 	if *capturePods {
 		maps.Copy(byObject, controllers.EndpointCacheOptions())
 	}
+	ctrlmetrics.Registry.MustRegister(version.Collectors("manager")...)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme.New(),
 		Metrics:                mf.metricsOptions(),

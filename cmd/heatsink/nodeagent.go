@@ -14,6 +14,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/internal/version"
 	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
@@ -75,6 +76,7 @@ func runNodeAgent(args []string) error {
 			return err
 		}
 	}
+	ctrlmetrics.Registry.MustRegister(version.Collectors("node-agent")...)
 	d, err := nodeagent.New(nodeagent.Options{
 		Capture:         c,
 		NodeName:        *nodeName,

@@ -1,6 +1,6 @@
-// Package hub is the manager's side of the fleet stream (package fleet): the
-// server the node agents talk to, and the cluster-wide view of each policy's
-// traffic that the HotKeyPolicy reconciler decides on.
+// Package hub is the manager's side of the fleet stream (its contract is
+// agentlink): the server the node agents talk to, and the cluster-wide view
+// of each policy's traffic that the HotKeyPolicy reconciler decides on.
 //
 // It runs only on the elected manager (a leader-election runnable): node
 // agents try every manager address and stay with the one that answers. For

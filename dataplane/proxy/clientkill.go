@@ -273,14 +273,6 @@ func (s *session) relayOr(rep resp.Reply, msg string) {
 	s.localError(msg)
 }
 
-// idExists reports whether Redis has a connection with this ID (CLIENT
-// LIST ID); an unreadable answer counts as existing, so the kill is
-// refused rather than answered 0.
-func (s *session) idExists(node int, id []byte) bool {
-	text, ok := textOf(s.ask(node, []byte("CLIENT"), []byte("LIST"), []byte("ID"), id))
-	return !ok || len(bytes.TrimSpace(text)) > 0
-}
-
 // addrExists reports whether Redis has a connection from addr (its
 // CLIENT LIST); an unreadable answer counts as existing.
 func (s *session) addrExists(node int, addr []byte) bool {

@@ -316,7 +316,7 @@ func (p *Proxy) presentedUpstream(s *session, pr *presented) {
 		return
 	}
 	u := &upstream{node: pr.node, conn: nc}
-	if p.cfg.FollowMaster {
+	if p.cfg.Master != nil {
 		// A switch of master must close it as it closes every other
 		// upstream connection (master.go); if the master moved already,
 		// the session sends the command again, to the new one.

@@ -12,7 +12,7 @@ import (
 )
 
 // The order of one round's clients is the order their bytes were sent,
-// not the order epoll lists them (docs/proxy.md, Ordering). The loop
+// not the order epoll lists them (docs/proxy-internals.md, Ordering). The loop
 // writes a reply to a client while that client's socket is locked (a
 // write takes it), and a closed-loop client may read the reply and send
 // its next command before the write has returned: the kernel then keeps

@@ -230,7 +230,7 @@ func (l *loop) dial(node, v int) *lupstream {
 // dialUp opens u's connection on a goroutine.
 func (l *loop) dialUp(u *lupstream) {
 	p := l.p
-	gen := p.dialGen.Load()
+	gen := p.masterGen()
 	go func() {
 		fd, tc, hello, err := p.dialLoopUpstream(u.node, u.proto)
 		if !l.post(func() { l.dialed(u, fd, tc, hello, p.checkGen(gen, fd, err)) }) && err == nil {

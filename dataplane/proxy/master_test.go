@@ -13,20 +13,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/dataplane/upstream"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/internal/testing/testpki"
 )
 
-// TestSetMasterMovesEveryConnection moves a FollowMaster proxy from one
+// TestSetMasterMovesEveryConnection moves a proxy that follows a master
+// (Config.Master) from one
 // Redis to another, with the event loop (plaintext and TLS) and with
 // sessions only: the
 // clients stay connected to the proxy and their next commands reach the
 // new master; a client blocked on the old one and a client with a
 // connection of its own get an error (the latter's SELECT is then
 // replayed on the new master), never a reply from the old master. A fence refuses
-// every command until SetMaster, on the same master or another.
+// every command until Switch, on the same master or another.
 func TestSetMasterMovesEveryConnection(t *testing.T) {
 	skipShort(t)
 	for _, tc := range []struct {
@@ -39,7 +41,7 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 			// plaintext.
 			var a, b *redisproc.Server
 			var upA, upB string
-			cfg := proxy.Config{FollowMaster: true, NoEventLoop: tc.noLoop}
+			cfg := proxy.Config{NoEventLoop: tc.noLoop}
 			if tc.tls {
 				dir := t.TempDir()
 				serverCA, clientCA := testpki.NewCA(t, dir, "server-ca"), testpki.NewCA(t, dir, "client-ca")
@@ -56,8 +58,9 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 				a, b = redistest.Standalone(t), redistest.Standalone(t)
 				upA, upB = a.Addr, b.Addr
 			}
-			cfg.Upstreams = []string{upA}
-			addr, p := start(t, cfg)
+			master := upstream.NewMaster(upA)
+			cfg.Master = master
+			addr, _ := start(t, cfg)
 			ctx := context.Background()
 			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 1})
 			defer c.Close()
@@ -99,8 +102,8 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 				return strings.Contains(n, "blocked_clients:1")
 			})
 
-			if changed, err := p.SetMaster(upB); err != nil || !changed {
-				t.Fatalf("SetMaster: %v %v", changed, err)
+			if changed, _, _ := master.Switch(upB); !changed {
+				t.Fatal("Switch to another master: not changed")
 			}
 			select {
 			case err := <-popped:
@@ -134,18 +137,15 @@ func TestSetMasterMovesEveryConnection(t *testing.T) {
 			if v := da.Get(ctx, "k").Val(); v != "on-a" {
 				t.Errorf("old master holds k = %q, want on-a (untouched)", v)
 			}
-			if p.Master() != upB {
-				t.Errorf("Master() = %s, want %s", p.Master(), upB)
-			}
 
 			// The fence: every command refused, then served again once the
 			// master is confirmed.
-			p.Fence()
+			master.Fence()
 			if err := c.Get(ctx, "k").Err(); err == nil || !strings.Contains(err.Error(), "failing over") {
 				t.Errorf("GET while fenced: %v, want a failing-over error", err)
 			}
-			if changed, err := p.SetMaster(upB); err != nil || changed {
-				t.Fatalf("SetMaster to the same master: %v %v", changed, err)
+			if changed, unfenced, _ := master.Switch(upB); changed || !unfenced {
+				t.Fatalf("Switch to the same master: changed %v, unfenced %v", changed, unfenced)
 			}
 			if v, err := c.Get(ctx, "k").Result(); err != nil || v != "on-b" {
 				t.Errorf("GET after the fence: %q %v", v, err)

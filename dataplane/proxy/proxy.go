@@ -36,6 +36,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
 // Observer receives key accesses (the node agent client, dataplane/counts).
@@ -114,10 +115,11 @@ type Config struct {
 	// buffers: the proxy reads nothing it could serve wrongly and holds no
 	// memory for them.
 	Hold <-chan struct{}
-	// FollowMaster lets SetMaster move the upstream (standalone mode: the
-	// master a Sentinel names; see master.go). Upstreams holds the master
-	// at start.
-	FollowMaster bool
+	// Master, if set, is a master that moves (standalone mode: the master a
+	// Sentinel names; see master.go): node 0 is its address, whatever
+	// Upstreams says, and its switches and fences close every upstream
+	// connection, the engine's included.
+	Master *up.Master
 }
 
 // Proxy serves RESP clients. Create it with New, run it with Serve.
@@ -155,10 +157,6 @@ type Proxy struct {
 	dials backoff
 	// acceptErrs counts accept failures for rate-limited logging.
 	acceptErrs atomic.Int64
-	// conns registers the upstream connections and dialGen counts master
-	// switches (FollowMaster mode, master.go).
-	conns   conns
-	dialGen atomic.Uint64
 }
 
 // warmConns is how many idle connections per node the warm pool keeps.
@@ -183,6 +181,12 @@ func (p *Proxy) pool(proto int) *pool {
 
 // New validates cfg and returns a proxy. It does not connect yet.
 func New(cfg Config) (*Proxy, error) {
+	if cfg.Master != nil {
+		if cfg.Cluster {
+			return nil, errors.New("proxy: a master that moves (Sentinel) does not apply to a Redis Cluster")
+		}
+		cfg.Upstreams = []string{cfg.Master.Addr()}
+	}
 	if len(cfg.Upstreams) == 0 {
 		return nil, errors.New("proxy: no upstream address")
 	}
@@ -227,6 +231,9 @@ func New(cfg Config) (*Proxy, error) {
 	p.topo.timeout = p.controlTimeout()
 	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
 	p.topo.onChange = cfg.OnSlotMap
+	if cfg.Master != nil {
+		cfg.Master.Attach(p.topo.setMaster, p.masterClosed)
+	}
 	return p, nil
 }
 
@@ -463,8 +470,8 @@ func (p *Proxy) Ready(ctx context.Context) error {
 // dialRaw connects to addr and authenticates with the configured
 // credentials. The connection's deadlines are cleared on success.
 func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
-	if p.conns.fenced.Load() {
-		return nil, errFenced // a failover is promoting a replica (master.go)
+	if p.cfg.Master != nil && p.cfg.Master.Fenced() {
+		return nil, up.ErrFenced // a failover is promoting a replica (master.go)
 	}
 	if err := p.dials.check(addr, time.Now()); err != nil {
 		return nil, err // Redis refused a dial moments ago: do not hammer it
@@ -473,7 +480,7 @@ func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
 	if err == nil || ctx.Err() == nil {
 		p.dials.result(addr, time.Now(), err)
 	}
-	if err == nil && p.cfg.FollowMaster {
+	if err == nil && p.cfg.Master != nil {
 		if err = p.track(addr, u); err != nil {
 			return nil, err
 		}

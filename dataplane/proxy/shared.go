@@ -128,7 +128,7 @@ var errSharedDead = errors.New("upstream connection lost")
 // session is already writing. The replies arrive in s.cw.Buf and s.wake
 // is signalled once all n are there.
 func (c *shared) submit(s *session, data []byte, n int) error {
-	// Ordering (docs/proxy.md): Go's netpoller wakes goroutines whose
+	// Ordering (docs/proxy-internals.md): Go's netpoller wakes goroutines whose
 	// sockets became readable together in the reverse of their order, so
 	// a client whose command came first may not have read it yet. Where
 	// the session has no place in the order of arrivals (arrivals_linux.go:

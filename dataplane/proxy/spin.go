@@ -21,7 +21,7 @@ import "time"
 // off while more than spinMaxActive clients are active: with many clients
 // events come by themselves, and on shared cores the time spun is taken
 // from Redis and the clients (without this bound, 50 clients at depth 1
-// lost up to three fifths of their throughput to it: docs/proxy.md).
+// lost up to three fifths of their throughput to it: docs/proxy-internals.md).
 
 // spinMax bounds one spin.
 const spinMax = 50 * time.Microsecond

@@ -9,6 +9,8 @@ import (
 	"net"
 
 	"golang.org/x/sys/unix"
+
+	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
 // TLS upstreams in the event loop. The handshake (and AUTH and HELLO) run
@@ -135,15 +137,16 @@ func (r tlsIO) Read(b []byte) (int, error) {
 // switch), or nil for plaintext.
 func loopTLS(c net.Conn) *tls.Conn {
 	inner := c
-	if tc, ok := c.(*trackedConn); ok {
-		inner = tc.Conn
+	tr, tracked := c.(*up.Conn)
+	if tracked {
+		inner = tr.Conn
 	}
 	tc, ok := inner.(*tls.Conn)
 	if !ok {
 		return nil
 	}
-	if tr, ok := c.(*trackedConn); ok {
-		tr.untrack()
+	if tracked {
+		tr.Untrack()
 	}
 	return tc
 }

@@ -46,3 +46,25 @@ func usableReplicas(list []map[string]string) []string {
 	}
 	return out
 }
+
+// Lookup asks opts' Sentinels once for the master and its usable replicas
+// (sorted), by the rules the sidecar follows: the answer of the highest
+// configuration epoch, its master confirmed with ROLE, no answer while a
+// failover is in progress, replicas up and linked to their master. The
+// manager's samples of a Sentinel target use it, so the two never name
+// different masters.
+func Lookup(ctx context.Context, opts Options) (master string, replicas []string, err error) {
+	f, err := New(opts)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	if master, _, _, err = f.resolve(ctx); err != nil {
+		return "", nil, fmt.Errorf("sentinel: master %q: %w", opts.MasterName, err)
+	}
+	if replicas, err = f.Replicas(ctx); err != nil {
+		return "", nil, err
+	}
+	slices.Sort(replicas)
+	return master, replicas, nil
+}

@@ -6,41 +6,35 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/sentinel"
+	"github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
 // masterFollow is the sidecar's side of a Sentinel target: the follower
-// that knows the master, and the dialer of the engine's go-redis client,
-// which connects to that master and drops its connections to the old one
-// on a switch. The proxy and the engine thus follow one view of the master
-// (as they share one slot map in cluster mode): the engine's client is not
-// a go-redis FailoverClient of its own, which would follow the Sentinels
-// on a schedule of its own.
+// that knows the master moves the one upstream.Master that both the proxy
+// and the engine's go-redis client dial through, so they follow one view of
+// the master (as they share one slot map in cluster mode) and a switch or
+// fence closes both's connections at once. The engine's client is not a
+// go-redis FailoverClient of its own, which would follow the Sentinels on a
+// schedule of its own.
 type masterFollow struct {
-	f   *sentinel.Follower
-	log *slog.Logger
-	tls *tls.Config
+	f      *sentinel.Follower
+	master *upstream.Master
+	log    *slog.Logger
+	tls    *tls.Config
 	// switched is Config.OnMasterSwitch, fencedHook Config.OnMasterFence.
 	switched   func(old, new string)
 	fencedHook func()
-
-	mu     sync.Mutex
-	addr   string
-	fenced bool
-	p      *proxy.Proxy
-	live   map[*engineConn]struct{}
 }
 
 // startFollow discovers the master through the Sentinels (waiting until
-// one is found or ctx ends) and makes it cfg's upstream. creds and
-// sentinelCreds, if not nil, are the mounted Redis and Sentinel
-// credentials, read at each new connection (they replace cfg's static
-// ones).
+// one is found or ctx ends). creds and sentinelCreds, if not nil, are the
+// mounted Redis and Sentinel credentials, read at each new connection
+// (they replace cfg's static ones).
 func startFollow(ctx context.Context, cfg *Config, creds, sentinelCreds *proxy.FileCredentials, log *slog.Logger) (*masterFollow, error) {
 	if len(cfg.Upstreams) > 0 {
 		return nil, errors.New("sidecar: upstream addresses and Sentinels are exclusive")
@@ -48,7 +42,7 @@ func startFollow(ctx context.Context, cfg *Config, creds, sentinelCreds *proxy.F
 	if cfg.Cluster {
 		return nil, errors.New("sidecar: Sentinel does not apply to a Redis Cluster")
 	}
-	m := &masterFollow{log: log, tls: cfg.TLS, switched: cfg.OnMasterSwitch, fencedHook: cfg.OnMasterFence, live: map[*engineConn]struct{}{}}
+	m := &masterFollow{log: log, tls: cfg.TLS, switched: cfg.OnMasterSwitch, fencedHook: cfg.OnMasterFence}
 	f, err := sentinel.New(sentinel.Options{
 		Addrs: cfg.Sentinels, MasterName: cfg.SentinelMaster,
 		Username: cfg.SentinelUsername, Password: cfg.SentinelPassword, Credentials: provider(sentinelCreds),
@@ -63,8 +57,10 @@ func startFollow(ctx context.Context, cfg *Config, creds, sentinelCreds *proxy.F
 		f.Close()
 		return nil, err
 	}
-	m.f, m.addr = f, addr
-	cfg.Upstreams = []string{addr}
+	// The follower calls back only from Run, so m is complete before it
+	// can be switched or fenced.
+	m.f, m.master = f, upstream.NewMaster(addr)
+	cfg.Upstreams = []string{addr} // what the engine's client names (its dialer asks m.master)
 	log.Info("redis master found through Sentinel", "master", cfg.SentinelMaster, "address", addr, "sentinels", cfg.Sentinels)
 	return m, nil
 }
@@ -79,64 +75,34 @@ func (m *masterFollow) replicas(ctx context.Context) ([]engine.ReplicaShard, err
 	return []engine.ReplicaShard{{Replicas: addrs}}, nil
 }
 
-// run follows the master into p until ctx ends.
-func (m *masterFollow) run(ctx context.Context, p *proxy.Proxy) {
-	m.mu.Lock()
-	m.p = p
-	addr, fenced := m.addr, m.fenced
-	m.mu.Unlock()
-	// A switch or fence between Discover and now was applied to m only.
-	if fenced {
-		p.Fence()
-	} else if _, err := p.SetMaster(addr); err != nil {
-		m.log.Error("proxy master switch failed", "err", err)
-	}
-	m.f.Run(ctx)
-}
+// run follows the master until ctx ends.
+func (m *masterFollow) run(ctx context.Context) { m.f.Run(ctx) }
 
 func (m *masterFollow) close() { m.f.Close() }
 
-// onSwitch moves the proxy and the engine's connections to the new master
-// (or back to the old one after a fence, old == addr).
+// onSwitch moves every connection to the new master (or lifts a fence,
+// old == addr).
 func (m *masterFollow) onSwitch(old, addr string) {
-	m.mu.Lock()
-	m.addr, m.fenced = addr, false
-	p := m.p
-	victims := m.live
-	if old != addr {
-		m.live = map[*engineConn]struct{}{}
-	} else {
-		victims = nil // closed by the fence already
-	}
-	m.mu.Unlock()
-	if p != nil {
-		if _, err := p.SetMaster(addr); err != nil {
-			m.log.Error("proxy master switch failed", "err", err)
+	changed, unfenced, n := m.master.Switch(addr)
+	switch {
+	case changed:
+		m.log.Info("upstream master switched", "from", old, "to", addr, "connections_closed", n)
+		if m.switched != nil {
+			m.switched(old, addr)
 		}
-	}
-	for c := range victims {
-		_ = c.Conn.Close()
-	}
-	if m.switched != nil && old != addr {
-		m.switched(old, addr)
+	case unfenced:
+		m.log.Info("upstream master resumed after a fence", "master", addr)
 	}
 }
 
 // onFence stops the proxy and the engine from using the master: a
 // failover is promoting a replica (dataplane/sentinel).
 func (m *masterFollow) onFence(string) {
-	m.mu.Lock()
-	m.fenced = true
-	p := m.p
-	victims := m.live
-	m.live = map[*engineConn]struct{}{}
-	m.mu.Unlock()
-	if p != nil {
-		p.Fence()
+	fenced, n := m.master.Fence()
+	if !fenced {
+		return
 	}
-	for c := range victims {
-		_ = c.Conn.Close()
-	}
+	m.log.Info("upstream master fenced: a failover is promoting a replica", "master", m.master.Addr(), "connections_closed", n)
 	if m.fencedHook != nil {
 		m.fencedHook()
 	}
@@ -145,44 +111,11 @@ func (m *masterFollow) onFence(string) {
 // dial is the engine's go-redis Dialer: it connects to the current
 // master, whatever address go-redis asks for.
 func (m *masterFollow) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	m.mu.Lock()
-	addr, fenced := m.addr, m.fenced
-	m.mu.Unlock()
-	if fenced {
-		return nil, errors.New("redis master failing over (Sentinel); retry")
-	}
-	nd := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-	var c net.Conn
-	var err error
-	if m.tls != nil {
-		c, err = proxy.DialTLS(ctx, nd, m.tls, addr)
-	} else {
-		c, err = nd.DialContext(ctx, "tcp", addr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.addr != addr || m.fenced {
-		c.Close()
-		return nil, errors.New("redis master switched while connecting")
-	}
-	ec := &engineConn{Conn: c, m: m}
-	m.live[ec] = struct{}{}
-	return ec, nil
-}
-
-// engineConn is one of the engine's connections; closing it leaves the
-// set a switch closes.
-type engineConn struct {
-	net.Conn
-	m *masterFollow
-}
-
-func (c *engineConn) Close() error {
-	c.m.mu.Lock()
-	delete(c.m.live, c)
-	c.m.mu.Unlock()
-	return c.Conn.Close()
+	return m.master.Dial(ctx, func(ctx context.Context, addr string) (net.Conn, error) {
+		nd := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+		if m.tls != nil {
+			return proxy.DialTLS(ctx, nd, m.tls, addr)
+		}
+		return nd.DialContext(ctx, "tcp", addr)
+	})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/dataplane/watch"
+	"github.com/heatsink-dev/heatsink/internal/version"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -130,6 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 		reg = cfg.Registry
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(version.Collectors("sidecar")...)
 
 	// The credentials first: the Sentinel follower checks the master's
 	// ROLE with them before anything else can start.
@@ -174,7 +176,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
 		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
-		Hold: st.gate, FollowMaster: follow != nil,
+		Hold: st.gate,
+	}
+	if follow != nil {
+		pcfg.Master = follow.master
 	}
 	if creds != nil {
 		pcfg.Credentials = creds.Get
@@ -196,7 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if follow != nil {
-		go follow.run(ctx, p)
+		go follow.run(ctx)
 	}
 
 	w, err := startWatcher(ctx, cfg, eng, sm, log)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The Go micro-benchmarks that no other section reports: the RESP parser,
-# the node agent wire codec and sketch internals, the proxy's in-process paths.
+# the counts client (the sidecars' wire to the node agent), the sketch, the proxy's in-process paths.
 # Printed as a Markdown table from `go test -bench` output.
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-pkgs=(./dataplane/resp/ ./node agent/wire/ ./node agent/sketch/ ./dataplane/proxy/)
+pkgs=(./dataplane/resp/ ./dataplane/counts/ ./nodeagent/sketch/ ./dataplane/proxy/)
 echo "## Go micro-benchmarks"
 echo
 echo "\`go test -run '^\$' -bench . -benchmem -benchtime 1s ${pkgs[*]}\` (one run; the machine is shared, read ratios, not absolutes)."

@@ -114,7 +114,7 @@ func Build(now time.Time, policies []v1alpha1.HotKeyPolicy, reports []v1alpha1.H
 	big := map[nsName]map[string]v1alpha1.BigKey{}
 	for _, hp := range policies {
 		p := get(hp.Namespace, hp.Name)
-		p.Mode = string(cmp.Or(hp.Spec.Mode, v1alpha1.ModeEnforce))
+		p.Mode = string(cmp.Or(hp.Spec.Mode, v1alpha1.ModeObserve))
 		p.HotKeyCount = hp.Status.HotKeyCount
 		moved[nsName{hp.Namespace, hp.Name}] = hp.Status.HotKeys
 	}

@@ -269,6 +269,15 @@ func (c *Capture) Run(ctx context.Context, sink func(policy string, entries []si
 		// the runtime's sysmon from its deep sleep into a millisecond of
 		// 20 µs sleeps, a context switch each (seen in perf after every
 		// flush, ten a second).
+		if sweep {
+			// A socket bound to one interface gets ENETDOWN when that
+			// interface goes down or away (af_packet's notifier unhooks
+			// it): it captures nothing from then on, so Run says so and
+			// returns instead of looking alive (the agent's readiness).
+			if e, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+				return fmt.Errorf("capture: interface %q: %w", c.cfg.Interface, unix.Errno(e))
+			}
+		}
 		if losing || sweep {
 			losing = false
 			if st, err := unix.GetsockoptTpacketStatsV3(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {

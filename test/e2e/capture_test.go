@@ -211,7 +211,14 @@ func agentMetricsURL(t *testing.T, c client.Client) string {
 			if !p.Spec.HostNetwork {
 				t.Fatalf("node agent %s is not on the host network: the capture is off", p.Name)
 			}
-			return "http://" + p.Status.PodIP + ":8080/metrics"
+			for _, c := range p.Spec.Containers {
+				for _, port := range c.Ports {
+					if port.Name == "metrics" { // the node's port: nodeAgent.hostPorts.metrics
+						return fmt.Sprintf("http://%s:%d/metrics", p.Status.PodIP, port.ContainerPort)
+					}
+				}
+			}
+			t.Fatalf("node agent %s has no port named metrics", p.Name)
 		}
 	}
 	t.Fatal("no running node agent")

@@ -140,7 +140,11 @@ func TestE2E(t *testing.T) {
 	var masters []string
 	rep.step(t, "Redis Cluster: 3 masters in pods", func() { masters = redisCluster(t, e) })
 
-	for _, m := range []installer{helmInstaller{e}, kustomizeInstaller{e}} {
+	installers := []installer{helmInstaller{e}, kustomizeInstaller{e}}
+	if prev, ok := previousRelease(e); ok {
+		installers = append(installers, prev)
+	}
+	for _, m := range installers {
 		if !t.Run(m.name(), func(t *testing.T) { scenario(t, e, c, m, masters, rep) }) {
 			break
 		}

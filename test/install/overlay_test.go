@@ -8,14 +8,24 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/heatsink-dev/heatsink/internal/release"
+	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/docblock"
 )
 
 // The documented overlay (docs/install.md, "Your own overlay").
-const (
-	overlayNamespace = "platform-redis"
-	overlayImage     = "registry.example.com/platform/heatsink:v0.1.0"
-)
+const overlayNamespace = "platform-redis"
+
+// overlayImage is the overlay's image: its tag is the release's
+// (release.yaml), as the doc's newTag is (test/repo checks that one).
+func overlayImage(t *testing.T, root string) string {
+	t.Helper()
+	f, err := release.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "registry.example.com/platform/heatsink:" + f.ImageTag()
+}
 
 // documentedOverlay writes docs/install.md's kustomize-overlay block where
 // it says it lives (overlays/platform, beside this repository's config/)
@@ -48,6 +58,11 @@ var knownStale = map[string]string{}
 // address and the sidecar image at run time.
 func checkOverlayReferences(t *testing.T, manifest []byte, objs []*unstructured.Unstructured) {
 	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := overlayImage(t, root)
 	text := string(manifest)
 	for ref := range knownStale {
 		text = strings.ReplaceAll(text, ref, "")
@@ -93,8 +108,8 @@ func checkOverlayReferences(t *testing.T, manifest []byte, objs []*unstructured.
 			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
 			for _, c := range containers {
 				cm := c.(map[string]any)
-				if cm["image"] != overlayImage {
-					t.Errorf("%s: container %v runs %v, want %s", what, cm["name"], cm["image"], overlayImage)
+				if cm["image"] != image {
+					t.Errorf("%s: container %v runs %v, want %s", what, cm["name"], cm["image"], image)
 				}
 				args, _, _ := unstructured.NestedStringSlice(cm, "args")
 				for _, a := range args {

@@ -26,6 +26,7 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/nodeagent"
+	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 )
 
 func root(t *testing.T) string {
@@ -152,6 +153,10 @@ func exported(t *testing.T) (map[string]bool, map[string][]string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = d.Run(ctx) // closes its sockets
+	// An agent with --capture also exports the capture's metrics.
+	if err := nodeagent.RegisterCaptureMetrics(rec, new(capture.Capture), func() bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 
 	// The sidecar: its proxy, engine and own metrics, on one registry.
 	side := newRecorder()

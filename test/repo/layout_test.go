@@ -31,9 +31,11 @@ func TestReadmeLayoutMatchesTheTree(t *testing.T) {
 	row := regexp.MustCompile("(?m)^\\| `([^`]+/)` \\| (.*)$")
 	sub := regexp.MustCompile("`([a-z0-9][-a-z0-9/]*/)`")
 	var listed []string
+	named := map[string]bool{} // every folder a row is or names
 	for _, m := range row.FindAllStringSubmatch(layout, -1) {
 		dir := strings.TrimSuffix(m[1], "/")
 		listed = append(listed, strings.Split(dir, "/")[0])
+		named[dir] = true
 		if fi, err := os.Stat(filepath.Join(r, dir)); err != nil || !fi.IsDir() {
 			t.Errorf("README layout row %q: no such folder", m[1])
 			continue
@@ -42,6 +44,7 @@ func TestReadmeLayoutMatchesTheTree(t *testing.T) {
 			if fi, err := os.Stat(filepath.Join(r, dir, s[1])); err != nil || !fi.IsDir() {
 				t.Errorf("README layout row %q names %q: no folder %s", m[1], s[1], filepath.Join(dir, s[1]))
 			}
+			named[filepath.Join(dir, strings.TrimSuffix(s[1], "/"))] = true
 		}
 	}
 	out, err := exec.Command("git", "-C", r, "ls-files").Output()
@@ -54,10 +57,42 @@ func TestReadmeLayoutMatchesTheTree(t *testing.T) {
 			tracked = append(tracked, top)
 		}
 	}
+	for _, pkg := range goPackages(strings.Split(string(out), "\n")) {
+		if !coveredBy(pkg, named) {
+			t.Errorf("Go package %s is named by no README layout row (name it, or a folder above it below the top level, in backquotes)", pkg)
+		}
+	}
 	slices.Sort(tracked)
 	slices.Sort(listed)
 	listed = slices.Compact(listed)
 	if d := cmp.Diff(tracked, listed); d != "" {
 		t.Errorf("top-level folders (-git ls-files +README layout):\n%s", d)
 	}
+}
+
+// goPackages is the folders below the top level that hold tracked Go files
+// (testdata excluded): the packages, of both modules, a reader must find in
+// the layout table.
+func goPackages(files []string) []string {
+	var out []string
+	for _, f := range files {
+		dir := filepath.Dir(f)
+		if !strings.HasSuffix(f, ".go") || !strings.Contains(dir, "/") || strings.Contains(dir, "testdata") || slices.Contains(out, dir) {
+			continue
+		}
+		out = append(out, dir)
+	}
+	return out
+}
+
+// coveredBy reports whether the table names pkg or a folder above it that
+// is not a top-level one (naming `controllers/` says nothing of
+// controllers/hub; naming `internal/testing/` covers its harnesses).
+func coveredBy(pkg string, named map[string]bool) bool {
+	for d := pkg; strings.Contains(d, "/"); d = filepath.Dir(d) {
+		if named[d] {
+			return true
+		}
+	}
+	return false
 }

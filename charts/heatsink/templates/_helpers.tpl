@@ -77,6 +77,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else -}}
 {{- /* $$ escapes the reference in the manager's own args; the kubelet expands
      it in the sidecar, from HEATSINK_NODE_IP (status.hostIP). */ -}}
-$$(HEATSINK_NODE_IP):{{ .Values.nodeAgent.ingestPort }}
+$$(HEATSINK_NODE_IP):{{ .Values.nodeAgent.hostPorts.ingest }}
 {{- end -}}
+{{- end }}
+
+{{/* The node agent's container ports: the node's (hostPorts) with the
+     capture's host network, the pod's own otherwise. */}}
+{{- define "heatsink.nodeAgentIngestPort" -}}
+{{ ternary .Values.nodeAgent.hostPorts.ingest .Values.nodeAgent.ingestPort .Values.nodeAgent.capture.enabled }}
+{{- end }}
+{{- define "heatsink.nodeAgentMetricsPort" -}}
+{{ ternary .Values.nodeAgent.hostPorts.metrics .Values.nodeAgent.metricsPort .Values.nodeAgent.capture.enabled }}
+{{- end }}
+{{- define "heatsink.nodeAgentProbePort" -}}
+{{ ternary .Values.nodeAgent.hostPorts.probes .Values.nodeAgent.probePort .Values.nodeAgent.capture.enabled }}
 {{- end }}

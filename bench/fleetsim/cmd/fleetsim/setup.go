@@ -42,6 +42,7 @@ func setup(ctx context.Context, cp *controlplane.ControlPlane, tc *simproto.Conf
 		pol := &v1alpha1.HotKeyPolicy{
 			ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.PolicyName(k)},
 			Spec: v1alpha1.HotKeyPolicySpec{
+				Mode:        v1alpha1.ModeEnforce, // the fleet publishes what it decides
 				Target:      v1alpha1.RedisTarget{Addresses: []string{fmt.Sprintf("127.0.0.1:%d", redisPort)}},
 				Thresholds:  v1alpha1.Thresholds{ReadsPerSecond: s.reads, WritesPerSecond: s.writes, SustainFor: metav1.Duration{Duration: s.sustainFor}},
 				Mitigations: v1alpha1.Mitigations{Split: v1alpha1.Split{Enabled: ptr.To(true)}},
