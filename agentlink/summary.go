@@ -43,6 +43,18 @@ type PolicySummary struct {
 	// whatever their rates (a huge key read once an hour is listed): at
 	// most MaxBigKeysPerPolicy.
 	BigKeys []KeySize
+	// Refused are the keys whose commands the node's sidecars refused
+	// because of the key's move since the previous summary, with how many
+	// (not the shed ones, not Redis' own errors), by key: at most
+	// MaxRefusedKeysPerPolicy (version 4). The manager rolls back a move
+	// its clients' commands are refused under.
+	Refused []KeyCount
+}
+
+// KeyCount is a count of one key.
+type KeyCount struct {
+	Key   string
+	Count uint64
 }
 
 // KeySize is the largest value of one key that one access on a node read or
@@ -90,11 +102,13 @@ const (
 	MaxKeysPerPolicy = 8192
 	// MaxBigKeysPerPolicy bounds a policy's BigKeys.
 	MaxBigKeysPerPolicy = 64
-	MaxSummaryBytes     = 32 << 20
+	// MaxRefusedKeysPerPolicy bounds a policy's Refused.
+	MaxRefusedKeysPerPolicy = 64
+	MaxSummaryBytes         = 32 << 20
 	// summaryVersion is the version MarshalSummary writes; versions 1 (no
-	// big keys, no families) and 2 (no families) are still read, from
-	// agents not yet upgraded.
-	summaryVersion    = 3
+	// big keys, no families, no refusals), 2 (no families, no refusals)
+	// and 3 (no refusals) are still read, from agents not yet upgraded.
+	summaryVersion    = 4
 	summaryHeaderSize = 4
 	// rateScale: rates travel as unsigned integers in thousandths per second.
 	rateScale = 1000
@@ -117,6 +131,8 @@ var ErrMalformed = errors.New("malformed summary")
 //	                     families (version 3: routing.Families)
 //	            big key count (version 2)
 //	            per big key: len, bytes   size in bytes
+//	            refused key count (version 4)
+//	            per refused key: len, bytes   count
 //
 // Binary because at 1,000 nodes the manager decodes hundreds of thousands
 // of key rates per second; JSON would cost it a core.
@@ -158,6 +174,11 @@ func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
 			buf = appendString(buf, p.BigKeys[j].Key)
 			buf = binary.AppendUvarint(buf, p.BigKeys[j].Bytes)
 		}
+		buf = binary.AppendUvarint(buf, uint64(len(p.Refused)))
+		for j := range p.Refused {
+			buf = appendString(buf, p.Refused[j].Key)
+			buf = binary.AppendUvarint(buf, p.Refused[j].Count)
+		}
 	}
 	return buf, nil
 }
@@ -188,6 +209,14 @@ func (s *Summary) validate() error {
 		for j := range p.BigKeys {
 			if l := len(p.BigKeys[j].Key); l == 0 || l > MaxKeyLen {
 				return fmt.Errorf("%w: big key of %d bytes", ErrMalformed, l)
+			}
+		}
+		if len(p.Refused) > MaxRefusedKeysPerPolicy {
+			return fmt.Errorf("%w: %d refused keys for %s", ErrMalformed, len(p.Refused), p.Policy)
+		}
+		for j := range p.Refused {
+			if l := len(p.Refused[j].Key); l == 0 || l > MaxKeyLen {
+				return fmt.Errorf("%w: refused key of %d bytes", ErrMalformed, l)
 			}
 		}
 	}
@@ -271,6 +300,17 @@ func UnmarshalSummary(buf []byte) (*Summary, error) {
 				p.BigKeys = append(p.BigKeys, k)
 			}
 		}
+		if version >= 4 {
+			nr := d.count(MaxRefusedKeysPerPolicy, 2, "refused key count")
+			if d.err == nil && nr > 0 {
+				p.Refused = make([]KeyCount, 0, nr)
+			}
+			for j := 0; j < nr && d.err == nil; j++ {
+				k := KeyCount{Key: d.str(MaxKeyLen, "refused key")}
+				k.Count = d.uv(math.MaxUint64, "refused count")
+				p.Refused = append(p.Refused, k)
+			}
+		}
 		s.Policies = append(s.Policies, p)
 	}
 	if d.err == nil && len(d.p) != 0 {
@@ -296,6 +336,11 @@ func hasEmpty(s *Summary) bool {
 			}
 		}
 		for _, k := range p.BigKeys {
+			if k.Key == "" {
+				return true
+			}
+		}
+		for _, k := range p.Refused {
 			if k.Key == "" {
 				return true
 			}

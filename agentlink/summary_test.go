@@ -2,6 +2,7 @@ package agentlink
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -14,7 +15,8 @@ func sample() *Summary {
 		{Policy: "shop/checkout", Directive: 3, Unseen: Rates{Reads: 1.5, Writes: 0.25}, Total: Rates{Reads: 9000, Writes: 120},
 			Keys: []KeyRates{{Key: "product:1", Reads: 812.125, RecentReads: 900.5, Bytes: 4096, Families: routing.FamStringRead | routing.FamKey},
 				{Key: "likes:9", Writes: 40, RecentWrites: 38, Pinned: true, Families: routing.FamCounter}},
-			BigKeys: []KeySize{{Key: "blob:20mb", Bytes: 20 << 20}, {Key: "product:1", Bytes: 4096}}},
+			BigKeys: []KeySize{{Key: "blob:20mb", Bytes: 20 << 20}, {Key: "product:1", Bytes: 4096}},
+			Refused: []KeyCount{{Key: "likes:9", Count: 12}, {Key: "queue:jobs", Count: 1 << 40}}},
 		{Policy: "shop/empty"},
 	}}
 }
@@ -58,6 +60,32 @@ func TestSummaryReadsVersion2(t *testing.T) {
 	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Writes: 1, Families: routing.FamUnknown}}}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
+// TestSummaryReadsVersion3: a summary of an agent that lists families but
+// no refusals still decodes, with none.
+func TestSummaryReadsVersion3(t *testing.T) {
+	v3 := []byte{'H', 'F', 3, 0, 1, 'n', 7, 1, 1, 1, 'p', 0, 0, 0, 0, 0, 1, 1, 'k', 0, 0xe8, 0x07, 0, 0, 0, 0, 4, 0}
+	got, err := UnmarshalSummary(v3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Writes: 1, Families: routing.Families(4)}}}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
+// TestSummaryBoundsRefused: more refused keys than
+// MaxRefusedKeysPerPolicy is refused.
+func TestSummaryBoundsRefused(t *testing.T) {
+	s := sample()
+	for i := range MaxRefusedKeysPerPolicy + 1 {
+		s.Policies[0].Refused = append(s.Policies[0].Refused, KeyCount{Key: fmt.Sprint("k", i), Count: 1})
+	}
+	if _, err := MarshalSummary(nil, s); err == nil {
+		t.Fatal("a summary with too many refused keys was marshalled")
 	}
 }
 

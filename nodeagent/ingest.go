@@ -5,8 +5,12 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
 
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -95,6 +99,9 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		}
 		p.sk.UpdateFamilies(key, e.Reads, e.Writes, e.Bytes, e.Families)
 		p.sizes.Observe(key, uint64(e.Size))
+		if e.Refused > 0 {
+			p.countRefused(key, uint64(e.Refused))
+		}
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)
 		counted++
@@ -109,4 +116,40 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		d.metrics.filtered.Add(float64(filtered))
 	}
 	return counted
+}
+
+// countRefused adds n commands refused because of key's move. A key not
+// yet counted since the last summary is added while there is room: a
+// refused key is a mitigated one, of which a policy has few.
+func (p *policyState) countRefused(key string, n uint64) {
+	if c, ok := p.refused[key]; ok {
+		p.refused[key] = c + n
+		return
+	}
+	if len(p.refused) >= agentlink.MaxRefusedKeysPerPolicy {
+		return
+	}
+	if p.refused == nil {
+		p.refused = make(map[string]uint64)
+	}
+	p.refused[strings.Clone(key)] = n
+}
+
+// takeRefused lists the refusals counted since the last summary sent, by
+// key; sent uncounts them once the summary is sent (counts that arrive
+// in between stay for the next).
+func (p *policyState) takeRefused() (out []agentlink.KeyCount, sent func()) {
+	for k, n := range p.refused {
+		out = append(out, agentlink.KeyCount{Key: k, Count: n})
+	}
+	slices.SortFunc(out, func(a, b agentlink.KeyCount) int { return strings.Compare(a.Key, b.Key) })
+	return out, func() {
+		for _, kc := range out {
+			if p.refused[kc.Key] <= kc.Count {
+				delete(p.refused, kc.Key)
+			} else {
+				p.refused[kc.Key] -= kc.Count
+			}
+		}
+	}
 }

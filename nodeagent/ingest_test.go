@@ -209,3 +209,31 @@ func TestSummaryListsBigKeysWhateverTheirRate(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryListsRefusalsSinceTheLastSent: the commands a sidecar refused
+// because of a key's move are listed per key in the next summary (filtered
+// keys not), summed over the batches since the last summary sent; once it
+// is sent they start over, and refusals counted meanwhile are kept.
+func TestSummaryListsRefusalsSinceTheLastSent(t *testing.T) {
+	d := offline(t, nil, []string{"secret:*"})
+	var dec sidecarlink.Decoder
+	batch := func(q uint32) {
+		d.handle(&dec, pod, sidecarlink.AppendBatch(nil, policy, []sidecarlink.Entry{
+			{Key: []byte("queue"), Writes: 10, Refused: q},
+			{Key: []byte("ok"), Writes: 10},
+			{Key: []byte("secret:1"), Writes: 10, Refused: 4},
+		}))
+	}
+	batch(3)
+	batch(2)
+	s, commit, _ := d.summarize(d.opts.Clock.Now())
+	if got := s.Policies[0].Refused; len(got) != 1 || got[0] != (agentlink.KeyCount{Key: "queue", Count: 5}) {
+		t.Fatalf("refused = %+v, want queue: 5", got)
+	}
+	batch(1) // between the summary and its sending
+	commit()
+	s, _, _ = d.summarize(d.opts.Clock.Now())
+	if got := s.Policies[0].Refused; len(got) != 1 || got[0] != (agentlink.KeyCount{Key: "queue", Count: 1}) {
+		t.Fatalf("refused after the summary was sent = %+v, want queue: 1", got)
+	}
+}

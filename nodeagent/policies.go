@@ -30,6 +30,11 @@ type policyState struct {
 	// sizes are the policy's largest keys by value size, whatever their
 	// rates (see package bigkeys).
 	sizes *bigkeys.Top
+	// refused counts, per key, the commands the sidecars refused because
+	// of the key's move since the last summary sent (at most
+	// agentlink.MaxRefusedKeysPerPolicy keys): the manager rolls back a
+	// move its clients' commands are refused under.
+	refused map[string]uint64
 	// lastSent is what the last summary sent listed, for Urgent.
 	lastSent summary.Sent
 	// rescan says a directive changed the alert level or the pins since

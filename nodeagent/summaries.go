@@ -128,9 +128,10 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
 		total := p.total.update(now, p.reads, p.writes, window)
 		p.sizes.Advance(now)
+		refused, sentRefused := p.takeRefused()
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
-			BigKeys: p.sizes.Append(nil),
+			BigKeys: p.sizes.Append(nil), Refused: refused,
 		})
 		p.sketchBytes.Set(float64(p.sk.Bytes()))
 		p.sketchKeys.Set(float64(p.sk.Len()))
@@ -138,6 +139,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		commits = append(commits, func() {
 			p.mu.Lock()
 			p.lastSent.Set(keys)
+			sentRefused()
 			p.mu.Unlock()
 		})
 	}

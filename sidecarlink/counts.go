@@ -1,11 +1,11 @@
 package sidecarlink
 
-// The counts datagram. Version 3 layout (all integers are unsigned LEB128
+// The counts datagram. Version 4 layout (all integers are unsigned LEB128
 // varints, "uv"):
 //
 //	magic    2 bytes  'H' 'S'
-//	version  1 byte   3 (1 and 2 are still read: their entries have no
-//	                  families, and 1's no size)
+//	version  1 byte   4 (1, 2 and 3 are still read: their entries have
+//	                  no refusals, 1's and 2's no families, 1's no size)
 //	flags    1 byte   0 (reserved; a batch with any flag set is rejected)
 //	policy   uv length, then that many bytes: "<namespace>/<name>"
 //	count    uv number of entries, 1..MaxEntries (Encoder always writes it
@@ -22,6 +22,10 @@ package sidecarlink
 //	           families uv (≤ 2^32-1) the routing.Families of the commands
 //	                   the key's clients sent in the interval (version 3):
 //	                   what the manager chooses the key's moves by
+//	           refused uv (≤ 2^32-1) the key's commands the sidecar refused
+//	                   in the interval because of the key's move (version
+//	                   4; not those shed, not Redis' own errors): what the
+//	                   manager rolls a move back by
 //
 // Nothing may follow the last entry. A batch is accepted whole or rejected
 // whole: the agent validates it completely before it counts anything.
@@ -38,10 +42,10 @@ import (
 
 const (
 	// CountsVersion is the counts datagram version this package writes.
-	// It reads it and versions 1 and 2 (entries without families, and
-	// 1's without a size), so agents accept batches of sidecars not yet
-	// upgraded.
-	CountsVersion = 3
+	// It reads it and versions 1 to 3 (entries without refusals, 1's and
+	// 2's without families, 1's without a size), so agents accept batches
+	// of sidecars not yet upgraded.
+	CountsVersion = 4
 	// FlushInterval is how often a sidecar sends what it aggregated. The
 	// agent relies on it: a key's first batch carries one interval of
 	// traffic, and one interval is the shortest span it measures a rate
@@ -52,7 +56,7 @@ const (
 	MaxDatagram = 65507
 	// MinDatagram is the smallest datagram limit a sender may use: one entry
 	// with the longest key under the longest policy.
-	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 5*binary.MaxVarintLen32
+	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 6*binary.MaxVarintLen32
 	// MaxKeyLen is the longest key a batch may carry. Longer keys are not
 	// counted by the sidecar: reports carry keys of at most 512 bytes.
 	MaxKeyLen = 512
@@ -105,6 +109,10 @@ type Entry struct {
 	// (dataplane/counts.Client.ObserveFamilies), or the manager may choose
 	// a move that refuses them.
 	Families routing.Families
+	// Refused counts the key's commands the sender refused in the interval
+	// because of the key's move (a command its move cannot serve; not a
+	// shed one, not Redis' own error); 0 in a batch of version 1 to 3.
+	Refused uint32
 }
 
 // Batch is a decoded batch. Its slices alias the datagram and are reused by
@@ -188,6 +196,12 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 			}
 			e.Families = routing.Families(v)
 		}
+		if version >= 4 {
+			if v, p, err = uvarint(p, math.MaxUint32, "refused"); err != nil {
+				return nil, err
+			}
+			e.Refused = uint32(v)
+		}
 		es = append(es, e)
 	}
 	d.b.Entries = es
@@ -240,7 +254,7 @@ type Encoder struct {
 }
 
 // EntrySize is an upper bound of the bytes key takes in a batch.
-func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 5*binary.MaxVarintLen32 }
+func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 6*binary.MaxVarintLen32 }
 
 // Reset starts a batch for policy in buf (reusing its storage), with datagrams
 // limited to limit bytes.
@@ -271,7 +285,7 @@ func (e *Encoder) Fits(key string) bool {
 func (e *Encoder) Len() int { return e.count }
 
 // Add appends an entry. The caller checks Fits first.
-func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing.Families) {
+func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing.Families, refused uint32) {
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(key)))
 	e.buf = append(e.buf, key...)
 	e.buf = binary.AppendUvarint(e.buf, uint64(reads))
@@ -279,6 +293,7 @@ func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing
 	e.buf = binary.AppendUvarint(e.buf, uint64(bytes))
 	e.buf = binary.AppendUvarint(e.buf, uint64(size))
 	e.buf = binary.AppendUvarint(e.buf, uint64(fam))
+	e.buf = binary.AppendUvarint(e.buf, uint64(refused))
 	e.count++
 }
 
@@ -296,7 +311,7 @@ func AppendBatch(buf []byte, policy string, entries []Entry) []byte {
 	var e Encoder
 	e.Reset(buf, policy, math.MaxInt)
 	for _, en := range entries {
-		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes, en.Size, en.Families)
+		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes, en.Size, en.Families, en.Refused)
 	}
 	return e.Bytes()
 }

@@ -16,7 +16,7 @@ func entries(kv ...string) []Entry {
 	var out []Entry
 	for i, k := range kv {
 		out = append(out, Entry{Key: []byte(k), Reads: uint32(i + 1), Writes: uint32(2 * i), Bytes: uint32(100 * i), Size: uint32(60 * i),
-			Families: routing.Families(1) << (i % 15)})
+			Families: routing.Families(1) << (i % 15), Refused: uint32(3 * i)})
 	}
 	return out
 }
@@ -68,6 +68,21 @@ func TestDecodeVersion2(t *testing.T) {
 	}
 }
 
+// TestDecodeVersion3 reads a batch of a sidecar that reports families but
+// not refusals: none are counted.
+func TestDecodeVersion3(t *testing.T) {
+	v3 := []byte{'H', 'S', 3, 0, 4, 'n', 's', '/', 'p', 0x81, 0x00, 1, 'k', 5, 1, 200, 1, 40, 8}
+	var d Decoder
+	b, err := d.Decode(v3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{{Key: []byte("k"), Reads: 5, Writes: 1, Bytes: 200, Size: 40, Families: routing.Families(8)}}
+	if diff := cmp.Diff(want, b.Entries); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+}
+
 func TestEncoderSplitsAtLimit(t *testing.T) {
 	var e Encoder
 	e.Reset(nil, "ns/p", 200)
@@ -82,7 +97,7 @@ func TestEncoderSplitsAtLimit(t *testing.T) {
 			got = append(got, e.Len())
 			e.Reset(nil, "ns/p", 200)
 		}
-		e.Add(k, 1, 0, 0, 0, routing.FamAll)
+		e.Add(k, 1, 0, 0, 0, routing.FamAll, 0)
 	}
 	if len(got) == 0 {
 		t.Fatal("encoder never filled up")
@@ -99,7 +114,7 @@ func TestDecodeRejects(t *testing.T) {
 		"empty":            {nil, ErrTruncated},
 		"short header":     {[]byte{'H', 'S', 1}, ErrTruncated},
 		"bad magic":        {append([]byte{'X'}, good[1:]...), ErrMagic},
-		"version 4":        {append([]byte{'H', 'S', 4}, good[3:]...), ErrVersion},
+		"version 5":        {append([]byte{'H', 'S', 5}, good[3:]...), ErrVersion},
 		"version 0":        {append([]byte{'H', 'S', 0}, good[3:]...), ErrVersion},
 		"v2 with families": {append([]byte{'H', 'S', 2}, good[3:]...), ErrMalformed},
 		"v1 with sizes":    {append([]byte{'H', 'S', 1}, good[3:]...), ErrMalformed},

@@ -30,6 +30,12 @@ type Observation struct {
 	// older version) allows only the moves that refuse nothing; none (0:
 	// no command seen in the window, a key cooling down) refuses nothing.
 	Families routing.Families
+	// Refused counts the key's commands the sidecars refused because of
+	// its move (a command the move cannot serve; not a shed one, not
+	// Redis' own error) in the nodes' last report interval: a move in force
+	// under which it is over 0 hurts its clients, who saw no such error
+	// before it, and is rolled back (holdMoves).
+	Refused int64
 }
 
 // Aggregate is what the fleet says of one policy.

@@ -41,9 +41,15 @@ type KeyState struct {
 	// direction cools down (see limits).
 	ReadThreshold  int64 `json:"readThreshold,omitempty"`
 	WriteThreshold int64 `json:"writeThreshold,omitempty"`
-	// SplitHeldUntil: the key's split was withdrawn because its clients'
-	// commands were refused; it is not split again before (see holdSplit).
-	SplitHeldUntil *time.Time `json:"splitHeldUntil,omitempty"`
+	// HeldUntil: the key's moves that refuse some commands (split,
+	// pre-aggregate, replicate) were withdrawn because its clients'
+	// commands were refused under them; none is applied to it again before
+	// (see holdMoves). Its JSON name is that of the first move held, kept
+	// so that a state written by an earlier manager keeps its holds.
+	HeldUntil *time.Time `json:"splitHeldUntil,omitempty"`
+	// HeldBecause says why the moves were withdrawn, for status while they
+	// are held.
+	HeldBecause string `json:"heldBecause,omitempty"`
 }
 
 func (k *KeyState) hot() bool { return k.ReadHot || k.WriteHot }
@@ -67,7 +73,7 @@ func (s State) FirstOver() map[string]time.Time {
 }
 
 func (k *KeyState) idle() bool {
-	return !k.hot() && k.ReadOverSince == nil && k.WriteOverSince == nil
+	return !k.hot() && k.ReadOverSince == nil && k.WriteOverSince == nil && k.HeldUntil == nil
 }
 
 // State is the remembered state of every key that is hot or on its way.
@@ -85,9 +91,9 @@ type State struct {
 func (s State) Durable() State {
 	var out State
 	for _, k := range s.Keys {
-		if k.hot() {
+		if k.hot() || k.HeldUntil != nil {
 			out.Keys = append(out.Keys, KeyState{Key: k.Key, ReadHot: k.ReadHot, WriteHot: k.WriteHot, Since: k.Since, DetectedAt: k.DetectedAt,
-				ReadThreshold: k.ReadThreshold, WriteThreshold: k.WriteThreshold, SplitHeldUntil: k.SplitHeldUntil})
+				ReadThreshold: k.ReadThreshold, WriteThreshold: k.WriteThreshold, HeldUntil: k.HeldUntil, HeldBecause: k.HeldBecause})
 		}
 	}
 	return out
@@ -240,6 +246,13 @@ func advanceKeys(in Input, lim *limits) keyStates {
 	for _, key := range ks.hottest {
 		k := ks.byKey[key]
 		o := in.Observations[key]
+		if k.HeldUntil != nil {
+			if !now.Before(*k.HeldUntil) {
+				k.HeldUntil, k.HeldBecause = nil, "" // a key held but no longer hot nor scheduled is forgotten
+			} else {
+				ks.next = earliestNZ(ks.next, *k.HeldUntil)
+			}
+		}
 		wasHot := k.hot()
 		over := earliestPtr(k.ReadOverSince, k.WriteOverSince)
 		room := hotCount < limit || wasHot
@@ -297,7 +310,8 @@ func mitigate(in Input, keys keyStates) mitigations {
 		if !ks.hot() {
 			continue
 		}
-		e, d, next := detectedEntry(in.Now, in.Spec, pk, key, ks, in.Observations[key], lastShards(in.Current, key))
+		o, seen := in.Observations[key]
+		e, d, next := detectedEntry(in.Now, in.Spec, pk, key, ks, o, seen, entryOf(in.Current, key), lastShards(in.Current, key))
 		e, d = withShed(in.Spec, pk, key, ks, in.Observations[key], e, d, currentShed(in.Current, key), in.Nodes)
 		m.next = earliestNZ(m.next, next)
 		switch {
@@ -313,7 +327,14 @@ func mitigate(in Input, keys keyStates) mitigations {
 		if in.Now.Before(sk.PrewarmAt) || !in.Now.Before(sk.End) {
 			continue
 		}
-		mergeScheduled(in.Spec, m.entries, m.decisions, sk, in.Observations[sk.Key])
+		ks := keys.byKey[sk.Key]
+		if ks == nil {
+			// A key only scheduled: its state holds a move withdrawn from it.
+			ks = &KeyState{Key: sk.Key}
+			keys.byKey[sk.Key] = ks
+		}
+		next := mergeScheduled(in.Now, in.Spec, m.entries, m.decisions, sk, ks, in.Observations[sk.Key], entryOf(in.Current, sk.Key), lastShards(in.Current, sk.Key))
+		m.next = earliestNZ(m.next, next)
 		m.refrainScheduled(sk.Key)
 	}
 	return m
@@ -486,12 +507,20 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 // shrinkSize) and after the smaller size has held for sustainFor (reports of several nodes arrive one by one, so a sum may dip
 // for a moment), and never while the key cools down: shrinking first and
 // unsplitting shortly after would only churn generations.
-func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, key string, ks *KeyState, o Observation, current int32) (*routing.Entry, *KeyDecision, time.Time) {
-	var next time.Time
+//
+// A key no node listed in this pass (seen false: its traffic unseen for a
+// moment, between two summaries) keeps the moves in force that can refuse
+// commands but gets no new one: with no family seen, nothing says its
+// clients' commands fit it (a BullMQ marker key, sent scripts and BZPOPMIN
+// and so never split, was split in such a pass and its scripts refused:
+// test/apps TestApplications).
+func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, key string, ks *KeyState, o Observation, seen bool, cur *routing.Entry, current int32) (*routing.Entry, *KeyDecision, time.Time) {
 	m := &spec.Mitigations
 	e := &routing.Entry{Key: key, Source: routing.SourceDetected}
 	d := &KeyDecision{Key: key, ReadsPerSecond: o.ReadsPerSecond, WritesPerSecond: o.WritesPerSecond, Source: v1alpha1.SourceDetected, Families: o.Families}
 	fam := o.Families
+	held := holdMoves(now, spec, ks, o, cur, current, d)
+	next := held
 	if ks.ReadHot && !readsRelieved(fam) {
 		d.because(whyNoReads(fam))
 	}
@@ -516,20 +545,16 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicaReads)
 		}
 		wantReplicate := m.Replicate.IsEnabled() && !replicaReads && (need || len(d.Mitigations) == 0) && replicateRelieves(fam)
-		if wantReplicate && !fits(v1alpha1.MitigationReplicate, fam) {
-			d.because(whyNot(v1alpha1.MitigationReplicate, fam))
-			wantReplicate = false
-		}
-		if wantReplicate {
+		blind := !seen && (cur == nil || cur.Replicate == nil)
+		if wantReplicate && !blind && mayRefuse(v1alpha1.MitigationReplicate, fam, held, d) {
 			n := Size(o.ReadsPerSecond, spec.Capacity.HeadroomPercent, pk.reads, m.Replicate.MaxReplicas)
 			e.Replicate = &routing.Replicate{Replicas: n, TTLMillis: m.Replicate.ReplicaTTL.Milliseconds()}
 			d.Replicas = n
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationReplicate)
 		}
 	}
-	split, held := holdSplit(now, spec, ks, fam, current, d)
-	next = earliestNZ(next, held)
-	if split {
+	blind := !seen && current == 0
+	if ks.WriteHot && spec.Mitigations.Split.IsEnabled() && !blind && mayRefuse(v1alpha1.MitigationSplit, fam, held, d) {
 		n := Size(o.WritesPerSecond, spec.Capacity.HeadroomPercent, pk.writes, m.Split.MaxShards)
 		if n < current {
 			// Shrink only past the hysteresis band: the smaller size must
@@ -574,7 +599,13 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 // keeps its unbounded detected entry with the larger of both sizes; a key
 // only scheduled is bounded to the event by NotBefore/NotAfter, published
 // from PrewarmAt so that sidecars hold it before the event starts.
-func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing.Entry, decisions map[string]*KeyDecision, sk ScheduledKey, o Observation) {
+//
+// A move that refuses some commands is left out while the key's state holds
+// it back (holdMoves, which withdraws one in force that hurts): a
+// schedule's split of a key that turned out to be a queue does not return
+// once the queue's clients stop, to fail again when they come back. It
+// returns when the hold ends (zero if none).
+func mergeScheduled(now time.Time, spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing.Entry, decisions map[string]*KeyDecision, sk ScheduledKey, ks *KeyState, o Observation, cur *routing.Entry, current int32) time.Time {
 	e, d := entries[sk.Key], decisions[sk.Key]
 	if e == nil {
 		nb, na := sk.Start, sk.End
@@ -584,6 +615,7 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 			Source: v1alpha1.SourceScheduled, Since: &since}
 		entries[sk.Key], decisions[sk.Key] = e, d
 	}
+	held := holdMoves(now, spec, ks, o, cur, current, d)
 	m := sk.Mitigation
 	add := func(t v1alpha1.MitigationType) {
 		for _, x := range d.Mitigations {
@@ -624,7 +656,7 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 			d.because(whyNot(t, o.Families))
 			return true
 		}
-		return false
+		return !held.IsZero()
 	}
 	if m.Replicate != nil && spec.Mitigations.Replicate.IsEnabled() && !refuses(v1alpha1.MitigationReplicate) {
 		if e.Replicate == nil || e.Replicate.Replicas < m.Replicate.Replicas {
@@ -641,6 +673,7 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 		add(v1alpha1.MitigationSplit)
 	}
 	sort.Slice(d.Mitigations, func(i, j int) bool { return mitigationRank(d.Mitigations[i]) < mitigationRank(d.Mitigations[j]) })
+	return held
 }
 
 // Size is the smallest count of physical keys that serves rate with
@@ -697,6 +730,14 @@ func frozen(wasHot, hot, freeze bool, cur, th int64) int64 {
 
 // lastShards is the cardinality of the newest generation of key in t, 0 if
 // none.
+// entryOf is key's entry in t (nil if none, or no table).
+func entryOf(t *routing.Table, key string) *routing.Entry {
+	if t == nil {
+		return nil
+	}
+	return t.Lookup(key)
+}
+
 func lastShards(t *routing.Table, key string) int32 {
 	if t == nil {
 		return 0

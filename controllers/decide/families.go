@@ -100,40 +100,76 @@ func (d *KeyDecision) because(why string) {
 	d.Reason += why
 }
 
-// holdSplit decides whether a hot key may be split (split), given the
-// families its clients sent: only if split serves them all, and not while
-// a split withdrawn from the key is held back. A split in force (current
-// shards > 0) that no longer fits was hurting: the sidecars refused
-// commands of its clients, whose families reached the manager all the
-// same. It is withdrawn, and held back for the policy's cooldown, so that
-// clients that stopped sending the refused commands (a queue's consumers
-// gave up) do not make it come back at once and fail again. held is when
-// the hold ends (zero if none).
-func holdSplit(now time.Time, spec *v1alpha1.HotKeyPolicySpec, ks *KeyState, fam routing.Families, current int32, d *KeyDecision) (split bool, held time.Time) {
-	if ks.SplitHeldUntil != nil && !now.Before(*ks.SplitHeldUntil) {
-		ks.SplitHeldUntil = nil
+// inForce names the moves in force on a key (cur, its entry in the table
+// in force; current, its split's shards there) that the data plane refuses
+// some commands under: split (and pre-aggregate with it) and replicate.
+// The read moves refuse nothing. "" when none is.
+func inForce(cur *routing.Entry, current int32) string {
+	var moves []string
+	if current > 0 {
+		moves = append(moves, "split")
 	}
-	if !ks.WriteHot || !spec.Mitigations.Split.IsEnabled() {
-		return false, time.Time{}
+	if cur != nil && cur.Replicate != nil {
+		moves = append(moves, "replicate")
 	}
-	if !fits(v1alpha1.MitigationSplit, fam) {
-		why := whyNot(v1alpha1.MitigationSplit, fam)
-		if current > 0 && fam.Known() {
-			// Known families it cannot serve: its clients' commands were
-			// refused. (Unknown ones, from an older reporter, say nothing
-			// of refusals: no hold.)
-			until := now.Add(spec.Thresholds.Cooldown.Duration)
-			ks.SplitHeldUntil = &until
-			why = "split withdrawn, its clients' commands refused: " + why
-		}
+	return strings.Join(moves, " and ")
+}
+
+// holdMoves decides whether the moves that can refuse commands (split,
+// pre-aggregate, replicate) are held back from a key: the one
+// implementation of undoing a move that hurts, for detected and scheduled
+// keys alike. Those in force (inForce) are withdrawn and held for the
+// policy's cooldown when the key's clients saw more errors under them than
+// before them, that is any command refused because of them in the nodes'
+// last report interval (o.Refused: no such refusal exists without a move),
+// or when a split in force no longer serves every family they send (the
+// families of refused commands reach the manager too). The hold, kept in
+// the durable state, keeps clients that stopped sending the refused
+// commands (a queue's producers gave up, a schedule's key fell silent)
+// from bringing the move back at once and failing again. held is when the
+// hold ends (zero if none).
+func holdMoves(now time.Time, spec *v1alpha1.HotKeyPolicySpec, ks *KeyState, o Observation, cur *routing.Entry, current int32, d *KeyDecision) (held time.Time) {
+	if ks.HeldUntil != nil && !now.Before(*ks.HeldUntil) {
+		ks.HeldUntil, ks.HeldBecause = nil, ""
+	}
+	moves := inForce(cur, current)
+	var why string
+	switch {
+	case moves == "":
+	case o.Refused > 0:
+		why = fmt.Sprintf("%s withdrawn: %d of its clients' commands refused because of it in the last report interval", moves, o.Refused)
+	case current > 0 && o.Families.Known() && !fits(v1alpha1.MitigationSplit, o.Families):
+		// Known families split cannot serve: its clients' commands were
+		// refused. (Unknown ones, from an older reporter, say nothing of
+		// refusals: no hold.)
+		why = "split withdrawn, its clients' commands refused: " + whyNot(v1alpha1.MitigationSplit, o.Families)
+	}
+	if why != "" {
+		until := now.Add(spec.Thresholds.Cooldown.Duration)
+		ks.HeldUntil, ks.HeldBecause = &until, why
 		d.because(why)
-		return false, time.Time{}
+		return until
 	}
-	if until := ks.SplitHeldUntil; until != nil {
-		d.because(fmt.Sprintf("split withdrawn after its clients' commands were refused; not split again before %s (the cooldown)", until.UTC().Format(time.RFC3339)))
-		return false, *until
+	if until := ks.HeldUntil; until != nil {
+		because := ks.HeldBecause
+		if because == "" { // held by a manager that did not keep why
+			because = "withdrawn after its clients' commands were refused"
+		}
+		d.because(fmt.Sprintf("%s; split and replicate not applied again before %s (the cooldown)", because, until.UTC().Format(time.RFC3339)))
+		return *until
 	}
-	return true, time.Time{}
+	return time.Time{}
+}
+
+// mayRefuse says whether a move that refuses some commands may be chosen
+// for a key whose clients sent fam, with d's reason when it may not: it
+// must serve every family, and not be held (held non-zero).
+func mayRefuse(t v1alpha1.MitigationType, fam routing.Families, held time.Time, d *KeyDecision) bool {
+	if !fits(t, fam) {
+		d.because(whyNot(t, fam))
+		return false
+	}
+	return held.IsZero()
 }
 
 // refrainScheduled settles a scheduled key's place after its schedule's

@@ -240,13 +240,13 @@ func TestHurtingSplitIsWithdrawnAndHeld(t *testing.T) {
 	// The refused commands stopped (the producers gave up): still held.
 	later := now.Add(cooldown / 2)
 	out, d := pass(later, strFams, nil)
-	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || !strings.Contains(d.Reason, "not split again before") {
+	if slices.Contains(d.Mitigations, v1alpha1.MitigationSplit) || !strings.Contains(d.Reason, "not applied again before") {
 		t.Fatalf("within the cooldown: %+v, want the split still held back", d)
 	}
 	if want := now.Add(cooldown); out.NextCheck.After(want) || out.NextCheck.IsZero() {
 		t.Errorf("next check %v, want by the hold's end %v", out.NextCheck, want)
 	}
-	if dur := state.Durable(); len(dur.Keys) != 1 || dur.Keys[0].SplitHeldUntil == nil {
+	if dur := state.Durable(); len(dur.Keys) != 1 || dur.Keys[0].HeldUntil == nil {
 		t.Errorf("the hold is not in the durable state: %+v (a new leader would split again at once)", dur)
 	}
 	_, d = pass(now.Add(cooldown), strFams, nil)

@@ -37,3 +37,32 @@ func TestViewOrsFamiliesAcrossNodes(t *testing.T) {
 		t.Fatalf("after b is forgotten: families %v, want %v", got, want)
 	}
 }
+
+// TestViewSumsRefusalsOfLatestSummaries: what decide sees of a key's
+// refusals is the sum of every fresh node's latest summary (each counts
+// its refusals since its previous one): a node's next summary without
+// refusals replaces its count, and a stale node's is left out.
+func TestViewSumsRefusalsOfLatestSummaries(t *testing.T) {
+	refused := func(n uint64) *agentlink.PolicySummary {
+		ps := psum(1, 0, agentlink.KeyRates{Key: "q", Writes: 100, RecentWrites: 100, Families: routing.FamOrdered})
+		if n > 0 {
+			ps.Refused = []agentlink.KeyCount{{Key: "q", Count: n}}
+		}
+		return ps
+	}
+	got := func(v *view, at time.Time) int64 { return v.snapshot(at, time.Minute, time.Minute).Keys["q"].Refused }
+	v := newView()
+	v.setExpected(t0, map[string]bool{"a": true, "b": true})
+	v.apply(t0, "a", 1, 1, refused(5))
+	v.apply(t0, "b", 1, 1, refused(7))
+	if n := got(v, t0); n != 12 {
+		t.Fatalf("refused %d, want 12", n)
+	}
+	v.apply(t0, "b", 1, 2, refused(0))
+	if n := got(v, t0); n != 5 {
+		t.Fatalf("after b's summary without refusals: %d, want 5", n)
+	}
+	if n := got(v, t0.Add(2*time.Minute)); n != 0 {
+		t.Fatalf("with every node stale: %d, want 0", n)
+	}
+}

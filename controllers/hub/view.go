@@ -66,6 +66,9 @@ type nodeState struct {
 	total        agentlink.Rates
 	keys         []agentlink.KeyRates
 	bigKeys      []agentlink.KeySize
+	// refused are the node's refusals because of a key's move since its
+	// previous summary (agentlink.PolicySummary.Refused).
+	refused []agentlink.KeyCount
 }
 
 type keySum struct {
@@ -101,7 +104,7 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentl
 	if old != nil && old.session == session && seq <= old.seq {
 		return
 	}
-	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys, bigKeys: ps.BigKeys}
+	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys, bigKeys: ps.BigKeys, refused: ps.Refused}
 	v.nodes[node] = n
 	if old == nil || old.directive != n.directive {
 		v.minDirOK = false
@@ -395,6 +398,13 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 		snap.Total.Writes += n.total.Writes
 		if t := n.lastSeen.Add(maxAge).Add(time.Nanosecond); snap.NextStale.IsZero() || t.Before(snap.NextStale) {
 			snap.NextStale = t
+		}
+		// Each fresh node's refusals of its last report interval, summed:
+		// what the manager rolls a move back by.
+		for _, kc := range n.refused {
+			o := snap.Keys[kc.Key]
+			o.Refused += int64(min(kc.Count, math.MaxInt64/2))
+			snap.Keys[kc.Key] = o
 		}
 		_ = node
 	}

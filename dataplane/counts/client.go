@@ -93,6 +93,9 @@ type entry struct {
 	size uint32
 	// fam are the families of the key's commands (ObserveFamilies).
 	fam routing.Families
+	// refused counts the key's commands refused because of its move
+	// (ObserveRefused).
+	refused uint32
 }
 
 type shard struct {
@@ -179,6 +182,18 @@ func (c *Client) Observe(policy, key string, reads, writes, bytes uint32) {
 func (c *Client) ObserveFamilies(policy, key string, f routing.Families) {
 	if s, e := c.entry(policy, key); e != nil {
 		e.fam |= f
+		s.mu.Unlock()
+	}
+}
+
+// ObserveRefused counts one command on key under policy that the sidecar
+// refused because of the key's move (a command the move cannot serve; not
+// one shed by the key's budget, not an error Redis itself would give): the
+// manager rolls back a move its clients' commands are refused under. It
+// never blocks on the network and does not retain key.
+func (c *Client) ObserveRefused(policy, key string) {
+	if s, e := c.entry(policy, key); e != nil {
+		e.refused = satAdd(e.refused, 1)
 		s.mu.Unlock()
 	}
 }
@@ -286,7 +301,7 @@ func (c *Client) encode(ents []entry) {
 		if !enc.Fits(e.key) {
 			c.send(enc)
 		}
-		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam)
+		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam, e.refused)
 	}
 }
 

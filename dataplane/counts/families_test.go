@@ -51,3 +51,48 @@ func BenchmarkObserveWithFamilies(b *testing.B) {
 		c.Observe("shop/checkout", key, 1, 0, 64)
 	})
 }
+
+// TestClientSendsRefusals: the commands refused because of a key's move
+// are counted over the interval and sent with the key's entry, and start
+// over in the next interval.
+func TestClientSendsRefusals(t *testing.T) {
+	pc := listen(t)
+	c, err := NewClient(pc.LocalAddr().String(), ClientOptions{FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	read := func() map[string]uint32 {
+		t.Helper()
+		buf := make([]byte, sidecarlink.MaxDatagram+1)
+		_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		l, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d sidecarlink.Decoder
+		b, err := d.Decode(buf[:l])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]uint32{}
+		for _, e := range b.Entries {
+			got[string(e.Key)] = e.Refused
+		}
+		return got
+	}
+	for range 3 {
+		c.Observe("ns/p", "q", 0, 1, 10)
+		c.ObserveRefused("ns/p", "q")
+	}
+	c.Observe("ns/p", "ok", 0, 1, 10)
+	c.Flush()
+	if got := read(); got["q"] != 3 || got["ok"] != 0 {
+		t.Errorf("refusals sent: %v, want q: 3, ok: 0", got)
+	}
+	c.Observe("ns/p", "q", 0, 1, 10)
+	c.Flush()
+	if got := read(); got["q"] != 0 {
+		t.Errorf("refusals sent in the next interval: %v, want none", got)
+	}
+}

@@ -121,6 +121,9 @@ func (s *session) bigRoute(args [][]byte) (bigAction, string) {
 		if size <= engineValueMax {
 			return bigHold, ""
 		}
+		if s.p.refusals != nil {
+			s.p.refusals.ObserveRefused(s.p.cfg.Policy, c.decision.Entry.Key)
+		}
 		return bigRefuse, "ERR heatsink: " + command.Upper(args[0]) + " with a value over " + mib(engineValueMax) +
 			" on a key mitigated by " + engine.MitigationName(c.decision.Entry) + " is not supported"
 	}

@@ -105,6 +105,26 @@ type FamilyObserver interface {
 	ObserveFamilies(policy, key string, f routing.Families)
 }
 
+// RefusalObserver is an Observer also told each command refused because
+// of its key's move (dataplane/counts.Client is): the manager rolls back a
+// move under which the key's clients' commands are refused.
+type RefusalObserver interface {
+	ObserveRefused(policy, key string)
+}
+
+// observeRefused reports a command the engine refused because of its key's
+// move (not one shed by the key's budget: shedding is what the policy
+// asked for) to the Observer, if it takes refusals, under the mitigated
+// key the decision names. It is called where the refusal is answered (a
+// command may be classified more than once: by the event loop, then by
+// the session it is handed to).
+func (p *Proxy) observeRefused(d engine.Decision) {
+	if p.refusals == nil || d.Op != engine.OpRefuse || d.Shed != "" || d.Entry == nil {
+		return
+	}
+	p.refusals.ObserveRefused(p.cfg.Policy, d.Entry.Key)
+}
+
 // observeFamilies reports the family of the command for each key it names
 // (command.Info.KeyFamilies) to the Observer, if it takes families.
 func (p *Proxy) observeFamilies(info command.Info, args [][]byte, inTx bool) {

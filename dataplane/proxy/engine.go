@@ -65,6 +65,7 @@ func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
 	}
 	if d.Op == engine.OpRefuse {
 		s.nLocal++
+		s.p.observeRefused(d)
 	} else {
 		s.nEng++
 	}

@@ -131,6 +131,8 @@ type Proxy struct {
 	// families is cfg.Observer if it takes command families, else nil:
 	// asserted once here rather than for every command.
 	families FamilyObserver
+	// refusals is the Observer as a RefusalObserver (nil if it is not).
+	refusals RefusalObserver
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -216,6 +218,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
 	p.families, _ = cfg.Observer.(FamilyObserver)
+	p.refusals, _ = cfg.Observer.(RefusalObserver)
 	p.fences.bound = p.m.orderBounds.Inc
 	if cfg.SharedConns == 0 {
 		cfg.SharedConns = 2

@@ -244,7 +244,8 @@ func (h *Hook) idle() bool { return len(h.e.Table().Entries) == 0 }
 //
 // It first reports the command's family for each key it names to the
 // observer, if it takes families, as the proxy does
-// (command.Info.KeyFamilies).
+// (command.Info.KeyFamilies), and then a refusal because of the key's
+// move (not a shed), if it takes refusals, as the proxy does too.
 func (h *Hook) classify(args [][]byte, inTx bool) engine.Decision {
 	if fo, ok := h.obs.(interface {
 		ObserveFamilies(policy, key string, f routing.Families)
@@ -256,6 +257,9 @@ func (h *Hook) classify(args [][]byte, inTx bool) engine.Decision {
 		}
 	}
 	d := h.e.Decide(args, inTx)
+	if ro, ok := h.obs.(interface{ ObserveRefused(policy, key string) }); ok && d.Op == engine.OpRefuse && d.Shed == "" && d.Entry != nil {
+		ro.ObserveRefused(h.policy, d.Entry.Key)
+	}
 	if d.Op == engine.OpRead {
 		// A cacheable read of another type than strings is answered
 		// with Redis' reply bytes (engine.Read), which go-redis' typed

@@ -40,7 +40,7 @@ func newNodeAgent(t *testing.T) *nodeAgent {
 
 func (d *nodeAgent) addr() string { return d.conn.LocalAddr().String() }
 
-type keyCounts struct{ Reads, Writes, Bytes uint32 }
+type keyCounts struct{ Reads, Writes, Bytes, Refused uint32 }
 
 // received reads every batch until none comes for 300 ms (the sender has
 // been flushed before) and sums them per "policy|key".
@@ -65,7 +65,7 @@ func (d *nodeAgent) received(t *testing.T) map[string]keyCounts {
 		for _, e := range b.Entries {
 			k := string(b.Policy) + "|" + string(e.Key)
 			c := out[k]
-			out[k] = keyCounts{c.Reads + e.Reads, c.Writes + e.Writes, c.Bytes + e.Bytes}
+			out[k] = keyCounts{c.Reads + e.Reads, c.Writes + e.Writes, c.Bytes + e.Bytes, c.Refused + e.Refused}
 		}
 	}
 }
@@ -93,8 +93,10 @@ func reportScript(ctx context.Context, c redis.UniversalClient) {
 		p.Get(ctx, "r:plain")
 		p.Incr(ctx, "r:counter")
 		p.Append(ctx, "r:plain", "!")
+		p.Append(ctx, "r:counter", "!") // refused: the split serves no APPEND
 		return nil
 	})
+	c.LPush(ctx, "r:counter", "x") // refused too
 	c.Ping(ctx)
 }
 
@@ -154,6 +156,9 @@ func TestHookReportsLikeTheSidecar(t *testing.T) {
 
 	if len(viaSidecar) == 0 {
 		t.Fatal("the sidecar reported nothing")
+	}
+	if n := viaSidecar[policy+"|r:counter"].Refused; n != 2 {
+		t.Errorf("the sidecar reported %d refusals of the split counter, want 2", n)
 	}
 	if diff := cmp.Diff(viaSidecar, viaHook); diff != "" {
 		t.Errorf("the node agent hears different accesses from the hook (-sidecar +hook):\n%s", diff)

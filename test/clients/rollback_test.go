@@ -1,0 +1,96 @@
+package clients
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+)
+
+// TestRefusedQueueSplitRolledBackAndHeld: a schedule forces a split on a
+// key that is a job queue (go-redis LPUSH + RPOP through a real sidecar,
+// node agent and manager, standalone Redis). The sidecar counts the LPUSH
+// it refuses because of the split and reports them per key (counts
+// datagram v4), the node agent passes them on (summary v4), and the
+// manager rolls the split back within a report interval or two, saying in
+// status how many were refused; the clients recover without a restart.
+// Then the queue's clients stop for longer than the detection window (no
+// family seen any more) and come back: the split is held until the
+// cooldown, so none of their LPUSH is refused again (before the hold
+// applied to scheduled keys, the schedule split the silent queue again).
+func TestRefusedQueueSplitRolledBackAndHeld(t *testing.T) {
+	up := upstreams(t)[0]
+	prefix := "rollback:"
+	s := startSidecar(t, up, "rollback-split", prefix)
+	queue := prefix + "queue:jobs"
+	ctx := context.Background()
+	cl := s.pod.f.cp.Client
+	p := &v1alpha1.HotKeyPolicy{}
+	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: s.pod.policy}, p); err != nil {
+		t.Fatal(err)
+	}
+	orig := p.DeepCopy()
+	start := metav1.NewTime(time.Now().Add(-time.Second))
+	p.Spec.Schedules = []v1alpha1.Schedule{{Name: "sale", Start: &start, Duration: metav1.Duration{Duration: time.Hour},
+		Keys: []string{queue}, Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}}
+	if err := cl.Patch(ctx, p, crclient.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
+	defer c.Close()
+	pace := time.NewTicker(100 * time.Millisecond)
+	defer pace.Stop()
+	var pushes, refused, okSince int
+	// round pushes and pops 10 jobs, counting the LPUSH refused.
+	round := func() {
+		<-pace.C
+		for i := range 10 {
+			pushes++
+			err := c.LPush(ctx, queue, i).Err()
+			if err == nil {
+				okSince++
+				_ = c.RPop(ctx, queue).Err()
+				continue
+			}
+			if !strings.Contains(err.Error(), "mitigated by split") {
+				t.Fatalf("LPUSH: %v", err)
+			}
+			refused++
+			okSince = 0
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	var why string
+	for refused == 0 || okSince < 300 || !strings.Contains(why, "refused because of it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d LPUSH (%d refused, %d served since): status %q", pushes, refused, okSince, why)
+		}
+		round()
+		why = statusReason(t, s, queue)
+	}
+	t.Logf("the forced split refused %d of %d LPUSH, then rolled back: %q", refused, pushes, why)
+
+	// The clients stop for longer than the window and its fade (the node
+	// agent keeps a key's families for one to two 2-s windows), then come
+	// back for 3 s: none of their commands is refused.
+	before := refused
+	quiet := time.NewTimer(6 * time.Second)
+	<-quiet.C
+	for range 30 {
+		round()
+	}
+	if n := refused - before; n != 0 {
+		t.Errorf("the queue's clients came back within the cooldown: %d of 300 LPUSH refused, want none (the split must be held)", n)
+	}
+	if tbl := s.pod.table(t); tbl != nil {
+		if e := tbl.Lookup(queue); e != nil && e.Split != nil && e.Split.Generations[len(e.Split.Generations)-1].Shards > 0 {
+			t.Errorf("the queue is split again within the cooldown: %+v", e.Split)
+		}
+	}
+}
