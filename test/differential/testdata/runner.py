@@ -31,6 +31,9 @@ def norm(v):
         return "s:" + (v.decode() if isinstance(v, bytes) else v)
     if isinstance(v, dict):
         return "m:{" + ",".join(sorted("%s=%s" % (norm(k), norm(x)) for k, x in v.items())) + "}"
+    if isinstance(v, (set, frozenset)):
+        # SMEMBERS: a Python set, whose order is the process's own.
+        return "a:[" + ",".join(sorted(norm(x) for x in v)) + "]"
     if isinstance(v, (list, tuple)):
         return "a:[" + ",".join(norm(x) for x in v) + "]"
     return "s:%r" % (v,)
