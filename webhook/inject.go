@@ -342,7 +342,7 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 
 // SidecarVersionLabel is the version of the sidecar injected into a pod
 // (its image's tag): the pods still running an older sidecar after an
-// upgrade are `kubectl get pods -l 'heatsink.dev/sidecar-version!=0.2.0'`,
+// upgrade are `kubectl get pods -l 'heatsink.dev/sidecar-version!=NEW'`,
 // and `heatsink top` counts them. Not app.kubernetes.io/version: that
 // label is the application's own version, on the same pod.
 const SidecarVersionLabel = "heatsink.dev/sidecar-version"

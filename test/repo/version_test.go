@@ -26,7 +26,7 @@ var versionRules = []struct {
 	{regexp.MustCompile(`newTag: *"?(v?[0-9][^\s"]*)`), "semver", "kustomize image tag"},
 	{regexp.MustCompile(`targetRevision: *"?(v?[0-9][^\s"]*)`), "tag", "Argo CD revision"},
 	{regexp.MustCompile(`ref: *\{ *tag: *"?(v?[0-9][^\s",}]*)`), "tag", "Flux git tag"},
-	{regexp.MustCompile(`oci://\S*heatsink\S* --version (v?[0-9][^\s]*)`), "semver", "chart version"},
+	{regexp.MustCompile("oci://\\S*heatsink\\S* --version (v?[0-9][^\\s`'\")]*)"), "semver", "chart version"},
 	{regexp.MustCompile(`heatsink-dev/heatsink/(?:tree|blob)/(v?[0-9][^/\s]*)`), "tag", "link to the release's tree"},
 	{regexp.MustCompile(`sidecar-version!=(v?[0-9][^\s,'"]*)`), "semver", "sidecar version selector"},
 	{regexp.MustCompile(`heatsink/internal/version\.Version=(v?[0-9][^\s"]*)`), "tag", "stamped version"},
