@@ -62,7 +62,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	setReadyCondition(st, gen, p.spec.Mode, p.pub)
 	setMitigatingCondition(st, gen, p.spec.Mode, &p.out)
 	setDegradedCondition(st, gen, p.act, p.schedErrs)
-	setTargetAllowedCondition(st, gen)
+	clearTargetAllowedCondition(st)
 	setKstatusConditions(st, gen, p.pub.draining)
 	return st
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,10 +62,13 @@ func (r *HotKeyPolicyReconciler) targetRefused(ctx context.Context, policy *v1al
 	return reconcile.Result{RequeueAfter: refusedRecheck}, nil
 }
 
-// setTargetAllowedCondition: True once the target passed the check (a pass
-// that reaches buildStatus passed it).
-func setTargetAllowedCondition(st *v1alpha1.HotKeyPolicyStatus, gen int64) {
-	setCondition(st, gen, v1alpha1.ConditionTargetAllowed, metav1.ConditionTrue, v1alpha1.ReasonTargetAllowed, "the policy's namespace may use its target")
+// clearTargetAllowedCondition: a pass that reaches buildStatus passed the
+// target check, so a TargetAllowed False left by an earlier refusal goes.
+// The condition is shown only while the target is refused (absent means
+// allowed), so that a policy that never was refused carries no extra
+// condition.
+func clearTargetAllowedCondition(st *v1alpha1.HotKeyPolicyStatus) {
+	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionTargetAllowed)
 }
 
 // targetIndex indexes policies by the ClusterRedisTarget they name.

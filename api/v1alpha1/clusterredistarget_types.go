@@ -138,12 +138,10 @@ type ServiceTargetReference struct {
 
 // Condition type and reasons of a policy's target check.
 const (
-	// ConditionTargetAllowed is True when the policy's target passed the
-	// manager's check at the last reconcile, False (and the manager does
-	// not connect) when it did not.
+	// ConditionTargetAllowed is False while the policy's target fails the
+	// manager's check (and the manager does not connect); it is removed
+	// once the target passes: absent means allowed.
 	ConditionTargetAllowed = "TargetAllowed"
-	// ReasonTargetAllowed: the target is allowed.
-	ReasonTargetAllowed = "TargetAllowed"
 	// ReasonTargetNotAllowed: the target is not allowed for the policy's
 	// namespace (the message names the rule).
 	ReasonTargetNotAllowed = "TargetNotAllowed"

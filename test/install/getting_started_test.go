@@ -92,9 +92,12 @@ func TestGettingStartedAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	createApplication(t, l)
-	// Its Redis' Service, which the page's policy names (serviceRef).
+	// Its Redis' Service, which the page's policy names (serviceRef):
+	// headless and without EndpointSlices here (no controller makes them),
+	// so the capture's scope is the name the test's agent resolves, as
+	// before the Service existed.
 	redisSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "redis"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "redis"}, Ports: []corev1.ServicePort{{Port: 6379}}}}
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "redis"}, Ports: []corev1.ServicePort{{Port: 6379}}}}
 	if err := l.cp.Client.Create(ctx, redisSvc); err != nil {
 		t.Fatal(err)
 	}

@@ -201,11 +201,13 @@ func TestManagerSecretAccess(t *testing.T) {
 }
 
 // TestManagerCaptureAccess checks the manager's rights on Services and
-// EndpointSlices, which only the capture's endpoints need (a manager with
-// --capture-pods watches them in every namespace, docs/capture.md): get,
-// list and watch with nodeAgent.capture.enabled, in every namespace, and
-// nothing else; none without the capture, nor with the capture asked for
-// but no node agent (the chart then does not pass --capture-pods).
+// EndpointSlices: EndpointSlices only the capture's endpoints need (a
+// manager with --capture-pods watches them in every namespace,
+// docs/capture.md): get, list and watch with nodeAgent.capture.enabled, in
+// every namespace, and nothing else; none without the capture, nor with the
+// capture asked for but no node agent (the chart then does not pass
+// --capture-pods). Services are read (never written) in every case: a
+// policy's spec.target.serviceRef names one.
 func TestManagerCaptureAccess(t *testing.T) {
 	tl := findTools(t)
 	for name, tc := range map[string]struct {
@@ -225,7 +227,9 @@ func TestManagerCaptureAccess(t *testing.T) {
 				for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
 					for _, where := range []string{"shop", ""} {
 						got := can(t, cp, sa, groups, authorizationv1.ResourceAttributes{Namespace: where, Verb: verb, Group: res.group, Resource: res.resource})
-						want := tc.read && (verb == "get" || verb == "list" || verb == "watch")
+						// Services are read without the capture too
+						// (spec.target.serviceRef).
+						want := (tc.read || res.resource == "services") && (verb == "get" || verb == "list" || verb == "watch")
 						if got != want {
 							t.Errorf("%s %s in namespace %q: allowed %v, want %v", verb, res.resource, where, got, want)
 						}

@@ -242,7 +242,19 @@ func TestTenantReachesOnlyAllowedRedis(t *testing.T) {
 	if c.Reason != v1alpha1.ReasonTargetNotAllowed || !strings.Contains(c.Message, `ClusterRedisTarget "moving" does not allow namespace "team-a"`) || !strings.Contains(c.Message, "rule "+targets.RuleAllowedNamespaces) {
 		t.Errorf("TargetAllowed of the revoked policy: %+v", c)
 	}
-	condition("catalogue", metav1.ConditionTrue)
+	// The allowed policy: reconciled (Ready True), no TargetAllowed False.
+	if err := eventually.Poll(ctx, 30*time.Second, func() error {
+		p := &v1alpha1.HotKeyPolicy{}
+		if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "catalogue"}, p); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue || targetAllowed(p) != nil {
+			return fmt.Errorf("policy catalogue: Ready %+v, TargetAllowed %+v", c, targetAllowed(p))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// The allowed policy's Redis saw the manager (so the count below can
 	// move), team-b's never did.
 	if err := eventually.Poll(ctx, 30*time.Second, func() error {
