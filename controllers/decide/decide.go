@@ -337,9 +337,11 @@ type splitPlan struct {
 func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 	var plan splitPlan
 	desired := make(map[string]int32)
+	members := make(map[string]bool)
 	for key, e := range entries {
 		if e.Split != nil {
 			desired[key] = e.Split.Generations[0].Shards
+			members[key] = e.Split.Members
 		}
 	}
 	var current map[string]*routing.Entry
@@ -361,10 +363,18 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 	epochMillis := in.Spec.Mitigations.Split.Epoch.Milliseconds()
 	for key := range splitKeys {
 		var gens []routing.Generation
+		want, byMember := desired[key], members[key]
 		if c := current[key]; c != nil && c.Split != nil {
 			gens = c.Split.Generations
+			if c.Split.Members != byMember {
+				// The layouts of a counter and of a hash split by field
+				// cannot be mixed: the split in force is unsplit and
+				// folded first, and the other kind follows once its
+				// generations are gone.
+				want, byMember = 0, c.Split.Members
+			}
 		}
-		gens, folds, next := planGenerations(in.Now, epochMillis, in.Margin, key, gens, desired[key])
+		gens, folds, next := planGenerations(in.Now, epochMillis, in.Margin, key, gens, want)
 		plan.folds = append(plan.folds, folds...)
 		plan.next = earliestNZ(plan.next, next)
 		e := entries[key]
@@ -383,7 +393,10 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 			}
 			entries[key] = e
 		}
-		e.Split = &routing.Split{Generations: gens}
+		e.Split = &routing.Split{Generations: gens, Members: byMember}
+		if byMember {
+			e.PreAggregate = nil
+		}
 	}
 	return plan
 }
@@ -553,10 +566,10 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 				ks.ShrinkSince = nil
 			}
 		}
-		e.Split = &routing.Split{Generations: []routing.Generation{{Shards: n}}}
+		e.Split = &routing.Split{Generations: []routing.Generation{{Shards: n}}, Members: splitByMember(fam)}
 		d.Shards = n
 		d.Mitigations = append(d.Mitigations, v1alpha1.MitigationSplit)
-		if m.PreAggregate.IsEnabled() {
+		if m.PreAggregate.IsEnabled() && !e.Split.Members { // it sums string increments
 			e.PreAggregate = &routing.PreAggregate{FlushMillis: m.PreAggregate.FlushInterval.Milliseconds()}
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationPreAggregate)
 		}
@@ -635,7 +648,7 @@ func mergeScheduled(spec *v1alpha1.HotKeyPolicySpec, entries map[string]*routing
 	}
 	if m.Split != nil && spec.Mitigations.Split.IsEnabled() && !refuses(v1alpha1.MitigationSplit) {
 		if e.Split == nil || e.Split.Generations[0].Shards < m.Split.Shards {
-			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}}
+			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}, Members: splitByMember(o.Families)}
 			d.Shards = m.Split.Shards
 		}
 		add(v1alpha1.MitigationSplit)
@@ -755,7 +768,7 @@ func Prune(now time.Time, epochMillis int64, entries []routing.Entry, folded map
 			if len(gens) == 0 {
 				en.Split, en.PreAggregate = nil, nil
 			} else {
-				en.Split = &routing.Split{Generations: gens}
+				en.Split = &routing.Split{Generations: gens, Members: en.Split.Members}
 			}
 		}
 		if hasMitigation(&en) {

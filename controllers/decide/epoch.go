@@ -138,7 +138,7 @@ func Rescale(t *routing.Table, epochMillis int64) *routing.Table {
 				}
 				gens[j] = routing.Generation{FromEpoch: from, Shards: g.Shards}
 			}
-			e.Split = &routing.Split{Generations: gens}
+			e.Split = &routing.Split{Generations: gens, Members: e.Split.Members}
 		}
 		out.Entries[i] = e
 	}

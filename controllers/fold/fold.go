@@ -201,9 +201,15 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 	case err != nil:
 		return false, fmt.Errorf("fold: read ledger: %w", err)
 	default:
-		if err := f.finish(ctx, ledger, shard, rec, res); err != nil {
+		if err := f.finishAny(ctx, ledger, shard, rec, res); err != nil {
 			return false, err
 		}
+	}
+	if hash, err := f.isHash(ctx, shard); err != nil || hash {
+		if err != nil {
+			return false, err
+		}
+		return f.memberShard(ctx, key, shard, res)
 	}
 	for range f.opts.Rounds {
 		if err := f.fault(StepRead); err != nil {
@@ -225,7 +231,7 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 		}
 		// rec is ours, or a move another folder left pending: finish it
 		// either way, then read the shard again.
-		if err := f.finish(ctx, ledger, shard, rec, res); err != nil {
+		if err := f.finishAny(ctx, ledger, shard, rec, res); err != nil {
 			return false, err
 		}
 	}
