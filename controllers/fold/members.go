@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -34,9 +32,9 @@ import (
 // late HINCRBY after the read stays in S (the debit subtracts only v) and
 // is folded in a later round. A shard is folded when it holds no field.
 //
-// The fold reads the shard's type to tell a member shard (a hash) from a
-// counter shard (a string): the routing table's Split.Members need not be
-// passed to it, and a pending record says which it is by its "h" prefix.
+// Folder.Split folds a generation as the table's split says; a pending
+// record says which kind of move it is by its "h" prefix, so a folder
+// resumes either.
 
 // creditMember is step 2 for one field. KEYS: K, ledger, seq key of S.
 // ARGV: S, v, field.
@@ -161,13 +159,4 @@ func (f *Folder) finishAny(ctx context.Context, ledger, shard, rec string, res *
 		return f.finishMember(ctx, ledger, shard, rec, res)
 	}
 	return f.finish(ctx, ledger, shard, rec, res)
-}
-
-// isHash reports whether shard is a hash (a member shard).
-func (f *Folder) isHash(ctx context.Context, shard string) (bool, error) {
-	t, err := f.client.Type(ctx, shard).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("fold: type of shard: %w", err)
-	}
-	return t == "hash", nil
 }

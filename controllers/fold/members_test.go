@@ -17,30 +17,7 @@ import (
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
-// memberTotals sums every field over the base key and every shard of gens,
-// read directly.
-func memberTotals(t *testing.T, ctx context.Context, c redis.UniversalClient, key string, gens []routing.Generation) map[string]int64 {
-	t.Helper()
-	keys := []string{key}
-	for _, g := range gens {
-		keys = append(keys, routing.ShardKeys(key, g)...)
-	}
-	out := map[string]int64{}
-	for _, k := range keys {
-		m, err := c.HGetAll(ctx, k).Result()
-		if err != nil {
-			t.Fatalf("hgetall: %v", err)
-		}
-		for f, v := range m {
-			var n int64
-			if _, err := fmt.Sscan(v, &n); err != nil {
-				t.Fatalf("%s holds %q", f, v)
-			}
-			out[f] += n
-		}
-	}
-	return out
-}
+var memberSplit = &routing.Split{Members: true}
 
 // TestMemberFoldKilledAtEachStep leaves the fold of a member split's
 // shards (hashes of increments) dead before each step, then lets a fresh
@@ -74,10 +51,10 @@ func TestMemberFoldKilledAtEachStep(t *testing.T) {
 				}
 				return nil
 			}})
-			if _, err := dying.Generation(ctx, key, gen); !errors.Is(err, errKilled) {
+			if _, err := dying.Split(ctx, key, memberSplit, gen); !errors.Is(err, errKilled) {
 				t.Fatalf("dying fold: err = %v, want killed", err)
 			}
-			res, err := New(c, Options{Rounds: 5}).Generation(ctx, key, gen)
+			res, err := New(c, Options{Rounds: 5}).Split(ctx, key, memberSplit, gen)
 			if err != nil || !res.Done {
 				t.Fatalf("fresh fold: %+v, %v", res, err)
 			}
@@ -164,13 +141,13 @@ func TestHashCounterSplitExactAcrossEpochs(t *testing.T) {
 			}
 			folder := New(tg.admin, Options{})
 			fold := func(g routing.Generation) {
-				res, err := folder.Generation(ctx, k, g)
+				res, err := folder.Split(ctx, k, memberSplit, g)
 				if err != nil {
 					t.Fatalf("fold %+v: %v", g, err)
 				}
 				if !res.Done {
 					// Late increments: one more pass, as the manager's next one.
-					if res, err = folder.Generation(ctx, k, g); err != nil || !res.Done {
+					if res, err = folder.Split(ctx, k, memberSplit, g); err != nil || !res.Done {
 						t.Fatalf("fold %+v again: %+v, %v", g, res, err)
 					}
 				}
