@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -343,7 +344,7 @@ func (e *Engine) hmgetRaw(ctx context.Context, key string, fields []string) ([]s
 
 // HGetAll returns a member-split hash's fields and values, merged over
 // every place (the base key and every shard of every listed generation),
-// in the order a field was first met.
+// fields in byte order.
 func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string, err error) {
 	p := e.plan(key)
 	keys := []string{key}
@@ -373,6 +374,10 @@ func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string
 			got[f] = append(got[f], v)
 		}
 	}
+	// Sorted: Redis' own order is unspecified but the same for HKEYS,
+	// HVALS and HGETALL of an unchanged hash, which two reads of the
+	// places' maps (unordered) would not be.
+	slices.Sort(fields)
 	vals = make([]string, len(fields))
 	for i, f := range fields {
 		if vals[i], _, err = memberValue(got[f]); err != nil {
