@@ -290,14 +290,14 @@ func (e *Engine) HMGet(ctx context.Context, key string, fields []string) (vals [
 	if p == nil || p.entry.Split == nil || !p.entry.Split.Members {
 		return e.hmgetRaw(ctx, key, fields)
 	}
-	// Fields share a place per generation only by chance: read every
-	// field from every place it may be in (one pipeline per field).
+	// Each field has its own places: read every field from every place
+	// it may be in, all in one pipeline.
 	vals = make([]string, len(fields))
 	present = make([]bool, len(fields))
-	type pending struct {
+	type places struct {
 		cmds []*redis.StringCmd
 	}
-	per := make([]pending, len(fields))
+	per := make([]places, len(fields))
 	_, perr := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, f := range fields {
 			for _, k := range memberPlaces(p, f) {
