@@ -122,7 +122,7 @@ func (p *redisPass) fold(ctx context.Context, spec *v1alpha1.HotKeyPolicySpec, o
 		if !ok {
 			continue
 		}
-		fr, err := folder.Generation(ctx, ref.Key, g)
+		fr, err := folder.Split(ctx, ref.Key, (&routing.Table{Entries: out.Entries}).Lookup(ref.Key).Split, g)
 		m.foldMoves.Add(float64(fr.Moves))
 		if err != nil {
 			m.folds.WithLabelValues("error").Inc()

@@ -22,7 +22,7 @@ import (
 // manager's Redis user, the key patterns first (app:* stands for the
 // policy's keys.include patterns).
 var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+pexpiretime", "+pexpireat", "+hget", "+eval", "+evalsha",
-	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+memory|usage", "+cluster|slots"}
+	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+hgetall", "+memory|usage", "+cluster|slots"}
 
 // TestManagerACL: a Redis user with exactly managerACL folds a split
 // generation, retires it, fills replicas and measures a big key (MEMORY
@@ -136,6 +136,19 @@ func managerPassAs(t *testing.T, target v1alpha1.RedisTarget) func(rules []strin
 		}
 		if err := f.Retire(ctx, key, gen, fold.RetiredTTL); err != nil {
 			return err
+		}
+		// A hash of counters split by field: its shards are read whole
+		// (HGETALL) and folded field by field.
+		hkey := fmt.Sprintf("app:stats:%d", n)
+		for i, s := range routing.ShardKeys(hkey, gen) {
+			admin.HIncrBy(ctx, s, fmt.Sprintf("f%d", i), 3)
+		}
+		res, err = f.Split(ctx, hkey, &routing.Split{Members: true}, gen)
+		if err != nil {
+			return err
+		}
+		if !res.Done || res.Moved != 6 {
+			t.Fatalf("member fold as %s: %+v", user, res)
 		}
 		if err := fillReplicas(ctx, cl, decide.Fill{Key: page, Replicas: 3, TTL: time.Minute}); err != nil {
 			return err

@@ -50,12 +50,18 @@ const (
 	// node agent of an older version) counted the key: what its clients
 	// send is unknown, so only moves that refuse nothing are safe.
 	FamUnknown
+	// FamHashOther: the hash commands a member split cannot serve exactly
+	// (HINCRBYFLOAT, whose sum over shards rounds differently from one
+	// key's; HRANDFIELD, HSCAN; the field-expiry reads), apart from
+	// FamHashRead and FamHashCounter so that a key whose clients send only
+	// those can be split by member.
+	FamHashOther
 
 	famEnd
 )
 
 // FamilyBits is the count of family bits: FamAll is 1<<FamilyBits - 1.
-const FamilyBits = 17
+const FamilyBits = 18
 
 // FamAll is every family.
 const FamAll = famEnd - 1
@@ -75,12 +81,21 @@ const (
 	// other string writes, transactions and the multi-key commands of
 	// sorted sets, sets and lists (ZUNION, SMOVE, LMOVE...) are refused.
 	ServedReplicate = FamStringRead | FamStringWrite | FamCounter | FamKey |
-		FamHashRead | FamHashWrite | FamHashCounter | FamSetRead
+		FamHashRead | FamHashWrite | FamHashCounter | FamHashOther | FamSetRead
 	// ServedCounter: split and pre-aggregate spread a string counter over
 	// shards: only the string commands the engine implements exactly, and
 	// the expiry commands (every shard carries the key's expiry), so that
 	// a rate limiter's INCR + EXPIRE can be split.
 	ServedCounter = FamStringRead | FamStringWrite | FamCounter | FamKey | FamTTL
+	// ServedMembers: a member split (Split.Members) spreads a hash of
+	// counters over shards by field: HINCRBY goes to its field's shard and
+	// every value is the sum of its places (docs/engine.md, Member split),
+	// which is exact only while nothing but HINCRBY writes the fields. So
+	// it serves the hash reads (point reads of one field's places, merged
+	// whole-hash reads) and HINCRBY, and refuses every other write: plain
+	// HSET/HDEL (FamHashWrite), DEL and the expiry commands could not be
+	// folded exactly.
+	ServedMembers = FamHashRead | FamHashCounter
 )
 
 // RelievedReads are the families whose reads the read moves (coalesce,
@@ -100,6 +115,8 @@ func ServedBy(e *Entry) Families {
 	switch {
 	case e == nil:
 		return ServedRaw
+	case e.Split != nil && e.Split.Members:
+		return ServedMembers
 	case e.Split != nil || e.PreAggregate != nil:
 		return ServedCounter
 	case e.Replicate != nil:
@@ -125,6 +142,7 @@ var familyNames = [...]string{
 	"hash-read", "hash-write", "hash-counter",
 	"set-read", "set-write", "zset-read", "zset-write",
 	"list/stream", "script", "ttl", "other", "multi", "unknown",
+	"hash-other",
 }
 
 // Names lists f's families by name, in bit order.

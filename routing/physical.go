@@ -80,3 +80,18 @@ func physical(key, kind string, gen int64, i, n int) string {
 func SameSlotKey(key, suffix string) string {
 	return "{" + slotTag(int(Slot(key))) + "}hs:aux:" + suffix + ":" + key
 }
+
+// MemberShard is the shard (0 <= i < n) that holds member (a hash field)
+// of a member split of n shards: every process places a member alike, so
+// a member's writes in one generation all reach one shard, and a point
+// read touches one shard per generation. FNV-1a, not the slot hash, so
+// that members spread over shards independently of how the shards spread
+// over slots.
+func MemberShard(member string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(member); i++ {
+		h ^= uint32(member[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}

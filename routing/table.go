@@ -228,6 +228,14 @@ type Replicate struct {
 type Split struct {
 	// Generations sorted by FromEpoch ascending, at least one.
 	Generations []Generation `json:"generations"`
+	// Members: the key is a hash of counters split by field, not a string
+	// counter: a field's HINCRBY goes to shard MemberShard(field, n) of
+	// the write generation, and a field's value is the sum of its places
+	// (the base key and that field's shard in every listed generation).
+	// A reader that predates it treats the key as a split string counter
+	// and refuses the hash commands: nothing is written wrong, and the
+	// manager withdraws a move its clients' commands are refused under.
+	Members bool `json:"members,omitempty"`
 }
 
 // Generation is one shard layout.
@@ -333,6 +341,9 @@ func (t *Table) Validate() error {
 		}
 		if e.PreAggregate != nil && (e.PreAggregate.FlushMillis <= 0 || e.Split == nil) {
 			return fmt.Errorf("routing table: %q: preAggregate needs flushMillis > 0 and a split", e.Key)
+		}
+		if e.PreAggregate != nil && e.Split.Members {
+			return fmt.Errorf("routing table: %q: preAggregate sums string increments; a member split takes none", e.Key)
 		}
 	}
 	return nil

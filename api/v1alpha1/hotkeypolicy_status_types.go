@@ -114,7 +114,7 @@ type HotKeyStatus struct {
 	// the window (see HotKeyReport's candidates): the moves chosen serve
 	// every one.
 	// +optional
-	// +kubebuilder:validation:MaxItems=17
+	// +kubebuilder:validation:MaxItems=18
 	// +kubebuilder:validation:items:MaxLength=16
 	Families []string `json:"families,omitempty"`
 	// reason says why a move the key's heat asked for was not chosen

@@ -105,12 +105,12 @@ type Candidate struct {
 	Exact bool `json:"exact,omitempty"`
 	// families are the families of the commands the key's clients sent in
 	// the window (string-read, string-write, counter, key, hash-read,
-	// hash-write, hash-counter, set-read, set-write, zset-read, zset-write,
-	// list/stream, script, ttl, other, multi; unknown when a sidecar or
+	// hash-write, hash-counter, hash-other, set-read, set-write, zset-read,
+	// zset-write, list/stream, script, ttl, other, multi; unknown when a sidecar or
 	// node agent of an older version counted the key): what the manager
 	// chooses the key's moves by (docs/manager.md, "Command families").
 	// +optional
-	// +kubebuilder:validation:MaxItems=17
+	// +kubebuilder:validation:MaxItems=18
 	// +kubebuilder:validation:items:MaxLength=16
 	Families []string `json:"families,omitempty"`
 	// mitigations are the moves applied to the key, cheapest first.

@@ -358,9 +358,11 @@ type splitPlan struct {
 func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 	var plan splitPlan
 	desired := make(map[string]int32)
+	members := make(map[string]bool)
 	for key, e := range entries {
 		if e.Split != nil {
 			desired[key] = e.Split.Generations[0].Shards
+			members[key] = e.Split.Members
 		}
 	}
 	var current map[string]*routing.Entry
@@ -382,10 +384,18 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 	epochMillis := in.Spec.Mitigations.Split.Epoch.Milliseconds()
 	for key := range splitKeys {
 		var gens []routing.Generation
+		want, byMember := desired[key], members[key]
 		if c := current[key]; c != nil && c.Split != nil {
 			gens = c.Split.Generations
+			if c.Split.Members != byMember {
+				// The layouts of a counter and of a hash split by field
+				// cannot be mixed: the split in force is unsplit and
+				// folded first, and the other kind follows once its
+				// generations are gone.
+				want, byMember = 0, c.Split.Members
+			}
 		}
-		gens, folds, next := planGenerations(in.Now, epochMillis, in.Margin, key, gens, desired[key])
+		gens, folds, next := planGenerations(in.Now, epochMillis, in.Margin, key, gens, want)
 		plan.folds = append(plan.folds, folds...)
 		plan.next = earliestNZ(plan.next, next)
 		e := entries[key]
@@ -404,7 +414,10 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 			}
 			entries[key] = e
 		}
-		e.Split = &routing.Split{Generations: gens}
+		e.Split = &routing.Split{Generations: gens, Members: byMember}
+		if byMember {
+			e.PreAggregate = nil
+		}
 	}
 	return plan
 }
@@ -578,12 +591,15 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 				ks.ShrinkSince = nil
 			}
 		}
-		e.Split = &routing.Split{Generations: []routing.Generation{{Shards: n}}}
+		e.Split = &routing.Split{Generations: []routing.Generation{{Shards: n}}, Members: splitByMember(fam)}
 		d.Shards = n
 		d.Mitigations = append(d.Mitigations, v1alpha1.MitigationSplit)
-		if m.PreAggregate.IsEnabled() {
+		if m.PreAggregate.IsEnabled() && !e.Split.Members { // it sums string increments
 			e.PreAggregate = &routing.PreAggregate{FlushMillis: m.PreAggregate.FlushInterval.Milliseconds()}
 			d.Mitigations = append(d.Mitigations, v1alpha1.MitigationPreAggregate)
+		}
+		if e.Split.Members {
+			dropReadMoves(e, d)
 		}
 	}
 	if !ks.WriteHot {
@@ -667,7 +683,7 @@ func mergeScheduled(now time.Time, spec *v1alpha1.HotKeyPolicySpec, entries map[
 	}
 	if m.Split != nil && spec.Mitigations.Split.IsEnabled() && !refuses(v1alpha1.MitigationSplit) {
 		if e.Split == nil || e.Split.Generations[0].Shards < m.Split.Shards {
-			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}}
+			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}, Members: splitByMember(o.Families)}
 			d.Shards = m.Split.Shards
 		}
 		add(v1alpha1.MitigationSplit)
@@ -768,39 +784,6 @@ func earliestNZ(ts ...time.Time) time.Time {
 	for _, t := range ts {
 		if !t.IsZero() {
 			out = earliest(out, t)
-		}
-	}
-	return out
-}
-
-// Prune removes folded generations (every shard read 0 after the grace
-// period) from entries, drops a split reduced to a lone unsplit generation
-// and an entry left with no mitigation. It returns a new slice.
-func Prune(now time.Time, epochMillis int64, entries []routing.Entry, folded map[GenRef]bool) []routing.Entry {
-	if len(folded) == 0 {
-		return entries
-	}
-	e := routing.EpochAt(now, epochMillis)
-	out := make([]routing.Entry, 0, len(entries))
-	for _, en := range entries {
-		if en.Split != nil {
-			var gens []routing.Generation
-			for _, g := range en.Split.Generations {
-				if !folded[GenRef{Key: en.Key, FromEpoch: g.FromEpoch}] {
-					gens = append(gens, g)
-				}
-			}
-			if len(gens) == 1 && gens[0].Shards == 0 && gens[0].FromEpoch <= e {
-				gens = nil
-			}
-			if len(gens) == 0 {
-				en.Split, en.PreAggregate = nil, nil
-			} else {
-				en.Split = &routing.Split{Generations: gens}
-			}
-		}
-		if hasMitigation(&en) {
-			out = append(out, en)
 		}
 	}
 	return out

@@ -138,9 +138,42 @@ func Rescale(t *routing.Table, epochMillis int64) *routing.Table {
 				}
 				gens[j] = routing.Generation{FromEpoch: from, Shards: g.Shards}
 			}
-			e.Split = &routing.Split{Generations: gens}
+			e.Split = &routing.Split{Generations: gens, Members: e.Split.Members}
 		}
 		out.Entries[i] = e
 	}
 	return &out
+}
+
+// Prune removes folded generations (every shard read 0 after the grace
+// period) from entries, drops a split reduced to a lone unsplit generation
+// and an entry left with no mitigation. It returns a new slice.
+func Prune(now time.Time, epochMillis int64, entries []routing.Entry, folded map[GenRef]bool) []routing.Entry {
+	if len(folded) == 0 {
+		return entries
+	}
+	e := routing.EpochAt(now, epochMillis)
+	out := make([]routing.Entry, 0, len(entries))
+	for _, en := range entries {
+		if en.Split != nil {
+			var gens []routing.Generation
+			for _, g := range en.Split.Generations {
+				if !folded[GenRef{Key: en.Key, FromEpoch: g.FromEpoch}] {
+					gens = append(gens, g)
+				}
+			}
+			if len(gens) == 1 && gens[0].Shards == 0 && gens[0].FromEpoch <= e {
+				gens = nil
+			}
+			if len(gens) == 0 {
+				en.Split, en.PreAggregate = nil, nil
+			} else {
+				en.Split = &routing.Split{Generations: gens, Members: en.Split.Members}
+			}
+		}
+		if hasMitigation(&en) {
+			out = append(out, en)
+		}
+	}
+	return out
 }

@@ -11,17 +11,51 @@ import (
 )
 
 // servedBy is the families the data plane serves on a key mitigated by t
-// (routing's served sets, which dataplane/engine's Classify is tested
-// against command by command).
-func servedBy(t v1alpha1.MitigationType) routing.Families {
+// whose clients send fam (routing's served sets, which dataplane/engine's
+// Classify is tested against command by command): split spreads a string
+// counter, or a hash of counters by field when fam says the key is one
+// (splitByMember).
+func servedBy(t v1alpha1.MitigationType, fam routing.Families) routing.Families {
 	switch t {
 	case v1alpha1.MitigationReplicate:
 		return routing.ServedReplicate
-	case v1alpha1.MitigationSplit, v1alpha1.MitigationPreAggregate:
+	case v1alpha1.MitigationSplit:
+		return routing.ServedBy(&routing.Entry{Split: &routing.Split{Members: splitByMember(fam)}})
+	case v1alpha1.MitigationPreAggregate:
 		return routing.ServedCounter
 	}
 	return routing.ServedRaw
 }
+
+// splitByMember reports whether a key whose clients send fam is split by
+// field (routing.Split.Members) rather than as a string counter: its
+// clients send hash commands (fits then asks whether a member split
+// serves them all, and whyNot names those it would refuse).
+func splitByMember(fam routing.Families) bool {
+	return fam.Known() && fam&hashFamilies != 0
+}
+
+// dropReadMoves takes the read moves off a key split by field: the engine
+// serves every read of such a key from its places (engine.ServeHash), never
+// from a cache or replica of the base key, so a read move in its entry
+// would be shown and never applied.
+func dropReadMoves(e *routing.Entry, d *KeyDecision) {
+	if !e.Coalesce && e.LocalCache == nil && e.ReplicaReads == nil && e.Replicate == nil {
+		return
+	}
+	e.Coalesce, e.LocalCache, e.ReplicaReads, e.Replicate = false, nil, nil, nil
+	d.Replicas = 0
+	d.Mitigations = slices.DeleteFunc(d.Mitigations, func(t v1alpha1.MitigationType) bool {
+		switch t {
+		case v1alpha1.MitigationCoalesce, v1alpha1.MitigationLocalCache, v1alpha1.MitigationReplicaReads, v1alpha1.MitigationReplicate:
+			return true
+		}
+		return false
+	})
+	d.because("split by field serves the hash's reads from its shards: the read moves do not apply")
+}
+
+const hashFamilies = routing.FamHashRead | routing.FamHashWrite | routing.FamHashCounter | routing.FamHashOther
 
 // fits reports whether t may be chosen for a key whose clients sent fam in
 // the window: t serves every family (none seen: nothing to refuse).
@@ -29,7 +63,7 @@ func servedBy(t v1alpha1.MitigationType) routing.Families {
 // that serve everything: any other could refuse a command nobody told the
 // manager about.
 func fits(t v1alpha1.MitigationType, fam routing.Families) bool {
-	served := servedBy(t)
+	served := servedBy(t, fam)
 	if !fam.Known() {
 		return served == routing.ServedRaw
 	}
@@ -57,10 +91,10 @@ func whyNot(t v1alpha1.MitigationType, fam routing.Families) string {
 		return "used by scripts or functions: never " + move
 	case fam&routing.FamOrdered != 0:
 		return "list or stream (order-bearing, e.g. a queue): order forbids " + move
-	case fam&routing.FamTx != 0 && servedBy(t).Has(fam&^routing.FamTx):
+	case fam&routing.FamTx != 0 && servedBy(t, fam&^routing.FamTx).Has(fam&^routing.FamTx):
 		return "sent inside MULTI, where " + move + " cannot take part"
 	}
-	return fmt.Sprintf("%s would refuse its %s commands", move, fam&^servedBy(t))
+	return fmt.Sprintf("%s would refuse its %s commands", move, fam&^servedBy(t, fam))
 }
 
 // whyNoReads says why a read-hot key gets no read move.
@@ -75,7 +109,7 @@ func replicateRelieves(fam routing.Families) bool {
 	return !fam.Known() || fam&routing.FamStringRead != 0 || fam&readFamilies == 0
 }
 
-const readFamilies = routing.FamHashRead | routing.FamSetRead | routing.FamZSetRead | routing.FamOrdered | routing.FamScript | routing.FamOther
+const readFamilies = routing.FamHashRead | routing.FamHashOther | routing.FamSetRead | routing.FamZSetRead | routing.FamOrdered | routing.FamScript | routing.FamOther
 
 func moveName(t v1alpha1.MitigationType) string {
 	switch t {

@@ -36,10 +36,14 @@ type mixCmd struct {
 func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 	names := command.Names()
 	slices.Sort(names)
-	var keyed []string
+	var keyed, hashy []string
 	for _, n := range names {
-		if command.Example(n, "k") != nil {
+		if args := command.Example(n, "k"); args != nil {
 			keyed = append(keyed, n)
+			c, _ := command.Lookup(args[0])
+			if c.Family()&(routing.FamHashRead|routing.FamHashWrite|routing.FamHashCounter|routing.FamHashOther) != 0 {
+				hashy = append(hashy, n)
+			}
 		}
 	}
 	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
@@ -59,13 +63,20 @@ func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 		}
 		return nil
 	}
-	split := 0
+	split, byMember := 0, 0
 	for seed := range uint64(2000) {
 		rng := rand.New(rand.NewPCG(seed, 33))
 		var mix []mixCmd
 		var fam routing.Families
+		// A quarter of the mixes are a hash's commands alone, so that the
+		// member split's served set is exercised as often as the
+		// counter's.
+		pool := keyed
+		if rng.IntN(4) == 0 {
+			pool = hashy
+		}
 		for range 1 + rng.IntN(4) {
-			c := mixCmd{args: command.Example(keyed[rng.IntN(len(keyed))], "k"), inTx: rng.IntN(8) == 0}
+			c := mixCmd{args: command.Example(pool[rng.IntN(len(pool))], "k"), inTx: rng.IntN(8) == 0}
 			info, _ := command.Lookup(c.args[0])
 			fam |= info.FamilyOf(c.args)
 			if c.inTx {
@@ -82,6 +93,9 @@ func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 		}
 		if en.Split != nil {
 			split++
+			if en.Split.Members {
+				byMember++
+			}
 		}
 		lookup := func(key string) (*routing.Entry, bool) { return en, key == "k" }
 		for _, c := range mix {
@@ -90,8 +104,8 @@ func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 			}
 		}
 	}
-	if split == 0 {
-		t.Error("no generated mix was split: the property holds vacuously")
+	if split == 0 || byMember == 0 {
+		t.Errorf("%d generated mixes split, %d of them by member: the property holds vacuously", split, byMember)
 	}
 	if en := decideFor(strFams); en == nil || en.Split == nil || en.Replicate == nil {
 		t.Errorf("a hot string counter's entry %+v, want split and replicated", en)
@@ -134,11 +148,15 @@ func TestDecideByFamilies(t *testing.T) {
 			reason: "sent inside MULTI, where split cannot take part"},
 		"unknown families are not split": {fam: routing.FamUnknown | routing.FamCounter, refrained: true,
 			reason: "command families unknown (counted by a sidecar or node agent of an older version): split could refuse its commands"},
-		"a read-hot hash counter is coalesced, not replicated": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter,
-			moves:  []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce},
-			reason: "split would refuse its hash-read,hash-counter commands"},
 		"a read-hot key read only by scripts gets nothing": {spec: spec, reads: 200_000, fam: routing.FamScript, refrained: true,
 			reason: "script reads are passed to Redis raw: coalescing, the local cache and replicas relieve the deterministic one-key reads only; used by scripts or functions: never split"},
+		"a hash counter is split by field, without a read move": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter,
+			moves:  []v1alpha1.MitigationType{v1alpha1.MitigationSplit},
+			reason: "split by field serves the hash's reads from its shards: the read moves do not apply"},
+		"a hash with HSET is not split": {fam: routing.FamHashWrite | routing.FamHashCounter | routing.FamHashRead, refrained: true,
+			reason: "split would refuse its hash-write commands"},
+		"a hash with HINCRBYFLOAT is not split": {fam: routing.FamHashOther | routing.FamHashCounter, refrained: true,
+			reason: "split would refuse its hash-other commands"},
 		"a read-hot string with unknown families is coalesced, not replicated": {spec: spec, reads: 200_000, fam: routing.FamUnknown,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationCoalesce},
 			reason: "command families unknown (counted by a sidecar or node agent of an older version): replicate could refuse its commands; " +
@@ -171,6 +189,11 @@ func TestDecideByFamilies(t *testing.T) {
 			}
 			if !slices.Equal(d.Mitigations, tc.moves) || d.Reason != tc.reason || d.Families != tc.fam {
 				t.Errorf("moves %v, reason %q, families %v; want %v, %q, %v", d.Mitigations, d.Reason, d.Families, tc.moves, tc.reason, tc.fam)
+			}
+			for _, en := range out.Entries {
+				if wantMembers := tc.fam&routing.FamHashCounter != 0; en.Split != nil && en.Split.Members != wantMembers {
+					t.Errorf("split by member %v, want %v", en.Split.Members, wantMembers)
+				}
 			}
 			if tc.refrained && len(out.Entries) != 0 {
 				t.Errorf("entries %+v for a key no move serves", out.Entries)
@@ -293,5 +316,36 @@ func TestCoolingSplitKeptWithoutTraffic(t *testing.T) {
 	out := Decide(Input{Now: now, Spec: testSpec(), Current: current, State: State{Keys: []KeyState{{Key: "k", WriteHot: true, Since: &now}}}})
 	if len(out.Keys) != 1 || !slices.Contains(out.Keys[0].Mitigations, v1alpha1.MitigationSplit) || out.Keys[0].Reason != "" {
 		t.Fatalf("keys %+v, refrained %+v: want k still split while it cools", out.Keys, out.Refrained)
+	}
+}
+
+// TestSplitKindChangeUnsplitsFirst: a key split as a string counter whose
+// clients now send a hash's commands (it was deleted and recreated as a
+// hash) is not given a member split on top of the counter's generations,
+// whose layouts cannot be mixed: the counter split is unsplit (a Shards: 0
+// generation, folded later) and keeps its kind until its generations are
+// gone.
+func TestSplitKindChangeUnsplitsFirst(t *testing.T) {
+	spec := testSpec()
+	now := t0
+	epochMillis := spec.Mitigations.Split.Epoch.Milliseconds()
+	e := routing.EpochAt(now, epochMillis)
+	cur := &routing.Table{SchemaVersion: routing.SchemaVersion, EpochMillis: epochMillis, Entries: []routing.Entry{
+		{Key: "k", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: e - 5, Shards: 4}}}}}}
+	st := State{Keys: []KeyState{{Key: "k", WriteHot: true, Since: &now}}}
+	out := Decide(Input{Now: now, Spec: spec, State: st, Current: cur, Margin: 10 * time.Second,
+		Observations: map[string]Observation{"k": {WritesPerSecond: 200_000, Families: routing.FamHashRead | routing.FamHashCounter}}})
+	var en *routing.Entry
+	for i := range out.Entries {
+		if out.Entries[i].Key == "k" {
+			en = &out.Entries[i]
+		}
+	}
+	if en == nil || en.Split == nil {
+		t.Fatalf("entries %+v: the counter split's generations were dropped unfolded", out.Entries)
+	}
+	gens := en.Split.Generations
+	if en.Split.Members || gens[len(gens)-1].Shards != 0 {
+		t.Errorf("split %+v, want the counter's kind heading to 0 shards", *en.Split)
 	}
 }

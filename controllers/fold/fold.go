@@ -177,12 +177,23 @@ end
 return 0
 `)
 
-// Generation folds every shard of gen of key into key.
+// Generation folds every shard of gen of key, a split string counter,
+// into key.
 func (f *Folder) Generation(ctx context.Context, key string, gen routing.Generation) (Result, error) {
+	return f.generation(ctx, key, gen, false)
+}
+
+// Split folds every shard of gen of key into key as the routing table's
+// split says: by field (members.go) when s.Members, else as a counter.
+func (f *Folder) Split(ctx context.Context, key string, s *routing.Split, gen routing.Generation) (Result, error) {
+	return f.generation(ctx, key, gen, s != nil && s.Members)
+}
+
+func (f *Folder) generation(ctx context.Context, key string, gen routing.Generation, members bool) (Result, error) {
 	var res Result
 	res.Done = true
 	for _, shard := range routing.ShardKeys(key, gen) {
-		zero, err := f.shard(ctx, key, shard, &res)
+		zero, err := f.shard(ctx, key, shard, members, &res)
 		if err != nil {
 			return res, err
 		}
@@ -191,8 +202,9 @@ func (f *Folder) Generation(ctx context.Context, key string, gen routing.Generat
 	return res, nil
 }
 
-// shard folds one shard; zero reports that it read 0 with nothing pending.
-func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (bool, error) {
+// shard folds one shard (a hash of a member split when members); zero
+// reports that it read 0 (no field) with nothing pending.
+func (f *Folder) shard(ctx context.Context, key, shard string, members bool, res *Result) (bool, error) {
 	ledger := routing.SameSlotKey(key, "fold")
 	// Resume a move a previous folder left pending.
 	rec, err := f.client.HGet(ctx, ledger, shard).Result()
@@ -201,9 +213,12 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 	case err != nil:
 		return false, fmt.Errorf("fold: read ledger: %w", err)
 	default:
-		if err := f.finish(ctx, ledger, shard, rec, res); err != nil {
+		if err := f.finishAny(ctx, ledger, shard, rec, res); err != nil {
 			return false, err
 		}
+	}
+	if members {
+		return f.memberShard(ctx, key, shard, res)
 	}
 	for range f.opts.Rounds {
 		if err := f.fault(StepRead); err != nil {
@@ -225,7 +240,7 @@ func (f *Folder) shard(ctx context.Context, key, shard string, res *Result) (boo
 		}
 		// rec is ours, or a move another folder left pending: finish it
 		// either way, then read the shard again.
-		if err := f.finish(ctx, ledger, shard, rec, res); err != nil {
+		if err := f.finishAny(ctx, ledger, shard, rec, res); err != nil {
 			return false, err
 		}
 	}

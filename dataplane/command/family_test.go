@@ -14,7 +14,7 @@ import (
 // without a family lands in FamOther, whose keys no move that could
 // refuse it is chosen for.
 func TestEveryCommandHasOneFamily(t *testing.T) {
-	typed := routing.FamHashRead | routing.FamHashWrite | routing.FamHashCounter | routing.FamSetRead | routing.FamSetWrite |
+	typed := routing.FamHashRead | routing.FamHashWrite | routing.FamHashCounter | routing.FamHashOther | routing.FamSetRead | routing.FamSetWrite |
 		routing.FamZSetRead | routing.FamZSetWrite | routing.FamOrdered
 	for _, name := range Names() {
 		c, _ := Lookup([]byte(name))

@@ -27,6 +27,11 @@ const (
 	// value is the base key plus shards plus pending increments: only
 	// what the engine implements is exact.
 	ClassCounter
+	// ClassMembers: a hash of counters split by field (Split.Members):
+	// each field's value is the sum of its places, so only the hash
+	// commands members.go implements are served; every other command is
+	// refused.
+	ClassMembers
 )
 
 // ClassOf is the class of a table entry. A nil entry (the key left the
@@ -36,6 +41,8 @@ func ClassOf(en *routing.Entry) Class {
 	switch {
 	case en == nil:
 		return ClassCache
+	case en.Split != nil && en.Split.Members:
+		return ClassMembers
 	case en.Split != nil || en.PreAggregate != nil:
 		return ClassCounter
 	case en.Replicate != nil:
@@ -110,6 +117,10 @@ const (
 	// whole request, in the client's protocol. The go-redis hook sends it
 	// raw.
 	OpRead
+	// OpHash: HGET, HMGET, HEXISTS, HSTRLEN, HGETALL, HKEYS, HVALS, HLEN
+	// and HINCRBY of a member split: Engine.ServeHash (a malformed form
+	// goes raw to the base key, which Redis rejects).
+	OpHash
 )
 
 // Decision is Classify's answer.
@@ -165,6 +176,9 @@ func Classify(args [][]byte, lookup func(key string) (*routing.Entry, bool), inT
 		return Decision{}
 	}
 	name := args[0]
+	if d.Class == ClassMembers && !inTx {
+		return classifyMembers(d, name, args)
+	}
 	rawOK := d.Class == ClassCache || d.Class == ClassReplicated && (!c.Write || c.Typed)
 	refuse := func(where string) Decision {
 		d.Op = OpRefuse
@@ -227,6 +241,24 @@ func Classify(args [][]byte, lookup func(key string) (*routing.Entry, bool), inT
 // coalescing, a local cache or replica reads.
 func readMove(en *routing.Entry) bool {
 	return en != nil && (en.Coalesce || en.LocalCache != nil || en.ReplicaReads != nil)
+}
+
+// classifyMembers is Classify for a command naming a member split: the
+// hash commands members.go serves go to the engine (HashForm), a
+// malformed form of one goes raw (Redis answers its arity error from the
+// base key and writes nothing), anything else is refused.
+func classifyMembers(d Decision, name []byte, args [][]byte) Decision {
+	if op, ok := hashOps[strings.ToUpper(string(name))]; ok {
+		if op.wellFormed(len(args)) {
+			d.Op = OpHash
+		} else {
+			d.Op = OpRaw
+		}
+		return d
+	}
+	d.Op = OpRefuse
+	d.Err = "ERR heatsink: " + strings.ToUpper(string(name)) + " on a key mitigated by " + MitigationName(d.Entry) + " by field is not supported"
+	return d
 }
 
 func isSetFamily(name []byte) bool {

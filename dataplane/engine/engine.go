@@ -195,6 +195,9 @@ type plan struct {
 	wrote atomic.Int64
 	// lim is the key's shed limiter, nil when it is not shed.
 	lim *limiter
+	// others caches a member split's sums of the places HINCRBY does not
+	// write (members.go).
+	others others
 }
 
 func newPlan(en routing.Entry) *plan {

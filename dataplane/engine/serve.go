@@ -21,6 +21,9 @@ const (
 	ReplyBulk
 	ReplyNil
 	ReplyArray
+	// ReplyMap is HGETALL's reply: Elems alternate field and value; a
+	// map in RESP3, an array in RESP2.
+	ReplyMap
 )
 
 // Reply is the answer to a command the engine served. The sidecar proxy
@@ -111,6 +114,8 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 		return e.serveSet(ctx, args, obs)
 	case OpIncr:
 		return e.serveIncr(ctx, args, obs)
+	case OpHash:
+		return e.ServeHash(ctx, args, obs), true
 	case OpExpire, OpTTL:
 		k := string(args[1])
 		var n int64

@@ -17,6 +17,7 @@ var servedEntries = map[string]*routing.Entry{
 	"shed":          {Key: "k", Shed: &routing.Shed{WritesPerSecond: 10, MinPerSecond: 1}},
 	"replicate":     {Key: "k", Replicate: &routing.Replicate{Replicas: 2, TTLMillis: 1000}},
 	"split":         {Key: "k", Split: &routing.Split{Generations: []routing.Generation{{Shards: 4}}}},
+	"member split":  {Key: "k", Split: &routing.Split{Generations: []routing.Generation{{Shards: 4}}, Members: true}},
 	"pre-aggregate": {Key: "k", Split: &routing.Split{Generations: []routing.Generation{{Shards: 4}}}, PreAggregate: &routing.PreAggregate{FlushMillis: 100}},
 }
 

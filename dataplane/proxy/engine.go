@@ -148,8 +148,12 @@ func appendReply(b []byte, r engine.Reply, proto int) []byte {
 		return resp.AppendInt(b, r.Int)
 	case engine.ReplyBulk:
 		return resp.AppendBulk(b, r.Bulk)
-	case engine.ReplyArray:
-		b = resp.AppendArrayHeader(b, len(r.Elems))
+	case engine.ReplyArray, engine.ReplyMap:
+		if r.Kind == engine.ReplyMap {
+			b = appendMapHeader(b, len(r.Elems)/2, proto)
+		} else {
+			b = resp.AppendArrayHeader(b, len(r.Elems))
+		}
 		for _, el := range r.Elems {
 			b = appendReply(b, el, proto)
 		}

@@ -375,7 +375,33 @@ func store(cmd redis.Cmder, r engine.Reply) error {
 		return setVal(cmd, r.Str)
 	case engine.ReplyBulk:
 		return setVal(cmd, string(r.Bulk))
+	case engine.ReplyMap: // HGETALL of a hash split by field
+		switch c := cmd.(type) {
+		case *redis.MapStringStringCmd:
+			m := make(map[string]string, len(r.Elems)/2)
+			for i := 0; i+1 < len(r.Elems); i += 2 {
+				m[string(r.Elems[i].Bulk)] = string(r.Elems[i+1].Bulk)
+			}
+			c.SetVal(m)
+			return nil
+		case *redis.Cmd: // Do: what go-redis gives a RESP3 map
+			m := make(map[any]any, len(r.Elems)/2)
+			for i := 0; i+1 < len(r.Elems); i += 2 {
+				m[string(r.Elems[i].Bulk)] = string(r.Elems[i+1].Bulk)
+			}
+			c.SetVal(m)
+			return nil
+		}
+		return unexpected(cmd)
 	case engine.ReplyArray:
+		if c, ok := cmd.(*redis.StringSliceCmd); ok { // HKEYS, HVALS
+			ss := make([]string, len(r.Elems))
+			for i, el := range r.Elems {
+				ss[i] = string(el.Bulk)
+			}
+			c.SetVal(ss)
+			return nil
+		}
 		vals := make([]any, len(r.Elems))
 		for i, el := range r.Elems {
 			if el.Kind == engine.ReplyBulk {

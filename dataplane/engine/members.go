@@ -1,0 +1,486 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// Member split: a hash of counters spread over shards by field
+// (routing.Split.Members; the rule and its proof are in docs/engine.md,
+// Member split).
+//
+// A field f of logical key K has one place per layout: the base key K
+// and, in every listed generation g with shards, the shard
+// routing.MemberShard(f, g.Shards) of g. Its value is the sum of the
+// integers its places hold, and it exists when some place holds it. The
+// only write served is HINCRBY, which adds to one place (the write
+// generation's shard of f, or K when that generation has no shards); the
+// fold moves a retired place's value into K with the +v/−v protocol of
+// counters. Sums are conserved by both, so every read that adds up a
+// field's places is exact. Plain HSET, HDEL and DEL are refused: a value
+// set in one place would be added to the older values of the others.
+
+// hashOp describes one hash command a member split serves.
+type hashOp struct {
+	// minArgs and maxArgs bound len(args) (maxArgs 0: unbounded).
+	minArgs, maxArgs int
+}
+
+func (o hashOp) wellFormed(n int) bool {
+	return n >= o.minArgs && (o.maxArgs == 0 || n <= o.maxArgs)
+}
+
+// hashOps are the commands ClassMembers serves, with their arity.
+var hashOps = map[string]hashOp{
+	"HGET":    {minArgs: 3, maxArgs: 3},
+	"HMGET":   {minArgs: 3},
+	"HEXISTS": {minArgs: 3, maxArgs: 3},
+	"HSTRLEN": {minArgs: 3, maxArgs: 3},
+	"HGETALL": {minArgs: 2, maxArgs: 2},
+	"HKEYS":   {minArgs: 2, maxArgs: 2},
+	"HVALS":   {minArgs: 2, maxArgs: 2},
+	"HLEN":    {minArgs: 2, maxArgs: 2},
+	"HINCRBY": {minArgs: 4, maxArgs: 4},
+}
+
+// errHashNotInteger is Redis' own reply to HINCRBY on a field that does
+// not hold an integer.
+var errHashNotInteger = errors.New("ERR hash value is not an integer")
+
+// errHashOverflow is Redis' own reply to an HINCRBY that would overflow.
+var errHashOverflow = errors.New("ERR increment or decrement would overflow")
+
+// memberPlaces lists the places of field in p's layout: the base key
+// first, then the field's shard in each generation with shards, in table
+// order.
+func memberPlaces(p *plan, field string) []string {
+	out := make([]string, 1, 1+len(p.gens))
+	out[0] = p.key
+	for i, g := range p.entry.Split.Generations {
+		if g.Shards > 0 {
+			out = append(out, p.gens[i][routing.MemberShard(field, int(g.Shards))])
+		}
+	}
+	return out
+}
+
+// memberWritePlace is where an HINCRBY of field goes now: its shard in the
+// write generation, or the base key when that generation has no shards,
+// none has started, or the entry is outside its NotBefore/NotAfter.
+func (e *Engine) memberWritePlace(p *plan, field string, now time.Time) string {
+	if !p.entry.Active(now) {
+		return p.key
+	}
+	epoch := routing.EpochAt(now, e.table.Load().table.EpochMillis)
+	gens := p.entry.Split.Generations
+	for i := len(gens) - 1; i >= 0; i-- {
+		if gens[i].FromEpoch <= epoch {
+			if gens[i].Shards == 0 {
+				return p.key
+			}
+			e.m.fanout.Inc()
+			return p.gens[i][routing.MemberShard(field, int(gens[i].Shards))]
+		}
+	}
+	return p.key
+}
+
+// others caches, per field, the sum of the places HINCRBY does not write,
+// so that its reply (the field's whole value) costs no read of them on
+// every write: every process sends a field's increments to the same
+// place, whose reply counts them all. The other places change only
+// through a fold (which moves value between them and the base key,
+// conserving the sum, except between its credit and its debit) and
+// through late writers still on an older table. So while an older
+// generation is listed, a sum is used for Options.TotalRefresh; once the
+// write generation is the only one with shards (the layout is settled:
+// the other place is the base key, which nothing served writes), for
+// settledRefresh, which bounds only writes made around heatsink. Both are
+// the reply's error bound (docs/engine.md). It lives on the plan, so a
+// new table (new generations) starts afresh.
+type others struct {
+	mu sync.Mutex
+	m  map[string]otherSum
+}
+
+type otherSum struct {
+	write string // the write place the sum excludes
+	sum   int64
+	at    time.Time
+}
+
+// maxOthers bounds a key's cached sums; past it the cache starts over.
+const maxOthers = 4096
+
+// settledRefresh is how long a field's other places are trusted once the
+// layout is settled (see others): then only a write made around heatsink
+// (straight to Redis) changes them, and reading them costs the base key's
+// master one HMGET per field written per process per settledRefresh (at
+// 1 s, 200 fields written cost that master 200 reads/s, which left it
+// 1.21 × the mean in make bench's run).
+const settledRefresh = 10 * time.Second
+
+// othersMaxAge is how long p's sum of a field's other places is used
+// when write is the write place (see others).
+func (e *Engine) othersMaxAge(p *plan, write string) time.Duration {
+	if write == p.key {
+		return e.opts.TotalRefresh
+	}
+	withShards := 0
+	for _, g := range p.entry.Split.Generations {
+		if g.Shards > 0 {
+			withShards++
+		}
+	}
+	if withShards == 1 {
+		return settledRefresh
+	}
+	return e.opts.TotalRefresh
+}
+
+func (o *others) get(field, write string, now time.Time, maxAge time.Duration) (int64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.m[field]
+	if !ok || s.write != write || now.Sub(s.at) >= maxAge {
+		return 0, false
+	}
+	return s.sum, true
+}
+
+func (o *others) put(field string, s otherSum) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil || len(o.m) >= maxOthers {
+		o.m = make(map[string]otherSum)
+	}
+	o.m[field] = s
+}
+
+// HIncrBy adds n to field of a member-split hash and returns the field's
+// value. The increment goes to one place; the value is what that place
+// returned plus the other places' sum (cached for TotalRefresh). A field
+// that holds a non-integer in another place is refused as Redis refuses
+// it, without writing.
+func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64, error) {
+	p := e.plan(key)
+	if p == nil || p.entry.Split == nil || !p.entry.Split.Members {
+		return e.rc().HIncrBy(ctx, key, field, n).Result()
+	}
+	e.invalidate(key)
+	defer e.invalidate(key)
+	now := e.clock.Now()
+	write := e.memberWritePlace(p, field, now)
+	sum, ok := p.others.get(field, write, now, e.othersMaxAge(p, write))
+	if !ok {
+		var err error
+		sum, err = e.otherPlaces(ctx, p, field, write)
+		if err != nil {
+			return 0, err
+		}
+		p.others.put(field, otherSum{write: write, sum: sum, at: now})
+	}
+	v, err := e.rc().HIncrBy(ctx, write, field, n).Result()
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return 0, err
+	}
+	total, overflow := addInt64(v, sum)
+	if overflow {
+		// Applied already (a retry would count it twice): the sum is
+		// past what Redis can hold, which it would have refused.
+		return 0, errHashOverflow
+	}
+	return total, nil
+}
+
+// otherPlaces sums field over its places but write, refusing a
+// non-integer as HINCRBY does.
+func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) (int64, error) {
+	var keys []string
+	for _, k := range memberPlaces(p, field) {
+		if k != write {
+			keys = append(keys, k)
+		}
+	}
+	vals, err := e.hgetPlaces(ctx, keys, []string{field})
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, v := range vals[0] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, errHashNotInteger
+		}
+		var overflow bool
+		if sum, overflow = addInt64(sum, n); overflow {
+			return 0, errHashOverflow
+		}
+	}
+	return sum, nil
+}
+
+// hgetPlaces reads fields from each of its places in one pipeline and
+// returns, per field, the values present (in place order).
+func (e *Engine) hgetPlaces(ctx context.Context, keys []string, fields []string) ([][]string, error) {
+	out := make([][]string, len(fields))
+	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, k := range keys {
+			pipe.HMGet(ctx, k, fields...)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		e.m.upstreamErrors.Inc()
+		return nil, err
+	}
+	for _, c := range cmds {
+		vals, err := c.(*redis.SliceCmd).Result()
+		if err != nil {
+			return nil, err
+		}
+		for i, v := range vals {
+			if s, ok := v.(string); ok {
+				out[i] = append(out[i], s)
+			}
+		}
+	}
+	return out, nil
+}
+
+// memberValue merges a field's values over its places: absent when none
+// holds it, the one value as it is when one does (a value written before
+// the split need not be an integer), their integer sum otherwise.
+func memberValue(vals []string) (string, bool, error) {
+	switch len(vals) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return vals[0], true, nil
+	}
+	var sum int64
+	for _, v := range vals {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return "", false, errors.New("ERR heatsink: a field of a hash split by field holds a non-integer in several shards")
+		}
+		var overflow bool
+		if sum, overflow = addInt64(sum, n); overflow {
+			return "", false, errHashOverflow
+		}
+	}
+	return strconv.FormatInt(sum, 10), true, nil
+}
+
+// HMGet returns fields of a member-split hash (present false for a field
+// no place holds), reading each field's places in one pipeline.
+func (e *Engine) HMGet(ctx context.Context, key string, fields []string) (vals []string, present []bool, err error) {
+	p := e.plan(key)
+	if p == nil || p.entry.Split == nil || !p.entry.Split.Members {
+		return e.hmgetRaw(ctx, key, fields)
+	}
+	// Each field has its own places: read every field from every place
+	// it may be in, all in one pipeline.
+	vals = make([]string, len(fields))
+	present = make([]bool, len(fields))
+	type places struct {
+		cmds []*redis.StringCmd
+	}
+	per := make([]places, len(fields))
+	_, perr := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, f := range fields {
+			for _, k := range memberPlaces(p, f) {
+				per[i].cmds = append(per[i].cmds, pipe.HGet(ctx, k, f))
+			}
+		}
+		return nil
+	})
+	if perr != nil && !errors.Is(perr, redis.Nil) {
+		e.m.upstreamErrors.Inc()
+		return nil, nil, perr
+	}
+	for i := range fields {
+		var got []string
+		for _, c := range per[i].cmds {
+			v, err := c.Result()
+			switch {
+			case errors.Is(err, redis.Nil):
+			case err != nil:
+				return nil, nil, err
+			default:
+				got = append(got, v)
+			}
+		}
+		vals[i], present[i], err = memberValue(got)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return vals, present, nil
+}
+
+func (e *Engine) hmgetRaw(ctx context.Context, key string, fields []string) ([]string, []bool, error) {
+	r, err := e.rc().HMGet(ctx, key, fields...).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	vals, present := make([]string, len(r)), make([]bool, len(r))
+	for i, v := range r {
+		vals[i], present[i] = v.(string)
+	}
+	return vals, present, nil
+}
+
+// HGetAll returns a member-split hash's fields and values, merged over
+// every place (the base key and every shard of every listed generation),
+// fields in byte order.
+func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string, err error) {
+	p := e.plan(key)
+	keys := []string{key}
+	if p != nil && p.entry.Split != nil && p.entry.Split.Members {
+		keys = p.readKeys
+	}
+	cmds, perr := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, k := range keys {
+			pipe.HGetAll(ctx, k)
+		}
+		return nil
+	})
+	if perr != nil {
+		e.m.upstreamErrors.Inc()
+		return nil, nil, perr
+	}
+	got := map[string][]string{}
+	for _, c := range cmds {
+		m, err := c.(*redis.MapStringStringCmd).Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		for f, v := range m {
+			if _, seen := got[f]; !seen {
+				fields = append(fields, f)
+			}
+			got[f] = append(got[f], v)
+		}
+	}
+	// Sorted: Redis' own order is unspecified but the same for HKEYS,
+	// HVALS and HGETALL of an unchanged hash, which two reads of the
+	// places' maps (unordered) would not be.
+	slices.Sort(fields)
+	vals = make([]string, len(fields))
+	for i, f := range fields {
+		if vals[i], _, err = memberValue(got[f]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return fields, vals, nil
+}
+
+// ServeHash serves an OpHash command (Classify checked its arity).
+func (e *Engine) ServeHash(ctx context.Context, args [][]byte, obs Observe) Reply {
+	name := strings.ToUpper(string(args[0]))
+	k := string(args[1])
+	fields := make([]string, 0, len(args))
+	for _, a := range args[2:] {
+		fields = append(fields, string(a))
+	}
+	switch name {
+	case "HINCRBY":
+		n, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			return errReply(errNotAnInteger)
+		}
+		v, err := e.HIncrBy(ctx, k, fields[0], n)
+		obs(k, 0, 1, 8)
+		if err != nil {
+			return errReply(err)
+		}
+		return Reply{Kind: ReplyInt, Int: v}
+	case "HGET", "HMGET", "HEXISTS", "HSTRLEN":
+		vals, present, err := e.HMGet(ctx, k, fields)
+		size := 0
+		for _, v := range vals {
+			size += len(v)
+		}
+		obs(k, 1, 0, size)
+		if err != nil {
+			return errReply(err)
+		}
+		switch name {
+		case "HGET":
+			if !present[0] {
+				return Reply{Kind: ReplyNil}
+			}
+			return Reply{Kind: ReplyBulk, Bulk: []byte(vals[0])}
+		case "HEXISTS":
+			return Reply{Kind: ReplyInt, Int: boolInt(present[0])}
+		case "HSTRLEN":
+			return Reply{Kind: ReplyInt, Int: int64(len(vals[0]))}
+		}
+		out := Reply{Kind: ReplyArray, Elems: make([]Reply, len(vals))}
+		for i, v := range vals {
+			out.Elems[i] = Reply{Kind: ReplyNil}
+			if present[i] {
+				out.Elems[i] = Reply{Kind: ReplyBulk, Bulk: []byte(v)}
+			}
+		}
+		return out
+	}
+	fs, vals, err := e.HGetAll(ctx, k)
+	size := 0
+	for i := range fs {
+		size += len(fs[i]) + len(vals[i])
+	}
+	obs(k, 1, 0, size)
+	if err != nil {
+		return errReply(err)
+	}
+	switch name {
+	case "HLEN":
+		return Reply{Kind: ReplyInt, Int: int64(len(fs))}
+	case "HKEYS":
+		return bulks(fs)
+	case "HVALS":
+		return bulks(vals)
+	}
+	out := Reply{Kind: ReplyMap, Elems: make([]Reply, 0, 2*len(fs))}
+	for i := range fs {
+		out.Elems = append(out.Elems, Reply{Kind: ReplyBulk, Bulk: []byte(fs[i])}, Reply{Kind: ReplyBulk, Bulk: []byte(vals[i])})
+	}
+	return out
+}
+
+func bulks(ss []string) Reply {
+	out := Reply{Kind: ReplyArray, Elems: make([]Reply, len(ss))}
+	for i, s := range ss {
+		out.Elems[i] = Reply{Kind: ReplyBulk, Bulk: []byte(s)}
+	}
+	return out
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// addInt64 is a+b and whether it overflowed.
+func addInt64(a, b int64) (int64, bool) {
+	s := a + b
+	if b > 0 && a > math.MaxInt64-b || b < 0 && a < math.MinInt64-b {
+		return 0, true
+	}
+	return s, false
+}

@@ -1,0 +1,105 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// TestHashSplitByFieldThroughProxy: a hash of counters split by field in
+// 4 shards, used through the sidecar by go-redis clients in their default
+// configuration (RESP3, so HGETALL is a map) and with Protocol 2 (an
+// array), standalone and cluster: HINCRBY replies, HGET, HMGET, HEXISTS,
+// HSTRLEN, HGETALL, HKEYS, HVALS and HLEN equal an unsplit reference
+// hash's; the increments land on the shards, not the base key; HSET and
+// DEL are refused with nothing written.
+func TestHashSplitByFieldThroughProxy(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	cl := redistest.Cluster(t)
+	for _, up := range []struct {
+		name    string
+		cluster bool
+		addrs   []string
+	}{{"standalone", false, []string{srv.Addr}}, {"cluster", true, cl.Addrs()}} {
+		t.Run(up.name, func(t *testing.T) {
+			ctx := context.Background()
+			var direct redis.UniversalClient
+			if up.cluster {
+				direct = redis.NewClusterClient(&redis.ClusterOptions{Addrs: up.addrs})
+			} else {
+				direct = redis.NewClient(&redis.Options{Addr: up.addrs[0]})
+			}
+			defer direct.Close()
+			const k, ref = "stats:split", "stats:ref"
+			split := &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}, Members: true}
+			for _, x := range append([]string{k, ref}, routing.ShardKeys(k, split.Generations[0])...) {
+				must(t, direct.Del(ctx, x).Err())
+			}
+			must(t, direct.HSet(ctx, k, "name", "x").Err())
+			must(t, direct.HSet(ctx, ref, "name", "x").Err())
+			eng := engine.New(direct, engine.Options{})
+			defer eng.Close()
+			eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
+				{Key: k, Source: routing.SourceDetected, Split: split}}})
+			addr, _ := start(t, proxy.Config{Upstreams: up.addrs[:1], Cluster: up.cluster, Engine: eng})
+			for _, protocol := range []int{0, 2} { // 0: go-redis' default, RESP3
+				c := redis.NewClient(&redis.Options{Addr: addr, Protocol: protocol})
+				defer c.Close()
+				for i := range 120 {
+					f := fmt.Sprintf("f%d", i%30)
+					got, err := c.HIncrBy(ctx, k, f, int64(i)).Result()
+					want := direct.HIncrBy(ctx, ref, f, int64(i)).Val()
+					if err != nil || got != want {
+						t.Fatalf("protocol %d: HINCRBY %s = %d, %v; want %d", protocol, f, got, err, want)
+					}
+				}
+				want := direct.HGetAll(ctx, ref).Val()
+				got, err := c.HGetAll(ctx, k).Result()
+				if err != nil || !maps.Equal(got, want) {
+					t.Fatalf("protocol %d: HGETALL = %v, %v; want %v", protocol, got, err, want)
+				}
+				keys, _ := c.HKeys(ctx, k).Result()
+				vals, _ := c.HVals(ctx, k).Result()
+				if n, _ := c.HLen(ctx, k).Result(); n != int64(len(want)) || len(keys) != len(want) || len(vals) != len(want) {
+					t.Errorf("protocol %d: HLEN %d, HKEYS %d, HVALS %d; want %d", protocol, n, len(keys), len(vals), len(want))
+				}
+				for i, f := range keys {
+					if want[f] != vals[i] {
+						t.Errorf("protocol %d: HKEYS/HVALS pair %s=%s, want %s", protocol, f, vals[i], want[f])
+					}
+				}
+				if v, err := c.HGet(ctx, k, "f7").Result(); err != nil || v != want["f7"] {
+					t.Errorf("protocol %d: HGET = %q, %v; want %q", protocol, v, err, want["f7"])
+				}
+				if v, err := c.HMGet(ctx, k, "f1", "nope", "name").Result(); err != nil || !slices.Equal(v, []any{want["f1"], nil, "x"}) {
+					t.Errorf("protocol %d: HMGET = %v, %v", protocol, v, err)
+				}
+				if ok, err := c.HExists(ctx, k, "f2").Result(); err != nil || !ok {
+					t.Errorf("protocol %d: HEXISTS = %v, %v", protocol, ok, err)
+				}
+				if n, err := c.HStrLen(ctx, k, "f3").Result(); err != nil || n != int64(len(want["f3"])) {
+					t.Errorf("protocol %d: HSTRLEN = %d, %v", protocol, n, err)
+				}
+				if err := c.HSet(ctx, k, "f1", 0).Err(); err == nil {
+					t.Errorf("protocol %d: HSET on a hash split by field was not refused", protocol)
+				}
+				if err := c.Del(ctx, k).Err(); err == nil {
+					t.Errorf("protocol %d: DEL on a hash split by field was not refused", protocol)
+				}
+			}
+			if base := direct.HGetAll(ctx, k).Val(); !maps.Equal(base, map[string]string{"name": "x"}) {
+				t.Errorf("base key = %v: the increments reached it, or HSET/DEL did", base)
+			}
+		})
+	}
+}
