@@ -167,6 +167,11 @@ func playApps(t *testing.T, up upstream, node []string) {
 		if r.calls == 0 {
 			t.Errorf("%s: no command sent in the measured half", r.tag)
 		}
+		if r.move == notHot {
+			// Every workload runs over the policy's thresholds: one the
+			// manager never lists proves nothing about its moves.
+			t.Errorf("%s: never listed hot in the policy's status", r.tag)
+		}
 	}
 }
 
