@@ -79,6 +79,9 @@ func TestSelfSignedWebhookWiring(t *testing.T) {
 		"--webhook-cert-extra-names=localhost",
 		"--validating-webhook-configuration=",
 		"--proxy-image=ghcr.io/heatsink-dev/heatsink:test",
+		// The policy below names its Redis by address, as an install that
+		// enables raw addresses allows; the wiring is what is tested.
+		"--allow-raw-target-addresses",
 	}); err != nil {
 		t.Fatal(err)
 	}
