@@ -81,18 +81,7 @@ func (e *Engine) memberWritePlace(p *plan, field string, now time.Time) string {
 	if !p.entry.Active(now) {
 		return p.key
 	}
-	epoch := routing.EpochAt(now, e.table.Load().table.EpochMillis)
-	gens := p.entry.Split.Generations
-	for i := len(gens) - 1; i >= 0; i-- {
-		if gens[i].FromEpoch <= epoch {
-			if gens[i].Shards == 0 {
-				return p.key
-			}
-			e.m.fanout.Inc()
-			return p.gens[i][routing.MemberShard(field, int(gens[i].Shards))]
-		}
-	}
-	return p.key
+	return e.writePlace(p, now, func(shards int) int { return routing.MemberShard(field, shards) })
 }
 
 // others caches, per field, the sum of the places HINCRBY does not write,

@@ -308,6 +308,13 @@ func (e *Engine) persistCounter(ctx context.Context, p *plan) {
 // random shard of the current write generation, or the base key when that
 // generation has no shards or none has started.
 func (e *Engine) writeKey(p *plan, now time.Time) string {
+	return e.writePlace(p, now, e.opts.IntN)
+}
+
+// writePlace is the physical key of the current write generation that
+// pick chooses among its shards, or the base key when that generation has
+// no shards or none has started.
+func (e *Engine) writePlace(p *plan, now time.Time, pick func(shards int) int) string {
 	epoch := routing.EpochAt(now, e.table.Load().table.EpochMillis)
 	gens := p.entry.Split.Generations
 	for i := len(gens) - 1; i >= 0; i-- {
@@ -316,7 +323,7 @@ func (e *Engine) writeKey(p *plan, now time.Time) string {
 				return p.key
 			}
 			e.m.fanout.Inc()
-			return p.gens[i][e.opts.IntN(int(gens[i].Shards))]
+			return p.gens[i][pick(int(gens[i].Shards))]
 		}
 	}
 	return p.key
