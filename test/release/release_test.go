@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -36,14 +38,13 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 )
 
-// goBuild cross-compiles heatsink for linux/arch into dir, with make
-// build's flags rather than make release's -trimpath -s -w: the amd64 build
-// then reuses make build's compiled packages (only the link runs), which
-// keeps the test's time to one cold arm64 build.
+// goBuild cross-compiles heatsink for linux/arch with the flags of make
+// release, into dir: after a make release (or a first run) the Go build
+// cache holds every package, and only the links run.
 func goBuild(t *testing.T, dir, arch, version string) []byte {
 	t.Helper()
 	out := filepath.Join(dir, "heatsink-linux-"+arch)
-	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/heatsink-dev/heatsink/internal/version.Version="+version,
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X github.com/heatsink-dev/heatsink/internal/version.Version="+version,
 		"-o", out, "github.com/heatsink-dev/heatsink/cmd/heatsink")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -135,7 +136,7 @@ func TestReleaseRoundTripThroughARegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv := httptest.NewServer(registry.New(registry.Logger(nil)))
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
 	reg := host + "/heatsink-dev"
