@@ -106,8 +106,10 @@ const (
 // (TestRelievedReadsMatchClassify in dataplane/engine). Random, cursor,
 // blocking, script and remaining-time reads (SRANDMEMBER, HSCAN, BLPOP,
 // EVAL_RO, TTL) still go to Redis raw; replicate, whose copies hold
-// strings only, relieves string reads alone.
-const RelievedReads = FamStringRead | FamKey | FamHashRead | FamSetRead | FamZSetRead | FamOrdered | FamTTL | FamOther
+// strings only, relieves string reads alone. FamHashOther holds the
+// field-expiry reads (HEXPIRETIME...), deterministic and so cacheable,
+// beside HRANDFIELD and HSCAN, which are not.
+const RelievedReads = FamStringRead | FamKey | FamHashRead | FamSetRead | FamZSetRead | FamOrdered | FamTTL | FamOther | FamHashOther
 
 // ServedBy is the families an entry's mitigation serves (ServedRaw for nil:
 // a key that left the table is served raw).
