@@ -25,8 +25,8 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers"
-	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
+	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
