@@ -72,6 +72,9 @@ let added = 0;
 const workers = addrs.map(
   (a) =>
     new Worker("jobs", async (job) => { processed.set(job.id, (processed.get(job.id) || 0) + 1); }, {
+      // BullMQ refuses a Worker connection without maxRetriesPerRequest:
+      // null (its blocking commands must retry forever, not give up after
+      // ioredis' default 20): its documented configuration, not retries off.
       connection: connect(a, { maxRetriesPerRequest: null }), prefix: qPrefix, concurrency: 4,
     })
 );
