@@ -128,18 +128,7 @@ func TestForcedSplitOfAQueueIsUndone(t *testing.T) {
 	s := startSidecar(t, up, "forced-split", prefix)
 	queue := prefix + "queue:jobs"
 	ctx := context.Background()
-	cl := s.pod.f.cp.Client
-	p := &v1alpha1.HotKeyPolicy{}
-	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: s.pod.policy}, p); err != nil {
-		t.Fatal(err)
-	}
-	orig := p.DeepCopy()
-	start := metav1.NewTime(time.Now().Add(-time.Second))
-	p.Spec.Schedules = []v1alpha1.Schedule{{Name: "sale", Start: &start, Duration: metav1.Duration{Duration: time.Hour},
-		Keys: []string{queue}, Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}}
-	if err := cl.Patch(ctx, p, crclient.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	forceQueueSplit(t, s, queue)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
 	defer c.Close()
 	pace := time.NewTicker(100 * time.Millisecond)
@@ -189,5 +178,24 @@ func TestForcedSplitOfAQueueIsUndone(t *testing.T) {
 		if e := tbl.Lookup(queue); e != nil && e.Split != nil {
 			t.Errorf("the queue is still split in the table: %+v", e.Split)
 		}
+	}
+}
+
+// forceQueueSplit schedules a split of queue in s's policy from now on,
+// for an hour: a move its clients (LPUSH + RPOP) cannot use.
+func forceQueueSplit(t *testing.T, s *stack, queue string) {
+	t.Helper()
+	ctx := context.Background()
+	cl := s.pod.f.cp.Client
+	p := &v1alpha1.HotKeyPolicy{}
+	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: s.pod.policy}, p); err != nil {
+		t.Fatal(err)
+	}
+	orig := p.DeepCopy()
+	start := metav1.NewTime(time.Now().Add(-time.Second))
+	p.Spec.Schedules = []v1alpha1.Schedule{{Name: "sale", Start: &start, Duration: metav1.Duration{Duration: time.Hour},
+		Keys: []string{queue}, Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}}
+	if err := cl.Patch(ctx, p, crclient.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,10 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	crclient "sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 )
 
 // TestRefusedQueueSplitRolledBackAndHeld: a schedule forces a split on a
@@ -30,18 +26,7 @@ func TestRefusedQueueSplitRolledBackAndHeld(t *testing.T) {
 	s := startSidecar(t, up, "rollback-split", prefix)
 	queue := prefix + "queue:jobs"
 	ctx := context.Background()
-	cl := s.pod.f.cp.Client
-	p := &v1alpha1.HotKeyPolicy{}
-	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: s.pod.policy}, p); err != nil {
-		t.Fatal(err)
-	}
-	orig := p.DeepCopy()
-	start := metav1.NewTime(time.Now().Add(-time.Second))
-	p.Spec.Schedules = []v1alpha1.Schedule{{Name: "sale", Start: &start, Duration: metav1.Duration{Duration: time.Hour},
-		Keys: []string{queue}, Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}}
-	if err := cl.Patch(ctx, p, crclient.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
-	}
+	forceQueueSplit(t, s, queue)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
 	defer c.Close()
 	pace := time.NewTicker(100 * time.Millisecond)
