@@ -196,9 +196,19 @@ func clusterInfo(addr string) (string, error) {
 type installer interface {
 	name() string
 	install(t *testing.T)
+	// policy is the HotKeyPolicy (and what it needs) the scenario applies:
+	// the form the installed release accepts.
+	policy() string
 	// upgrade changes a value and rolls the manager and the node agent.
 	upgrade(t *testing.T)
 	uninstall(t *testing.T)
+}
+
+// workloadRoller is an installer whose upgrade changes the sidecar: after it,
+// the scenario rolls the workload as docs/install.md says (Rolling the
+// sidecars after an upgrade) and checks the new pods run this release's.
+type workloadRoller interface {
+	sidecarVersion() string
 }
 
 type helmInstaller struct{ e env }
@@ -207,6 +217,7 @@ func (h helmInstaller) name() string { return "helm" }
 func (h helmInstaller) chart() string {
 	return filepath.Join(h.e.Root, "charts", "heatsink")
 }
+func (h helmInstaller) policy() string { return policyYAML }
 func (h helmInstaller) install(t *testing.T) {
 	// With the capture (docs/capture.md): the node agent also counts pods
 	// without the sidecar (uninjectedScenario).
@@ -221,7 +232,8 @@ func (h helmInstaller) uninstall(t *testing.T) {
 	run(t, nil, h.e.Helm, "uninstall", "heatsink", "--namespace", systemNamespace, "--wait", "--timeout", "3m")
 	// Helm never deletes the CRDs it installed from crds/: a user who
 	// uninstalls for good deletes them (and so every policy left).
-	kubectl(t, nil, "delete", "crd", "hotkeypolicies.heatsink.dev", "hotkeyreports.heatsink.dev", "--timeout=60s")
+	kubectl(t, nil, "delete", "crd", "hotkeypolicies.heatsink.dev", "hotkeyreports.heatsink.dev",
+		"clusterredistargets.heatsink.dev", "--ignore-not-found", "--timeout=60s")
 	kubectl(t, nil, "delete", "namespace", systemNamespace, "--timeout=60s")
 }
 
@@ -229,6 +241,7 @@ type kustomizeInstaller struct{ e env }
 
 func (k kustomizeInstaller) name() string { return "kustomize" }
 func (k kustomizeInstaller) dir() string  { return filepath.Join(k.e.Root, "config", "default") }
+func (k kustomizeInstaller) policy() string { return policyYAML }
 func (k kustomizeInstaller) install(t *testing.T) {
 	kubectl(t, nil, "apply", "--server-side", "-k", k.dir())
 	kubectl(t, nil, "-n", systemNamespace, "rollout", "status", "deployment/heatsink-manager", "--timeout=300s")
@@ -275,7 +288,7 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	// user's first apply may be refused until then, and so is retried.
 	rep.step(t, name+": kubectl apply HotKeyPolicy (until the webhook admits it)", func() {
 		if err := eventually.PollEvery(ctx, time.Second, 2*time.Minute, func() error {
-			_, err := runErr([]byte(policyYAML), "kubectl", "apply", "-f", "-")
+			_, err := runErr([]byte(m.policy()), "kubectl", "apply", "-f", "-")
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -379,6 +392,9 @@ func scenario(t *testing.T, e env, c client.Client, m installer, masters []strin
 	}
 
 	var acked, value int64
+	if r, ok := m.(workloadRoller); ok {
+		pods, acked = rollWorkload(t, c, obs, smp, r.sidecarVersion(), pods, name, rep)
+	}
 	rep.step(t, name+": traffic stopped, counter read through a sidecar", func() {
 		for _, p := range pods {
 			s := post(t, p.Status.PodIP, "/stop")
