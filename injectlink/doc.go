@@ -16,7 +16,9 @@
 // password applies without a restart, while a variable is fixed for the life
 // of the container. The value variables (EnvRedisPassword,
 // EnvSentinelPassword) exist for running the sidecar by hand; the injector
-// never sets them.
+// never sets them. One name is also spelled outside Go: the Helm chart's
+// node agent address (charts/heatsink/templates/_helpers.tpl) references
+// EnvNodeIP, as the injector's default address does (Ref).
 //
 // What holds the two together is tested from both ends in cmd/heatsink
 // (TestInjectedPodIsWhatTheSidecarReads: a pod the injector wrote, its
