@@ -4,7 +4,7 @@ import "strings"
 
 // Families is a set of command families: what a key's clients do with it.
 // The data plane reports, per key, the families of the commands its
-// clients sent (dataplane/command.Info.FamilyOf gives each command exactly
+// clients sent (routing/command.Info.FamilyOf gives each command exactly
 // one); node agents and the manager OR them over their window; the manager
 // chooses only moves that serve every family seen (Served). The bits
 // travel in the counts datagram and the agent summary: never renumber one.
@@ -101,7 +101,7 @@ const (
 // RelievedReads are the families whose reads the read moves (coalesce,
 // local cache, replica reads) relieve: the engine answers GET and MGET,
 // and every other read-only, deterministic one-key read of any type
-// (dataplane/command.Info.Cacheable: HGETALL, SISMEMBER, ZRANGE, LRANGE,
+// (routing/command.Info.Cacheable: HGETALL, SISMEMBER, ZRANGE, LRANGE,
 // XRANGE, TYPE, EXPIRETIME, GETRANGE...) itself, by the whole request
 // (TestRelievedReadsMatchClassify in dataplane/engine). Random, cursor,
 // blocking, script and remaining-time reads (SRANDMEMBER, HSCAN, BLPOP,

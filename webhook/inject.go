@@ -21,6 +21,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/targets"
+	"github.com/heatsink-dev/heatsink/injectlink"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -60,16 +61,13 @@ const (
 	InjectedAnnotation = "heatsink.dev/injected"
 	// ProxyContainerName is the name of the injected container.
 	ProxyContainerName = "heatsink-proxy"
-	// RoutingVolumeName is the volume holding the policy's routing ConfigMap.
+	// RoutingVolumeName is the volume holding the policy's routing ConfigMap,
+	// mounted at injectlink.RoutingMountPath.
 	RoutingVolumeName = "heatsink-routing"
-	// RoutingMountPath is where the routing ConfigMap is mounted.
-	RoutingMountPath = "/etc/heatsink/routing"
 	// TLSVolumeName is the volume of the CA Secret named by a policy's
-	// spec.target.tls.caSecretRef, mounted read-only at TLSMountPath.
+	// spec.target.tls.caSecretRef, mounted read-only at
+	// injectlink.TLSMountPath.
 	TLSVolumeName = "heatsink-tls"
-	TLSMountPath  = "/etc/heatsink/tls/"
-	// RoutingFile is the routing table file the proxy watches.
-	RoutingFile = RoutingMountPath + "/routing.json"
 	// NoTokenVolumeName is an empty directory mounted over the proxy's
 	// service account token path: the proxy gets routing tables from its
 	// node agent and must hold no API credentials, whatever the pod's
@@ -78,27 +76,15 @@ const (
 	NoTokenVolumeName = "heatsink-no-api-token"
 	// ServiceAccountTokenPath is where Kubernetes mounts a pod's API token.
 	ServiceAccountTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
-	// ProxyListen is where the proxy accepts the application's connections.
-	ProxyListen = "127.0.0.1:6380"
-	// ProxyHTTPAddress serves the proxy's metrics and health.
-	ProxyHTTPAddress = ":9091"
 	// InjectPath is the path the injection webhook is served at.
 	InjectPath = "/mutate--v1-pod-heatsink-inject"
-	// ProxyStartupWait is the proxy's --startup-wait (HEATSINK_STARTUP_WAIT):
-	// the longest it holds the application's commands at start for the
-	// routing table in force, after which it serves without it (its
-	// DefaultStartupWait, set explicitly so the probe below and the wait
-	// cannot drift apart).
-	ProxyStartupWait = 10 * time.Second
-	// ProxyStartupPath answers 200 once the proxy serves: the routing
-	// state in force is known, or ProxyStartupWait passed.
-	ProxyStartupPath = "/startupz"
 	// proxyStartupPeriod and proxyStartupSlack make the startup probe: one
 	// probe a second, so the application starts within a second of the
-	// table; failing for ProxyStartupWait plus the slack (the process's own
+	// table; failing for injectlink.StartupWait plus the slack (the process's own
 	// start, an image pulled slowly is not counted: the probe starts with
 	// the container) before the kubelet restarts the proxy. The proxy
-	// passes by itself at ProxyStartupWait, so a restart means it is stuck.
+	// passes by itself at injectlink.StartupWait (the wait the injector
+	// sets), so a restart means it is stuck.
 	proxyStartupPeriod = time.Second
 	proxyStartupSlack  = 20 * time.Second
 )
@@ -113,11 +99,11 @@ type InjectorConfig struct {
 	// Resources are the proxy's requests and limits.
 	Resources corev1.ResourceRequirements
 	// NodeAgentAddress is the node agent the proxy sends its access counts
-	// to (UDP) and reads routing tables from (TCP), HEATSINK_NODE_AGENT: the
+	// to (UDP) and reads routing tables from (TCP), injectlink.EnvNodeAgent: the
 	// node agent Service with internalTrafficPolicy Local (e.g.
 	// heatsink-node-agent.heatsink-system.svc:7946), which delivers only to
 	// the agent on the sender's node. Empty means the agent's hostPort on the
-	// pod's node, $(HEATSINK_NODE_IP):7946.
+	// pod's node, $(injectlink.EnvNodeIP):7946.
 	NodeAgentAddress string
 	// RoutingFile mounts the policy's routing ConfigMap into the pod as a
 	// fallback for when the node agent is away. Off by default: each
@@ -130,9 +116,9 @@ type InjectorConfig struct {
 }
 
 // DefaultProxyResources are the proxy's requests and limits unless configured:
-// a RESP proxy with a bounded local cache. The sidecar's --max-memory
-// defaults to 75 % of the memory limit (sidecar.InjectedMemoryLimit is the
-// same 256Mi); large values are streamed, so any value up to Redis' 512 MiB
+// a RESP proxy with a bounded local cache. The memory limit is
+// injectlink.MemoryLimit (256Mi), from which the sidecar's --max-memory
+// defaults to 75 %; large values are streamed, so any value up to Redis' 512 MiB
 // fits (docs/proxy.md, Memory defaults).
 func DefaultProxyResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
@@ -142,7 +128,7 @@ func DefaultProxyResources() corev1.ResourceRequirements {
 		},
 		Limits: corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("500m"),
-			corev1.ResourceMemory: resource.MustParse("256Mi"),
+			corev1.ResourceMemory: *resource.NewQuantity(injectlink.MemoryLimit, resource.BinarySI),
 		},
 	}
 }
@@ -257,20 +243,20 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		Name:            ProxyContainerName,
 		Image:           cfg.Image,
 		ImagePullPolicy: cfg.PullPolicy,
-		Args:            []string{"sidecar"},
+		Args:            []string{injectlink.Subcommand},
 		RestartPolicy:   &always,
 		Env:             proxyEnv(policy, cfg),
 		Ports: []corev1.ContainerPort{
-			{Name: "hs-proxy-http", ContainerPort: 9091, Protocol: corev1.ProtocolTCP},
+			{Name: injectlink.HTTPPortName, ContainerPort: injectlink.HTTPPort, Protocol: corev1.ProtocolTCP},
 		},
 		Resources: *cfg.Resources.DeepCopy(),
 		// The kubelet starts the application's containers once this probe
 		// passes: the proxy then serves under the routing table in force
-		// (or, past ProxyStartupWait, without it, and says so).
+		// (or, past injectlink.StartupWait, without it, and says so).
 		StartupProbe: &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: ProxyStartupPath, Port: intstr.FromString("hs-proxy-http")}},
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: injectlink.StartupPath, Port: intstr.FromString(injectlink.HTTPPortName)}},
 			PeriodSeconds:    int32(proxyStartupPeriod / time.Second),
-			FailureThreshold: int32((ProxyStartupWait + proxyStartupSlack) / proxyStartupPeriod),
+			FailureThreshold: int32((injectlink.StartupWait + proxyStartupSlack) / proxyStartupPeriod),
 		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: NoTokenVolumeName, MountPath: ServiceAccountTokenPath, ReadOnly: true},
@@ -278,12 +264,12 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 		SecurityContext: proxySecurityContext(),
 	}
 	if cfg.RoutingFile {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: RoutingVolumeName, MountPath: RoutingMountPath, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: RoutingVolumeName, MountPath: injectlink.RoutingMountPath, ReadOnly: true})
 	}
 	caSecret := ""
 	if t := policy.Spec.Target.TLS; t != nil && t.CASecretRef != nil && t.CASecretRef.Name != "" {
 		caSecret = t.CASecretRef.Name
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TLSVolumeName, MountPath: TLSMountPath, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: TLSVolumeName, MountPath: injectlink.TLSMountPath, ReadOnly: true})
 	}
 	mountSecrets(pod, &c, policy)
 	pod.Spec.InitContainers = append([]corev1.Container{c}, pod.Spec.InitContainers...)
@@ -319,7 +305,7 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 			Name: TLSVolumeName,
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 				SecretName: caSecret,
-				Items:      []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+				Items:      []corev1.KeyToPath{{Key: injectlink.CAKey, Path: injectlink.CAKey}},
 				Optional:   &optional,
 			}},
 		})
@@ -379,37 +365,37 @@ func proxyEnv(policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) []corev1.EnvVar
 	agent := cfg.NodeAgentAddress
 	if agent == "" {
 		// the node agent's ingest port, a hostPort on every node
-		agent = fmt.Sprintf("$(HEATSINK_NODE_IP):%d", sidecarlink.DefaultPort)
+		agent = fmt.Sprintf("%s:%d", injectlink.Ref(injectlink.EnvNodeIP), sidecarlink.DefaultPort)
 	}
 	fieldRef := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
 	}
 	env := []corev1.EnvVar{
-		{Name: "HEATSINK_POLICY", Value: policy.Name},
-		{Name: "HEATSINK_NAMESPACE", ValueFrom: fieldRef("metadata.namespace")},
-		{Name: "HEATSINK_NODE_IP", ValueFrom: fieldRef("status.hostIP")},
-		{Name: "HEATSINK_NODE_AGENT", Value: agent},
-		{Name: "HEATSINK_UPSTREAM", Value: strings.Join(policy.Spec.Target.Addresses, ",")},
-		{Name: "HEATSINK_CLUSTER", Value: fmt.Sprintf("%t", policy.Spec.Target.Cluster)},
-		{Name: "HEATSINK_LISTEN", Value: ProxyListen},
-		{Name: "HEATSINK_HTTP_ADDRESS", Value: ProxyHTTPAddress},
-		{Name: "HEATSINK_STARTUP_WAIT", Value: ProxyStartupWait.String()},
+		{Name: injectlink.EnvPolicy, Value: policy.Name},
+		{Name: injectlink.EnvNamespace, ValueFrom: fieldRef("metadata.namespace")},
+		{Name: injectlink.EnvNodeIP, ValueFrom: fieldRef("status.hostIP")},
+		{Name: injectlink.EnvNodeAgent, Value: agent},
+		{Name: injectlink.EnvUpstream, Value: strings.Join(policy.Spec.Target.Addresses, ",")},
+		{Name: injectlink.EnvCluster, Value: fmt.Sprintf("%t", policy.Spec.Target.Cluster)},
+		{Name: injectlink.EnvListen, Value: injectlink.Listen},
+		{Name: injectlink.EnvHTTPAddress, Value: injectlink.HTTPAddress},
+		{Name: injectlink.EnvStartupWait, Value: injectlink.StartupWait.String()},
 	}
 	env = append(env, sentinelEnv(policy.Spec.Target.Sentinel)...)
 	routingFile := ""
 	if cfg.RoutingFile {
-		routingFile = RoutingFile
+		routingFile = injectlink.RoutingFile
 	}
 	// Set even when empty: the proxy's default is the mounted path.
-	env = append(env, corev1.EnvVar{Name: "HEATSINK_ROUTING_FILE", Value: routingFile})
+	env = append(env, corev1.EnvVar{Name: injectlink.EnvRoutingFile, Value: routingFile})
 	// The credentials come as files (mountSecrets).
 	if t := policy.Spec.Target.TLS; t != nil {
-		env = append(env, corev1.EnvVar{Name: "HEATSINK_TLS", Value: "true"})
+		env = append(env, corev1.EnvVar{Name: injectlink.EnvTLS, Value: "true"})
 		if t.ServerName != "" {
-			env = append(env, corev1.EnvVar{Name: "HEATSINK_TLS_SERVER_NAME", Value: t.ServerName})
+			env = append(env, corev1.EnvVar{Name: injectlink.EnvTLSServerName, Value: t.ServerName})
 		}
 		if t.CASecretRef != nil && t.CASecretRef.Name != "" {
-			env = append(env, corev1.EnvVar{Name: "HEATSINK_TLS_CA_FILE", Value: TLSMountPath + "ca.crt"})
+			env = append(env, corev1.EnvVar{Name: injectlink.EnvTLSCAFile, Value: injectlink.TLSMountPath + injectlink.CAKey})
 		}
 	}
 	return env

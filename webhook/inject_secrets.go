@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/injectlink"
 )
 
 // The policy's credentials and client certificate Secrets reach the proxy
@@ -15,18 +16,17 @@ import (
 // environment variable is fixed for the life of the container.
 const (
 	// CredentialsVolumeName is the volume of the Secret named by
-	// spec.target.credentialsSecretRef (keys username and password).
+	// spec.target.credentialsSecretRef (keys username and password), mounted
+	// at injectlink.CredentialsMountPath; the Sentinels' and the client
+	// certificate's at their injectlink paths too.
 	CredentialsVolumeName = "heatsink-credentials"
-	CredentialsMountPath  = "/etc/heatsink/credentials/"
 	// SentinelCredentialsVolumeName is the volume of the Secret named by
 	// spec.target.sentinel.credentialsSecretRef (keys username and
 	// password): the Sentinels' own credentials.
 	SentinelCredentialsVolumeName = "heatsink-sentinel-credentials"
-	SentinelCredentialsMountPath  = "/etc/heatsink/sentinel-credentials/"
 	// ClientCertVolumeName is the volume of the kubernetes.io/tls Secret
 	// named by spec.target.tls.clientCertSecretRef (tls.crt and tls.key).
 	ClientCertVolumeName = "heatsink-tls-client"
-	ClientCertMountPath  = "/etc/heatsink/tls-client/"
 )
 
 // mountSecrets mounts the policy's credentials and client certificate
@@ -54,29 +54,29 @@ func mountSecrets(pod *corev1.Pod, c *corev1.Container, policy *v1alpha1.HotKeyP
 		// absent (the default user), and a missing Secret shows on the
 		// policy (CredentialsMissing) rather than holding the pod in
 		// ContainerCreating.
-		mount(CredentialsVolumeName, CredentialsMountPath, ref.Name, true, "username", "password")
+		mount(CredentialsVolumeName, injectlink.CredentialsMountPath, ref.Name, true, injectlink.UsernameKey, injectlink.PasswordKey)
 		c.Env = append(c.Env,
-			corev1.EnvVar{Name: "HEATSINK_REDIS_USERNAME_FILE", Value: CredentialsMountPath + "username"},
-			corev1.EnvVar{Name: "HEATSINK_REDIS_PASSWORD_FILE", Value: CredentialsMountPath + "password"},
+			corev1.EnvVar{Name: injectlink.EnvRedisUsernameFile, Value: injectlink.CredentialsMountPath + injectlink.UsernameKey},
+			corev1.EnvVar{Name: injectlink.EnvRedisPasswordFile, Value: injectlink.CredentialsMountPath + injectlink.PasswordKey},
 		)
 	}
 	if sn := t.Sentinel; sn != nil && sn.CredentialsSecretRef != nil && sn.CredentialsSecretRef.Name != "" {
 		// Optional for the same reasons; the Sentinels' password rotates
 		// like Redis' (read at each new connection to a Sentinel).
-		mount(SentinelCredentialsVolumeName, SentinelCredentialsMountPath, sn.CredentialsSecretRef.Name, true, "username", "password")
+		mount(SentinelCredentialsVolumeName, injectlink.SentinelCredentialsMountPath, sn.CredentialsSecretRef.Name, true, injectlink.UsernameKey, injectlink.PasswordKey)
 		c.Env = append(c.Env,
-			corev1.EnvVar{Name: "HEATSINK_SENTINEL_USERNAME_FILE", Value: SentinelCredentialsMountPath + "username"},
-			corev1.EnvVar{Name: "HEATSINK_SENTINEL_PASSWORD_FILE", Value: SentinelCredentialsMountPath + "password"},
+			corev1.EnvVar{Name: injectlink.EnvSentinelUsernameFile, Value: injectlink.SentinelCredentialsMountPath + injectlink.UsernameKey},
+			corev1.EnvVar{Name: injectlink.EnvSentinelPasswordFile, Value: injectlink.SentinelCredentialsMountPath + injectlink.PasswordKey},
 		)
 	}
 	if t.TLS != nil && t.TLS.ClientCertSecretRef != nil && t.TLS.ClientCertSecretRef.Name != "" {
 		// Not optional: a Redis that verifies clients refuses the proxy
 		// without it, and a pod stuck in ContainerCreating names the
 		// missing Secret.
-		mount(ClientCertVolumeName, ClientCertMountPath, t.TLS.ClientCertSecretRef.Name, false, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+		mount(ClientCertVolumeName, injectlink.ClientCertMountPath, t.TLS.ClientCertSecretRef.Name, false, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
 		c.Env = append(c.Env,
-			corev1.EnvVar{Name: "HEATSINK_TLS_CERT_FILE", Value: ClientCertMountPath + corev1.TLSCertKey},
-			corev1.EnvVar{Name: "HEATSINK_TLS_KEY_FILE", Value: ClientCertMountPath + corev1.TLSPrivateKeyKey},
+			corev1.EnvVar{Name: injectlink.EnvTLSCertFile, Value: injectlink.ClientCertMountPath + corev1.TLSCertKey},
+			corev1.EnvVar{Name: injectlink.EnvTLSKeyFile, Value: injectlink.ClientCertMountPath + corev1.TLSPrivateKeyKey},
 		)
 	}
 }

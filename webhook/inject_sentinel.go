@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/injectlink"
 )
 
 // sentinelEnv is the sidecar's environment for a Sentinel target: the
@@ -17,7 +18,7 @@ func sentinelEnv(sn *v1alpha1.RedisSentinel) []corev1.EnvVar {
 		return nil
 	}
 	return []corev1.EnvVar{
-		{Name: "HEATSINK_SENTINEL_ADDRESSES", Value: strings.Join(sn.Addresses, ",")},
-		{Name: "HEATSINK_SENTINEL_MASTER", Value: sn.MasterName},
+		{Name: injectlink.EnvSentinelAddresses, Value: strings.Join(sn.Addresses, ",")},
+		{Name: injectlink.EnvSentinelMaster, Value: sn.MasterName},
 	}
 }

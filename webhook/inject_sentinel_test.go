@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/injectlink"
 	"github.com/heatsink-dev/heatsink/webhook"
 )
 
@@ -27,14 +28,14 @@ func TestInjectSentinelTarget(t *testing.T) {
 	webhook.Inject(pod, policy, webhook.InjectorConfig{Image: testImage})
 	env := envOf(pod.Spec.InitContainers[0])
 	want := map[string]string{
-		"HEATSINK_UPSTREAM":               "",
-		"HEATSINK_CLUSTER":                "false",
-		"HEATSINK_SENTINEL_ADDRESSES":     "sentinel-0.shop.svc:26379,sentinel-1.shop.svc:26379",
-		"HEATSINK_SENTINEL_MASTER":        "mymaster",
-		"HEATSINK_SENTINEL_USERNAME_FILE": "/etc/heatsink/sentinel-credentials/username",
-		"HEATSINK_SENTINEL_PASSWORD_FILE": "/etc/heatsink/sentinel-credentials/password",
-		"HEATSINK_REDIS_USERNAME_FILE":    "/etc/heatsink/credentials/username",
-		"HEATSINK_REDIS_PASSWORD_FILE":    "/etc/heatsink/credentials/password",
+		injectlink.EnvUpstream:             "",
+		injectlink.EnvCluster:              "false",
+		injectlink.EnvSentinelAddresses:    "sentinel-0.shop.svc:26379,sentinel-1.shop.svc:26379",
+		injectlink.EnvSentinelMaster:       "mymaster",
+		injectlink.EnvSentinelUsernameFile: "/etc/heatsink/sentinel-credentials/username",
+		injectlink.EnvSentinelPasswordFile: "/etc/heatsink/sentinel-credentials/password",
+		injectlink.EnvRedisUsernameFile:    "/etc/heatsink/credentials/username",
+		injectlink.EnvRedisPasswordFile:    "/etc/heatsink/credentials/password",
 	}
 	for k, v := range want {
 		if got, ok := env[k]; !ok || got != v {
@@ -43,7 +44,7 @@ func TestInjectSentinelTarget(t *testing.T) {
 	}
 	// No credential in the environment: it would be fixed for the life
 	// of the container.
-	for _, k := range []string{"HEATSINK_SENTINEL_USERNAME", "HEATSINK_SENTINEL_PASSWORD", "HEATSINK_REDIS_USERNAME", "HEATSINK_REDIS_PASSWORD"} {
+	for _, k := range []string{injectlink.EnvSentinelUsername, injectlink.EnvSentinelPassword, injectlink.EnvRedisUsername, injectlink.EnvRedisPassword} {
 		if v, ok := env[k]; ok {
 			t.Errorf("%s = %q: credentials belong in the mounted files", k, v)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/targets"
+	"github.com/heatsink-dev/heatsink/injectlink"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/webhook"
@@ -24,9 +25,9 @@ func upstreamEnv(pod *corev1.Pod) (upstream, cluster string) {
 		}
 		for _, e := range c.Env {
 			switch e.Name {
-			case "HEATSINK_UPSTREAM":
+			case injectlink.EnvUpstream:
 				upstream = e.Value
-			case "HEATSINK_CLUSTER":
+			case injectlink.EnvCluster:
 				cluster = e.Value
 			}
 		}
@@ -85,7 +86,7 @@ func TestInjectResolvesTargets(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if up, cl := upstreamEnv(pod); up != want[0] || cl != want[1] {
-			t.Errorf("%s: HEATSINK_UPSTREAM %q, HEATSINK_CLUSTER %q; want %q, %q", name, up, cl, want[0], want[1])
+			t.Errorf("%s: %s %q, %s %q; want %q, %q", name, injectlink.EnvUpstream, up, injectlink.EnvCluster, cl, want[0], want[1])
 		}
 	}
 	// The platform team takes the target from shop.

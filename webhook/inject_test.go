@@ -14,6 +14,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/targets"
+	"github.com/heatsink-dev/heatsink/injectlink"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/webhook"
@@ -75,8 +76,8 @@ func TestInjectRoutingFileOnRequest(t *testing.T) {
 	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
 	webhook.Inject(pod, testPolicy("shop", "catalogue"), webhook.InjectorConfig{Image: testImage, RoutingFile: true})
 	proxy := pod.Spec.InitContainers[0]
-	if got := envOf(proxy)["HEATSINK_ROUTING_FILE"]; got != webhook.RoutingFile {
-		t.Errorf("HEATSINK_ROUTING_FILE = %q, want %q", got, webhook.RoutingFile)
+	if got := envOf(proxy)[injectlink.EnvRoutingFile]; got != injectlink.RoutingFile {
+		t.Errorf("%s = %q, want %q", injectlink.EnvRoutingFile, got, injectlink.RoutingFile)
 	}
 	var vol *corev1.Volume
 	for i := range pod.Spec.Volumes {
@@ -98,13 +99,13 @@ func TestInjectStartupProbeCoversTheWait(t *testing.T) {
 	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
 	webhook.Inject(pod, testPolicy("shop", "catalogue"), webhook.InjectorConfig{Image: testImage, RoutingFile: true})
 	proxy := pod.Spec.InitContainers[0]
-	wait, err := time.ParseDuration(envOf(proxy)["HEATSINK_STARTUP_WAIT"])
-	if err != nil || wait != webhook.ProxyStartupWait {
-		t.Fatalf("HEATSINK_STARTUP_WAIT = %v (%v), want %s", wait, err, webhook.ProxyStartupWait)
+	wait, err := time.ParseDuration(envOf(proxy)[injectlink.EnvStartupWait])
+	if err != nil || wait != injectlink.StartupWait {
+		t.Fatalf("%s = %v (%v), want %s", injectlink.EnvStartupWait, wait, err, injectlink.StartupWait)
 	}
 	p := proxy.StartupProbe
-	if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != webhook.ProxyStartupPath || p.HTTPGet.Port.String() != proxy.Ports[0].Name {
-		t.Fatalf("startup probe %+v: want GET %s on %s", p, webhook.ProxyStartupPath, proxy.Ports[0].Name)
+	if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != injectlink.StartupPath || p.HTTPGet.Port.String() != proxy.Ports[0].Name {
+		t.Fatalf("startup probe %+v: want GET %s on %s", p, injectlink.StartupPath, proxy.Ports[0].Name)
 	}
 	period := time.Duration(p.PeriodSeconds) * time.Second
 	if period != time.Second {
@@ -119,8 +120,8 @@ func TestInjectNodeAgentService(t *testing.T) {
 	pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
 	cfg := webhook.InjectorConfig{Image: testImage, NodeAgentAddress: "heatsink-node-agent.heatsink-system.svc:7946"}
 	webhook.Inject(pod, testPolicy("shop", "catalogue"), cfg)
-	if got := envOf(pod.Spec.InitContainers[0])["HEATSINK_NODE_AGENT"]; got != cfg.NodeAgentAddress {
-		t.Errorf("HEATSINK_NODE_AGENT = %q, want %q", got, cfg.NodeAgentAddress)
+	if got := envOf(pod.Spec.InitContainers[0])[injectlink.EnvNodeAgent]; got != cfg.NodeAgentAddress {
+		t.Errorf("%s = %q, want %q", injectlink.EnvNodeAgent, got, cfg.NodeAgentAddress)
 	}
 }
 
@@ -137,18 +138,18 @@ func checkProxy(t *testing.T, pod *corev1.Pod) {
 		t.Fatalf("no %s container in %+v", webhook.ProxyContainerName, pod.Spec)
 	}
 	want := map[string]string{
-		"HEATSINK_POLICY":              "catalogue",
-		"HEATSINK_NAMESPACE":           "field:metadata.namespace",
-		"HEATSINK_NODE_IP":             "field:status.hostIP",
-		"HEATSINK_NODE_AGENT":          "$(HEATSINK_NODE_IP):7946",
-		"HEATSINK_UPSTREAM":            "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
-		"HEATSINK_CLUSTER":             "true",
-		"HEATSINK_LISTEN":              "127.0.0.1:6380",
-		"HEATSINK_ROUTING_FILE":        "",
-		"HEATSINK_HTTP_ADDRESS":        ":9091",
-		"HEATSINK_STARTUP_WAIT":        "10s",
-		"HEATSINK_REDIS_USERNAME_FILE": "/etc/heatsink/credentials/username",
-		"HEATSINK_REDIS_PASSWORD_FILE": "/etc/heatsink/credentials/password",
+		injectlink.EnvPolicy:            "catalogue",
+		injectlink.EnvNamespace:         "field:metadata.namespace",
+		injectlink.EnvNodeIP:            "field:status.hostIP",
+		injectlink.EnvNodeAgent:         injectlink.Ref(injectlink.EnvNodeIP) + ":7946",
+		injectlink.EnvUpstream:          "redis-0.redis.shop.svc:6379,redis-1.redis.shop.svc:6379",
+		injectlink.EnvCluster:           "true",
+		injectlink.EnvListen:            "127.0.0.1:6380",
+		injectlink.EnvRoutingFile:       "",
+		injectlink.EnvHTTPAddress:       ":9091",
+		injectlink.EnvStartupWait:       "10s",
+		injectlink.EnvRedisUsernameFile: "/etc/heatsink/credentials/username",
+		injectlink.EnvRedisPasswordFile: "/etc/heatsink/credentials/password",
 	}
 	if d := cmp.Diff(want, envOf(*proxy)); d != "" {
 		t.Errorf("proxy env (-want +got):\n%s", d)
@@ -283,11 +284,11 @@ func TestInjectionWebhook(t *testing.T) {
 		c := got.Spec.InitContainers[0]
 		env := envOf(c)
 		for k, want := range map[string]string{
-			"HEATSINK_TLS":             "true",
-			"HEATSINK_TLS_SERVER_NAME": "redis.shop.svc",
-			"HEATSINK_TLS_CA_FILE":     "/etc/heatsink/tls/ca.crt",
-			"HEATSINK_TLS_CERT_FILE":   "/etc/heatsink/tls-client/tls.crt",
-			"HEATSINK_TLS_KEY_FILE":    "/etc/heatsink/tls-client/tls.key",
+			injectlink.EnvTLS:           "true",
+			injectlink.EnvTLSServerName: "redis.shop.svc",
+			injectlink.EnvTLSCAFile:     "/etc/heatsink/tls/ca.crt",
+			injectlink.EnvTLSCertFile:   "/etc/heatsink/tls-client/tls.crt",
+			injectlink.EnvTLSKeyFile:    "/etc/heatsink/tls-client/tls.key",
 		} {
 			if env[k] != want {
 				t.Errorf("%s = %q, want %q", k, env[k], want)
@@ -334,7 +335,7 @@ func TestInjectionWebhook(t *testing.T) {
 			t.Errorf("client certificate not mounted read-only at /etc/heatsink/tls-client/: %+v", c.VolumeMounts)
 		}
 	})
-	t.Run("TLS without a CA or server name sets only HEATSINK_TLS", func(t *testing.T) {
+	t.Run("TLS without a CA or server name sets only the TLS switch", func(t *testing.T) {
 		pol := testPolicy(ns, "systemroots")
 		pol.Spec.Target.TLS = &v1alpha1.RedisTLS{}
 		if err := cp.Client.Create(ctx, pol); err != nil {
@@ -345,10 +346,10 @@ func TestInjectionWebhook(t *testing.T) {
 			t.Fatal(err)
 		}
 		env := envOf(got.Spec.InitContainers[0])
-		_, sn := env["HEATSINK_TLS_SERVER_NAME"]
-		_, ca := env["HEATSINK_TLS_CA_FILE"]
-		if env["HEATSINK_TLS"] != "true" || sn || ca {
-			t.Errorf("env = %v, want HEATSINK_TLS=true and no server name or CA file", env)
+		_, sn := env[injectlink.EnvTLSServerName]
+		_, ca := env[injectlink.EnvTLSCAFile]
+		if env[injectlink.EnvTLS] != "true" || sn || ca {
+			t.Errorf("env = %v, want %s=true and no server name or CA file", env, injectlink.EnvTLS)
 		}
 		for _, v := range got.Spec.Volumes {
 			if v.Name == webhook.TLSVolumeName {

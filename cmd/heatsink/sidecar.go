@@ -14,14 +14,46 @@ import (
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
+	"github.com/heatsink-dev/heatsink/injectlink"
 )
 
-// runSidecar runs the sidecar. Every flag defaults to its HEATSINK_*
-// environment variable, which the injector sets on the container.
+// runSidecar runs the sidecar. Every flag defaults to its environment
+// variable (package injectlink), which the injector sets on the container.
 func runSidecar(args []string) error {
+	sc, err := readSidecar(args, os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	c := sc.Config
+	if sc.UseTLS {
+		cfg, err := proxy.ClientTLS(sc.TLS)
+		if err != nil {
+			return err
+		}
+		c.TLS = cfg
+	}
+	c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return sidecar.Run(ctx, c)
+}
+
+// sidecarSettings is what `heatsink sidecar` read from its flags and
+// environment: the configuration, with the TLS options still as names of
+// files (runSidecar loads them).
+type sidecarSettings struct {
+	Config sidecar.Config
+	UseTLS bool
+	TLS    proxy.TLSOptions
+}
+
+// readSidecar reads the sidecar's flags, each defaulting to its variable
+// looked up with lookupEnv (os.LookupEnv, or a pod's resolved environment in
+// TestInjectedPodIsWhatTheSidecarReads), and checks them.
+func readSidecar(args []string, lookupEnv func(string) (string, bool)) (sidecarSettings, error) {
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
 	env := func(k, def string) string {
-		if v, ok := os.LookupEnv(k); ok {
+		if v, ok := lookupEnv(k); ok {
 			return v
 		}
 		return def
@@ -32,7 +64,7 @@ func runSidecar(args []string) error {
 	}
 	var envErr error
 	envInt := func(k string, def int) int {
-		v, ok := os.LookupEnv(k)
+		v, ok := lookupEnv(k)
 		if !ok || v == "" {
 			return def
 		}
@@ -44,72 +76,65 @@ func runSidecar(args []string) error {
 		return n
 	}
 	var c sidecar.Config
-	fs.StringVar(&c.Listen, "listen", env("HEATSINK_LISTEN", "127.0.0.1:6380"), "address the application connects to (HEATSINK_LISTEN)")
-	upstream := fs.String("upstream", env("HEATSINK_UPSTREAM", ""), "comma-separated Redis host:port (cluster: seeds) (HEATSINK_UPSTREAM)")
-	fs.BoolVar(&c.Cluster, "cluster", envBool("HEATSINK_CLUSTER"), "upstream is a Redis Cluster (HEATSINK_CLUSTER)")
-	sentinels := fs.String("sentinel", env("HEATSINK_SENTINEL_ADDRESSES", ""), "comma-separated Redis Sentinel host:port, instead of --upstream: the master of --sentinel-master is found through them and followed across failovers (HEATSINK_SENTINEL_ADDRESSES)")
-	fs.StringVar(&c.SentinelMaster, "sentinel-master", env("HEATSINK_SENTINEL_MASTER", ""), "name the Sentinels monitor the master under (HEATSINK_SENTINEL_MASTER)")
-	fs.StringVar(&c.SentinelUsername, "sentinel-username", env("HEATSINK_SENTINEL_USERNAME", ""), "ACL user of the Sentinels (HEATSINK_SENTINEL_USERNAME)")
+	fs.StringVar(&c.Listen, "listen", env(injectlink.EnvListen, injectlink.Listen), "address the application connects to"+envNote(injectlink.EnvListen))
+	upstream := fs.String("upstream", env(injectlink.EnvUpstream, ""), "comma-separated Redis host:port (cluster: seeds)"+envNote(injectlink.EnvUpstream))
+	fs.BoolVar(&c.Cluster, "cluster", envBool(injectlink.EnvCluster), "upstream is a Redis Cluster"+envNote(injectlink.EnvCluster))
+	sentinels := fs.String("sentinel", env(injectlink.EnvSentinelAddresses, ""), "comma-separated Redis Sentinel host:port, instead of --upstream: the master of --sentinel-master is found through them and followed across failovers"+envNote(injectlink.EnvSentinelAddresses))
+	fs.StringVar(&c.SentinelMaster, "sentinel-master", env(injectlink.EnvSentinelMaster, ""), "name the Sentinels monitor the master under"+envNote(injectlink.EnvSentinelMaster))
+	fs.StringVar(&c.SentinelUsername, "sentinel-username", env(injectlink.EnvSentinelUsername, ""), "ACL user of the Sentinels"+envNote(injectlink.EnvSentinelUsername))
 	// As for Redis' password: from the environment or a file only.
-	c.SentinelPassword = os.Getenv("HEATSINK_SENTINEL_PASSWORD")
-	fs.StringVar(&c.SentinelUsernameFile, "sentinel-username-file", env("HEATSINK_SENTINEL_USERNAME_FILE", ""), "file holding the Sentinels' ACL user, read at each new connection to a Sentinel (the injector mounts the Sentinel credentials Secret); replaces --sentinel-username (HEATSINK_SENTINEL_USERNAME_FILE)")
-	fs.StringVar(&c.SentinelPasswordFile, "sentinel-password-file", env("HEATSINK_SENTINEL_PASSWORD_FILE", ""), "file holding the Sentinels' password (their requirepass or the ACL user's), read at each new connection to a Sentinel, so a rotated Secret needs no restart; replaces HEATSINK_SENTINEL_PASSWORD (HEATSINK_SENTINEL_PASSWORD_FILE)")
-	fs.StringVar(&c.Policy, "policy", env("HEATSINK_POLICY", ""), "HotKeyPolicy name whose routing table to follow (HEATSINK_POLICY)")
-	fs.StringVar(&c.Namespace, "namespace", env("HEATSINK_NAMESPACE", ""), "namespace of the policy (HEATSINK_NAMESPACE)")
-	fs.StringVar(&c.RoutingFile, "routing-file", env("HEATSINK_ROUTING_FILE", "/etc/heatsink/routing/routing.json"), "mounted routing table, the fallback when the node agent is away; empty: none (HEATSINK_ROUTING_FILE)")
-	fs.StringVar(&c.NodeAgent, "node-agent", env("HEATSINK_NODE_AGENT", ""), "host:port of the node agent: counts go to it over UDP, routing tables come from it over TCP; empty: no reports, routing from the file only (HEATSINK_NODE_AGENT)")
-	fs.StringVar(&c.Username, "redis-username", env("HEATSINK_REDIS_USERNAME", ""), "upstream ACL user (HEATSINK_REDIS_USERNAME)")
+	c.SentinelPassword, _ = lookupEnv(injectlink.EnvSentinelPassword)
+	fs.StringVar(&c.SentinelUsernameFile, "sentinel-username-file", env(injectlink.EnvSentinelUsernameFile, ""), "file holding the Sentinels' ACL user, read at each new connection to a Sentinel (the injector mounts the Sentinel credentials Secret); replaces --sentinel-username"+envNote(injectlink.EnvSentinelUsernameFile))
+	fs.StringVar(&c.SentinelPasswordFile, "sentinel-password-file", env(injectlink.EnvSentinelPasswordFile, ""), "file holding the Sentinels' password (their requirepass or the ACL user's), read at each new connection to a Sentinel, so a rotated Secret needs no restart; replaces "+injectlink.EnvSentinelPassword+envNote(injectlink.EnvSentinelPasswordFile))
+	fs.StringVar(&c.Policy, "policy", env(injectlink.EnvPolicy, ""), "HotKeyPolicy name whose routing table to follow"+envNote(injectlink.EnvPolicy))
+	fs.StringVar(&c.Namespace, "namespace", env(injectlink.EnvNamespace, ""), "namespace of the policy"+envNote(injectlink.EnvNamespace))
+	fs.StringVar(&c.RoutingFile, "routing-file", env(injectlink.EnvRoutingFile, injectlink.RoutingFile), "mounted routing table, the fallback when the node agent is away; empty: none"+envNote(injectlink.EnvRoutingFile))
+	fs.StringVar(&c.NodeAgent, "node-agent", env(injectlink.EnvNodeAgent, ""), "host:port of the node agent: counts go to it over UDP, routing tables come from it over TCP; empty: no reports, routing from the file only"+envNote(injectlink.EnvNodeAgent))
+	fs.StringVar(&c.Username, "redis-username", env(injectlink.EnvRedisUsername, ""), "upstream ACL user"+envNote(injectlink.EnvRedisUsername))
 	// The password comes from the environment or a file only: a flag would
 	// show it in ps and in the pod's command line.
-	c.Password = os.Getenv("HEATSINK_REDIS_PASSWORD")
-	fs.StringVar(&c.UsernameFile, "redis-username-file", env("HEATSINK_REDIS_USERNAME_FILE", ""), "file holding the upstream ACL user, read at each new connection to Redis (the injector mounts the policy's credentials Secret); replaces --redis-username (HEATSINK_REDIS_USERNAME_FILE)")
-	fs.StringVar(&c.PasswordFile, "redis-password-file", env("HEATSINK_REDIS_PASSWORD_FILE", ""), "file holding the upstream password, read at each new connection to Redis, so a rotated Secret needs no restart; replaces HEATSINK_REDIS_PASSWORD (HEATSINK_REDIS_PASSWORD_FILE)")
-	useTLS := fs.Bool("tls", envBool("HEATSINK_TLS"), "connect to Redis over TLS (HEATSINK_TLS)")
+	c.Password, _ = lookupEnv(injectlink.EnvRedisPassword)
+	fs.StringVar(&c.UsernameFile, "redis-username-file", env(injectlink.EnvRedisUsernameFile, ""), "file holding the upstream ACL user, read at each new connection to Redis (the injector mounts the policy's credentials Secret); replaces --redis-username"+envNote(injectlink.EnvRedisUsernameFile))
+	fs.StringVar(&c.PasswordFile, "redis-password-file", env(injectlink.EnvRedisPasswordFile, ""), "file holding the upstream password, read at each new connection to Redis, so a rotated Secret needs no restart; replaces "+injectlink.EnvRedisPassword+envNote(injectlink.EnvRedisPasswordFile))
+	useTLS := fs.Bool("tls", envBool(injectlink.EnvTLS), "connect to Redis over TLS"+envNote(injectlink.EnvTLS))
 	var tlsOpts proxy.TLSOptions
-	fs.StringVar(&tlsOpts.CAFile, "tls-ca-file", env("HEATSINK_TLS_CA_FILE", ""), "PEM bundle of the CAs that sign Redis' certificate; empty uses the system roots (HEATSINK_TLS_CA_FILE)")
-	fs.StringVar(&tlsOpts.ServerName, "tls-server-name", env("HEATSINK_TLS_SERVER_NAME", ""), "name to verify in Redis' certificate; empty uses each address's host (HEATSINK_TLS_SERVER_NAME)")
-	fs.StringVar(&tlsOpts.CertFile, "tls-cert-file", env("HEATSINK_TLS_CERT_FILE", ""), "PEM client certificate presented to Redis (tls-auth-clients yes), re-read when it changes (HEATSINK_TLS_CERT_FILE)")
-	fs.StringVar(&tlsOpts.KeyFile, "tls-key-file", env("HEATSINK_TLS_KEY_FILE", ""), "PEM key of --tls-cert-file (HEATSINK_TLS_KEY_FILE)")
-	fs.BoolVar(&tlsOpts.InsecureSkipVerify, "tls-insecure-skip-verify", envBool("HEATSINK_TLS_INSECURE_SKIP_VERIFY"), "do not verify Redis' certificate (HEATSINK_TLS_INSECURE_SKIP_VERIFY)")
+	fs.StringVar(&tlsOpts.CAFile, "tls-ca-file", env(injectlink.EnvTLSCAFile, ""), "PEM bundle of the CAs that sign Redis' certificate; empty uses the system roots"+envNote(injectlink.EnvTLSCAFile))
+	fs.StringVar(&tlsOpts.ServerName, "tls-server-name", env(injectlink.EnvTLSServerName, ""), "name to verify in Redis' certificate; empty uses each address's host"+envNote(injectlink.EnvTLSServerName))
+	fs.StringVar(&tlsOpts.CertFile, "tls-cert-file", env(injectlink.EnvTLSCertFile, ""), "PEM client certificate presented to Redis (tls-auth-clients yes), re-read when it changes"+envNote(injectlink.EnvTLSCertFile))
+	fs.StringVar(&tlsOpts.KeyFile, "tls-key-file", env(injectlink.EnvTLSKeyFile, ""), "PEM key of --tls-cert-file"+envNote(injectlink.EnvTLSKeyFile))
+	fs.BoolVar(&tlsOpts.InsecureSkipVerify, "tls-insecure-skip-verify", envBool(injectlink.EnvTLSInsecureSkipVerify), "do not verify Redis' certificate"+envNote(injectlink.EnvTLSInsecureSkipVerify))
 	c.Limits = proxy.DefaultClientLimits()
-	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt("HEATSINK_MAX_BULK", c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes: Redis' proto-max-bulk-len; values over 1 MiB are streamed, not held (HEATSINK_MAX_BULK)")
-	eventLoop := fs.Bool("event-loop", !envBool("HEATSINK_NO_EVENT_LOOP"), "serve stateless clients from one epoll event loop (Linux, plaintext or TLS upstream); false gives every client a goroutine (HEATSINK_NO_EVENT_LOOP=true)")
-	fs.StringVar(&c.HTTPAddress, "http-address", env("HEATSINK_HTTP_ADDRESS", ":9091"), "address of /metrics, /healthz, /readyz, /startupz (HEATSINK_HTTP_ADDRESS)")
-	replyTimeout := fs.String("reply-timeout", env("HEATSINK_REPLY_TIMEOUT", "0"), "if set (e.g. 30s), the longest the proxy waits for a Redis reply before answering an error; 0, the default, waits as long as Redis takes, like a direct connection (HEATSINK_REPLY_TIMEOUT)")
-	startupWait := fs.String("startup-wait", env("HEATSINK_STARTUP_WAIT", sidecar.DefaultStartupWait.String()), "the longest the proxy holds its clients at start (they connect, their commands wait) until it has the routing table in force, from the node agent or the mounted file; past it, it serves without the table and says so (log, heatsink_proxy_serving_unmitigated, /startupz); 0 serves at once (HEATSINK_STARTUP_WAIT)")
-	maxMemory := fs.String("max-memory", env("HEATSINK_MAX_MEMORY", ""), "the sidecar's memory ceiling (bytes or a quantity such as 192Mi); empty: 75% of the container's memory limit, or 192Mi (75% of the injected 256Mi) without one (HEATSINK_MAX_MEMORY)")
-	if err := parseFlags(fs, args, "Runs the sidecar: a RESP proxy on 127.0.0.1 that forwards every command, counts key accesses for the node agent and applies the policy's routing table. Every flag defaults to its HEATSINK_* variable, which the injector sets."); err != nil {
-		return err
+	fs.IntVar(&c.Limits.MaxBulk, "max-bulk", envInt(injectlink.EnvMaxBulk, c.Limits.MaxBulk), "largest bulk string accepted from a client, in bytes: Redis' proto-max-bulk-len; values over 1 MiB are streamed, not held"+envNote(injectlink.EnvMaxBulk))
+	eventLoop := fs.Bool("event-loop", !envBool(injectlink.EnvNoEventLoop), "serve stateless clients from one epoll event loop (Linux, plaintext or TLS upstream); false gives every client a goroutine"+envNote(injectlink.EnvNoEventLoop, "=true"))
+	fs.StringVar(&c.HTTPAddress, "http-address", env(injectlink.EnvHTTPAddress, injectlink.HTTPAddress), "address of /metrics, /healthz, /readyz, /startupz"+envNote(injectlink.EnvHTTPAddress))
+	replyTimeout := fs.String("reply-timeout", env(injectlink.EnvReplyTimeout, "0"), "if set (e.g. 30s), the longest the proxy waits for a Redis reply before answering an error; 0, the default, waits as long as Redis takes, like a direct connection"+envNote(injectlink.EnvReplyTimeout))
+	startupWait := fs.String("startup-wait", env(injectlink.EnvStartupWait, sidecar.DefaultStartupWait.String()), "the longest the proxy holds its clients at start (they connect, their commands wait) until it has the routing table in force, from the node agent or the mounted file; past it, it serves without the table and says so (log, heatsink_proxy_serving_unmitigated, /startupz); 0 serves at once"+envNote(injectlink.EnvStartupWait))
+	maxMemory := fs.String("max-memory", env(injectlink.EnvMaxMemory, ""), "the sidecar's memory ceiling (bytes or a quantity such as 192Mi); empty: 75% of the container's memory limit, or 192Mi (75% of the injected 256Mi) without one"+envNote(injectlink.EnvMaxMemory))
+	if err := parseFlags(fs, args, "Runs the sidecar: a RESP proxy on 127.0.0.1 that forwards every command, counts key accesses for the node agent and applies the policy's routing table. Every flag defaults to the environment variable its help names, which the injector sets."); err != nil {
+		return sidecarSettings{}, err
 	}
 	if envErr != nil {
-		return usageError{envErr}
+		return sidecarSettings{}, usageError{envErr}
 	}
 	var err error
 	if c.ReplyTimeout, err = time.ParseDuration(*replyTimeout); err != nil || c.ReplyTimeout < 0 {
-		return usageError{fmt.Errorf("--reply-timeout=%q: want a non-negative duration such as 30s or 0", *replyTimeout)}
+		return sidecarSettings{}, usageError{fmt.Errorf("--reply-timeout=%q: want a non-negative duration such as 30s or 0", *replyTimeout)}
 	}
 	if c.StartupWait, err = time.ParseDuration(*startupWait); err != nil || c.StartupWait < 0 {
-		return usageError{fmt.Errorf("--startup-wait=%q: want a non-negative duration such as 10s, or 0", *startupWait)}
+		return sidecarSettings{}, usageError{fmt.Errorf("--startup-wait=%q: want a non-negative duration such as 10s, or 0", *startupWait)}
 	}
 	if c.StartupWait == 0 {
 		c.StartupWait = -1 // sidecar.Config: negative serves at once
 	}
 	if c.MaxMemory, err = sidecar.ParseMemory(*maxMemory); err != nil {
-		return usageError{fmt.Errorf("--max-memory: %w", err)}
+		return sidecarSettings{}, usageError{fmt.Errorf("--max-memory: %w", err)}
 	}
 	c.NoEventLoop = !*eventLoop
 	if c.Limits.MaxBulk <= 0 {
-		return usageError{fmt.Errorf("--max-bulk must be positive, got %d", c.Limits.MaxBulk)}
+		return sidecarSettings{}, usageError{fmt.Errorf("--max-bulk must be positive, got %d", c.Limits.MaxBulk)}
 	}
 	if !*useTLS && (tlsOpts.CertFile != "" || tlsOpts.KeyFile != "") {
-		return usageError{fmt.Errorf("--tls-cert-file and --tls-key-file need --tls")}
-	}
-	if *useTLS {
-		cfg, err := proxy.ClientTLS(tlsOpts)
-		if err != nil {
-			return err
-		}
-		c.TLS = cfg
+		return sidecarSettings{}, usageError{fmt.Errorf("--tls-cert-file and --tls-key-file need --tls")}
 	}
 	for _, a := range strings.Split(*upstream, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -123,16 +148,19 @@ func runSidecar(args []string) error {
 	}
 	switch {
 	case len(c.Sentinels) > 0 && len(c.Upstreams) > 0:
-		return usageError{fmt.Errorf("--upstream and --sentinel are exclusive: name the Redis nodes or the Sentinels")}
+		return sidecarSettings{}, usageError{fmt.Errorf("--upstream and --sentinel are exclusive: name the Redis nodes or the Sentinels")}
 	case len(c.Sentinels) > 0 && c.SentinelMaster == "":
-		return usageError{fmt.Errorf("--sentinel needs --sentinel-master, the name the Sentinels monitor the master under")}
+		return sidecarSettings{}, usageError{fmt.Errorf("--sentinel needs --sentinel-master, the name the Sentinels monitor the master under")}
 	case len(c.Sentinels) > 0 && c.Cluster:
-		return usageError{fmt.Errorf("--sentinel does not apply to a Redis Cluster (--cluster)")}
+		return sidecarSettings{}, usageError{fmt.Errorf("--sentinel does not apply to a Redis Cluster (--cluster)")}
 	case len(c.Sentinels) == 0 && (c.SentinelUsernameFile != "" || c.SentinelPasswordFile != ""):
-		return usageError{fmt.Errorf("--sentinel-username-file and --sentinel-password-file need --sentinel")}
+		return sidecarSettings{}, usageError{fmt.Errorf("--sentinel-username-file and --sentinel-password-file need --sentinel")}
 	}
-	c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return sidecar.Run(ctx, c)
+	return sidecarSettings{Config: c, UseTLS: *useTLS, TLS: tlsOpts}, nil
+}
+
+// envNote is the end of a flag's help: the variable it defaults to (with
+// the value that sets it, for an inverted flag).
+func envNote(name string, value ...string) string {
+	return " (" + name + strings.Join(value, "") + ")"
 }

@@ -10,9 +10,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // strFams are the families of a string key read with GET and written with

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Class is what a key's mitigation changes about where its data lives,

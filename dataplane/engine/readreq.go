@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Reads of every type: a cacheable read (command.Info.Cacheable: HGETALL,

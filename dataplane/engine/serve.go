@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // ReplyKind is the type of a Reply, in Redis' terms.

@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // servedEntries are one entry of each class a move gives a key.

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Shedding (routing.Shed): each shed key has a limiter, kept across tables

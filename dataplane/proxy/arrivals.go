@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"strconv"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Sessions in the order their clients' bytes came: arrivals_linux.go

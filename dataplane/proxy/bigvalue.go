@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Large values. A client command with a bulk argument over streamValueAbove

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // CLIENT KILL through the proxy. The connections Redis sees are the

@@ -1,6 +1,6 @@
 package proxy
 
-import "github.com/heatsink-dev/heatsink/dataplane/command"
+import "github.com/heatsink-dev/heatsink/routing/command"
 
 // connState is the connection state a session can replay on an upstream
 // connection it opens later (another cluster node, a reconnect): the

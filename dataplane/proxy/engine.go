@@ -6,9 +6,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // mitigated serves a command that names at least one mitigated key

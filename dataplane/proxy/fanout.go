@@ -3,8 +3,8 @@ package proxy
 import (
 	"bytes"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // fanout sends the current command (a script or function management

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Node-wide commands in cluster mode. A client of one Redis expects KEYS,

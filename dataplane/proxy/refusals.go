@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Every reply the proxy makes up itself rather than relaying from Redis is

@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // op is what the proxy does with one client command, before the engine

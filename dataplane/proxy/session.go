@@ -9,10 +9,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // maxBatch bounds how many commands one pipeline round forwards before

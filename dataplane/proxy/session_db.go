@@ -1,6 +1,6 @@
 package proxy
 
-import "github.com/heatsink-dev/heatsink/dataplane/command"
+import "github.com/heatsink-dev/heatsink/routing/command"
 
 // Databases. A routing table governs one logical database (the policy's
 // spec.target.database, engine.Database). A client connection starts in

@@ -3,8 +3,8 @@ package proxy
 import (
 	"strconv"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // A session's connection state: AUTH, SELECT, HELLO and RESET remembered

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // The sidecar as a one-node cluster.

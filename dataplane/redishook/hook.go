@@ -30,9 +30,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // Hook is a redis.Hook applying an engine's routing table.

@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/heatsink-dev/heatsink/injectlink"
 )
 
 // InjectedMemoryLimit is the memory limit the injector gives the sidecar's
-// container unless configured (webhook.DefaultProxyResources; a test
-// there keeps the two equal). docs/proxy.md, Memory defaults, has the one
-// table of the defaults derived from it.
-const InjectedMemoryLimit = 256 << 20
+// container unless configured (injectlink.MemoryLimit, which
+// webhook.DefaultProxyResources uses). docs/proxy.md, Memory defaults, has
+// the one table of the defaults derived from it.
+const InjectedMemoryLimit = injectlink.MemoryLimit
 
 // DefaultMaxMemory is the memory ceiling when none is configured: 75 % of
 // the container's memory limit (the cgroup's), leaving headroom for what

@@ -27,6 +27,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/dataplane/watch"
+	"github.com/heatsink-dev/heatsink/injectlink"
 	"github.com/heatsink-dev/heatsink/internal/version"
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -336,7 +337,7 @@ func sources(cfg Config) string {
 // sidecar's startup probe).
 func handler(p *proxy.Proxy, g prometheus.Gatherer, st *startup) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/startupz", st.serveStartupz)
+	mux.HandleFunc(injectlink.StartupPath, st.serveStartupz)
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -11,12 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heatsink-dev/heatsink/dataplane/watch"
+	"github.com/heatsink-dev/heatsink/injectlink"
 )
 
 // DefaultStartupWait is how long a new sidecar waits for the routing state
-// in force before it serves without it (--startup-wait). The injector's
-// startup probe allows for it (webhook.ProxyStartupWait).
-const DefaultStartupWait = 10 * time.Second
+// in force before it serves without it (--startup-wait): the injector's
+// wait, which its startup probe allows for (injectlink.StartupWait).
+const DefaultStartupWait = injectlink.StartupWait
 
 // startup holds the proxy's clients until the routing state in force is
 // known (watch.Watcher.InForce), at most the startup wait, and answers the

@@ -3,7 +3,7 @@ package capture
 import (
 	"bytes"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing/command"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 

@@ -1,6 +1,6 @@
 package capture
 
-import "github.com/heatsink-dev/heatsink/dataplane/command"
+import "github.com/heatsink-dev/heatsink/routing/command"
 
 // replies follows the server→client stream of one sampled connection and
 // matches each reply to its request, first in first out (Redis answers a

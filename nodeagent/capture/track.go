@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/routing/command"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/heatsink-dev/heatsink/injectlink"
 	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
 )
 
@@ -199,9 +200,9 @@ func (k *kubelet) run(t *testing.T, c corev1.Container) *sidecarProcess {
 			t.Fatalf("env %s: a source this kubelet does not resolve", e.Name)
 		}
 		switch e.Name {
-		case "HEATSINK_LISTEN":
+		case injectlink.EnvListen:
 			v = p.listen
-		case "HEATSINK_HTTP_ADDRESS":
+		case injectlink.EnvHTTPAddress:
 			v = p.http
 		default:
 			v = local(v)

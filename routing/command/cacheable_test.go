@@ -3,7 +3,7 @@ package command_test
 import (
 	"testing"
 
-	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 func args(s ...string) [][]byte {

@@ -1,10 +1,12 @@
-// Package command is the data plane's one table of Redis commands: where a
+// Package command is heatsink's one table of Redis commands: where a
 // command's keys are, whether it may write, whether it acts only on a
 // non-string type, and how it uses its connection (state it leaves behind,
 // blocking, streams of unrequested replies). The engine's classification
-// of commands on mitigated keys, the proxy's routing decision and the
-// go-redis hook all look commands up here, so no two of them can disagree
-// about a command.
+// of commands on mitigated keys, the proxy's routing decision, the
+// go-redis hook and the node agent's packet capture all look commands up
+// here, so no two of them can disagree about a command. It lives beside
+// the routing table, not in the data plane's folder, because the node
+// agent reads it too, and the node agent imports nothing of the sidecar.
 package command
 
 import (
