@@ -34,6 +34,14 @@ func SchemaVersionFor(database int32) int {
 	return 1
 }
 
+// ViewSchemaVersion stamps a table whose keys are shown as hashes (the
+// routing ConfigMap of a policy whose spec.keyNames is not Plain holds only
+// such a view; its readers get the raw table from their node agent). No
+// reader can match its keys, so none must apply it: every reader, of any
+// version, refuses a schema version greater than its own and keeps the
+// table it has (or, starting, keeps waiting for its node agent).
+const ViewSchemaVersion = 1000
+
 // MaxDatabase is the greatest database index a table may name: Redis has 16
 // databases (0 to 15) unless configured otherwise.
 const MaxDatabase = 15
