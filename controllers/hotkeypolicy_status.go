@@ -18,9 +18,9 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
