@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -179,6 +180,23 @@ func keyNamesFlows(t *testing.T, env *flowEnv) {
 		if base, _ := env.rc.Get(f.ctx, counter).Int(); base == incrs {
 			t.Errorf("the base key holds all %d increments: the hook did not split", incrs)
 		}
+
+		// Plain again: the ConfigMap holds the raw table (the same split,
+		// carried over from the Secret) and the Secret is gone.
+		f.modify("private", func(p *v1alpha1.HotKeyPolicy) { p.Spec.KeyNames = v1alpha1.KeyNamesPlain })
+		f.eventually("the raw table back in the ConfigMap", func() error {
+			tbl, cm, err := f.table("private")
+			if err != nil {
+				return err
+			}
+			if e := tbl.Lookup(counter); e == nil || e.Split == nil || e.Split.Generations[0] != gen || cm.Annotations[AnnotationKeyNames] != "" {
+				return fmt.Errorf("table %+v, annotations %v", tbl.Entries, cm.Annotations)
+			}
+			if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: managerNamespace, Name: rawRoutingName(&p)}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("raw routing Secret: %v", err)
+			}
+			return nil
+		})
 	})
 }
 
