@@ -4,7 +4,9 @@
 // and both sides use these types.
 //
 // The table is published as JSON under key "routing.json" of the ConfigMap
-// "<policy>-routing" in the policy's namespace.
+// "<policy>-routing" in the policy's namespace, and pushed to the node
+// agents; for a policy whose key names are hidden the ConfigMap holds only
+// a view (ViewSchemaVersion) and the agents' push is the one raw table.
 package routing
 
 import (
