@@ -100,6 +100,9 @@ type HotKeyPolicyReconciler struct {
 	// Targets are the installer's target choices: raw addresses are
 	// refused unless Targets.AllowRawAddresses (package targets).
 	Targets targets.Options
+	// KeyNames are the installer's key-name choices: how keys are shown
+	// where people read them (hotkeypolicy_keynames.go).
+	KeyNames KeyNamesOptions
 	// ReportInterval bounds how often the aggregated HotKeyReport of a
 	// policy is rewritten (DefaultReportInterval if 0).
 	ReportInterval time.Duration

@@ -283,9 +283,13 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		// Full confidence after 0.05 CPU-seconds: the flows' loads are short
 		// (only policies with thresholds.auto decide on it).
 		Capacity: capacity.Options{MinUtilization: 1e-6, FullConfidenceCPU: 0.05},
-		Redis:    stall.dialer(DialRedis), Fleet: h}
-	testenv.RunManager(t, cp, r.SetupWithManager)
+		Redis:    stall.dialer(DialRedis), Fleet: h,
+		KeyNames: KeyNamesOptions{Key: []byte("flows' key-names key"), Namespace: managerNamespace}}
 	ctx := context.Background()
+	if err := cp.CreateNamespace(ctx, managerNamespace); err != nil {
+		t.Fatal(err)
+	}
+	testenv.RunManager(t, cp, r.SetupWithManager)
 	n := 0
 	env := &flowEnv{ctx: ctx, srv: srv, rc: rc, stall: stall, newFlow: func(t *testing.T) *flow {
 		n++
@@ -303,6 +307,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 	capacityFlows(t, env)
 	sizesFlows(t, env)
 	ownershipFlows(t, env)
+	keyNamesFlows(t, env)
 
 	t.Run("metrics carry no Redis key", func(t *testing.T) {
 		mfs, err := ctrlmetrics.Registry.Gather()
@@ -311,7 +316,7 @@ func TestHotKeyPolicyFlows(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		// Every key the flows used.
-		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip", "likes:db2", "page:db2", "page:fallback", "page:learned", "sz:str", "sz:hash", "sz:gone"}
+		keys := []string{"likes:1", "likes:2", "likes:3", "cold", "page:stalled", "likes:other", "page:refill", "product:iphone", "product:tv", "likes:del", "likes:obs", "likes:down", "likes:skip", "likes:db2", "page:db2", "page:fallback", "page:learned", "sz:str", "sz:hash", "sz:gone", "likes:alice@example.com", "blob:carol@example.com"}
 		for _, mf := range mfs {
 			seen[mf.GetName()] = true
 			for _, m := range mf.GetMetric() {

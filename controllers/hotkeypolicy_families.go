@@ -60,7 +60,7 @@ func (r *HotKeyPolicyReconciler) noteWithheld(p *pass) {
 	}
 	for _, key := range slices.Sorted(maps.Keys(now)) {
 		if before[key] != now[key] {
-			r.Recorder.Eventf(p.policy, nil, corev1.EventTypeWarning, ReasonMoveWithheld, "Decide", "%s", truncate(fmt.Sprintf("%s: %s", key, now[key])))
+			r.Recorder.Eventf(p.policy, nil, corev1.EventTypeWarning, ReasonMoveWithheld, "Decide", "%s", truncate(fmt.Sprintf("%s: %s", p.names.Name(key), now[key])))
 		}
 	}
 }

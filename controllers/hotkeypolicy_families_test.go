@@ -9,6 +9,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -60,6 +61,29 @@ func TestMoveWithheldEvent(t *testing.T) {
 		got = append(got, e)
 	}
 	want := []string{"Warning MoveWithheld queue:jobs: " + queueWhy, "Warning MoveWithheld queue:jobs: used by scripts or functions: never split"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Events (-want +got):\n%s", d)
+	}
+}
+
+// TestMoveWithheldEventHashed: a policy whose keys are hashed names the
+// key of a withheld move by its hash, never raw.
+func TestMoveWithheldEventHashed(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	r := &HotKeyPolicyReconciler{Recorder: rec}
+	names := keynames.New(keynames.Hashed, keynames.PolicyKey([]byte("k"), "ns", "p"))
+	p := statusPass(func(p *pass) {
+		p.key = types.NamespacedName{Namespace: "ns", Name: "p"}
+		p.names = names
+		p.out.Refrained = []decide.KeyDecision{queueDecision()}
+	})
+	r.noteWithheld(p)
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{"Warning MoveWithheld " + names.Name("queue:jobs") + ": " + queueWhy}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Events (-want +got):\n%s", d)
 	}

@@ -54,6 +54,11 @@ func (r *HotKeyPolicyReconciler) finalize(ctx context.Context, policy *v1alpha1.
 	if err := r.releaseRouting(ctx, policy, true); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Whatever the ConfigMap says (it may be gone): a raw routing Secret
+	// outliving its policy would keep its keys.
+	if err := r.deleteRawRouting(ctx, policy); err != nil {
+		return ctrl.Result{}, err
+	}
 	r.forget(client.ObjectKeyFromObject(policy))
 	return ctrl.Result{}, r.patchFinalizers(ctx, policy, func() { controllerutil.RemoveFinalizer(policy, Finalizer) })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 )
 
 // pass is what one reconcile pass of a live policy computes, carried from
@@ -23,6 +24,8 @@ type pass struct {
 	key    types.NamespacedName
 	// spec is a defaulted copy of policy.Spec.
 	spec *v1alpha1.HotKeyPolicySpec
+	// names shows keys where people read them: status, report, Events.
+	names *keynames.Namer
 	// now is the one instant every decision of the pass is taken at.
 	now time.Time
 
@@ -72,7 +75,7 @@ type pass struct {
 func (r *HotKeyPolicyReconciler) newPass(policy *v1alpha1.HotKeyPolicy) *pass {
 	spec := policy.Spec.DeepCopy()
 	v1alpha1.SetDefaults(spec)
-	return &pass{policy: policy, key: client.ObjectKeyFromObject(policy), spec: spec, now: r.Clock.Now()}
+	return &pass{policy: policy, key: client.ObjectKeyFromObject(policy), spec: spec, names: r.namer(policy, spec), now: r.Clock.Now()}
 }
 
 // learn takes the learned capacity of the policy's Redis (sampling it

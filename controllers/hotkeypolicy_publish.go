@@ -15,6 +15,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -65,6 +66,9 @@ type published struct {
 	// foreign: the ConfigMap is not controlled by this policy (another
 	// policy's, or labelled by hand); it is never written or deleted.
 	foreign bool
+	// view is the mode the ConfigMap shows keys in (AnnotationKeyNames):
+	// Plain, or a view whose raw data is in the raw routing Secret.
+	view keynames.Mode
 }
 
 // decided is the table the previous decision produced, which the next one
@@ -100,9 +104,22 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 	var doc routingDoc
 	var ok bool
 	r.mem.with(key, func(m *policyMemory) { doc, ok = m.parsed.at(cm.ResourceVersion) })
+	view := keynames.Effective(keynames.Mode(cm.Annotations[AnnotationKeyNames]), "")
 	if !ok {
+		data := cm.Data
+		if view != keynames.Plain && ownedBy(cm, policy) {
+			// A view: the raw table and state are in the manager's Secret.
+			if data, err = r.loadRawRouting(ctx, policy); err != nil {
+				return nil, err
+			}
+		}
 		var tableErr, stateErr error
-		doc, tableErr, stateErr = parseRouting(cm.Data)
+		doc, tableErr, stateErr = parseRouting(data)
+		if view != keynames.Plain && doc.tableVersion != viewVersion(cm.Data) {
+			// The Secret was written and the ConfigMap not (its write
+			// failed): publish both again, at the next version.
+			doc.stale = true
+		}
 		if tableErr != nil {
 			log.FromContext(ctx).Error(tableErr, "published routing table unreadable; starting over")
 		}
@@ -113,6 +130,7 @@ func (r *HotKeyPolicyReconciler) loadPublished(ctx context.Context, policy *v1al
 	}
 	pub := newPublished(policy.Status.RoutingVersion, cm, doc)
 	pub.foreign = !ownedBy(cm, policy)
+	pub.view = view
 	return pub, nil
 }
 
@@ -128,6 +146,11 @@ type routingDoc struct {
 	// durable is durableJSON of the state as the ConfigMap holds it, even
 	// when state and observe come from memory.
 	durable string
+	// tableJSON is the raw table as written (the ConfigMap's, or the raw
+	// routing Secret's).
+	tableJSON string
+	// stale: the ConfigMap's view is not of this table (see loadPublished).
+	stale bool
 }
 
 // parseRouting parses a routing ConfigMap's data. A table or state that
@@ -135,6 +158,7 @@ type routingDoc struct {
 // so; the version of a table that is JSON but invalid is kept.
 func parseRouting(data map[string]string) (doc routingDoc, tableErr, stateErr error) {
 	if raw := data[routing.ConfigMapKey]; raw != "" {
+		doc.tableJSON = raw
 		doc.table, tableErr = routing.Parse([]byte(raw))
 		if tableErr == nil {
 			doc.tableVersion = doc.table.Version
@@ -171,7 +195,10 @@ func newPublished(statusVersion int64, cm *corev1.ConfigMap, doc routingDoc) *pu
 		p.exists = true
 		p.held = controllerutil.ContainsFinalizer(cm, Finalizer)
 		p.terminating = !cm.DeletionTimestamp.IsZero()
-		p.tableJSON, p.durableJSON, p.rv = cm.Data[routing.ConfigMapKey], doc.durable, cm.ResourceVersion
+		p.tableJSON, p.durableJSON, p.rv = doc.tableJSON, doc.durable, cm.ResourceVersion
+		if doc.stale {
+			p.tableJSON = ""
+		}
 	}
 	return p
 }
@@ -266,7 +293,7 @@ func newRoutingContent(policy *v1alpha1.HotKeyPolicy, spec *v1alpha1.HotKeyPolic
 		return routingContent{}, err
 	}
 	c := routingContent{tableJSON: string(tableJSON), version: t.Version,
-		doc: routingDoc{table: t, tableVersion: t.Version, state: out.State, observe: doc.Observed, durable: durable}}
+		doc: routingDoc{table: t, tableJSON: string(tableJSON), tableVersion: t.Version, state: out.State, observe: doc.Observed, durable: durable}}
 	if spec.Mode != v1alpha1.ModeEnforce {
 		c.draining = len(entries)
 	}
@@ -326,8 +353,8 @@ func durableJSON(doc stateDoc) (string, error) {
 // unchanged reports whether the routing ConfigMap already holds c's table,
 // the durable part of its state and the finalizer, so that nothing needs
 // writing: a timer set or cleared alone stays in the leader's memory.
-func (c routingContent) unchanged(prev *published) bool {
-	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.doc.durable == prev.durableJSON
+func (c routingContent) unchanged(prev *published, view keynames.Mode) bool {
+	return prev.exists && prev.held && c.tableJSON == prev.tableJSON && c.doc.durable == prev.durableJSON && keynames.Effective(prev.view, "") == view
 }
 
 // publish writes the routing ConfigMap (see newRoutingContent) with
@@ -345,7 +372,8 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 	for i, e := range enforced.Entries {
 		keys[i] = e.Key
 	}
-	if c.unchanged(prev) {
+	names := r.namer(policy, spec)
+	if c.unchanged(prev, names.Mode()) {
 		r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) { m.parsed.remember(prev.rv, c.doc.state, c.doc.observe) })
 		return publishResult{version: c.version, table: c.tableJSON, keys: keys, draining: c.draining}
 	}
@@ -361,10 +389,30 @@ func (r *HotKeyPolicyReconciler) publish(ctx context.Context, policy *v1alpha1.H
 		// Held until the policy's split keys are drained: a foreground
 		// cascading deletion deletes dependents first, and without the
 		// table the drain would not know the splits.
-		WithFinalizers(Finalizer).
-		WithData(map[string]string{routing.ConfigMapKey: c.tableJSON, StateKey: c.doc.durable})
+		WithFinalizers(Finalizer)
+	data := map[string]string{routing.ConfigMapKey: c.tableJSON, StateKey: c.doc.durable}
+	if names.Hides() {
+		// The raw data first: a view never shows a table the Secret does
+		// not hold (loadPublished republishes a view left behind).
+		if err := r.storeRawRouting(ctx, policy, data); err != nil {
+			return publishResult{version: prev.Version, err: err}
+		}
+		view, err := tableView(c.doc.table, names)
+		if err != nil {
+			return publishResult{version: prev.Version, err: fmt.Errorf("routing table view: %w", err)}
+		}
+		data = map[string]string{routing.ConfigMapKey: view}
+		ac.WithAnnotations(map[string]string{AnnotationKeyNames: string(names.Mode())})
+	}
+	ac.WithData(data)
 	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return publishResult{version: prev.Version, err: fmt.Errorf("apply routing ConfigMap: %w", err)}
+	}
+	if !names.Hides() && keynames.Effective(prev.view, "") != keynames.Plain {
+		// Plain again: the ConfigMap holds the raw data now.
+		if err := r.deleteRawRouting(ctx, policy); err != nil {
+			log.FromContext(ctx).Error(err, "raw routing Secret left behind")
+		}
 	}
 	if ac.ResourceVersion != nil { // the applied object, as the API server returned it
 		r.mem.with(client.ObjectKeyFromObject(policy), func(m *policyMemory) { m.parsed = parsedEntry{rv: *ac.ResourceVersion, doc: c.doc} })

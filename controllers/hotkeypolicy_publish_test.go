@@ -11,6 +11,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/decide"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -117,7 +118,7 @@ func TestPublishVersion(t *testing.T) {
 			if want := tableJSON(t, tc.wantVersion, 60000, tc.entries); c.tableJSON != want {
 				t.Errorf("table\n%s\nwant\n%s", c.tableJSON, want)
 			}
-			if got := c.unchanged(prev); got != tc.wantUnchanged {
+			if got := c.unchanged(prev, keynames.Plain); got != tc.wantUnchanged {
 				t.Errorf("unchanged = %v, want %v", got, tc.wantUnchanged)
 			}
 		})

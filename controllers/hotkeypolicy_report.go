@@ -152,6 +152,9 @@ func (r *HotKeyPolicyReconciler) writeReport(ctx context.Context, p *pass) {
 	big := reportBigKeys(p.hubSnap.BigKeys, p.spec.Thresholds.ValueBytes, r.measuredSizes(p, so), p.now, so.TTL)
 	r.confirmSizes(ctx, p, big, so)
 	r.noteSizes(ctx, p)
+	// From here on the keys are what people read: shown by p.names (the
+	// report, the big-key Events, and the memory compared with them).
+	cands, big = namedCandidates(cands, p.names), namedBigKeys(big, p.names)
 	r.noteBigKeys(p, big)
 	var last reportState
 	r.mem.with(p.key, func(m *policyMemory) { last = m.report })

@@ -20,6 +20,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/schedule"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -52,7 +53,7 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.HotKeyCount = int32(len(p.out.Keys))
 	st.ShedKeyCount = int32(shedKeys(&p.out))
 	st.Moves = moves(p.out.Keys)
-	st.HotKeys = shownHotKeys(st.HotKeys, slices.Concat(p.out.Keys, p.out.Refrained), p.ratesDue, p.detect)
+	st.HotKeys = shownHotKeys(st.HotKeys, slices.Concat(p.out.Keys, p.out.Refrained), p.ratesDue, p.detect, p.names)
 	st.NextEvents = nextEvents(p.evs)
 	if p.ratesDue || len(st.Shards) != len(p.shards) {
 		st.Shards, st.BusiestShardUtilizationPercent = shardStatus(p.shards, p.shardThresholds())
@@ -74,19 +75,19 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 // would be a status write). A key already shown in old keeps its shown
 // rates unless ratesDue and they moved (rateMoved): rates are shown, not
 // decided on, so the status changes when something did, not at every step
-// of a key's rise or decay.
-func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesDue bool, th [2]int64) []v1alpha1.HotKeyStatus {
+// of a key's rise or decay. Keys are shown by names (keynames).
+func shownHotKeys(old []v1alpha1.HotKeyStatus, keys []decide.KeyDecision, ratesDue bool, th [2]int64, names *keynames.Namer) []v1alpha1.HotKeyStatus {
 	shown := make(map[string]v1alpha1.HotKeyStatus, len(old))
 	for _, hk := range old {
 		shown[hk.Key] = hk
 	}
 	var out []v1alpha1.HotKeyStatus
 	for _, k := range keys[:min(len(keys), maxStatusHotKeys)] {
-		hk := v1alpha1.HotKeyStatus{Key: k.Key, ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
+		hk := v1alpha1.HotKeyStatus{Key: names.Name(k.Key), ReadsPerSecond: k.ReadsPerSecond, WritesPerSecond: k.WritesPerSecond,
 			Mitigations: k.Mitigations, Shards: k.Shards, Replicas: k.Replicas, Source: k.Source,
 			ShedReadsPerSecond: k.ShedReads, ShedWritesPerSecond: k.ShedWrites,
 			Families: k.Families.Names(), Reason: truncate(k.Reason)}
-		if o, ok := shown[k.Key]; ok && (!ratesDue ||
+		if o, ok := shown[hk.Key]; ok && (!ratesDue ||
 			!rateMoved(o.ReadsPerSecond, hk.ReadsPerSecond, th[0]) && !rateMoved(o.WritesPerSecond, hk.WritesPerSecond, th[1])) {
 			hk.ReadsPerSecond, hk.WritesPerSecond = o.ReadsPerSecond, o.WritesPerSecond
 		}

@@ -162,8 +162,8 @@ func (r *HotKeyPolicyReconciler) primeFleet(ctx context.Context) error {
 		id := policyID(client.ObjectKeyFromObject(p))
 		r.Fleet.SetPolicy(id, hub.ParamsFromSpec(spec))
 		prev, err := r.loadPublished(ctx, p)
-		if err != nil || prev.Table == nil {
-			continue
+		if err != nil || prev.Table == nil || prev.tableJSON == "" {
+			continue // the policy's next pass publishes and pushes it
 		}
 		r.Fleet.SetRouting(id, prev.Table.Version, []byte(prev.tableJSON), tableKeys(prev.Table))
 	}

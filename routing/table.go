@@ -4,7 +4,9 @@
 // and both sides use these types.
 //
 // The table is published as JSON under key "routing.json" of the ConfigMap
-// "<policy>-routing" in the policy's namespace.
+// "<policy>-routing" in the policy's namespace, and pushed to the node
+// agents; for a policy whose key names are hidden the ConfigMap holds only
+// a view (ViewSchemaVersion) and the agents' push is the one raw table.
 package routing
 
 import (
@@ -33,6 +35,14 @@ func SchemaVersionFor(database int32) int {
 	}
 	return 1
 }
+
+// ViewSchemaVersion stamps a table whose keys are shown as hashes (the
+// routing ConfigMap of a policy whose spec.keyNames is not Plain holds only
+// such a view; its readers get the raw table from their node agent). No
+// reader can match its keys, so none must apply it: every reader, of any
+// version, refuses a schema version greater than its own and keeps the
+// table it has (or, starting, keeps waiting for its node agent).
+const ViewSchemaVersion = 1000
 
 // MaxDatabase is the greatest database index a table may name: Redis has 16
 // databases (0 to 15) unless configured otherwise.

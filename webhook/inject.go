@@ -22,6 +22,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/injectlink"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -110,6 +111,9 @@ type InjectorConfig struct {
 	// node's kubelet then watches that ConfigMap through the API server, a
 	// cost that grows with the nodes running the policy's pods.
 	RoutingFile bool
+	// KeyNamesLeast is the installer's least key-name mode: a policy whose
+	// keys are not shown plain gets no routing file (see Inject).
+	KeyNamesLeast keynames.Mode
 	// Targets are the installer's target choices (raw addresses), as the
 	// policy webhook and the manager apply them.
 	Targets targets.Options
@@ -237,6 +241,13 @@ func hasProxy(pod *corev1.Pod) bool {
 func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) {
 	if hasProxy(pod) {
 		return
+	}
+	if keynames.Effective(keynames.Mode(policy.Spec.KeyNames), cfg.KeyNamesLeast) != keynames.Plain {
+		// The routing ConfigMap of such a policy holds a view whose keys
+		// are hashes, which the proxy refuses (routing.ViewSchemaVersion):
+		// mounted, it would prove nothing and fall back to nothing. The
+		// proxy waits for its node agent instead.
+		cfg.RoutingFile = false
 	}
 	always := corev1.ContainerRestartPolicyAlways
 	c := corev1.Container{

@@ -15,6 +15,7 @@ import (
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
 	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/injectlink"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/testenv"
 	"github.com/heatsink-dev/heatsink/webhook"
@@ -87,6 +88,33 @@ func TestInjectRoutingFileOnRequest(t *testing.T) {
 	}
 	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != "catalogue-routing" || vol.ConfigMap.Optional == nil || !*vol.ConfigMap.Optional {
 		t.Errorf("routing volume: %+v", vol)
+	}
+}
+
+// TestInjectNoRoutingFileForHiddenKeyNames: the routing ConfigMap of a
+// policy whose keys are hidden holds a view no proxy applies, so its pods
+// get no routing file (they wait for their node agent), whether the policy
+// or the installer hides them.
+func TestInjectNoRoutingFileForHiddenKeyNames(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy v1alpha1.KeyNames
+		least  keynames.Mode
+	}{{"policy Hashed", v1alpha1.KeyNamesHashed, ""}, {"policy Truncated", v1alpha1.KeyNamesTruncated, ""}, {"installer Hashed", v1alpha1.KeyNamesPlain, keynames.Hashed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := testPod("shop", "app", map[string]string{webhook.InjectAnnotation: "catalogue"})
+			policy := testPolicy("shop", "catalogue")
+			policy.Spec.KeyNames = tc.policy
+			webhook.Inject(pod, policy, webhook.InjectorConfig{Image: testImage, RoutingFile: true, KeyNamesLeast: tc.least})
+			if got := envOf(pod.Spec.InitContainers[0])["HEATSINK_ROUTING_FILE"]; got != "" {
+				t.Errorf("HEATSINK_ROUTING_FILE = %q, want none", got)
+			}
+			for _, v := range pod.Spec.Volumes {
+				if v.Name == webhook.RoutingVolumeName {
+					t.Errorf("routing volume mounted: %+v", v)
+				}
+			}
+		})
 	}
 }
 

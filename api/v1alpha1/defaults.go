@@ -45,6 +45,9 @@ func SetDefaults(spec *HotKeyPolicySpec) {
 	if spec.Mode == "" {
 		spec.Mode = ModeObserve
 	}
+	if spec.KeyNames == "" {
+		spec.KeyNames = KeyNamesPlain
+	}
 	if len(spec.Keys.Include) == 0 {
 		spec.Keys.Include = []string{"*"}
 	}

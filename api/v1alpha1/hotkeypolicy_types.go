@@ -17,6 +17,21 @@ const (
 	ModeObserve PolicyMode = "Observe"
 )
 
+// KeyNames says how the manager names a policy's keys where people read
+// them (package internal/keynames).
+// +kubebuilder:validation:Enum=Plain;Truncated;Hashed
+type KeyNames string
+
+const (
+	// KeyNamesPlain shows keys as they are.
+	KeyNamesPlain KeyNames = "Plain"
+	// KeyNamesTruncated keeps a key's first segment (to its first ':',
+	// within 32 bytes) and hashes the rest: "user:h:<hex>".
+	KeyNamesTruncated KeyNames = "Truncated"
+	// KeyNamesHashed shows a keyed hash only: "h:<hex>".
+	KeyNamesHashed KeyNames = "Hashed"
+)
+
 // HotKeyPolicySpec declares which Redis a policy protects, when a key counts as
 // hot, and which mitigations heatsink may apply to it. Every duration is a
 // positive duration string with a unit ("500ms", "2s", "5m"). Defaults live in
@@ -38,6 +53,23 @@ type HotKeyPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Observe
 	Mode PolicyMode `json:"mode,omitempty"`
+
+	// keyNames is how the manager names this policy's keys wherever the
+	// namespace's readers can see them: status.hotKeys, the HotKeyReport,
+	// Events and the routing ConfigMap. Plain shows them as they are;
+	// Hashed shows "h:<hex>", a keyed HMAC-SHA256 (64 bits) under a key of
+	// the policy's own that only the manager holds (a Secret in its
+	// namespace), stable across restarts; Truncated keeps the key's first
+	// segment, up to its first ':' within 32 bytes, and hashes the rest
+	// ("user:h:<hex>"). The sidecars still get the raw keys, from their
+	// node agent only (the routing ConfigMap then holds a hashed view that
+	// no reader applies, and the manager's raw state is kept in a Secret of
+	// its namespace). The installer may impose at least Truncated or Hashed
+	// on every policy (chart value keyNames.least). Keys a policy's own
+	// spec names (schedules) stay in its spec. Default: Plain.
+	// +optional
+	// +kubebuilder:default=Plain
+	KeyNames KeyNames `json:"keyNames,omitempty"`
 
 	// target is the Redis deployment whose keys this policy protects.
 	// +required

@@ -108,6 +108,10 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
+	keyNames, err := prepareKeyNames(ctx, cfg, wh)
+	if err != nil {
+		return err
+	}
 	// Watch only the ConfigMaps the manager writes (routing tables), not
 	// every ConfigMap of the cluster; only injected pods (every pod with
 	// --capture-pods), stripped to what the hub needs; with --capture-pods,
@@ -145,7 +149,7 @@ func runManager(args []string) error {
 	if err := setupWebhooks(ctx, mgr, wh); err != nil {
 		return err
 	}
-	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub, CapturePods: *capturePods, Targets: wh.targets}); err != nil {
+	if err := setupControllers(mgr, &controllers.HotKeyPolicyReconciler{Margin: *margin, MaxConcurrentReconciles: *workers, RedisTimeout: *redisTimeout, Fleet: fleetHub, CapturePods: *capturePods, Targets: wh.targets, KeyNames: keyNames}); err != nil {
 		return err
 	}
 	if err := addHealthChecks(mgr, wh.enabled); err != nil {

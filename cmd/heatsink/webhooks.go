@@ -20,6 +20,7 @@ import (
 
 	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/certs"
+	"github.com/heatsink-dev/heatsink/internal/keynames"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
 	hswebhook "github.com/heatsink-dev/heatsink/webhook"
 )
@@ -62,6 +63,10 @@ type webhookConfig struct {
 	proxyMemoryLimit   string
 	nodeAgentAddress   string
 	routingFile        bool
+	// keyNames is the installer's least key-name mode (--key-names), and
+	// keyNamesSecret the Secret holding the HMAC key (keynames.go).
+	keyNames       string
+	keyNamesSecret string
 
 	// targets are the installer's target choices, applied by the policy
 	// webhook, the injector and the reconciler alike.
@@ -90,6 +95,8 @@ func bindWebhookFlags(fs *flag.FlagSet) *webhookConfig {
 	fs.StringVar(&c.nodeAgentAddress, "node-agent-address", "", "node agent address the injected sidecar sends counts to (UDP) and reads routing tables from (TCP), e.g. the node-local Service heatsink-node-agent.heatsink-system.svc:7946 (in a manifest, heatsink-node-agent.$(POD_NAMESPACE).svc:7946 follows the install's namespace); empty: the agent's hostPort on the pod's node")
 	fs.BoolVar(&c.routingFile, "inject-routing-file", false, "also mount each policy's routing ConfigMap into injected pods, as a fallback for when the node agent is away (each node's kubelet then watches it)")
 	fs.BoolVar(&c.targets.AllowRawAddresses, "allow-raw-target-addresses", false, "admit policies that write Redis addresses themselves (spec.target.addresses, spec.target.sentinel, mitigations.replicaReads.addresses) instead of naming a ClusterRedisTarget or a Service of their namespace: anyone who may write a policy can then make the manager connect to, and write into, any Redis it can reach (docs/install.md, Security model)")
+	fs.StringVar(&c.keyNames, "key-names", "", "the least every policy's key names are hidden where namespace readers see them (status, HotKeyReport, Events, routing ConfigMap): Truncated or Hashed; empty or Plain: each policy's spec.keyNames (docs/install.md, Who can read key names)")
+	fs.StringVar(&c.keyNamesSecret, "key-names-secret", "heatsink-key-names", "Secret (in the manager's namespace) holding the HMAC key of hashed key names; created with a random key if missing")
 	d := hswebhook.DefaultProxyResources()
 	fs.StringVar(&c.proxyCPURequest, "proxy-cpu-request", d.Requests.Cpu().String(), "CPU request of the injected sidecar")
 	fs.StringVar(&c.proxyMemoryRequest, "proxy-memory-request", d.Requests.Memory().String(), "memory request of the injected sidecar")
@@ -218,7 +225,7 @@ func (c *webhookConfig) injectorConfig() (hswebhook.InjectorConfig, error) {
 	default:
 		return hswebhook.InjectorConfig{}, fmt.Errorf("--proxy-image-pull-policy=%q: want Always, IfNotPresent or Never", p)
 	}
-	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, NodeAgentAddress: c.nodeAgentAddress, RoutingFile: c.routingFile, Targets: c.targets}, nil
+	return hswebhook.InjectorConfig{Image: c.proxyImage, PullPolicy: corev1.PullPolicy(c.proxyPullPolicy), Resources: res, NodeAgentAddress: c.nodeAgentAddress, RoutingFile: c.routingFile, KeyNamesLeast: keynames.Mode(c.keyNames), Targets: c.targets}, nil
 }
 
 // setupWebhooks registers the admission webhooks and, with self-signed

@@ -70,7 +70,7 @@ var allowedRights = func() map[right]string {
 	add("policies' status", "*", "heatsink.dev", []string{"hotkeypolicies/status"}, []string{"patch"}, "")
 	add("reports", "*", "heatsink.dev", []string{"hotkeyreports"}, []string{"create", "patch"}, "")
 	add("targets", "*", "heatsink.dev", []string{"clusterredistargets"}, rw, "")
-	add("webhook certificate and fleet token", "release", "", []string{"secrets"}, []string{"get", "create", "update"}, "")
+	add("webhook certificate, fleet token, key-names HMAC key, raw routing of policies with hidden key names", "release", "", []string{"secrets"}, []string{"get", "create", "update", "delete"}, "")
 	add("its own Pod (the sidecar's image)", "release", "", []string{"pods"}, []string{"get"}, "")
 	add("leader election", "release", "coordination.k8s.io", []string{"leases"}, []string{"get", "create", "update"}, "")
 	add("leader election's Events", "release", "", []string{"events"}, []string{"create", "patch"}, "")
