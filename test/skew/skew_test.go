@@ -9,6 +9,7 @@ package skew
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,12 +24,14 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/internal/release"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
 	"github.com/heatsink-dev/heatsink/internal/testing/procstack"
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/webhook"
 )
 
 const (
@@ -52,7 +55,6 @@ type node struct {
 // key's counts to the manager, follow the table and apply the moves:
 // local cache and coalescing of a read-hot key, a split counter exact.
 func TestSkewThisManager(t *testing.T) {
-	t.Parallel()
 	runMatrix(t, "this", []node{
 		{"node-a", "previous", "previous"},
 		{"node-b", "previous", "this"},
@@ -66,7 +68,6 @@ func TestSkewThisManager(t *testing.T) {
 // rollback of the manager leaves them so. This release's node agents and
 // sidecars must then write what the previous manager and agents read.
 func TestSkewPreviousManager(t *testing.T) {
-	t.Parallel()
 	runMatrix(t, "previous", []node{
 		{"node-a", "this", "this"},
 		{"node-b", "previous", "this"},
@@ -81,7 +82,19 @@ func runMatrix(t *testing.T, manager string, nodes []node) {
 	if err := redisproc.Available(); err != nil {
 		t.Skip(err)
 	}
-	bins := map[string]string{"this": heatsinkbin.Path(t), "previous": procstack.PreviousRelease(t).Bin}
+	prev := procstack.PreviousRelease(t)
+	bins := map[string]string{"this": heatsinkbin.Path(t), "previous": prev.Bin}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := release.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The image tags the pods' sidecars carry, as each release's injector
+	// writes them.
+	tags := map[string]string{"this": rel.ImageTag(), "previous": release.SemVer(prev.Version)}
 	cp, err := controlplane.Start(controlplane.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -100,14 +113,17 @@ func runMatrix(t *testing.T, manager string, nodes []node) {
 		t.Run(fmt.Sprintf("%s/agent-%s/sidecar-%s", n.name, n.agent, n.sidecar), func(t *testing.T) {
 			t.Parallel()
 			a := procstack.StartAgent(t, bins[n.agent], n.name, m)
-			runNode(t, cp, a, bins[n.sidecar], n)
+			runNode(t, cp, a, bins[n.sidecar], tags[n.sidecar], n, manager == "this")
 		})
 	}
 }
 
 // runNode runs one node's pod: its policy, its Redis, its sidecar, the
 // workload, and the checks.
-func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, sidecarBin string, n node) {
+//
+// With this release's manager, the policy's status.sidecarVersions counts
+// the pod under its sidecar's version (tag).
+func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, sidecarBin, tag string, n node, statusVersions bool) {
 	ctx := context.Background()
 	srv, err := redisproc.Start(ctx, redisproc.Options{})
 	if err != nil {
@@ -116,13 +132,26 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	t.Cleanup(srv.Stop)
 	policy := "p-" + n.name
 	createPolicy(t, cp, policy, srv.Addr)
-	createPod(t, cp, policy, n.name)
+	createPod(t, cp, policy, n.name, tag, n.sidecar == "this")
 	sc := procstack.StartSidecar(t, sidecarBin, a, srv.Addr, namespace, policy)
 	c := redis.NewClient(&redis.Options{Addr: sc.Addr}) // go-redis' defaults
 	defer c.Close()
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer direct.Close()
 	eventually.True(t, 30*time.Second, "the sidecar answers PING", func() bool { return c.Ping(ctx).Err() == nil })
+	if statusVersions {
+		eventually.Succeeds(t, 60*time.Second, func() error {
+			p := &v1alpha1.HotKeyPolicy{}
+			if err := cp.Client.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: policy}, p); err != nil {
+				return err
+			}
+			want := []v1alpha1.SidecarVersionCount{{Version: tag, Pods: 1}}
+			if !slices.Equal(p.Status.SidecarVersions, want) {
+				return fmt.Errorf("status.sidecarVersions %v, want %v", p.Status.SidecarVersions, want)
+			}
+			return nil
+		})
+	}
 
 	hot, ctr := "hot:"+n.name, "ctr:"+n.name
 	if err := direct.Set(ctx, hot, "v", 0).Err(); err != nil {
@@ -270,14 +299,21 @@ func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string
 	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), p) })
 }
 
-// createPod registers the node's pod as the injector labels it, with the
-// sidecar's address (127.0.0.1: procstack.StartSidecar).
-func createPod(t *testing.T, cp *controlplane.ControlPlane, policy, nodeName string) {
+// createPod registers the node's pod as the injector of the sidecar's
+// release writes it (this release's labels the sidecar's version, the
+// previous one's did not), with the sidecar's address (127.0.0.1:
+// procstack.StartSidecar).
+func createPod(t *testing.T, cp *controlplane.ControlPlane, policy, nodeName, tag string, labelled bool) {
 	t.Helper()
 	ctx := context.Background()
+	labels := map[string]string{v1alpha1.LabelPolicy: policy}
+	if labelled {
+		labels[v1alpha1.LabelSidecarVersion] = tag
+	}
 	po := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "app-" + nodeName, Labels: map[string]string{v1alpha1.LabelPolicy: policy}},
-		Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "app-" + nodeName, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "app"},
+			{Name: webhook.ProxyContainerName, Image: "ghcr.io/heatsink-dev/heatsink:" + tag}}},
 	}
 	if err := cp.Client.Create(ctx, po); err != nil {
 		t.Fatal(err)
