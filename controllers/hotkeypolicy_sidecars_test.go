@@ -26,7 +26,8 @@ func TestSidecarVersionsCountsRunningPods(t *testing.T) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: webhook.ProxyContainerName, Image: image})
 		}
 		if deleting {
-			p.DeletionTimestamp = &metav1.Time{}
+			now := metav1.Now()
+			p.DeletionTimestamp = &now
 		}
 		return p
 	}
