@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"strconv"
 
 	"github.com/heatsink-dev/heatsink/routing"
 )
@@ -49,6 +51,34 @@ type PolicySummary struct {
 	// MaxRefusedKeysPerPolicy (version 4). The manager rolls back a move
 	// its clients' commands are refused under.
 	Refused []KeyCount
+}
+
+// UnannouncedSummaryVersion is the newest summary version a manager that
+// does not announce one (SummaryVersionHeader) reads: managers released
+// before the header read versions 1 to 3, and reject a summary of a later
+// one whole.
+const UnannouncedSummaryVersion = 3
+
+// SummaryVersionHeader is the header of the manager's answer to a node
+// agent's watch request that names the newest summary version it reads,
+// so that an agent of a later release than its manager (the upgrade rolls
+// the DaemonSet and the manager's Deployment at once) writes what the
+// manager reads (ManagerSummaryVersion).
+const SummaryVersionHeader = "Heatsink-Summary-Version"
+
+// SummaryVersion is the summary version this package writes and reads.
+const SummaryVersion = summaryVersion
+
+// ManagerSummaryVersion is the summary version to write to the manager
+// whose watch answer carried header h: the version it announces, at most
+// SummaryVersion, or UnannouncedSummaryVersion when it announces none (a
+// manager of an earlier release) or one below that.
+func ManagerSummaryVersion(h http.Header) int {
+	v, err := strconv.Atoi(h.Get(SummaryVersionHeader))
+	if err != nil || v < UnannouncedSummaryVersion {
+		return UnannouncedSummaryVersion
+	}
+	return min(v, SummaryVersion)
 }
 
 // KeyCount is a count of one key.
@@ -137,10 +167,19 @@ var ErrMalformed = errors.New("malformed summary")
 // Binary because at 1,000 nodes the manager decodes hundreds of thousands
 // of key rates per second; JSON would cost it a core.
 func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
+	return MarshalSummaryVersion(buf, s, summaryVersion)
+}
+
+// MarshalSummaryVersion is MarshalSummary in version v, for a manager that
+// reads no later one (ManagerSummaryVersion): from
+// UnannouncedSummaryVersion to the latest, v clamped into that range. A
+// version 3 summary carries no refusals.
+func MarshalSummaryVersion(buf []byte, s *Summary, v int) ([]byte, error) {
 	if err := s.validate(); err != nil {
 		return buf, err
 	}
-	buf = append(buf, summaryMagic[0], summaryMagic[1], summaryVersion, 0)
+	version := byte(min(max(v, UnannouncedSummaryVersion), summaryVersion))
+	buf = append(buf, summaryMagic[0], summaryMagic[1], version, 0)
 	buf = appendString(buf, s.Node)
 	buf = binary.AppendUvarint(buf, s.Session)
 	buf = binary.AppendUvarint(buf, s.Seq)
@@ -173,6 +212,9 @@ func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
 		for j := range p.BigKeys {
 			buf = appendString(buf, p.BigKeys[j].Key)
 			buf = binary.AppendUvarint(buf, p.BigKeys[j].Bytes)
+		}
+		if version < 4 {
+			continue
 		}
 		buf = binary.AppendUvarint(buf, uint64(len(p.Refused)))
 		for j := range p.Refused {

@@ -3,6 +3,8 @@ package agentlink
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -146,4 +148,50 @@ func FuzzUnmarshalSummary(f *testing.F) {
 			t.Fatalf("unstable round trip:\n%s", d)
 		}
 	})
+}
+
+// TestSummaryInTheManagersVersion: to a manager that announces no summary
+// version (the previous release's) a node agent writes version 3, which
+// such a manager reads (it rejects a later version whole): the same
+// summary without its refusals. To this release's manager, this version.
+func TestSummaryInTheManagersVersion(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{{"", 3}, {"3", 3}, {"4", SummaryVersion}, {"99", SummaryVersion}, {"x", 3}} {
+		h := http.Header{}
+		if tc.header != "" {
+			h.Set(SummaryVersionHeader, tc.header)
+		}
+		if got := ManagerSummaryVersion(h); got != tc.want {
+			t.Errorf("ManagerSummaryVersion(%q) = %d, want %d", tc.header, got, tc.want)
+		}
+	}
+	s := &Summary{Node: "n", Session: 1, Seq: 2, Policies: []PolicySummary{{
+		Policy: "ns/p", Keys: []KeyRates{{Key: "k", Reads: 5}},
+		BigKeys: []KeySize{{Key: "b", Bytes: 9}}, Refused: []KeyCount{{Key: "k", Count: 3}},
+	}, {Policy: "ns/q", Refused: []KeyCount{{Key: "r", Count: 1}}}}}
+	b, err := MarshalSummaryVersion(nil, s, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[2] != 3 {
+		t.Fatalf("version byte %d, want 3", b[2])
+	}
+	got, err := UnmarshalSummary(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *s
+	want.Policies = []PolicySummary{s.Policies[0], s.Policies[1]}
+	want.Policies[0].Refused, want.Policies[1].Refused = nil, nil
+	if !reflect.DeepEqual(got, &want) {
+		t.Errorf("version 3 round trip:\n got %+v\nwant %+v", got, &want)
+	}
+	if b, err = MarshalSummaryVersion(nil, s, SummaryVersion); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = UnmarshalSummary(b); err != nil || !reflect.DeepEqual(got, s) {
+		t.Errorf("version %d round trip: %+v, %v", SummaryVersion, got, err)
+	}
 }

@@ -261,6 +261,7 @@ func (r *HotKeyPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	r.noteWithheld(p)
 
 	p.ratesDue = r.ratesDue(p.key, p.now)
+	p.sidecars, p.sidecarsListed = r.listSidecars(ctx, policy)
 	status := buildStatus(p)
 	r.recordTransitions(policy, &policy.Status, status)
 	r.Metrics.observe(policy, p.spec, p.now, &p.out)

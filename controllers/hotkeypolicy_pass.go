@@ -51,6 +51,10 @@ type pass struct {
 	act    actResult
 	pub    publishResult
 	refill time.Time
+	// sidecars are the sidecar versions of the policy's pods (status
+	// only); sidecarsListed is false when the pod list failed.
+	sidecars       []v1alpha1.SidecarVersionCount
+	sidecarsListed bool
 
 	// shards are the capacity estimates of the policy's Redis nodes and
 	// sampleAt when they are read next (see sampleCapacity); masters and

@@ -55,6 +55,9 @@ func buildStatus(p *pass) *v1alpha1.HotKeyPolicyStatus {
 	st.Moves = moves(p.out.Keys)
 	st.HotKeys = shownHotKeys(st.HotKeys, slices.Concat(p.out.Keys, p.out.Refrained), p.ratesDue, p.detect, p.names)
 	st.NextEvents = nextEvents(p.evs)
+	if p.sidecarsListed {
+		st.SidecarVersions = p.sidecars
+	}
 	if p.ratesDue || len(st.Shards) != len(p.shards) {
 		st.Shards, st.BusiestShardUtilizationPercent = shardStatus(p.shards, p.shardThresholds())
 	}

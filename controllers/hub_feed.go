@@ -42,7 +42,8 @@ import (
 
 // PodCacheOptions restricts the manager's pod cache to injected pods and
 // keeps only what the hub reads of them (name, namespace, label, node,
-// address, phase), so the cache costs little per pod.
+// address, phase) and the version of their sidecar, so the cache costs
+// little per pod.
 func PodCacheOptions() cache.ByObject { return PodCacheOptionsFor(false) }
 
 // PodCacheOptionsFor is PodCacheOptions, or with capture every pod (node
@@ -75,6 +76,11 @@ func PodCacheOptionsFor(capture bool) cache.ByObject {
 func metaOnly(p *corev1.Pod) (m metav1.ObjectMeta) {
 	m.Name, m.Namespace, m.UID, m.ResourceVersion = p.Name, p.Namespace, p.UID, p.ResourceVersion
 	m.Labels = map[string]string{v1alpha1.LabelPolicy: p.Labels[v1alpha1.LabelPolicy]}
+	if p.Labels[v1alpha1.LabelPolicy] != "" {
+		// What status.sidecarVersions counts, computed here because the
+		// cache drops the containers (hotkeypolicy_sidecars.go).
+		m.Labels[v1alpha1.LabelSidecarVersion] = sidecarVersion(p)
+	}
 	m.DeletionTimestamp = p.DeletionTimestamp
 	return m
 }

@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/nodeagent/bigkeys"
 	"github.com/heatsink-dev/heatsink/nodeagent/capture"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
@@ -125,13 +126,16 @@ type Options struct {
 
 // Node agent is one node's agent.
 type Agent struct {
-	opts    Options
-	conn    *net.UDPConn
-	routeLn net.Listener
-	metrics *metrics
-	log     logr.Logger
-	session uint64
-	client  *http.Client
+	opts Options
+	// summaryVersion is the summary version the manager of the current
+	// stream reads (agentlink.ManagerSummaryVersion); 0 before the first.
+	summaryVersion atomic.Int32
+	conn           *net.UDPConn
+	routeLn        net.Listener
+	metrics        *metrics
+	log            logr.Logger
+	session        uint64
+	client         *http.Client
 
 	mu       sync.RWMutex
 	policies map[string]*policyState // by "<namespace>/<name>"
@@ -391,4 +395,13 @@ func addrPort(a net.Addr) netip.AddrPort {
 		return ap
 	}
 	return netip.AddrPort{}
+}
+
+// summaryVersionOrLatest is the summary version to write: the manager's,
+// or the latest before any stream answered.
+func (d *Agent) summaryVersionOrLatest() int {
+	if v := d.summaryVersion.Load(); v != 0 {
+		return int(v)
+	}
+	return agentlink.SummaryVersion
 }

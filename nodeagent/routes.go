@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -138,6 +139,9 @@ func (r *routes) serveStream(d *Agent, w http.ResponseWriter, req *http.Request,
 	}
 	src := addrPort(stringAddr(req.RemoteAddr)).Addr()
 	w.Header().Set("Content-Type", sidecarlink.StreamContentType)
+	// The counts version this agent reads, so that a sidecar of a later
+	// release writes one the agent accepts (sidecarlink.AgentCountsVersion).
+	w.Header().Set(sidecarlink.CountsVersionHeader, strconv.Itoa(sidecarlink.CountsVersion))
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
 	tick := time.NewTicker(heartbeat)

@@ -68,7 +68,7 @@ func (d *Agent) tick(st *sendState, out chan []byte) {
 	st.seq++
 	s.Seq = st.seq
 	var err error
-	if st.buf, err = agentlink.MarshalSummary(st.buf[:0], s); err != nil {
+	if st.buf, err = agentlink.MarshalSummaryVersion(st.buf[:0], s, d.summaryVersionOrLatest()); err != nil {
 		d.log.Error(err, "encoding summary")
 		return
 	}

@@ -189,6 +189,9 @@ func (d *Agent) watch(ctx context.Context, addr, token string) (synced bool, err
 	if resp.StatusCode != http.StatusOK {
 		return false, fmt.Errorf("manager answered %s", resp.Status)
 	}
+	// Summaries go in the version this manager reads: one of the previous
+	// release rejects every summary of a later version.
+	d.summaryVersion.Store(int32(agentlink.ManagerSummaryVersion(resp.Header)))
 	// Watchdog: the manager writes at least a heartbeat every
 	// HeartbeatInterval; three missed ones mean it is gone.
 	events := make(chan struct{}, 1)

@@ -35,6 +35,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/routing"
@@ -46,6 +48,17 @@ const (
 	// 2's without families, 1's without a size), so agents accept batches
 	// of sidecars not yet upgraded.
 	CountsVersion = 4
+	// UnannouncedCountsVersion is the newest counts version an agent that
+	// does not announce one (CountsVersionHeader) reads: agents released
+	// before the header read versions 1 to 3. A sidecar writes it to such
+	// an agent, which rejects a whole batch of a version it does not know
+	// (docs/install.md, Version skew policy).
+	UnannouncedCountsVersion = 3
+	// CountsVersionHeader is the header of the agent's answer to a routing
+	// request that names the newest counts version the agent reads, so a
+	// sidecar of a later release than its agent writes what the agent
+	// reads (AgentCountsVersion).
+	CountsVersionHeader = "Heatsink-Counts-Version"
 	// FlushInterval is how often a sidecar sends what it aggregated. The
 	// agent relies on it: a key's first batch carries one interval of
 	// traffic, and one interval is the shortest span it measures a rate
@@ -241,13 +254,27 @@ func bytesField(p []byte, max uint64, what string) ([]byte, []byte, error) {
 	return p[:l], p[l:], nil
 }
 
+// AgentCountsVersion is the counts version to write to the agent whose
+// routing answer carried header h: the version it announces, at most
+// CountsVersion, or UnannouncedCountsVersion when it announces none (an
+// agent of an earlier release) or one below that (none exists).
+func AgentCountsVersion(h http.Header) int {
+	v, err := strconv.Atoi(h.Get(CountsVersionHeader))
+	if err != nil || v < UnannouncedCountsVersion {
+		return UnannouncedCountsVersion
+	}
+	return min(v, CountsVersion)
+}
+
 // Encoder appends batches of one policy to a buffer, starting a new batch
 // whenever the next entry would make the datagram exceed its size limit.
 type Encoder struct {
 	limit  int
 	policy string
-	buf    []byte
-	count  int
+	// version is the version written (SetVersion); 0 is CountsVersion.
+	version byte
+	buf     []byte
+	count   int
 	// countAt is where the count varint starts; entries follow after a
 	// fixed reservation so the count can be patched in place.
 	countAt int
@@ -256,12 +283,23 @@ type Encoder struct {
 // EntrySize is an upper bound of the bytes key takes in a batch.
 func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 6*binary.MaxVarintLen32 }
 
+// SetVersion makes the next batches (from Reset on) of version v, for an
+// agent that reads no later one (AgentCountsVersion): from
+// UnannouncedCountsVersion to CountsVersion, v is clamped into that range.
+// A version 3 batch carries no refusals.
+func (e *Encoder) SetVersion(v int) {
+	e.version = byte(min(max(v, UnannouncedCountsVersion), CountsVersion))
+}
+
 // Reset starts a batch for policy in buf (reusing its storage), with datagrams
 // limited to limit bytes.
 func (e *Encoder) Reset(buf []byte, policy string, limit int) {
 	e.limit, e.policy = limit, policy
+	if e.version == 0 {
+		e.version = CountsVersion
+	}
 	e.buf = buf[:0]
-	e.buf = append(e.buf, magic[0], magic[1], CountsVersion, 0)
+	e.buf = append(e.buf, magic[0], magic[1], e.version, 0)
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(policy)))
 	e.buf = append(e.buf, policy...)
 	e.countAt = len(e.buf)
@@ -293,7 +331,9 @@ func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing
 	e.buf = binary.AppendUvarint(e.buf, uint64(bytes))
 	e.buf = binary.AppendUvarint(e.buf, uint64(size))
 	e.buf = binary.AppendUvarint(e.buf, uint64(fam))
-	e.buf = binary.AppendUvarint(e.buf, uint64(refused))
+	if e.version >= 4 {
+		e.buf = binary.AppendUvarint(e.buf, uint64(refused))
+	}
 	e.count++
 }
 

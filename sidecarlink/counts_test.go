@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -181,4 +182,54 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("round trip changed the batch")
 		}
 	})
+}
+
+// TestEncoderWritesTheAgentsVersion: to an agent that announces no counts
+// version (the previous release's) or 3, a sidecar writes version 3,
+// whose entries have no refusal field, which a version 3 reader would
+// otherwise take for the next entry's key length and reject the batch;
+// to one that announces this version or a later one, this version.
+func TestEncoderWritesTheAgentsVersion(t *testing.T) {
+	h := func(v string) http.Header {
+		h := http.Header{}
+		if v != "" {
+			h.Set(CountsVersionHeader, v)
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{{"", 3}, {"3", 3}, {"4", CountsVersion}, {"99", CountsVersion}, {"x", 3}, {"1", 3}} {
+		if got := AgentCountsVersion(h(tc.header)); got != tc.want {
+			t.Errorf("AgentCountsVersion(%q) = %d, want %d", tc.header, got, tc.want)
+		}
+	}
+	var e Encoder
+	e.SetVersion(3)
+	e.Reset(nil, "ns/p", MaxDatagram)
+	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7)
+	e.Add("k2", 5, 6, 7, 8, routing.FamStringRead, 9)
+	b := e.Bytes()
+	if b[2] != 3 {
+		t.Fatalf("version byte %d, want 3", b[2])
+	}
+	// What version 3 is: each entry six varints after the key, none more.
+	want := []byte{'H', 'S', 3, 0, 4, 'n', 's', '/', 'p', 0x82, 0x00,
+		2, 'k', '1', 1, 2, 3, 4, byte(routing.FamStringRead),
+		2, 'k', '2', 5, 6, 7, 8, byte(routing.FamStringRead)}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("version 3 batch\n got %v\nwant %v", b, want)
+	}
+	var d Decoder
+	got, err := d.Decode(b)
+	if err != nil || len(got.Entries) != 2 || got.Entries[1].Reads != 5 || got.Entries[0].Refused != 0 {
+		t.Fatalf("Decode: %+v, %v", got, err)
+	}
+	e.SetVersion(CountsVersion)
+	e.Restart()
+	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7)
+	if got, err := d.Decode(e.Bytes()); err != nil || got.Entries[0].Refused != 7 {
+		t.Fatalf("version %d: %+v, %v", CountsVersion, got, err)
+	}
 }

@@ -338,11 +338,10 @@ func Inject(pod *corev1.Pod, policy *v1alpha1.HotKeyPolicy, cfg InjectorConfig) 
 }
 
 // SidecarVersionLabel is the version of the sidecar injected into a pod
-// (its image's tag): the pods still running an older sidecar after an
-// upgrade are `kubectl get pods -l 'heatsink.dev/sidecar-version!=NEW'`,
-// and `heatsink top` counts them. Not app.kubernetes.io/version: that
-// label is the application's own version, on the same pod.
-const SidecarVersionLabel = "heatsink.dev/sidecar-version"
+// (its image's tag): v1alpha1.LabelSidecarVersion, which the manager counts
+// in each policy's status.sidecarVersions. Not app.kubernetes.io/version:
+// that label is the application's own version, on the same pod.
+const SidecarVersionLabel = v1alpha1.LabelSidecarVersion
 
 // labelValue is what a label value may be (63 characters at most).
 var labelValue = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)

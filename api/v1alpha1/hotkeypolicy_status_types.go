@@ -209,6 +209,15 @@ type HotKeyPolicyStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	NextEvents []ScheduledEventStatus `json:"nextEvents,omitempty"`
 
+	// sidecarVersions counts the policy's running injected pods by the
+	// version of their sidecar (the heatsink.dev/sidecar-version label the
+	// injector sets, else the tag of the heatsink-proxy container's image,
+	// else "unknown"), in the order of the versions: after an upgrade, the
+	// pods still to roll (docs/install.md, Version skew policy).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	SidecarVersions []SidecarVersionCount `json:"sidecarVersions,omitempty"`
+
 	// shards is the learned capacity of each Redis node the manager samples
 	// (masters; cluster replicas too when replicaReads is enabled), by
 	// address. Refreshed at most once a report interval.
@@ -220,4 +229,13 @@ type HotKeyPolicyStatus struct {
 	// shards.
 	// +optional
 	BusiestShardUtilizationPercent int32 `json:"busiestShardUtilizationPercent,omitempty"`
+}
+
+// SidecarVersionCount is how many of a policy's pods run one sidecar
+// version.
+type SidecarVersionCount struct {
+	// version is the sidecar's version (its image's tag), or "unknown".
+	Version string `json:"version"`
+	// pods is the number of running pods with that sidecar.
+	Pods int32 `json:"pods"`
 }

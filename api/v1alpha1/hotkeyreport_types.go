@@ -11,6 +11,12 @@ const (
 	// gave a sidecar (the manager tells each node agent which pods may send
 	// counts for which policy by it).
 	LabelPolicy = "heatsink.dev/policy"
+	// LabelSidecarVersion is the version of the sidecar injected into a
+	// pod (its image's tag), set by the injector: the pods still running an
+	// older sidecar after an upgrade are
+	// `kubectl get pods -l 'heatsink.dev/sidecar-version!=NEW'`, and the
+	// policy's status.sidecarVersions counts them.
+	LabelSidecarVersion = "heatsink.dev/sidecar-version"
 )
 
 // HotKeyReportSpec is the manager's cluster-wide view of one policy's

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
@@ -128,6 +129,9 @@ func (h *Hub) serveWatch(w http.ResponseWriter, r *http.Request) {
 	h.attach(nodeName, st)
 	defer h.detach(nodeName, st)
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	// The summary version this manager reads, so that an agent of a later
+	// release writes one it accepts (agentlink.ManagerSummaryVersion).
+	w.Header().Set(agentlink.SummaryVersionHeader, strconv.Itoa(agentlink.SummaryVersion))
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 32<<10)
 	heartbeat := h.opts.Clock.NewTicker(agentlink.HeartbeatInterval)

@@ -72,6 +72,9 @@ type Client struct {
 	shards  [shards]shard
 
 	observed, dropped, batches, sendErrs, lost atomic.Uint64
+	// version is the counts version the agent reads (SetAgentVersion); 0
+	// until told: sidecarlink.CountsVersion.
+	version atomic.Int32
 
 	sendMu sync.Mutex // serialises flushes (ticker, Flush, Close)
 	spare  []entry
@@ -321,9 +324,21 @@ func (c *Client) encoder(policy string) *sidecarlink.Encoder {
 		c.buf = append(c.buf, make([]byte, 0, c.opts.MaxDatagram))
 	}
 	enc := &c.encs[n]
+	if v := c.version.Load(); v != 0 {
+		enc.SetVersion(int(v))
+	}
 	enc.Reset(c.buf[n], policy, c.opts.MaxDatagram)
 	return enc
 }
+
+// SetAgentVersion makes the next batches of the version the agent reads
+// (sidecarlink.AgentCountsVersion of its routing answer, which
+// dataplane/watch reports through Options.OnAgent): an agent of the
+// previous release rejects every batch of a later version, so a sidecar
+// upgraded before its node's agent writes the agent's version, without
+// the fields that version lacks (refusals). Until told, the client writes
+// sidecarlink.CountsVersion.
+func (c *Client) SetAgentVersion(v int) { c.version.Store(int32(v)) }
 
 func (c *Client) send(enc *sidecarlink.Encoder) {
 	n := enc.Len()

@@ -188,8 +188,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cc, ok := rc.(*redis.ClusterClient); ok {
 		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
 	}
+	var dc *counts.Client
 	if cfg.NodeAgent != "" {
-		dc, err := counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
+		dc, err = counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
 		if err != nil {
 			return fmt.Errorf("counts client: %w", err)
 		}
@@ -205,7 +206,7 @@ func Run(ctx context.Context, cfg Config) error {
 		go follow.run(ctx)
 	}
 
-	w, err := startWatcher(ctx, cfg, eng, sm, log)
+	w, err := startWatcher(ctx, cfg, eng, dc, sm, log)
 	if err != nil {
 		return err
 	}
@@ -282,7 +283,11 @@ func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *prox
 // agent (the node agent address, over TCP), and from the mounted file. The
 // sidecar holds no API credentials. Without a policy there is nothing to
 // follow and the proxy only forwards and reports.
-func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidecarMetrics, log *slog.Logger) (*watch.Watcher, error) {
+//
+// The agent's answer names the counts version it reads, which dc (nil
+// without an agent) then writes: an agent of the previous release rejects
+// every batch of a later version.
+func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, dc *counts.Client, sm *sidecarMetrics, log *slog.Logger) (*watch.Watcher, error) {
 	if cfg.Policy == "" {
 		log.Info("no policy configured: routing table not followed")
 		return nil, nil
@@ -293,6 +298,11 @@ func startWatcher(ctx context.Context, cfg Config, eng *engine.Engine, sm *sidec
 	opts := watch.Options{
 		Agent: cfg.NodeAgent, Namespace: cfg.Namespace, Policy: cfg.Policy, File: cfg.RoutingFile,
 		OnTable: func(t *routing.Table) { eng.SetTable(t); sm.table(t) },
+		OnAgent: func(v int) {
+			if dc != nil {
+				dc.SetAgentVersion(v)
+			}
+		},
 		OnReject: func(src watch.Source, err error) {
 			sm.reject(src)
 			log.Warn("routing table rejected; keeping the last good one", "source", string(src), "err", err)

@@ -74,6 +74,11 @@ type Options struct {
 	// OnTable receives each accepted table, in increasing version order,
 	// never concurrently.
 	OnTable func(*routing.Table)
+	// OnAgent, if set, is told the counts version the agent reads
+	// (sidecarlink.AgentCountsVersion) at each answer of the agent to a
+	// routing request, before its tables: what the counts client
+	// (counts.Client.SetAgentVersion) writes to it.
+	OnAgent func(countsVersion int)
 	// OnReject, if set, is told about each published table that was not
 	// accepted, and why.
 	OnReject func(Source, error)
@@ -305,6 +310,9 @@ func (w *Watcher) followAgent(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != sidecarlink.StreamContentType {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("node agent answered %s (%s): %s", resp.Status, resp.Header.Get("Content-Type"), bytes.TrimSpace(msg))
+	}
+	if w.opts.OnAgent != nil {
+		w.opts.OnAgent(sidecarlink.AgentCountsVersion(resp.Header))
 	}
 	frames := 0
 	err = sidecarlink.ReadFrames(bufio.NewReader(resp.Body), func(version int64, table []byte) {

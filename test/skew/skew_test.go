@@ -1,0 +1,361 @@
+// Package skew tests docs/install.md's version skew policy with the
+// previous release's own binary (release.yaml's previous.commit, built by
+// procstack.PreviousRelease) beside this tree's: managers, node agents and
+// sidecars of both versions as processes, against a real kube-apiserver
+// and real redis-servers, driven by go-redis clients in their default
+// configuration.
+package skew
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/internal/release"
+	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/heatsinkbin"
+	"github.com/heatsink-dev/heatsink/internal/testing/procstack"
+	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
+	"github.com/heatsink-dev/heatsink/routing"
+	"github.com/heatsink-dev/heatsink/webhook"
+)
+
+const (
+	namespace      = "skew"
+	readThreshold  = 50 // per second
+	writeThreshold = 20 // per second
+)
+
+// node is one simulated node of the matrix: its node agent's version and
+// its one pod's sidecar version.
+type node struct {
+	name           string
+	agent, sidecar string // "previous" or "this"
+}
+
+// TestSkewThisManager is the policy's supported skew after an upgrade:
+// this release's manager with node agents and sidecars of the previous
+// release and of this one, in every pairing a node can hold while the
+// DaemonSet rolls and pods are recreated. Each node's pod has a policy
+// and a redis-server of its own, so every pairing must itself carry its
+// key's counts to the manager, follow the table and apply the moves:
+// local cache and coalescing of a read-hot key, a split counter exact.
+func TestSkewThisManager(t *testing.T) {
+	runMatrix(t, "this", []node{
+		{"node-a", "previous", "previous"},
+		{"node-b", "previous", "this"},
+		{"node-c", "this", "previous"},
+	})
+}
+
+// TestSkewPreviousManager is the other side of an upgrade: the node agent
+// DaemonSet and new pods may run this release while the manager's
+// Deployment still runs the previous one (Helm rolls both at once), and a
+// rollback of the manager leaves them so. This release's node agents and
+// sidecars must then write what the previous manager and agents read.
+func TestSkewPreviousManager(t *testing.T) {
+	runMatrix(t, "previous", []node{
+		{"node-a", "this", "this"},
+		{"node-b", "previous", "this"},
+		{"node-c", "this", "previous"},
+	})
+}
+
+func runMatrix(t *testing.T, manager string, nodes []node) {
+	if testing.Short() {
+		t.Skip("processes, a kube-apiserver and redis-servers")
+	}
+	if err := redisproc.Available(); err != nil {
+		t.Skip(err)
+	}
+	prev := procstack.PreviousRelease(t)
+	bins := map[string]string{"this": heatsinkbin.Path(t), "previous": prev.Bin}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := release.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The image tags the pods' sidecars carry, as each release's injector
+	// writes them.
+	tags := map[string]string{"this": rel.ImageTag(), "previous": release.SemVer(prev.Version)}
+	cp, err := controlplane.Start(controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Stop() })
+	ctx := context.Background()
+	if err := cp.CreateNamespace(ctx, namespace); err != nil {
+		t.Fatal(err)
+	}
+	var extra []string
+	if procstack.SupportsFlag(bins[manager], "manager", "allow-raw-target-addresses") {
+		extra = append(extra, "--allow-raw-target-addresses=true")
+	}
+	m := procstack.StartManager(t, cp, bins[manager], extra...)
+	for _, n := range nodes {
+		t.Run(fmt.Sprintf("%s/agent-%s/sidecar-%s", n.name, n.agent, n.sidecar), func(t *testing.T) {
+			t.Parallel()
+			a := procstack.StartAgent(t, bins[n.agent], n.name, m)
+			runNode(t, cp, a, bins[n.sidecar], tags[n.sidecar], n, manager == "this")
+		})
+	}
+}
+
+// runNode runs one node's pod: its policy, its Redis, its sidecar, the
+// workload, and the checks.
+//
+// With this release's manager, the policy's status.sidecarVersions counts
+// the pod under its sidecar's version (tag).
+func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, sidecarBin, tag string, n node, statusVersions bool) {
+	ctx := context.Background()
+	srv, err := redisproc.Start(ctx, redisproc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	policy := "p-" + n.name
+	createPolicy(t, cp, policy, srv.Addr)
+	createPod(t, cp, policy, n.name, tag, n.sidecar == "this")
+	sc := procstack.StartSidecar(t, sidecarBin, a, srv.Addr, namespace, policy)
+	c := redis.NewClient(&redis.Options{Addr: sc.Addr}) // go-redis' defaults
+	defer c.Close()
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	eventually.True(t, 30*time.Second, "the sidecar answers PING", func() bool { return c.Ping(ctx).Err() == nil })
+	if statusVersions {
+		eventually.Succeeds(t, 60*time.Second, func() error {
+			p := &v1alpha1.HotKeyPolicy{}
+			if err := cp.Client.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: policy}, p); err != nil {
+				return err
+			}
+			want := []v1alpha1.SidecarVersionCount{{Version: tag, Pods: 1}}
+			if !slices.Equal(p.Status.SidecarVersions, want) {
+				return fmt.Errorf("status.sidecarVersions %v, want %v", p.Status.SidecarVersions, want)
+			}
+			return nil
+		})
+	}
+
+	hot, ctr := "hot:"+n.name, "ctr:"+n.name
+	if err := direct.Set(ctx, hot, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var gets, incrs, incrErrs atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	// Bounded loads: 200 reads/s and 100 increments/s at most, for 120 s at
+	// most, each well over its threshold.
+	load := func(every time.Duration, op func()) {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		end := time.After(120 * time.Second)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-end:
+				return
+			case <-tick.C:
+				op()
+			}
+		}
+	}
+	wg.Add(2)
+	go load(5*time.Millisecond, func() {
+		if err := c.Get(ctx, hot).Err(); err == nil {
+			gets.Add(1)
+		}
+	})
+	go load(10*time.Millisecond, func() {
+		if err := c.Incr(ctx, ctr).Err(); err == nil {
+			incrs.Add(1)
+		} else {
+			incrErrs.Add(1)
+		}
+	})
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopLoad()
+
+	// The read move: the table caches the hot key, and Redis then sees
+	// fewer GETs than the client sends (the sidecar serves the rest).
+	eventually.True(t, 90*time.Second, "the table caches and coalesces "+hot, func() bool {
+		e := entry(t, cp, policy, hot)
+		return e != nil && e.LocalCache != nil && e.Coalesce
+	})
+	// A window of 200 client GETs in which Redis served fewer than half
+	// (the sidecar takes the table a moment after it is published).
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		g0, r0 := gets.Load(), redisGets(t, direct)
+		if err := eventually.Poll(ctx, 10*time.Second, func() error {
+			if gets.Load()-g0 < 200 {
+				return fmt.Errorf("%d GETs", gets.Load()-g0)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if served, r := gets.Load()-g0, redisGets(t, direct)-r0; r > served/2 {
+			return fmt.Errorf("Redis served %d of the client's %d GETs of the cached key: the sidecar does not apply the local cache", r, served)
+		}
+		return nil
+	})
+	// The write move: the counter splits, and the sidecar writes its
+	// shards.
+	eventually.True(t, 90*time.Second, "the table splits "+ctr, func() bool {
+		e := entry(t, cp, policy, ctr)
+		return e != nil && e.Split != nil
+	})
+	eventually.True(t, 30*time.Second, "a shard of "+ctr+" in Redis", func() bool {
+		keys, _ := direct.Keys(ctx, "*"+ctr+"*").Result()
+		for _, k := range keys {
+			if k != ctr {
+				return true
+			}
+		}
+		return false
+	})
+	i0 := incrs.Load()
+	eventually.True(t, 30*time.Second, "100 increments of the split counter", func() bool { return incrs.Load()-i0 >= 100 })
+	stopLoad()
+
+	// Exact: every acknowledged increment counted once, through the
+	// sidecar (which sums the shards), and in the base key alone once the
+	// policy is deleted (the manager folds the shards back).
+	want := incrs.Load()
+	t.Logf("%s: %d GETs, %d INCRs acknowledged, %d refused", n.name, gets.Load(), want, incrErrs.Load())
+	got, err := c.Get(ctx, ctr).Int64()
+	if err != nil || got != want {
+		t.Errorf("%s: the split counter reads %d (%v) through the sidecar, want %d", n.name, got, err, want)
+	}
+	p := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: policy}}
+	if err := cp.Client.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Succeeds(t, 60*time.Second, func() error {
+		if v, err := direct.Get(ctx, ctr).Int64(); err != nil || v != want {
+			return fmt.Errorf("after the policy's deletion %s = %d (%v), want %d", ctr, v, err, want)
+		}
+		return nil
+	})
+	// The folded shards stay, at 0, until their retirement TTL (docs/manager.md).
+	keys, err := direct.Keys(ctx, "*hs:s:*"+ctr).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, "hs:aux:") {
+			continue
+		}
+		if v, err := direct.Get(ctx, k).Int64(); err != nil || v != 0 {
+			t.Errorf("%s: shard %s holds %d (%v) after the fold, want 0", n.name, k, v, err)
+		}
+	}
+}
+
+// createPolicy creates the policy of one node's Redis, its defaults
+// applied (no webhook runs): coalesce, local cache and split allowed, low
+// thresholds.
+func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string) {
+	t.Helper()
+	on := ptr.To(true)
+	d := func(x time.Duration) metav1.Duration { return metav1.Duration{Duration: x} }
+	p := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	p.Spec = v1alpha1.HotKeyPolicySpec{
+		Mode:      v1alpha1.ModeEnforce,
+		Target:    v1alpha1.RedisTarget{Addresses: []string{addr}},
+		Keys:      v1alpha1.KeySelector{Include: []string{"*"}},
+		Detection: v1alpha1.Detection{Window: d(2 * time.Second), ReportInterval: d(500 * time.Millisecond), TopK: 64},
+		Thresholds: v1alpha1.Thresholds{ReadsPerSecond: readThreshold, WritesPerSecond: writeThreshold,
+			SustainFor: d(time.Second), Cooldown: d(30 * time.Second), HysteresisPercent: 20},
+		Capacity: v1alpha1.Capacity{PerShardWritesPerSecond: writeThreshold, HeadroomPercent: 25},
+		Mitigations: v1alpha1.Mitigations{
+			Coalesce:   v1alpha1.Coalesce{Enabled: on},
+			LocalCache: v1alpha1.LocalCache{Enabled: on, TTL: d(time.Second), JitterPercent: 10},
+			Split:      v1alpha1.Split{Enabled: on, MaxShards: 4, Epoch: d(2 * time.Second)},
+		},
+	}
+	v1alpha1.SetDefaults(&p.Spec)
+	if err := cp.Client.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), p) })
+}
+
+// createPod registers the node's pod as the injector of the sidecar's
+// release writes it (this release's labels the sidecar's version, the
+// previous one's did not), with the sidecar's address (127.0.0.1:
+// procstack.StartSidecar).
+func createPod(t *testing.T, cp *controlplane.ControlPlane, policy, nodeName, tag string, labelled bool) {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{v1alpha1.LabelPolicy: policy}
+	if labelled {
+		labels[v1alpha1.LabelSidecarVersion] = tag
+	}
+	po := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "app-" + nodeName, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "app", Image: "app"},
+			{Name: webhook.ProxyContainerName, Image: "ghcr.io/heatsink-dev/heatsink:" + tag}}},
+	}
+	if err := cp.Client.Create(ctx, po); err != nil {
+		t.Fatal(err)
+	}
+	po.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
+	if err := cp.Client.Status().Update(ctx, po); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.Client.Delete(context.Background(), po) })
+}
+
+// entry is key's entry in the policy's published table (nil if none).
+func entry(t *testing.T, cp *controlplane.ControlPlane, policy, key string) *routing.Entry {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := cp.Client.Get(context.Background(), crclient.ObjectKey{Namespace: namespace, Name: routing.ConfigMapName(policy)}, cm); err != nil {
+		return nil
+	}
+	tbl, err := routing.Parse([]byte(cm.Data[routing.ConfigMapKey]))
+	if err != nil {
+		t.Fatalf("the published table: %v", err)
+	}
+	for i := range tbl.Entries {
+		if tbl.Entries[i].Key == key {
+			return &tbl.Entries[i]
+		}
+	}
+	return nil
+}
+
+// redisGets is how many GETs Redis has served (INFO commandstats).
+func redisGets(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(l, "cmdstat_get:calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
