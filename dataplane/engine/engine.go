@@ -197,7 +197,9 @@ type plan struct {
 	lim *limiter
 	// others caches a member split's sums of the places HINCRBY does not
 	// write (members.go).
-	others others
+	others others[int64]
+	// zothers is the same for a sorted set's ZINCRBY (zset.go).
+	zothers others[float64]
 }
 
 func newPlan(en routing.Entry) *plan {
