@@ -200,6 +200,8 @@ type plan struct {
 	others others[int64]
 	// zothers is the same for a sorted set's ZINCRBY (zset.go).
 	zothers others[float64]
+	// zbase is a sorted set's base key in a settled layout (zset.go).
+	zbase baseCopy
 }
 
 func newPlan(en routing.Entry) *plan {

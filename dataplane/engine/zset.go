@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -225,7 +227,10 @@ func zsorted(m map[string]float64, rev bool) []scored {
 // merged over every place: what ZCARD, ZRANK and ranges counted from the
 // end read.
 func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, error) {
-	keys := allPlaces(e.memberPlan(key, routing.KindZSet), key)
+	keys, known, err := e.zplaces(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, k := range keys {
 			pipe.ZRangeWithScores(ctx, k, 0, -1)
@@ -237,6 +242,7 @@ func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, erro
 		return nil, err
 	}
 	m := map[string]float64{}
+	zmerge(m, known)
 	for _, c := range cmds {
 		zs, err := c.(*redis.ZSliceCmd).Result()
 		if err != nil {
@@ -247,17 +253,92 @@ func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, erro
 	return zsorted(m, rev), nil
 }
 
+// settledBase reports whether p's base key is written by nothing heatsink
+// serves: the write generation is the last listed and the only one with
+// shards (no fold credits the base key, no write goes to it). Then the
+// base key changes only through writes made around heatsink, and a copy
+// of it may be used for settledRefresh, as the others cache does.
+func (e *Engine) settledBase(p *plan, now time.Time) bool {
+	gens := p.entry.Split.Generations
+	last := gens[len(gens)-1]
+	if !p.entry.Active(now) || last.Shards == 0 || last.FromEpoch > routing.EpochAt(now, e.table.Load().table.EpochMillis) {
+		return false
+	}
+	for _, g := range gens[:len(gens)-1] {
+		if g.Shards > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// maxBaseCopy bounds the base key a sorted set's plan keeps a copy of.
+const maxBaseCopy = 1024
+
+// baseCopy is a sorted set's base key, whole, as read at a time.
+type baseCopy struct {
+	mu sync.Mutex
+	zs []redis.Z
+	at time.Time
+}
+
+// base returns p's base key whole from its copy when the layout is
+// settled and the copy younger than settledRefresh, reading and keeping
+// it when it holds at most maxBaseCopy members; ok false when it is not
+// to be copied (then it is read as any place).
+func (e *Engine) base(ctx context.Context, p *plan) ([]redis.Z, bool, error) {
+	now := e.clock.Now()
+	if !e.settledBase(p, now) {
+		return nil, false, nil
+	}
+	c := &p.zbase
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.zs != nil && now.Sub(c.at) < settledRefresh {
+		return c.zs, true, nil
+	}
+	zs, err := e.rc().ZRangeWithScores(ctx, p.key, 0, maxBaseCopy).Result()
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return nil, false, err
+	}
+	if len(zs) > maxBaseCopy {
+		return nil, false, nil
+	}
+	c.zs, c.at = zs, now
+	return zs, true, nil
+}
+
+// zplaces is a sorted set's places for a whole-set read: the keys to
+// read, and the base key's members when its copy stands in for it.
+func (e *Engine) zplaces(ctx context.Context, key string) (keys []string, known []redis.Z, err error) {
+	p := e.memberPlan(key, routing.KindZSet)
+	keys = allPlaces(p, key)
+	if p == nil {
+		return keys, nil, nil
+	}
+	zs, ok, err := e.base(ctx, p)
+	if err != nil || !ok {
+		return keys, nil, err
+	}
+	return keys[1:], zs, nil
+}
+
 // ZTop is the first n members in ZRANGE's order (ZREVRANGE's when rev),
 // exactly, without reading the whole set. Each place is asked for its
 // own first d members (d from n up); a member seen anywhere has its
-// score completed from the places that did not list it; a member seen
-// nowhere scores at most (at least, ascending) the sum over the places
-// not read to their end of their d-th score, or 0 where it is absent.
-// When the n-th merged member is strictly past that bound no unseen
-// member can precede it, and the first n are exact; otherwise d doubles.
-// A place whose reply is shorter than d has been read whole.
+// score completed from the places that did not list it (ZMSCORE); a
+// member seen nowhere scores at most (at least, ascending) the sum over
+// the places not read to their end of their d-th score, or 0 where it is
+// absent. When the n-th merged member is strictly past that bound no
+// unseen member can precede it, and the first n are exact; otherwise d
+// doubles. A place whose reply is shorter than d has been read whole, as
+// has the base key's copy in a settled layout.
 func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]scored, error) {
-	keys := allPlaces(e.memberPlan(key, routing.KindZSet), key)
+	keys, known, err := e.zplaces(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	for d := n; ; d *= 2 {
 		cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for _, k := range keys {
@@ -275,6 +356,7 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 		}
 		seen := map[string]map[int]bool{} // member -> places that listed it
 		m := map[string]float64{}
+		zmerge(m, known)
 		var open []int // places not read to their end
 		bound := 0.0
 		for i, c := range cmds {
@@ -300,36 +382,46 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 				}
 			}
 		}
+		for s := range m {
+			if seen[s] == nil {
+				seen[s] = map[int]bool{} // known from the base key's copy only
+			}
+		}
 		if len(open) > 0 {
 			// Complete the scores of the members seen from the open places
 			// that did not list them (a place read whole lists all it has).
-			type ask struct {
-				member string
-				cmd    *redis.FloatCmd
+			asks := make([][]string, len(open))
+			for s, at := range seen {
+				for j, i := range open {
+					if !at[i] {
+						asks[j] = append(asks[j], s)
+					}
+				}
 			}
-			var asks []ask
-			_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-				for s, at := range seen {
-					for _, i := range open {
-						if !at[i] {
-							asks = append(asks, ask{s, pipe.ZScore(ctx, keys[i], s)})
-						}
+			cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				for j, i := range open {
+					if len(asks[j]) > 0 {
+						pipe.ZMScore(ctx, keys[i], asks[j]...)
 					}
 				}
 				return nil
 			})
-			if err != nil && !errors.Is(err, redis.Nil) {
+			if err != nil {
 				e.m.upstreamErrors.Inc()
 				return nil, err
 			}
-			for _, a := range asks {
-				v, err := a.cmd.Result()
-				switch {
-				case errors.Is(err, redis.Nil):
-				case err != nil:
+			c := 0
+			for j := range open {
+				if len(asks[j]) == 0 {
+					continue
+				}
+				vals, err := cmds[c].(*redis.FloatSliceCmd).Result()
+				c++
+				if err != nil {
 					return nil, err
-				default:
-					m[a.member] += v
+				}
+				for x, v := range vals {
+					m[asks[j][x]] += v // go-redis gives 0 for a member the place lacks
 				}
 			}
 		}
