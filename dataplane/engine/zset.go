@@ -227,7 +227,7 @@ func zsorted(m map[string]float64, rev bool) []scored {
 // merged over every place: what ZCARD, ZRANK and ranges counted from the
 // end read.
 func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, error) {
-	keys, known, err := e.zplaces(ctx, key)
+	keys, _, known, err := e.zplaces(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -310,35 +310,51 @@ func (e *Engine) base(ctx context.Context, p *plan) ([]redis.Z, bool, error) {
 }
 
 // zplaces is a sorted set's places for a whole-set read: the keys to
-// read, and the base key's members when its copy stands in for it.
-func (e *Engine) zplaces(ctx context.Context, key string) (keys []string, known []redis.Z, err error) {
+// read, the layout each belongs to (0 the base key, i+1 generation i: a
+// member is in at most one place of each), and the base key's members
+// when its copy stands in for it.
+func (e *Engine) zplaces(ctx context.Context, key string) (keys []string, layout []int, known []redis.Z, err error) {
 	p := e.memberPlan(key, routing.KindZSet)
 	keys = allPlaces(p, key)
+	layout = make([]int, 1, len(keys))
+	if p != nil {
+		for i, g := range p.gens {
+			for range g {
+				layout = append(layout, i+1)
+			}
+		}
+	}
 	if p == nil {
-		return keys, nil, nil
+		return keys, layout, nil, nil
 	}
 	zs, ok, err := e.base(ctx, p)
 	if err != nil || !ok {
-		return keys, nil, err
+		return keys, layout, nil, err
 	}
-	return keys[1:], zs, nil
+	return keys[1:], layout[1:], zs, nil
 }
 
 // ZTop is the first n members in ZRANGE's order (ZREVRANGE's when rev),
 // exactly, without reading the whole set. Each place is asked for its
 // own first d members (d from n up); a member seen anywhere has its
-// score completed from the places that did not list it (ZMSCORE); a
-// member seen nowhere scores at most (at least, ascending) the sum over
-// the places not read to their end of their d-th score, or 0 where it is
-// absent. When the n-th merged member is strictly past that bound no
-// unseen member can precede it, and the first n are exact; otherwise d
-// doubles. A place whose reply is shorter than d has been read whole, as
-// has the base key's copy in a settled layout.
+// score completed from the places that did not list it (ZMSCORE). A
+// member seen nowhere is in at most one place per layout (the base key,
+// and its own shard in each generation), so it scores at most (at least,
+// ascending) the sum over layouts of the greatest (least) d-th score of
+// their places not read to their end, or 0 where it is absent. When the
+// n-th merged member is strictly past that bound (or at it, named so
+// that any unseen member reaching it sorts after it) no unseen member
+// can precede it, and the first n are exact; otherwise d doubles. A place
+// whose reply is shorter than d has been read whole, as has the base
+// key's copy in a settled layout.
 func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]scored, error) {
-	keys, known, err := e.zplaces(ctx, key)
+	keys, layout, known, err := e.zplaces(ctx, key)
 	if err != nil {
 		return nil, err
 	}
+	// past reports whether score a is strictly past b in
+	// the read's order.
+	past := func(a, b float64) bool { return rev && a > b || !rev && a < b }
 	for d := n; ; d *= 2 {
 		cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for _, k := range keys {
@@ -358,7 +374,16 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 		m := map[string]float64{}
 		zmerge(m, known)
 		var open []int // places not read to their end
-		bound := 0.0
+		// Per layout, the most an unseen member may score there (0:
+		// absent) and, where that is a d-th score, the name it must sort
+		// after (an unseen member reaching it is listed after the d-th in
+		// that place).
+		type most struct {
+			score float64
+			name  string
+			set   bool
+		}
+		best := map[int]most{}
 		for i, c := range cmds {
 			zs, err := c.(*redis.ZSliceCmd).Result()
 			if err != nil {
@@ -372,15 +397,29 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 				}
 				seen[s][i] = true
 			}
-			if int64(len(zs)) == d {
-				open = append(open, i)
-				last := zs[len(zs)-1].Score
-				if rev {
-					bound += max(last, 0)
-				} else {
-					bound += min(last, 0)
-				}
+			if int64(len(zs)) < d {
+				continue
 			}
+			open = append(open, i)
+			last, name := zs[len(zs)-1].Score, zs[len(zs)-1].Member.(string)
+			if !past(last, 0) {
+				continue // absent (0) scores more there
+			}
+			b := best[layout[i]]
+			// Of places tying on the d-th score, the name an unseen
+			// member may still precede is the loosest: past the
+			// greatest d-th name (rev) or the least (ascending).
+			if !b.set || past(last, b.score) || last == b.score && (rev && name > b.name || !rev && name < b.name) {
+				best[layout[i]] = most{last, name, true}
+			}
+		}
+		bound, edge, edges := 0.0, "", 0
+		for _, b := range best {
+			bound += b.score
+			if edges == 0 || rev && b.name < edge || !rev && b.name > edge {
+				edge = b.name
+			}
+			edges++
 		}
 		for s := range m {
 			if seen[s] == nil {
@@ -430,12 +469,26 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 			return all[:min(int64(len(all)), n)], nil
 		}
 		if int64(len(all)) >= n {
-			nth := all[n-1].score
-			if rev && nth > bound || !rev && nth < bound {
+			// Strictly past the bound, or at it with every unseen member
+			// that could reach it named so that it sorts after the n-th
+			// (only when every layout's bound is a d-th score: an absent
+			// member's 0 puts no name on it).
+			nth, name := all[n-1].score, all[n-1].member
+			tieSafe := nth == bound && edges > 0 && edges == layouts(layout, open) && (rev && name >= edge || !rev && name <= edge)
+			if past(nth, bound) || tieSafe {
 				return all[:n], nil
 			}
 		}
 	}
+}
+
+// layouts counts the layouts of the open places.
+func layouts(layout, open []int) int {
+	seen := map[int]bool{}
+	for _, i := range open {
+		seen[layout[i]] = true
+	}
+	return len(seen)
 }
 
 // ServeZSet serves an OpMembers command of a sorted set.
