@@ -22,7 +22,8 @@ import (
 // manager's Redis user, the key patterns first (app:* stands for the
 // policy's keys.include patterns).
 var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+pexpiretime", "+pexpireat", "+hget", "+eval", "+evalsha",
-	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+hgetall", "+memory|usage", "+cluster|slots"}
+	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+hgetall", "+zrange", "+zincrby", "+zrem", "+smembers", "+sadd", "+srem",
+	"+memory|usage", "+cluster|slots"}
 
 // TestManagerACL: a Redis user with exactly managerACL folds a split
 // generation, retires it, fills replicas and measures a big key (MEMORY
@@ -149,6 +150,24 @@ func managerPassAs(t *testing.T, target v1alpha1.RedisTarget) func(rules []strin
 		}
 		if !res.Done || res.Moved != 6 {
 			t.Fatalf("member fold as %s: %+v", user, res)
+		}
+		// A leaderboard and a set split by member: ZRANGE WITHSCORES and
+		// SMEMBERS read their shards; ZINCRBY/ZREM and SADD/SREM move.
+		zkey, skey := fmt.Sprintf("app:board:%d", n), fmt.Sprintf("app:flags:%d", n)
+		for i, s := range routing.ShardKeys(zkey, gen) {
+			admin.ZIncrBy(ctx, s, 3, fmt.Sprintf("p%d", i))
+		}
+		for i, s := range routing.ShardKeys(skey, gen) {
+			admin.SAdd(ctx, s, fmt.Sprintf("m%d", i))
+		}
+		for k, s := range map[string]*routing.Split{zkey: {Members: true, Kind: routing.KindZSet}, skey: {Members: true, Kind: routing.KindSet}} {
+			res, err = f.Split(ctx, k, s, gen)
+			if err != nil {
+				return err
+			}
+			if !res.Done || res.Moves != 2 {
+				t.Fatalf("%s member fold as %s: %+v", s.Kind, user, res)
+			}
 		}
 		if err := fillReplicas(ctx, cl, decide.Fill{Key: page, Replicas: 3, TTL: time.Minute}); err != nil {
 			return err

@@ -56,12 +56,20 @@ const (
 	// FamHashRead and FamHashCounter so that a key whose clients send only
 	// those can be split by member.
 	FamHashOther
+	// FamZSetOther, FamSetOther: the sorted-set and set commands a member
+	// split cannot serve exactly (removals, plain ZADD, ranges by score or
+	// lex, random and cursor reads, multi-key and store forms, geo), apart
+	// from FamZSetRead/FamZSetWrite and FamSetRead/FamSetWrite so that a
+	// key whose clients send only ZINCRBY and rank reads (a leaderboard),
+	// or SADD and membership reads (a flag set), can be split by member.
+	FamZSetOther
+	FamSetOther
 
 	famEnd
 )
 
 // FamilyBits is the count of family bits: FamAll is 1<<FamilyBits - 1.
-const FamilyBits = 18
+const FamilyBits = 20
 
 // FamAll is every family.
 const FamAll = famEnd - 1
@@ -81,7 +89,8 @@ const (
 	// other string writes, transactions and the multi-key commands of
 	// sorted sets, sets and lists (ZUNION, SMOVE, LMOVE...) are refused.
 	ServedReplicate = FamStringRead | FamStringWrite | FamCounter | FamKey |
-		FamHashRead | FamHashWrite | FamHashCounter | FamHashOther | FamSetRead
+		FamHashRead | FamHashWrite | FamHashCounter | FamHashOther | FamSetRead | FamSetWrite |
+		FamZSetRead | FamZSetWrite
 	// ServedCounter: split and pre-aggregate spread a string counter over
 	// shards: only the string commands the engine implements exactly, and
 	// the expiry commands (every shard carries the key's expiry), so that
@@ -96,6 +105,19 @@ const (
 	// HSET/HDEL (FamHashWrite), DEL and the expiry commands could not be
 	// folded exactly.
 	ServedMembers = FamHashRead | FamHashCounter
+	// ServedZSetMembers: a sorted set split by member (Split.Kind
+	// KindZSet) holds a member's score as the sum of its places, like a
+	// hash field: ZINCRBY (and ZADD INCR of one member) adds to one place;
+	// ZSCORE/ZMSCORE sum a member's places; ZRANGE/ZREVRANGE by rank,
+	// ZRANK/ZREVRANK and ZCARD merge the places (a top-N exactly).
+	// Everything else (FamZSetOther) is refused.
+	ServedZSetMembers = FamZSetRead | FamZSetWrite
+	// ServedSetMembers: a set split by member (Split.Kind KindSet): a
+	// member is in the set when some place holds it; SADD adds to one
+	// place; SISMEMBER/SMISMEMBER read a member's places, SMEMBERS and
+	// SCARD merge them. Removals (SREM, SPOP, SMOVE) could be undone by a
+	// fold in flight, so they are FamSetOther and refused.
+	ServedSetMembers = FamSetRead | FamSetWrite
 )
 
 // RelievedReads are the families whose reads the read moves (coalesce,
@@ -109,7 +131,8 @@ const (
 // strings only, relieves string reads alone. FamHashOther holds the
 // field-expiry reads (HEXPIRETIME...), deterministic and so cacheable,
 // beside HRANDFIELD and HSCAN, which are not.
-const RelievedReads = FamStringRead | FamKey | FamHashRead | FamSetRead | FamZSetRead | FamOrdered | FamTTL | FamOther | FamHashOther
+const RelievedReads = FamStringRead | FamKey | FamHashRead | FamSetRead | FamZSetRead | FamOrdered | FamTTL | FamOther | FamHashOther |
+	FamZSetOther
 
 // ServedBy is the families an entry's mitigation serves (ServedRaw for nil:
 // a key that left the table is served raw).
@@ -118,7 +141,7 @@ func ServedBy(e *Entry) Families {
 	case e == nil:
 		return ServedRaw
 	case e.Split != nil && e.Split.Members:
-		return ServedMembers
+		return ServedMembersOf(e.Split.Kind)
 	case e.Split != nil || e.PreAggregate != nil:
 		return ServedCounter
 	case e.Replicate != nil:
@@ -144,7 +167,18 @@ var familyNames = [...]string{
 	"hash-read", "hash-write", "hash-counter",
 	"set-read", "set-write", "zset-read", "zset-write",
 	"list/stream", "script", "ttl", "other", "multi", "unknown",
-	"hash-other",
+	"hash-other", "zset-other", "set-other",
+}
+
+// ServedMembersOf is what a member split of kind k serves.
+func ServedMembersOf(k MemberKind) Families {
+	switch k {
+	case KindZSet:
+		return ServedZSetMembers
+	case KindSet:
+		return ServedSetMembers
+	}
+	return ServedMembers
 }
 
 // Names lists f's families by name, in bit order.

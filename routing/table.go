@@ -246,7 +246,23 @@ type Split struct {
 	// and refuses the hash commands: nothing is written wrong, and the
 	// manager withdraws a move its clients' commands are refused under.
 	Members bool `json:"members,omitempty"`
+	// Kind is the type a member split spreads: "" a hash of counters (by
+	// field), "zset" a sorted set (by member: a member's score is the sum
+	// of its places), "set" a set (by member: a member is in the set when
+	// some place holds it). A reader that predates it treats every member
+	// split as a hash and refuses the sorted-set and set commands: nothing
+	// is written wrong, and the manager withdraws the move.
+	Kind MemberKind `json:"kind,omitempty"`
 }
+
+// MemberKind is the type a member split spreads (Split.Kind).
+type MemberKind string
+
+const (
+	KindHash MemberKind = ""
+	KindZSet MemberKind = "zset"
+	KindSet  MemberKind = "set"
+)
 
 // Generation is one shard layout.
 type Generation struct {
@@ -351,6 +367,9 @@ func (t *Table) Validate() error {
 		}
 		if e.PreAggregate != nil && (e.PreAggregate.FlushMillis <= 0 || e.Split == nil) {
 			return fmt.Errorf("routing table: %q: preAggregate needs flushMillis > 0 and a split", e.Key)
+		}
+		if e.Split != nil && e.Split.Kind != KindHash && !e.Split.Members {
+			return fmt.Errorf("routing table: %q: a split's kind is that of a member split", e.Key)
 		}
 		if e.PreAggregate != nil && e.Split.Members {
 			return fmt.Errorf("routing table: %q: preAggregate sums string increments; a member split takes none", e.Key)

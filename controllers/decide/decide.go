@@ -357,11 +357,11 @@ type splitPlan struct {
 func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 	var plan splitPlan
 	desired := make(map[string]int32)
-	members := make(map[string]bool)
+	layout := make(map[string]routing.Split) // Members and Kind
 	for key, e := range entries {
 		if e.Split != nil {
 			desired[key] = e.Split.Generations[0].Shards
-			members[key] = e.Split.Members
+			layout[key] = routing.Split{Members: e.Split.Members, Kind: e.Split.Kind}
 		}
 	}
 	var current map[string]*routing.Entry
@@ -383,15 +383,15 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 	epochMillis := in.Spec.Mitigations.Split.Epoch.Milliseconds()
 	for key := range splitKeys {
 		var gens []routing.Generation
-		want, byMember := desired[key], members[key]
+		want, l := desired[key], layout[key]
 		if c := current[key]; c != nil && c.Split != nil {
 			gens = c.Split.Generations
-			if c.Split.Members != byMember {
-				// The layouts of a counter and of a hash split by field
-				// cannot be mixed: the split in force is unsplit and
-				// folded first, and the other kind follows once its
-				// generations are gone.
-				want, byMember = 0, c.Split.Members
+			if c.Split.Members != l.Members || c.Split.Kind != l.Kind {
+				// The layouts of a counter and of the member splits of
+				// each type cannot be mixed: the split in force is
+				// unsplit and folded first, and the other kind follows
+				// once its generations are gone.
+				want, l = 0, routing.Split{Members: c.Split.Members, Kind: c.Split.Kind}
 			}
 		}
 		gens, folds, next := planGenerations(in.Now, epochMillis, in.Margin, key, gens, want)
@@ -413,8 +413,8 @@ func planSplits(in Input, entries map[string]*routing.Entry) splitPlan {
 			}
 			entries[key] = e
 		}
-		e.Split = &routing.Split{Generations: gens, Members: byMember}
-		if byMember {
+		e.Split = &routing.Split{Generations: gens, Members: l.Members, Kind: l.Kind}
+		if l.Members {
 			e.PreAggregate = nil
 		}
 	}
@@ -590,7 +590,7 @@ func detectedEntry(now time.Time, spec *v1alpha1.HotKeyPolicySpec, pk perKey, ke
 				ks.ShrinkSince = nil
 			}
 		}
-		e.Split = &routing.Split{Generations: []routing.Generation{{Shards: n}}, Members: splitByMember(fam)}
+		e.Split = splitOf(fam, n)
 		d.Shards = n
 		d.Mitigations = append(d.Mitigations, v1alpha1.MitigationSplit)
 		if m.PreAggregate.IsEnabled() && !e.Split.Members { // it sums string increments
@@ -682,7 +682,7 @@ func mergeScheduled(now time.Time, spec *v1alpha1.HotKeyPolicySpec, entries map[
 	}
 	if m.Split != nil && spec.Mitigations.Split.IsEnabled() && !refuses(v1alpha1.MitigationSplit) {
 		if e.Split == nil || e.Split.Generations[0].Shards < m.Split.Shards {
-			e.Split = &routing.Split{Generations: []routing.Generation{{Shards: m.Split.Shards}}, Members: splitByMember(o.Families)}
+			e.Split = splitOf(o.Families, m.Split.Shards)
 			d.Shards = m.Split.Shards
 		}
 		add(v1alpha1.MitigationSplit)

@@ -34,7 +34,7 @@ func Drain(now time.Time, epochMillis int64, margin time.Duration, t *routing.Ta
 			continue
 		}
 		out.Entries = append(out.Entries, routing.Entry{Key: e.Key, Source: e.Source, NotBefore: e.NotBefore, NotAfter: e.NotAfter,
-			Split: &routing.Split{Generations: gens, Members: e.Split.Members}})
+			Split: &routing.Split{Generations: gens, Members: e.Split.Members, Kind: e.Split.Kind}})
 	}
 	return out
 }

@@ -138,7 +138,7 @@ func Rescale(t *routing.Table, epochMillis int64) *routing.Table {
 				}
 				gens[j] = routing.Generation{FromEpoch: from, Shards: g.Shards}
 			}
-			e.Split = &routing.Split{Generations: gens, Members: e.Split.Members}
+			e.Split = &routing.Split{Generations: gens, Members: e.Split.Members, Kind: e.Split.Kind}
 		}
 		out.Entries[i] = e
 	}
@@ -168,7 +168,7 @@ func Prune(now time.Time, epochMillis int64, entries []routing.Entry, folded map
 			if len(gens) == 0 {
 				en.Split, en.PreAggregate = nil, nil
 			} else {
-				en.Split = &routing.Split{Generations: gens, Members: en.Split.Members}
+				en.Split = &routing.Split{Generations: gens, Members: en.Split.Members, Kind: en.Split.Kind}
 			}
 		}
 		if hasMitigation(&en) {

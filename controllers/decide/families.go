@@ -14,29 +14,49 @@ import (
 // whose clients send fam (routing's served sets, which dataplane/engine's
 // Classify is tested against command by command): split spreads a string
 // counter, or a hash of counters by field when fam says the key is one
-// (splitByMember).
+// (splitLayout).
 func servedBy(t v1alpha1.MitigationType, fam routing.Families) routing.Families {
 	switch t {
 	case v1alpha1.MitigationReplicate:
 		return routing.ServedReplicate
 	case v1alpha1.MitigationSplit:
-		return routing.ServedBy(&routing.Entry{Split: &routing.Split{Members: splitByMember(fam)}})
+		l := splitLayout(fam)
+		return routing.ServedBy(&routing.Entry{Split: &l})
 	case v1alpha1.MitigationPreAggregate:
 		return routing.ServedCounter
 	}
 	return routing.ServedRaw
 }
 
-// splitByMember reports whether a key whose clients send fam is split by
-// field (routing.Split.Members) rather than as a string counter: its
-// clients send hash commands (fits then asks whether a member split
-// serves them all, and whyNot names those it would refuse).
-func splitByMember(fam routing.Families) bool {
-	return fam.Known() && fam&hashFamilies != 0
+// splitLayout is how split spreads a key whose clients send fam (a Split
+// without generations): by member when they send the commands of one
+// collection type (a hash by field, a sorted set or set by member;
+// fits then asks whether that member split serves them all, and whyNot
+// names those it would refuse), else as a string counter.
+func splitLayout(fam routing.Families) routing.Split {
+	if !fam.Known() {
+		return routing.Split{}
+	}
+	switch {
+	case fam&(setFamilies|zsetFamilies) == 0 && fam&hashFamilies != 0:
+		return routing.Split{Members: true, Kind: routing.KindHash}
+	case fam&(hashFamilies|setFamilies) == 0 && fam&zsetFamilies != 0:
+		return routing.Split{Members: true, Kind: routing.KindZSet}
+	case fam&(hashFamilies|zsetFamilies) == 0 && fam&setFamilies != 0:
+		return routing.Split{Members: true, Kind: routing.KindSet}
+	}
+	return routing.Split{}
 }
 
-// dropReadMoves takes the read moves off a key split by field: the engine
-// serves every read of such a key from its places (engine.ServeHash), never
+// splitOf is a one-generation split of n shards laid out for fam.
+func splitOf(fam routing.Families, n int32) *routing.Split {
+	s := splitLayout(fam)
+	s.Generations = []routing.Generation{{Shards: n}}
+	return &s
+}
+
+// dropReadMoves takes the read moves off a key split by member: the engine
+// serves every read of such a key from its places (engine.ServeMembers), never
 // from a cache or replica of the base key, so a read move in its entry
 // would be shown and never applied.
 func dropReadMoves(e *routing.Entry, d *KeyDecision) {
@@ -52,10 +72,14 @@ func dropReadMoves(e *routing.Entry, d *KeyDecision) {
 		}
 		return false
 	})
-	d.because("split by field serves the hash's reads from its shards: the read moves do not apply")
+	d.because("split by member serves the key's reads from its shards: the read moves do not apply")
 }
 
-const hashFamilies = routing.FamHashRead | routing.FamHashWrite | routing.FamHashCounter | routing.FamHashOther
+const (
+	hashFamilies = routing.FamHashRead | routing.FamHashWrite | routing.FamHashCounter | routing.FamHashOther
+	zsetFamilies = routing.FamZSetRead | routing.FamZSetWrite | routing.FamZSetOther
+	setFamilies  = routing.FamSetRead | routing.FamSetWrite | routing.FamSetOther
+)
 
 // fits reports whether t may be chosen for a key whose clients sent fam in
 // the window: t serves every family (none seen: nothing to refuse).
@@ -109,7 +133,8 @@ func replicateRelieves(fam routing.Families) bool {
 	return !fam.Known() || fam&routing.FamStringRead != 0 || fam&readFamilies == 0
 }
 
-const readFamilies = routing.FamHashRead | routing.FamHashOther | routing.FamSetRead | routing.FamZSetRead | routing.FamOrdered | routing.FamScript | routing.FamOther
+const readFamilies = routing.FamHashRead | routing.FamHashOther | routing.FamSetRead | routing.FamSetOther | routing.FamZSetRead | routing.FamZSetOther |
+	routing.FamOrdered | routing.FamScript | routing.FamOther
 
 func moveName(t v1alpha1.MitigationType) string {
 	switch t {

@@ -131,6 +131,8 @@ func TestDecideByFamilies(t *testing.T) {
 		moves     []v1alpha1.MitigationType
 		reason    string
 		refrained bool
+		kind      routing.MemberKind // of a member split (members: a hash, sorted set or set)
+		members   bool
 	}{
 		"a string counter is split": {fam: routing.FamCounter | routing.FamStringRead,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}},
@@ -138,8 +140,17 @@ func TestDecideByFamilies(t *testing.T) {
 			reason: "list or stream (order-bearing, e.g. a queue): order forbids split"},
 		"a Lua limiter is never split": {fam: routing.FamScript | routing.FamCounter | routing.FamTTL, refrained: true,
 			reason: "used by scripts or functions: never split"},
-		"a leaderboard is not split": {fam: routing.FamZSetWrite | routing.FamZSetRead, refrained: true,
-			reason: "split would refuse its zset-read,zset-write commands"},
+		"a leaderboard is split by member, without a read move": {spec: spec, reads: 200_000, fam: routing.FamZSetWrite | routing.FamZSetRead,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true, kind: routing.KindZSet,
+			reason: "split by member serves the key's reads from its shards: the read moves do not apply"},
+		"a sorted set with ZADD or ZREM is not split": {fam: routing.FamZSetWrite | routing.FamZSetRead | routing.FamZSetOther, refrained: true,
+			reason: "split would refuse its zset-other commands"},
+		"a set of flags added to is split by member": {fam: routing.FamSetWrite | routing.FamSetRead,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true, kind: routing.KindSet},
+		"a set with SREM is not split": {fam: routing.FamSetWrite | routing.FamSetOther, refrained: true,
+			reason: "split would refuse its set-other commands"},
+		"a key sent hash and set commands is not split": {fam: routing.FamSetWrite | routing.FamHashCounter, refrained: true,
+			reason: "split would refuse its hash-counter,set-write commands"},
 		"a rate limiter's counter with EXPIRE is split": {fam: routing.FamCounter | routing.FamTTL,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}},
 		"a counter with APPEND is not split": {fam: routing.FamCounter | routing.FamOther, refrained: true,
@@ -151,8 +162,8 @@ func TestDecideByFamilies(t *testing.T) {
 		"a read-hot key read only by scripts gets nothing": {spec: spec, reads: 200_000, fam: routing.FamScript, refrained: true,
 			reason: "script reads are passed to Redis raw: coalescing, the local cache and replicas relieve the deterministic one-key reads only; used by scripts or functions: never split"},
 		"a hash counter is split by field, without a read move": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter,
-			moves:  []v1alpha1.MitigationType{v1alpha1.MitigationSplit},
-			reason: "split by field serves the hash's reads from its shards: the read moves do not apply"},
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true,
+			reason: "split by member serves the key's reads from its shards: the read moves do not apply"},
 		"a hash with HSET is not split": {fam: routing.FamHashWrite | routing.FamHashCounter | routing.FamHashRead, refrained: true,
 			reason: "split would refuse its hash-write commands"},
 		"a hash with HINCRBYFLOAT is not split": {fam: routing.FamHashOther | routing.FamHashCounter, refrained: true,
@@ -191,8 +202,8 @@ func TestDecideByFamilies(t *testing.T) {
 				t.Errorf("moves %v, reason %q, families %v; want %v, %q, %v", d.Mitigations, d.Reason, d.Families, tc.moves, tc.reason, tc.fam)
 			}
 			for _, en := range out.Entries {
-				if wantMembers := tc.fam&routing.FamHashCounter != 0; en.Split != nil && en.Split.Members != wantMembers {
-					t.Errorf("split by member %v, want %v", en.Split.Members, wantMembers)
+				if en.Split != nil && (en.Split.Members != tc.members || en.Split.Kind != tc.kind) {
+					t.Errorf("split by member %v kind %q, want %v %q", en.Split.Members, en.Split.Kind, tc.members, tc.kind)
 				}
 			}
 			if tc.refrained && len(out.Entries) != 0 {

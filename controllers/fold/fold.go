@@ -180,20 +180,21 @@ return 0
 // Generation folds every shard of gen of key, a split string counter,
 // into key.
 func (f *Folder) Generation(ctx context.Context, key string, gen routing.Generation) (Result, error) {
-	return f.generation(ctx, key, gen, false)
+	return f.generation(ctx, key, gen, nil)
 }
 
 // Split folds every shard of gen of key into key as the routing table's
-// split says: by field (members.go) when s.Members, else as a counter.
+// split says: by field or member (members.go) when s.Members, as its
+// Kind says, else as a counter.
 func (f *Folder) Split(ctx context.Context, key string, s *routing.Split, gen routing.Generation) (Result, error) {
-	return f.generation(ctx, key, gen, s != nil && s.Members)
+	return f.generation(ctx, key, gen, s)
 }
 
-func (f *Folder) generation(ctx context.Context, key string, gen routing.Generation, members bool) (Result, error) {
+func (f *Folder) generation(ctx context.Context, key string, gen routing.Generation, s *routing.Split) (Result, error) {
 	var res Result
 	res.Done = true
 	for _, shard := range routing.ShardKeys(key, gen) {
-		zero, err := f.shard(ctx, key, shard, members, &res)
+		zero, err := f.shard(ctx, key, shard, s, &res)
 		if err != nil {
 			return res, err
 		}
@@ -202,9 +203,9 @@ func (f *Folder) generation(ctx context.Context, key string, gen routing.Generat
 	return res, nil
 }
 
-// shard folds one shard (a hash of a member split when members); zero
-// reports that it read 0 (no field) with nothing pending.
-func (f *Folder) shard(ctx context.Context, key, shard string, members bool, res *Result) (bool, error) {
+// shard folds one shard (of a member split when s.Members); zero reports
+// that it read 0 (no member) with nothing pending.
+func (f *Folder) shard(ctx context.Context, key, shard string, s *routing.Split, res *Result) (bool, error) {
 	ledger := routing.SameSlotKey(key, "fold")
 	// Resume a move a previous folder left pending.
 	rec, err := f.client.HGet(ctx, ledger, shard).Result()
@@ -217,8 +218,8 @@ func (f *Folder) shard(ctx context.Context, key, shard string, members bool, res
 			return false, err
 		}
 	}
-	if members {
-		return f.memberShard(ctx, key, shard, res)
+	if s != nil && s.Members {
+		return f.memberShard(ctx, key, shard, s.Kind, res)
 	}
 	for range f.opts.Rounds {
 		if err := f.fault(StepRead); err != nil {

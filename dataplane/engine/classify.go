@@ -27,10 +27,10 @@ const (
 	// value is the base key plus shards plus pending increments: only
 	// what the engine implements is exact.
 	ClassCounter
-	// ClassMembers: a hash of counters split by field (Split.Members):
-	// each field's value is the sum of its places, so only the hash
-	// commands members.go implements are served; every other command is
-	// refused.
+	// ClassMembers: a hash of counters, sorted set or set split by member
+	// (Split.Members, Split.Kind): each member lives in its places, so
+	// only the commands members.go, zset.go and set.go implement are
+	// served; every other command is refused.
 	ClassMembers
 )
 
@@ -117,10 +117,10 @@ const (
 	// whole request, in the client's protocol. The go-redis hook sends it
 	// raw.
 	OpRead
-	// OpHash: HGET, HMGET, HEXISTS, HSTRLEN, HGETALL, HKEYS, HVALS, HLEN
-	// and HINCRBY of a member split: Engine.ServeHash (a malformed form
-	// goes raw to the base key, which Redis rejects).
-	OpHash
+	// OpMembers: a command a member split serves (the hash, sorted-set
+	// and set commands of hashOps, zsetOps and setOps): Engine.ServeMembers
+	// (a malformed form goes raw to the base key, which Redis rejects).
+	OpMembers
 )
 
 // Decision is Classify's answer.
@@ -248,16 +248,25 @@ func readMove(en *routing.Entry) bool {
 // malformed form of one goes raw (Redis answers its arity error from the
 // base key and writes nothing), anything else is refused.
 func classifyMembers(d Decision, name []byte, args [][]byte) Decision {
-	if op, ok := hashOps[strings.ToUpper(string(name))]; ok {
-		if op.wellFormed(len(args)) {
-			d.Op = OpHash
-		} else {
+	if op, ok := memberOps(d.Entry.Split.Kind)[strings.ToUpper(string(name))]; ok {
+		switch {
+		case !op.wellFormed(len(args)):
 			d.Op = OpRaw
+		case op.form != nil:
+			d.Op = op.form(args)
+		default:
+			d.Op = OpMembers
 		}
-		return d
+		if d.Op != OpRefuse {
+			return d
+		}
+	}
+	by := "field"
+	if d.Entry.Split.Kind != routing.KindHash {
+		by = "member"
 	}
 	d.Op = OpRefuse
-	d.Err = "ERR heatsink: " + strings.ToUpper(string(name)) + " on a key mitigated by " + MitigationName(d.Entry) + " by field is not supported"
+	d.Err = "ERR heatsink: " + strings.ToUpper(string(name)) + " on a key mitigated by " + MitigationName(d.Entry) + " by " + by + " is not supported"
 	return d
 }
 

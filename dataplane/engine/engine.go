@@ -197,7 +197,11 @@ type plan struct {
 	lim *limiter
 	// others caches a member split's sums of the places HINCRBY does not
 	// write (members.go).
-	others others
+	others others[int64]
+	// zothers is the same for a sorted set's ZINCRBY (zset.go).
+	zothers others[float64]
+	// zbase is a sorted set's base key in a settled layout (zset.go).
+	zbase baseCopy
 }
 
 func newPlan(en routing.Entry) *plan {

@@ -34,13 +34,30 @@ import (
 type hashOp struct {
 	// minArgs and maxArgs bound len(args) (maxArgs 0: unbounded).
 	minArgs, maxArgs int
+	// form, when set, decides a well-formed invocation's Op by its
+	// options: OpMembers for a form the split serves, OpRefuse for one it
+	// cannot (ZADD without INCR, ZRANGE BYSCORE), OpRaw for one Redis
+	// rejects by itself (a syntax error, answered from the base key).
+	form func(args [][]byte) Op
 }
 
 func (o hashOp) wellFormed(n int) bool {
 	return n >= o.minArgs && (o.maxArgs == 0 || n <= o.maxArgs)
 }
 
-// hashOps are the commands ClassMembers serves, with their arity.
+// memberOps are the commands a member split of kind k serves.
+func memberOps(k routing.MemberKind) map[string]hashOp {
+	switch k {
+	case routing.KindZSet:
+		return zsetOps
+	case routing.KindSet:
+		return setOps
+	}
+	return hashOps
+}
+
+// hashOps are the commands a hash split by field serves, with their
+// arity.
 var hashOps = map[string]hashOp{
 	"HGET":    {minArgs: 3, maxArgs: 3},
 	"HMGET":   {minArgs: 3},
@@ -74,6 +91,46 @@ func memberPlaces(p *plan, field string) []string {
 	return out
 }
 
+// memberPlan is key's plan when it is a member split of kind k, else nil
+// (the key left the table, or changed mitigation, between Classify and
+// the engine's serving it: the command goes to the base key alone).
+func (e *Engine) memberPlan(key string, k routing.MemberKind) *plan {
+	p := e.plan(key)
+	if p == nil || p.entry.Split == nil || !p.entry.Split.Members || p.entry.Split.Kind != k {
+		return nil
+	}
+	return p
+}
+
+// placesOf is memberPlaces, or the base key alone without a plan.
+func placesOf(p *plan, key, member string) []string {
+	if p == nil {
+		return []string{key}
+	}
+	return memberPlaces(p, member)
+}
+
+// allPlaces are every place of a member split (the base key and every
+// shard of every listed generation), or the base key alone without a
+// plan: what a whole-collection read merges.
+func allPlaces(p *plan, key string) []string {
+	if p == nil {
+		return []string{key}
+	}
+	return p.readKeys
+}
+
+// without is keys but k.
+func without(keys []string, k string) []string {
+	out := make([]string, 0, len(keys))
+	for _, x := range keys {
+		if x != k {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // memberWritePlace is where an HINCRBY of field goes now: its shard in the
 // write generation, or the base key when that generation has no shards,
 // none has started, or the entry is outside its NotBefore/NotAfter.
@@ -97,14 +154,15 @@ func (e *Engine) memberWritePlace(p *plan, field string, now time.Time) string {
 // settledRefresh, which bounds only writes made around heatsink. Both are
 // the reply's error bound (docs/engine.md). It lives on the plan, so a
 // new table (new generations) starts afresh.
-type others struct {
+// A sorted set's scores use the same cache with float64 sums (zset.go).
+type others[T int64 | float64] struct {
 	mu sync.Mutex
-	m  map[string]otherSum
+	m  map[string]otherSum[T]
 }
 
-type otherSum struct {
+type otherSum[T int64 | float64] struct {
 	write string // the write place the sum excludes
-	sum   int64
+	sum   T
 	at    time.Time
 }
 
@@ -137,7 +195,7 @@ func (e *Engine) othersMaxAge(p *plan, write string) time.Duration {
 	return e.opts.TotalRefresh
 }
 
-func (o *others) get(field, write string, now time.Time, maxAge time.Duration) (int64, bool) {
+func (o *others[T]) get(field, write string, now time.Time, maxAge time.Duration) (T, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s, ok := o.m[field]
@@ -147,11 +205,11 @@ func (o *others) get(field, write string, now time.Time, maxAge time.Duration) (
 	return s.sum, true
 }
 
-func (o *others) put(field string, s otherSum) {
+func (o *others[T]) put(field string, s otherSum[T]) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.m == nil || len(o.m) >= maxOthers {
-		o.m = make(map[string]otherSum)
+		o.m = make(map[string]otherSum[T])
 	}
 	o.m[field] = s
 }
@@ -162,8 +220,8 @@ func (o *others) put(field string, s otherSum) {
 // that holds a non-integer in another place is refused as Redis refuses
 // it, without writing.
 func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64, error) {
-	p := e.plan(key)
-	if p == nil || p.entry.Split == nil || !p.entry.Split.Members {
+	p := e.memberPlan(key, routing.KindHash)
+	if p == nil {
 		return e.rc().HIncrBy(ctx, key, field, n).Result()
 	}
 	e.invalidate(key)
@@ -177,7 +235,7 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 		if err != nil {
 			return 0, err
 		}
-		p.others.put(field, otherSum{write: write, sum: sum, at: now})
+		p.others.put(field, otherSum[int64]{write: write, sum: sum, at: now})
 	}
 	v, err := e.rc().HIncrBy(ctx, write, field, n).Result()
 	if err != nil {
@@ -196,13 +254,7 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 // otherPlaces sums field over its places but write, refusing a
 // non-integer as HINCRBY does.
 func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) (int64, error) {
-	var keys []string
-	for _, k := range memberPlaces(p, field) {
-		if k != write {
-			keys = append(keys, k)
-		}
-	}
-	vals, err := e.hgetPlaces(ctx, keys, []string{field})
+	vals, err := e.hgetPlaces(ctx, without(memberPlaces(p, field), write), []string{field})
 	if err != nil {
 		return 0, err
 	}
@@ -275,8 +327,8 @@ func memberValue(vals []string) (string, bool, error) {
 // HMGet returns fields of a member-split hash (present false for a field
 // no place holds), reading each field's places in one pipeline.
 func (e *Engine) HMGet(ctx context.Context, key string, fields []string) (vals []string, present []bool, err error) {
-	p := e.plan(key)
-	if p == nil || p.entry.Split == nil || !p.entry.Split.Members {
+	p := e.memberPlan(key, routing.KindHash)
+	if p == nil {
 		return e.hmgetRaw(ctx, key, fields)
 	}
 	// Each field has its own places: read every field from every place
@@ -335,11 +387,7 @@ func (e *Engine) hmgetRaw(ctx context.Context, key string, fields []string) ([]s
 // every place (the base key and every shard of every listed generation),
 // fields in byte order.
 func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string, err error) {
-	p := e.plan(key)
-	keys := []string{key}
-	if p != nil && p.entry.Split != nil && p.entry.Split.Members {
-		keys = p.readKeys
-	}
+	keys := allPlaces(e.memberPlan(key, routing.KindHash), key)
 	cmds, perr := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, k := range keys {
 			pipe.HGetAll(ctx, k)
@@ -376,7 +424,19 @@ func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string
 	return fields, vals, nil
 }
 
-// ServeHash serves an OpHash command (Classify checked its arity).
+// ServeMembers serves an OpMembers command (Classify checked its arity
+// and form) by the key's kind of member split.
+func (e *Engine) ServeMembers(ctx context.Context, args [][]byte, obs Observe) Reply {
+	switch strings.ToUpper(string(args[0]))[0] {
+	case 'Z':
+		return e.ServeZSet(ctx, args, obs)
+	case 'S':
+		return e.ServeSet(ctx, args, obs)
+	}
+	return e.ServeHash(ctx, args, obs)
+}
+
+// ServeHash serves an OpMembers command of a hash.
 func (e *Engine) ServeHash(ctx context.Context, args [][]byte, obs Observe) Reply {
 	name := strings.ToUpper(string(args[0]))
 	k := string(args[1])

@@ -24,6 +24,15 @@ const (
 	// ReplyMap is HGETALL's reply: Elems alternate field and value; a
 	// map in RESP3, an array in RESP2.
 	ReplyMap
+	// ReplyDouble is a score (ZSCORE, ZINCRBY): Bulk holds its text; a
+	// double in RESP3, a bulk string in RESP2.
+	ReplyDouble
+	// ReplyScored is ZRANGE ... WITHSCORES' reply: Elems alternate member
+	// (bulk) and score (double); in RESP3 an array of [member, score]
+	// pairs, in RESP2 one flat array.
+	ReplyScored
+	// ReplySet is SMEMBERS' reply: a set in RESP3, an array in RESP2.
+	ReplySet
 )
 
 // Reply is the answer to a command the engine served. The sidecar proxy
@@ -114,8 +123,8 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 		return e.serveSet(ctx, args, obs)
 	case OpIncr:
 		return e.serveIncr(ctx, args, obs)
-	case OpHash:
-		return e.ServeHash(ctx, args, obs), true
+	case OpMembers:
+		return e.ServeMembers(ctx, args, obs), true
 	case OpExpire, OpTTL:
 		k := string(args[1])
 		var n int64

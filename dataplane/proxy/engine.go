@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
@@ -148,10 +149,37 @@ func appendReply(b []byte, r engine.Reply, proto int) []byte {
 		return resp.AppendInt(b, r.Int)
 	case engine.ReplyBulk:
 		return resp.AppendBulk(b, r.Bulk)
-	case engine.ReplyArray, engine.ReplyMap:
-		if r.Kind == engine.ReplyMap {
+	case engine.ReplyDouble:
+		if proto == 3 {
+			b = append(b, ',')
+			b = append(b, r.Bulk...)
+			return append(b, '\r', '\n')
+		}
+		return resp.AppendBulk(b, r.Bulk)
+	case engine.ReplyScored:
+		if proto == 3 { // [member, score] pairs, as Redis sends WITHSCORES
+			b = resp.AppendArrayHeader(b, len(r.Elems)/2)
+			for i := 0; i+1 < len(r.Elems); i += 2 {
+				b = resp.AppendArrayHeader(b, 2)
+				b = appendReply(b, r.Elems[i], proto)
+				b = appendReply(b, r.Elems[i+1], proto)
+			}
+			return b
+		}
+		b = resp.AppendArrayHeader(b, len(r.Elems))
+		for _, el := range r.Elems {
+			b = appendReply(b, el, proto)
+		}
+		return b
+	case engine.ReplyArray, engine.ReplyMap, engine.ReplySet:
+		switch {
+		case r.Kind == engine.ReplyMap:
 			b = appendMapHeader(b, len(r.Elems)/2, proto)
-		} else {
+		case r.Kind == engine.ReplySet && proto == 3:
+			b = append(b, '~')
+			b = strconv.AppendInt(b, int64(len(r.Elems)), 10)
+			b = append(b, '\r', '\n')
+		default:
 			b = resp.AppendArrayHeader(b, len(r.Elems))
 		}
 		for _, el := range r.Elems {

@@ -393,8 +393,48 @@ func store(cmd redis.Cmder, r engine.Reply) error {
 			return nil
 		}
 		return unexpected(cmd)
-	case engine.ReplyArray:
-		if c, ok := cmd.(*redis.StringSliceCmd); ok { // HKEYS, HVALS
+	case engine.ReplyDouble: // ZSCORE, ZINCRBY of a sorted set split by member
+		f, err := strconv.ParseFloat(string(r.Bulk), 64)
+		if err != nil {
+			return unexpected(cmd)
+		}
+		if c, ok := cmd.(*redis.FloatCmd); ok {
+			c.SetVal(f)
+			return nil
+		}
+		return setVal(cmd, f)
+	case engine.ReplyScored: // ZRANGE ... WITHSCORES
+		zs := make([]redis.Z, 0, len(r.Elems)/2)
+		for i := 0; i+1 < len(r.Elems); i += 2 {
+			f, err := strconv.ParseFloat(string(r.Elems[i+1].Bulk), 64)
+			if err != nil {
+				return unexpected(cmd)
+			}
+			zs = append(zs, redis.Z{Member: string(r.Elems[i].Bulk), Score: f})
+		}
+		if c, ok := cmd.(*redis.ZSliceCmd); ok {
+			c.SetVal(zs)
+			return nil
+		}
+		return unexpected(cmd)
+	case engine.ReplyArray, engine.ReplySet:
+		switch c := cmd.(type) {
+		case *redis.FloatSliceCmd: // ZMSCORE
+			fs := make([]float64, len(r.Elems))
+			for i, el := range r.Elems {
+				fs[i], _ = strconv.ParseFloat(string(el.Bulk), 64)
+			}
+			c.SetVal(fs)
+			return nil
+		case *redis.BoolSliceCmd: // SMISMEMBER
+			bs := make([]bool, len(r.Elems))
+			for i, el := range r.Elems {
+				bs[i] = el.Int != 0
+			}
+			c.SetVal(bs)
+			return nil
+		}
+		if c, ok := cmd.(*redis.StringSliceCmd); ok { // HKEYS, HVALS, SMEMBERS, ZRANGE
 			ss := make([]string, len(r.Elems))
 			for i, el := range r.Elems {
 				ss[i] = string(el.Bulk)

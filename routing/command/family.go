@@ -21,14 +21,17 @@ var familyOf = map[routing.Families][]string{
 	routing.FamHashOther:   {"HINCRBYFLOAT", "HRANDFIELD", "HSCAN", "HTTL", "HPTTL", "HEXPIRETIME", "HPEXPIRETIME"},
 	routing.FamHashWrite:   {"HSET", "HSETNX", "HMSET", "HDEL", "HEXPIRE", "HPEXPIRE", "HPERSIST", "HGETDEL", "HGETEX", "HSETEX"},
 	routing.FamHashCounter: {"HINCRBY"},
-	routing.FamSetRead: {"SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SRANDMEMBER", "SSCAN", "SINTER", "SUNION", "SDIFF",
-		"SINTERCARD"},
-	routing.FamSetWrite: {"SADD", "SREM", "SPOP", "SMOVE", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"},
-	routing.FamZSetRead: {"ZRANGE", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREVRANGE", "ZSCORE",
-		"ZMSCORE", "ZRANK", "ZREVRANK", "ZCARD", "ZCOUNT", "ZLEXCOUNT", "ZRANDMEMBER", "ZSCAN", "ZUNION", "ZINTER", "ZDIFF",
-		"GEODIST", "GEOHASH", "GEOPOS", "GEORADIUS_RO", "GEORADIUSBYMEMBER_RO", "GEOSEARCH"},
-	routing.FamZSetWrite: {"ZADD", "ZINCRBY", "ZREM", "ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZREMRANGEBYLEX", "ZPOPMIN", "ZPOPMAX",
+	routing.FamSetRead:     {"SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD"},
+	routing.FamSetWrite:    {"SADD"},
+	routing.FamSetOther: {"SREM", "SPOP", "SMOVE", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE",
+		"SRANDMEMBER", "SSCAN", "SINTER", "SUNION", "SDIFF", "SINTERCARD"},
+	routing.FamZSetRead:  {"ZRANGE", "ZREVRANGE", "ZSCORE", "ZMSCORE", "ZRANK", "ZREVRANK", "ZCARD"},
+	routing.FamZSetWrite: {"ZINCRBY"},
+	routing.FamZSetOther: {"ZADD", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX",
+		"ZCOUNT", "ZLEXCOUNT", "ZRANDMEMBER", "ZSCAN", "ZUNION", "ZINTER", "ZDIFF",
+		"ZREM", "ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZREMRANGEBYLEX", "ZPOPMIN", "ZPOPMAX",
 		"BZPOPMIN", "BZPOPMAX", "ZMPOP", "BZMPOP", "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE", "ZRANGESTORE",
+		"GEODIST", "GEOHASH", "GEOPOS", "GEORADIUS_RO", "GEORADIUSBYMEMBER_RO", "GEOSEARCH",
 		"GEOADD", "GEORADIUS", "GEORADIUSBYMEMBER", "GEOSEARCHSTORE"},
 	routing.FamOrdered: {"LRANGE", "LLEN", "LINDEX", "LPOS", "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LSET", "LREM",
 		"LTRIM", "LINSERT", "BLPOP", "BRPOP", "LMPOP", "BLMPOP", "LMOVE", "BLMOVE", "RPOPLPUSH", "BRPOPLPUSH",
@@ -62,7 +65,8 @@ var familiesAssigned = func() bool {
 // command's, except where options change what the engine can serve: SET
 // with GET reads the old value (FamOther), GETEX without options is a GET
 // (FamStringRead; with options it reads and sets the expiry at once, which
-// a split counter cannot: FamOther).
+// a split counter cannot: FamOther), ZADD INCR of one member is a ZINCRBY
+// (FamZSetWrite), ZRANGE by score or lex or with LIMIT is FamZSetOther.
 func (c Info) FamilyOf(args [][]byte) routing.Families {
 	switch {
 	case c.family == routing.FamStringWrite && len(args) > 3 && EqFold(args[0], "SET"):
@@ -73,8 +77,38 @@ func (c Info) FamilyOf(args [][]byte) routing.Families {
 		}
 	case c.family == routing.FamOther && len(args) == 2 && EqFold(args[0], "GETEX"):
 		return routing.FamStringRead
+	case c.family == routing.FamZSetOther && IsZAddIncr(args):
+		return routing.FamZSetWrite
+	case c.family == routing.FamZSetRead && EqFold(args[0], "ZRANGE") && !ZRangeByRank(args):
+		return routing.FamZSetOther
 	}
 	return c.family
+}
+
+// IsZAddIncr reports whether args is ZADD key INCR increment member: a
+// ZINCRBY (a sorted set split by member serves it; ZADD's other forms set a
+// score, which it cannot do exactly, or take flags it does not implement).
+func IsZAddIncr(args [][]byte) bool {
+	return len(args) == 5 && EqFold(args[0], "ZADD") && EqFold(args[2], "INCR")
+}
+
+// ZRangeByRank reports whether args is ZRANGE key start stop [REV]
+// [WITHSCORES] (options in any order, each at most once): a range by rank,
+// which a sorted set split by member merges exactly. BYSCORE, BYLEX and
+// LIMIT are ranges it does not implement.
+func ZRangeByRank(args [][]byte) bool {
+	var rev, with bool
+	for _, a := range args[min(4, len(args)):] {
+		switch {
+		case EqFold(a, "REV") && !rev:
+			rev = true
+		case EqFold(a, "WITHSCORES") && !with:
+			with = true
+		default:
+			return false
+		}
+	}
+	return len(args) >= 4
 }
 
 // KeyFamilies calls report for each key the invocation names, with the

@@ -15,7 +15,7 @@ import (
 // refuse it is chosen for.
 func TestEveryCommandHasOneFamily(t *testing.T) {
 	typed := routing.FamHashRead | routing.FamHashWrite | routing.FamHashCounter | routing.FamHashOther | routing.FamSetRead | routing.FamSetWrite |
-		routing.FamZSetRead | routing.FamZSetWrite | routing.FamOrdered
+		routing.FamZSetRead | routing.FamZSetWrite | routing.FamOrdered | routing.FamZSetOther | routing.FamSetOther
 	for _, name := range Names() {
 		c, _ := Lookup([]byte(name))
 		f := c.Family()
@@ -51,6 +51,18 @@ func TestFamilyOfOptions(t *testing.T) {
 		{[]string{"EVALSHA", "abc", "1", "k"}, routing.FamScript},
 		{[]string{"HINCRBY", "h", "f", "1"}, routing.FamHashCounter},
 		{[]string{"INCRBYFLOAT", "k", "1.5"}, routing.FamOther},
+		{[]string{"ZADD", "z", "INCR", "1", "m"}, routing.FamZSetWrite},
+		{[]string{"zadd", "z", "incr", "1", "m"}, routing.FamZSetWrite},
+		{[]string{"ZADD", "z", "1", "m"}, routing.FamZSetOther},
+		{[]string{"ZADD", "z", "XX", "INCR", "1", "m"}, routing.FamZSetOther},
+		{[]string{"ZINCRBY", "z", "1", "m"}, routing.FamZSetWrite},
+		{[]string{"ZRANGE", "z", "0", "4"}, routing.FamZSetRead},
+		{[]string{"ZRANGE", "z", "0", "4", "rev", "WITHSCORES"}, routing.FamZSetRead},
+		{[]string{"ZRANGE", "z", "0", "4", "BYSCORE"}, routing.FamZSetOther},
+		{[]string{"ZRANGE", "z", "0", "4", "REV", "REV"}, routing.FamZSetOther},
+		{[]string{"ZRANGE", "z", "(1", "4", "BYSCORE", "LIMIT", "0", "1"}, routing.FamZSetOther},
+		{[]string{"SADD", "s", "a"}, routing.FamSetWrite},
+		{[]string{"SREM", "s", "a"}, routing.FamSetOther},
 	} {
 		args := make([][]byte, len(tc.args))
 		for i, a := range tc.args {

@@ -1,0 +1,609 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/command"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// A sorted set split by member (Split.Kind KindZSet; the rule and its
+// proof are in docs/engine.md, Member split). It is a hash split by field
+// with scores for values: a member m has one place per layout (the base
+// key and m's shard, routing.MemberShard, in every listed generation with
+// shards), its score is the sum of the scores its places hold, and it is
+// in the set when some place holds it. ZINCRBY (and ZADD INCR of one
+// member) adds to one place, the fold moves a retired place's score into
+// the base key with +v/−v: sums are conserved, so every read that adds up
+// a member's places is exact — exactly so while every score and increment
+// is an integer below 2^53 (a leaderboard's points), since floating-point
+// sums of fractions round by their order. Setting a score (ZADD), removing
+// a member (ZREM, ZPOP...) and ranges by score or lex are refused: a score
+// set in one place would be added to the older scores of the others, and a
+// removal could be undone by a fold in flight.
+
+// zsetOps are the commands a sorted set split by member serves.
+var zsetOps = map[string]hashOp{
+	"ZSCORE":  {minArgs: 3, maxArgs: 3},
+	"ZMSCORE": {minArgs: 3},
+	"ZINCRBY": {minArgs: 4, maxArgs: 4},
+	"ZADD": {minArgs: 4, form: func(args [][]byte) Op {
+		if command.IsZAddIncr(args) {
+			return OpMembers
+		}
+		return OpRefuse
+	}},
+	"ZCARD": {minArgs: 2, maxArgs: 2},
+	"ZRANGE": {minArgs: 4, form: func(args [][]byte) Op {
+		if command.ZRangeByRank(args) {
+			return OpMembers
+		}
+		return OpRefuse
+	}},
+	"ZREVRANGE": {minArgs: 4, maxArgs: 5, form: withOption("WITHSCORES")},
+	"ZRANK":     {minArgs: 3, maxArgs: 4, form: withOption("WITHSCORE")},
+	"ZREVRANK":  {minArgs: 3, maxArgs: 4, form: withOption("WITHSCORE")},
+}
+
+// withOption serves a command whose one optional last argument is opt;
+// anything else there is Redis' syntax error, answered from the base key.
+func withOption(opt string) func(args [][]byte) Op {
+	return func(args [][]byte) Op {
+		if n := len(args); n == 5 && opt == "WITHSCORES" || n == 4 && opt == "WITHSCORE" {
+			if !command.EqFold(args[n-1], opt) {
+				return OpRaw
+			}
+		}
+		return OpMembers
+	}
+}
+
+// errNotFloat is Redis' reply to a score that does not parse.
+var errNotFloat = errors.New("ERR value is not a valid float")
+
+// scored is one member of a merged sorted set.
+type scored struct {
+	member string
+	score  float64
+}
+
+// zless orders members as ZRANGE does (by score, then member bytes), or as
+// ZREVRANGE does when rev (both reversed).
+func zless(rev bool) func(a, b scored) int {
+	return func(a, b scored) int {
+		c := cmp.Compare(a.score, b.score)
+		if c == 0 {
+			c = strings.Compare(a.member, b.member)
+		}
+		if rev {
+			return -c
+		}
+		return c
+	}
+}
+
+// formatScore writes a score as Redis 7.0 does (%.17g; an integer score
+// prints as an integer).
+func formatScore(f float64) string {
+	switch {
+	case math.IsInf(f, 1):
+		return "inf"
+	case math.IsInf(f, -1):
+		return "-inf"
+	}
+	return strconv.FormatFloat(f, 'g', 17, 64)
+}
+
+func parseScore(s []byte) (float64, error) {
+	f, err := strconv.ParseFloat(string(s), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(f) {
+		return 0, errNotFloat
+	}
+	return f, nil
+}
+
+// ZIncrBy adds n to member's score in a sorted set split by member and
+// returns the member's score: the reply of the one place written plus the
+// other places' sum, cached as HIncrBy caches it (the same error bound,
+// docs/engine.md).
+func (e *Engine) ZIncrBy(ctx context.Context, key, member string, n float64) (float64, error) {
+	p := e.memberPlan(key, routing.KindZSet)
+	if p == nil {
+		return e.rc().ZIncrBy(ctx, key, n, member).Result()
+	}
+	e.invalidate(key)
+	defer e.invalidate(key)
+	now := e.clock.Now()
+	write := e.memberWritePlace(p, member, now)
+	sum, ok := p.zothers.get(member, write, now, e.othersMaxAge(p, write))
+	if !ok {
+		scores, _, err := e.zscorePlaces(ctx, without(memberPlaces(p, member), write), member)
+		if err != nil {
+			return 0, err
+		}
+		sum = 0
+		for _, s := range scores {
+			sum += s
+		}
+		p.zothers.put(member, otherSum[float64]{write: write, sum: sum, at: now})
+	}
+	v, err := e.rc().ZIncrBy(ctx, write, n, member).Result()
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return 0, err
+	}
+	return v + sum, nil
+}
+
+// zscorePlaces reads member's score in each of keys in one pipeline and
+// returns the scores present.
+func (e *Engine) zscorePlaces(ctx context.Context, keys []string, member string) ([]float64, bool, error) {
+	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, k := range keys {
+			pipe.ZScore(ctx, k, member)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		e.m.upstreamErrors.Inc()
+		return nil, false, err
+	}
+	var out []float64
+	for _, c := range cmds {
+		v, err := c.(*redis.FloatCmd).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, false, err
+		default:
+			out = append(out, v)
+		}
+	}
+	return out, len(out) > 0, nil
+}
+
+// ZScores returns members' scores (present false for a member no place
+// holds), each the sum of its places.
+func (e *Engine) ZScores(ctx context.Context, key string, members []string) ([]float64, []bool, error) {
+	p := e.memberPlan(key, routing.KindZSet)
+	out, present := make([]float64, len(members)), make([]bool, len(members))
+	per := make([][]*redis.FloatCmd, len(members))
+	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, m := range members {
+			for _, k := range placesOf(p, key, m) {
+				per[i] = append(per[i], pipe.ZScore(ctx, k, m))
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		e.m.upstreamErrors.Inc()
+		return nil, nil, err
+	}
+	for i := range members {
+		for _, c := range per[i] {
+			v, err := c.Result()
+			switch {
+			case errors.Is(err, redis.Nil):
+			case err != nil:
+				return nil, nil, err
+			default:
+				out[i] += v
+				present[i] = true
+			}
+		}
+	}
+	return out, present, nil
+}
+
+// zmerge adds the scores of members read from places into m.
+func zmerge(m map[string]float64, zs []redis.Z) {
+	for _, z := range zs {
+		m[z.Member.(string)] += z.Score
+	}
+}
+
+// zsorted is m's members in ZRANGE's order (reversed when rev).
+func zsorted(m map[string]float64, rev bool) []scored {
+	out := make([]scored, 0, len(m))
+	for k, v := range m {
+		out = append(out, scored{k, v})
+	}
+	slices.SortFunc(out, zless(rev))
+	return out
+}
+
+// ZAll is the whole sorted set in ZRANGE's order (reversed when rev),
+// merged over every place: what ZCARD, ZRANK and ranges counted from the
+// end read.
+func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, error) {
+	keys, _, known, err := e.zplaces(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, k := range keys {
+			pipe.ZRangeWithScores(ctx, k, 0, -1)
+		}
+		return nil
+	})
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return nil, err
+	}
+	m := map[string]float64{}
+	zmerge(m, known)
+	for _, c := range cmds {
+		zs, err := c.(*redis.ZSliceCmd).Result()
+		if err != nil {
+			return nil, err
+		}
+		zmerge(m, zs)
+	}
+	return zsorted(m, rev), nil
+}
+
+// settledBase reports whether p's base key is written by nothing heatsink
+// serves: the write generation is the last listed and the only one with
+// shards (no fold credits the base key, no write goes to it). Then the
+// base key changes only through writes made around heatsink, and a copy
+// of it may be used for settledRefresh, as the others cache does.
+func (e *Engine) settledBase(p *plan, now time.Time) bool {
+	gens := p.entry.Split.Generations
+	last := gens[len(gens)-1]
+	if !p.entry.Active(now) || last.Shards == 0 || last.FromEpoch > routing.EpochAt(now, e.table.Load().table.EpochMillis) {
+		return false
+	}
+	for _, g := range gens[:len(gens)-1] {
+		if g.Shards > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// maxBaseCopy bounds the base key a sorted set's plan keeps a copy of.
+const maxBaseCopy = 1024
+
+// baseCopy is a sorted set's base key, whole, as read at a time.
+type baseCopy struct {
+	mu sync.Mutex
+	zs []redis.Z
+	at time.Time
+}
+
+// base returns p's base key whole from its copy when the layout is
+// settled and the copy younger than settledRefresh, reading and keeping
+// it when it holds at most maxBaseCopy members; ok false when it is not
+// to be copied (then it is read as any place).
+func (e *Engine) base(ctx context.Context, p *plan) ([]redis.Z, bool, error) {
+	now := e.clock.Now()
+	if !e.settledBase(p, now) {
+		return nil, false, nil
+	}
+	c := &p.zbase
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.zs != nil && now.Sub(c.at) < settledRefresh {
+		return c.zs, true, nil
+	}
+	zs, err := e.rc().ZRangeWithScores(ctx, p.key, 0, maxBaseCopy).Result()
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return nil, false, err
+	}
+	if len(zs) > maxBaseCopy {
+		return nil, false, nil
+	}
+	c.zs, c.at = zs, now
+	return zs, true, nil
+}
+
+// zplaces is a sorted set's places for a whole-set read: the keys to
+// read, the layout each belongs to (0 the base key, i+1 generation i: a
+// member is in at most one place of each), and the base key's members
+// when its copy stands in for it.
+func (e *Engine) zplaces(ctx context.Context, key string) (keys []string, layout []int, known []redis.Z, err error) {
+	p := e.memberPlan(key, routing.KindZSet)
+	keys = allPlaces(p, key)
+	layout = make([]int, 1, len(keys))
+	if p != nil {
+		for i, g := range p.gens {
+			for range g {
+				layout = append(layout, i+1)
+			}
+		}
+	}
+	if p == nil {
+		return keys, layout, nil, nil
+	}
+	zs, ok, err := e.base(ctx, p)
+	if err != nil || !ok {
+		return keys, layout, nil, err
+	}
+	return keys[1:], layout[1:], zs, nil
+}
+
+// ZTop is the first n members in ZRANGE's order (ZREVRANGE's when rev),
+// exactly, without reading the whole set. Each place is asked for its
+// own first d members (d from n up); a member seen anywhere has its
+// score completed from the places that did not list it (ZMSCORE). A
+// member seen nowhere is in at most one place per layout (the base key,
+// and its own shard in each generation), so it scores at most (at least,
+// ascending) the sum over layouts of the greatest (least) d-th score of
+// their places not read to their end, or 0 where it is absent. When the
+// n-th merged member is strictly past that bound (or at it, named so
+// that any unseen member reaching it sorts after it) no unseen member
+// can precede it, and the first n are exact; otherwise d doubles. A place
+// whose reply is shorter than d has been read whole, as has the base
+// key's copy in a settled layout.
+func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]scored, error) {
+	keys, layout, known, err := e.zplaces(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	// past reports whether score a is strictly past b in
+	// the read's order.
+	past := func(a, b float64) bool { return rev && a > b || !rev && a < b }
+	for d := n; ; d *= 2 {
+		cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, k := range keys {
+				if rev {
+					pipe.ZRevRangeWithScores(ctx, k, 0, d-1)
+				} else {
+					pipe.ZRangeWithScores(ctx, k, 0, d-1)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			e.m.upstreamErrors.Inc()
+			return nil, err
+		}
+		seen := map[string]map[int]bool{} // member -> places that listed it
+		m := map[string]float64{}
+		zmerge(m, known)
+		var open []int // places not read to their end
+		// Per layout, the most an unseen member may score there (0:
+		// absent) and, where that is a d-th score, the name it must sort
+		// after (an unseen member reaching it is listed after the d-th in
+		// that place).
+		type most struct {
+			score float64
+			name  string
+			set   bool
+		}
+		best := map[int]most{}
+		for i, c := range cmds {
+			zs, err := c.(*redis.ZSliceCmd).Result()
+			if err != nil {
+				return nil, err
+			}
+			zmerge(m, zs)
+			for _, z := range zs {
+				s := z.Member.(string)
+				if seen[s] == nil {
+					seen[s] = map[int]bool{}
+				}
+				seen[s][i] = true
+			}
+			if int64(len(zs)) < d {
+				continue
+			}
+			open = append(open, i)
+			last, name := zs[len(zs)-1].Score, zs[len(zs)-1].Member.(string)
+			if !past(last, 0) {
+				continue // absent (0) scores more there
+			}
+			b := best[layout[i]]
+			// Of places tying on the d-th score, the name an unseen
+			// member may still precede is the loosest: past the
+			// greatest d-th name (rev) or the least (ascending).
+			if !b.set || past(last, b.score) || last == b.score && (rev && name > b.name || !rev && name < b.name) {
+				best[layout[i]] = most{last, name, true}
+			}
+		}
+		bound, edge, edges := 0.0, "", 0
+		for _, b := range best {
+			bound += b.score
+			if edges == 0 || rev && b.name < edge || !rev && b.name > edge {
+				edge = b.name
+			}
+			edges++
+		}
+		for s := range m {
+			if seen[s] == nil {
+				seen[s] = map[int]bool{} // known from the base key's copy only
+			}
+		}
+		if len(open) > 0 {
+			// Complete the scores of the members seen from the open places
+			// that did not list them (a place read whole lists all it has).
+			asks := make([][]string, len(open))
+			for s, at := range seen {
+				for j, i := range open {
+					if !at[i] {
+						asks[j] = append(asks[j], s)
+					}
+				}
+			}
+			cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+				for j, i := range open {
+					if len(asks[j]) > 0 {
+						pipe.ZMScore(ctx, keys[i], asks[j]...)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				e.m.upstreamErrors.Inc()
+				return nil, err
+			}
+			c := 0
+			for j := range open {
+				if len(asks[j]) == 0 {
+					continue
+				}
+				vals, err := cmds[c].(*redis.FloatSliceCmd).Result()
+				c++
+				if err != nil {
+					return nil, err
+				}
+				for x, v := range vals {
+					m[asks[j][x]] += v // go-redis gives 0 for a member the place lacks
+				}
+			}
+		}
+		all := zsorted(m, rev)
+		if len(open) == 0 {
+			return all[:min(int64(len(all)), n)], nil
+		}
+		if int64(len(all)) >= n {
+			// Strictly past the bound, or at it with every unseen member
+			// that could reach it named so that it sorts after the n-th
+			// (only when every layout's bound is a d-th score: an absent
+			// member's 0 puts no name on it).
+			nth, name := all[n-1].score, all[n-1].member
+			tieSafe := nth == bound && edges > 0 && edges == layouts(layout, open) && (rev && name >= edge || !rev && name <= edge)
+			if past(nth, bound) || tieSafe {
+				return all[:n], nil
+			}
+		}
+	}
+}
+
+// layouts counts the layouts of the open places.
+func layouts(layout, open []int) int {
+	seen := map[int]bool{}
+	for _, i := range open {
+		seen[layout[i]] = true
+	}
+	return len(seen)
+}
+
+// ServeZSet serves an OpMembers command of a sorted set.
+func (e *Engine) ServeZSet(ctx context.Context, args [][]byte, obs Observe) Reply {
+	name := strings.ToUpper(string(args[0]))
+	k := string(args[1])
+	switch name {
+	case "ZINCRBY", "ZADD":
+		incr, member := args[2], args[3]
+		if name == "ZADD" { // ZADD key INCR increment member
+			incr, member = args[3], args[4]
+		}
+		n, err := parseScore(incr)
+		if err != nil {
+			return errReply(err)
+		}
+		v, err := e.ZIncrBy(ctx, k, string(member), n)
+		obs(k, 0, 1, 8)
+		if err != nil {
+			return errReply(err)
+		}
+		return double(v)
+	case "ZSCORE", "ZMSCORE":
+		members := make([]string, 0, len(args)-2)
+		for _, a := range args[2:] {
+			members = append(members, string(a))
+		}
+		vals, present, err := e.ZScores(ctx, k, members)
+		obs(k, 1, 0, 8*len(members))
+		if err != nil {
+			return errReply(err)
+		}
+		out := make([]Reply, len(vals))
+		for i := range vals {
+			out[i] = Reply{Kind: ReplyNil}
+			if present[i] {
+				out[i] = double(vals[i])
+			}
+		}
+		if name == "ZSCORE" {
+			return out[0]
+		}
+		return Reply{Kind: ReplyArray, Elems: out}
+	case "ZRANGE", "ZREVRANGE":
+		rev, with := name == "ZREVRANGE", false
+		for _, a := range args[4:] {
+			rev = rev || command.EqFold(a, "REV")
+			with = with || command.EqFold(a, "WITHSCORES")
+		}
+		start, err1 := strconv.ParseInt(string(args[2]), 10, 64)
+		stop, err2 := strconv.ParseInt(string(args[3]), 10, 64)
+		if err1 != nil || err2 != nil {
+			return errReply(errNotAnInteger)
+		}
+		var got []scored
+		var err error
+		switch {
+		case start >= 0 && stop >= 0 && start > stop:
+		case start >= 0 && stop >= 0:
+			got, err = e.ZTop(ctx, k, stop+1, rev)
+			got = got[min(int64(len(got)), start):]
+		default:
+			got, err = e.ZAll(ctx, k, rev)
+			got = rankRange(got, start, stop)
+		}
+		obs(k, 1, 0, 16*len(got))
+		if err != nil {
+			return errReply(err)
+		}
+		if !with {
+			out := Reply{Kind: ReplyArray, Elems: make([]Reply, len(got))}
+			for i, z := range got {
+				out.Elems[i] = Reply{Kind: ReplyBulk, Bulk: []byte(z.member)}
+			}
+			return out
+		}
+		out := Reply{Kind: ReplyScored, Elems: make([]Reply, 0, 2*len(got))}
+		for _, z := range got {
+			out.Elems = append(out.Elems, Reply{Kind: ReplyBulk, Bulk: []byte(z.member)}, double(z.score))
+		}
+		return out
+	}
+	all, err := e.ZAll(ctx, k, name == "ZREVRANK")
+	obs(k, 1, 0, 16*len(all))
+	if err != nil {
+		return errReply(err)
+	}
+	if name == "ZCARD" {
+		return Reply{Kind: ReplyInt, Int: int64(len(all))}
+	}
+	// ZRANK, ZREVRANK [WITHSCORE]
+	i := slices.IndexFunc(all, func(z scored) bool { return z.member == string(args[2]) })
+	if i < 0 {
+		return Reply{Kind: ReplyNil}
+	}
+	if len(args) == 4 {
+		return Reply{Kind: ReplyArray, Elems: []Reply{{Kind: ReplyInt, Int: int64(i)}, double(all[i].score)}}
+	}
+	return Reply{Kind: ReplyInt, Int: int64(i)}
+}
+
+// rankRange is Redis' slice of a sorted set by rank, negative ranks
+// counted from the end.
+func rankRange(all []scored, start, stop int64) []scored {
+	n := int64(len(all))
+	if start < 0 {
+		start = max(start+n, 0)
+	}
+	if stop < 0 {
+		stop += n
+	}
+	if start > stop || start >= n {
+		return nil
+	}
+	return all[start : min(stop, n-1)+1]
+}
+
+func double(f float64) Reply { return Reply{Kind: ReplyDouble, Bulk: []byte(formatScore(f))} }
