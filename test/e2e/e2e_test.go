@@ -239,8 +239,8 @@ func (h helmInstaller) uninstall(t *testing.T) {
 
 type kustomizeInstaller struct{ e env }
 
-func (k kustomizeInstaller) name() string { return "kustomize" }
-func (k kustomizeInstaller) dir() string  { return filepath.Join(k.e.Root, "config", "default") }
+func (k kustomizeInstaller) name() string   { return "kustomize" }
+func (k kustomizeInstaller) dir() string    { return filepath.Join(k.e.Root, "config", "default") }
 func (k kustomizeInstaller) policy() string { return policyYAML }
 func (k kustomizeInstaller) install(t *testing.T) {
 	kubectl(t, nil, "apply", "--server-side", "-k", k.dir())
