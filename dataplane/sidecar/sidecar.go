@@ -26,6 +26,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 	"github.com/heatsink-dev/heatsink/dataplane/watch"
 	"github.com/heatsink-dev/heatsink/internal/version"
 	"github.com/heatsink-dev/heatsink/routing"
@@ -68,7 +69,7 @@ type Config struct {
 	// UsernameFile and PasswordFile, if set, replace Username and
 	// Password: the mounted credentials Secret, read at each new
 	// connection to Redis so that a rotated Secret applies without a
-	// restart (proxy.FileCredentials).
+	// restart (upstream.FileCredentials).
 	UsernameFile, PasswordFile string
 	// TLS, if set, is used for every connection to Redis (the proxy's and
 	// the engine's); build it with proxy.ClientTLS. nil means plaintext.
@@ -133,31 +134,31 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(version.Collectors("sidecar")...)
 
-	// The credentials first: the Sentinel follower checks the master's
-	// ROLE with them before anything else can start.
-	creds, err := fileCredentials(cfg.UsernameFile, cfg.PasswordFile)
+	// The one way both of the sidecar's Redis clients reach Redis first: the
+	// Sentinel follower checks the master's ROLE with its credentials before
+	// anything else can start.
+	dialer, err := newDialer(cfg)
 	if err != nil {
 		return err
 	}
 	var follow *masterFollow
 	if len(cfg.Sentinels) > 0 {
-		sentinelCreds, err := fileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
+		sentinelCreds, err := up.ReadFileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
 		if err != nil {
 			return fmt.Errorf("sentinel credentials files: %w", err)
 		}
-		if follow, err = startFollow(ctx, &cfg, creds, sentinelCreds, log); err != nil {
+		if follow, err = startFollow(ctx, &cfg, dialer, sentinelCreds, log); err != nil {
 			return err
 		}
 		defer follow.close()
 	}
-	// p is set below, before the engine's client sends anything.
-	var p *proxy.Proxy
-	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p }, follow)
+	// The one table of nodes and slot map, read by the proxy and the
+	// engine's client alike; built before both, so neither waits for the
+	// other.
+	nodes := up.NewNodes(cfg.Upstreams, dialer, controlTimeout(cfg))
+	rc := engineClient(cfg, dialer, nodes, follow)
 	defer rc.Close()
-	eopts := engine.Options{Registerer: reg}
-	if cfg.TLS != nil {
-		eopts.ReplicaDialer = proxy.TLSDialer(cfg.TLS, dialTimeout)
-	}
+	eopts := engine.Options{Registerer: reg, Dialer: dialer}
 	if follow != nil {
 		// Only the Sentinels know the master's replicas; the engine's
 		// client dials the master alone.
@@ -172,20 +173,14 @@ func Run(ctx context.Context, cfg Config) error {
 	st := newStartup(reg, cfg.StartupWait, log)
 
 	pcfg := proxy.Config{
-		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
+		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Dialer: dialer, Nodes: nodes,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
-		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
+		Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
 		Hold: st.gate,
 	}
 	if follow != nil {
 		pcfg.Master = follow.master
-	}
-	if creds != nil {
-		pcfg.Credentials = creds.Get
-	}
-	if cc, ok := rc.(*redis.ClusterClient); ok {
-		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
 	}
 	if cfg.NodeAgent != "" {
 		dc, err := counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
@@ -196,7 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 		pcfg.Observer = dc
 		registerDetectorStats(reg, dc)
 	}
-	p, err = proxy.New(pcfg)
+	p, err := proxy.New(pcfg)
 	if err != nil {
 		return err
 	}
@@ -239,42 +234,61 @@ func Run(ctx context.Context, cfg Config) error {
 // engine's connections (the go-redis default) and the Sentinel follower's.
 const dialTimeout = 5 * time.Second
 
+// newDialer is the sidecar's one way of reaching Redis (upstream.Dialer),
+// for the proxy and the engine alike: TLS, and the credentials, from the
+// mounted Secret if set (read once now, so that a file that cannot be read
+// stops the start with its error, then at each new connection).
+func newDialer(cfg Config) (*up.Dialer, error) {
+	creds, err := up.ReadFileCredentials(cfg.UsernameFile, cfg.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	return &up.Dialer{TLS: cfg.TLS, Timeout: dialTimeout, Username: cfg.Username, Password: cfg.Password, Files: creds}, nil
+}
+
+// controlTimeout bounds what the sidecar asks Redis for itself (slot
+// maps), as the proxy's: the reply timeout, or 5 s.
+func controlTimeout(cfg Config) time.Duration {
+	if cfg.ReplyTimeout > 0 {
+		return cfg.ReplyTimeout
+	}
+	return 5 * time.Second
+}
+
 // engineClient is the go-redis client the engine sends its commands
-// through. In cluster mode it takes its slot map from the proxy
-// (ClusterOptions.ClusterSlots): the sidecar keeps one slot map, so the
-// proxy's raw connections and the engine never disagree about which node
-// serves a slot while the cluster is resharded.
-func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *proxy.Proxy, follow *masterFollow) redis.UniversalClient {
+// through, dialing with d. In cluster mode it takes its slot map from
+// nodes, the proxy's too (ClusterOptions.ClusterSlots, reloaded when the
+// map changes): the sidecar keeps one slot map, so the proxy's raw
+// connections and the engine never disagree about which node serves a
+// slot while the cluster is resharded.
+func engineClient(cfg Config, d *up.Dialer, nodes *up.Nodes, follow *masterFollow) redis.UniversalClient {
 	uo := &redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
-		TLSConfig: cfg.TLS,
 		// No retries: go-redis retries any command whose connection
 		// failed, and an INCRBY applied before its connection closed (a
 		// failover's fence closes them) would then be counted twice.
 		// Failed commands get an error, as on the proxy's raw path; a dial
 		// is still retried (nothing was sent).
 		MaxRetries: -1,
-	}
-	uo.CredentialsProvider = provider(creds)
-	if cfg.TLS != nil {
-		// With TLSConfig go-redis would keep the CA bundle read at start
-		// unless a server name is fixed; the proxy's dialer checks each
-		// handshake against the bundle as it is then (tls_ca.go).
-		uo.Dialer, uo.TLSConfig = proxy.TLSDialer(cfg.TLS, dialTimeout), nil
+		// The upstream Dialer, not TLSConfig: with TLSConfig go-redis
+		// would keep the CA bundle read at start unless a server name is
+		// fixed; the Dialer checks each handshake against the bundle as
+		// it is then.
+		Dialer: d.Dial, CredentialsProvider: d.Provider(),
 	}
 	if follow != nil {
 		// The follower's dialer connects to the current master (TLS
 		// included) and drops the old master's connections on a switch.
-		uo.Dialer, uo.TLSConfig = follow.dial, nil
+		uo.Dialer = follow.dial
 	}
 	if !cfg.Cluster {
 		return redis.NewUniversalClient(uo)
 	}
 	co := uo.Cluster()
-	co.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
-		return proxyOf().ClusterSlots(ctx)
-	}
-	return redis.NewClusterClient(co)
+	co.ClusterSlots = nodes.ClusterSlots
+	cc := redis.NewClusterClient(co)
+	nodes.OnChange(func() { cc.ReloadState(context.Background()) })
+	return cc
 }
 
 // startWatcher follows the routing table into the engine: from the node
