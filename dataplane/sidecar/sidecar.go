@@ -120,36 +120,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.MaxMemory <= 0 {
-		cfg.MaxMemory = DefaultMaxMemory()
-	}
-	debug.SetMemoryLimit(cfg.MaxMemory)
-	rctx, stopReturning := context.WithCancel(ctx)
-	defer stopReturning()
-	go returnMemory(rctx, 5*time.Second)
-	var reg Registry = prometheus.NewRegistry()
-	if cfg.Registry != nil {
-		reg = cfg.Registry
-	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(version.Collectors("sidecar")...)
-
-	// The one way both of the sidecar's Redis clients reach Redis first: the
-	// Sentinel follower checks the master's ROLE with its credentials before
-	// anything else can start.
-	dialer, err := newDialer(cfg)
+	defer limitMemory(ctx, &cfg)()
+	reg := registry(cfg)
+	dialer, follow, err := reachRedis(ctx, &cfg, log)
 	if err != nil {
 		return err
 	}
-	var follow *masterFollow
-	if len(cfg.Sentinels) > 0 {
-		sentinelCreds, err := up.ReadFileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
-		if err != nil {
-			return fmt.Errorf("sentinel credentials files: %w", err)
-		}
-		if follow, err = startFollow(ctx, &cfg, dialer, sentinelCreds, log); err != nil {
-			return err
-		}
+	if follow != nil {
 		defer follow.close()
 	}
 	// The one table of nodes and slot map, read by the proxy and the
@@ -158,13 +135,7 @@ func Run(ctx context.Context, cfg Config) error {
 	nodes := up.NewNodes(cfg.Upstreams, dialer, controlTimeout(cfg))
 	rc := engineClient(cfg, dialer, nodes, follow)
 	defer rc.Close()
-	eopts := engine.Options{Registerer: reg, Dialer: dialer}
-	if follow != nil {
-		// Only the Sentinels know the master's replicas; the engine's
-		// client dials the master alone.
-		eopts.Replicas = follow.replicas
-	}
-	eng := engine.New(rc, eopts)
+	eng := newEngine(rc, reg, dialer, follow)
 	defer eng.Close()
 	sm := newSidecarMetrics(reg)
 	if cfg.StartupWait == 0 {
@@ -183,13 +154,12 @@ func Run(ctx context.Context, cfg Config) error {
 		pcfg.Master = follow.master
 	}
 	if cfg.NodeAgent != "" {
-		dc, err := counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
+		dc, err := countsClient(cfg, reg)
 		if err != nil {
-			return fmt.Errorf("counts client: %w", err)
+			return err
 		}
 		defer dc.Close()
 		pcfg.Observer = dc
-		registerDetectorStats(reg, dc)
 	}
 	p, err := proxy.New(pcfg)
 	if err != nil {
@@ -215,19 +185,98 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	if hl := cfg.HTTPListener; hl != nil || cfg.HTTPAddress != "" {
-		srv := &http.Server{Handler: handler(p, reg, st), ReadHeaderTimeout: 5 * time.Second}
-		if hl == nil {
-			if hl, err = net.Listen("tcp", cfg.HTTPAddress); err != nil {
-				ln.Close()
-				return err
-			}
-		}
-		go srv.Serve(hl)
-		defer srv.Close()
+	stopHTTP, err := serveHTTP(cfg, handler(p, reg, st))
+	if err != nil {
+		ln.Close()
+		return err
 	}
+	defer stopHTTP()
 	log.Info("heatsink sidecar serving", "listen", ln.Addr().String(), "upstreams", cfg.Upstreams, "cluster", cfg.Cluster)
 	return p.Serve(ctx, ln)
+}
+
+// newEngine is the routing engine on rc, reaching replicas with d.
+func newEngine(rc redis.UniversalClient, reg Registry, d *up.Dialer, follow *masterFollow) *engine.Engine {
+	eopts := engine.Options{Registerer: reg, Dialer: d}
+	if follow != nil {
+		// Only the Sentinels know the master's replicas; the engine's
+		// client dials the master alone.
+		eopts.Replicas = follow.replicas
+	}
+	return engine.New(rc, eopts)
+}
+
+// countsClient reports key accesses to the node agent, its detector's
+// statistics registered in reg.
+func countsClient(cfg Config, reg Registry) (*counts.Client, error) {
+	dc, err := counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
+	if err != nil {
+		return nil, fmt.Errorf("counts client: %w", err)
+	}
+	registerDetectorStats(reg, dc)
+	return dc, nil
+}
+
+// limitMemory sets Go's soft memory limit to cfg.MaxMemory (its default
+// if unset) and returns memory to the system until the returned func is
+// called.
+func limitMemory(ctx context.Context, cfg *Config) (stop func()) {
+	if cfg.MaxMemory <= 0 {
+		cfg.MaxMemory = DefaultMaxMemory()
+	}
+	debug.SetMemoryLimit(cfg.MaxMemory)
+	rctx, stopReturning := context.WithCancel(ctx)
+	go returnMemory(rctx, 5*time.Second)
+	return stopReturning
+}
+
+// registry is cfg's registry, or a new one, with the process' and the
+// build's collectors.
+func registry(cfg Config) Registry {
+	var reg Registry = prometheus.NewRegistry()
+	if cfg.Registry != nil {
+		reg = cfg.Registry
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(version.Collectors("sidecar")...)
+	return reg
+}
+
+// reachRedis is how the sidecar reaches Redis, first of all: the one
+// Dialer both of its clients use, and with Sentinels the follower of the
+// master (it checks the master's ROLE with the Dialer's credentials before
+// anything else can start, and sets cfg.Upstreams to the master).
+func reachRedis(ctx context.Context, cfg *Config, log *slog.Logger) (*up.Dialer, *masterFollow, error) {
+	dialer, err := newDialer(*cfg)
+	if err != nil || len(cfg.Sentinels) == 0 {
+		return dialer, nil, err
+	}
+	sentinelCreds, err := up.ReadFileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sentinel credentials files: %w", err)
+	}
+	follow, err := startFollow(ctx, cfg, dialer, sentinelCreds, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dialer, follow, nil
+}
+
+// serveHTTP serves h on cfg's HTTP listener or address, if any, until the
+// returned func is called.
+func serveHTTP(cfg Config, h http.Handler) (stop func(), err error) {
+	hl := cfg.HTTPListener
+	if hl == nil && cfg.HTTPAddress == "" {
+		return func() {}, nil
+	}
+	if hl == nil {
+		if hl, err = net.Listen("tcp", cfg.HTTPAddress); err != nil {
+			return nil, err
+		}
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(hl)
+	return func() { srv.Close() }, nil
 }
 
 // dialTimeout bounds a dial to Redis and its TLS handshake, for the
