@@ -12,7 +12,6 @@ package engine
 import (
 	"context"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/clock"
 
+	"github.com/heatsink-dev/heatsink/dataplane/upstream"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -61,11 +61,12 @@ type Options struct {
 	// Without it a cluster client's come from CLUSTER SLOTS and a
 	// standalone client's from the table.
 	Replicas ReplicaSource
-	// ReplicaDialer, if set, dials replicas (TLS included) instead of the
-	// client's own TLS configuration: the sidecar's clients dial with one
-	// (proxy.TLSDialer) so that each handshake sees the current CA bundle,
-	// and in Sentinel mode its client's own dialer reaches the master alone.
-	ReplicaDialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Dialer, if set, is how the engine reaches replicas (TLS and
+	// credentials included) rather than with its client's own options: the
+	// sidecar's one upstream.Dialer, whose handshakes see the current CA
+	// bundle, while in Sentinel mode its client's own dialer reaches the
+	// master alone.
+	Dialer *upstream.Dialer
 }
 
 func (o *Options) defaults() {

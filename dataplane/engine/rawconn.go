@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
 // Raw connections: the cacheable reads of other types than strings
@@ -177,41 +177,18 @@ func (c *rawConn) do(ctx context.Context, args [][]byte) ([]byte, error) {
 // redirected to the connection redirect names when it is not "" (a RESP2
 // fill whose invalidations the RESP3 tracking connection receives).
 func dialRaw(ctx context.Context, opts *redis.Options, proto int, readOnly bool, redirect string) (*rawConn, error) {
-	d := net.Dialer{Timeout: 5 * time.Second}
-	var conn net.Conn
-	var err error
-	switch {
-	case opts.Dialer != nil:
-		conn, err = opts.Dialer(ctx, "tcp", opts.Addr)
-	case opts.TLSConfig != nil:
-		td := tls.Dialer{NetDialer: &d, Config: opts.TLSConfig}
-		conn, err = td.DialContext(ctx, "tcp", opts.Addr)
-	default:
-		conn, err = d.DialContext(ctx, "tcp", opts.Addr)
-	}
+	conn, err := dialNode(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	c := &rawConn{conn: conn, br: resp.NewReader(conn, 4096, resp.ReplyLimits())}
-	user, pass := opts.Username, opts.Password
-	if opts.CredentialsProvider != nil {
-		user, pass = opts.CredentialsProvider()
-	}
+	user, pass := optionsCredentials(opts)
 	var setup [][]string
 	switch {
 	case proto == 3:
-		hello := []string{"HELLO", "3"}
-		if pass != "" {
-			if user == "" {
-				user = "default"
-			}
-			hello = append(hello, "AUTH", user, pass)
-		}
-		setup = append(setup, hello)
-	case pass != "" && user != "":
-		setup = append(setup, []string{"AUTH", user, pass})
+		setup = append(setup, upstream.HelloArgs(3, user, pass))
 	case pass != "":
-		setup = append(setup, []string{"AUTH", pass})
+		setup = append(setup, toStrings(upstream.AuthArgs(user, pass)))
 	}
 	if opts.DB != 0 {
 		setup = append(setup, []string{"SELECT", strconv.Itoa(opts.DB)})
@@ -234,6 +211,33 @@ func dialRaw(ctx context.Context, opts *redis.Options, proto int, readOnly bool,
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// dialNode connects to opts' node as the engine's client does: with its
+// Dialer (the sidecar's upstream.Dialer, or the Sentinel master's), or
+// else with the one TLS dial of dataplane/upstream and the client's TLS
+// configuration.
+func dialNode(ctx context.Context, opts *redis.Options) (net.Conn, error) {
+	if opts.Dialer != nil {
+		return opts.Dialer(ctx, "tcp", opts.Addr)
+	}
+	return (&upstream.Dialer{TLS: opts.TLSConfig}).Conn(ctx, opts.Addr)
+}
+
+// optionsCredentials are the credentials of opts for a new connection.
+func optionsCredentials(opts *redis.Options) (user, pass string) {
+	if opts.CredentialsProvider != nil {
+		return opts.CredentialsProvider()
+	}
+	return opts.Username, opts.Password
+}
+
+func toStrings(b [][]byte) []string {
+	out := make([]string, len(b))
+	for i, a := range b {
+		out[i] = string(a)
+	}
+	return out
 }
 
 func toArgs(s []string) [][]byte {

@@ -311,7 +311,7 @@ func (rs *replicaSet) discover(ctx context.Context, cfg replicaConfig) error {
 }
 
 // clientOptions are a replica's (or a cluster master's) connection
-// options: the engine client's credentials and TLS (Options.ReplicaDialer
+// options: the engine client's credentials and TLS (Options.Dialer
 // instead, if set), the table's database, and READONLY on each new
 // connection to a cluster replica, without which it answers MOVED.
 func (rs *replicaSet) clientOptions(addr string, readOnly bool, db int32) *redis.Options {
@@ -329,8 +329,8 @@ func (rs *replicaSet) clientOptions(addr string, readOnly bool, db int32) *redis
 		o.CredentialsProvider, o.CredentialsProviderContext = co.CredentialsProvider, co.CredentialsProviderContext
 		o.PoolSize = co.PoolSize
 	}
-	if d := rs.e.opts.ReplicaDialer; d != nil {
-		o.Dialer, o.TLSConfig = d, nil
+	if d := rs.e.opts.Dialer; d != nil {
+		o.Dialer, o.TLSConfig = d.Dial, nil
 	}
 	if readOnly {
 		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.ReadOnly(ctx).Err() }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	"github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
 // Server-assisted invalidation (Redis CLIENT TRACKING, RESP3).
@@ -245,20 +245,9 @@ func (tr *tracker) do(ctx context.Context, req []byte) ([]byte, error) {
 
 // connect opens a RESP3 connection with tracking on and starts its reader.
 func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error) {
-	d := net.Dialer{Timeout: 5 * time.Second}
-	var conn net.Conn
-	var err error
-	if tr.opts.Dialer != nil {
-		// The client's own dialer (the sidecar's: TLS with the current
-		// CA bundle, or the Sentinel follower's) reaches the node as its
-		// connections do.
-		conn, err = tr.opts.Dialer(ctx, "tcp", tr.opts.Addr)
-	} else if tr.opts.TLSConfig != nil {
-		td := tls.Dialer{NetDialer: &d, Config: tr.opts.TLSConfig}
-		conn, err = td.DialContext(ctx, "tcp", tr.opts.Addr)
-	} else {
-		conn, err = d.DialContext(ctx, "tcp", tr.opts.Addr)
-	}
+	// The client's own dialer (the sidecar's, or the Sentinel master's)
+	// reaches the node as its connections do.
+	conn, err := dialNode(ctx, tr.opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -266,17 +255,8 @@ func (tr *tracker) connect(ctx context.Context) (net.Conn, chan respReply, error
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	hello := []string{"HELLO", "3"}
-	user, pass := tr.opts.Username, tr.opts.Password
-	if tr.opts.CredentialsProvider != nil {
-		user, pass = tr.opts.CredentialsProvider()
-	}
-	if pass != "" {
-		if user == "" {
-			user = "default"
-		}
-		hello = append(hello, "AUTH", user, pass)
-	}
+	user, pass := optionsCredentials(tr.opts)
+	hello := upstream.HelloArgs(3, user, pass)
 	setup := [][]string{hello, {"CLIENT", "TRACKING", "ON"}, {"CLIENT", "ID"}}
 	if tr.opts.DB != 0 {
 		// The fills read the table's database, as the client's own

@@ -88,7 +88,7 @@ func newClassifyProxy(t *testing.T, cluster, withEngine, withObserver bool) *Pro
 		for s := 8192; s < len(m); s++ {
 			m[s] = 1
 		}
-		p.topo.slots.Store(&m)
+		p.topo.SetMap(&m)
 	}
 	return p
 }

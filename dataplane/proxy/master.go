@@ -50,16 +50,6 @@ func (p *Proxy) masterGen() uint64 {
 	return p.cfg.Master.Gen()
 }
 
-// setMaster replaces node 0's address (standalone mode, where node 0 is
-// the only node).
-func (t *topology) setMaster(addr string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.index, t.addrs[0])
-	t.addrs[0] = addr
-	t.index[addr] = 0
-}
-
 // upstreamError is errUpstream, except while a failover is fenced: then the
 // connection failed because the fence closed it, and the client is told
 // so, not of a closed socket.

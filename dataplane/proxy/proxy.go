@@ -32,7 +32,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
@@ -53,14 +52,14 @@ type Config struct {
 	Cluster bool
 	// Username and Password authenticate every upstream connection.
 	Username, Password string
-	// Credentials, if set, replaces Username and Password: it is called
-	// for every new upstream connection (FileCredentials.Get), so rotated
-	// credentials apply to new connections while open ones stay as they
-	// were authenticated.
-	Credentials func() (username, password string, err error)
 	// TLS, if set, wraps every upstream connection in TLS (see ClientTLS);
 	// nil means plaintext. Credentials are sent only after the handshake.
 	TLS *tls.Config
+	// Dialer, if set, replaces Username, Password and TLS: the sidecar's
+	// one way of reaching Redis (dataplane/upstream), shared with the
+	// engine's clients, which reads rotated credentials and CA bundles at
+	// each new connection while open ones stay as they were authenticated.
+	Dialer *up.Dialer
 	// Policy is "<namespace>/<name>" reported with each access.
 	Policy string
 	// Engine, if set, serves commands on mitigated keys.
@@ -99,10 +98,11 @@ type Config struct {
 	// connection of their own instead. Negative disables multiplexing, and
 	// with it the event loop.
 	SharedConns int
-	// OnSlotMap, if set, is called (cluster mode) after each reload that
-	// changed the slot map, so that another client following
-	// Proxy.ClusterSlots reloads too.
-	OnSlotMap func()
+	// Nodes, if set, is the table of nodes and the slot map the proxy
+	// routes by (cluster mode: upstream.Nodes), shared with the sidecar's
+	// other client; by default the proxy keeps one of its own from
+	// Upstreams.
+	Nodes *up.Nodes
 	// NoEventLoop serves every client with a session goroutine. By default
 	// (Linux, multiplexing on, plaintext or TLS) one event loop serves the
 	// clients that send only stateless commands, and hands the others to
@@ -198,6 +198,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 2 * time.Second
 	}
+	if cfg.Dialer == nil {
+		cfg.Dialer = &up.Dialer{TLS: cfg.TLS, Username: cfg.Username, Password: cfg.Password}
+	}
 	if cfg.Timeout < 0 {
 		cfg.Timeout = 0
 	}
@@ -226,36 +229,16 @@ func New(cfg Config) (*Proxy, error) {
 	p.cfg = cfg
 	p.pools[2], p.pools[3] = newPool(p, 2, max(cfg.SharedConns, 1)), newPool(p, 3, max(cfg.SharedConns, 1))
 	p.warm = newWarmPool(p, warmConns)
-	p.topo = newTopology(cfg.Upstreams, cfg.Cluster)
-	p.topo.dial = p.dialRaw
-	p.topo.timeout = p.controlTimeout()
-	p.topo.onError = func(kind string) { p.m.upstreamErrors.WithLabelValues(kind).Inc() }
-	p.topo.onChange = cfg.OnSlotMap
+	if cfg.Nodes == nil {
+		cfg.Nodes = up.NewNodes(cfg.Upstreams, cfg.Dialer, p.controlTimeout())
+	}
+	p.cfg.Nodes = cfg.Nodes
+	p.topo = &topology{cfg.Nodes}
+	cfg.Nodes.OnError(func() { p.m.upstreamErrors.WithLabelValues("refresh").Inc() })
 	if cfg.Master != nil {
 		cfg.Master.Attach(p.topo.setMaster, p.masterClosed)
 	}
 	return p, nil
-}
-
-// slotMapMaxAge is how old a slot map may be when ClusterSlots is asked
-// for it: another client asks after a MOVED, and a map read earlier may
-// predate the move.
-const slotMapMaxAge = 100 * time.Millisecond
-
-// ClusterSlots returns the proxy's cluster slot map (reloaded first
-// unless it was read in the last 100 ms), for the sidecar's other Redis
-// client: it is the engine's go-redis ClusterOptions.ClusterSlots, so the
-// sidecar keeps one slot map, and OnSlotMap tells that client when the
-// proxy's changed.
-func (p *Proxy) ClusterSlots(ctx context.Context) ([]redis.ClusterSlot, error) {
-	if !p.cfg.Cluster {
-		return nil, errors.New("proxy: not in cluster mode")
-	}
-	m, err := p.topo.freshSlots(ctx, slotMapMaxAge)
-	if err != nil {
-		return nil, err
-	}
-	return p.topo.ranges(m), nil
 }
 
 // Serve accepts clients on ln until ctx ends, then drains: it stops
@@ -488,36 +471,23 @@ func (p *Proxy) dialRaw(ctx context.Context, addr string) (*upstream, error) {
 	return u, err
 }
 
+// dial connects to addr with the upstream Dialer (TLS complete, bounded
+// by DialTimeout, before AUTH is written) and authenticates.
 func (p *Proxy) dial(ctx context.Context, addr string) (*upstream, error) {
-	d := net.Dialer{Timeout: p.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	var c net.Conn
-	var err error
-	if p.cfg.TLS != nil {
-		// The handshake is complete (bounded by DialTimeout) before AUTH
-		// is written.
-		c, err = dialTLS(ctx, &d, p.cfg.TLS, addr)
-	} else {
-		c, err = d.DialContext(ctx, "tcp", addr)
-	}
+	c, err := p.cfg.Dialer.ConnWith(ctx, addr, p.cfg.DialTimeout, loopTransport)
 	if err != nil {
 		p.m.upstreamErrors.WithLabelValues("dial").Inc()
 		return nil, err
 	}
 	setNoDelay(c)
 	u := &upstream{conn: c, r: resp.NewReader(c, 16<<10, resp.ReplyLimits()), w: resp.NewWriter(c, 16<<10)}
-	user, pass := p.cfg.Username, p.cfg.Password
-	if p.cfg.Credentials != nil {
-		if user, pass, err = p.cfg.Credentials(); err != nil {
-			c.Close()
-			p.m.upstreamErrors.WithLabelValues("auth").Inc()
-			return nil, err
-		}
+	user, pass, err := p.cfg.Dialer.Credentials()
+	if err != nil {
+		c.Close()
+		p.m.upstreamErrors.WithLabelValues("auth").Inc()
+		return nil, err
 	}
-	if pass != "" {
-		args := [][]byte{[]byte("AUTH"), []byte(pass)}
-		if user != "" {
-			args = [][]byte{[]byte("AUTH"), []byte(user), []byte(pass)}
-		}
+	if args := up.AuthArgs(user, pass); args != nil {
 		c.SetDeadline(time.Now().Add(p.controlTimeout()))
 		u.w.Buf = resp.AppendArgs(u.w.Buf, args)
 		var r resp.Reply

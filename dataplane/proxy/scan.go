@@ -45,7 +45,7 @@ const scanTagBits = 16
 // it is node 0 alone.
 func (t *topology) nodeSet() (nodes []int, tag uint64) {
 	h := fnv.New64a()
-	m := t.slots.Load()
+	m := t.Map()
 	if m == nil {
 		h.Write([]byte(t.addr(0)))
 		return []int{0}, tagOf(h.Sum64())

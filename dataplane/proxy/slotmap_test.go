@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -12,42 +11,37 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // TestOneSlotMap wires a go-redis ClusterClient to the proxy's slot map
-// the way the sidecar wires the engine's client (ClusterOptions.ClusterSlots
-// and ReloadState on OnSlotMap): after a slot migrates and the proxy
+// the way the sidecar wires the engine's client: both use one
+// upstream.Nodes (ClusterOptions.ClusterSlots, and ReloadState on its
+// OnChange), built before either. After a slot migrates and the proxy
 // follows the MOVED, the go-redis client names the new owner of the slot
 // without having asked Redis itself.
 func TestOneSlotMap(t *testing.T) {
 	skipShort(t)
 	cl := redistest.Cluster(t)
 	ctx := context.Background()
-	// started holds the proxy once start returned: its OnSlotMap may run
-	// (and reload cc, which asks ClusterSlots) before that.
-	var started atomic.Pointer[proxy.Proxy]
+	nodes := up.NewNodes(cl.Addrs()[:1], &up.Dialer{}, 5*time.Second)
 	var changes, loads atomic.Int32
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: cl.Addrs()[:1],
 		ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
 			loads.Add(1)
-			p := started.Load()
-			if p == nil {
-				return nil, errors.New("proxy not started yet")
-			}
-			return p.ClusterSlots(ctx)
+			return nodes.ClusterSlots(ctx)
 		},
 	})
 	defer cc.Close()
-	addr, px := start(t, proxy.Config{Upstreams: cl.Addrs()[:1], Cluster: true, OnSlotMap: func() {
+	nodes.OnChange(func() {
 		changes.Add(1)
 		cc.ReloadState(context.Background())
-	}})
-	started.Store(px)
-	p := px
+	})
+	addr, _ := start(t, proxy.Config{Upstreams: cl.Addrs()[:1], Cluster: true, Nodes: nodes})
 	pc := redis.NewClient(&redis.Options{Addr: addr})
 	defer pc.Close()
 
@@ -56,7 +50,7 @@ func TestOneSlotMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := func() string {
-		rs, err := p.ClusterSlots(ctx)
+		rs, err := nodes.ClusterSlots(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +96,7 @@ func TestOneSlotMap(t *testing.T) {
 		return nil
 	})
 	if changes.Load() == 0 || loads.Load() == loadsBefore {
-		t.Fatalf("OnSlotMap called %d times, go-redis loads %d -> %d: the go-redis client did not follow the proxy's map",
+		t.Fatalf("OnChange called %d times, go-redis loads %d -> %d: the go-redis client did not follow the proxy's map",
 			changes.Load(), loadsBefore, loads.Load())
 	}
 }

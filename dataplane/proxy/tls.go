@@ -3,144 +3,31 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"time"
+
+	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
-// TLSOptions describe TLS to Redis. The injector fills CAFile and ServerName
-// from a HotKeyPolicy's spec.target.tls (caSecretRef, mounted as a file, and
-// serverName).
-type TLSOptions struct {
-	// CAFile is a PEM bundle of the CAs that sign Redis' certificate; empty
-	// means the system roots. It is read again when it changes (tls_ca.go
-	// says which connections see a new bundle).
-	CAFile string
-	// ServerName overrides the name checked in Redis' certificate; empty
-	// means the host of each address dialled (which in cluster mode differs
-	// per node).
-	ServerName string
-	// InsecureSkipVerify accepts any certificate, forfeiting protection
-	// against a man in the middle. It is for a proxy run by hand (the
-	// --tls-insecure-skip-verify flag, e.g. against a test Redis with a
-	// self-signed certificate): the policy API has no such field, so the
-	// injector never sets it.
-	InsecureSkipVerify bool
-	// CertFile and KeyFile, if set, are the PEM client certificate and key
-	// presented to a Redis that verifies clients (tls-auth-clients yes):
-	// the injector mounts spec.target.tls.clientCertSecretRef there. They
-	// are read at each handshake and a changed pair is used from then on
-	// (see secretfiles.go), so a renewed certificate needs no restart.
-	CertFile, KeyFile string
-}
+// TLSOptions describe TLS to Redis (upstream.TLSOptions): the proxy's
+// name for them, which the sidecar's flags and the tests use.
+type TLSOptions = up.TLSOptions
 
-// ClientTLS builds the client TLS configuration for connections to Redis.
-// TLS 1.2 is the floor: Redis supports 1.2 and 1.3, and older versions are
-// broken. A client certificate and a CA bundle are loaded once here, so
-// that a bad one fails at start, and then again whenever their files
-// change.
-func ClientTLS(o TLSOptions) (*tls.Config, error) {
-	if o.InsecureSkipVerify && o.CAFile != "" {
-		return nil, errors.New("redis TLS: a CA file and insecureSkipVerify exclude each other")
-	}
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         o.ServerName,
-		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // opt-in by flag only, never from a policy
-	}
-	if o.CAFile != "" {
-		ca, err := newCABundle(o.CAFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.RootCAs, _ = ca.get()
-		caBundles.Store(cfg, ca)
-		if o.ServerName != "" {
-			// The name is the same for every connection, so the check
-			// can be made here, with the bundle as it is at each
-			// handshake: the standard verification is replaced, not
-			// skipped.
-			cfg.InsecureSkipVerify = true
-			cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-				roots, err := ca.get()
-				if err != nil {
-					return err
-				}
-				return verifyWith(cs, roots, o.ServerName)
-			}
-		}
-	}
-	if (o.CertFile == "") != (o.KeyFile == "") {
-		return nil, errors.New("redis TLS: a client certificate needs both a certificate and a key file")
-	}
-	if o.CertFile != "" {
-		cc, err := newClientCert(o.CertFile, o.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		// GetClientCertificate, not Certificates: it is called at each
-		// handshake, and survives the Clone tls.Dialer makes per address.
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cc.get() }
-	}
-	return cfg, nil
-}
+// ClientTLS builds the client TLS configuration for connections to Redis
+// (upstream.ClientTLS).
+func ClientTLS(o TLSOptions) (*tls.Config, error) { return up.ClientTLS(o) }
 
 // TLSDialer is a go-redis Options.Dialer that connects over TLS with cfg (a
-// configuration ClientTLS made) as dialTLS does: each connection checks
-// Redis' certificate against the CA bundle as it is at its handshake, and
-// against the configured server name or else the host it dials. The
-// engine's clients dial with it rather than with Options.TLSConfig, with
-// which go-redis keeps the bundle read at start whenever no server name
-// is set (tls_ca.go).
+// configuration ClientTLS made) as the proxy does: each connection checks
+// Redis' certificate against the CA bundle as it is at its handshake
+// (upstream.Dialer.Dial).
 func TLSDialer(cfg *tls.Config, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout}
-	return func(ctx context.Context, _, addr string) (net.Conn, error) {
-		return DialTLS(ctx, d, cfg, addr)
-	}
+	return (&up.Dialer{TLS: cfg, Timeout: timeout}).Dial
 }
 
-// DialTLS connects to addr with d and completes the TLS handshake with cfg
-// (see TLSDialer).
-func DialTLS(ctx context.Context, d *net.Dialer, cfg *tls.Config, addr string) (net.Conn, error) {
-	tc, err := dialTLS(ctx, d, cfg, addr)
-	if err != nil {
-		return nil, err
-	}
-	return tc, nil
-}
-
-// dialTLS connects to addr and completes the TLS handshake within the
-// dialer's timeout, checking Redis' certificate against the configured
-// server name or else addr's host, as tls.Dialer does, against the CA
-// bundle as it is now. The TLS connection runs over a tlsTransport, so that
-// the event loop can take it over.
-func dialTLS(ctx context.Context, d *net.Dialer, cfg *tls.Config, addr string) (*tls.Conn, error) {
-	if d.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
-		defer cancel()
-	}
-	raw, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.ServerName == "" {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			raw.Close()
-			return nil, err
-		}
-		roots := currentRoots(cfg)
-		cfg = cfg.Clone() // GetClientCertificate survives it
-		cfg.ServerName, cfg.RootCAs = host, roots
-	}
-	tc := tls.Client(&tlsTransport{Conn: raw, fd: -1}, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		raw.Close()
-		return nil, err
-	}
-	return tc, nil
-}
+// loopTransport puts a tlsTransport under a TLS connection, so that the
+// event loop can take it over.
+func loopTransport(c net.Conn) net.Conn { return &tlsTransport{Conn: c, fd: -1} }
 
 // tlsTransport is the connection under a TLS connection to Redis. For a
 // session it is the TCP connection, as it is. The event loop takes its

@@ -79,6 +79,11 @@ type Options struct {
 	DataCredentials func() (username, password string)
 	// TLS, if set, is used for the Sentinels and the data nodes.
 	TLS *tls.Config
+	// Dialer, if set, replaces TLS: it connects to the Sentinels and the
+	// data nodes (the sidecar's upstream.Dialer, whose handshakes see the
+	// CA bundle as it is then; go-redis' TLSConfig keeps the one read at
+	// start unless a server name is fixed).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Recheck is how often the Sentinels are asked again without a
 	// +switch-master message (default 2s).
 	Recheck time.Duration
@@ -140,7 +145,7 @@ func New(opts Options) (*Follower, error) {
 	for _, a := range opts.Addrs {
 		f.sentinels = append(f.sentinels, redis.NewSentinelClient(&redis.Options{
 			Addr: a, Username: opts.Username, Password: opts.Password, CredentialsProvider: opts.Credentials,
-			TLSConfig:   opts.TLS,
+			TLSConfig: opts.TLS, Dialer: opts.Dialer,
 			DialTimeout: opts.Timeout, ReadTimeout: opts.Timeout, WriteTimeout: opts.Timeout,
 			// A Sentinel that fails is skipped, not retried: another answers.
 			MaxRetries: -1, PoolSize: 2,
@@ -367,7 +372,7 @@ func (f *Follower) verify(ctx context.Context, addr string) error {
 	defer cancel()
 	c := redis.NewClient(&redis.Options{
 		Addr: addr, Username: f.opts.DataUsername, Password: f.opts.DataPassword, CredentialsProvider: f.opts.DataCredentials,
-		TLSConfig: f.opts.TLS, DialTimeout: f.opts.Timeout, ReadTimeout: f.opts.Timeout, WriteTimeout: f.opts.Timeout,
+		TLSConfig: f.opts.TLS, Dialer: f.opts.Dialer, DialTimeout: f.opts.Timeout, ReadTimeout: f.opts.Timeout, WriteTimeout: f.opts.Timeout,
 		MaxRetries: -1, PoolSize: 1, Protocol: 2, DisableIdentity: true,
 	})
 	defer c.Close()

@@ -2,20 +2,17 @@ package sidecar
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
-	"time"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
-	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/sentinel"
-	"github.com/heatsink-dev/heatsink/dataplane/upstream"
+	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
 // masterFollow is the sidecar's side of a Sentinel target: the follower
-// that knows the master moves the one upstream.Master that both the proxy
+// that knows the master moves the one up.Master that both the proxy
 // and the engine's go-redis client dial through, so they follow one view of
 // the master (as they share one slot map in cluster mode) and a switch or
 // fence closes both's connections at once. The engine's client is not a
@@ -23,30 +20,31 @@ import (
 // schedule of its own.
 type masterFollow struct {
 	f      *sentinel.Follower
-	master *upstream.Master
+	master *up.Master
 	log    *slog.Logger
-	tls    *tls.Config
+	dialer *up.Dialer
 	// switched is Config.OnMasterSwitch, fencedHook Config.OnMasterFence.
 	switched   func(old, new string)
 	fencedHook func()
 }
 
 // startFollow discovers the master through the Sentinels (waiting until
-// one is found or ctx ends). creds and sentinelCreds, if not nil, are the
-// mounted Redis and Sentinel credentials, read at each new connection
-// (they replace cfg's static ones).
-func startFollow(ctx context.Context, cfg *Config, creds, sentinelCreds *proxy.FileCredentials, log *slog.Logger) (*masterFollow, error) {
+// one is found or ctx ends). d is how the sidecar reaches Redis (its TLS
+// and credentials); sentinelCreds, if not nil, are the mounted Sentinel
+// credentials, read at each new connection (they replace cfg's static
+// ones).
+func startFollow(ctx context.Context, cfg *Config, d *up.Dialer, sentinelCreds *up.FileCredentials, log *slog.Logger) (*masterFollow, error) {
 	if len(cfg.Upstreams) > 0 {
 		return nil, errors.New("sidecar: upstream addresses and Sentinels are exclusive")
 	}
 	if cfg.Cluster {
 		return nil, errors.New("sidecar: Sentinel does not apply to a Redis Cluster")
 	}
-	m := &masterFollow{log: log, tls: cfg.TLS, switched: cfg.OnMasterSwitch, fencedHook: cfg.OnMasterFence}
+	m := &masterFollow{log: log, dialer: d, switched: cfg.OnMasterSwitch, fencedHook: cfg.OnMasterFence}
 	f, err := sentinel.New(sentinel.Options{
 		Addrs: cfg.Sentinels, MasterName: cfg.SentinelMaster,
-		Username: cfg.SentinelUsername, Password: cfg.SentinelPassword, Credentials: provider(sentinelCreds),
-		DataUsername: cfg.Username, DataPassword: cfg.Password, DataCredentials: provider(creds), TLS: cfg.TLS,
+		Username: cfg.SentinelUsername, Password: cfg.SentinelPassword, Credentials: (&up.Dialer{Files: sentinelCreds}).Provider(),
+		DataUsername: cfg.Username, DataPassword: cfg.Password, DataCredentials: d.Provider(), Dialer: d.Dial,
 		OnSwitch: m.onSwitch, OnFence: m.onFence, Logger: log,
 	})
 	if err != nil {
@@ -59,7 +57,7 @@ func startFollow(ctx context.Context, cfg *Config, creds, sentinelCreds *proxy.F
 	}
 	// The follower calls back only from Run, so m is complete before it
 	// can be switched or fenced.
-	m.f, m.master = f, upstream.NewMaster(addr)
+	m.f, m.master = f, up.NewMaster(addr)
 	cfg.Upstreams = []string{addr} // what the engine's client names (its dialer asks m.master)
 	log.Info("redis master found through Sentinel", "master", cfg.SentinelMaster, "address", addr, "sentinels", cfg.Sentinels)
 	return m, nil
@@ -111,11 +109,5 @@ func (m *masterFollow) onFence(string) {
 // dial is the engine's go-redis Dialer: it connects to the current
 // master, whatever address go-redis asks for.
 func (m *masterFollow) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	return m.master.Dial(ctx, func(ctx context.Context, addr string) (net.Conn, error) {
-		nd := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-		if m.tls != nil {
-			return proxy.DialTLS(ctx, nd, m.tls, addr)
-		}
-		return nd.DialContext(ctx, "tcp", addr)
-	})
+	return m.master.Dial(ctx, m.dialer.Conn)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
+	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 	"github.com/heatsink-dev/heatsink/dataplane/watch"
 	"github.com/heatsink-dev/heatsink/injectlink"
 	"github.com/heatsink-dev/heatsink/internal/version"
@@ -69,7 +70,7 @@ type Config struct {
 	// UsernameFile and PasswordFile, if set, replace Username and
 	// Password: the mounted credentials Secret, read at each new
 	// connection to Redis so that a rotated Secret applies without a
-	// restart (proxy.FileCredentials).
+	// restart (upstream.FileCredentials).
 	UsernameFile, PasswordFile string
 	// TLS, if set, is used for every connection to Redis (the proxy's and
 	// the engine's); build it with proxy.ClientTLS. nil means plaintext.
@@ -120,51 +121,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.MaxMemory <= 0 {
-		cfg.MaxMemory = DefaultMaxMemory()
-	}
-	debug.SetMemoryLimit(cfg.MaxMemory)
-	rctx, stopReturning := context.WithCancel(ctx)
-	defer stopReturning()
-	go returnMemory(rctx, 5*time.Second)
-	var reg Registry = prometheus.NewRegistry()
-	if cfg.Registry != nil {
-		reg = cfg.Registry
-	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(version.Collectors("sidecar")...)
-
-	// The credentials first: the Sentinel follower checks the master's
-	// ROLE with them before anything else can start.
-	creds, err := fileCredentials(cfg.UsernameFile, cfg.PasswordFile)
+	defer limitMemory(ctx, &cfg)()
+	reg := registry(cfg)
+	dialer, follow, err := reachRedis(ctx, &cfg, log)
 	if err != nil {
 		return err
 	}
-	var follow *masterFollow
-	if len(cfg.Sentinels) > 0 {
-		sentinelCreds, err := fileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
-		if err != nil {
-			return fmt.Errorf("sentinel credentials files: %w", err)
-		}
-		if follow, err = startFollow(ctx, &cfg, creds, sentinelCreds, log); err != nil {
-			return err
-		}
+	if follow != nil {
 		defer follow.close()
 	}
-	// p is set below, before the engine's client sends anything.
-	var p *proxy.Proxy
-	rc := engineClient(cfg, creds, func() *proxy.Proxy { return p }, follow)
+	// The one table of nodes and slot map, read by the proxy and the
+	// engine's client alike; built before both, so neither waits for the
+	// other.
+	nodes := up.NewNodes(cfg.Upstreams, dialer, controlTimeout(cfg))
+	rc := engineClient(cfg, dialer, nodes, follow)
 	defer rc.Close()
-	eopts := engine.Options{Registerer: reg}
-	if cfg.TLS != nil {
-		eopts.ReplicaDialer = proxy.TLSDialer(cfg.TLS, dialTimeout)
-	}
-	if follow != nil {
-		// Only the Sentinels know the master's replicas; the engine's
-		// client dials the master alone.
-		eopts.Replicas = follow.replicas
-	}
-	eng := engine.New(rc, eopts)
+	eng := newEngine(rc, reg, dialer, follow)
 	defer eng.Close()
 	sm := newSidecarMetrics(reg)
 	if cfg.StartupWait == 0 {
@@ -173,32 +145,25 @@ func Run(ctx context.Context, cfg Config) error {
 	st := newStartup(reg, cfg.StartupWait, log)
 
 	pcfg := proxy.Config{
-		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
+		Upstreams: cfg.Upstreams, Cluster: cfg.Cluster, Dialer: dialer, Nodes: nodes,
 		Policy: cfg.Namespace + "/" + cfg.Policy, Engine: eng, Registerer: reg, Logger: log,
-		TLS: cfg.TLS, Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
+		Limits: cfg.Limits, NoEventLoop: cfg.NoEventLoop,
 		Timeout: cfg.ReplyTimeout, MaxBuffered: cfg.MaxMemory / 4,
 		Hold: st.gate,
 	}
 	if follow != nil {
 		pcfg.Master = follow.master
 	}
-	if creds != nil {
-		pcfg.Credentials = creds.Get
-	}
-	if cc, ok := rc.(*redis.ClusterClient); ok {
-		pcfg.OnSlotMap = func() { cc.ReloadState(context.Background()) }
-	}
 	var dc *counts.Client
 	if cfg.NodeAgent != "" {
-		dc, err = counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
+		dc, err = countsClient(cfg, reg)
 		if err != nil {
-			return fmt.Errorf("counts client: %w", err)
+			return err
 		}
 		defer dc.Close()
 		pcfg.Observer = dc
-		registerDetectorStats(reg, dc)
 	}
-	p, err = proxy.New(pcfg)
+	p, err := proxy.New(pcfg)
 	if err != nil {
 		return err
 	}
@@ -222,61 +187,159 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	if hl := cfg.HTTPListener; hl != nil || cfg.HTTPAddress != "" {
-		srv := &http.Server{Handler: handler(p, reg, st), ReadHeaderTimeout: 5 * time.Second}
-		if hl == nil {
-			if hl, err = net.Listen("tcp", cfg.HTTPAddress); err != nil {
-				ln.Close()
-				return err
-			}
-		}
-		go srv.Serve(hl)
-		defer srv.Close()
+	stopHTTP, err := serveHTTP(cfg, handler(p, reg, st))
+	if err != nil {
+		ln.Close()
+		return err
 	}
+	defer stopHTTP()
 	log.Info("heatsink sidecar serving", "listen", ln.Addr().String(), "upstreams", cfg.Upstreams, "cluster", cfg.Cluster)
 	return p.Serve(ctx, ln)
+}
+
+// newEngine is the routing engine on rc, reaching replicas with d.
+func newEngine(rc redis.UniversalClient, reg Registry, d *up.Dialer, follow *masterFollow) *engine.Engine {
+	eopts := engine.Options{Registerer: reg, Dialer: d}
+	if follow != nil {
+		// Only the Sentinels know the master's replicas; the engine's
+		// client dials the master alone.
+		eopts.Replicas = follow.replicas
+	}
+	return engine.New(rc, eopts)
+}
+
+// countsClient reports key accesses to the node agent, its detector's
+// statistics registered in reg.
+func countsClient(cfg Config, reg Registry) (*counts.Client, error) {
+	dc, err := counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
+	if err != nil {
+		return nil, fmt.Errorf("counts client: %w", err)
+	}
+	registerDetectorStats(reg, dc)
+	return dc, nil
+}
+
+// limitMemory sets Go's soft memory limit to cfg.MaxMemory (its default
+// if unset) and returns memory to the system until the returned func is
+// called.
+func limitMemory(ctx context.Context, cfg *Config) (stop func()) {
+	if cfg.MaxMemory <= 0 {
+		cfg.MaxMemory = DefaultMaxMemory()
+	}
+	debug.SetMemoryLimit(cfg.MaxMemory)
+	rctx, stopReturning := context.WithCancel(ctx)
+	go returnMemory(rctx, 5*time.Second)
+	return stopReturning
+}
+
+// registry is cfg's registry, or a new one, with the process' and the
+// build's collectors.
+func registry(cfg Config) Registry {
+	var reg Registry = prometheus.NewRegistry()
+	if cfg.Registry != nil {
+		reg = cfg.Registry
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(version.Collectors("sidecar")...)
+	return reg
+}
+
+// reachRedis is how the sidecar reaches Redis, first of all: the one
+// Dialer both of its clients use, and with Sentinels the follower of the
+// master (it checks the master's ROLE with the Dialer's credentials before
+// anything else can start, and sets cfg.Upstreams to the master).
+func reachRedis(ctx context.Context, cfg *Config, log *slog.Logger) (*up.Dialer, *masterFollow, error) {
+	dialer, err := newDialer(*cfg)
+	if err != nil || len(cfg.Sentinels) == 0 {
+		return dialer, nil, err
+	}
+	sentinelCreds, err := up.ReadFileCredentials(cfg.SentinelUsernameFile, cfg.SentinelPasswordFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sentinel credentials files: %w", err)
+	}
+	follow, err := startFollow(ctx, cfg, dialer, sentinelCreds, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dialer, follow, nil
+}
+
+// serveHTTP serves h on cfg's HTTP listener or address, if any, until the
+// returned func is called.
+func serveHTTP(cfg Config, h http.Handler) (stop func(), err error) {
+	hl := cfg.HTTPListener
+	if hl == nil && cfg.HTTPAddress == "" {
+		return func() {}, nil
+	}
+	if hl == nil {
+		if hl, err = net.Listen("tcp", cfg.HTTPAddress); err != nil {
+			return nil, err
+		}
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(hl)
+	return func() { srv.Close() }, nil
 }
 
 // dialTimeout bounds a dial to Redis and its TLS handshake, for the
 // engine's connections (the go-redis default) and the Sentinel follower's.
 const dialTimeout = 5 * time.Second
 
+// newDialer is the sidecar's one way of reaching Redis (upstream.Dialer),
+// for the proxy and the engine alike: TLS, and the credentials, from the
+// mounted Secret if set (read once now, so that a file that cannot be read
+// stops the start with its error, then at each new connection).
+func newDialer(cfg Config) (*up.Dialer, error) {
+	creds, err := up.ReadFileCredentials(cfg.UsernameFile, cfg.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	return &up.Dialer{TLS: cfg.TLS, Timeout: dialTimeout, Username: cfg.Username, Password: cfg.Password, Files: creds}, nil
+}
+
+// controlTimeout bounds what the sidecar asks Redis for itself (slot
+// maps), as the proxy's: the reply timeout, or 5 s.
+func controlTimeout(cfg Config) time.Duration {
+	if cfg.ReplyTimeout > 0 {
+		return cfg.ReplyTimeout
+	}
+	return 5 * time.Second
+}
+
 // engineClient is the go-redis client the engine sends its commands
-// through. In cluster mode it takes its slot map from the proxy
-// (ClusterOptions.ClusterSlots): the sidecar keeps one slot map, so the
-// proxy's raw connections and the engine never disagree about which node
-// serves a slot while the cluster is resharded.
-func engineClient(cfg Config, creds *proxy.FileCredentials, proxyOf func() *proxy.Proxy, follow *masterFollow) redis.UniversalClient {
+// through, dialing with d. In cluster mode it takes its slot map from
+// nodes, the proxy's too (ClusterOptions.ClusterSlots, reloaded when the
+// map changes): the sidecar keeps one slot map, so the proxy's raw
+// connections and the engine never disagree about which node serves a
+// slot while the cluster is resharded.
+func engineClient(cfg Config, d *up.Dialer, nodes *up.Nodes, follow *masterFollow) redis.UniversalClient {
 	uo := &redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
-		TLSConfig: cfg.TLS,
 		// No retries: go-redis retries any command whose connection
 		// failed, and an INCRBY applied before its connection closed (a
 		// failover's fence closes them) would then be counted twice.
 		// Failed commands get an error, as on the proxy's raw path; a dial
 		// is still retried (nothing was sent).
 		MaxRetries: -1,
-	}
-	uo.CredentialsProvider = provider(creds)
-	if cfg.TLS != nil {
-		// With TLSConfig go-redis would keep the CA bundle read at start
-		// unless a server name is fixed; the proxy's dialer checks each
-		// handshake against the bundle as it is then (tls_ca.go).
-		uo.Dialer, uo.TLSConfig = proxy.TLSDialer(cfg.TLS, dialTimeout), nil
+		// The upstream Dialer, not TLSConfig: with TLSConfig go-redis
+		// would keep the CA bundle read at start unless a server name is
+		// fixed; the Dialer checks each handshake against the bundle as
+		// it is then.
+		Dialer: d.Dial, CredentialsProvider: d.Provider(),
 	}
 	if follow != nil {
 		// The follower's dialer connects to the current master (TLS
 		// included) and drops the old master's connections on a switch.
-		uo.Dialer, uo.TLSConfig = follow.dial, nil
+		uo.Dialer = follow.dial
 	}
 	if !cfg.Cluster {
 		return redis.NewUniversalClient(uo)
 	}
 	co := uo.Cluster()
-	co.ClusterSlots = func(ctx context.Context) ([]redis.ClusterSlot, error) {
-		return proxyOf().ClusterSlots(ctx)
-	}
-	return redis.NewClusterClient(co)
+	co.ClusterSlots = nodes.ClusterSlots
+	cc := redis.NewClusterClient(co)
+	nodes.OnChange(func() { cc.ReloadState(context.Background()) })
+	return cc
 }
 
 // startWatcher follows the routing table into the engine: from the node

@@ -1,9 +1,20 @@
 // Package upstream is what the sidecar's two users of Redis, the proxy's
-// raw connections and the engine's go-redis clients, share about where
-// Redis is. Today that is the master of a Sentinel target (Master): one
-// address, one fence and one registry of live connections, so that a
-// failover moves both users at the same instant and neither can write to a
-// demoted master after the other learned of the new one.
+// raw connections and the engine's go-redis clients (and its raw reads and
+// tracking connection), share about reaching Redis, one implementation of
+// each:
+//
+//   - Dialer: TCP and TLS, checked against the CA bundle and client
+//     certificate as they are at each handshake, and the credentials as
+//     they are at each new connection (ClientTLS, FileCredentials).
+//   - Nodes: the table of nodes and, in cluster mode, the slot map, which
+//     the proxy routes by and the engine's ClusterClient reads.
+//   - Master: the master of a Sentinel target, one address, one fence and
+//     one registry of live connections, so that a failover moves both users
+//     at the same instant and neither can write to a demoted master after
+//     the other learned of the new one.
+//
+// The sidecar builds all three before either user (sidecar.Run), so
+// neither depends on the other.
 package upstream
 
 import (
