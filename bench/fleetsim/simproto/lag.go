@@ -120,6 +120,13 @@ func (p *LagProbe) Run(done <-chan struct{}, interval time.Duration) {
 	}
 }
 
+// Reset forgets the samples so far (e.g. those of a start-up).
+func (p *LagProbe) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lag = Lag{}
+}
+
 // Stats is the probe's Lag.Stats so far.
 func (p *LagProbe) Stats(prefix string) map[string]float64 {
 	p.mu.Lock()
