@@ -131,9 +131,12 @@ type coordinator struct {
 	changed  chan struct{} // a member became ready, finished or failed
 }
 
-func (co *coordinator) memberArgs(r simproto.Range) []string {
+// memberArgs are the arguments of the member running r of members: the
+// start rate is the fleet's, shared among them (the manager sees agents
+// arrive at --start-rate, whatever the split).
+func (co *coordinator) memberArgs(r simproto.Range, members int) []string {
 	args := []string{"--range-first", fmt.Sprint(r.First), "--range-count", fmt.Sprint(r.Count),
-		"--start-rate", fmt.Sprint(co.o.startRate), "--transport", co.o.transport}
+		"--start-rate", fmt.Sprint(co.o.startRate / float64(members)), "--transport", co.o.transport}
 	return append(args, co.c.Args()...)
 }
 
@@ -148,7 +151,7 @@ func (co *coordinator) start(ranges []simproto.Range) error {
 	co.phases = map[string]bool{}
 	co.changed = make(chan struct{}, 1)
 	for k, r := range ranges {
-		cmd := exec.Command(self, co.memberArgs(r)...)
+		cmd := exec.Command(self, co.memberArgs(r, len(ranges))...)
 		cmd.Stderr = os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		stdin, err := cmd.StdinPipe()
