@@ -31,12 +31,14 @@
 #                        numbers go to FLEET_BENCH_JSON with .policies before .json
 # FLEET_BENCH_MARGIN_ROWS  NODES:FACTOR,... fleet-only runs with the viral key and
 #                        the counter at FACTOR × their thresholds, each printed as
-#                        its own table (default 1000:0.88,1000:1.1; empty: none).
+#                        its own table (default 1000:0.88,1000:1.1,5000:1.1; empty: none;
+#                        beyond one process's open-files limit the node simulator
+#                        splits the nodes over several, and every table shows its lag).
 #                        sustainFor 1 s and a report interval of 1 s: a key becomes
 #                        hot only on its exact count, so under 1 × nothing may be
 #                        published ("never"), and over it the key is detected within
 #                        sustainFor + one report interval of the estimate going over;
-#                        raw numbers in FLEET_BENCH_JSON with .margin-FACTOR before .json
+#                        raw numbers in FLEET_BENCH_JSON with .margin-NODES-FACTOR before .json
 # FLEET_BENCH_SHED       1 (default): also the shedding fleet simulation, the
 #                        engine's own per-key limiters of 1,000 and 10,000
 #                        simulated sidecars on one simulated time line against
@@ -163,20 +165,20 @@ if [[ ${status} -eq 0 && -n "${prow}" && " ${designs[*]} " == *" fleet "* ]]; th
 fi
 # The margin rows: keys just under and just over their thresholds, spread
 # evenly over every node (the thresholds are fleetsim's defaults).
-mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:1.1}"
+mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:1.1,5000:1.1}"
 if [[ ${status} -eq 0 && -n "${mrows}" && " ${designs[*]} " == *" fleet "* ]]; then
   for mrow in ${mrows//,/ }; do
     mn="${mrow%%:*}" mf="${mrow##*:}"
     reads="$(awk -v f="${mf}" 'BEGIN { printf "%g", f * 5000 }')"
     writes="$(awk -v f="${mf}" 'BEGIN { printf "%g", f * 1000 }')"
     echo "bench: fleet: running fleet at ${mn} nodes with the keys at ${mf} × their thresholds" >&2
-    orchestrate "${work}/runs-margin-${mf}" "${work}/report-margin-${mf}.md" --nodes "${mn}" \
+    orchestrate "${work}/runs-margin-${mn}-${mf}" "${work}/report-margin-${mn}-${mf}.md" --nodes "${mn}" \
       --viral-rate "${reads}" --counter-rate "${writes}" --reads-threshold 5000 --writes-threshold 1000 --sustain-for 1s \
       --designs fleet --fleet-heatsink "${work}/fleet-heatsink" --fleet-nodesim "${work}/fleet-nodesim" \
-      --json "${json%.json}.margin-${mf}.json" || status=$?
-    echo "### The keys at ${mf} × their thresholds"
+      --json "${json%.json}.margin-${mn}-${mf}.json" || status=$?
+    echo "### The keys at ${mf} × their thresholds, ${mn} nodes"
     echo
-    cat "${work}/report-margin-${mf}.md"
+    cat "${work}/report-margin-${mn}-${mf}.md"
     [[ ${status} -eq 0 ]] || break
   done
 fi

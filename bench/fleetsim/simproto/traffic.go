@@ -41,6 +41,10 @@ type TrafficStats struct {
 	// phase schedule): how far a starved simulator fell behind (it then
 	// catches up in one go).
 	MaxGap time.Duration
+	// Lag is, for every tick of every node, how much later than NodeTick
+	// after its previous tick it ran: how far the node's simulated clock
+	// (the traffic it has offered) trailed the wall clock.
+	Lag Lag
 }
 
 func (s *TrafficStats) add(o TrafficStats) {
@@ -50,16 +54,25 @@ func (s *TrafficStats) add(o TrafficStats) {
 	s.CounterWrites += o.CounterWrites
 	s.Calls += o.Calls
 	s.MaxGap = max(s.MaxGap, o.MaxGap)
+	s.Lag.Merge(&o.Lag)
 }
 
 // Map is s for a done event's stats.
 func (s TrafficStats) Map() map[string]float64 {
-	return map[string]float64{
+	m := map[string]float64{
 		"background_reads": float64(s.BackgroundReads), "background_writes": float64(s.BackgroundWrites),
 		"viral_reads": float64(s.ViralReads), "counter_writes": float64(s.CounterWrites),
 		"observe_calls": float64(s.Calls), "max_tick_gap_seconds": s.MaxGap.Seconds(),
 	}
+	for k, v := range s.Lag.Stats(NodeTickLag) {
+		m[k] = v
+	}
+	return m
 }
+
+// NodeTickLag prefixes the done event's counters of TrafficStats.Lag
+// (node_tick_lag_p50_seconds, _p99_seconds, _max_seconds, _samples).
+const NodeTickLag = "node_tick_lag"
 
 // owed is how many operations rate per second owes after elapsed.
 func owed(rate float64, elapsed time.Duration) uint64 {
@@ -243,11 +256,14 @@ func runNode(ctx, abort context.Context, g *nodeTraffic, sched *schedule, start 
 	}
 	t := time.NewTicker(NodeTick)
 	defer t.Stop()
-	prev := start
+	prev, first := start, true
 	for {
 		now := time.Now()
 		g.stats.MaxGap = max(g.stats.MaxGap, now.Sub(prev))
-		prev = now
+		if !first {
+			g.stats.Lag.Add(now.Sub(prev) - NodeTick)
+		}
+		prev, first = now, false
 		g.advance(sched.elapsed(start, now))
 		after()
 		select {
@@ -265,8 +281,8 @@ func runNode(ctx, abort context.Context, g *nodeTraffic, sched *schedule, start 
 // Run offers c's traffic to sidecars (sidecar j of node i at index
 // i*c.SidecarsPerNode+j) from start, which is when ready was printed, and
 // calls phase at the start of each phase: warm-up (background) at start;
-// the hot event (background, viral key and counter) from the first tick at
-// or after start + c.HotStart, for c.HotDuration; then rest (nothing) until
+// the hot event (background, viral key and counter) from start + c.HotStart
+// (announced at the first tick at or after it), for c.HotDuration; then rest (nothing) until
 // start + c.Duration (or until ctx ends).
 //
 // Each simulated node hands out its own share from a goroutine of its own,
@@ -290,17 +306,36 @@ func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, p
 // design's node simulator, bench/fleetsim/legacy, built against this
 // package.)
 func RunNodes(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time), afterTick func(node int)) (TrafficStats, error) {
-	if len(sidecars) != c.Sidecars() || c.Nodes < 1 {
-		return TrafficStats{}, fmt.Errorf("simproto: %d sidecars for %d nodes of %d: want %d", len(sidecars), c.Nodes, c.SidecarsPerNode, c.Sidecars())
+	return RunRange(ctx, c, Range{First: 0, Count: c.Nodes}, sidecars, start, phase, afterTick)
+}
+
+// Range is a contiguous part of a fleet's nodes: First, First+1, …,
+// First+Count-1.
+type Range struct{ First, Count int }
+
+// RunRange is RunNodes for the nodes of r alone (sidecars holds theirs,
+// sidecar j of node r.First+i at i*c.SidecarsPerNode+j; afterTick is called
+// with the fleet-wide node index): a node simulator split over several
+// processes runs one range in each, all from the same start, and together
+// they offer exactly the traffic one process would, since each node's share
+// depends on its fleet-wide index alone and the phases on start alone: the
+// hot event begins at start + c.HotStart and rest c.HotDuration later, in
+// every process, whenever each notices (phase is called then, with those
+// times; a late process catches up, and its Lag says how late).
+func RunRange(ctx context.Context, c *Config, r Range, sidecars []Observer, start time.Time, phase func(name string, at time.Time), afterTick func(node int)) (TrafficStats, error) {
+	if r.First < 0 || r.Count < 1 || r.First+r.Count > c.Nodes || len(sidecars) != r.Count*c.SidecarsPerNode {
+		return TrafficStats{}, fmt.Errorf("simproto: %d sidecars for nodes %d..%d of %d with %d sidecars each: want %d",
+			len(sidecars), r.First, r.First+r.Count-1, c.Nodes, c.SidecarsPerNode, r.Count*c.SidecarsPerNode)
 	}
 	keys := backgroundKeys(c.BackgroundKeys)
 	sched := schedule{hotDuration: c.HotDuration}
 	nodesCtx, stopNodes := context.WithCancel(ctx)
 	defer stopNodes()
-	gens := make([]*nodeTraffic, c.Nodes)
+	gens := make([]*nodeTraffic, r.Count)
 	var wg sync.WaitGroup
-	for i := range gens {
-		gens[i] = newNodeTraffic(c, i, sidecars[i*c.SidecarsPerNode:(i+1)*c.SidecarsPerNode], keys)
+	for k := range gens {
+		i := r.First + k
+		gens[k] = newNodeTraffic(c, i, sidecars[k*c.SidecarsPerNode:(k+1)*c.SidecarsPerNode], keys)
 		wg.Add(1)
 		after := func() {}
 		if afterTick != nil {
@@ -308,7 +343,7 @@ func RunNodes(ctx context.Context, c *Config, sidecars []Observer, start time.Ti
 		}
 		go func() {
 			defer wg.Done()
-			runNode(nodesCtx, ctx, gens[i], &sched, start, NodeTick*time.Duration(i)/time.Duration(c.Nodes), after)
+			runNode(nodesCtx, ctx, gens[k], &sched, start, NodeTick*time.Duration(i)/time.Duration(c.Nodes), after)
 		}()
 	}
 	phase(PhaseWarmup, start)
@@ -316,23 +351,24 @@ func RunNodes(ctx context.Context, c *Config, sidecars []Observer, start time.Ti
 	defer t.Stop()
 	var st TrafficStats
 	prev := start
-	var hot time.Time
-	rest := false
+	hotAt := start.Add(c.HotStart)
+	restAt := hotAt.Add(c.HotDuration)
+	hot, rest := false, false
 	for ctx.Err() == nil {
 		now := time.Now()
 		st.MaxGap = max(st.MaxGap, now.Sub(prev))
 		prev = now
-		if hot.IsZero() && now.Sub(start) >= c.HotStart {
-			hot = now
-			sched.hot.Store(hot.UnixNano())
-			phase(PhaseHot, now)
+		if !hot && !now.Before(hotAt) {
+			hot = true
+			sched.hot.Store(hotAt.UnixNano())
+			phase(PhaseHot, hotAt)
 		}
-		if !hot.IsZero() && !rest && now.Sub(hot) >= c.HotDuration {
+		if hot && !rest && !now.Before(restAt) {
 			rest = true
-			phase(PhaseRest, now)
+			phase(PhaseRest, restAt)
 		}
-		// The hot event starts up to a tick late, so the run ends once rest
-		// has begun and the duration has passed.
+		// Rest is noticed up to a tick late, so the run ends once it has
+		// been and the duration has passed.
 		if rest && now.Sub(start) >= c.Duration {
 			break
 		}

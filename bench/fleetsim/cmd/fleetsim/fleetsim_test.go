@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -234,9 +235,12 @@ func TestRow(t *testing.T) {
 		},
 		FanOut:    FanOut{Samples: 10, P50Ms: 4, P99Ms: 30, MaxMs: 41, LastVersion: 2, LastReached: 1000},
 		Processes: map[string]*ProcStats{"manager": {CPUPhases: 1.25, PeakRSSMB: 51.6}},
+		Stats: map[string]float64{"node_tick_lag_p99_seconds": 0.002, "node_tick_lag_max_seconds": 0.04,
+			"follower_timer_lag_p99_seconds": 0.001, "follower_timer_lag_max_seconds": 0.009},
+		Load: map[string]float64{"hot": 3.21},
 	}
 	r.Probe, r.ProbeSidecars = &FanOut{Samples: 1000, P50Ms: 7, P99Ms: 90, MaxMs: 120, LastReached: 1000}, 1000
-	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 0.50 (0.50) | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | — | hot: 4 / 30 / 41 ms (last version at 1000/1000); probe: 7 / 90 / 120 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — |"
+	want := "| legacy | 100 | 1000 | all phases (start-up 11 s) | **never** | 1.50 s (v2) | 12 | 0.50 (0.50) | 3.50 (0.60) | 0.60 (0.60) | 40 / 3.0 MiB/s | — | hot: 4 / 30 / 41 ms (last version at 1000/1000); probe: 7 / 90 / 120 ms (1000/1000) | — | 1.2 s / 52 MiB | — | — | — | ticks 2 / 40 ms; followers 1 / 9 ms (load 3.2) |"
 	if got := row(r); got != want {
 		t.Errorf("row:\n got %s\nwant %s", got, want)
 	}
@@ -246,8 +250,9 @@ func TestRow(t *testing.T) {
 		Counter:     Detection{Of: 10, Count: 7, Seconds: 2},
 		API:         map[string]APIRates{"hot": {Total: 30, Mutating: 8, MutatingLeases: 0.6}},
 		AgentFanOut: FanOut{Samples: 3000, P50Ms: 20, P99Ms: 80, MaxMs: 95, LastVersion: 4, LastReached: 1000},
-		AgentProbe:  &FanOut{Samples: 999, P50Ms: 11, P99Ms: 40, MaxMs: 52, LastReached: 999}}
-	want = "| fleet, 10 policies | 1000 | 10000 | all phases | 10/10 keys, the last 2.25 s | **7/10 keys** | 30 | — | 8.00 (0.60) | — | 0 / 0 B/s | hot: 20 / 80 / 95 ms (last version at 1000/1000); probe: 11 / 40 / 52 ms (999/1000) | — | 2.50 / 3.00 s (10000/10000) | — | — | — | — |"
+		AgentProbe:  &FanOut{Samples: 999, P50Ms: 11, P99Ms: 40, MaxMs: 52, LastReached: 999},
+		Stats:       map[string]float64{"node_tick_lag_p99_seconds": 0.45, "node_tick_lag_max_seconds": 2.1}}
+	want = "| fleet, 10 policies | 1000 | 10000 | all phases | 10/10 keys, the last 2.25 s | **7/10 keys** | 30 | — | 8.00 (0.60) | — | 0 / 0 B/s | hot: 20 / 80 / 95 ms (last version at 1000/1000); probe: 11 / 40 / 52 ms (999/1000) | — | 2.50 / 3.00 s (10000/10000) | — | — | — | — | **behind**: ticks 450 / 2100 ms |"
 	if got := row(r); got != want {
 		t.Errorf("row with policies:\n got %s\nwant %s", got, want)
 	}
@@ -453,5 +458,35 @@ func TestEventsOfPolicy(t *testing.T) {
 	tc.Policies = 1
 	if got := eventsOf(events, 0, &tc); len(got) != len(events) {
 		t.Errorf("one policy: %d events kept, want all %d", len(got), len(events))
+	}
+}
+
+// TestManagerCost: per node, per summary and projected, from a row's
+// manager CPU over the phases, its peak RSS and the summaries sent.
+func TestManagerCost(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := &Result{Design: "fleet", Nodes: 1000, Processes: map[string]*ProcStats{"manager": {CPUPhases: 30, PeakRSSMB: 200}},
+		MarkAt: map[string]time.Time{"ready": t0, "end": t0.Add(60 * time.Second)},
+		Stats:  map[string]float64{summariesInTraffic: 60000}}
+	got := managerCost(r)
+	want := &ManagerCost{Nodes: 1000, Cores: 0.5, CPUPerNodeMs: 0.5, CPUPerSummaryMs: 0.5, Summaries: 60000, RSSPerNodeKiB: 204.8}
+	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("managerCost (-want +got):\n%s", diff)
+	}
+	if cores, mib := got.projected(20000); math.Abs(cores-10) > 1e-9 || math.Abs(mib-4000) > 1e-9 {
+		t.Errorf("at 20,000 nodes: %g cores, %g MiB; want 10, 4000", cores, mib)
+	}
+	var b strings.Builder
+	writeCosts(&b, []*Result{r, {Design: "legacy", Nodes: 10}})
+	if !strings.Contains(b.String(), "| fleet | 1000 | yes | 0.50 | 0.500 ms | 0.50 ms (60000 summaries) | 205 KiB | 2.50 cores, 1000 MiB | 10.00 cores, 4000 MiB |") ||
+		strings.Contains(b.String(), "| legacy |") {
+		t.Errorf("writeCosts:\n%s", b.String())
+	}
+	r.Stats[followerTimerLag+lagP99] = 0.3
+	if got := behindNote(r.Stats); len(got) != 1 || !strings.Contains(got[0], "followers' timers 300 ms") {
+		t.Errorf("behindNote = %q, want one note naming the followers' 300 ms", got)
+	}
+	if got := behindNote(map[string]float64{simproto.NodeTickLag + lagP99: 0.05}); got != nil {
+		t.Errorf("behindNote under a tick = %q, want none", got)
 	}
 }

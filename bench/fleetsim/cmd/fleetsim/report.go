@@ -83,6 +83,7 @@ func row(r *Result) string {
 	for _, p := range procOrder {
 		cells = append(cells, procCell(r.Processes[p], len(r.API) > 0))
 	}
+	cells = append(cells, lagCell(r))
 	return "| " + strings.Join(cells, " | ") + " |"
 }
 
@@ -192,13 +193,15 @@ func writeReport(w io.Writer, p params, results []*Result) {
 	fmt.Fprintf(w, "Detected: from the hot event's start to the first routing ConfigMap version holding the key, as a watch of the ConfigMap saw it. "+
 		"API rates: kube-apiserver's `apiserver_request_total` (resource requests; the orchestrator's own set-up is before the phases and its one ConfigMap watch is one long request), mutating = POST/PUT/PATCH/APPLY/DELETE, in brackets the part on leases (the manager's leader election and kube-apiserver's own lease), \"at rest\" over the warm-up's second half (background traffic, nothing hot), \"after\" over the rest that follows the hot event (its keys cooling down); watch events: `apiserver_watch_events_total` and `_sizes_sum`. "+
 		"Fan-out: each sidecar's acceptance of a routing version minus when the orchestrator's watch saw that version: \"hot\" over the versions the hot event published, \"probe\" for one routing change made after the phases (a schedule for key `fleetsim:probe` added to the policy), so that every size and design has one. Agents hold the version: the same, to each node agent storing the version (the fleet design's node simulator reports it through the agent's `OnRoutingTable` hook; legacy has no agent between the API server and its sidecars): the one centralised step, manager → every node agent; the rest of the sidecars' fan-out is each node's agent → its own sidecars, which a real fleet runs on each node's own CPU; \"of which the manager's push\" is the manager's own histogram of those pushes (from a new table's push to its line flushed onto each agent's stream, over the run; bucket bounds). CPU: seconds from ready to the end of rest; RSS: peak (VmHWM). "+
+		"Simulator lag: how late, p99 / max over the traffic, its simulated nodes' 100-ms ticks ran (the traffic and the sidecars' flushes trail the wall clock by that) and its routing followers' 10-ms timers fired (a routing line waits that long for a core); with the load average at the end of the hot event; **behind** where either p99 is over a tick: that row's times include the simulator's own delay. "+
 		"Measured on %d shared cores (load average %s at the end): indicative numbers.\n\n", p.cores, p.load)
-	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s at rest (leases) | mutating/s hot (leases) | mutating/s after (leases) | watch events/s (hot) | agents hold the version p50 / p99 / max | routing fan-out to sidecars p50 / p99 / max | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS |")
-	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| design | nodes | sidecars | reached | viral key detected | counter detected | API requests/s (hot) | mutating/s at rest (leases) | mutating/s hot (leases) | mutating/s after (leases) | watch events/s (hot) | agents hold the version p50 / p99 / max | routing fan-out to sidecars p50 / p99 / max | viral key at sidecars p50 / p99 | manager CPU / RSS | node sim CPU / RSS | kube-apiserver CPU / RSS | etcd CPU / RSS | simulator lag p99 / max |")
+	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		fmt.Fprintln(w, row(r))
 	}
 	fmt.Fprintln(w)
+	writeCosts(w, results)
 	fmt.Fprintln(w, "Requests per second by verb and resource (the busiest eight of each phase):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| design | nodes | at rest | hot event | after |")

@@ -106,7 +106,10 @@ type Result struct {
 	// done counters.
 	Progress map[string]float64 `json:"progress,omitempty"`
 	Stats    map[string]float64 `json:"stats,omitempty"`
-	Logs     string             `json:"logs,omitempty"`
+	// Load is the machine's 1-minute load average at the end of each
+	// phase (warmup, hot, rest).
+	Load map[string]float64 `json:"loadAverage,omitempty"`
+	Logs string             `json:"logs,omitempty"`
 }
 
 // ProcStats are one process's CPU and memory.
@@ -369,7 +372,7 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 	next := 0
 	var markC <-chan time.Time
 	var readyAt, hotAt time.Time
-	res.PhaseAt, res.MarkAt = map[string]time.Time{}, map[string]time.Time{}
+	res.PhaseAt, res.MarkAt, res.Load = map[string]time.Time{}, map[string]time.Time{}, map[string]float64{}
 	deadline := time.NewTimer(tc.StartTimeout + 30*time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(15 * time.Second)
@@ -388,6 +391,9 @@ loop:
 			m := marks[next]
 			if m.closes != "" {
 				procs.mark(m.closes)
+				if la, ok := loadAverage(); ok {
+					res.Load[m.closes] = la
+				}
 			}
 			snap(m.name)
 			res.MarkAt[m.name] = time.Now()
@@ -470,6 +476,7 @@ loop:
 	}
 	store.mu.Unlock()
 	res.Notes = append(res.Notes, troubles(res.Stats, res.Progress)...)
+	res.Notes = append(res.Notes, behindNote(res.Stats)...)
 	procs.exited("nodesim", sim)
 	res.Processes = procs.snapshot()
 	for _, v := range versions {

@@ -40,7 +40,9 @@ import (
 func followMain(c simproto.Config, o *options) int {
 	startRate := o.startRate
 	raiseNoFile()
-	addrs, err := readAddrs(os.Stdin, c.Nodes)
+	r := o.nodes(c)
+	in := bufio.NewReader(os.Stdin)
+	addrs, err := readAddrs(in, r.Count)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nodesim --follow:", err)
 		return 2
@@ -53,6 +55,22 @@ func followMain(c simproto.Config, o *options) int {
 	defer cancel()
 
 	f := &followers{c: c, out: out}
+	// The followers only react to what the agents send: how late this
+	// process's timers fire is how long a routing line waits for a core.
+	go f.lag.Run(ctx.Done(), 10*time.Millisecond)
+	go func() {
+		// The parent writes trafficStartLine when the traffic starts: the
+		// lag counts from there, not during the start-up.
+		for {
+			line, err := in.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.TrimSpace(line) == trafficStartLine {
+				f.lag.Reset()
+			}
+		}
+	}()
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -68,8 +86,9 @@ func followMain(c simproto.Config, o *options) int {
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	nodeRate := startRate / float64(c.SidecarsPerNode)
-	for i, addr := range addrs {
-		if pace(ctx, t0, i, nodeRate) != nil {
+	for k, addr := range addrs {
+		i := r.First + k
+		if pace(ctx, t0, k, nodeRate) != nil {
 			break
 		}
 		// Each node starts its own sidecars' watchers from its own
@@ -91,21 +110,34 @@ func followMain(c simproto.Config, o *options) int {
 	return 0
 }
 
-// readAddrs reads n "host:port" lines.
-func readAddrs(r io.Reader, n int) ([]string, error) {
-	sc := bufio.NewScanner(r)
+// readAddrs reads n "host:port" lines, and no further.
+func readAddrs(r *bufio.Reader, n int) ([]string, error) {
 	var addrs []string
-	for len(addrs) < n && sc.Scan() {
-		a := strings.TrimSpace(sc.Text())
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("agent address %d: %q: %w", len(addrs), a, err)
+	for len(addrs) < n {
+		line, err := r.ReadString('\n')
+		if a := strings.TrimSpace(line); a != "" {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("agent address %d: %q: %w", len(addrs), a, err)
+			}
+			addrs = append(addrs, a)
 		}
-		addrs = append(addrs, a)
+		if err != nil {
+			break
+		}
 	}
 	if len(addrs) < n {
-		return nil, fmt.Errorf("read %d agent addresses on stdin, want %d (%v)", len(addrs), n, sc.Err())
+		return nil, fmt.Errorf("read %d agent addresses on stdin, want %d", len(addrs), n)
 	}
 	return addrs, nil
+}
+
+// trafficStartLine tells the followers' child, after the addresses, that
+// the traffic starts.
+const trafficStartLine = "traffic"
+
+// trafficStarted tells the child that the traffic starts.
+func (fc *followerChild) trafficStarted() {
+	_, _ = io.WriteString(fc.stdin, trafficStartLine+"\n")
 }
 
 // followers are the child's watchers and their counters.
@@ -114,14 +146,22 @@ type followers struct {
 	out *simproto.Writer
 
 	started, synced, tables, rejected, requestErrors, errors atomic.Int64
+	lag                                                      simproto.LagProbe
 }
 
+// followerTimerLag prefixes the followers' LagProbe counters.
+const followerTimerLag = "follower_timer_lag"
+
 func (f *followers) stats() map[string]float64 {
-	return map[string]float64{
+	m := map[string]float64{
 		"followers_started": float64(f.started.Load()), "followers_synced": float64(f.synced.Load()),
 		"follower_tables": float64(f.tables.Load()), "follower_tables_refused": float64(f.rejected.Load()),
 		"follower_request_errors": float64(f.requestErrors.Load()), "follower_start_errors": float64(f.errors.Load()),
 	}
+	for k, v := range f.lag.Stats(followerTimerLag) {
+		m[k] = v
+	}
+	return m
 }
 
 // start starts sidecar j of node i's watcher, following the agent at
@@ -202,9 +242,10 @@ func countingLogger(n *atomic.Int64) logr.Logger {
 
 // followerChild is the parent's handle on the child.
 type followerChild struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  chan struct{}
+	err   error
 
 	mu     sync.Mutex
 	synced map[int]bool // sidecar index → accepted a first table
@@ -214,19 +255,22 @@ type followerChild struct {
 
 // startFollowers starts the child with c's flags and the agents'
 // addresses on its stdin, and passes its routing lines on to out.
-func startFollowers(c simproto.Config, o *options, addrs []string, out *simproto.Writer) (*followerChild, error) {
+func startFollowers(c simproto.Config, o *options, r simproto.Range, addrs []string, out *simproto.Writer) (*followerChild, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--follow", "--start-rate", fmt.Sprint(o.startRate)}
+	args := []string{"--follow", "--start-rate", fmt.Sprint(o.startRate), "--range-first", fmt.Sprint(r.First), "--range-count", fmt.Sprint(r.Count)}
 	if o.followPprof != "" {
 		args = append(args, "--pprof", o.followPprof)
 	}
 	args = append(args, c.Args()...)
 	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
-	cmd.Stdin = strings.NewReader(strings.Join(addrs, "\n") + "\n")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// Each watcher parses every table on its own goroutine, whose stack
 	// grows for encoding/json and is shrunk again by the next GC: a profile
@@ -242,7 +286,12 @@ func startFollowers(c simproto.Config, o *options, addrs []string, out *simproto
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the routing followers: %w", err)
 	}
-	fc := &followerChild{cmd: cmd, done: make(chan struct{}), synced: map[int]bool{}}
+	if _, err := io.WriteString(stdin, strings.Join(addrs, "\n")+"\n"); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("giving the routing followers the agents' addresses: %w", err)
+	}
+	fc := &followerChild{cmd: cmd, stdin: stdin, done: make(chan struct{}), synced: map[int]bool{}}
 	go func() {
 		fc.relay(stdout, c.SidecarsPerNode, out)
 		fc.err = cmd.Wait()

@@ -63,6 +63,20 @@ type options struct {
 	pprof     string
 	// followPprof is passed to the followers' child as its --pprof.
 	followPprof string
+	// processes is how many processes run the nodes (0: as few as the
+	// open-files limit allows); rangeFirst and rangeCount, the nodes a
+	// member process (or a followers' child) runs, given by its parent
+	// (rangeCount 0: all).
+	processes              int
+	rangeFirst, rangeCount int
+}
+
+// nodes is the range of the fleet's nodes this process runs.
+func (o *options) nodes(c simproto.Config) simproto.Range {
+	if o.rangeCount == 0 {
+		return simproto.Range{First: 0, Count: c.Nodes}
+	}
+	return simproto.Range{First: o.rangeFirst, Count: o.rangeCount}
 }
 
 func bindOptions(fs *flag.FlagSet) *options {
@@ -72,6 +86,9 @@ func bindOptions(fs *flag.FlagSet) *options {
 	fs.BoolVar(&o.follow, "follow", false, "internal: be the routing followers' child process (agents' routing addresses on stdin)")
 	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this loopback address")
 	fs.StringVar(&o.followPprof, "follow-pprof", "", "the routing followers' child process serves net/http/pprof on this loopback address")
+	fs.IntVar(&o.processes, "processes", 0, "split the nodes over this many member processes, each with its own open-files limit (0: as few as the limit allows)")
+	fs.IntVar(&o.rangeFirst, "range-first", 0, "internal: the first node a member process runs")
+	fs.IntVar(&o.rangeCount, "range-count", 0, "internal: how many nodes a member process runs, from --range-first (0: all; a member starts its traffic when the coordinator writes the start instant on its stdin)")
 	return o
 }
 
@@ -88,6 +105,12 @@ func parseFlags(args []string) (simproto.Config, *options, error) {
 	errs := []error{c.Validate()}
 	if o.startRate <= 0 || o.startRate > 10000 {
 		errs = append(errs, fmt.Errorf("--start-rate %g: want (0, 10000]", o.startRate))
+	}
+	if o.processes < 0 {
+		errs = append(errs, fmt.Errorf("--processes %d: want 0 or more", o.processes))
+	}
+	if o.rangeCount < 0 || o.rangeFirst < 0 || o.rangeFirst+o.rangeCount > c.Nodes {
+		errs = append(errs, fmt.Errorf("--range-first %d --range-count %d: want a range within the %d nodes", o.rangeFirst, o.rangeCount, c.Nodes))
 	}
 	if o.transport != transportDirect && o.transport != transportUDP {
 		errs = append(errs, fmt.Errorf("--transport %q: want %s or %s", o.transport, transportDirect, transportUDP))
@@ -119,18 +142,31 @@ func run(args []string) int {
 		return followMain(c, o)
 	}
 	limit := raiseNoFile()
-	if need := descriptorsNeeded(c, o.transport); need > limit {
-		fmt.Fprintf(os.Stderr, "nodesim: %d nodes with --transport %s need about %d open files, over the limit %d\n", c.Nodes, o.transport, need, limit)
-		return 2
-	}
-	ctrl.SetLogger(logr.Discard())
-
-	s := &sim{c: c, o: o, out: simproto.NewWriter(os.Stdout)}
-	defer s.out.Close()
 	ctx, stop := signalContext()
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, c.StartTimeout+c.Duration+simproto.Linger+time.Minute)
 	defer cancel()
+	if o.rangeCount == 0 {
+		ranges, err := splitNodes(c.Nodes, nodesPerProcess(limit, o.transport, c.SidecarsPerNode), o.processes)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "nodesim: --transport %s, open-files limit %d: %v\n", o.transport, limit, err)
+			return 2
+		}
+		if len(ranges) > 1 {
+			out := simproto.NewWriter(os.Stdout)
+			defer out.Close()
+			return runCoordinator(ctx, c, o, ranges, out)
+		}
+	}
+	r := o.nodes(c)
+	if need := descriptorsNeeded(simproto.Config{Nodes: r.Count, SidecarsPerNode: c.SidecarsPerNode}, o.transport); need > limit {
+		fmt.Fprintf(os.Stderr, "nodesim: %d nodes with --transport %s need about %d open files, over the limit %d\n", r.Count, o.transport, need, limit)
+		return 2
+	}
+	ctrl.SetLogger(logr.Discard())
+
+	s := &sim{c: c, o: o, r: r, out: simproto.NewWriter(os.Stdout)}
+	defer s.out.Close()
 	code := s.run(ctx)
 	cancel()
 	s.shutdown()
@@ -198,10 +234,11 @@ type node struct {
 	entries  atomic.Uint64
 }
 
-// sim is one run.
+// sim is one run, of the nodes of r.
 type sim struct {
 	c   simproto.Config
 	o   *options
+	r   simproto.Range
 	out *simproto.Writer
 
 	mu     sync.Mutex
@@ -238,8 +275,18 @@ func (s *sim) run(ctx context.Context) int {
 		return 1
 	}
 	readyAt := time.Now()
+	sentAtReady := s.summariesSent()
 	s.out.Ready(readyAt)
-	st, err := simproto.RunNodes(ctx, &s.c, s.observers(), readyAt, s.out.Phase, s.flusher())
+	start := readyAt
+	if s.o.rangeCount > 0 {
+		// A member: the fleet's traffic starts when every member is ready.
+		if start, err = readStart(os.Stdin); err != nil {
+			s.out.Error(time.Now(), err.Error())
+			return 1
+		}
+	}
+	s.follow.trafficStarted()
+	st, err := simproto.RunRange(ctx, &s.c, s.r, s.observers(), start, s.out.Phase, s.flusher())
 	if err != nil {
 		s.out.Error(time.Now(), err.Error())
 		return 1
@@ -252,6 +299,9 @@ func (s *sim) run(ctx context.Context) int {
 		stats[k] = v
 	}
 	stats["startup_seconds"] = readyAt.Sub(began).Seconds()
+	// The summaries of the traffic alone, for the manager's cost per
+	// summary (the orchestrator measures its CPU from ready).
+	stats["agent_summaries_sent_in_traffic"] = stats["agent_summaries_sent"] - sentAtReady
 	s.out.Done(time.Now(), stats)
 	if ctx.Err() != nil {
 		return 1
@@ -297,8 +347,8 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 	notReady := func(what string, err error) error {
 		p := s.progress()
 		return fmt.Errorf("not ready within %s (%s: %v): %d/%d nodes started, %d connected, %d tracking the policy, %d/%d sidecars started, %d synced",
-			s.c.StartTimeout, what, err, int(p["nodes_started"]), s.c.Nodes, int(p["nodes_connected"]), int(p["nodes_tracking"]),
-			int(p["sidecars_started"]), s.c.Sidecars(), int(p["sidecars_synced"]))
+			s.c.StartTimeout, what, err, int(p["nodes_started"]), s.r.Count, int(p["nodes_connected"]), int(p["nodes_tracking"]),
+			int(p["sidecars_started"]), s.sidecarCount(), int(p["sidecars_synced"]))
 	}
 	discard := logr.Discard()
 	policyIndex := map[string]int{}
@@ -306,8 +356,9 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 		policyIndex[s.c.PolicyRefOf(k)] = k
 	}
 	t0 := time.Now()
-	for i := range s.c.Nodes {
-		if err := pace(startCtx, t0, i, s.o.startRate); err != nil {
+	for k := range s.r.Count {
+		i := s.r.First + k
+		if err := pace(startCtx, t0, k, s.o.startRate); err != nil {
 			return notReady("starting node agents", err)
 		}
 		reg := prometheus.NewRegistry()
@@ -348,11 +399,11 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 	}); err != nil {
 		return notReady("node agents connecting to the manager", err)
 	}
-	addrs := make([]string, s.c.Nodes)
-	for i, n := range s.snapshot() {
-		addrs[i] = n.agent.RoutingAddr().String()
+	addrs := make([]string, s.r.Count)
+	for k, n := range s.snapshot() {
+		addrs[k] = n.agent.RoutingAddr().String()
 	}
-	fc, err := startFollowers(s.c, s.o, addrs, s.out)
+	fc, err := startFollowers(s.c, s.o, s.r, addrs, s.out)
 	if err != nil {
 		return err
 	}
@@ -364,7 +415,7 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 			return true
 		}
 		synced, _ := fc.progress()
-		return synced == s.c.Sidecars()
+		return synced == s.sidecarCount()
 	}); err != nil {
 		return notReady("sidecars receiving their first table", err)
 	}
@@ -391,14 +442,17 @@ func (s *sim) sidecars(n *node, i int) error {
 	return nil
 }
 
+// sidecarCount is how many sidecars this process simulates.
+func (s *sim) sidecarCount() int { return s.r.Count * s.c.SidecarsPerNode }
+
 func (s *sim) snapshot() []*node {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*node(nil), s.nodes...)
 }
 
-// observers are the sidecars' counting clients, sidecar j of node i at
-// i*SidecarsPerNode+j.
+// observers are the sidecars' counting clients, sidecar j of node
+// r.First+k at k*SidecarsPerNode+j.
 func (s *sim) observers() []simproto.Observer {
 	var obs []simproto.Observer
 	for _, n := range s.snapshot() {
@@ -425,12 +479,13 @@ func (s *sim) flusher() func(i int) {
 	nodes := s.snapshot()
 	bufs := make([][]byte, len(nodes))
 	return func(i int) {
-		n := nodes[i]
-		if bufs[i] == nil {
-			bufs[i] = make([]byte, 0, maxDatagram)
+		k := i - s.r.First
+		n := nodes[k]
+		if bufs[k] == nil {
+			bufs[k] = make([]byte, 0, maxDatagram)
 		}
 		for _, c := range n.counters {
-			b, e := c.flush(bufs[i], n.agent.HandleDatagram)
+			b, e := c.flush(bufs[k], n.agent.HandleDatagram)
 			n.batches.Add(uint64(b))
 			n.entries.Add(uint64(e))
 		}
@@ -460,7 +515,7 @@ func (s *sim) progress() map[string]float64 {
 		}
 	}
 	p := map[string]float64{
-		"nodes": float64(s.c.Nodes), "sidecars": float64(s.c.Sidecars()),
+		"nodes": float64(s.r.Count), "sidecars": float64(s.sidecarCount()),
 		"nodes_started": float64(len(nodes)), "nodes_connected": float64(connected), "nodes_tracking": float64(tracking),
 	}
 	s.mu.Lock()

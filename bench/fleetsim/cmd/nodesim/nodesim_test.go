@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"net/netip"
 	"strings"
 	"testing"
@@ -205,17 +206,17 @@ func TestAgentCounters(t *testing.T) {
 }
 
 func TestReadAddrs(t *testing.T) {
-	got, err := readAddrs(strings.NewReader("127.0.1.254:4000\n 127.0.2.254:4001 \n"), 2)
+	got, err := readAddrs(bufio.NewReader(strings.NewReader("127.0.1.254:4000\n 127.0.2.254:4001 \n")), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"127.0.1.254:4000", "127.0.2.254:4001"}, got); diff != "" {
 		t.Errorf("readAddrs (-want +got):\n%s", diff)
 	}
-	if _, err := readAddrs(strings.NewReader("127.0.1.254:4000\n"), 2); err == nil {
+	if _, err := readAddrs(bufio.NewReader(strings.NewReader("127.0.1.254:4000\n")), 2); err == nil {
 		t.Error("one address for two nodes: want an error")
 	}
-	if _, err := readAddrs(strings.NewReader("127.0.1.254\n"), 1); err == nil {
+	if _, err := readAddrs(bufio.NewReader(strings.NewReader("127.0.1.254\n")), 1); err == nil {
 		t.Error("an address without a port: want an error")
 	}
 }

@@ -93,6 +93,17 @@ func (s *sim) counters() map[string]float64 {
 		}
 	}
 	// A reconnection is a stream established beyond each agent's first.
-	out["agent_streams_lost"] = max(0, out["agent_stream_connects"]-float64(s.c.Nodes))
+	out["agent_streams_lost"] = max(0, out["agent_stream_connects"]-float64(s.r.Count))
 	return out
+}
+
+// summariesSent is how many summaries the agents sent so far.
+func (s *sim) summariesSent() float64 {
+	out := map[string]float64{}
+	for _, n := range s.snapshot() {
+		if fams, err := n.reg.Gather(); err == nil {
+			agentCounters(fams, out)
+		}
+	}
+	return out["agent_summaries_sent"]
 }
