@@ -199,6 +199,7 @@ func writeReport(w io.Writer, p params, results []*Result) {
 		fmt.Fprintln(w, row(r))
 	}
 	fmt.Fprintln(w)
+	writeHops(w, p.sustainFor, results)
 	fmt.Fprintln(w, "Requests per second by verb and resource (the busiest eight of each phase):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| design | nodes | at rest | hot event | after |")
