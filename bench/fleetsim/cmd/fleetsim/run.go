@@ -76,8 +76,8 @@ type Result struct {
 	Counter        Detection `json:"counter"`
 	// Hops are the hot keys' reaction hop by hop ("viral", "counter"; the
 	// first policy's; hops.go).
-	Hops map[string]*Hops `json:"hops,omitempty"`
-	FanOut         FanOut    `json:"fanOut"`
+	Hops   map[string]*Hops `json:"hops,omitempty"`
+	FanOut FanOut           `json:"fanOut"`
 	// AgentFanOut is the same versions from the routing ConfigMap to the
 	// node agents holding them (a design's agentRouting events; none for a
 	// design without agents): the one centralised step of the fan-out.
