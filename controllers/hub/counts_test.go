@@ -342,7 +342,7 @@ func contains(s []string, x string) bool {
 // 1.1 × its threshold or more is decided hot within the budget from the
 // moment its traffic starts; no key at or under 0.95 × ever is.
 func TestDetectionWithinBudget(t *testing.T) {
-	nodes, trials := 1000, 6
+	nodes, trials := 1000, 4
 	if testing.Short() {
 		nodes, trials = 100, 4
 	}
