@@ -31,11 +31,12 @@
 #                        numbers go to FLEET_BENCH_JSON with .policies before .json
 # FLEET_BENCH_MARGIN_ROWS  NODES:FACTOR,... fleet-only runs with the viral key and
 #                        the counter at FACTOR × their thresholds, each printed as
-#                        its own table (default 1000:0.88,1000:1.1; empty: none).
+#                        its own table (default 1000:0.88,1000:0.95,1000:1.1; empty: none).
 #                        sustainFor 1 s and a report interval of 1 s: a key becomes
 #                        hot only on its exact count, so under 1 × nothing may be
 #                        published ("never"), and over it the key is detected within
-#                        sustainFor + one report interval of the estimate going over;
+#                        the reaction budget of docs/design.md; each table has the
+#                        hops (detected, decided, published, agents, sidecars, beyond sustainFor);
 #                        raw numbers in FLEET_BENCH_JSON with .margin-FACTOR before .json
 # FLEET_BENCH_SHED       1 (default): also the shedding fleet simulation, the
 #                        engine's own per-key limiters of 1,000 and 10,000
@@ -163,7 +164,7 @@ if [[ ${status} -eq 0 && -n "${prow}" && " ${designs[*]} " == *" fleet "* ]]; th
 fi
 # The margin rows: keys just under and just over their thresholds, spread
 # evenly over every node (the thresholds are fleetsim's defaults).
-mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:1.1}"
+mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:0.95,1000:1.1}"
 if [[ ${status} -eq 0 && -n "${mrows}" && " ${designs[*]} " == *" fleet "* ]]; then
   for mrow in ${mrows//,/ }; do
     mn="${mrow%%:*}" mf="${mrow##*:}"

@@ -54,8 +54,11 @@ func run() int {
 		def := ""
 		if d == "fleet" {
 			// The fleet server plain (no webhook certificate here); its
-			// token comes from the Secret the orchestrator creates.
-			def = "--fleet-bind-address={fleetAddr} --fleet-tls=false --metrics-secure=false"
+			// token comes from the Secret the orchestrator creates. The
+			// policy names its (absent) Redis by address, which the manager
+			// refuses to connect to unless told otherwise: without the last
+			// flag nothing is ever published.
+			def = "--fleet-bind-address={fleetAddr} --fleet-tls=false --metrics-secure=false --allow-raw-target-addresses"
 		}
 		margs[d] = fs.String(d+"-manager-args", def, "extra manager arguments, space-separated; {fleetAddr}, {token} and {tokenFile} are the run's fleet endpoint and bearer token")
 		nargs[d] = fs.String(d+"-nodesim-args", "", "extra node simulator arguments, space-separated (same placeholders)")
