@@ -460,3 +460,55 @@ func TestIdleAgentSummarizesOnlyWhenDue(t *testing.T) {
 	}
 	eventually.True(t, 20*time.Second, "the urgent summary reaches the manager", func() bool { return h.d.Stats().Summaries > sent })
 }
+
+// TestNewPinSendsASummaryAtOnce: a directive that pins a new key makes the
+// next tick send a summary (the manager counts a pinned key exactly only
+// once every node says it applied the pin), where one that pins nothing new
+// waits for the report interval like an idle tick.
+func TestNewPinSendsASummaryAtOnce(t *testing.T) {
+	h := start(t)
+	for range 20 { // the first summaries and the directive's settle
+		h.step()
+	}
+	h.d.mu.RLock()
+	p := h.d.policies[policy]
+	h.d.mu.RUnlock()
+	directive := func(pins ...string) *agentlink.Directive {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		dir := p.dir
+		dir.Pins, dir.Version = pins, dir.Version+1
+		return &dir
+	}
+	// afterInterval steps until a summary due by its interval is built and
+	// waits until it is sent; it returns the summaries sent.
+	afterInterval := func() uint64 {
+		before := h.d.Stats().Summaries
+		for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
+			h.step()
+		}
+		eventually.True(t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > before })
+		return h.d.Stats().Summaries
+	}
+	sent := afterInterval()
+	if err := h.d.applyDirective(directive()); err != nil { // no pin: nothing new to tell
+		t.Fatal(err)
+	}
+	h.step()
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent {
+		t.Fatalf("a directive pinning nothing new sent %d summaries before the interval", got-sent)
+	}
+	sent = afterInterval()
+	if err := h.d.applyDirective(directive("product:viral")); err != nil {
+		t.Fatal(err)
+	}
+	h.step()
+	eventually.True(t, 20*time.Second, "the summary saying the pin is applied reaches the manager", func() bool { return h.d.Stats().Summaries > sent })
+	sent = h.d.Stats().Summaries
+	h.step()
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent {
+		t.Fatalf("the same pin sent %d more summaries before the interval", got-sent)
+	}
+}

@@ -40,6 +40,11 @@ type policyState struct {
 	// rescan says a directive changed the alert level or the pins since
 	// the last summary, so any key may have become urgent (mayBeUrgent).
 	rescan bool
+	// pinsToSend says a directive pinned a key since the last summary
+	// sent: the manager counts a pinned key exactly only once every node's
+	// summary says it applied the pin, so the next summary is urgent (see
+	// summarize) rather than waiting out the report interval.
+	pinsToSend bool
 	// counted reads and writes, and their smoothed rate (informational:
 	// the manager shows a policy's traffic; decisions never use it).
 	reads, writes uint64
@@ -146,6 +151,9 @@ func (d *Agent) applyDirective(dir *agentlink.Directive) error {
 		}
 	}
 	for _, k := range dir.Pins {
+		if !slices.Contains(pinned, k) {
+			p.pinsToSend = true
+		}
 		if !p.sk.Pin(k) {
 			d.metrics.pinsRefused.Inc()
 		}

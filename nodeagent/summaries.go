@@ -16,7 +16,9 @@ import (
 // summaryLoop sends the node's summary to the manager when it is due: each
 // report interval, or at once when a key newly reaches its alert level
 // (summary.Urgent), which each tick checks among the keys counted since the
-// previous one (mayBeUrgent). Sending happens
+// previous one (mayBeUrgent), or when a directive newly pinned a key (the
+// manager's count of it is exact only once every node says it applied the
+// pin: waiting for the interval cost up to one report interval of reaction). Sending happens
 // on another goroutine, the latest summary replacing one not sent yet, so a
 // slow manager never delays counting.
 func (d *Agent) summaryLoop(ctx context.Context) {
@@ -122,7 +124,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		items := p.items
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
-		if summary.Urgent(&p.lastSent, items, p.dir.Alert) {
+		if p.pinsToSend || summary.Urgent(&p.lastSent, items, p.dir.Alert) {
 			urgent = true
 		}
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
@@ -139,6 +141,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		commits = append(commits, func() {
 			p.mu.Lock()
 			p.lastSent.Set(keys)
+			p.pinsToSend = false
 			sentRefused()
 			p.mu.Unlock()
 		})
@@ -170,7 +173,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
+		if p.rescan || p.pinsToSend || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
 			may = true
 		}
 		p.mu.Unlock()

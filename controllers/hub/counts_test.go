@@ -40,7 +40,7 @@ func TestDecisionsOnCounts(t *testing.T) {
 	boundOver := 0
 	for trial := range trials {
 		t.Run(fmt.Sprint("trial ", trial), func(t *testing.T) {
-			boundOver += checkCounts(t, nodes, uint64(trial))
+			boundOver += checkCounts(t, nodes, uint64(trial), reactionModel{})
 		})
 	}
 	if boundOver == 0 {
@@ -55,9 +55,33 @@ type countsKey struct {
 	share  []float64
 }
 
+// reactionModel is how the simulated fleet reacts to a key crossing its
+// threshold, as the hub and the node agents do:
+//   - the hub chooses the pins again as soon as a key not pinned enters the
+//     warm or hot band (Hub.repinSoon), besides every pinEvery;
+//   - a node agent sends a summary at the tick after a directive newly pins
+//     a key (nodeagent's pinsToSend), besides its own report interval;
+//   - each node reports at its own random phase within the interval.
+//
+// The zero model is the older, slower one (pins every pinEvery only, a pin
+// reported at the node's next interval, phases i mod slots), whose bound is
+// measured from the estimate first going over.
+type reactionModel struct {
+	repinOnCandidate, urgentPins, randomPhases bool
+	// budget, if set, is the bound on the time from a key's traffic starting
+	// to its decision (the detection part of the reaction budget);
+	// detected reports the largest time seen, per key name.
+	budget   time.Duration
+	detected map[string]time.Duration
+	// afterOver, if set, bounds the time from the estimate first going over
+	// (DetectedAt) to the decision: the budget's max(sustainFor, 2 × tick),
+	// plus the tick a pass waits for here.
+	afterOver time.Duration
+}
+
 // checkCounts runs one trial and returns how many passes saw a key under
 // its threshold over it on the bound.
-func checkCounts(t *testing.T, nodes int, seed uint64) int {
+func checkCounts(t *testing.T, nodes int, seed uint64, m reactionModel) int {
 	const (
 		tick     = 50 * time.Millisecond
 		interval = time.Second
@@ -134,6 +158,8 @@ func checkCounts(t *testing.T, nodes int, seed uint64) int {
 	zipfs := make([]*rand.Zipf, nodes)
 	acc := make([][]float64, nodes)
 	seq := make([]uint64, nodes)
+	phase := make([]int, nodes)
+	pinSent := make([]bool, nodes) // a new pin waits for the node's next summary
 	for i := range sks {
 		var err error
 		if sks[i], err = sketch.New(cfg); err != nil {
@@ -158,6 +184,12 @@ func checkCounts(t *testing.T, nodes int, seed uint64) int {
 	var pinsAt time.Time
 	maxAge := StaleAfterIntervals * interval
 	slots := int(interval / tick)
+	for i := range phase {
+		phase[i] = i % slots
+		if m.randomPhases {
+			phase[i] = rng.IntN(slots)
+		}
+	}
 	t0 := time.Unix(1_000_000, 0)
 	start := t0.Add(warmup)
 	hotAt := map[string]time.Time{}
@@ -191,8 +223,10 @@ func checkCounts(t *testing.T, nodes int, seed uint64) int {
 					}
 				}
 			}
-			// Each node reports once an interval, at its own phase.
-			if n%slots == i%slots {
+			// Each node reports once an interval, at its own phase, and (with
+			// urgentPins) at the tick after a directive pinned a new key.
+			if n%slots == phase[i] || (m.urgentPins && pinSent[i]) {
+				pinSent[i] = false
 				items = sk.AppendItems(items[:0])
 				tr, tw := sk.Tracking()
 				ks, unseen := summary.Build(items, dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, nodeagent.DefaultMaxKeysPerSummary)
@@ -208,7 +242,7 @@ func checkCounts(t *testing.T, nodes int, seed uint64) int {
 		// The hub's sweep: pins every pinEvery, applied by every agent as
 		// the directive arrives (at once here); the summaries that follow
 		// carry its version.
-		if now.Sub(pinsAt) >= pinEvery {
+		if candidate := v.takeNewCandidate(); now.Sub(pinsAt) >= pinEvery || (m.repinOnCandidate && candidate) {
 			pinsAt = now
 			var mitigated []string
 			for _, k := range st.Keys {
@@ -217,9 +251,16 @@ func checkCounts(t *testing.T, nodes int, seed uint64) int {
 				}
 			}
 			pins := v.pinCandidates(&snap, mitigated, th, 2*int(max(p.TopK, 8)))
+			newPin := false
+			for _, k := range pins {
+				if _, ok := v.pins[k]; !ok {
+					newPin = true
+				}
+			}
 			if v.setPins(pins, version+1) {
 				version++
-				for _, sk := range sks {
+				for i, sk := range sks {
+					pinSent[i] = pinSent[i] || newPin
 					for _, k := range sk.Pinned() {
 						if !contains(pins, k) {
 							sk.Unpin(k)
@@ -261,6 +302,16 @@ func checkCounts(t *testing.T, nodes int, seed uint64) int {
 			t.Errorf("%s at %.2f × its threshold mitigated %v after it started", k.name, k.factor, at.Sub(start))
 		case k.factor >= 1.1 && !hot:
 			t.Errorf("%s at %.2f × its threshold never mitigated", k.name, k.factor)
+		case k.factor >= 1.1 && m.budget > 0:
+			took := at.Sub(start)
+			if took > m.budget {
+				t.Errorf("%s at %.2f × its threshold mitigated %v after its traffic started, over the budget's detection part %v", k.name, k.factor, took, m.budget)
+			}
+			if after := at.Sub(detected[k.name]); after > m.afterOver {
+				t.Errorf("%s at %.2f × its threshold mitigated %v after its estimate went over, want at most %v", k.name, k.factor, after, m.afterOver)
+			}
+			m.detected[k.name] = max(m.detected[k.name], took)
+			t.Logf("%s: over in the estimate %v after it started, mitigated %v after it started (budget %v)", k.name, detected[k.name].Sub(start), took, m.budget)
 		case k.factor >= 1.1:
 			took := at.Sub(detected[k.name])
 			limit := max(sustain, pinEvery) + interval
@@ -281,4 +332,33 @@ func contains(s []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// TestDetectionWithinBudget checks the detection part of the reaction
+// budget (DetectionBudget, docs/design.md) on generated traffic: random
+// rates, spreads over the nodes and report phases, a random sustainFor and
+// floor fraction (checkCounts), with the hub's immediate pins and the
+// agents' urgent summaries after a new pin (reactionModel). Every key at
+// 1.1 × its threshold or more is decided hot within the budget from the
+// moment its traffic starts; no key at or under 0.95 × ever is.
+func TestDetectionWithinBudget(t *testing.T) {
+	nodes, trials := 1000, 4
+	if testing.Short() {
+		nodes, trials = 100, 4
+	}
+	const tick = 50 * time.Millisecond // checkCounts' step: the agents' tick; counts arrive within it (flush 0)
+	worst := map[string]time.Duration{}
+	for trial := range trials {
+		t.Run(fmt.Sprint("trial ", trial), func(t *testing.T) {
+			// checkCounts draws sustainFor from the same seed first: the
+			// budget is the trial's.
+			rng := rand.New(rand.NewPCG(uint64(100+trial), 0xc0ffee))
+			sustain := time.Duration(50*math.Pow(3000.0/50, rng.Float64())) * time.Millisecond
+			m := reactionModel{repinOnCandidate: true, urgentPins: true, randomPhases: true,
+				budget: DetectionBudget(10*time.Second, time.Second, sustain, 0, tick), detected: worst,
+				afterOver: max(sustain, 2*tick) + tick}
+			checkCounts(t, nodes, uint64(100+trial), m)
+		})
+	}
+	t.Logf("slowest decisions from the traffic's start: %v", worst)
 }

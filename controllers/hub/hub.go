@@ -91,6 +91,9 @@ type Hub struct {
 	addr     atomic.Pointer[string]
 	addrOnce chan struct{}
 
+	// repinKick wakes the sweep loop for repinSoon.
+	repinKick chan struct{}
+
 	onTrigger func(policy string) bool
 	onPrime   func(context.Context) error
 
@@ -130,6 +133,8 @@ type policy struct {
 	vmu       sync.Mutex // guards view and bands
 	view      *view
 	triggered atomic.Bool
+	// repin asks the sweep loop to choose the pins now (repinSoon).
+	repin atomic.Bool
 }
 
 type node struct {
@@ -163,8 +168,9 @@ func New(opts Options) (*Hub, error) {
 		policies: map[string]*policy{}, pods: map[string]agentlink.Pod{}, podNode: map[string]string{}, nodes: map[string]*node{},
 		// Versions start at the wall clock, so a new leader's directives
 		// are newer than any its predecessor sent (see view.minDirective).
-		version:  uint64(opts.Clock.Now().UnixNano()),
-		addrOnce: make(chan struct{}),
+		version:   uint64(opts.Clock.Now().UnixNano()),
+		addrOnce:  make(chan struct{}),
+		repinKick: make(chan struct{}, 1),
 	}, nil
 }
 

@@ -91,10 +91,14 @@ func (h *Hub) Ingest(s *agentlink.Summary) {
 		j.p.vmu.Lock()
 		j.p.view.apply(now, s.Node, s.Session, s.Seq, j.ps)
 		changed := j.p.view.takeBandChange()
+		candidate := j.p.view.takeNewCandidate()
 		j.p.vmu.Unlock()
 		h.metrics.policySummaries.WithLabelValues("applied").Inc()
 		if changed {
 			h.trigger(j.p)
+		}
+		if candidate {
+			h.repinSoon(j.p)
 		}
 	}
 }
@@ -284,7 +288,9 @@ func (h *Hub) closeStreams() {
 }
 
 // sweepLoop expires silent nodes, re-checks bands (upper bounds move when
-// any node's Unseen does) and refreshes directives (pins) every Sweep.
+// any node's Unseen does) and refreshes directives (pins) every Sweep, and
+// chooses the pins of a policy again as soon as a key not pinned enters the
+// warm or hot band (repinSoon).
 func (h *Hub) sweepLoop(ctx context.Context) {
 	t := h.opts.Clock.NewTicker(h.opts.Sweep)
 	defer t.Stop()
@@ -294,7 +300,65 @@ func (h *Hub) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C():
 			h.sweep()
+		case <-h.repinKick:
+			h.repinWanted()
 		}
+	}
+}
+
+// repinSoon asks the sweep loop to choose p's pins again now: a key not
+// pinned entered the warm or hot band. A key becomes hot only on its exact
+// count, and its count is exact only once every node has the pin (and says
+// so), so every moment the pin waits is added to the reaction: with pins
+// chosen every pinEvery only, up to 250 ms.
+func (h *Hub) repinSoon(p *policy) {
+	p.repin.Store(true)
+	select {
+	case h.repinKick <- struct{}{}:
+	default: // a kick is pending: it serves this policy too
+	}
+}
+
+// repinWanted chooses the pins of the policies repinSoon asked for.
+func (h *Hub) repinWanted() {
+	now := h.opts.Clock.Now()
+	h.mu.RLock()
+	var items []sweepItem
+	for _, p := range h.policies {
+		if p.hasParams && p.repin.Swap(false) {
+			items = append(items, sweepItem{p, p.params, p.mitigated})
+		}
+	}
+	h.mu.RUnlock()
+	for _, it := range items {
+		maxAge := StaleAfterIntervals * it.params.ReportInterval
+		it.p.vmu.Lock()
+		pins := h.choosePins(it, now, maxAge)
+		it.p.vmu.Unlock()
+		h.applyPins(it.p, pins)
+	}
+}
+
+// sweepItem is a policy as a sweep takes it.
+type sweepItem struct {
+	p         *policy
+	params    Params
+	mitigated []string
+}
+
+// choosePins chooses a policy's pins at now; p.vmu held.
+func (h *Hub) choosePins(it sweepItem, now time.Time, maxAge time.Duration) []string {
+	it.p.pinsAt = now
+	snap := it.p.view.snapshot(now, maxAge, maxAge)
+	return it.p.view.pinCandidates(&snap, it.mitigated, it.params.Thresholds, 2*int(max(it.params.TopK, 8)))
+}
+
+// applyPins pushes a policy's pins in its directive if they changed.
+func (h *Hub) applyPins(p *policy, pins []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.policies[p.id] == p {
+		h.refreshDirective(p, pins, false)
 	}
 }
 
@@ -305,16 +369,11 @@ const pinEvery = 250 * time.Millisecond
 
 func (h *Hub) sweep() {
 	now := h.opts.Clock.Now()
-	type item struct {
-		p         *policy
-		params    Params
-		mitigated []string
-	}
 	h.mu.RLock()
-	items := make([]item, 0, len(h.policies))
+	items := make([]sweepItem, 0, len(h.policies))
 	for _, p := range h.policies {
 		if p.hasParams {
-			items = append(items, item{p, p.params, p.mitigated})
+			items = append(items, sweepItem{p, p.params, p.mitigated})
 		}
 	}
 	h.mu.RUnlock()
@@ -328,22 +387,18 @@ func (h *Hub) sweep() {
 		p.view.rebandAll()
 		changed := p.view.takeBandChange()
 		var pins []string
-		repin := now.Sub(p.pinsAt) >= pinEvery
+		// A key entering the band here (a bound moved with another node's
+		// Unseen) is pinned now too, not at the next pinEvery.
+		repin := now.Sub(p.pinsAt) >= pinEvery || p.view.takeNewCandidate()
 		if repin {
-			p.pinsAt = now
-			snap := p.view.snapshot(now, maxAge, maxAge)
-			pins = p.view.pinCandidates(&snap, it.mitigated, it.params.Thresholds, 2*int(max(it.params.TopK, 8)))
+			pins = h.choosePins(it, now, maxAge)
 		}
 		p.vmu.Unlock()
 		if changed {
 			h.trigger(p)
 		}
 		if repin {
-			h.mu.Lock()
-			if h.policies[p.id] == p {
-				h.refreshDirective(p, pins, false)
-			}
-			h.mu.Unlock()
+			h.applyPins(p, pins)
 		}
 	}
 }

@@ -50,6 +50,9 @@ type view struct {
 	th Thresholds
 	// bandChanged records that a key crossed a band (takeBandChange).
 	bandChanged bool
+	// newCandidate records that a key not pinned entered the warm or hot
+	// band (takeNewCandidate): the pins are chosen again at once.
+	newCandidate bool
 	// stamp numbers apply calls, to re-band each touched key once.
 	stamp   uint64
 	scratch []*keySum
@@ -198,7 +201,18 @@ func (v *view) reband(s *keySum) {
 	if b != s.band {
 		s.band = b
 		v.bandChanged = true
+		if s.pin == 0 && (br > 0 || bw > 0) {
+			v.newCandidate = true
+		}
 	}
+}
+
+// takeNewCandidate reports whether a key not pinned entered the warm or hot
+// band since the last call.
+func (v *view) takeNewCandidate() bool {
+	c := v.newCandidate
+	v.newCandidate = false
+	return c
 }
 
 // rebandAll re-places every key: an upper bound moves whenever any node's

@@ -31,14 +31,20 @@
 #                        numbers go to FLEET_BENCH_JSON with .policies before .json
 # FLEET_BENCH_MARGIN_ROWS  NODES:FACTOR,... fleet-only runs with the viral key and
 #                        the counter at FACTOR × their thresholds, each printed as
-#                        its own table (default 1000:0.88,1000:1.1,5000:1.1; empty: none;
-#                        beyond one process's open-files limit the node simulator
-#                        splits the nodes over several, and every table shows its lag).
-#                        sustainFor 1 s and a report interval of 1 s: a key becomes
-#                        hot only on its exact count, so under 1 × nothing may be
-#                        published ("never"), and over it the key is detected within
-#                        sustainFor + one report interval of the estimate going over;
-#                        raw numbers in FLEET_BENCH_JSON with .margin-NODES-FACTOR before .json
+#                        its own table (default 1000:0.88,1000:0.95,1000:1.1,5000:1.1;
+#                        empty: none; beyond one process's open-files limit the node
+#                        simulator splits the nodes over several, and every table
+#                        shows its lag). sustainFor 1 s and a report interval of 1 s:
+#                        a key becomes hot only on its exact count, so under 1 ×
+#                        nothing may be published ("never"), and over it the key is
+#                        detected within the reaction budget of docs/design.md; each
+#                        table has the hops (detected, decided, published, agents,
+#                        sidecars, beyond sustainFor); raw numbers in
+#                        FLEET_BENCH_JSON with .margin-NODES-FACTOR before .json
+# FLEET_BENCH_CONCENTRATED_ROW  NODES:HOTNODES:FACTOR, one more fleet-only run with
+#                        the viral key and the counter at FACTOR × their thresholds
+#                        on HOTNODES nodes only (default 1000:10:1.1, 1 % of the nodes;
+#                        empty: none); raw numbers with .concentrated before .json
 # FLEET_BENCH_SHED       1 (default): also the shedding fleet simulation, the
 #                        engine's own per-key limiters of 1,000 and 10,000
 #                        simulated sidecars on one simulated time line against
@@ -165,7 +171,7 @@ if [[ ${status} -eq 0 && -n "${prow}" && " ${designs[*]} " == *" fleet "* ]]; th
 fi
 # The margin rows: keys just under and just over their thresholds, spread
 # evenly over every node (the thresholds are fleetsim's defaults).
-mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:1.1,5000:1.1}"
+mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:0.95,1000:1.1,5000:1.1}"
 if [[ ${status} -eq 0 && -n "${mrows}" && " ${designs[*]} " == *" fleet "* ]]; then
   for mrow in ${mrows//,/ }; do
     mn="${mrow%%:*}" mf="${mrow##*:}"
@@ -181,6 +187,21 @@ if [[ ${status} -eq 0 && -n "${mrows}" && " ${designs[*]} " == *" fleet "* ]]; t
     cat "${work}/report-margin-${mn}-${mf}.md"
     [[ ${status} -eq 0 ]] || break
   done
+fi
+# The concentrated row: the same keys on 1 % of the nodes.
+crow="${FLEET_BENCH_CONCENTRATED_ROW-1000:10:1.1}"
+if [[ ${status} -eq 0 && -n "${crow}" && " ${designs[*]} " == *" fleet "* ]]; then
+  IFS=: read -r cn ch cf <<<"${crow}"
+  reads="$(awk -v f="${cf}" 'BEGIN { printf "%g", f * 5000 }')"
+  writes="$(awk -v f="${cf}" 'BEGIN { printf "%g", f * 1000 }')"
+  echo "bench: fleet: running fleet at ${cn} nodes with the keys at ${cf} × their thresholds on ${ch} nodes" >&2
+  orchestrate "${work}/runs-concentrated" "${work}/report-concentrated.md" --nodes "${cn}" --hot-nodes "${ch}" \
+    --viral-rate "${reads}" --counter-rate "${writes}" --reads-threshold 5000 --writes-threshold 1000 --sustain-for 1s \
+    --designs fleet --fleet-heatsink "${work}/fleet-heatsink" --fleet-nodesim "${work}/fleet-nodesim" \
+    --json "${json%.json}.concentrated.json" || status=$?
+  echo "### The keys at ${cf} × their thresholds on ${ch} of ${cn} nodes"
+  echo
+  cat "${work}/report-concentrated.md"
 fi
 if [[ ${#notes[@]} -gt 0 ]]; then
   printf '%s\n' "${notes[@]}"

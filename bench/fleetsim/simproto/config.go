@@ -54,6 +54,11 @@ type Config struct {
 	HotStart, HotDuration  time.Duration
 	ViralKey, CounterKey   string
 	ViralRate, CounterRate float64
+	// HotNodes, if between 1 and Nodes, concentrates the viral key and the
+	// counter on that many nodes (every Nodes/HotNodes-th, from node 0),
+	// still spread evenly over their sidecars; 0 spreads them over every
+	// node. The background is spread over every node either way.
+	HotNodes int
 	// Duration is the whole run after ready: warm-up (background only)
 	// until HotStart, the hot event, then rest (no traffic) until Duration.
 	Duration time.Duration
@@ -100,6 +105,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.Float64Var(&c.ViralRate, "viral-rate", c.ViralRate, "reads per second of the viral key over all nodes")
 	fs.StringVar(&c.CounterKey, "counter-key", c.CounterKey, "the counter written by every sidecar during the hot event")
 	fs.Float64Var(&c.CounterRate, "counter-rate", c.CounterRate, "writes per second of the counter over all nodes")
+	fs.IntVar(&c.HotNodes, "hot-nodes", c.HotNodes, "concentrate the viral key and the counter on this many nodes (every nodes/hot-nodes-th); 0: every node")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "the whole run after ready (warm-up, hot event, rest)")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", c.StartTimeout, "bound on the start-up before ready")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the background's random keys")
@@ -108,7 +114,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 // Args renders c as the flags Bind reads.
 func (c *Config) Args() []string {
 	f := func(v float64) string { return fmt.Sprintf("%g", v) }
-	return []string{
+	args := []string{
 		"--nodes", fmt.Sprint(c.Nodes), "--sidecars-per-node", fmt.Sprint(c.SidecarsPerNode),
 		"--namespace", c.Namespace, "--policy", c.Policy, "--policies", fmt.Sprint(c.Policies),
 		"--kubeconfig", c.Kubeconfig, "--manager-fleet", c.ManagerFleet, "--token", c.Token,
@@ -120,6 +126,10 @@ func (c *Config) Args() []string {
 		"--duration", c.Duration.String(), "--start-timeout", c.StartTimeout.String(),
 		"--seed", fmt.Sprint(c.Seed),
 	}
+	if c.HotNodes > 0 { // only when set: a simulator built before the flag still runs
+		args = append(args, "--hot-nodes", fmt.Sprint(c.HotNodes))
+	}
+	return args
 }
 
 // MaxSidecarsPerNode bounds SidecarsPerNode so that SidecarIP stays in one
@@ -149,6 +159,9 @@ func (c *Config) Validate() error {
 		if r < 0 || r > MaxRate {
 			bad("%s %g: want 0..%g operations per second", name, r, float64(MaxRate))
 		}
+	}
+	if c.HotNodes < 0 || c.HotNodes > c.Nodes {
+		bad("--hot-nodes %d: want 0..--nodes (%d)", c.HotNodes, c.Nodes)
 	}
 	if c.BackgroundKeys < 1 {
 		bad("--background-keys %d: want at least 1", c.BackgroundKeys)

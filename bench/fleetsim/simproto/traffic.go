@@ -192,8 +192,11 @@ func (g *nodeTraffic) advance(bg, hot time.Duration) {
 		}
 		g.stats.Calls++
 	}
-	v := share(owed(g.c.ViralRate, hot), g.node, g.nodes)
-	w := share(owed(g.c.CounterRate, hot), g.node, g.nodes)
+	v, w := uint64(0), uint64(0)
+	if i, n, ok := hotShare(g.node, g.nodes, g.c.HotNodes); ok {
+		v = share(owed(g.c.ViralRate, hot), i, n)
+		w = share(owed(g.c.CounterRate, hot), i, n)
+	}
 	for k := range g.hot {
 		h := &g.hot[k]
 		n := len(h.sidecars)
@@ -217,6 +220,20 @@ func (g *nodeTraffic) advance(bg, hot time.Duration) {
 			h.counterSent = w
 		}
 	}
+}
+
+// hotShare places node among the nodes the hot keys go to (Config.HotNodes:
+// every nodes/hotNodes-th when set, else every node): its index i of n, and
+// whether it is one of them.
+func hotShare(node, nodes, hotNodes int) (i, n int, ok bool) {
+	if hotNodes <= 0 || hotNodes >= nodes {
+		return node, nodes, true
+	}
+	stride := nodes / hotNodes
+	if node%stride != 0 || node/stride >= hotNodes {
+		return 0, 0, false
+	}
+	return node / stride, hotNodes, true
 }
 
 func clamp32(v uint64) uint32 { return uint32(min(v, 1<<32-1)) }

@@ -115,7 +115,8 @@ func (w *versionWatch) offer(obj any) {
 	for i, e := range t.Entries {
 		keys[i] = e.Key
 	}
-	w.versions = append(w.versions, seenVersion{Policy: w.policy, Version: t.Version, At: at, Keys: keys})
+	w.versions = append(w.versions, seenVersion{Policy: w.policy, Version: t.Version, At: at, Keys: keys,
+		Hot: stateTimes(cm.Data[managerStateKey])})
 	select {
 	case w.changed <- struct{}{}:
 	default:

@@ -17,6 +17,8 @@ type seenVersion struct {
 	Version int64     `json:"version"`
 	At      time.Time `json:"at"`
 	Keys    []string  `json:"keys"`
+	// Hot are the hot keys' timers in the version's manager state (hops.go).
+	Hot map[string]keyTimes `json:"hot,omitempty"`
 }
 
 // sidecarEvent is one simulated sidecar accepting a table version.

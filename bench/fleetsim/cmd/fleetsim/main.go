@@ -70,6 +70,7 @@ func run() int {
 	rest := fs.Duration("rest", 15*time.Second, "rest: no traffic")
 	fs.Float64Var(&t.BackgroundRate, "background-rate", t.BackgroundRate, "Zipf background ops/s over all nodes")
 	fs.Float64Var(&t.ViralRate, "viral-rate", t.ViralRate, "viral key reads/s over all nodes")
+	fs.IntVar(&t.HotNodes, "hot-nodes", t.HotNodes, "concentrate the viral key and the counter on this many nodes of each size (every nodes/hot-nodes-th); 0: every node")
 	fs.Float64Var(&t.CounterRate, "counter-rate", t.CounterRate, "counter writes/s over all nodes")
 	fs.Int64Var(&t.Seed, "seed", t.Seed, "seed of the background")
 	fs.DurationVar(&t.StartTimeout, "start-timeout", 4*time.Minute, "bound on a node simulator's start-up")
@@ -174,7 +175,7 @@ func run() int {
 	load, _ := os.ReadFile("/proc/loadavg")
 	writeReport(os.Stdout, params{reads: *reads, writes: *writes, sustainFor: *sustain, viralRate: t.ViralRate, counterRate: t.CounterRate,
 		backgroundRate: t.BackgroundRate, warmup: *warmup, hot: *hot, rest: *rest, sidecarsPerNode: *spn,
-		policies: t.Policies, cores: runtime.NumCPU(), load: strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "), leaderElection: le}, results)
+		policies: t.Policies, hotNodes: t.HotNodes, cores: runtime.NumCPU(), load: strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "), leaderElection: le}, results)
 	if ctx.Err() != nil {
 		return 1
 	}

@@ -173,6 +173,15 @@ type params struct {
 	load                   string
 	leaderElection         string
 	policies               int
+	hotNodes               int
+}
+
+// hotNodesText says where the hot keys' traffic goes when concentrated.
+func hotNodesText(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("The viral key and the counter go to %d nodes only (every nodes/%d-th, evenly over their sidecars): the rates below are theirs alone. ", n, n)
 }
 
 func policiesText(n int) string {
@@ -187,7 +196,7 @@ func writeReport(w io.Writer, p params, results []*Result) {
 	fmt.Fprintf(w, "## Fleet simulator: today's design (legacy) against the fleet design\n\n")
 	fmt.Fprintf(w, "Each row is one run on a fresh kube-apiserver + etcd, with the design's real `heatsink manager` (a process; %s) and its node simulator (a process: N simulated nodes running the design's real node-agent code, %d simulated sidecars per node sending real wire batches and following routing as that design's sidecar does). "+
 		"%s: %d reads/s and %d writes/s thresholds, sustainFor %s, split enabled. "+
-		"Traffic, spread evenly over every sidecar: a Zipf background of %.0f ops/s for the warm-up (%s) and the hot event (%s); during the hot event a viral key read at %.0f/s (%.3g × the read threshold) and a counter written at %.0f/s (%.3g × the write threshold); then rest (%s, no traffic).\n\n",
+		hotNodesText(p.hotNodes)+"Traffic, spread evenly over every sidecar: a Zipf background of %.0f ops/s for the warm-up (%s) and the hot event (%s); during the hot event a viral key read at %.0f/s (%.3g × the read threshold) and a counter written at %.0f/s (%.3g × the write threshold); then rest (%s, no traffic).\n\n",
 		p.leaderElection, p.sidecarsPerNode, policiesText(p.policies), p.reads, p.writes, p.sustainFor, p.backgroundRate, p.warmup, p.hot,
 		p.viralRate, p.viralRate/float64(p.reads), p.counterRate, p.counterRate/float64(p.writes), p.rest)
 	fmt.Fprintf(w, "Detected: from the hot event's start to the first routing ConfigMap version holding the key, as a watch of the ConfigMap saw it. "+
@@ -202,6 +211,7 @@ func writeReport(w io.Writer, p params, results []*Result) {
 	}
 	fmt.Fprintln(w)
 	writeCosts(w, results)
+	writeHops(w, p.sustainFor, results)
 	fmt.Fprintln(w, "Requests per second by verb and resource (the busiest eight of each phase):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| design | nodes | at rest | hot event | after |")

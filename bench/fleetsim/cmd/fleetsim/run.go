@@ -74,7 +74,10 @@ type Result struct {
 	StartupSeconds float64   `json:"startupSeconds,omitempty"`
 	Viral          Detection `json:"viral"`
 	Counter        Detection `json:"counter"`
-	FanOut         FanOut    `json:"fanOut"`
+	// Hops are the hot keys' reaction hop by hop ("viral", "counter"; the
+	// first policy's; hops.go).
+	Hops   map[string]*Hops `json:"hops,omitempty"`
+	FanOut FanOut           `json:"fanOut"`
 	// AgentFanOut is the same versions from the routing ConfigMap to the
 	// node agents holding them (a design's agentRouting events; none for a
 	// design without agents): the one centralised step of the fan-out.
@@ -521,6 +524,13 @@ loop:
 	}
 	if !hotAt.IsZero() {
 		res.Viral, res.Counter = mergeDetections(vd, vl), mergeDetections(cd, cl)
+		vs, ev := versions[0].snapshot(), eventsOf(events, 0, &tc)
+		res.Hops = map[string]*Hops{}
+		for name, key := range map[string]string{"viral": tc.ViralKeyOf(0), "counter": tc.CounterKeyOf(0)} {
+			if h := hopsOf(vs, key, hotAt, s.sustainFor, agentEvents[0], ev, s.sidecarsPerNode); h != nil {
+				res.Hops[name] = h
+			}
+		}
 	}
 	return res
 }

@@ -1,0 +1,51 @@
+package hub
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+)
+
+// TestCandidatePinnedAtOnce: a summary that puts a key not pinned in the
+// warm band gets it pinned (a new directive) without waiting for a sweep:
+// the fake clock never moves, so no sweep tick comes.
+func TestCandidatePinnedAtOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	h, err := New(Options{Addr: "127.0.0.1:0", Token: "t", Clock: clk, WarmUp: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if _, err := h.Addr(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const id = "ns/p"
+	h.SetPolicy(id, Params{Thresholds: Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}, Window: 10 * time.Second, ReportInterval: time.Second, TopK: 8})
+	h.UpsertPod("ns/a", "node-a", agentlink.Pod{IP: "10.0.0.1", Policy: id})
+	pins := func() []string {
+		h.mu.RLock()
+		defer h.mu.RUnlock()
+		return slices.Clone(h.policies[id].dir.Pins)
+	}
+	summary := func(seq uint64, reads float64) *agentlink.Summary {
+		return &agentlink.Summary{Node: "node-a", Session: 1, Seq: seq, Policies: []agentlink.PolicySummary{{
+			Policy: id, Keys: []agentlink.KeyRates{{Key: "cool", Reads: 100}, {Key: "warm", Reads: reads}}}}}
+	}
+	h.Ingest(summary(1, 1000)) // cold: nothing to pin
+	if p := pins(); len(p) != 0 {
+		t.Fatalf("pins %v with every key cold", p)
+	}
+	h.Ingest(summary(2, 4500)) // 0.9 × the threshold: warm
+	eventually.True(t, 20*time.Second, "the warm key pinned without a sweep tick", func() bool {
+		return slices.Equal(pins(), []string{"warm"})
+	})
+}
