@@ -13,7 +13,9 @@
 // the keys are detected, routed and relieved, measured from Redis INFO as
 // the demo does; an upgrade with a changed value keeps the routing table and
 // breaks no client; the counter is exact; the policy is deleted and heatsink
-// uninstalled with nothing stuck. The Helm install turns the node agent's
+// uninstalled with nothing stuck. A third pass installs the previous
+// release and upgrades it to this one, then rolls the workload onto this
+// release's sidecar (upgrade_test.go). The Helm install turns the node agent's
 // capture on, and a Deployment without the sidecar has its hot key shown by
 // a policy in Observe mode (capture_test.go). Each step's time, the pods' restarts and
 // the sidecar's and node agent's RSS are written to $E2E_OUT/report.md.
