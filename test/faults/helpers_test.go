@@ -179,6 +179,25 @@ type proxyProcess struct {
 // listening on a free port, in front of upstream.
 func startProxyProcess(t *testing.T, upstream string, prefix []string, flags ...string) *proxyProcess {
 	t.Helper()
+	// The ports are free when chosen, not reserved: a test package running
+	// in parallel may bind one first. The sidecar then exits at once with
+	// "address already in use", and a new pair of ports is tried.
+	for attempt := 1; ; attempt++ {
+		pp, err := tryProxyProcess(t, upstream, prefix, flags...)
+		if err == nil {
+			return pp
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v", attempt, err)
+	}
+}
+
+// tryProxyProcess starts `heatsink sidecar` on two ports free when chosen
+// and waits until it answers PING; it returns an error if it exits first.
+func tryProxyProcess(t *testing.T, upstream string, prefix []string, flags ...string) (*proxyProcess, error) {
+	t.Helper()
 	bin := heatsinkbin.Path(t)
 	port := freePort(t, false)
 	pp := &proxyProcess{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
@@ -212,7 +231,7 @@ func startProxyProcess(t *testing.T, upstream string, prefix []string, flags ...
 	})
 	c := redis.NewClient(&redis.Options{Addr: pp.addr, MaxRetries: -1})
 	defer c.Close()
-	eventually.Succeeds(t, 30*time.Second, func() error {
+	err = eventually.Poll(context.Background(), 30*time.Second, func() error {
 		select {
 		case <-pp.done:
 			return eventually.Permanent(fmt.Errorf("heatsink sidecar exited: %s", pp.log()))
@@ -220,7 +239,10 @@ func startProxyProcess(t *testing.T, upstream string, prefix []string, flags ...
 		}
 		return c.Ping(context.Background()).Err()
 	})
-	return pp
+	if err != nil {
+		return nil, err
+	}
+	return pp, nil
 }
 
 func (pp *proxyProcess) log() string {
