@@ -106,8 +106,8 @@ func TestInjectNoRoutingFileForHiddenKeyNames(t *testing.T) {
 			policy := testPolicy("shop", "catalogue")
 			policy.Spec.KeyNames = tc.policy
 			webhook.Inject(pod, policy, webhook.InjectorConfig{Image: testImage, RoutingFile: true, KeyNamesLeast: tc.least})
-			if got := envOf(pod.Spec.InitContainers[0])["HEATSINK_ROUTING_FILE"]; got != "" {
-				t.Errorf("HEATSINK_ROUTING_FILE = %q, want none", got)
+			if got := envOf(pod.Spec.InitContainers[0])[injectlink.EnvRoutingFile]; got != "" {
+				t.Errorf("%s = %q, want none", injectlink.EnvRoutingFile, got)
 			}
 			for _, v := range pod.Spec.Volumes {
 				if v.Name == webhook.RoutingVolumeName {

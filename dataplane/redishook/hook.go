@@ -375,6 +375,14 @@ func store(cmd redis.Cmder, r engine.Reply) error {
 		return setVal(cmd, r.Str)
 	case engine.ReplyBulk:
 		return setVal(cmd, string(r.Bulk))
+	}
+	return storeCollection(cmd, r)
+}
+
+// storeCollection sets cmd's value from the replies of a collection split
+// by member (a map, a score, scored pairs, an array or a set).
+func storeCollection(cmd redis.Cmder, r engine.Reply) error {
+	switch r.Kind {
 	case engine.ReplyMap: // HGETALL of a hash split by field
 		switch c := cmd.(type) {
 		case *redis.MapStringStringCmd:
