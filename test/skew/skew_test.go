@@ -60,7 +60,8 @@ type node struct {
 // and a redis-server of its own, so every pairing must itself carry its
 // key's counts to the manager, follow the table and apply the moves:
 // local cache, coalescing and replication of a read-hot key (its copies
-// filled by the manager and read by the sidecar), a split counter exact.
+// filled by the manager and read by the sidecar), a split, pre-aggregated
+// counter exact.
 func TestSkewThisManager(t *testing.T) {
 	runMatrix(t, "this", []node{
 		{"node-a", "previous", "previous"},
@@ -248,6 +249,28 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 		}
 		return false
 	})
+	// Pre-aggregation: the sidecar sums the increments and flushes them
+	// every 100 ms, so Redis takes fewer INCRBYs than the client sends
+	// INCRs (one each without it).
+	eventually.True(t, 30*time.Second, "the table pre-aggregates "+ctr, func() bool {
+		e := entry(t, cp, policy, ctr)
+		return e != nil && e.PreAggregate != nil
+	})
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		i0, r0 := incrs.Load(), redisCalls(t, direct, "incr", "incrby")
+		if err := eventually.Poll(ctx, 10*time.Second, func() error {
+			if incrs.Load()-i0 < 100 {
+				return fmt.Errorf("%d INCRs", incrs.Load()-i0)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if sent, r := incrs.Load()-i0, redisCalls(t, direct, "incr", "incrby")-r0; r > sent/2 {
+			return fmt.Errorf("Redis took %d INCR/INCRBYs for the client's %d INCRs of the pre-aggregated counter: the sidecar does not apply pre-aggregation", r, sent)
+		}
+		return nil
+	})
 	i0 := incrs.Load()
 	eventually.True(t, 30*time.Second, "100 increments of the split counter", func() bool { return incrs.Load()-i0 >= 100 })
 	stopLoad()
@@ -332,8 +355,8 @@ func checkReplicated(t *testing.T, cp *controlplane.ControlPlane, direct *redis.
 }
 
 // createPolicy creates the policy of one node's Redis, its defaults
-// applied (no webhook runs): coalesce, local cache, replicate and split
-// allowed, low thresholds.
+// applied (no webhook runs): coalesce, local cache, replicate, split and
+// pre-aggregate allowed, low thresholds.
 func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string) {
 	t.Helper()
 	on := ptr.To(true)
@@ -348,10 +371,11 @@ func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string
 			SustainFor: d(time.Second), Cooldown: d(30 * time.Second), HysteresisPercent: 20},
 		Capacity: v1alpha1.Capacity{PerShardWritesPerSecond: writeThreshold, PerShardReadsPerSecond: perShardReads, HeadroomPercent: 25},
 		Mitigations: v1alpha1.Mitigations{
-			Coalesce:   v1alpha1.Coalesce{Enabled: on},
-			LocalCache: v1alpha1.LocalCache{Enabled: on, TTL: d(time.Second), JitterPercent: 10},
-			Replicate:  v1alpha1.Replicate{Enabled: on, MaxReplicas: maxReplicas},
-			Split:      v1alpha1.Split{Enabled: on, MaxShards: 4, Epoch: d(2 * time.Second)},
+			Coalesce:     v1alpha1.Coalesce{Enabled: on},
+			LocalCache:   v1alpha1.LocalCache{Enabled: on, TTL: d(time.Second), JitterPercent: 10},
+			Replicate:    v1alpha1.Replicate{Enabled: on, MaxReplicas: maxReplicas},
+			Split:        v1alpha1.Split{Enabled: on, MaxShards: 4, Epoch: d(2 * time.Second)},
+			PreAggregate: v1alpha1.PreAggregate{Enabled: on},
 		},
 	}
 	v1alpha1.SetDefaults(&p.Spec)
@@ -409,15 +433,25 @@ func entry(t *testing.T, cp *controlplane.ControlPlane, policy, key string) *rou
 // redisGets is how many GETs Redis has served (INFO commandstats).
 func redisGets(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
+	return redisCalls(t, c, "get")
+}
+
+// redisCalls is how many calls of the commands Redis has served (INFO
+// commandstats).
+func redisCalls(t *testing.T, c *redis.Client, cmds ...string) int64 {
+	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sum int64
 	for _, l := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(l, "cmdstat_get:calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
+		for _, cmd := range cmds {
+			if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				sum += n
+			}
 		}
 	}
-	return 0
+	return sum
 }
