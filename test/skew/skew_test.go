@@ -38,6 +38,12 @@ const (
 	namespace      = "skew"
 	readThreshold  = 50 // per second
 	writeThreshold = 20 // per second
+	// perShardReads is what one physical key may serve: the hot key's
+	// 200 GETs/s (250 with the 25 % headroom) need copies, ceil(250/60) = 5,
+	// clamped to maxReplicas, which holds the count (and so the copies'
+	// names) steady while the load's rate varies by half.
+	perShardReads = 60 // per second
+	maxReplicas   = 3
 )
 
 // node is one simulated node of the matrix: its node agent's version and
@@ -53,7 +59,9 @@ type node struct {
 // DaemonSet rolls and pods are recreated. Each node's pod has a policy
 // and a redis-server of its own, so every pairing must itself carry its
 // key's counts to the manager, follow the table and apply the moves:
-// local cache and coalescing of a read-hot key, a split counter exact.
+// local cache, coalescing and replication of a read-hot key (its copies
+// filled by the manager and read by the sidecar), a split, pre-aggregated
+// counter exact.
 func TestSkewThisManager(t *testing.T) {
 	runMatrix(t, "this", []node{
 		{"node-a", "previous", "previous"},
@@ -125,7 +133,12 @@ func runMatrix(t *testing.T, manager string, nodes []node) {
 // the pod under its sidecar's version (tag).
 func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, sidecarBin, tag string, n node, statusVersions bool) {
 	ctx := context.Background()
-	srv, err := redisproc.Start(ctx, redisproc.Options{})
+	// LFU with a log factor of 0 and no decay makes OBJECT FREQ an exact
+	// count of a key's reads and writes (from 5, a new key's), without
+	// itself counting: how the replicate check sees which copies the
+	// sidecar reads. With no maxmemory nothing is evicted.
+	srv, err := redisproc.Start(ctx, redisproc.Options{ExtraArgs: []string{
+		"--maxmemory-policy", "allkeys-lfu", "--lfu-log-factor", "0", "--lfu-decay-time", "0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +170,7 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	if err := direct.Set(ctx, hot, "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var gets, incrs, incrErrs atomic.Int64
+	var gets, wrongGets, incrs, incrErrs atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	// Bounded loads: 200 reads/s and 100 increments/s at most, for 120 s at
@@ -180,8 +193,11 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	}
 	wg.Add(2)
 	go load(5*time.Millisecond, func() {
-		if err := c.Get(ctx, hot).Err(); err == nil {
+		if v, err := c.Get(ctx, hot).Result(); err == nil {
 			gets.Add(1)
+			if v != "v" {
+				wrongGets.Add(1)
+			}
 		}
 	})
 	go load(10*time.Millisecond, func() {
@@ -217,6 +233,7 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 		}
 		return nil
 	})
+	checkReplicated(t, cp, direct, policy, hot)
 	// The write move: the counter splits, and the sidecar writes its
 	// shards.
 	eventually.True(t, 90*time.Second, "the table splits "+ctr, func() bool {
@@ -232,6 +249,28 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 		}
 		return false
 	})
+	// Pre-aggregation: the sidecar sums the increments and flushes them
+	// every 100 ms, so Redis takes fewer INCRBYs than the client sends
+	// INCRs (one each without it).
+	eventually.True(t, 30*time.Second, "the table pre-aggregates "+ctr, func() bool {
+		e := entry(t, cp, policy, ctr)
+		return e != nil && e.PreAggregate != nil
+	})
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		i0, r0 := incrs.Load(), redisCalls(t, direct, "incr", "incrby")
+		if err := eventually.Poll(ctx, 10*time.Second, func() error {
+			if incrs.Load()-i0 < 100 {
+				return fmt.Errorf("%d INCRs", incrs.Load()-i0)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if sent, r := incrs.Load()-i0, redisCalls(t, direct, "incr", "incrby")-r0; r > sent/2 {
+			return fmt.Errorf("Redis took %d INCR/INCRBYs for the client's %d INCRs of the pre-aggregated counter: the sidecar does not apply pre-aggregation", r, sent)
+		}
+		return nil
+	})
 	i0 := incrs.Load()
 	eventually.True(t, 30*time.Second, "100 increments of the split counter", func() bool { return incrs.Load()-i0 >= 100 })
 	stopLoad()
@@ -241,6 +280,9 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	// policy is deleted (the manager folds the shards back).
 	want := incrs.Load()
 	t.Logf("%s: %d GETs, %d INCRs acknowledged, %d refused", n.name, gets.Load(), want, incrErrs.Load())
+	if w := wrongGets.Load(); w > 0 {
+		t.Errorf("%s: %d GETs of %s through the sidecar did not return its value", n.name, w, hot)
+	}
 	got, err := c.Get(ctx, ctr).Int64()
 	if err != nil || got != want {
 		t.Errorf("%s: the split counter reads %d (%v) through the sidecar, want %d", n.name, got, err, want)
@@ -270,9 +312,51 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	}
 }
 
+// checkReplicated checks the replicate move of the read-hot key hot: the
+// table replicates it, the manager filled every copy with the value, and
+// the sidecar reads the copies. The manager writes each copy at most twice
+// (its fill, and one refill once the table reached every sidecar:
+// decide.Fills), so a copy's OBJECT FREQ over 5 (a new key's) + 2 counts
+// reads, which only a sidecar following the move sends: the client reads
+// the base key's name alone.
+func checkReplicated(t *testing.T, cp *controlplane.ControlPlane, direct *redis.Client, policy, hot string) {
+	t.Helper()
+	ctx := context.Background()
+	var copies []string
+	eventually.True(t, 60*time.Second, "the table replicates "+hot, func() bool {
+		e := entry(t, cp, policy, hot)
+		if e == nil || e.Replicate == nil {
+			return false
+		}
+		copies = routing.ReplicaKeys(hot, int(e.Replicate.Replicas))
+		return true
+	})
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		read := 0
+		for _, k := range copies {
+			f, err := direct.ObjectFreq(ctx, k).Result()
+			if err != nil {
+				return fmt.Errorf("copy %s of %s: %v (not filled?)", k, hot, err)
+			}
+			if f > 5+2 {
+				read++
+			}
+		}
+		if read == 0 {
+			return fmt.Errorf("no copy of %s read: the sidecar does not apply replicate", hot)
+		}
+		return nil
+	})
+	for _, k := range copies {
+		if v, err := direct.Get(ctx, k).Result(); err != nil || v != "v" {
+			t.Errorf("copy %s of %s holds %q (%v), want the value", k, hot, v, err)
+		}
+	}
+}
+
 // createPolicy creates the policy of one node's Redis, its defaults
-// applied (no webhook runs): coalesce, local cache and split allowed, low
-// thresholds.
+// applied (no webhook runs): coalesce, local cache, replicate, split and
+// pre-aggregate allowed, low thresholds.
 func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string) {
 	t.Helper()
 	on := ptr.To(true)
@@ -285,11 +369,13 @@ func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string
 		Detection: v1alpha1.Detection{Window: d(2 * time.Second), ReportInterval: d(500 * time.Millisecond), TopK: 64},
 		Thresholds: v1alpha1.Thresholds{ReadsPerSecond: readThreshold, WritesPerSecond: writeThreshold,
 			SustainFor: d(time.Second), Cooldown: d(30 * time.Second), HysteresisPercent: 20},
-		Capacity: v1alpha1.Capacity{PerShardWritesPerSecond: writeThreshold, HeadroomPercent: 25},
+		Capacity: v1alpha1.Capacity{PerShardWritesPerSecond: writeThreshold, PerShardReadsPerSecond: perShardReads, HeadroomPercent: 25},
 		Mitigations: v1alpha1.Mitigations{
-			Coalesce:   v1alpha1.Coalesce{Enabled: on},
-			LocalCache: v1alpha1.LocalCache{Enabled: on, TTL: d(time.Second), JitterPercent: 10},
-			Split:      v1alpha1.Split{Enabled: on, MaxShards: 4, Epoch: d(2 * time.Second)},
+			Coalesce:     v1alpha1.Coalesce{Enabled: on},
+			LocalCache:   v1alpha1.LocalCache{Enabled: on, TTL: d(time.Second), JitterPercent: 10},
+			Replicate:    v1alpha1.Replicate{Enabled: on, MaxReplicas: maxReplicas},
+			Split:        v1alpha1.Split{Enabled: on, MaxShards: 4, Epoch: d(2 * time.Second)},
+			PreAggregate: v1alpha1.PreAggregate{Enabled: on},
 		},
 	}
 	v1alpha1.SetDefaults(&p.Spec)
@@ -347,15 +433,25 @@ func entry(t *testing.T, cp *controlplane.ControlPlane, policy, key string) *rou
 // redisGets is how many GETs Redis has served (INFO commandstats).
 func redisGets(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
+	return redisCalls(t, c, "get")
+}
+
+// redisCalls is how many calls of the commands Redis has served (INFO
+// commandstats).
+func redisCalls(t *testing.T, c *redis.Client, cmds ...string) int64 {
+	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sum int64
 	for _, l := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(l, "cmdstat_get:calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
+		for _, cmd := range cmds {
+			if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				sum += n
+			}
 		}
 	}
-	return 0
+	return sum
 }
