@@ -2,9 +2,7 @@ package controllers_test
 
 import (
 	"context"
-	"encoding/json"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/heatsink-dev/heatsink/controllers/hub"
 	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/scheme"
+	"github.com/heatsink-dev/heatsink/internal/testing/agentwatch"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 )
 
@@ -69,36 +68,16 @@ func captureCacheOptions() map[client.Object]cache.ByObject {
 // t after timeout, with the last directive seen.
 func directiveUntil(t *testing.T, addr, policy string, since time.Time, timeout time.Duration, ok func(*agentlink.Directive) bool) *agentlink.Directive {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	var last *agentlink.Directive
-	for ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+agentlink.PathWatch+"?node=node-a", nil)
-		agentlink.SetToken(req, "feed")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil { // the hub serves once the manager leads
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
+	if agentwatch.Read(addr, "node-a", "feed", timeout, func(ev *agentlink.Event) bool {
+		if ev.Type != agentlink.TypePolicy || ev.Directive.Policy != policy {
+			return false
 		}
-		dec := json.NewDecoder(resp.Body)
-		for {
-			ev, err := agentlink.DecodeEvent(dec)
-			if err != nil {
-				break
-			}
-			if ev.Type == agentlink.TypePolicy && ev.Directive.Policy == policy {
-				last = ev.Directive
-				if ok(last) {
-					resp.Body.Close()
-					t.Logf("directive of %s as expected after %v: %d endpoints", policy, time.Since(since).Round(time.Millisecond), len(last.Endpoints))
-					return last
-				}
-			}
-		}
-		resp.Body.Close()
+		last = ev.Directive
+		return ok(last)
+	}) {
+		t.Logf("directive of %s as expected after %v: %d endpoints", policy, time.Since(since).Round(time.Millisecond), len(last.Endpoints))
+		return last
 	}
 	t.Fatalf("no directive of %s as expected within %v; the last: %+v", policy, timeout, last)
 	return nil

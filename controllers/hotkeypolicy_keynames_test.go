@@ -1,10 +1,8 @@
 package controllers
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
 	"github.com/heatsink-dev/heatsink/internal/keynames"
+	"github.com/heatsink-dev/heatsink/internal/testing/agentwatch"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -204,35 +203,21 @@ func keyNamesFlows(t *testing.T, env *flowEnv) {
 // does, until a routing table of policy satisfies ok, and returns it.
 func agentRouting(t *testing.T, addr, node, policy string, ok func(*routing.Table) bool) *routing.Table {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	var last string
-	for ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+agentlink.PathWatch+"?node="+node, nil)
-		agentlink.SetToken(req, "test")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
+	var tbl *routing.Table
+	if agentwatch.Read(addr, node, "test", 20*time.Second, func(ev *agentlink.Event) bool {
+		if ev.Type != agentlink.TypeRouting || ev.Routing.Policy != policy {
+			return false
 		}
-		dec := json.NewDecoder(resp.Body)
-		for {
-			ev, err := agentlink.DecodeEvent(dec)
-			if err != nil {
-				break
-			}
-			if ev.Type == agentlink.TypeRouting && ev.Routing.Policy == policy {
-				last = string(ev.Routing.Table)
-				if tbl, err := routing.Parse(ev.Routing.Table); err == nil && ok(tbl) {
-					resp.Body.Close()
-					return tbl
-				}
-			}
+		last = string(ev.Routing.Table)
+		t, err := routing.Parse(ev.Routing.Table)
+		if err != nil || !ok(t) {
+			return false
 		}
-		resp.Body.Close()
+		tbl = t
+		return true
+	}) {
+		return tbl
 	}
 	t.Fatalf("no routing table of %s as expected for node %s; the last: %s", policy, node, last)
 	return nil
