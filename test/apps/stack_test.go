@@ -10,27 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers"
-	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/dataplane/sidecar"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
-	"github.com/heatsink-dev/heatsink/nodeagent"
+	"github.com/heatsink-dev/heatsink/internal/testing/fleetstack"
 )
 
 // The demo's stack, as `make demo` runs it: a kube-apiserver, the manager
@@ -81,82 +71,15 @@ func startFleet(t *testing.T) *fleet {
 	return theFleet
 }
 
-func newFleet() (_ *fleet, err error) {
-	ctrllog.SetLogger(logr.Discard())
-	cp, err := controlplane.Start(controlplane.Options{})
+// newFleet starts the control side with the demo's two node agents.
+func newFleet() (*fleet, error) {
+	fs, err := fleetstack.Start(namespace, token, nodes...)
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{cp: cp}
-	ctx, cancel := context.WithCancel(context.Background())
-	var done []chan struct{}
-	f.stop = func() {
-		cancel()
-		for _, d := range done {
-			<-d
-		}
-		_ = cp.Stop()
-	}
-	defer func() {
-		if err != nil {
-			f.stop()
-		}
-	}()
-	if err := cp.CreateNamespace(ctx, namespace); err != nil {
-		return nil, err
-	}
-	opts := cp.ManagerOptions()
-	opts.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
-	opts.Cache = cache.Options{ByObject: map[crclient.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
-		&corev1.Pod{}:       controllers.PodCacheOptions(),
-	}}
-	mgr, err := ctrl.NewManager(cp.Config, opts)
-	if err != nil {
-		return nil, err
-	}
-	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: token})
-	if err != nil {
-		return nil, err
-	}
-	// As the demo: every part is on this machine, a table reaches the
-	// sidecars within milliseconds, so a split is announced 1 s ahead.
-	// The policies name their Redis by address, as an installer that
-	// enables raw addresses allows (targets.allowRawAddresses): which
-	// Redis a policy may reach is not what this test is about.
-	r := &controllers.HotKeyPolicyReconciler{Margin: time.Second, Fleet: h, RedisTimeout: 5 * time.Second,
-		SkipNameValidation: true, Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
-		Targets: targets.Options{AllowRawAddresses: true}}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	mgrDone := make(chan struct{})
-	done = append(done, mgrDone)
-	go func() { _ = mgr.Start(ctx); close(mgrDone) }()
-	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-	defer acancel()
-	addr, err := h.Addr(actx)
-	if err != nil {
-		return nil, fmt.Errorf("fleet server: %w", err)
-	}
-	for _, node := range nodes {
-		d, err := nodeagent.New(nodeagent.Options{NodeName: node, ListenAddr: "127.0.0.1:0", Manager: addr, Token: token,
-			Registerer: prometheus.NewRegistry()})
-		if err != nil {
-			return nil, err
-		}
-		agentDone := make(chan struct{})
-		done = append(done, agentDone)
-		go func() { _ = d.Run(ctx); close(agentDone) }()
-		if err := eventually.Poll(ctx, 30*time.Second, func() error {
-			if !d.Stats().Connected {
-				return fmt.Errorf("node agent %s is not connected to the manager", node)
-			}
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-		f.agents = append(f.agents, d.Addr().String())
+	f := &fleet{cp: fs.CP, stop: fs.Stop}
+	for _, a := range fs.Agents {
+		f.agents = append(f.agents, a.Counts)
 	}
 	return f, nil
 }

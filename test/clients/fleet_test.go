@@ -11,25 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers"
-	"github.com/heatsink-dev/heatsink/controllers/hub"
-	"github.com/heatsink-dev/heatsink/controllers/targets"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
-	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
-	"github.com/heatsink-dev/heatsink/nodeagent"
+	"github.com/heatsink-dev/heatsink/internal/testing/fleetstack"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -79,79 +68,13 @@ func startFleet(t *testing.T) *fleet {
 	return theFleet
 }
 
-func newFleet() (_ *fleet, err error) {
-	ctrllog.SetLogger(logr.Discard())
-	cp, err := controlplane.Start(controlplane.Options{})
+// newFleet starts the control side with its one node agent.
+func newFleet() (*fleet, error) {
+	fs, err := fleetstack.Start(namespace, "t0ken", "node-a")
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{cp: cp}
-	ctx, cancel := context.WithCancel(context.Background())
-	var done []chan struct{}
-	f.stop = func() {
-		cancel()
-		for _, d := range done {
-			<-d
-		}
-		_ = cp.Stop()
-	}
-	defer func() {
-		if err != nil {
-			f.stop()
-		}
-	}()
-	if err := cp.CreateNamespace(ctx, namespace); err != nil {
-		return nil, err
-	}
-	opts := cp.ManagerOptions()
-	opts.Controller = ctrlconfig.Controller{SkipNameValidation: ptr.To(true)}
-	opts.Cache = cache.Options{ByObject: map[crclient.Object]cache.ByObject{
-		&corev1.ConfigMap{}: {Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: "heatsink"})},
-		&corev1.Pod{}:       controllers.PodCacheOptions(),
-	}}
-	mgr, err := ctrl.NewManager(cp.Config, opts)
-	if err != nil {
-		return nil, err
-	}
-	h, err := hub.New(hub.Options{Addr: "127.0.0.1:0", Token: "t0ken"})
-	if err != nil {
-		return nil, err
-	}
-	// A split is announced 1 s ahead of an epoch boundary: every part is
-	// on this machine, the table reaches the sidecar within milliseconds.
-	r := &controllers.HotKeyPolicyReconciler{Margin: time.Second, Fleet: h, RedisTimeout: 5 * time.Second,
-		SkipNameValidation: true, Metrics: controllers.NewMetrics(prometheus.NewRegistry()),
-		Targets: targets.Options{AllowRawAddresses: true}}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	mgrDone := make(chan struct{})
-	done = append(done, mgrDone)
-	go func() { _ = mgr.Start(ctx); close(mgrDone) }()
-	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
-	defer acancel()
-	addr, err := h.Addr(actx)
-	if err != nil {
-		return nil, fmt.Errorf("fleet server: %w", err)
-	}
-	d, err := nodeagent.New(nodeagent.Options{NodeName: "node-a", ListenAddr: "127.0.0.1:0", Manager: addr, Token: "t0ken",
-		Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		return nil, err
-	}
-	agentDone := make(chan struct{})
-	done = append(done, agentDone)
-	go func() { _ = d.Run(ctx); close(agentDone) }()
-	if err := eventually.Poll(ctx, 30*time.Second, func() error {
-		if !d.Stats().Connected {
-			return fmt.Errorf("the node agent is not connected to the manager")
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	f.agentUDP, f.agentTCP = d.Addr().String(), d.RoutingAddr().String()
-	return f, nil
+	return &fleet{cp: fs.CP, stop: fs.Stop, agentUDP: fs.Agents[0].Counts, agentTCP: fs.Agents[0].Routing}, nil
 }
 
 // pod is one simulated application pod: a HotKeyPolicy of its own for the
