@@ -237,11 +237,11 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 		}
 		p.others.put(field, otherSum[int64]{write: write, sum: sum, at: now})
 	}
-	v, err := e.rc().HIncrBy(ctx, write, field, n).Result()
-	if err != nil {
-		e.m.upstreamErrors.Inc()
+	var w *redis.IntCmd
+	if err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.HIncrBy(ctx, write, field, n) }); err != nil {
 		return 0, err
 	}
+	v := w.Val()
 	total, overflow := addInt64(v, sum)
 	if overflow {
 		// Applied already (a retry would count it twice): the sum is

@@ -46,11 +46,17 @@ func (e *Engine) SAdd(ctx context.Context, key string, members []string) (int64,
 	now := e.clock.Now()
 	added := make([]*redis.IntCmd, len(members))
 	held := make([][]*redis.BoolCmd, len(members))
+	// A shard this SADD creates must carry the key's expiry: an EXISTS
+	// before the first write to each shard tells (writeMember).
+	existed := map[string]*redis.IntCmd{}
 	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, m := range members {
 			write := e.memberWritePlace(p, m, now)
 			for _, k := range without(memberPlaces(p, m), write) {
 				held[i] = append(held[i], pipe.SIsMember(ctx, k, m))
+			}
+			if _, seen := existed[write]; !seen && write != p.key {
+				existed[write] = pipe.Exists(ctx, write)
 			}
 			added[i] = pipe.SAdd(ctx, write, m)
 		}
@@ -59,6 +65,11 @@ func (e *Engine) SAdd(ctx context.Context, key string, members []string) (int64,
 	if err != nil {
 		e.m.upstreamErrors.Inc()
 		return 0, err
+	}
+	for write, ex := range existed {
+		if ex.Val() == 0 {
+			e.inheritExpiry(ctx, p, write)
+		}
 	}
 	var n int64
 	for i := range members {

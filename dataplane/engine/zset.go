@@ -137,12 +137,11 @@ func (e *Engine) ZIncrBy(ctx context.Context, key, member string, n float64) (fl
 		}
 		p.zothers.put(member, otherSum[float64]{write: write, sum: sum, at: now})
 	}
-	v, err := e.rc().ZIncrBy(ctx, write, n, member).Result()
-	if err != nil {
-		e.m.upstreamErrors.Inc()
+	var w *redis.FloatCmd
+	if err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.ZIncrBy(ctx, write, n, member) }); err != nil {
 		return 0, err
 	}
-	return v + sum, nil
+	return w.Val() + sum, nil
 }
 
 // zscorePlaces reads member's score in each of keys in one pipeline and
@@ -280,6 +279,8 @@ type baseCopy struct {
 	mu sync.Mutex
 	zs []redis.Z
 	at time.Time
+	// until is the base key's expiry when read (zero: none).
+	until time.Time
 }
 
 // base returns p's base key whole from its copy when the layout is
@@ -294,18 +295,31 @@ func (e *Engine) base(ctx context.Context, p *plan) ([]redis.Z, bool, error) {
 	c := &p.zbase
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.zs != nil && now.Sub(c.at) < settledRefresh {
+	if c.zs != nil && now.Sub(c.at) < settledRefresh && (c.until.IsZero() || time.Now().Before(c.until)) {
 		return c.zs, true, nil
 	}
-	zs, err := e.rc().ZRangeWithScores(ctx, p.key, 0, maxBaseCopy).Result()
+	var rd *redis.ZSliceCmd
+	var at *redis.Cmd
+	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		rd = pipe.ZRangeWithScores(ctx, p.key, 0, maxBaseCopy)
+		at = pipe.Do(ctx, "pexpiretime", p.key)
+		return nil
+	})
 	if err != nil {
 		e.m.upstreamErrors.Inc()
 		return nil, false, err
 	}
+	zs := rd.Val()
 	if len(zs) > maxBaseCopy {
 		return nil, false, nil
 	}
-	c.zs, c.at = zs, now
+	// The copy dies with the base key: a key given an expiry is not read
+	// from a copy past it (Redis' wall clock, not the engine's injected
+	// one, which tests may move).
+	c.zs, c.at, c.until = zs, now, time.Time{}
+	if ms, _ := at.Int64(); ms > 0 {
+		c.until = time.UnixMilli(ms)
+	}
 	return zs, true, nil
 }
 
