@@ -66,7 +66,7 @@ local p = redis.call('HGET', KEYS[2], ARGV[1])
 if p then return p end
 if (redis.call('HGET', KEYS[2], ARGV[7]) or '0') ~= ARGV[6] then return '' end
 local at = tonumber(ARGV[5])
-local gone = at > 0 and redis.call('EXISTS', KEYS[1]) == 0
+local gone = at > 0 and redis.call('PEXPIRETIME', KEYS[1]) == -2
 if ARGV[4] == 'z' then
   redis.call('ZINCRBY', KEYS[1], ARGV[2], ARGV[3])
 else
@@ -95,7 +95,7 @@ return rec
 var creditSetMember = newScript(`
 if (redis.call('HGET', KEYS[2], ARGV[4]) or '0') ~= ARGV[3] then return 0 end
 local at = tonumber(ARGV[2])
-local gone = at > 0 and redis.call('EXISTS', KEYS[1]) == 0
+local gone = at > 0 and redis.call('PEXPIRETIME', KEYS[1]) == -2
 redis.call('SADD', KEYS[1], ARGV[1])
 if gone then redis.call('PEXPIREAT', KEYS[1], at) end
 return 1
