@@ -400,3 +400,68 @@ func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberSplitRepliesAfterAnExpiryElsewhere: in a settled layout (one
+// generation of 4 shards) a process's HINCRBY and ZINCRBY replies add a
+// cached sum of the member's other places (the base key, for 10 s), and
+// its whole reads of a sorted set a cached copy of the base key. Another
+// process gives the key a 1-s expiry; once it has passed, the first
+// process's replies and reads count nothing of the expired members: they
+// equal an unsplit reference's that expired too. go-redis clients in their
+// default configuration with the engine and the hook; standalone and
+// cluster.
+func TestMemberSplitRepliesAfterAnExpiryElsewhere(t *testing.T) {
+	for _, tg := range targets(t) {
+		for _, mk := range memberKinds {
+			t.Run(tg.name+"/"+mk.typ, func(t *testing.T) {
+				ctx := context.Background()
+				admin := tg.admin
+				key, ref := "mrep:{"+tg.name+"}:"+mk.typ, "mrep:{"+tg.name+"}:"+mk.typ+":ref"
+				gen := routing.Generation{FromEpoch: 0, Shards: 4}
+				for _, x := range append([]string{key, ref}, routing.ShardKeys(key, gen)...) {
+					admin.Del(ctx, x)
+				}
+				tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: 1, EpochMillis: 60_000,
+					Entries: []routing.Entry{{Key: key, Source: routing.SourceDetected,
+						Split: &routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}}}}
+				var apps []redis.UniversalClient
+				for range 2 {
+					c := tg.newClient()
+					e := engine.New(c, engine.Options{})
+					c.AddHook(redishook.New(e))
+					t.Cleanup(func() { _ = e.Close(); _ = c.Close() })
+					e.SetTable(tbl)
+					apps = append(apps, c)
+				}
+				// Members written before the split are in the base key.
+				for i := range 8 {
+					mk.write(ctx, admin, key, i)
+					mk.write(ctx, admin, ref, i)
+				}
+				same := func(step string, got, want redis.Cmder) {
+					t.Helper()
+					if replyOf(got) != replyOf(want) {
+						t.Fatalf("%s: %s, the reference says %s", step, replyOf(got), replyOf(want))
+					}
+				}
+				if got, want := apps[1].PExpire(ctx, key, time.Second).Val(), admin.PExpire(ctx, ref, time.Second).Val(); got != want || !got {
+					t.Fatalf("PEXPIRE = %v, want %v", got, want)
+				}
+				for i := range 8 {
+					same(fmt.Sprintf("write %d", i), mk.write(ctx, apps[0], key, i), mk.write(ctx, admin, ref, i))
+				}
+				if got, want := mk.whole(ctx, apps[0], key), mk.whole(ctx, admin, ref); got != want {
+					t.Fatalf("whole read: %s, want %s", got, want)
+				}
+				gone(t, admin, key)
+				gone(t, admin, ref)
+				for i := range 8 {
+					same(fmt.Sprintf("write %d after the expiry", i), mk.write(ctx, apps[0], key, i), mk.write(ctx, admin, ref, i))
+				}
+				if got, want := mk.whole(ctx, apps[0], key), mk.whole(ctx, admin, ref); got != want {
+					t.Fatalf("whole read after the expiry: %s, want %s", got, want)
+				}
+			})
+		}
+	}
+}

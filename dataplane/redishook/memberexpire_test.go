@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,14 +65,22 @@ var memberKinds = []memberKind{
 // or EXPIREAT names a past time, or DEL/UNLINK removes the key, no
 // physical key is left.
 func TestHookMemberSplitKeyCommands(t *testing.T) {
+	gen := routing.Generation{FromEpoch: 0, Shards: 4}
 	for _, tg := range targets(t) {
+		// One engine (one hook on the application's client) for the three
+		// keys, in key order.
+		var entries []routing.Entry
+		for _, mk := range memberKinds {
+			entries = append(entries, routing.Entry{Key: "mexpiry:" + tg.name + ":" + mk.name,
+				Split: &routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}})
+		}
+		slices.SortFunc(entries, func(a, b routing.Entry) int { return strings.Compare(a.Key, b.Key) })
+		tg.hook(t, entries...)
 		for _, mk := range memberKinds {
 			t.Run(tg.name+"/"+mk.name, func(t *testing.T) {
 				ctx := context.Background()
 				k := "mexpiry:" + tg.name + ":" + mk.name
 				plain := "mexpiry:" + tg.name + ":" + mk.name + ":plain"
-				gen := routing.Generation{FromEpoch: 0, Shards: 4}
-				tg.hook(t, routing.Entry{Key: k, Split: &routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}})
 				physical := append([]string{k}, routing.ShardKeys(k, gen)...)
 				app, direct := tg.app, tg.direct
 				same := func(step string, split, ref redis.Cmder) {
