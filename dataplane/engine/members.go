@@ -27,8 +27,9 @@ import (
 // generation's shard of f, or K when that generation has no shards); the
 // fold moves a retired place's value into K with the +v/−v protocol of
 // counters. Sums are conserved by both, so every read that adds up a
-// field's places is exact. Plain HSET, HDEL and DEL are refused: a value
-// set in one place would be added to the older values of the others.
+// field's places is exact. Plain HSET and HDEL are refused: a value set in
+// one place would be added to the older values of the others. DEL and the
+// expiry commands act on every place at once (memberkeys.go, expire.go).
 
 // hashOp describes one hash command a member split serves.
 type hashOp struct {
