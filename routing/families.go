@@ -117,10 +117,11 @@ const (
 	ServedZSetMembers = FamZSetRead | FamZSetWrite | memberKeyFamilies
 	// ServedSetMembers: a set split by member (Split.Kind KindSet): a
 	// member is in the set when some place holds it; SADD adds to one
-	// place; SISMEMBER/SMISMEMBER read a member's places, SMEMBERS and
-	// SCARD merge them. Removals (SREM, SPOP, SMOVE) could be undone by a
-	// fold in flight, so they are FamSetOther and refused; the key and
-	// expiry commands are served as for a hash.
+	// place; SREM removes from every place (guarded against a fold in
+	// flight as DEL is); SISMEMBER/SMISMEMBER read a member's places,
+	// SMEMBERS and SCARD merge them. SPOP and SMOVE (a removal and a
+	// reply that must be one step) are FamSetOther and refused; the key
+	// and expiry commands are served as for a hash.
 	ServedSetMembers = FamSetRead | FamSetWrite | memberKeyFamilies
 
 	// memberKeyFamilies are the whole-key commands every member split

@@ -164,7 +164,7 @@ func TestDecideByFamilies(t *testing.T) {
 			reason: "split would refuse its zset-other commands"},
 		"a set of flags added to is split by member": {fam: routing.FamSetWrite | routing.FamSetRead,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true, kind: routing.KindSet},
-		"a set with SREM is not split": {fam: routing.FamSetWrite | routing.FamSetOther, refrained: true,
+		"a set with SPOP is not split": {fam: routing.FamSetWrite | routing.FamSetOther, refrained: true,
 			reason: "split would refuse its set-other commands"},
 		"a key sent hash and set commands is not split": {fam: routing.FamSetWrite | routing.FamHashCounter, refrained: true,
 			reason: "split would refuse its hash-counter,set-write commands"},

@@ -465,3 +465,214 @@ func TestMemberSplitRepliesAfterAnExpiryElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestSetSplitSRem: SREM on a set split by member, against real Redis
+// (standalone and a 3-master cluster), go-redis clients in their default
+// configuration with the engine and the hook.
+//   - Removal racing a fold: every member is removed between the fold's
+//     read of a shard and its credit, or between credit and debit; after
+//     the fold the set is empty (a fold that read a member before its
+//     removal does not add it back).
+//   - Expiry: a base key whose only member is removed (Redis deletes it,
+//     and its expiry with it) while shards hold members keeps the key's
+//     expiry: TTL equals an unsplit reference's and every place carries it.
+//   - Across epochs (4 shards, resized to 6, 4 folded, unsplit, 6
+//     folded), two processes sending SADD and SREM of their own members:
+//     after each phase SREM, SMEMBERS, SCARD and SISMEMBER replies equal an
+//     unsplit reference's.
+func TestSetSplitSRem(t *testing.T) {
+	for _, tg := range targets(t) {
+		ctx := context.Background()
+		admin := tg.admin
+		newApp := func(t *testing.T, tbl *routing.Table) (redis.UniversalClient, *engine.Engine) {
+			c := tg.newClient()
+			e := engine.New(c, engine.Options{})
+			c.AddHook(redishook.New(e))
+			t.Cleanup(func() { _ = e.Close(); _ = c.Close() })
+			if tbl != nil {
+				e.SetTable(tbl)
+			}
+			return c, e
+		}
+		tableOf := func(version int64, key string, gens ...routing.Generation) *routing.Table {
+			tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: version, EpochMillis: 60_000}
+			if len(gens) > 0 {
+				tbl.Entries = []routing.Entry{{Key: key, Source: routing.SourceDetected,
+					Split: &routing.Split{Members: true, Kind: routing.KindSet, Generations: gens}}}
+			}
+			return tbl
+		}
+		members := func(from, to int) []any {
+			var out []any
+			for i := from; i < to; i++ {
+				out = append(out, fmt.Sprintf("m:%d", i))
+			}
+			return out
+		}
+		for _, step := range []Step{StepCredit, StepDebit} {
+			t.Run(fmt.Sprintf("%s/SREM before step %d", tg.name, step), func(t *testing.T) {
+				key := fmt.Sprintf("srem:%s:%d", tg.name, step)
+				gen := routing.Generation{FromEpoch: 3, Shards: 3}
+				split := routing.Split{Members: true, Kind: routing.KindSet, Generations: []routing.Generation{gen}}
+				app, _ := newApp(t, tableOf(1, key, gen))
+				if err := app.SAdd(ctx, key, members(0, 24)...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				removed := false
+				f := New(admin, Options{Fault: func(s Step) error {
+					if s == step && !removed {
+						removed = true
+						if n, err := app.SRem(ctx, key, members(0, 24)...).Result(); n != 24 || err != nil {
+							t.Errorf("SREM = %d, %v; want 24", n, err)
+						}
+					}
+					return nil
+				}})
+				res, err := f.Split(ctx, key, &split, gen)
+				if err == nil {
+					res, err = f.Split(ctx, key, &split, gen)
+				}
+				if err != nil || !res.Done || !removed {
+					t.Fatalf("fold: %+v, %v (removed %v)", res, err, removed)
+				}
+				if m := admin.SMembers(ctx, key).Val(); len(m) != 0 {
+					t.Errorf("after SREM and the fold the base key holds %v", m)
+				}
+			})
+		}
+		t.Run(tg.name+"/expiry kept when SREM empties the base key", func(t *testing.T) {
+			key, ref := "sremttl:{"+tg.name+"}", "sremttl:{"+tg.name+"}:ref"
+			gen := routing.Generation{FromEpoch: 0, Shards: 4}
+			for _, x := range append([]string{key, ref}, routing.ShardKeys(key, gen)...) {
+				admin.Del(ctx, x)
+			}
+			admin.SAdd(ctx, key, "old")
+			admin.SAdd(ctx, ref, "old")
+			app, _ := newApp(t, tableOf(1, key, gen))
+			if got, want := app.Expire(ctx, key, time.Hour).Val(), admin.Expire(ctx, ref, time.Hour).Val(); got != want || !got {
+				t.Fatalf("EXPIRE = %v, want %v", got, want)
+			}
+			app.SAdd(ctx, key, members(0, 20)...)
+			admin.SAdd(ctx, ref, members(0, 20)...)
+			if got, want := app.SRem(ctx, key, "old").Val(), admin.SRem(ctx, ref, "old").Val(); got != want {
+				t.Fatalf("SREM = %d, want %d", got, want)
+			}
+			got, want := app.TTL(ctx, key).Val(), admin.TTL(ctx, ref).Val()
+			if got <= 0 || (got-want).Abs() > time.Second {
+				t.Errorf("TTL after SREM emptied the base key = %v, want %v", got, want)
+			}
+			at := admin.Do(ctx, "pexpiretime", key).Val().(int64)
+			for _, s := range append([]string{key}, routing.ShardKeys(key, gen)...) {
+				if got := admin.Do(ctx, "pexpiretime", s).Val().(int64); got != at || at <= 0 {
+					t.Errorf("%s expires at %d, the base key at %d", s, got, at)
+				}
+			}
+			if got, want := app.SCard(ctx, key).Val(), admin.SCard(ctx, ref).Val(); got != want {
+				t.Errorf("SCARD = %d, want %d", got, want)
+			}
+		})
+		t.Run(tg.name+"/across epochs", func(t *testing.T) {
+			key, ref := "sremep:{"+tg.name+"}", "sremep:{"+tg.name+"}:ref"
+			g4 := routing.Generation{FromEpoch: 0, Shards: 4}
+			g6 := routing.Generation{FromEpoch: 1, Shards: 6}
+			g0 := routing.Generation{FromEpoch: 2, Shards: 0}
+			for _, x := range append(append([]string{key, ref}, routing.ShardKeys(key, g4)...), routing.ShardKeys(key, g6)...) {
+				admin.Del(ctx, x)
+			}
+			var apps []redis.UniversalClient
+			var engines []*engine.Engine
+			for range 2 {
+				c, e := newApp(t, nil)
+				apps, engines = append(apps, c), append(engines, e)
+			}
+			version := int64(0)
+			var current *routing.Table
+			publish := func(gens ...routing.Generation) {
+				version++
+				current = tableOf(version, key, gens...)
+				for _, e := range engines {
+					e.SetTable(current)
+				}
+			}
+			split := routing.Split{Members: true, Kind: routing.KindSet}
+			folder := New(admin, Options{})
+			fold := func(g routing.Generation) {
+				res, err := folder.Split(ctx, key, &split, g)
+				if err == nil && !res.Done {
+					res, err = folder.Split(ctx, key, &split, g)
+				}
+				if err != nil || !res.Done {
+					t.Fatalf("fold %+v: %+v, %v", g, res, err)
+				}
+				if err := folder.Retire(ctx, key, g, RetiredTTL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			phase := func(name string) {
+				var wg sync.WaitGroup
+				errs := make(chan error, len(apps))
+				for w, app := range apps {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range 80 {
+							// Each process its own members, so that both
+							// keys see one order per member.
+							m := fmt.Sprintf("m:%d", 2*((i*7+int(version))%30)+w)
+							var err error
+							if i%3 == 2 {
+								err = app.SRem(ctx, key, m).Err()
+								admin.SRem(ctx, ref, m)
+							} else {
+								err = app.SAdd(ctx, key, m).Err()
+								admin.SAdd(ctx, ref, m)
+							}
+							if err != nil {
+								errs <- fmt.Errorf("%s: %w", name, err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				c, _ := newApp(t, current)
+				gotM, err := c.SMembers(ctx, key).Result()
+				wantM := admin.SMembers(ctx, ref).Val()
+				slices.Sort(gotM)
+				slices.Sort(wantM)
+				if err != nil || !slices.Equal(gotM, wantM) {
+					t.Errorf("%s: SMEMBERS = %v, %v; want %v", name, gotM, err, wantM)
+				}
+				if got, want := c.SCard(ctx, key).Val(), admin.SCard(ctx, ref).Val(); got != want {
+					t.Errorf("%s: SCARD = %d, want %d", name, got, want)
+				}
+				for _, m := range []string{"m:0", "m:1", "m:59", "none"} {
+					if got, want := c.SIsMember(ctx, key, m).Val(), admin.SIsMember(ctx, ref, m).Val(); got != want {
+						t.Errorf("%s: SISMEMBER %s = %v, want %v", name, m, got, want)
+					}
+				}
+				rm := []any{"m:2", "m:3", "none", fmt.Sprintf("m:%d", version)}
+				if got, want := c.SRem(ctx, key, rm...).Val(), admin.SRem(ctx, ref, rm...).Val(); got != want {
+					t.Errorf("%s: SREM = %d, want %d", name, got, want)
+				}
+			}
+			phase("unsplit")
+			publish(g4)
+			phase("split in 4")
+			publish(g4, g6)
+			phase("resized to 6")
+			fold(g4)
+			publish(g6)
+			phase("4 folded")
+			publish(g6, g0)
+			phase("unsplit again")
+			fold(g6)
+			publish()
+			phase("6 folded")
+		})
+	}
+}
