@@ -18,9 +18,10 @@ import (
 //   - A command that sets or removes the expiry runs on the base key, made
 //     to exist first when only shards hold the key (createBase: INCRBY 0
 //     for a counter, a shard's member added to it with nothing for a
-//     member split; the value is unchanged), so Redis itself applies NX, XX, GT and LT against the
-//     counter's expiry and gives the exact reply. Its result (PEXPIRETIME of
-//     the base key) is then given to every shard.
+//     member split; the value is unchanged), so Redis itself applies NX,
+//     XX, GT and LT against the key's expiry and gives the exact reply.
+//     Its result (PEXPIRETIME of the base key) is then given to every
+//     shard.
 //   - A shard the engine creates (INCRBY answered with the increment
 //     itself; a member write whose EXISTS before it found no shard,
 //     writeMember) is given the base key's expiry right after.
