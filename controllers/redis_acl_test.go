@@ -22,7 +22,7 @@ import (
 // manager's Redis user, the key patterns first (app:* stands for the
 // policy's keys.include patterns).
 var managerACL = []string{"~app:*", "~{*}hs:*", "+get", "+set", "+expire", "+pexpiretime", "+pexpireat", "+hget", "+eval", "+evalsha",
-	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+hgetall", "+zrange", "+zincrby", "+zrem", "+smembers", "+sadd", "+srem",
+	"+incrby", "+decrby", "+hset", "+hincrby", "+hexists", "+hdel", "+hgetall", "+zrange", "+zincrby", "+zrem", "+zscore", "+smembers", "+sadd", "+srem",
 	"+memory|usage", "+cluster|slots"}
 
 // TestManagerACL: a Redis user with exactly managerACL folds a split

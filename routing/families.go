@@ -101,23 +101,33 @@ const (
 	// every value is the sum of its places (docs/engine.md, Member split),
 	// which is exact only while nothing but HINCRBY writes the fields. So
 	// it serves the hash reads (point reads of one field's places, merged
-	// whole-hash reads) and HINCRBY, and refuses every other write: plain
-	// HSET/HDEL (FamHashWrite), DEL and the expiry commands could not be
-	// folded exactly.
-	ServedMembers = FamHashRead | FamHashCounter
+	// whole-hash reads) and HINCRBY, and refuses every other hash write
+	// (plain HSET/HDEL, FamHashWrite). Like a split counter it serves the
+	// key's commands (DEL, UNLINK, EXISTS, TYPE: every place is the key)
+	// and the expiry commands (every place carries the key's expiry,
+	// dataplane/engine/expire.go), so a hash given a TTL can be split.
+	ServedMembers = FamHashRead | FamHashCounter | memberKeyFamilies
 	// ServedZSetMembers: a sorted set split by member (Split.Kind
 	// KindZSet) holds a member's score as the sum of its places, like a
 	// hash field: ZINCRBY (and ZADD INCR of one member) adds to one place;
 	// ZSCORE/ZMSCORE sum a member's places; ZRANGE/ZREVRANGE by rank,
 	// ZRANK/ZREVRANK and ZCARD merge the places (a top-N exactly).
-	// Everything else (FamZSetOther) is refused.
-	ServedZSetMembers = FamZSetRead | FamZSetWrite
+	// Everything else of sorted sets (FamZSetOther) is refused; the key
+	// and expiry commands are served as for a hash.
+	ServedZSetMembers = FamZSetRead | FamZSetWrite | memberKeyFamilies
 	// ServedSetMembers: a set split by member (Split.Kind KindSet): a
 	// member is in the set when some place holds it; SADD adds to one
-	// place; SISMEMBER/SMISMEMBER read a member's places, SMEMBERS and
-	// SCARD merge them. Removals (SREM, SPOP, SMOVE) could be undone by a
-	// fold in flight, so they are FamSetOther and refused.
-	ServedSetMembers = FamSetRead | FamSetWrite
+	// place; SREM removes from every place (guarded against a fold in
+	// flight as DEL is); SISMEMBER/SMISMEMBER read a member's places,
+	// SMEMBERS and SCARD merge them. SPOP and SMOVE (a removal and a
+	// reply that must be one step) are FamSetOther and refused; the key
+	// and expiry commands are served as for a hash.
+	ServedSetMembers = FamSetRead | FamSetWrite | memberKeyFamilies
+
+	// memberKeyFamilies are the whole-key commands every member split
+	// serves: DEL/UNLINK remove every place, EXISTS/TYPE ask whether any
+	// holds the key, and the expiry commands keep one expiry on all.
+	memberKeyFamilies = FamKey | FamTTL
 )
 
 // RelievedReads are the families whose reads the read moves (coalesce,

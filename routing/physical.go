@@ -81,6 +81,17 @@ func SameSlotKey(key, suffix string) string {
 	return "{" + slotTag(int(Slot(key))) + "}hs:aux:" + suffix + ":" + key
 }
 
+// FoldLedgerKey is the fold ledger of a split key K (package
+// controllers/fold): a hash in K's slot holding the pending moves of its
+// folds and, in field LedgerDeleted, how many times a member split's K was
+// deleted (DEL, UNLINK), which the engine bumps in one transaction with the
+// deletion of K so that a fold that read a shard before the deletion does
+// not credit K after it.
+func FoldLedgerKey(key string) string { return SameSlotKey(key, "fold") }
+
+// LedgerDeleted is the field of FoldLedgerKey that counts deletions.
+const LedgerDeleted = "deleted"
+
 // MemberShard is the shard (0 <= i < n) that holds member (a hash field)
 // of a member split of n shards: every process places a member alike, so
 // a member's writes in one generation all reach one shard, and a point

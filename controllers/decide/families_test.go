@@ -36,15 +36,29 @@ type mixCmd struct {
 func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 	names := command.Names()
 	slices.Sort(names)
-	var keyed, hashy []string
+	// Besides every keyed command, a pool per collection type: its
+	// commands and the whole-key ones (DEL, EXISTS, the expiry
+	// commands...), which a member split serves, so that mixes of a hash,
+	// sorted set or set given a TTL or deleted are generated often.
+	var keyed, wholeKey []string
+	byType := map[routing.Families][]string{hashFamilies: nil, zsetFamilies: nil, setFamilies: nil}
 	for _, n := range names {
 		if args := command.Example(n, "k"); args != nil {
 			keyed = append(keyed, n)
 			c, _ := command.Lookup(args[0])
-			if c.Family()&(routing.FamHashRead|routing.FamHashWrite|routing.FamHashCounter|routing.FamHashOther) != 0 {
-				hashy = append(hashy, n)
+			for fams := range byType {
+				if c.Family()&fams != 0 {
+					byType[fams] = append(byType[fams], n)
+				}
+			}
+			if c.Family()&(routing.FamKey|routing.FamTTL) != 0 {
+				wholeKey = append(wholeKey, n)
 			}
 		}
+	}
+	pools := [][]string{keyed}
+	for _, fams := range []routing.Families{hashFamilies, zsetFamilies, setFamilies} {
+		pools = append(pools, byType[fams], append(slices.Clone(byType[fams]), wholeKey...))
 	}
 	spec := testSpec(func(s *v1alpha1.HotKeyPolicySpec) {
 		m := &s.Mitigations
@@ -63,17 +77,17 @@ func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 		}
 		return nil
 	}
-	split, byMember := 0, 0
+	split, byMember, byMemberWholeKey := 0, 0, 0
 	for seed := range uint64(2000) {
 		rng := rand.New(rand.NewPCG(seed, 33))
 		var mix []mixCmd
 		var fam routing.Families
-		// A quarter of the mixes are a hash's commands alone, so that the
-		// member split's served set is exercised as often as the
-		// counter's.
+		// Half the mixes draw from every keyed command, the others from
+		// one collection type's pools, so that the member splits' served
+		// sets are exercised as often as the counter's.
 		pool := keyed
-		if rng.IntN(4) == 0 {
-			pool = hashy
+		if rng.IntN(2) == 0 {
+			pool = pools[1+rng.IntN(len(pools)-1)]
 		}
 		for range 1 + rng.IntN(4) {
 			c := mixCmd{args: command.Example(pool[rng.IntN(len(pool))], "k"), inTx: rng.IntN(8) == 0}
@@ -95,6 +109,9 @@ func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 			split++
 			if en.Split.Members {
 				byMember++
+				if fam&(routing.FamKey|routing.FamTTL) != 0 {
+					byMemberWholeKey++
+				}
 			}
 		}
 		lookup := func(key string) (*routing.Entry, bool) { return en, key == "k" }
@@ -104,8 +121,8 @@ func TestNoMoveRefusesWhatClientsSend(t *testing.T) {
 			}
 		}
 	}
-	if split == 0 || byMember == 0 {
-		t.Errorf("%d generated mixes split, %d of them by member: the property holds vacuously", split, byMember)
+	if split == 0 || byMember == 0 || byMemberWholeKey == 0 {
+		t.Errorf("%d generated mixes split, %d of them by member, %d of those with whole-key commands: the property holds vacuously", split, byMember, byMemberWholeKey)
 	}
 	if en := decideFor(strFams); en == nil || en.Split == nil || en.Replicate == nil {
 		t.Errorf("a hot string counter's entry %+v, want split and replicated", en)
@@ -147,7 +164,7 @@ func TestDecideByFamilies(t *testing.T) {
 			reason: "split would refuse its zset-other commands"},
 		"a set of flags added to is split by member": {fam: routing.FamSetWrite | routing.FamSetRead,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true, kind: routing.KindSet},
-		"a set with SREM is not split": {fam: routing.FamSetWrite | routing.FamSetOther, refrained: true,
+		"a set with SPOP is not split": {fam: routing.FamSetWrite | routing.FamSetOther, refrained: true,
 			reason: "split would refuse its set-other commands"},
 		"a key sent hash and set commands is not split": {fam: routing.FamSetWrite | routing.FamHashCounter, refrained: true,
 			reason: "split would refuse its hash-counter,set-write commands"},
@@ -164,6 +181,12 @@ func TestDecideByFamilies(t *testing.T) {
 		"a hash counter is split by field, without a read move": {spec: spec, reads: 200_000, fam: routing.FamHashRead | routing.FamHashCounter,
 			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true,
 			reason: "split by member serves the key's reads from its shards: the read moves do not apply"},
+		"a hash counter given a TTL and deleted is split by field": {fam: routing.FamHashRead | routing.FamHashCounter | routing.FamTTL | routing.FamKey,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true},
+		"a leaderboard given a TTL is split by member": {fam: routing.FamZSetWrite | routing.FamZSetRead | routing.FamTTL | routing.FamKey,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true, kind: routing.KindZSet},
+		"a set given a TTL is split by member": {fam: routing.FamSetWrite | routing.FamSetRead | routing.FamTTL,
+			moves: []v1alpha1.MitigationType{v1alpha1.MitigationSplit}, members: true, kind: routing.KindSet},
 		"a hash with HSET is not split": {fam: routing.FamHashWrite | routing.FamHashCounter | routing.FamHashRead, refrained: true,
 			reason: "split would refuse its hash-write commands"},
 		"a hash with HINCRBYFLOAT is not split": {fam: routing.FamHashOther | routing.FamHashCounter, refrained: true,

@@ -206,7 +206,7 @@ func (f *Folder) generation(ctx context.Context, key string, gen routing.Generat
 // shard folds one shard (of a member split when s.Members); zero reports
 // that it read 0 (no member) with nothing pending.
 func (f *Folder) shard(ctx context.Context, key, shard string, s *routing.Split, res *Result) (bool, error) {
-	ledger := routing.SameSlotKey(key, "fold")
+	ledger := routing.FoldLedgerKey(key)
 	// Resume a move a previous folder left pending.
 	rec, err := f.client.HGet(ctx, ledger, shard).Result()
 	switch {
@@ -332,7 +332,7 @@ func (f *Folder) Retire(ctx context.Context, key string, gen routing.Generation,
 	if err != nil {
 		return fmt.Errorf("fold: expire retired shards: %w", err)
 	}
-	ledger := routing.SameSlotKey(key, "fold")
+	ledger := routing.FoldLedgerKey(key)
 	for _, shard := range routing.ShardKeys(key, gen) {
 		keys := []string{ledger, seqKey(key, shard)}
 		if err := retireSeq.run(ctx, f.client, keys, shard, (2 * ttl).Milliseconds()).Err(); err != nil {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -52,15 +54,25 @@ import (
 // folder resumes any.
 
 // creditMember is step 2 for one field or member. KEYS: K, ledger, seq
-// key of S. ARGV: S, v, field, kind ("h" or "z").
+// key of S. ARGV: S, v, field, kind ("h" or "z"), the shard's PEXPIRETIME
+// at step 1 (-1: none), the ledger's deletion count at step 1, the
+// ledger's field of that count (routing.LedgerDeleted). It returns
+// the record, or "" when K was deleted since step 1 (nothing moved: the
+// member read was deleted with S). When K is gone and the shard had an
+// expiry, K is created with it (PEXPIREAT, which deletes K at once if it
+// has passed): the member expired with the key, as a counter's value does.
 var creditMember = newScript(`
 local p = redis.call('HGET', KEYS[2], ARGV[1])
 if p then return p end
+if (redis.call('HGET', KEYS[2], ARGV[7]) or '0') ~= ARGV[6] then return '' end
+local at = tonumber(ARGV[5])
+local gone = at > 0 and redis.call('PEXPIRETIME', KEYS[1]) == -2
 if ARGV[4] == 'z' then
   redis.call('ZINCRBY', KEYS[1], ARGV[2], ARGV[3])
 else
   redis.call('HINCRBY', KEYS[1], ARGV[3], ARGV[2])
 end
+if gone then redis.call('PEXPIREAT', KEYS[1], at) end
 local f = 'seq:' .. ARGV[1]
 local n = redis.call('HINCRBY', KEYS[2], f, 1)
 if n == 1 then
@@ -75,16 +87,49 @@ redis.call('HSET', KEYS[2], ARGV[1], rec)
 return rec
 `)
 
+// creditSetMember is a set's step 2: SADD K m, unless K was deleted since
+// step 1 (ARGV[3], the ledger's deletion count then; reply 0), creating K
+// with the shard's expiry (ARGV[2]) when it is gone, as creditMember does.
+// KEYS: K, ledger. ARGV: m, PEXPIRETIME of S at step 1, deletion count,
+// its field (routing.LedgerDeleted).
+var creditSetMember = newScript(`
+if (redis.call('HGET', KEYS[2], ARGV[4]) or '0') ~= ARGV[3] then return 0 end
+local at = tonumber(ARGV[2])
+local gone = at > 0 and redis.call('PEXPIRETIME', KEYS[1]) == -2
+redis.call('SADD', KEYS[1], ARGV[1])
+if gone then redis.call('PEXPIREAT', KEYS[1], at) end
+return 1
+`)
+
+// readMemberShard is step 1 for a member shard: its members (HGETALL,
+// ZRANGE 0 -1 WITHSCORES or SMEMBERS by ARGV[1], "h", "z" or "s") and its
+// PEXPIRETIME, read together.
+var readMemberShard = newScript(`
+local r
+if ARGV[1] == 'z' then
+  r = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+elseif ARGV[1] == 's' then
+  r = redis.call('SMEMBERS', KEYS[1])
+else
+  r = redis.call('HGETALL', KEYS[1])
+end
+return {r, redis.call('PEXPIRETIME', KEYS[1])}
+`)
+
 // debitMember is step 3 for one field or member. KEYS: S, its ack key.
 // ARGV: −v (negated in Go: Lua would print −0 as "-0", which HINCRBY
-// refuses), n, field, kind.
+// refuses), n, field, kind. A field or member S no longer holds was
+// removed with S since step 1 (it expired, or DEL deleted the key): it is
+// not re-created at −v.
 var debitMember = newScript(`
 local a = tonumber(redis.call('GET', KEYS[2]) or '0')
 if a >= tonumber(ARGV[2]) then return 0 end
 if ARGV[4] == 'z' then
-  local left = tonumber(redis.call('ZINCRBY', KEYS[1], ARGV[1], ARGV[3]))
-  if left == 0 then redis.call('ZREM', KEYS[1], ARGV[3]) end
-else
+  if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
+    local left = tonumber(redis.call('ZINCRBY', KEYS[1], ARGV[1], ARGV[3]))
+    if left == 0 then redis.call('ZREM', KEYS[1], ARGV[3]) end
+  end
+elseif redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then
   local left = redis.call('HINCRBY', KEYS[1], ARGV[3], ARGV[1])
   if left == 0 then redis.call('HDEL', KEYS[1], ARGV[3]) end
 end
@@ -139,45 +184,64 @@ func parseMemberRecord(rec string) (memberRecord, error) {
 // printed it (a set's members have none).
 type memberVal struct{ name, v string }
 
-// readMembers reads a member shard whole.
-func (f *Folder) readMembers(ctx context.Context, shard string, kind routing.MemberKind) ([]memberVal, error) {
-	var out []memberVal
+// readMembers reads a member shard whole, with its PEXPIRETIME (-1:
+// none).
+func (f *Folder) readMembers(ctx context.Context, shard string, kind routing.MemberKind) ([]memberVal, int64, error) {
+	tag := "h"
 	switch kind {
 	case routing.KindZSet:
-		zs, err := f.client.ZRangeWithScores(ctx, shard, 0, -1).Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, z := range zs {
-			out = append(out, memberVal{z.Member.(string), strconv.FormatFloat(z.Score, 'g', 17, 64)})
-		}
+		tag = "z"
 	case routing.KindSet:
-		ms, err := f.client.SMembers(ctx, shard).Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range ms {
-			out = append(out, memberVal{name: m})
-		}
-	default:
-		fields, err := f.client.HGetAll(ctx, shard).Result()
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range fields {
-			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
-				return nil, errors.New("fold: a member shard's field does not hold an integer")
-			}
-			out = append(out, memberVal{k, v})
-		}
+		tag = "s"
 	}
-	return out, nil
+	r, err := readMemberShard.run(ctx, f.client, []string{shard}, tag).Slice()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(r) != 2 {
+		return nil, 0, fmt.Errorf("unexpected reply of %d elements", len(r))
+	}
+	at, _ := r[1].(int64)
+	flat, _ := r[0].([]any)
+	var out []memberVal
+	if kind == routing.KindSet {
+		for _, m := range flat {
+			s, _ := m.(string)
+			out = append(out, memberVal{name: s})
+		}
+		return out, at, nil
+	}
+	for i := 0; i+1 < len(flat); i += 2 {
+		name, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		if kind == routing.KindZSet {
+			score, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, 0, errors.New("fold: a member shard's score does not parse")
+			}
+			v = strconv.FormatFloat(score, 'g', 17, 64)
+		} else if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, 0, errors.New("fold: a member shard's field does not hold an integer")
+		}
+		out = append(out, memberVal{name, v})
+	}
+	return out, at, nil
+}
+
+// deletions reads how many times key was deleted (routing.LedgerDeleted,
+// which the engine bumps with K's deletion), "0" for never.
+func (f *Folder) deletions(ctx context.Context, ledger string) (string, error) {
+	d, err := f.client.HGet(ctx, ledger, routing.LedgerDeleted).Result()
+	if errors.Is(err, redis.Nil) {
+		return "0", nil
+	}
+	return d, err
 }
 
 // memberShard folds one member shard of kind; zero reports that it held
 // no member with nothing pending.
 func (f *Folder) memberShard(ctx context.Context, key, shard string, kind routing.MemberKind, res *Result) (bool, error) {
-	ledger := routing.SameSlotKey(key, "fold")
+	ledger := routing.FoldLedgerKey(key)
 	tag := "h"
 	if kind == routing.KindZSet {
 		tag = "z"
@@ -186,7 +250,13 @@ func (f *Folder) memberShard(ctx context.Context, key, shard string, kind routin
 		if err := f.fault(StepRead); err != nil {
 			return false, err
 		}
-		members, err := f.readMembers(ctx, shard, kind)
+		// The deletion count is read before the shard: a credit after a
+		// DEL that followed this read finds it moved and moves nothing.
+		deleted, err := f.deletions(ctx, ledger)
+		if err != nil {
+			return false, fmt.Errorf("fold: read ledger: %w", err)
+		}
+		members, at, err := f.readMembers(ctx, shard, kind)
 		if err != nil {
 			return false, fmt.Errorf("fold: read member shard: %w", err)
 		}
@@ -198,14 +268,18 @@ func (f *Folder) memberShard(ctx context.Context, key, shard string, kind routin
 				return false, err
 			}
 			if kind == routing.KindSet {
-				if err := f.moveSetMember(ctx, key, shard, m.name, res); err != nil {
+				if err := f.moveSetMember(ctx, key, shard, m.name, at, deleted, res); err != nil {
 					return false, err
 				}
 				continue
 			}
-			rec, err := creditMember.run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, shard, m.v, m.name, tag).Text()
+			rec, err := creditMember.run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, shard, m.v, m.name, tag, at, deleted, routing.LedgerDeleted).Text()
 			if err != nil {
 				return false, fmt.Errorf("fold: credit base key: %w", err)
+			}
+			if rec == "" {
+				// K was deleted since the read: read again.
+				break
 			}
 			// rec is ours, or a move another folder left pending: finish
 			// it either way; the member is read again next round.
@@ -217,11 +291,20 @@ func (f *Folder) memberShard(ctx context.Context, key, shard string, kind routin
 	return false, nil
 }
 
-// moveSetMember adds m to the base key, then removes it from the shard
-// (each idempotent: a replay changes nothing).
-func (f *Folder) moveSetMember(ctx context.Context, key, shard, m string, res *Result) error {
-	if err := f.client.SAdd(ctx, key, m).Err(); err != nil {
+// moveSetMember adds m to the base key (creditSetMember: not after a
+// deletion since the read, with the shard's expiry at when the base key
+// is gone), then removes it from the shard (each idempotent: a replay
+// changes nothing).
+func (f *Folder) moveSetMember(ctx context.Context, key, shard, m string, at int64, deleted string, res *Result) error {
+	ledger := routing.FoldLedgerKey(key)
+	moved, err := creditSetMember.run(ctx, f.client, []string{key, ledger}, m, at, deleted, routing.LedgerDeleted).Int64()
+	if err != nil {
 		return fmt.Errorf("fold: credit base key: %w", err)
+	}
+	if moved == 0 {
+		// Deleted since the read: m went with the shard, and an m in the
+		// shard now was added after the deletion: it stays.
+		return nil
 	}
 	if err := f.fault(StepDebit); err != nil {
 		return err

@@ -244,10 +244,30 @@ func readMove(en *routing.Entry) bool {
 }
 
 // classifyMembers is Classify for a command naming a member split: the
-// hash commands members.go serves go to the engine (HashForm), a
-// malformed form of one goes raw (Redis answers its arity error from the
-// base key and writes nothing), anything else is refused.
+// commands members.go, zset.go and set.go serve, and the whole-key ones
+// (DEL, UNLINK, EXISTS, TYPE, the expiry commands: memberkeys.go,
+// expire.go), go to the engine; a malformed form of one goes raw (Redis
+// answers its arity error from the base key and writes nothing); anything
+// else is refused.
 func classifyMembers(d Decision, name []byte, args [][]byte) Decision {
+	n := len(args)
+	switch {
+	case (eqFold(name, "DEL") || eqFold(name, "UNLINK")) && n >= 2:
+		d.Op = OpDel
+		return d
+	case eqFold(name, "EXISTS") && n >= 2:
+		d.Op = OpExists
+		return d
+	case eqFold(name, "TYPE"):
+		d.Op = opIf(n == 2, OpType)
+		return d
+	case isExpireFamily(name):
+		d.Op = opIf(n >= 3 || eqFold(name, "PERSIST") && n == 2, OpExpire)
+		return d
+	case isTTLFamily(name):
+		d.Op = opIf(n == 2, OpTTL)
+		return d
+	}
 	if op, ok := memberOps(d.Entry.Split.Kind)[strings.ToUpper(string(name))]; ok {
 		switch {
 		case !op.wellFormed(len(args)):
@@ -268,6 +288,15 @@ func classifyMembers(d Decision, name []byte, args [][]byte) Decision {
 	d.Op = OpRefuse
 	d.Err = "ERR heatsink: " + strings.ToUpper(string(name)) + " on a key mitigated by " + MitigationName(d.Entry) + " by " + by + " is not supported"
 	return d
+}
+
+// opIf is op for a well-formed command, else OpRaw: Redis answers a
+// malformed one with its own error and writes nothing.
+func opIf(wellFormed bool, op Op) Op {
+	if wellFormed {
+		return op
+	}
+	return OpRaw
 }
 
 func isSetFamily(name []byte) bool {

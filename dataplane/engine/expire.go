@@ -7,21 +7,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Expiry of a split counter: EXPIRE and its family, PERSIST, TTL and its
-// family.
+// Expiry of a split key (a counter, or a hash, sorted set or set split by
+// member): EXPIRE and its family, PERSIST, TTL and its family.
 //
-// The rule: the base key's expiry is the counter's, and every physical key
+// The rule: the base key's expiry is the key's, and every physical key
 // (the base key and each shard of each generation) carries it as the same
 // absolute time, so that when the base key expires the whole logical
-// counter is gone at once, as a plain key would be.
+// key is gone at once, as a plain key would be.
 //
 //   - A command that sets or removes the expiry runs on the base key, made
-//     to exist first when only shards hold the counter (INCRBY 0: the value
-//     is unchanged), so Redis itself applies NX, XX, GT and LT against the
-//     counter's expiry and gives the exact reply. Its result (PEXPIRETIME of
-//     the base key) is then given to every shard.
-//   - A shard the engine creates (INCRBY answered with the increment itself)
-//     is given the base key's expiry right after.
+//     to exist first when only shards hold the key (createBase: INCRBY 0
+//     for a counter, a shard's member added to it with nothing for a
+//     member split; the value is unchanged), so Redis itself applies NX,
+//     XX, GT and LT against the key's expiry and gives the exact reply.
+//     Its result (PEXPIRETIME of the base key) is then given to every
+//     shard.
+//   - A shard the engine creates (INCRBY answered with the increment
+//     itself; a member write whose EXISTS before it found no shard,
+//     writeMember) is given the base key's expiry right after.
 //   - Both end by reading the base key's expiry again and repeating while
 //     it moved: for each shard, the last write of its expiry is followed by
 //     a read of the base key that found the value written, so once the
@@ -53,42 +56,48 @@ func (e *Engine) Expire(ctx context.Context, args [][]byte) (int64, error) {
 	if err := e.flushKey(ctx, key); err != nil {
 		return 0, err
 	}
-	r, at, err := e.expireBase(ctx, key, cmd, false)
+	r, at, err := e.expireBase(ctx, key, cmd, nil)
 	if err != nil {
 		return 0, err
 	}
 	if r == 0 && at == -2 {
-		// The base key is missing: the counter exists if a shard does.
-		_, exists, err := e.sum(ctx, p)
+		// The base key is missing: the key exists if a shard holds it,
+		// and is then made to exist in the base key too (createBase).
+		create, err := e.createBase(ctx, p)
 		if err != nil {
 			return 0, err
 		}
-		if !exists {
+		if create == nil {
 			return 0, nil
 		}
-		if r, at, err = e.expireBase(ctx, key, cmd, true); err != nil {
+		if r, at, err = e.expireBase(ctx, key, cmd, create); err != nil {
 			return 0, err
 		}
 	}
 	if r == 1 {
 		e.spreadExpiry(ctx, p, p.readKeys[1:], at, true)
 	}
-	if r == 1 && at == -2 {
+	switch {
+	case r == 1 && p.entry.Split.Members:
+		// The copies this process keeps of the base key die with it
+		// (zset.go's baseCopy keeps its expiry): the expiry moved.
+		p.forgetMembers()
+	case r == 1 && at == -2:
 		// A time in the past deleted the counter: its known total is gone.
 		e.forgetCounter(key)
 	}
 	return r, nil
 }
 
-// expireBase runs an expiry command on the base key (creating it as 0
-// first when create is set) and returns its reply and the base key's
-// resulting PEXPIRETIME (-1: none, -2: no key).
-func (e *Engine) expireBase(ctx context.Context, key string, cmd []any, create bool) (int64, int64, error) {
+// expireBase runs an expiry command on the base key (made to exist first
+// by create, when set: createBase) and returns its reply and the base
+// key's resulting PEXPIRETIME (-1: none, -2: no key).
+func (e *Engine) expireBase(ctx context.Context, key string, cmd []any, create func(redis.Pipeliner)) (int64, int64, error) {
 	var r *redis.Cmd
 	var at *redis.Cmd
 	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		if create {
-			pipe.IncrBy(ctx, key, 0)
+		if create != nil {
+			create(pipe)
 		}
 		r = pipe.Do(ctx, cmd...)
 		at = pipe.Do(ctx, "pexpiretime", key)
@@ -117,8 +126,8 @@ func (e *Engine) expireBase(ctx context.Context, key string, cmd []any, create b
 }
 
 // TTL serves TTL, PTTL, EXPIRETIME and PEXPIRETIME: the base key's reply,
-// except that a counter held by its shards alone (no base key) exists
-// without an expiry (-1).
+// except that a split key (a counter, or a member split) held by its
+// shards alone (no base key) exists without an expiry (-1).
 func (e *Engine) TTL(ctx context.Context, args [][]byte) (int64, error) {
 	key := string(args[1])
 	r, err := e.rc().Do(ctx, anyArgs(args)...).Int64()
@@ -135,7 +144,7 @@ func (e *Engine) TTL(ctx context.Context, args [][]byte) (int64, error) {
 	if e.hasPending(key) {
 		return -1, nil
 	}
-	_, exists, err := e.sum(ctx, p)
+	exists, err := e.exists(ctx, p)
 	switch {
 	case err != nil:
 		return 0, err

@@ -27,8 +27,9 @@ import (
 // generation's shard of f, or K when that generation has no shards); the
 // fold moves a retired place's value into K with the +v/−v protocol of
 // counters. Sums are conserved by both, so every read that adds up a
-// field's places is exact. Plain HSET, HDEL and DEL are refused: a value
-// set in one place would be added to the older values of the others.
+// field's places is exact. Plain HSET and HDEL are refused: a value set in
+// one place would be added to the older values of the others. DEL and the
+// expiry commands act on every place at once (memberkeys.go, expire.go).
 
 // hashOp describes one hash command a member split serves.
 type hashOp struct {
@@ -164,7 +165,24 @@ type otherSum[T int64 | float64] struct {
 	write string // the write place the sum excludes
 	sum   T
 	at    time.Time
+	// until is the base key's expiry when the sum was read (zero: none):
+	// every place goes at that time, so the sum is not used past it.
+	until time.Time
 }
+
+// expiryTime is a PEXPIRETIME reply as a time (zero: no expiry, or no
+// key).
+func expiryTime(c *redis.Cmd) time.Time {
+	if ms, _ := c.Int64(); ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	return time.Time{}
+}
+
+// alive reports whether a copy read when the key expired at until (zero:
+// never) may still be used: against Redis' wall clock, not the engine's
+// injected one, which tests may move.
+func alive(until time.Time) bool { return until.IsZero() || time.Now().Before(until) }
 
 // maxOthers bounds a key's cached sums; past it the cache starts over.
 const maxOthers = 4096
@@ -199,7 +217,7 @@ func (o *others[T]) get(field, write string, now time.Time, maxAge time.Duration
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s, ok := o.m[field]
-	if !ok || s.write != write || now.Sub(s.at) >= maxAge {
+	if !ok || s.write != write || now.Sub(s.at) >= maxAge || !alive(s.until) {
 		return 0, false
 	}
 	return s.sum, true
@@ -231,17 +249,18 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 	sum, ok := p.others.get(field, write, now, e.othersMaxAge(p, write))
 	if !ok {
 		var err error
-		sum, err = e.otherPlaces(ctx, p, field, write)
+		var until time.Time
+		sum, until, err = e.otherPlaces(ctx, p, field, write)
 		if err != nil {
 			return 0, err
 		}
-		p.others.put(field, otherSum[int64]{write: write, sum: sum, at: now})
+		p.others.put(field, otherSum[int64]{write: write, sum: sum, at: now, until: until})
 	}
-	v, err := e.rc().HIncrBy(ctx, write, field, n).Result()
-	if err != nil {
-		e.m.upstreamErrors.Inc()
+	var w *redis.IntCmd
+	if err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.HIncrBy(ctx, write, field, n) }); err != nil {
 		return 0, err
 	}
+	v := w.Val()
 	total, overflow := addInt64(v, sum)
 	if overflow {
 		// Applied already (a retry would count it twice): the sum is
@@ -252,44 +271,50 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 }
 
 // otherPlaces sums field over its places but write, refusing a
-// non-integer as HINCRBY does.
-func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) (int64, error) {
-	vals, err := e.hgetPlaces(ctx, without(memberPlaces(p, field), write), []string{field})
+// non-integer as HINCRBY does, and returns the base key's expiry (read in
+// the same pipeline: the sum is not used past it).
+func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) (int64, time.Time, error) {
+	vals, until, err := e.hgetPlaces(ctx, without(memberPlaces(p, field), write), []string{field}, p.key)
 	if err != nil {
-		return 0, err
+		return 0, until, err
 	}
 	var sum int64
 	for _, v := range vals[0] {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, errHashNotInteger
+			return 0, until, errHashNotInteger
 		}
 		var overflow bool
 		if sum, overflow = addInt64(sum, n); overflow {
-			return 0, errHashOverflow
+			return 0, until, errHashOverflow
 		}
 	}
-	return sum, nil
+	return sum, until, nil
 }
 
-// hgetPlaces reads fields from each of its places in one pipeline and
-// returns, per field, the values present (in place order).
-func (e *Engine) hgetPlaces(ctx context.Context, keys []string, fields []string) ([][]string, error) {
+// hgetPlaces reads fields from each of its places, and the expiry of key
+// expiryOf, in one pipeline and returns, per field, the values present
+// (in place order).
+func (e *Engine) hgetPlaces(ctx context.Context, keys []string, fields []string, expiryOf string) ([][]string, time.Time, error) {
 	out := make([][]string, len(fields))
-	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, k := range keys {
-			pipe.HMGet(ctx, k, fields...)
+	reads := make([]*redis.SliceCmd, len(keys))
+	var at *redis.Cmd
+	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
+	// before 7 lacks it: what is read then lives its age alone).
+	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, k := range keys {
+			reads[i] = pipe.HMGet(ctx, k, fields...)
 		}
+		at = pipe.Do(ctx, "pexpiretime", expiryOf)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		e.m.upstreamErrors.Inc()
-		return nil, err
-	}
-	for _, c := range cmds {
-		vals, err := c.(*redis.SliceCmd).Result()
+	for _, c := range reads {
+		vals, err := c.Result()
 		if err != nil {
-			return nil, err
+			if !isRedisError(err) {
+				e.m.upstreamErrors.Inc()
+			}
+			return nil, time.Time{}, err
 		}
 		for i, v := range vals {
 			if s, ok := v.(string); ok {
@@ -297,7 +322,7 @@ func (e *Engine) hgetPlaces(ctx context.Context, keys []string, fields []string)
 			}
 		}
 	}
-	return out, nil
+	return out, expiryTime(at), nil
 }
 
 // memberValue merges a field's values over its places: absent when none

@@ -93,6 +93,14 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 		return errReply(errors.New(d.Err)), true
 	case OpGet, OpStrlen, OpType:
 		k := string(args[1])
+		if p := e.plan(k); d.Op == OpType && isMemberSplit(p) {
+			t, err := e.memberType(ctx, p)
+			obs(k, 1, 0, 0)
+			if err != nil {
+				return errReply(err), true
+			}
+			return Reply{Kind: ReplyStatus, Str: t}, true
+		}
 		v, found, err := e.Get(ctx, k)
 		obs(k, 1, 0, len(v))
 		switch {
@@ -113,7 +121,7 @@ func (e *Engine) Serve(ctx context.Context, d Decision, args [][]byte, raw Raw, 
 	case OpExists:
 		t := e.Table()
 		return e.perKeyCount(ctx, args, func(k string) bool {
-			return e.Lookup(k) && ClassOf(t.Lookup(k)) == ClassCounter
+			return e.Lookup(k) && ClassOf(t.Lookup(k)) >= ClassCounter
 		}, raw, obs), true
 	case OpDel:
 		return e.perKeyCount(ctx, args, e.Lookup, raw, obs), true
@@ -319,12 +327,18 @@ func (e *Engine) perKeyCount(ctx context.Context, args [][]byte, viaEngine func(
 		k := string(kb)
 		var n int64
 		var err error
-		if exists {
+		switch p := e.plan(k); {
+		case exists && isMemberSplit(p):
+			var found bool
+			if found, err = e.exists(ctx, p); found {
+				n = 1
+			}
+		case exists:
 			var found bool
 			if _, found, err = e.Get(ctx, k); found {
 				n = 1
 			}
-		} else {
+		default:
 			n, err = e.Del(ctx, k)
 		}
 		obs(k, reads, writes, 0)

@@ -16,13 +16,17 @@ import (
 // some place holds it. SADD adds m to its place in the write generation;
 // the fold adds a retired place's members to the base key before it
 // removes them from the place, so membership holds at every step and the
-// fold needs no ledger (adding twice is adding once). Removals (SREM,
-// SPOP, SMOVE) are refused: a fold that read m before the removal would
-// add it back to the base key afterwards.
+// fold needs no ledger (adding twice is adding once). SREM removes m from
+// every place, shards first, then the base key with a bump of the fold
+// ledger's deletion count (as DEL does, memberkeys.go), so a fold that
+// read m before the removal does not add it back to the base key after
+// it. SPOP and SMOVE are refused: their reply and removal would have to
+// be one step over the places.
 
 // setOps are the commands a set split by member serves.
 var setOps = map[string]hashOp{
 	"SADD":       {minArgs: 3},
+	"SREM":       {minArgs: 3},
 	"SISMEMBER":  {minArgs: 3, maxArgs: 3},
 	"SMISMEMBER": {minArgs: 3},
 	"SMEMBERS":   {minArgs: 2, maxArgs: 2},
@@ -46,11 +50,17 @@ func (e *Engine) SAdd(ctx context.Context, key string, members []string) (int64,
 	now := e.clock.Now()
 	added := make([]*redis.IntCmd, len(members))
 	held := make([][]*redis.BoolCmd, len(members))
+	// A shard this SADD creates must carry the key's expiry: an EXISTS
+	// before the first write to each shard tells (writeMember).
+	existed := map[string]*redis.IntCmd{}
 	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, m := range members {
 			write := e.memberWritePlace(p, m, now)
 			for _, k := range without(memberPlaces(p, m), write) {
 				held[i] = append(held[i], pipe.SIsMember(ctx, k, m))
+			}
+			if _, seen := existed[write]; !seen && write != p.key {
+				existed[write] = pipe.Exists(ctx, write)
 			}
 			added[i] = pipe.SAdd(ctx, write, m)
 		}
@@ -60,6 +70,11 @@ func (e *Engine) SAdd(ctx context.Context, key string, members []string) (int64,
 		e.m.upstreamErrors.Inc()
 		return 0, err
 	}
+	for write, ex := range existed {
+		if ex.Val() == 0 {
+			e.inheritExpiry(ctx, p, write)
+		}
+	}
 	var n int64
 	for i := range members {
 		if added[i].Val() == 1 && !anyTrue(held[i]) {
@@ -67,6 +82,89 @@ func (e *Engine) SAdd(ctx context.Context, key string, members []string) (int64,
 		}
 	}
 	return n, nil
+}
+
+// SRem removes members from a set split by member and returns how many
+// some place held: each from its shards (one pipeline), then from the
+// base key in one transaction with a bump of the fold ledger's deletion
+// count (a fold that read a member before it credits nothing after it:
+// controllers/fold). A base key emptied by it is deleted by Redis with
+// its expiry while shards may still hold members that carry it: it is
+// made to exist again (createBase) with that expiry, unless an expiry
+// command set another meanwhile (PEXPIREAT NX), so the key's expiry stays
+// its base key's.
+func (e *Engine) SRem(ctx context.Context, key string, members []string) (int64, error) {
+	p := e.memberPlan(key, routing.KindSet)
+	if p == nil {
+		args := make([]any, len(members))
+		for i, m := range members {
+			args[i] = m
+		}
+		return e.rc().SRem(ctx, key, args...).Result()
+	}
+	e.invalidate(key)
+	defer e.invalidate(key)
+	members = slices.Compact(slices.Sorted(slices.Values(members)))
+	removed := make([][]*redis.IntCmd, len(members))
+	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, m := range members {
+			for _, s := range memberPlaces(p, m)[1:] {
+				removed[i] = append(removed[i], pipe.SRem(ctx, s, m))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return 0, err
+	}
+	var before, after *redis.Cmd
+	_, err = e.rc().TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.HIncrBy(ctx, routing.FoldLedgerKey(p.key), routing.LedgerDeleted, 1)
+		before = pipe.Do(ctx, "pexpiretime", p.key)
+		for i, m := range members {
+			removed[i] = append(removed[i], pipe.SRem(ctx, p.key, m))
+		}
+		after = pipe.Do(ctx, "exists", p.key)
+		return nil
+	})
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+		return 0, err
+	}
+	var n int64
+	for _, cmds := range removed {
+		for _, c := range cmds {
+			if c.Val() > 0 {
+				n++
+				break
+			}
+		}
+	}
+	left, _ := after.Int64()
+	if at, _ := before.Int64(); at > 0 && left == 0 {
+		e.restoreBase(ctx, p, at)
+	}
+	return n, nil
+}
+
+// restoreBase makes a base key that a removal emptied (Redis deleted it
+// with its expiry at) exist again with that expiry when shards still hold
+// the key. The removal is already applied, so a failure is counted, not
+// returned.
+func (e *Engine) restoreBase(ctx context.Context, p *plan, at int64) {
+	create, err := e.createBase(ctx, p)
+	if err != nil || create == nil {
+		return
+	}
+	_, err = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		create(pipe)
+		pipe.Do(ctx, "pexpireat", p.key, at, "nx")
+		return nil
+	})
+	if err != nil {
+		e.m.upstreamErrors.Inc()
+	}
 }
 
 func anyTrue(cmds []*redis.BoolCmd) bool {
@@ -139,6 +237,13 @@ func (e *Engine) ServeSet(ctx context.Context, args [][]byte, obs Observe) Reply
 	switch name {
 	case "SADD":
 		n, err := e.SAdd(ctx, k, members)
+		obs(k, 0, 1, 8*len(members))
+		if err != nil {
+			return errReply(err)
+		}
+		return Reply{Kind: ReplyInt, Int: n}
+	case "SREM":
+		n, err := e.SRem(ctx, k, members)
 		obs(k, 0, 1, 8*len(members))
 		if err != nil {
 			return errReply(err)

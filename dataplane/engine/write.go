@@ -166,7 +166,8 @@ func (e *Engine) setReplicatedKeepTTL(ctx context.Context, p *plan, val []byte, 
 // Del deletes a key and returns how many logical keys were removed (0 or
 // 1). On a split counter it sets the logical value to 0 (a later GET
 // returns "0", not nil), since shards may only ever be incremented, and
-// returns 1 when the total was not already 0.
+// returns 1 when the total was not already 0. A member split's places are
+// all deleted (delMembers).
 func (e *Engine) Del(ctx context.Context, key string) (int64, error) {
 	p := e.plan(key)
 	if p == nil {
@@ -174,6 +175,9 @@ func (e *Engine) Del(ctx context.Context, key string) (int64, error) {
 	}
 	e.invalidate(key)
 	defer e.invalidate(key)
+	if isMemberSplit(p) {
+		return e.delMembers(ctx, p, "del")
+	}
 	if p.entry.Split != nil && p.hasShards {
 		if err := e.flushKey(ctx, p.key); err != nil {
 			return 0, err

@@ -127,7 +127,7 @@ func (e *Engine) ZIncrBy(ctx context.Context, key, member string, n float64) (fl
 	write := e.memberWritePlace(p, member, now)
 	sum, ok := p.zothers.get(member, write, now, e.othersMaxAge(p, write))
 	if !ok {
-		scores, _, err := e.zscorePlaces(ctx, without(memberPlaces(p, member), write), member)
+		scores, until, err := e.zscorePlaces(ctx, without(memberPlaces(p, member), write), member, p.key)
 		if err != nil {
 			return 0, err
 		}
@@ -135,41 +135,44 @@ func (e *Engine) ZIncrBy(ctx context.Context, key, member string, n float64) (fl
 		for _, s := range scores {
 			sum += s
 		}
-		p.zothers.put(member, otherSum[float64]{write: write, sum: sum, at: now})
+		p.zothers.put(member, otherSum[float64]{write: write, sum: sum, at: now, until: until})
 	}
-	v, err := e.rc().ZIncrBy(ctx, write, n, member).Result()
-	if err != nil {
-		e.m.upstreamErrors.Inc()
+	var w *redis.FloatCmd
+	if err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.ZIncrBy(ctx, write, n, member) }); err != nil {
 		return 0, err
 	}
-	return v + sum, nil
+	return w.Val() + sum, nil
 }
 
-// zscorePlaces reads member's score in each of keys in one pipeline and
-// returns the scores present.
-func (e *Engine) zscorePlaces(ctx context.Context, keys []string, member string) ([]float64, bool, error) {
-	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, k := range keys {
-			pipe.ZScore(ctx, k, member)
+// zscorePlaces reads member's score in each of keys, and the expiry of
+// key expiryOf, in one pipeline and returns the scores present.
+func (e *Engine) zscorePlaces(ctx context.Context, keys []string, member, expiryOf string) ([]float64, time.Time, error) {
+	reads := make([]*redis.FloatCmd, len(keys))
+	var at *redis.Cmd
+	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
+	// before 7 lacks it: what is read then lives its age alone).
+	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, k := range keys {
+			reads[i] = pipe.ZScore(ctx, k, member)
 		}
+		at = pipe.Do(ctx, "pexpiretime", expiryOf)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		e.m.upstreamErrors.Inc()
-		return nil, false, err
-	}
 	var out []float64
-	for _, c := range cmds {
-		v, err := c.(*redis.FloatCmd).Result()
+	for _, c := range reads {
+		v, err := c.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 		case err != nil:
-			return nil, false, err
+			if !isRedisError(err) {
+				e.m.upstreamErrors.Inc()
+			}
+			return nil, time.Time{}, err
 		default:
 			out = append(out, v)
 		}
 	}
-	return out, len(out) > 0, nil
+	return out, expiryTime(at), nil
 }
 
 // ZScores returns members' scores (present false for a member no place
@@ -280,6 +283,8 @@ type baseCopy struct {
 	mu sync.Mutex
 	zs []redis.Z
 	at time.Time
+	// until is the base key's expiry when read (zero: none).
+	until time.Time
 }
 
 // base returns p's base key whole from its copy when the layout is
@@ -294,18 +299,29 @@ func (e *Engine) base(ctx context.Context, p *plan) ([]redis.Z, bool, error) {
 	c := &p.zbase
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.zs != nil && now.Sub(c.at) < settledRefresh {
+	if c.zs != nil && now.Sub(c.at) < settledRefresh && alive(c.until) {
 		return c.zs, true, nil
 	}
-	zs, err := e.rc().ZRangeWithScores(ctx, p.key, 0, maxBaseCopy).Result()
-	if err != nil {
+	var rd *redis.ZSliceCmd
+	var at *redis.Cmd
+	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
+	// before 7 lacks it: what is read then lives its age alone).
+	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		rd = pipe.ZRangeWithScores(ctx, p.key, 0, maxBaseCopy)
+		at = pipe.Do(ctx, "pexpiretime", p.key)
+		return nil
+	})
+	if rd.Err() != nil { // PEXPIRETIME's error is ignored, as above
 		e.m.upstreamErrors.Inc()
-		return nil, false, err
+		return nil, false, rd.Err()
 	}
+	zs := rd.Val()
 	if len(zs) > maxBaseCopy {
 		return nil, false, nil
 	}
-	c.zs, c.at = zs, now
+	// The copy dies with the base key: a key given an expiry is not read
+	// from a copy past it (alive).
+	c.zs, c.at, c.until = zs, now, expiryTime(at)
 	return zs, true, nil
 }
 

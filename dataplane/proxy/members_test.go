@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,7 +23,8 @@ import (
 // array), standalone and cluster: HINCRBY replies, HGET, HMGET, HEXISTS,
 // HSTRLEN, HGETALL, HKEYS, HVALS and HLEN equal an unsplit reference
 // hash's; the increments land on the shards, not the base key; HSET and
-// DEL are refused with nothing written.
+// HDEL are refused with nothing written; EXPIRE, TTL, TYPE, EXISTS,
+// PERSIST and DEL answer as on the reference, and DEL leaves no place.
 func TestHashSplitByFieldThroughProxy(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
@@ -93,12 +96,44 @@ func TestHashSplitByFieldThroughProxy(t *testing.T) {
 				if err := c.HSet(ctx, k, "f1", 0).Err(); err == nil {
 					t.Errorf("protocol %d: HSET on a hash split by field was not refused", protocol)
 				}
-				if err := c.Del(ctx, k).Err(); err == nil {
-					t.Errorf("protocol %d: DEL on a hash split by field was not refused", protocol)
+				if err := c.HDel(ctx, k, "f1").Err(); err == nil {
+					t.Errorf("protocol %d: HDEL on a hash split by field was not refused", protocol)
 				}
 			}
 			if base := direct.HGetAll(ctx, k).Val(); !maps.Equal(base, map[string]string{"name": "x"}) {
-				t.Errorf("base key = %v: the increments reached it, or HSET/DEL did", base)
+				t.Errorf("base key = %v: the increments reached it, or HSET/HDEL did", base)
+			}
+			// The whole-key commands are Redis' (docs/engine.md, Expiry and
+			// deletion of a member split), and DEL leaves no place.
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			defer c.Close()
+			for _, step := range []struct {
+				name string
+				run  func(c redis.UniversalClient, key string) redis.Cmder
+			}{
+				{"EXPIRE NX", func(c redis.UniversalClient, key string) redis.Cmder { return c.ExpireNX(ctx, key, time.Hour) }},
+				{"EXPIRE XX GT", func(c redis.UniversalClient, key string) redis.Cmder { return c.Do(ctx, "expire", key, 1800, "gt") }},
+				{"TYPE", func(c redis.UniversalClient, key string) redis.Cmder { return c.Type(ctx, key) }},
+				{"EXISTS", func(c redis.UniversalClient, key string) redis.Cmder { return c.Exists(ctx, key) }},
+				{"PERSIST", func(c redis.UniversalClient, key string) redis.Cmder { return c.Persist(ctx, key) }},
+				{"DEL", func(c redis.UniversalClient, key string) redis.Cmder { return c.Del(ctx, key) }},
+				{"EXISTS after DEL", func(c redis.UniversalClient, key string) redis.Cmder { return c.Exists(ctx, key) }},
+				{"DEL again", func(c redis.UniversalClient, key string) redis.Cmder { return c.Del(ctx, key) }},
+			} {
+				if step.name == "PERSIST" {
+					got, want := c.TTL(ctx, k).Val(), direct.TTL(ctx, ref).Val()
+					if want <= 0 || (got-want).Abs() > time.Second {
+						t.Errorf("TTL through the sidecar: %v, Redis says %v", got, want)
+					}
+				}
+				if got, want := fmt.Sprint(step.run(c, k)), fmt.Sprint(step.run(direct, ref)); strings.ReplaceAll(got, k, ref) != want {
+					t.Errorf("%s through the sidecar: %s, Redis says %s", step.name, got, want)
+				}
+			}
+			for _, x := range append([]string{k}, routing.ShardKeys(k, split.Generations[0])...) {
+				if direct.Exists(ctx, x).Val() != 0 {
+					t.Errorf("%s exists after DEL", x)
+				}
 			}
 		})
 	}

@@ -21,7 +21,8 @@ import (
 // Protocol 2, standalone and cluster: every served command's reply, read
 // by Do as the client decodes it, equals Redis' own reply for an unsplit
 // reference key sent the same commands; the typed go-redis calls of a
-// leaderboard decode; ZADD without INCR, ZREM and SREM are refused.
+// leaderboard decode; SREM removes as Redis does; ZADD without INCR, ZREM
+// and SPOP are refused.
 func TestZSetAndSetSplitByMemberThroughProxy(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
@@ -97,7 +98,10 @@ func TestZSetAndSetSplitByMemberThroughProxy(t *testing.T) {
 				if s, err := c.ZIncrBy(ctx, lb, 1, "p2").Result(); err != nil || s != direct.ZIncrBy(ctx, lbRef, 1, "p2").Val() {
 					t.Errorf("protocol %d: ZIncrBy = %v, %v", protocol, s, err)
 				}
-				for _, refused := range [][]any{{"ZADD", lb, "1", "p1"}, {"ZREM", lb, "p1"}, {"SREM", fl, "f1"}} {
+				same("SREM", fl, fmt.Sprintf("f%d", protocol+1), "nope", fmt.Sprintf("f%d", protocol+1))
+				same("SISMEMBER", fl, fmt.Sprintf("f%d", protocol+1))
+				same("SCARD", fl)
+				for _, refused := range [][]any{{"ZADD", lb, "1", "p1"}, {"ZREM", lb, "p1"}, {"SPOP", fl}} {
 					if err := c.Do(ctx, refused...).Err(); err == nil {
 						t.Errorf("protocol %d: %v on a key split by member was not refused", protocol, refused)
 					}

@@ -163,6 +163,10 @@ func value(c redis.Cmder) any {
 		return c.Val()
 	case *redis.StringCmd:
 		return c.Val()
+	case *redis.StatusCmd:
+		return c.Val()
+	case *redis.FloatCmd:
+		return c.Val()
 	case *redis.Cmd:
 		return fmt.Sprint(c.Val())
 	}

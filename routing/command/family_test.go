@@ -62,7 +62,8 @@ func TestFamilyOfOptions(t *testing.T) {
 		{[]string{"ZRANGE", "z", "0", "4", "REV", "REV"}, routing.FamZSetOther},
 		{[]string{"ZRANGE", "z", "(1", "4", "BYSCORE", "LIMIT", "0", "1"}, routing.FamZSetOther},
 		{[]string{"SADD", "s", "a"}, routing.FamSetWrite},
-		{[]string{"SREM", "s", "a"}, routing.FamSetOther},
+		{[]string{"SREM", "s", "a"}, routing.FamSetWrite},
+		{[]string{"SPOP", "s"}, routing.FamSetOther},
 	} {
 		args := make([][]byte, len(tc.args))
 		for i, a := range tc.args {

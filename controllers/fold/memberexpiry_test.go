@@ -1,0 +1,678 @@
+package fold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/redishook"
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// memberKind is one kind of member split as these tests drive it: a
+// write of member i (HINCRBY, ZINCRBY, SADD), the whole collection read
+// and printed in a canonical order, and Redis' TYPE name.
+type memberKind struct {
+	kind  routing.MemberKind
+	typ   string
+	write func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder
+	whole func(ctx context.Context, c redis.UniversalClient, key string) string
+}
+
+var memberKinds = []memberKind{
+	{routing.KindHash, "hash",
+		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
+			return c.HIncrBy(ctx, key, fmt.Sprintf("f:%d", i), int64(i%3+1))
+		},
+		func(ctx context.Context, c redis.UniversalClient, key string) string {
+			m, err := c.HGetAll(ctx, key).Result()
+			return fmt.Sprint(m, err) // fmt prints maps sorted
+		}},
+	{routing.KindZSet, "zset",
+		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
+			return c.ZIncrBy(ctx, key, float64(i%3+1), fmt.Sprintf("p:%d", i))
+		},
+		func(ctx context.Context, c redis.UniversalClient, key string) string {
+			z, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+			return fmt.Sprint(z, err)
+		}},
+	{routing.KindSet, "set",
+		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
+			return c.SAdd(ctx, key, fmt.Sprintf("m:%d", i))
+		},
+		func(ctx context.Context, c redis.UniversalClient, key string) string {
+			m, err := c.SMembers(ctx, key).Result()
+			slices.Sort(m)
+			return fmt.Sprint(m, err)
+		}},
+}
+
+// replyOf is a write's reply, whatever its type.
+func replyOf(c redis.Cmder) string {
+	switch c := c.(type) {
+	case *redis.IntCmd:
+		return fmt.Sprint(c.Val(), c.Err())
+	case *redis.FloatCmd:
+		return fmt.Sprint(c.Val(), c.Err())
+	}
+	return fmt.Sprintf("%T", c)
+}
+
+// TestMemberFoldNeverRecreatesAnExpiredKey is
+// TestFoldNeverRecreatesAnExpiredKey for a hash split by field, a sorted
+// set and a set split by member: the base key and 3 shards hold members
+// and one expiry, which passes while the fold runs (between reading a
+// shard and crediting the base key, and between the credit and the
+// debit). No key is left without an expiry (the fold neither re-creates
+// the expired base key without one nor a shard's member at −v), and
+// nothing of the key is left after its expiry. Standalone and cluster.
+func TestMemberFoldNeverRecreatesAnExpiredKey(t *testing.T) {
+	for _, tg := range targets(t) {
+		c := tg.admin
+		for _, mk := range memberKinds {
+			for _, step := range []Step{StepCredit, StepDebit} {
+				t.Run(fmt.Sprintf("%s/%s/expires before step %d", tg.name, mk.typ, step), func(t *testing.T) {
+					ctx := context.Background()
+					key := fmt.Sprintf("mexp:%s:%s:%d", tg.name, mk.typ, step)
+					split := &routing.Split{Members: true, Kind: mk.kind}
+					gen := routing.Generation{FromEpoch: 3, Shards: 3}
+					at := time.Now().Add(2 * time.Second)
+					keys := append([]string{key}, routing.ShardKeys(key, gen)...)
+					for j, k := range keys {
+						for i := range 4 {
+							if err := mk.write(ctx, c, k, 10*j+i).Err(); err != nil {
+								t.Fatal(err)
+							}
+						}
+						if err := c.PExpireAt(ctx, k, at).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					waited := false
+					f := New(c, Options{Fault: func(s Step) error {
+						if s == step && !waited {
+							waited = true
+							gone(t, c, key)
+						}
+						return nil
+					}})
+					res, err := f.Split(ctx, key, split, gen)
+					if err != nil || !res.Done {
+						t.Fatalf("fold: %+v, %v", res, err)
+					}
+					if !waited {
+						t.Fatal("the fold never reached the step")
+					}
+					for _, k := range keys {
+						if n := c.Exists(ctx, k).Val(); n != 0 {
+							t.Errorf("%s exists after the key's expiry (TTL %v)", k, c.PTTL(ctx, k).Val())
+						}
+					}
+					if err := f.Retire(ctx, key, gen, RetiredTTL); err != nil {
+						t.Fatal(err)
+					}
+					if left := persistent(t, c); len(left) > 0 {
+						t.Fatalf("keys without an expiry after the fold: %q", left)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestMemberFoldAfterDel deletes a key split by member (DEL through a
+// go-redis client with the engine and the hook) while the fold of one of
+// its generations runs: between reading a shard and crediting the base
+// key, and between the credit and the debit. The key stays deleted: no
+// place holds anything after the fold, as no key holds anything after a
+// DEL; a member written after the DEL stays. Standalone and cluster.
+func TestMemberFoldAfterDel(t *testing.T) {
+	for _, tg := range targets(t) {
+		c := tg.admin
+		for _, mk := range memberKinds {
+			for _, step := range []Step{StepCredit, StepDebit} {
+				t.Run(fmt.Sprintf("%s/%s/DEL before step %d", tg.name, mk.typ, step), func(t *testing.T) {
+					ctx := context.Background()
+					key := fmt.Sprintf("mdel:%s:%s:%d", tg.name, mk.typ, step)
+					ref := key + ":ref"
+					gen := routing.Generation{FromEpoch: 3, Shards: 3}
+					split := routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}
+					app := tg.newClient()
+					e := engine.New(app, engine.Options{})
+					app.AddHook(redishook.New(e))
+					t.Cleanup(func() { _ = e.Close(); _ = app.Close() })
+					e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: 1, EpochMillis: 60_000,
+						Entries: []routing.Entry{{Key: key, Source: routing.SourceDetected, Split: &split}}})
+					for i := range 24 {
+						if err := mk.write(ctx, app, key, i).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					deleted := false
+					f := New(c, Options{Fault: func(s Step) error {
+						if s == step && !deleted {
+							deleted = true
+							if n, err := app.Del(ctx, key).Result(); n != 1 || err != nil {
+								t.Errorf("DEL = %d, %v; want 1", n, err)
+							}
+							// A write after the DEL, the same to a plain
+							// key: the one thing left afterwards.
+							mk.write(ctx, app, key, 1000)
+							mk.write(ctx, c, ref, 1000)
+						}
+						return nil
+					}})
+					res, err := f.Split(ctx, key, &split, gen)
+					if err != nil {
+						t.Fatalf("fold: %+v, %v", res, err)
+					}
+					if !deleted {
+						t.Fatal("the fold never reached the step")
+					}
+					if res, err = f.Split(ctx, key, &split, gen); err != nil || !res.Done {
+						t.Fatalf("fold again: %+v, %v", res, err)
+					}
+					if got, want := mk.whole(ctx, app, key), mk.whole(ctx, c, ref); got != want {
+						t.Errorf("after DEL and fold: %s, want %s", got, want)
+					}
+					if got, want := mk.whole(ctx, c, key), mk.whole(ctx, c, ref); got != want {
+						t.Errorf("base key alone after the fold: %s, want %s", got, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestMemberSplitExpiryAcrossEpochs checks the whole-key commands of a
+// hash split by field, a sorted set and a set split by member across
+// epochs: 2 application processes (go-redis clients in their default
+// configuration, each with an engine and the hook) write members while
+// the keys go unsplit → split in 4 → resized to 6 → 4 folded → unsplit →
+// 6 folded, each retired generation folded and retired as the manager
+// does; every write is also applied to an unsplit reference key. One key
+// ("short") is given a 1.5-s TTL before the split, which passes while it
+// is split; the other ("live") is deleted (DEL) and given an hour's TTL
+// (EXPIRE) while split. After each phase a fresh process's EXISTS, TYPE,
+// TTL (to the second), whole read and one write's reply equal the
+// reference's; at the end no physical key of "short" is left (the folds
+// did not re-create it) and every physical key of "live" that exists
+// carries the reference's expiry.
+func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
+	const each = 60
+	for _, tg := range targets(t) {
+		for _, mk := range memberKinds {
+			t.Run(tg.name+"/"+mk.typ, func(t *testing.T) {
+				ctx := context.Background()
+				admin := tg.admin
+				live, liveRef := "mlive:{"+tg.name+"}:"+mk.typ, "mlive:{"+tg.name+"}:"+mk.typ+":ref"
+				short, shortRef := "mshort:{"+tg.name+"}:"+mk.typ, "mshort:{"+tg.name+"}:"+mk.typ+":ref"
+				g4 := routing.Generation{FromEpoch: 0, Shards: 4}
+				g6 := routing.Generation{FromEpoch: 1, Shards: 6}
+				g0 := routing.Generation{FromEpoch: 2, Shards: 0}
+				physical := func(k string) []string {
+					return append(append([]string{k}, routing.ShardKeys(k, g4)...), routing.ShardKeys(k, g6)...)
+				}
+				for _, k := range []string{live, liveRef, short, shortRef} {
+					for _, x := range physical(k) {
+						admin.Del(ctx, x)
+					}
+				}
+				split := routing.Split{Members: true, Kind: mk.kind}
+				newApp := func() (redis.UniversalClient, *engine.Engine) {
+					c := tg.newClient()
+					e := engine.New(c, engine.Options{})
+					c.AddHook(redishook.New(e))
+					t.Cleanup(func() { _ = e.Close(); _ = c.Close() })
+					return c, e
+				}
+				var apps []redis.UniversalClient
+				var engines []*engine.Engine
+				for range 2 {
+					c, e := newApp()
+					apps, engines = append(apps, c), append(engines, e)
+				}
+				version := int64(0)
+				var current *routing.Table
+				publish := func(gens ...routing.Generation) {
+					version++
+					tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: version, EpochMillis: 60_000}
+					if len(gens) > 0 {
+						for _, k := range []string{live, short} { // sorted by key
+							s := split
+							s.Generations = gens
+							tbl.Entries = append(tbl.Entries, routing.Entry{Key: k, Source: routing.SourceDetected, Split: &s})
+						}
+					}
+					if err := tbl.Validate(); err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range engines {
+						e.SetTable(tbl)
+					}
+					current = tbl
+				}
+				folder := New(admin, Options{})
+				fold := func(g routing.Generation) {
+					for _, k := range []string{live, short} {
+						s := split
+						res, err := folder.Split(ctx, k, &s, g)
+						if err == nil && !res.Done {
+							res, err = folder.Split(ctx, k, &s, g)
+						}
+						if err != nil || !res.Done {
+							t.Fatalf("fold %s %+v: %+v, %v", k, g, res, err)
+						}
+						if err := folder.Retire(ctx, k, g, RetiredTTL); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				// writes sends each members through the applications
+				// (two at once) and to the references.
+				writes := func(keys map[string]string, from int) {
+					var wg sync.WaitGroup
+					errs := make(chan error, len(apps))
+					for w, app := range apps {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for i := from + w; i < from+each; i += len(apps) {
+								for k, ref := range keys {
+									if err := mk.write(ctx, app, k, i).Err(); err != nil {
+										errs <- err
+										return
+									}
+									mk.write(ctx, admin, ref, i)
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						t.Fatal(err)
+					}
+				}
+				check := func(phase string) {
+					t.Helper()
+					c, e := newApp()
+					if current != nil {
+						e.SetTable(current)
+					}
+					for k, ref := range map[string]string{live: liveRef, short: shortRef} {
+						same := func(what string, got, want any) {
+							t.Helper()
+							if fmt.Sprint(got) != fmt.Sprint(want) {
+								t.Errorf("%s: %s %s = %v, want %v", phase, what, k, got, want)
+							}
+						}
+						same("EXISTS", c.Exists(ctx, k).Val(), admin.Exists(ctx, ref).Val())
+						same("TYPE", c.Type(ctx, k).Val(), admin.Type(ctx, ref).Val())
+						got, err := c.TTL(ctx, k).Result()
+						want := admin.TTL(ctx, ref).Val()
+						if err != nil || (got < 0 || want < 0) && got != want || (got-want).Abs() > time.Second {
+							t.Errorf("%s: TTL %s = %v, %v; want %v", phase, k, got, err, want)
+						}
+						same("whole read", mk.whole(ctx, c, k), mk.whole(ctx, admin, ref))
+					}
+					w := 7 + int(version)
+					same := replyOf(mk.write(ctx, c, live, w)) == replyOf(mk.write(ctx, admin, liveRef, w))
+					if !same {
+						t.Errorf("%s: a write's reply differs from the reference's", phase)
+					}
+				}
+				both := map[string]string{live: liveRef, short: shortRef}
+				writes(both, 0)
+				for _, k := range []string{short, shortRef} {
+					if err := admin.PExpire(ctx, k, 1500*time.Millisecond).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				check("unsplit")
+				publish(g4)
+				writes(both, 100)
+				check("split in 4")
+				// The short key expires while split: every place at once.
+				eventually.Succeeds(t, 10*time.Second, func() error {
+					for _, k := range []string{short, shortRef} {
+						if n := apps[0].Exists(ctx, k).Val(); n != 0 {
+							return errors.New(k + " has not expired yet")
+						}
+					}
+					return nil
+				})
+				check("short expired")
+				for _, k := range physical(short) {
+					if admin.Exists(ctx, k).Val() != 0 {
+						t.Fatalf("%s outlived its key's expiry", k)
+					}
+				}
+				// DEL and EXPIRE while split.
+				if got, want := apps[1].Del(ctx, live).Val(), admin.Del(ctx, liveRef).Val(); got != want {
+					t.Fatalf("DEL = %d, want %d", got, want)
+				}
+				check("deleted")
+				live1 := map[string]string{live: liveRef}
+				writes(live1, 200)
+				for _, exp := range []func(c redis.UniversalClient, k string) *redis.BoolCmd{
+					func(c redis.UniversalClient, k string) *redis.BoolCmd { return c.Expire(ctx, k, time.Hour) },
+					func(c redis.UniversalClient, k string) *redis.BoolCmd { return c.ExpireNX(ctx, k, 2*time.Hour) },
+				} {
+					if got, want := exp(apps[0], live).Val(), exp(admin, liveRef).Val(); got != want {
+						t.Fatalf("EXPIRE = %v, want %v", got, want)
+					}
+				}
+				publish(g4, g6)
+				writes(live1, 300)
+				check("resized to 6")
+				fold(g4)
+				publish(g6)
+				writes(live1, 400)
+				check("4 folded")
+				publish(g6, g0)
+				writes(live1, 500)
+				check("unsplit again")
+				fold(g6)
+				publish()
+				check("6 folded")
+				for _, k := range physical(short) {
+					if n := admin.Exists(ctx, k).Val(); n != 0 {
+						t.Errorf("%s exists after the folds (TTL %v)", k, admin.PTTL(ctx, k).Val())
+					}
+				}
+				want := admin.Do(ctx, "pexpiretime", liveRef).Val().(int64)
+				for _, k := range physical(live) {
+					at := admin.Do(ctx, "pexpiretime", k).Val().(int64)
+					if at != -2 && (at < 0 || time.Duration(at-want).Abs() > time.Second) {
+						t.Errorf("%s expires at %d, the reference at %d", k, at, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestMemberSplitRepliesAfterAnExpiryElsewhere: in a settled layout (one
+// generation of 4 shards) a process's HINCRBY and ZINCRBY replies add a
+// cached sum of the member's other places (the base key, for 10 s), and
+// its whole reads of a sorted set a cached copy of the base key. Another
+// process gives the key a 1-s expiry; once it has passed, the first
+// process's replies and reads count nothing of the expired members: they
+// equal an unsplit reference's that expired too. go-redis clients in their
+// default configuration with the engine and the hook; standalone and
+// cluster.
+func TestMemberSplitRepliesAfterAnExpiryElsewhere(t *testing.T) {
+	for _, tg := range targets(t) {
+		for _, mk := range memberKinds {
+			t.Run(tg.name+"/"+mk.typ, func(t *testing.T) {
+				ctx := context.Background()
+				admin := tg.admin
+				key, ref := "mrep:{"+tg.name+"}:"+mk.typ, "mrep:{"+tg.name+"}:"+mk.typ+":ref"
+				gen := routing.Generation{FromEpoch: 0, Shards: 4}
+				for _, x := range append([]string{key, ref}, routing.ShardKeys(key, gen)...) {
+					admin.Del(ctx, x)
+				}
+				tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: 1, EpochMillis: 60_000,
+					Entries: []routing.Entry{{Key: key, Source: routing.SourceDetected,
+						Split: &routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}}}}
+				var apps []redis.UniversalClient
+				for range 2 {
+					c := tg.newClient()
+					e := engine.New(c, engine.Options{})
+					c.AddHook(redishook.New(e))
+					t.Cleanup(func() { _ = e.Close(); _ = c.Close() })
+					e.SetTable(tbl)
+					apps = append(apps, c)
+				}
+				// Members written before the split are in the base key.
+				for i := range 8 {
+					mk.write(ctx, admin, key, i)
+					mk.write(ctx, admin, ref, i)
+				}
+				same := func(step string, got, want redis.Cmder) {
+					t.Helper()
+					if replyOf(got) != replyOf(want) {
+						t.Fatalf("%s: %s, the reference says %s", step, replyOf(got), replyOf(want))
+					}
+				}
+				if got, want := apps[1].PExpire(ctx, key, time.Second).Val(), admin.PExpire(ctx, ref, time.Second).Val(); got != want || !got {
+					t.Fatalf("PEXPIRE = %v, want %v", got, want)
+				}
+				for i := range 8 {
+					same(fmt.Sprintf("write %d", i), mk.write(ctx, apps[0], key, i), mk.write(ctx, admin, ref, i))
+				}
+				if got, want := mk.whole(ctx, apps[0], key), mk.whole(ctx, admin, ref); got != want {
+					t.Fatalf("whole read: %s, want %s", got, want)
+				}
+				gone(t, admin, key)
+				gone(t, admin, ref)
+				for i := range 8 {
+					same(fmt.Sprintf("write %d after the expiry", i), mk.write(ctx, apps[0], key, i), mk.write(ctx, admin, ref, i))
+				}
+				if got, want := mk.whole(ctx, apps[0], key), mk.whole(ctx, admin, ref); got != want {
+					t.Fatalf("whole read after the expiry: %s, want %s", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestSetSplitSRem: SREM on a set split by member, against real Redis
+// (standalone and a 3-master cluster), go-redis clients in their default
+// configuration with the engine and the hook.
+//   - Removal racing a fold: every member is removed between the fold's
+//     read of a shard and its credit, or between credit and debit; after
+//     the fold the set is empty (a fold that read a member before its
+//     removal does not add it back).
+//   - Expiry: a base key whose only member is removed (Redis deletes it,
+//     and its expiry with it) while shards hold members keeps the key's
+//     expiry: TTL equals an unsplit reference's and every place carries it.
+//   - Across epochs (4 shards, resized to 6, 4 folded, unsplit, 6
+//     folded), two processes sending SADD and SREM of their own members:
+//     after each phase SREM, SMEMBERS, SCARD and SISMEMBER replies equal an
+//     unsplit reference's.
+func TestSetSplitSRem(t *testing.T) {
+	for _, tg := range targets(t) {
+		ctx := context.Background()
+		admin := tg.admin
+		newApp := func(t *testing.T, tbl *routing.Table) (redis.UniversalClient, *engine.Engine) {
+			c := tg.newClient()
+			e := engine.New(c, engine.Options{})
+			c.AddHook(redishook.New(e))
+			t.Cleanup(func() { _ = e.Close(); _ = c.Close() })
+			if tbl != nil {
+				e.SetTable(tbl)
+			}
+			return c, e
+		}
+		tableOf := func(version int64, key string, gens ...routing.Generation) *routing.Table {
+			tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: version, EpochMillis: 60_000}
+			if len(gens) > 0 {
+				tbl.Entries = []routing.Entry{{Key: key, Source: routing.SourceDetected,
+					Split: &routing.Split{Members: true, Kind: routing.KindSet, Generations: gens}}}
+			}
+			return tbl
+		}
+		members := func(from, to int) []any {
+			var out []any
+			for i := from; i < to; i++ {
+				out = append(out, fmt.Sprintf("m:%d", i))
+			}
+			return out
+		}
+		for _, step := range []Step{StepCredit, StepDebit} {
+			t.Run(fmt.Sprintf("%s/SREM before step %d", tg.name, step), func(t *testing.T) {
+				key := fmt.Sprintf("srem:%s:%d", tg.name, step)
+				gen := routing.Generation{FromEpoch: 3, Shards: 3}
+				split := routing.Split{Members: true, Kind: routing.KindSet, Generations: []routing.Generation{gen}}
+				app, _ := newApp(t, tableOf(1, key, gen))
+				if err := app.SAdd(ctx, key, members(0, 24)...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				removed := false
+				f := New(admin, Options{Fault: func(s Step) error {
+					if s == step && !removed {
+						removed = true
+						if n, err := app.SRem(ctx, key, members(0, 24)...).Result(); n != 24 || err != nil {
+							t.Errorf("SREM = %d, %v; want 24", n, err)
+						}
+					}
+					return nil
+				}})
+				res, err := f.Split(ctx, key, &split, gen)
+				if err == nil {
+					res, err = f.Split(ctx, key, &split, gen)
+				}
+				if err != nil || !res.Done || !removed {
+					t.Fatalf("fold: %+v, %v (removed %v)", res, err, removed)
+				}
+				if m := admin.SMembers(ctx, key).Val(); len(m) != 0 {
+					t.Errorf("after SREM and the fold the base key holds %v", m)
+				}
+			})
+		}
+		t.Run(tg.name+"/expiry kept when SREM empties the base key", func(t *testing.T) {
+			key, ref := "sremttl:{"+tg.name+"}", "sremttl:{"+tg.name+"}:ref"
+			gen := routing.Generation{FromEpoch: 0, Shards: 4}
+			for _, x := range append([]string{key, ref}, routing.ShardKeys(key, gen)...) {
+				admin.Del(ctx, x)
+			}
+			admin.SAdd(ctx, key, "old")
+			admin.SAdd(ctx, ref, "old")
+			app, _ := newApp(t, tableOf(1, key, gen))
+			if got, want := app.Expire(ctx, key, time.Hour).Val(), admin.Expire(ctx, ref, time.Hour).Val(); got != want || !got {
+				t.Fatalf("EXPIRE = %v, want %v", got, want)
+			}
+			app.SAdd(ctx, key, members(0, 20)...)
+			admin.SAdd(ctx, ref, members(0, 20)...)
+			if got, want := app.SRem(ctx, key, "old").Val(), admin.SRem(ctx, ref, "old").Val(); got != want {
+				t.Fatalf("SREM = %d, want %d", got, want)
+			}
+			got, want := app.TTL(ctx, key).Val(), admin.TTL(ctx, ref).Val()
+			if got <= 0 || (got-want).Abs() > time.Second {
+				t.Errorf("TTL after SREM emptied the base key = %v, want %v", got, want)
+			}
+			at := admin.Do(ctx, "pexpiretime", key).Val().(int64)
+			for _, s := range append([]string{key}, routing.ShardKeys(key, gen)...) {
+				if got := admin.Do(ctx, "pexpiretime", s).Val().(int64); got != at || at <= 0 {
+					t.Errorf("%s expires at %d, the base key at %d", s, got, at)
+				}
+			}
+			if got, want := app.SCard(ctx, key).Val(), admin.SCard(ctx, ref).Val(); got != want {
+				t.Errorf("SCARD = %d, want %d", got, want)
+			}
+		})
+		t.Run(tg.name+"/across epochs", func(t *testing.T) {
+			key, ref := "sremep:{"+tg.name+"}", "sremep:{"+tg.name+"}:ref"
+			g4 := routing.Generation{FromEpoch: 0, Shards: 4}
+			g6 := routing.Generation{FromEpoch: 1, Shards: 6}
+			g0 := routing.Generation{FromEpoch: 2, Shards: 0}
+			for _, x := range append(append([]string{key, ref}, routing.ShardKeys(key, g4)...), routing.ShardKeys(key, g6)...) {
+				admin.Del(ctx, x)
+			}
+			var apps []redis.UniversalClient
+			var engines []*engine.Engine
+			for range 2 {
+				c, e := newApp(t, nil)
+				apps, engines = append(apps, c), append(engines, e)
+			}
+			version := int64(0)
+			var current *routing.Table
+			publish := func(gens ...routing.Generation) {
+				version++
+				current = tableOf(version, key, gens...)
+				for _, e := range engines {
+					e.SetTable(current)
+				}
+			}
+			split := routing.Split{Members: true, Kind: routing.KindSet}
+			folder := New(admin, Options{})
+			fold := func(g routing.Generation) {
+				res, err := folder.Split(ctx, key, &split, g)
+				if err == nil && !res.Done {
+					res, err = folder.Split(ctx, key, &split, g)
+				}
+				if err != nil || !res.Done {
+					t.Fatalf("fold %+v: %+v, %v", g, res, err)
+				}
+				if err := folder.Retire(ctx, key, g, RetiredTTL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			phase := func(name string) {
+				var wg sync.WaitGroup
+				errs := make(chan error, len(apps))
+				for w, app := range apps {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range 80 {
+							// Each process its own members, so that both
+							// keys see one order per member.
+							m := fmt.Sprintf("m:%d", 2*((i*7+int(version))%30)+w)
+							var err error
+							if i%3 == 2 {
+								err = app.SRem(ctx, key, m).Err()
+								admin.SRem(ctx, ref, m)
+							} else {
+								err = app.SAdd(ctx, key, m).Err()
+								admin.SAdd(ctx, ref, m)
+							}
+							if err != nil {
+								errs <- fmt.Errorf("%s: %w", name, err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				c, _ := newApp(t, current)
+				gotM, err := c.SMembers(ctx, key).Result()
+				wantM := admin.SMembers(ctx, ref).Val()
+				slices.Sort(gotM)
+				slices.Sort(wantM)
+				if err != nil || !slices.Equal(gotM, wantM) {
+					t.Errorf("%s: SMEMBERS = %v, %v; want %v", name, gotM, err, wantM)
+				}
+				if got, want := c.SCard(ctx, key).Val(), admin.SCard(ctx, ref).Val(); got != want {
+					t.Errorf("%s: SCARD = %d, want %d", name, got, want)
+				}
+				for _, m := range []string{"m:0", "m:1", "m:59", "none"} {
+					if got, want := c.SIsMember(ctx, key, m).Val(), admin.SIsMember(ctx, ref, m).Val(); got != want {
+						t.Errorf("%s: SISMEMBER %s = %v, want %v", name, m, got, want)
+					}
+				}
+				rm := []any{"m:2", "m:3", "none", fmt.Sprintf("m:%d", version)}
+				if got, want := c.SRem(ctx, key, rm...).Val(), admin.SRem(ctx, ref, rm...).Val(); got != want {
+					t.Errorf("%s: SREM = %d, want %d", name, got, want)
+				}
+			}
+			phase("unsplit")
+			publish(g4)
+			phase("split in 4")
+			publish(g4, g6)
+			phase("resized to 6")
+			fold(g4)
+			publish(g6)
+			phase("4 folded")
+			publish(g6, g0)
+			phase("unsplit again")
+			fold(g6)
+			publish()
+			phase("6 folded")
+		})
+	}
+}
