@@ -166,15 +166,15 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 		})
 	}
 
-	hot, ctr := "hot:"+n.name, "ctr:"+n.name
+	hot, ctr, q := "hot:"+n.name, "ctr:"+n.name, "q:"+n.name
 	if err := direct.Set(ctx, hot, "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var gets, wrongGets, incrs, incrErrs atomic.Int64
+	var gets, wrongGets, incrs, incrErrs, pushes, shed atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	// Bounded loads: 200 reads/s and 100 increments/s at most, for 120 s at
-	// most, each well over its threshold.
+	// Bounded loads: 200 reads/s, 100 increments/s and 50 pushes/s at
+	// most, for 120 s at most, each well over its threshold.
 	load := func(every time.Duration, op func()) {
 		defer wg.Done()
 		tick := time.NewTicker(every)
@@ -191,7 +191,7 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 			}
 		}
 	}
-	wg.Add(2)
+	wg.Add(3)
 	go load(5*time.Millisecond, func() {
 		if v, err := c.Get(ctx, hot).Result(); err == nil {
 			gets.Add(1)
@@ -205,6 +205,15 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 			incrs.Add(1)
 		} else {
 			incrErrs.Add(1)
+		}
+	})
+	// A write-hot list, which split cannot serve: the shed move's key.
+	go load(20*time.Millisecond, func() {
+		switch err := c.LPush(ctx, q, "x").Err(); {
+		case err == nil:
+			pushes.Add(1)
+		case strings.HasPrefix(err.Error(), routing.ShedCode+" "):
+			shed.Add(1)
 		}
 	})
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
@@ -234,6 +243,30 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 		return nil
 	})
 	checkReplicated(t, cp, direct, policy, hot)
+	// The shed move: the table sheds the list's writes to a budget of
+	// 16/s (80 % of perShardWritesPerSecond), and the sidecar answers
+	// the excess of the client's 50/s with the shed error, so Redis takes
+	// under half the pushes the client sends (all without it).
+	eventually.True(t, 90*time.Second, "the table sheds "+q, func() bool {
+		e := entry(t, cp, policy, q)
+		return e != nil && e.Shed != nil && e.Shed.WritesPerSecond > 0
+	})
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		p0, s0, r0 := pushes.Load(), shed.Load(), redisCalls(t, direct, "lpush")
+		if err := eventually.Poll(ctx, 10*time.Second, func() error {
+			if sent := pushes.Load() - p0 + shed.Load() - s0; sent < 100 {
+				return fmt.Errorf("%d LPUSHes", sent)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		sent, r := pushes.Load()-p0+shed.Load()-s0, redisCalls(t, direct, "lpush")-r0
+		if r > sent/2 || shed.Load() == s0 {
+			return fmt.Errorf("Redis took %d of the client's %d LPUSHes of the shed key (%d shed errors): the sidecar does not apply shedding", r, sent, shed.Load()-s0)
+		}
+		return nil
+	})
 	// The write move: the counter splits, and the sidecar writes its
 	// shards.
 	eventually.True(t, 90*time.Second, "the table splits "+ctr, func() bool {
@@ -279,7 +312,7 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	// sidecar (which sums the shards), and in the base key alone once the
 	// policy is deleted (the manager folds the shards back).
 	want := incrs.Load()
-	t.Logf("%s: %d GETs, %d INCRs acknowledged, %d refused", n.name, gets.Load(), want, incrErrs.Load())
+	t.Logf("%s: %d GETs, %d INCRs acknowledged, %d refused, %d LPUSHes acknowledged, %d shed", n.name, gets.Load(), want, incrErrs.Load(), pushes.Load(), shed.Load())
 	if w := wrongGets.Load(); w > 0 {
 		t.Errorf("%s: %d GETs of %s through the sidecar did not return its value", n.name, w, hot)
 	}
@@ -376,6 +409,10 @@ func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string
 			Replicate:    v1alpha1.Replicate{Enabled: on, MaxReplicas: maxReplicas},
 			Split:        v1alpha1.Split{Enabled: on, MaxShards: 4, Epoch: d(2 * time.Second)},
 			PreAggregate: v1alpha1.PreAggregate{Enabled: on},
+			// Only the list q:<node> is shed: the other keys' moves bring
+			// them within capacity, or pre-aggregation's count would lose
+			// the shed increments.
+			Shed: v1alpha1.Shed{Enabled: on, Exclude: []string{"hot:*", "ctr:*"}},
 		},
 	}
 	v1alpha1.SetDefaults(&p.Spec)
