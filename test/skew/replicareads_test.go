@@ -13,14 +13,13 @@ import (
 	"github.com/heatsink-dev/heatsink/internal/testing/redisproc"
 )
 
-// startReplica starts a redis-server replicating master (replicaof, the
-// same LFU settings) and waits until its link to the master is up: the
-// standalone replica the policy's replicaReads.addresses name.
-func startReplica(t *testing.T, master *redisproc.Server, args []string) *redisproc.Server {
+// startReplica starts a redis-server replicating master (replicaof) and
+// waits until its link to the master is up: the standalone replica the
+// policy's replicaReads.addresses name.
+func startReplica(t *testing.T, master *redisproc.Server) *redisproc.Server {
 	t.Helper()
 	ctx := context.Background()
-	r, err := redisproc.Start(ctx, redisproc.Options{ExtraArgs: append([]string{
-		"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}, args...)})
+	r, err := redisproc.Start(ctx, redisproc.Options{ExtraArgs: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,17 +133,12 @@ func runMatrix(t *testing.T, manager string, nodes []node) {
 // the pod under its sidecar's version (tag).
 func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, sidecarBin, tag string, n node, statusVersions bool) {
 	ctx := context.Background()
-	// LFU with a log factor of 0 and no decay makes OBJECT FREQ an exact
-	// count of a key's reads and writes (from 5, a new key's), without
-	// itself counting: how the replicate check sees which copies the
-	// sidecar reads. With no maxmemory nothing is evicted.
-	lfu := []string{"--maxmemory-policy", "allkeys-lfu", "--lfu-log-factor", "0", "--lfu-decay-time", "0"}
-	srv, err := redisproc.Start(ctx, redisproc.Options{ExtraArgs: lfu})
+	srv, err := redisproc.Start(ctx, redisproc.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	rep := startReplica(t, srv, lfu)
+	rep := startReplica(t, srv)
 	policy := "p-" + n.name
 	hot, ctr, q, warm := "hot:"+n.name, "ctr:"+n.name, "q:"+n.name, "warm:"+n.name
 	event := newWarmEvent(warm, time.Now())
@@ -235,7 +230,7 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	warmErr := make(chan error, 1)
 	wctx, cancelWarm := context.WithCancel(ctx)
 	defer cancelWarm() // a check that failed first ends it
-	go func() { warmErr <- event.check(wctx, cp, direct, policy, warmGets.Load, t.Logf) }()
+	go func() { warmErr <- event.check(wctx, cp, direct, srv.Addr, sc.Metrics, policy, warmGets.Load, t.Logf) }()
 
 	// The read move: the table caches the hot key, and Redis then sees
 	// fewer GETs than the client sends (the sidecar serves the rest).
@@ -435,30 +430,30 @@ func createPod(t *testing.T, cp *controlplane.ControlPlane, policy, nodeName, ta
 // entry is key's entry in the policy's published table (nil if none).
 func entry(t *testing.T, cp *controlplane.ControlPlane, policy, key string) *routing.Entry {
 	t.Helper()
-	e, err := tableEntry(cp, policy, key)
+	_, e, err := tableEntry(cp, policy, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
 
-// tableEntry is entry for a goroutine of its own: it returns the table's
-// error (nil, nil when no table is published yet).
-func tableEntry(cp *controlplane.ControlPlane, policy, key string) (*routing.Entry, error) {
+// tableEntry is entry for a goroutine of its own, with the table: it
+// returns the table's error (nils when no table is published yet).
+func tableEntry(cp *controlplane.ControlPlane, policy, key string) (*routing.Table, *routing.Entry, error) {
 	cm := &corev1.ConfigMap{}
 	if err := cp.Client.Get(context.Background(), crclient.ObjectKey{Namespace: namespace, Name: routing.ConfigMapName(policy)}, cm); err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	tbl, err := routing.Parse([]byte(cm.Data[routing.ConfigMapKey]))
 	if err != nil {
-		return nil, fmt.Errorf("the published table: %w", err)
+		return nil, nil, fmt.Errorf("the published table: %w", err)
 	}
 	for i := range tbl.Entries {
 		if tbl.Entries[i].Key == key {
-			return &tbl.Entries[i], nil
+			return tbl, &tbl.Entries[i], nil
 		}
 	}
-	return nil, nil
+	return tbl, nil, nil
 }
 
 // redisCalls is how many calls of the commands Redis has served (INFO
