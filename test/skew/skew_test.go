@@ -39,9 +39,9 @@ const (
 	readThreshold  = 50 // per second
 	writeThreshold = 20 // per second
 	// perShardReads is what one physical key may serve: the hot key's
-	// 200 GETs/s (250 with the 25 % headroom) need copies, ceil(250/60) = 5,
-	// clamped to maxReplicas, which holds the count (and so the copies'
-	// names) steady while the load's rate varies by half.
+	// 200 GETs/s (250 with the 25 % headroom) need more than its master,
+	// so the policy sends them to the replica (which the policy prefers
+	// to copies, decide.detectedEntry). Copies come from the schedule.
 	perShardReads = 60 // per second
 	maxReplicas   = 3
 )
@@ -59,9 +59,11 @@ type node struct {
 // DaemonSet rolls and pods are recreated. Each node's pod has a policy
 // and a redis-server of its own, so every pairing must itself carry its
 // key's counts to the manager, follow the table and apply the moves:
-// local cache, coalescing and replication of a read-hot key (its copies
-// filled by the manager and read by the sidecar), a split, pre-aggregated
-// counter exact.
+// local cache, coalescing and replica reads of a read-hot key (read from
+// the master's replica), a scheduled replication pre-warmed before its
+// event (copies filled by the manager, held by the sidecar before the
+// start, read from it, left at its end), shedding of a write-hot list, a
+// split, pre-aggregated counter exact.
 func TestSkewThisManager(t *testing.T) {
 	runMatrix(t, "this", []node{
 		{"node-a", "previous", "previous"},
@@ -363,9 +365,10 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	}
 }
 
-// createPolicy creates the policy of one node's Redis, its defaults
-// applied (no webhook runs): coalesce, local cache, replicate, split and
-// pre-aggregate allowed, low thresholds.
+// createPolicy creates the policy of one node's Redis (its master addr and
+// the master's replica), its defaults applied (no webhook runs):
+// coalesce, local cache, replica reads, replicate, split, pre-aggregate
+// and shedding allowed, low thresholds, and the schedule sched.
 func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr, replica string, sched v1alpha1.Schedule) {
 	t.Helper()
 	on := ptr.To(true)
