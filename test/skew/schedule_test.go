@@ -145,13 +145,16 @@ func (w warmEvent) check(ctx context.Context, cp *controlplane.ControlPlane, dir
 	}
 	logf("%s: the sidecar holds the pre-warm's table and the copies are filled %v after the pre-warm began, %v before the event's start", w.key, time.Since(prewarm).Round(time.Millisecond), time.Until(w.start).Round(time.Millisecond))
 	if err := eventually.Poll(ctx, time.Until(w.start)+5*time.Second, func() error {
+		// The count first: a read counted before a time before the
+		// start was a read before it.
+		n := copyGets.count()
 		if time.Now().Before(w.start) {
-			if n := copyGets.count(); n > 0 {
+			if n > 0 {
 				return eventually.Permanent(fmt.Errorf("the sidecar read the copies of %s %d times before the event's start (%v), the last: %s", w.key, n, w.start.Format(time.RFC3339Nano), copyGets.lastLine()))
 			}
 			return errors.New("the event has not started")
 		}
-		if copyGets.count() == 0 {
+		if n == 0 {
 			return fmt.Errorf("no copy of %s read since the event's start: the sidecar does not apply the scheduled replicate", w.key)
 		}
 		return nil
