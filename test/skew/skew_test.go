@@ -39,9 +39,9 @@ const (
 	readThreshold  = 50 // per second
 	writeThreshold = 20 // per second
 	// perShardReads is what one physical key may serve: the hot key's
-	// 200 GETs/s (250 with the 25 % headroom) need copies, ceil(250/60) = 5,
-	// clamped to maxReplicas, which holds the count (and so the copies'
-	// names) steady while the load's rate varies by half.
+	// 200 GETs/s (250 with the 25 % headroom) need more than its master,
+	// so the policy sends them to the replica (which the policy prefers
+	// to copies, decide.detectedEntry). Copies come from the schedule.
 	perShardReads = 60 // per second
 	maxReplicas   = 3
 )
@@ -59,9 +59,11 @@ type node struct {
 // DaemonSet rolls and pods are recreated. Each node's pod has a policy
 // and a redis-server of its own, so every pairing must itself carry its
 // key's counts to the manager, follow the table and apply the moves:
-// local cache, coalescing and replication of a read-hot key (its copies
-// filled by the manager and read by the sidecar), a split, pre-aggregated
-// counter exact.
+// local cache, coalescing and replica reads of a read-hot key (read from
+// the master's replica), a scheduled replication pre-warmed before its
+// event (copies filled by the manager, held by the sidecar before the
+// start, read from it, left at its end), shedding of a write-hot list, a
+// split, pre-aggregated counter exact.
 func TestSkewThisManager(t *testing.T) {
 	runMatrix(t, "this", []node{
 		{"node-a", "previous", "previous"},
@@ -133,18 +135,16 @@ func runMatrix(t *testing.T, manager string, nodes []node) {
 // the pod under its sidecar's version (tag).
 func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, sidecarBin, tag string, n node, statusVersions bool) {
 	ctx := context.Background()
-	// LFU with a log factor of 0 and no decay makes OBJECT FREQ an exact
-	// count of a key's reads and writes (from 5, a new key's), without
-	// itself counting: how the replicate check sees which copies the
-	// sidecar reads. With no maxmemory nothing is evicted.
-	srv, err := redisproc.Start(ctx, redisproc.Options{ExtraArgs: []string{
-		"--maxmemory-policy", "allkeys-lfu", "--lfu-log-factor", "0", "--lfu-decay-time", "0"}})
+	srv, err := redisproc.Start(ctx, redisproc.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
+	rep := startReplica(t, srv)
 	policy := "p-" + n.name
-	createPolicy(t, cp, policy, srv.Addr)
+	hot, ctr, q, warm := "hot:"+n.name, "ctr:"+n.name, "q:"+n.name, "warm:"+n.name
+	event := newWarmEvent(warm, time.Now())
+	createPolicy(t, cp, policy, srv.Addr, rep.Addr, event.schedule())
 	createPod(t, cp, policy, n.name, tag, n.sidecar == "this")
 	sc := procstack.StartSidecar(t, sidecarBin, a, srv.Addr, namespace, policy)
 	c := redis.NewClient(&redis.Options{Addr: sc.Addr}) // go-redis' defaults
@@ -166,15 +166,16 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 		})
 	}
 
-	hot, ctr := "hot:"+n.name, "ctr:"+n.name
-	if err := direct.Set(ctx, hot, "v", 0).Err(); err != nil {
-		t.Fatal(err)
+	for k, v := range map[string]string{hot: "v", warm: "w"} {
+		if err := direct.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var gets, wrongGets, incrs, incrErrs atomic.Int64
+	var gets, wrongGets, warmGets, incrs, incrErrs, pushes, shed atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	// Bounded loads: 200 reads/s and 100 increments/s at most, for 120 s at
-	// most, each well over its threshold.
+	// Bounded loads: 200 reads/s, 100 increments/s and 50 pushes/s at
+	// most, for 120 s at most, each well over its threshold.
 	load := func(every time.Duration, op func()) {
 		defer wg.Done()
 		tick := time.NewTicker(every)
@@ -191,7 +192,16 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 			}
 		}
 	}
-	wg.Add(2)
+	wg.Add(4)
+	// The scheduled key, read under its threshold.
+	go load(warmEvery, func() {
+		if v, err := c.Get(ctx, warm).Result(); err == nil {
+			warmGets.Add(1)
+			if v != "w" {
+				wrongGets.Add(1)
+			}
+		}
+	})
 	go load(5*time.Millisecond, func() {
 		if v, err := c.Get(ctx, hot).Result(); err == nil {
 			gets.Add(1)
@@ -207,8 +217,22 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 			incrErrs.Add(1)
 		}
 	})
+	// A write-hot list, which split cannot serve: the shed move's key.
+	go load(20*time.Millisecond, func() {
+		switch err := c.LPush(ctx, q, "x").Err(); {
+		case err == nil:
+			pushes.Add(1)
+		case strings.HasPrefix(err.Error(), routing.ShedCode+" "):
+			shed.Add(1)
+		}
+	})
 	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopLoad()
+	// The scheduled event runs by the clock beside the other checks.
+	warmErr := make(chan error, 1)
+	wctx, cancelWarm := context.WithCancel(ctx)
+	defer cancelWarm() // a check that failed first ends it
+	go func() { warmErr <- event.check(wctx, cp, direct, srv.Addr, sc.Metrics, policy, warmGets.Load, t.Logf) }()
 
 	// The read move: the table caches the hot key, and Redis then sees
 	// fewer GETs than the client sends (the sidecar serves the rest).
@@ -218,8 +242,9 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	})
 	// A window of 200 client GETs in which Redis served fewer than half
 	// (the sidecar takes the table a moment after it is published).
+	masterGets := startMonitor(t, srv.Addr, hot)
 	eventually.Succeeds(t, 30*time.Second, func() error {
-		g0, r0 := gets.Load(), redisGets(t, direct)
+		g0, r0 := gets.Load(), masterGets.count()
 		if err := eventually.Poll(ctx, 10*time.Second, func() error {
 			if gets.Load()-g0 < 200 {
 				return fmt.Errorf("%d GETs", gets.Load()-g0)
@@ -228,12 +253,37 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 		}); err != nil {
 			return err
 		}
-		if served, r := gets.Load()-g0, redisGets(t, direct)-r0; r > served/2 {
+		if served, r := gets.Load()-g0, masterGets.count()-r0; r > served/2 {
 			return fmt.Errorf("Redis served %d of the client's %d GETs of the cached key: the sidecar does not apply the local cache", r, served)
 		}
 		return nil
 	})
-	checkReplicated(t, cp, direct, policy, hot)
+	checkReplicaReads(t, ctx, cp, policy, hot, masterGets, startMonitor(t, rep.Addr, hot), gets.Load)
+	masterGets.stop()
+	// The shed move: the table sheds the list's writes to a budget of
+	// 16/s (80 % of perShardWritesPerSecond), and the sidecar answers
+	// the excess of the client's 50/s with the shed error, so Redis takes
+	// under half the pushes the client sends (all without it).
+	eventually.True(t, 90*time.Second, "the table sheds "+q, func() bool {
+		e := entry(t, cp, policy, q)
+		return e != nil && e.Shed != nil && e.Shed.WritesPerSecond > 0
+	})
+	eventually.Succeeds(t, 30*time.Second, func() error {
+		p0, s0, r0 := pushes.Load(), shed.Load(), redisCalls(t, direct, "lpush")
+		if err := eventually.Poll(ctx, 10*time.Second, func() error {
+			if sent := pushes.Load() - p0 + shed.Load() - s0; sent < 100 {
+				return fmt.Errorf("%d LPUSHes", sent)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		sent, r := pushes.Load()-p0+shed.Load()-s0, redisCalls(t, direct, "lpush")-r0
+		if r > sent/2 || shed.Load() == s0 {
+			return fmt.Errorf("Redis took %d of the client's %d LPUSHes of the shed key (%d shed errors): the sidecar does not apply shedding", r, sent, shed.Load()-s0)
+		}
+		return nil
+	})
 	// The write move: the counter splits, and the sidecar writes its
 	// shards.
 	eventually.True(t, 90*time.Second, "the table splits "+ctr, func() bool {
@@ -273,15 +323,18 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	})
 	i0 := incrs.Load()
 	eventually.True(t, 30*time.Second, "100 increments of the split counter", func() bool { return incrs.Load()-i0 >= 100 })
+	if err := <-warmErr; err != nil {
+		t.Error(err)
+	}
 	stopLoad()
 
 	// Exact: every acknowledged increment counted once, through the
 	// sidecar (which sums the shards), and in the base key alone once the
 	// policy is deleted (the manager folds the shards back).
 	want := incrs.Load()
-	t.Logf("%s: %d GETs, %d INCRs acknowledged, %d refused", n.name, gets.Load(), want, incrErrs.Load())
+	t.Logf("%s: %d GETs (%d of %s), %d INCRs acknowledged, %d refused, %d LPUSHes acknowledged, %d shed", n.name, gets.Load()+warmGets.Load(), warmGets.Load(), warm, want, incrErrs.Load(), pushes.Load(), shed.Load())
 	if w := wrongGets.Load(); w > 0 {
-		t.Errorf("%s: %d GETs of %s through the sidecar did not return its value", n.name, w, hot)
+		t.Errorf("%s: %d GETs of %s or %s through the sidecar did not return its value", n.name, w, hot, warm)
 	}
 	got, err := c.Get(ctx, ctr).Int64()
 	if err != nil || got != want {
@@ -312,52 +365,11 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	}
 }
 
-// checkReplicated checks the replicate move of the read-hot key hot: the
-// table replicates it, the manager filled every copy with the value, and
-// the sidecar reads the copies. The manager writes each copy at most twice
-// (its fill, and one refill once the table reached every sidecar:
-// decide.Fills), so a copy's OBJECT FREQ over 5 (a new key's) + 2 counts
-// reads, which only a sidecar following the move sends: the client reads
-// the base key's name alone.
-func checkReplicated(t *testing.T, cp *controlplane.ControlPlane, direct *redis.Client, policy, hot string) {
-	t.Helper()
-	ctx := context.Background()
-	var copies []string
-	eventually.True(t, 60*time.Second, "the table replicates "+hot, func() bool {
-		e := entry(t, cp, policy, hot)
-		if e == nil || e.Replicate == nil {
-			return false
-		}
-		copies = routing.ReplicaKeys(hot, int(e.Replicate.Replicas))
-		return true
-	})
-	eventually.Succeeds(t, 30*time.Second, func() error {
-		read := 0
-		for _, k := range copies {
-			f, err := direct.ObjectFreq(ctx, k).Result()
-			if err != nil {
-				return fmt.Errorf("copy %s of %s: %v (not filled?)", k, hot, err)
-			}
-			if f > 5+2 {
-				read++
-			}
-		}
-		if read == 0 {
-			return fmt.Errorf("no copy of %s read: the sidecar does not apply replicate", hot)
-		}
-		return nil
-	})
-	for _, k := range copies {
-		if v, err := direct.Get(ctx, k).Result(); err != nil || v != "v" {
-			t.Errorf("copy %s of %s holds %q (%v), want the value", k, hot, v, err)
-		}
-	}
-}
-
-// createPolicy creates the policy of one node's Redis, its defaults
-// applied (no webhook runs): coalesce, local cache, replicate, split and
-// pre-aggregate allowed, low thresholds.
-func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string) {
+// createPolicy creates the policy of one node's Redis (its master addr and
+// the master's replica), its defaults applied (no webhook runs):
+// coalesce, local cache, replica reads, replicate, split, pre-aggregate
+// and shedding allowed, low thresholds, and the schedule sched.
+func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr, replica string, sched v1alpha1.Schedule) {
 	t.Helper()
 	on := ptr.To(true)
 	d := func(x time.Duration) metav1.Duration { return metav1.Duration{Duration: x} }
@@ -376,7 +388,14 @@ func createPolicy(t *testing.T, cp *controlplane.ControlPlane, name, addr string
 			Replicate:    v1alpha1.Replicate{Enabled: on, MaxReplicas: maxReplicas},
 			Split:        v1alpha1.Split{Enabled: on, MaxShards: 4, Epoch: d(2 * time.Second)},
 			PreAggregate: v1alpha1.PreAggregate{Enabled: on},
+			// Only the list q:<node> is shed: the other keys' moves bring
+			// them within capacity, or pre-aggregation's count would lose
+			// the shed increments.
+			Shed: v1alpha1.Shed{Enabled: on, Exclude: []string{"hot:*", "ctr:*", "warm:*"}},
+			// The master's replica, read every 250 ms for its lag.
+			ReplicaReads: v1alpha1.ReplicaReads{Enabled: on, Addresses: []string{replica}, LagCheckInterval: d(250 * time.Millisecond)},
 		},
+		Schedules: []v1alpha1.Schedule{sched},
 	}
 	v1alpha1.SetDefaults(&p.Spec)
 	if err := cp.Client.Create(context.Background(), p); err != nil {
@@ -414,26 +433,30 @@ func createPod(t *testing.T, cp *controlplane.ControlPlane, policy, nodeName, ta
 // entry is key's entry in the policy's published table (nil if none).
 func entry(t *testing.T, cp *controlplane.ControlPlane, policy, key string) *routing.Entry {
 	t.Helper()
+	_, e, err := tableEntry(cp, policy, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// tableEntry is entry for a goroutine of its own, with the table: it
+// returns the table's error (nils when no table is published yet).
+func tableEntry(cp *controlplane.ControlPlane, policy, key string) (*routing.Table, *routing.Entry, error) {
 	cm := &corev1.ConfigMap{}
 	if err := cp.Client.Get(context.Background(), crclient.ObjectKey{Namespace: namespace, Name: routing.ConfigMapName(policy)}, cm); err != nil {
-		return nil
+		return nil, nil, nil
 	}
 	tbl, err := routing.Parse([]byte(cm.Data[routing.ConfigMapKey]))
 	if err != nil {
-		t.Fatalf("the published table: %v", err)
+		return nil, nil, fmt.Errorf("the published table: %w", err)
 	}
 	for i := range tbl.Entries {
 		if tbl.Entries[i].Key == key {
-			return &tbl.Entries[i]
+			return tbl, &tbl.Entries[i], nil
 		}
 	}
-	return nil
-}
-
-// redisGets is how many GETs Redis has served (INFO commandstats).
-func redisGets(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	return redisCalls(t, c, "get")
+	return tbl, nil, nil
 }
 
 // redisCalls is how many calls of the commands Redis has served (INFO
