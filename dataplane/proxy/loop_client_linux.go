@@ -541,6 +541,9 @@ func (l *loop) toSession(c *lclient) {
 	if pr != nil {
 		l.p.presentedUpstream(s, pr)
 	}
+	if !s.dedicated {
+		s.handedOver()
+	}
 	if !l.p.startSession(s) {
 		l.p.m.connections.Dec()
 		l.p.fences.release(hf)

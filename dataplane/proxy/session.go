@@ -148,6 +148,9 @@ type session struct {
 	// readingAhead: watchClient reads the client (set before its
 	// goroutine starts, cleared after it ended).
 	readingAhead bool
+	// handing: the next command is the one the event loop handed the
+	// client over with, unwritten (handedOver).
+	handing bool
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
@@ -274,6 +277,10 @@ func (s *session) handle() (done bool, err error) {
 		if args, ok, err = s.bigCommand(); !ok {
 			return true, err
 		}
+	}
+	if s.handing {
+		s.handing = false
+		s.fenceHandOver(args)
 	}
 	cluster := s.p.cfg.Cluster
 	c := s.p.classify(args, s.mode())

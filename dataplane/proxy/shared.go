@@ -61,6 +61,9 @@ type pool struct {
 	proto int
 	mu    sync.Mutex
 	conns []*shared
+	// dials counts the shared connections this pool set out to open: none
+	// where the event loop runs (every session there is dedicated).
+	dials atomic.Int64
 }
 
 func newPool(p *Proxy, proto, n int) *pool {
@@ -81,6 +84,7 @@ func (pl *pool) get(i int) (*shared, error) {
 			return c, nil
 		}
 	}
+	pl.dials.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), pl.p.cfg.DialTimeout)
 	defer cancel()
 	u, err := pl.p.dialRaw(ctx, pl.p.topo.addr(0))

@@ -1,0 +1,91 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+)
+
+// Where the event loop runs, the shared mode (shared.go) never runs: a
+// client the loop hands to a session gets a connection of its own for every
+// hand-over, the three the loop does not write itself included: a large
+// value still arriving (streamed, or held whole because its keys follow
+// it), a HELLO to a Redis that has no HELLO reply for the loop to give (its
+// default user may not run HELLO), and a hand-over the loop cannot write
+// (WAIT, CLIENT REPLY: the session answers them). With sessions only
+// (--event-loop=false) the same steps do open shared connections, so the
+// count is the one that would show them.
+func TestHandOversUnderTheLoopOpenNoSharedConnection(t *testing.T) {
+	skipShort(t)
+	ctx := context.Background()
+	srv := redistest.Standalone(t)
+	// A Redis without HELLO (HELLO is exempt from ACLs: renamed away).
+	noHello := redistest.Standalone(t, "--rename-command", "HELLO", "HELLO-"+t.Name())
+	big := string(valueBytes(2<<20, 7))
+	cases := []struct {
+		name string
+		addr string
+		run  func(t *testing.T, c *redis.Client)
+	}{
+		{"large value streamed", srv.Addr, func(t *testing.T, c *redis.Client) {
+			mustSetGet(t, c, "big", big)
+		}},
+		{"large value held whole", srv.Addr, func(t *testing.T, c *redis.Client) {
+			if err := c.MSet(ctx, "m1", big, "m2", "x").Err(); err != nil {
+				t.Fatalf("MSET m1 <2 MiB> m2 x: %v", err)
+			}
+			if v, err := c.Get(ctx, "m1").Result(); err != nil || v != big {
+				t.Fatalf("GET m1: %d bytes, %v", len(v), err)
+			}
+			mustSetGet(t, c, "after", "y")
+		}},
+		{"HELLO without a HELLO reply", noHello.Addr, func(t *testing.T, c *redis.Client) {
+			// go-redis opens with HELLO 3, refused: it goes on in RESP2.
+			mustSetGet(t, c, "k", "v")
+			if err := c.Do(ctx, "HELLO", "2").Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR unknown command") {
+				t.Fatalf("HELLO 2 to a Redis without HELLO: %v, want Redis' unknown command", err)
+			}
+			mustSetGet(t, c, "k2", "v2")
+		}},
+		{"hand-over the loop does not write", srv.Addr, func(t *testing.T, c *redis.Client) {
+			if n, err := c.Do(ctx, "WAIT", 0, 0).Int(); err != nil || n != 0 {
+				t.Fatalf("WAIT 0 0: %d, %v", n, err)
+			}
+			mustSetGet(t, c, "w", "1")
+		}},
+	}
+	for _, tc := range cases {
+		for _, noLoop := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/sessions-only=%v", tc.name, noLoop), func(t *testing.T) {
+				addr, p := start(t, proxy.Config{Upstreams: []string{tc.addr}, NoEventLoop: noLoop, MaxBuffered: 8 << 20})
+				c := redis.NewClient(&redis.Options{Addr: addr})
+				defer c.Close()
+				tc.run(t, c)
+				n := p.SharedDials()
+				if !noLoop && n != 0 {
+					t.Fatalf("the event loop's hand-over opened %d shared connections, want 0", n)
+				}
+				if noLoop && n == 0 {
+					t.Fatal("sessions only opened no shared connection: the count does not see them")
+				}
+			})
+		}
+	}
+}
+
+func mustSetGet(t *testing.T, c *redis.Client, key, val string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Set(ctx, key, val, 0).Err(); err != nil {
+		t.Fatalf("SET %s: %v", key, err)
+	}
+	if v, err := c.Get(ctx, key).Result(); err != nil || v != val {
+		t.Fatalf("GET %s: %d bytes, %v", key, len(v), err)
+	}
+}
