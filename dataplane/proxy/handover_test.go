@@ -3,11 +3,13 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/proxy"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
@@ -60,10 +62,45 @@ func TestHandOversUnderTheLoopOpenNoSharedConnection(t *testing.T) {
 			mustSetGet(t, c, "w", "1")
 		}},
 	}
+	// A command on a mitigated key the engine serves, with the plain keys'
+	// part on the client's path (MGET of a replicated key and a plain one),
+	// and one the engine finds malformed (Redis answers it).
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	eng := engine.New(direct, engine.Options{})
+	defer eng.Close()
+	eng.SetTable(mitigatedTable())
+	cases = append(cases, struct {
+		name string
+		addr string
+		run  func(t *testing.T, c *redis.Client)
+	}{"engine round trip", srv.Addr, func(t *testing.T, c *redis.Client) {
+		mustSetGet(t, c, "page", "p1")
+		mustSetGet(t, c, "plain", "x")
+		before := connectionsReceived(t, direct)
+		for i := range 20 {
+			got, err := c.MGet(ctx, "page", "plain").Result()
+			if err != nil || len(got) != 2 || got[0] != "p1" || got[1] != "x" {
+				t.Fatalf("MGET page plain (%d): %v, %v", i, got, err)
+			}
+		}
+		// The connection of one round trip is kept for the next: 20 take
+		// at most a few (the warm pool's refills, and direct's INFO).
+		if n := connectionsReceived(t, direct) - before; n > 6 {
+			t.Fatalf("20 MGETs served by the engine opened %d connections to Redis, want a few", n)
+		}
+		if err := c.Do(ctx, "GET", "page", "extra").Err(); err == nil || !strings.Contains(err.Error(), "wrong number of arguments") {
+			t.Fatalf("GET page extra: %v, want Redis' arity error", err)
+		}
+	}})
 	for _, tc := range cases {
 		for _, noLoop := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/sessions-only=%v", tc.name, noLoop), func(t *testing.T) {
-				addr, p := start(t, proxy.Config{Upstreams: []string{tc.addr}, NoEventLoop: noLoop, MaxBuffered: 8 << 20})
+				cfg := proxy.Config{Upstreams: []string{tc.addr}, NoEventLoop: noLoop, MaxBuffered: 8 << 20}
+				if tc.name == "engine round trip" {
+					cfg.Engine = eng
+				}
+				addr, p := start(t, cfg)
 				c := redis.NewClient(&redis.Options{Addr: addr})
 				defer c.Close()
 				tc.run(t, c)
@@ -88,4 +125,24 @@ func mustSetGet(t *testing.T, c *redis.Client, key, val string) {
 	if v, err := c.Get(ctx, key).Result(); err != nil || v != val {
 		t.Fatalf("GET %s: %d bytes, %v", key, len(v), err)
 	}
+}
+
+// connectionsReceived is Redis' count of the connections it accepted.
+func connectionsReceived(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no total_connections_received")
+	return 0
 }

@@ -454,7 +454,7 @@ func (l *loop) deliver(c *lclient, seq uint64, b []byte) {
 }
 
 // runEngine serves an engine command on a goroutine with a session of its
-// own (sharing the multiplexed pool); the client's later commands wait.
+// own (engineSession); the client's later commands wait.
 func (l *loop) runEngine(c *lclient, cl *classified, inval []string) {
 	c.state = cEngine
 	raw := append([]byte(nil), l.cmd.Raw...)
@@ -466,9 +466,8 @@ func (l *loop) runEngine(c *lclient, cl *classified, inval []string) {
 	p := l.p
 	d, node := cl.decision, cl.node
 	go func() {
-		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
-			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1)), holding: true}
-		defer s.closeUpstreams() // cluster mode: its own node connections
+		s, done := p.engineSession(proto)
+		defer done()
 		if !s.execEngine(d, args) {
 			// Malformed for the engine: Redis gives its own error.
 			s.forward(node, raw, false, "")
