@@ -20,7 +20,9 @@ import (
 // value still arriving (streamed, or held whole because its keys follow
 // it), a HELLO to a Redis that has no HELLO reply for the loop to give (its
 // default user may not run HELLO), and a hand-over the loop cannot write
-// (WAIT, CLIENT REPLY: the session answers them). With sessions only
+// (WAIT, CLIENT REPLY: the session answers them); nor do the commands the
+// loop runs on a goroutine (an engine command's round trips, INFO), whose
+// connection is kept for the next one. With sessions only
 // (--event-loop=false) the same steps do open shared connections, so the
 // count is the one that would show them.
 func TestHandOversUnderTheLoopOpenNoSharedConnection(t *testing.T) {
@@ -91,6 +93,20 @@ func TestHandOversUnderTheLoopOpenNoSharedConnection(t *testing.T) {
 		}
 		if err := c.Do(ctx, "GET", "page", "extra").Err(); err == nil || !strings.Contains(err.Error(), "wrong number of arguments") {
 			t.Fatalf("GET page extra: %v, want Redis' arity error", err)
+		}
+	}})
+	// INFO, which the proxy patches (cluster_enabled:1), on a goroutine as
+	// an engine command.
+	cases = append(cases, struct {
+		name string
+		addr string
+		run  func(t *testing.T, c *redis.Client)
+	}{"INFO", srv.Addr, func(t *testing.T, c *redis.Client) {
+		for range 3 {
+			info, err := c.Info(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_enabled:1") || !strings.Contains(info, "redis_version:") {
+				t.Fatalf("INFO: %v, %d bytes without the patched cluster_enabled:1 or Redis' own fields", err, len(info))
+			}
 		}
 	}})
 	for _, tc := range cases {

@@ -454,7 +454,7 @@ func (l *loop) deliver(c *lclient, seq uint64, b []byte) {
 }
 
 // runEngine serves an engine command on a goroutine with a session of its
-// own (engineSession); the client's later commands wait.
+// own (loopSession); the client's later commands wait.
 func (l *loop) runEngine(c *lclient, cl *classified, inval []string) {
 	c.state = cEngine
 	raw := append([]byte(nil), l.cmd.Raw...)
@@ -466,7 +466,7 @@ func (l *loop) runEngine(c *lclient, cl *classified, inval []string) {
 	p := l.p
 	d, node := cl.decision, cl.node
 	go func() {
-		s, done := p.engineSession(proto)
+		s, done := p.loopSession(proto)
 		defer done()
 		if !s.execEngine(d, args) {
 			// Malformed for the engine: Redis gives its own error.

@@ -150,9 +150,9 @@ type Proxy struct {
 	sessionSeq atomic.Uint64
 	// warm keeps connections ready for sessions that need their own.
 	warm *warmPool
-	// engineConns keeps the connections of the engine's round trips for
-	// the event loop's clients between two commands.
-	engineConns engineConns
+	// loopConns keeps the connections of the round trips the event loop
+	// runs on goroutines (engine commands, INFO) between two commands.
+	loopConns loopConns
 	// fences hold other clients' commands while a command that gave its
 	// client a connection of its own is unanswered (fence.go).
 	fences fences
@@ -415,7 +415,7 @@ func (p *Proxy) closePools() {
 	p.pools[2].close()
 	p.pools[3].close()
 	p.warm.close()
-	p.engineConns.close()
+	p.loopConns.close()
 }
 
 // Ready reports whether the proxy is serving and can reach Redis (a PING on
