@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -161,4 +162,48 @@ func connectionsReceived(t *testing.T, c *redis.Client) int {
 	}
 	t.Fatal("INFO stats has no total_connections_received")
 	return 0
+}
+
+// A client connection the event loop cannot take (not a socket it can
+// duplicate: here a listener that wraps its connections) is served by a
+// session of its own where the loop runs, not on the shared connections.
+func TestClientTheLoopCannotTakeOpensNoSharedConnection(t *testing.T) {
+	skipShort(t)
+	srv := redistest.Standalone(t)
+	p, err := proxy.New(proxy.Config{Upstreams: []string{srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, wrapListener{ln}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("proxy Serve: %v", err)
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	defer c.Close()
+	mustSetGet(t, c, "k", "v")
+	if n := p.SharedDials(); n != 0 {
+		t.Fatalf("a client the loop could not take opened %d shared connections, want 0", n)
+	}
+}
+
+// wrapListener hands out connections that are not syscall.Conn.
+type wrapListener struct{ net.Listener }
+
+type wrappedConn struct{ net.Conn }
+
+func (l wrapListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return wrappedConn{c}, nil
 }

@@ -329,7 +329,7 @@ func (p *Proxy) accept(ln net.Listener) error {
 		if p.loop != nil && p.loop.adopt(c) {
 			continue
 		}
-		if !p.startSession(newSession(p, c)) {
+		if !p.startSession(p.acceptedSession(c)) {
 			p.m.connections.Dec()
 		}
 	}

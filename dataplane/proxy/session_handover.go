@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/heatsink-dev/heatsink/routing/command"
+import (
+	"net"
+
+	"github.com/heatsink-dev/heatsink/routing/command"
+)
 
 // A client the event loop hands to a session is served on connections of
 // its own from the start: where the loop runs, no session goes on the
@@ -38,4 +42,15 @@ func (s *session) fenceHandOver(args [][]byte) {
 	case opOwnConn, opHello:
 		s.fence = s.p.fences.raiseUnsent()
 	}
+}
+
+// acceptedSession is the session of a client the event loop did not take:
+// every client where the loop does not run (on the shared connections
+// until it touches state, unless SharedConns < 0); where it runs, one
+// whose connection it cannot take (not a socket it can duplicate), which
+// gets a connection of its own, as every session there.
+func (p *Proxy) acceptedSession(c net.Conn) *session {
+	s := newSession(p, c)
+	s.dedicated = s.dedicated || p.loop != nil
+	return s
 }
