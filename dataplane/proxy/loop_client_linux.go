@@ -247,63 +247,8 @@ func (l *loop) command(c *lclient, off int) {
 	}
 	args := l.cmd.Args
 	cl := l.p.classify(args, mode{shared: true, cluster: l.p.cfg.Cluster, proto: c.proto})
-	switch cl.route.op {
-	case opHello:
-		if l.waitDrain(c, off) {
-			return
-		}
-		u := l.up(0, cl.route.proto)
-		if !u.open() {
-			// Being opened: the HELLO is taken again once it is (or goes
-			// to a session, which reports the error, if it fails).
-			c.r.Rewind(off)
-			c.state = cWaitUp
-			u.waiting = append(u.waiting, c)
-			return
-		}
-		if u.hello == nil {
-			l.handoff(c, off)
-			return
-		}
-		c.proto = cl.route.proto
-		l.localReply(c, u.hello)
-		if cl.route.proto == 3 {
-			for _, node := range l.p.topo.masters() {
-				l.fillSpares(node, 3) // its blocking commands find a connection ready
-			}
-		}
+	if l.answer(c, &cl, args, off) {
 		return
-	case opRefuse:
-		if !l.waitDrain(c, off) {
-			l.localReply(c, resp.AppendError(nil, cl.route.err))
-		}
-		return
-	case opTopology:
-		if !l.waitDrain(c, off) {
-			l.localReply(c, topologyReply(args, sockName(c.fd), c.proto))
-		}
-		return
-	case opInfo:
-		if !l.waitDrain(c, off) {
-			l.runInfo(c)
-		}
-		return
-	case opQuit:
-		c.state = cClosing
-		c.final = resp.AppendStatus(nil, "OK")
-		l.nLocal++
-		return
-	case opOwnConn, opPipe, opState, opReplyMode:
-		if !l.presend(c, &cl, args, off) {
-			l.handoff(c, off)
-		}
-		return
-	case opExclusive:
-		// Its effects must follow those of the client's earlier commands,
-		// which went on another connection.
-		if l.waitDrain(c, off) {
-			return
-		}
 	}
 	var inval []string
 	if cl.mitigated {
@@ -325,6 +270,73 @@ func (l *loop) command(c *lclient, off int) {
 	if t := startShedTimer(cl.mitigated, cl.decision); t.key != "" {
 		u := l.up(cl.node, c.proto) // the connection forward queued it on
 		u.fifo[len(u.fifo)-1].shed = &t
+	}
+}
+
+// answer serves a command the loop does not forward as it is: it answers
+// it itself, or hands the client to a session for it. It reports false for
+// a command to forward (a blocking command or a script once its client
+// owes no reply: on a connection of its own).
+func (l *loop) answer(c *lclient, cl *classified, args [][]byte, off int) bool {
+	switch cl.route.op {
+	case opHello:
+		l.hello(c, cl, off)
+	case opRefuse:
+		if !l.waitDrain(c, off) {
+			l.localReply(c, resp.AppendError(nil, cl.route.err))
+		}
+	case opTopology:
+		if !l.waitDrain(c, off) {
+			l.localReply(c, topologyReply(args, sockName(c.fd), c.proto))
+		}
+	case opInfo:
+		if !l.waitDrain(c, off) {
+			l.runInfo(c)
+		}
+	case opQuit:
+		c.state = cClosing
+		c.final = resp.AppendStatus(nil, "OK")
+		l.nLocal++
+	case opOwnConn, opPipe, opState, opReplyMode:
+		if !l.presend(c, cl, args, off) {
+			l.handoff(c, off)
+		}
+	case opExclusive:
+		// Its effects must follow those of the client's earlier commands,
+		// which went on another connection.
+		return l.waitDrain(c, off)
+	default:
+		return false
+	}
+	return true
+}
+
+// hello answers a HELLO with at most a protocol version from the loop's
+// connection of that version, or hands the client to a session when Redis
+// gave that connection no HELLO reply.
+func (l *loop) hello(c *lclient, cl *classified, off int) {
+	if l.waitDrain(c, off) {
+		return
+	}
+	u := l.up(0, cl.route.proto)
+	if !u.open() {
+		// Being opened: the HELLO is taken again once it is (or goes
+		// to a session, which reports the error, if it fails).
+		c.r.Rewind(off)
+		c.state = cWaitUp
+		u.waiting = append(u.waiting, c)
+		return
+	}
+	if u.hello == nil {
+		l.handoff(c, off)
+		return
+	}
+	c.proto = cl.route.proto
+	l.localReply(c, u.hello)
+	if cl.route.proto == 3 {
+		for _, node := range l.p.topo.masters() {
+			l.fillSpares(node, 3) // its blocking commands find a connection ready
+		}
 	}
 }
 
@@ -442,7 +454,7 @@ func (l *loop) deliver(c *lclient, seq uint64, b []byte) {
 }
 
 // runEngine serves an engine command on a goroutine with a session of its
-// own (sharing the multiplexed pool); the client's later commands wait.
+// own (loopSession); the client's later commands wait.
 func (l *loop) runEngine(c *lclient, cl *classified, inval []string) {
 	c.state = cEngine
 	raw := append([]byte(nil), l.cmd.Raw...)
@@ -454,9 +466,8 @@ func (l *loop) runEngine(c *lclient, cl *classified, inval []string) {
 	p := l.p
 	d, node := cl.decision, cl.node
 	go func() {
-		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
-			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1)), holding: true}
-		defer s.closeUpstreams() // cluster mode: its own node connections
+		s, done := p.loopSession(proto)
+		defer done()
 		if !s.execEngine(d, args) {
 			// Malformed for the engine: Redis gives its own error.
 			s.forward(node, raw, false, "")
@@ -540,6 +551,9 @@ func (l *loop) toSession(c *lclient) {
 	s.proto = proto
 	if pr != nil {
 		l.p.presentedUpstream(s, pr)
+	}
+	if !s.dedicated {
+		s.handedOver()
 	}
 	if !l.p.startSession(s) {
 		l.p.m.connections.Dec()

@@ -98,27 +98,9 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		l.waitDrain(c, off)
 		return true
 	}
-	pg := l.presenting
-	others := l.p.fences.n.Load()
-	if pg != nil {
-		others--
-	}
-	if pg != nil && pg.c != c || others > 0 || pg == nil && l.sessionsAhead() {
-		c.r.Rewind(off)
-		c.state = cWaitFence
-		l.fenceWait = append(l.fenceWait, c)
+	pg, wait := l.presentNext(c, off)
+	if wait {
 		return true
-	}
-	if pg == nil {
-		// The commands read before it go first; those read after it wait.
-		l.flushUps()
-		// Unsent: while no spare is idle the command waits for one (a TLS
-		// spare's handshake took over 50 ms on a loaded machine, and a
-		// fence counted from here ran out first, so the session wrote the
-		// command after a PUBLISH read later); bounded by orderMax until
-		// written, by fenceMax from then on (fence.go).
-		pg = &presenting{c: c, fence: l.p.fences.raiseUnsent()}
-		l.presenting = pg
 	}
 	node := cl.node
 	l.growSpares(node)
@@ -141,25 +123,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		raw = append(append([]byte(nil), hello3...), raw...)
 	}
 	pr := &presented{u: u, node: node, hello: hello}
-	if u.tls != nil {
-		// Encrypted and written; what the socket did not take, the
-		// session writes first (toBlocking).
-		if _, err := u.tls.Write(raw); err == nil {
-			raw = nil
-		}
-	}
-	for len(raw) > 0 && u.tls == nil {
-		n, err := rawWrite(u.fd, raw)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			// EAGAIN: the session writes the rest first. Any other error:
-			// the session finds the connection broken and answers so.
-			break
-		}
-		raw = raw[n:]
-	}
+	raw = writePresented(u, raw)
 	c.pre = pr
 	l.p.fences.sent(pg.fence)
 	if len(raw) > 0 || u.tio != nil && u.tio.pending() {
@@ -178,6 +142,65 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	}
 	l.handoff(c, off)
 	return true
+}
+
+// presentNext is the presentation c's command takes part in: a new one,
+// its fence raised once the commands read before it are written, or c's
+// own already waiting for a spare connection. wait is true (the command
+// un-parsed, c waiting) while another presentation or fence, or a
+// session's command that came first, goes before it.
+func (l *loop) presentNext(c *lclient, off int) (pg *presenting, wait bool) {
+	pg = l.presenting
+	others := l.p.fences.n.Load()
+	if pg != nil {
+		others--
+	}
+	if pg != nil && pg.c != c || others > 0 || pg == nil && l.sessionsAhead() {
+		c.r.Rewind(off)
+		c.state = cWaitFence
+		l.fenceWait = append(l.fenceWait, c)
+		return nil, true
+	}
+	if pg == nil {
+		// The commands read before it go first; those read after it wait.
+		l.flushUps()
+		// Unsent: while no spare is idle the command waits for one (a TLS
+		// spare's handshake took over 50 ms on a loaded machine, and a
+		// fence counted from here ran out first, so the session wrote the
+		// command after a PUBLISH read later); bounded by orderMax until
+		// written, by fenceMax from then on (fence.go).
+		pg = &presenting{c: c, fence: l.p.fences.raiseUnsent()}
+		l.presenting = pg
+	}
+	return pg, false
+}
+
+// writePresented writes raw on the spare connection u as far as its socket
+// takes it, and returns the rest, which the session writes first
+// (presented.rest). Any error but a full socket leaves the rest too: the
+// session finds the connection broken and answers so.
+func writePresented(u *lupstream, raw []byte) []byte {
+	if u.tls != nil {
+		// Encrypted and written; what the socket did not take, the
+		// session writes first (toBlocking).
+		if _, err := u.tls.Write(raw); err == nil {
+			raw = nil
+		}
+		return raw
+	}
+	for len(raw) > 0 {
+		n, err := rawWrite(u.fd, raw)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			// EAGAIN: the session writes the rest first. Any other error:
+			// the session finds the connection broken and answers so.
+			break
+		}
+		raw = raw[n:]
+	}
+	return raw
 }
 
 // fenceUnpresented raises, for a cluster-wide command the loop hands over

@@ -6,8 +6,6 @@ import (
 	"net"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
 // The event loop's part of the one-node cluster (topology.go).
@@ -40,9 +38,8 @@ func (l *loop) runInfo(c *lclient) {
 	}
 	proto, p := c.proto, l.p
 	go func() {
-		s := &session{p: p, proto: proto, pinned: -1, wake: make(chan struct{}, 1),
-			cw: resp.NewWriter(nil, 512), poolSlot: int(p.sessionSeq.Add(1)), holding: true}
-		defer s.closeUpstreams()
+		s, done := p.loopSession(proto)
+		defer done()
 		out := s.infoReply(raw, args)
 		s.flushMetrics()
 		l.post(func() { l.engineDone(c, out) })

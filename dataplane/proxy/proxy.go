@@ -150,6 +150,9 @@ type Proxy struct {
 	sessionSeq atomic.Uint64
 	// warm keeps connections ready for sessions that need their own.
 	warm *warmPool
+	// loopConns keeps the connections of the round trips the event loop
+	// runs on goroutines (engine commands, INFO) between two commands.
+	loopConns loopConns
 	// fences hold other clients' commands while a command that gave its
 	// client a connection of its own is unanswered (fence.go).
 	fences fences
@@ -326,7 +329,7 @@ func (p *Proxy) accept(ln net.Listener) error {
 		if p.loop != nil && p.loop.adopt(c) {
 			continue
 		}
-		if !p.startSession(newSession(p, c)) {
+		if !p.startSession(p.acceptedSession(c)) {
 			p.m.connections.Dec()
 		}
 	}
@@ -412,6 +415,7 @@ func (p *Proxy) closePools() {
 	p.pools[2].close()
 	p.pools[3].close()
 	p.warm.close()
+	p.loopConns.close()
 }
 
 // Ready reports whether the proxy is serving and can reach Redis (a PING on

@@ -1,12 +1,8 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"net"
-	"os"
-	"time"
 	"unsafe"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
@@ -148,6 +144,9 @@ type session struct {
 	// readingAhead: watchClient reads the client (set before its
 	// goroutine starts, cleared after it ended).
 	readingAhead bool
+	// handing: the next command is the one the event loop handed the
+	// client over with, unwritten (handedOver).
+	handing bool
 }
 
 func newSession(p *Proxy, c net.Conn) *session {
@@ -275,78 +274,102 @@ func (s *session) handle() (done bool, err error) {
 			return true, err
 		}
 	}
-	cluster := s.p.cfg.Cluster
+	if s.handing {
+		s.handing = false
+		s.fenceHandOver(args)
+	}
+	if s.pre != nil {
+		defer s.checkPresented()
+	}
+	c := s.classifyOwn(args)
+	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.
+	s.quiet = s.replyOff || s.skipNext
+	s.skipNext = false
+	if answered, done, err := s.answer(&c, args); answered {
+		return done, err
+	}
+	return s.send1(&c, args)
+}
+
+// classifyOwn classifies args for this session; a command that needs a
+// connection of its own (decided only on the shared connections) makes the
+// session dedicated first, and is classified again for it.
+func (s *session) classifyOwn(args [][]byte) classified {
 	c := s.p.classify(args, s.mode())
 	if pre := s.pre; pre != nil {
 		// The loop sent it raw to this node: the slot map or the engine's
 		// table may have changed since, but the command went as it decided.
 		c.node, c.mitigated = pre.node, false
-		defer s.checkPresented()
 	}
 	if c.route.op == opHello && !s.helloShared(c.route.proto) {
 		c.route.op = opOwnConn // the shared connection cannot answer it: Redis will
 	}
-	if c.route.op == opOwnConn || c.route.op == opExclusive {
-		// The command changes or depends on connection state, or holds its
-		// connection: from now on this client gets its own upstream
-		// connection, and the command is classified again for it.
-		if c.route.op == opOwnConn {
-			// Until Redis has answered it, no command read after it is
-			// written (fence.go); a blocking command or a script is not
-			// answered at once and keeps no fence. Raised before the
-			// replies its client's pipeline still waits for (drain): the
-			// others that wait for this session's handling (drain tells
-			// them it is handled) then wait for this fence.
-			s.fence = s.p.fences.raiseUnsent()
-		}
-		s.drain()
-		s.dedicated = true
-		s.p.m.dedicated.Inc()
-		c = s.p.classify(args, s.mode())
+	if c.route.op != opOwnConn && c.route.op != opExclusive {
+		return c
 	}
-	// CLIENT REPLY OFF or SKIP in force: this command gets no reply.
-	s.quiet = s.replyOff || s.skipNext
-	s.skipNext = false
+	// The command changes or depends on connection state, or holds its
+	// connection: from now on this client gets its own upstream
+	// connection, and the command is classified again for it.
+	if c.route.op == opOwnConn {
+		// Until Redis has answered it, no command read after it is
+		// written (fence.go); a blocking command or a script is not
+		// answered at once and keeps no fence. Raised before the
+		// replies its client's pipeline still waits for (drain): the
+		// others that wait for this session's handling (drain tells
+		// them it is handled) then wait for this fence.
+		s.fence = s.p.fences.raiseUnsent()
+	}
+	s.drain()
+	s.dedicated = true
+	s.p.m.dedicated.Inc()
+	return s.p.classify(args, s.mode())
+}
+
+// answer serves a command whose route is not to forward it as it is: the
+// proxy answers it, or serves it with several commands of its own.
+// answered is false for a command to forward (send1).
+func (s *session) answer(c *classified, args [][]byte) (answered, done bool, err error) {
 	switch c.route.op {
 	case opReplyMode:
 		s.setReplyMode(replyMode(args))
-		return false, nil
 	case opQuit:
 		s.local(func(b []byte) []byte { return resp.AppendStatus(b, "OK") })
-		return true, errQuit
+		return true, true, errQuit
 	case opRefuse:
 		s.localError(c.route.err)
 		s.refusedInTx()
-		return false, nil
 	case opHello:
-		return false, nil // answered by helloShared
+		// answered by helloShared
 	case opPipe:
-		return true, s.subscribe(&c)
+		return true, true, s.subscribe(c)
 	case opState:
-		return false, s.sessionCommand()
+		return true, false, s.sessionCommand()
 	case opFanout:
 		s.fenceClusterWide()
 		s.fanout()
-		return false, nil
 	case opNodeWide:
 		s.fenceClusterWide()
 		s.nodeWideCmd()
-		return false, nil
 	case opClientKill:
-		return s.clientKill()
+		done, err = s.clientKill()
+		return true, done, err
 	case opWait:
 		s.wait()
-		return false, nil
 	case opTopology:
 		s.local(func(b []byte) []byte { return append(b, topologyReply(args, s.conn.LocalAddr(), s.proto)...) })
-		return false, nil
 	case opInfo:
 		s.info()
-		return false, nil
+	default:
+		return false, false, nil
 	}
-	var inval []string
+	return true, false, nil
+}
+
+// send1 forwards a command (or has the engine serve it, for a mitigated
+// key), keeping the transaction's bookkeeping.
+func (s *session) send1(c *classified, args [][]byte) (done bool, err error) {
 	if c.info.Kind == command.Multi {
-		if cluster && s.pinned < 0 {
+		if s.p.cfg.Cluster && s.pinned < 0 {
 			if s.pinPending {
 				s.localError("ERR MULTI calls can not be nested")
 				return false, nil
@@ -357,9 +380,9 @@ func (s *session) handle() (done bool, err error) {
 		}
 		s.inTx = true
 	}
-
+	var inval []string
 	if c.mitigated {
-		if s.mitigated(&c, args) {
+		if s.mitigated(c, args) {
 			if c.decision.Op == engine.OpRefuse {
 				s.refusedInTx()
 			}
@@ -369,11 +392,10 @@ func (s *session) handle() (done bool, err error) {
 	}
 	// Writes are reported here with their request size; reads once their
 	// reply (and so the value size) is known, in drain.
-	s.p.observeSent(&c, len(s.cmd.Raw)+s.cmd.Big)
+	s.p.observeSent(c, len(s.cmd.Raw)+s.cmd.Big)
 	if c.blocking {
 		s.blocking = true
 	}
-
 	if c.info.Kind == command.EndTx {
 		if s.txRefused && s.inTx && command.EqFold(args[0], "EXEC") {
 			s.execAborted(c.node)
@@ -382,58 +404,72 @@ func (s *session) handle() (done bool, err error) {
 		s.txRefused = false
 		s.endTxDB(args[0])
 	}
-	node := c.node
-	if cluster {
-		if s.pinned >= 0 {
-			node = s.pinned
-		}
-		if s.pinPending {
-			// The transaction goes to the node of its first keyed command.
-			s.pinPending = false
-			s.pinned = node
-			if err := s.forward(node, []byte("*1\r\n$5\r\nMULTI\r\n"), true, ""); err != nil {
-				return false, nil
-			}
-		}
-		switch c.info.Kind {
-		case command.Watch:
-			s.watching = true
-			if s.pinned < 0 {
-				s.pinned = node
-			}
-		case command.Unwatch:
-			s.watching = false
-			if !s.inTx {
-				defer s.unpin()
-			}
-		case command.EndTx:
-			s.inTx, s.watching = false, false
-			defer s.unpin()
-		}
-	} else {
-		switch c.info.Kind {
-		case command.Watch:
-			s.watching = true
-		case command.Unwatch:
-			s.watching = false
-		case command.EndTx:
-			s.inTx, s.watching = false, false
-		}
+	node, unpin := s.txNode(c)
+	if unpin {
+		defer s.unpin()
 	}
-	if c.sticky && (cluster || s.dedicated) {
+	if node < 0 {
+		return false, nil
+	}
+	if c.sticky && (s.p.cfg.Cluster || s.dedicated) {
 		s.stickyState = true
 	}
 	if c.tracking {
 		s.tracking = c.trackingOn
 	}
 	if s.cmd.Streamed {
-		return true, s.forwardStreamed(node, &c, inval)
+		return true, s.forwardStreamed(node, c, inval)
 	}
 	if s.forward(node, s.cmd.Raw, false, c.readKey) == nil {
 		pd := &s.pend[len(s.pend)-1]
 		pd.invalidate, pd.frames, pd.shed = inval, c.frames, startShedTimer(c.mitigated, c.decision)
 	}
 	return false, nil
+}
+
+// txNode keeps the transaction state of a forwarded command and returns
+// the node it goes to: in a cluster, the transaction's node once pinned
+// (the MULTI held back goes there first; node is -1 if it could not).
+// unpin says the pin ends once the command is queued (EXEC, DISCARD, an
+// UNWATCH outside MULTI).
+func (s *session) txNode(c *classified) (node int, unpin bool) {
+	node = c.node
+	if !s.p.cfg.Cluster {
+		switch c.info.Kind {
+		case command.Watch:
+			s.watching = true
+		case command.Unwatch:
+			s.watching = false
+		case command.EndTx:
+			s.inTx, s.watching = false, false
+		}
+		return node, false
+	}
+	if s.pinned >= 0 {
+		node = s.pinned
+	}
+	if s.pinPending {
+		// The transaction goes to the node of its first keyed command.
+		s.pinPending = false
+		s.pinned = node
+		if err := s.forward(node, []byte("*1\r\n$5\r\nMULTI\r\n"), true, ""); err != nil {
+			return -1, false
+		}
+	}
+	switch c.info.Kind {
+	case command.Watch:
+		s.watching = true
+		if s.pinned < 0 {
+			s.pinned = node
+		}
+	case command.Unwatch:
+		s.watching = false
+		unpin = !s.inTx
+	case command.EndTx:
+		s.inTx, s.watching = false, false
+		unpin = true
+	}
+	return node, unpin
 }
 
 // mode is what classify needs to know of this session.
@@ -530,245 +566,6 @@ func (s *session) local(f func([]byte) []byte) {
 
 func (s *session) localError(msg string) {
 	s.local(func(b []byte) []byte { return resp.AppendError(b, msg) })
-}
-
-// drain sends every queued command and copies the replies to the client
-// buffer in order. An upstream that fails is closed; every reply it owed
-// becomes an error reply, so the client never hangs.
-func (s *session) drain() {
-	if len(s.pend) == 0 {
-		return
-	}
-	s.p.arrivals.handled(s)
-	if !s.p.cfg.Cluster && !s.dedicated {
-		s.drainShared()
-		return
-	}
-	s.p.fences.wait(s.fence)
-	var now time.Time
-	for _, u := range s.ups {
-		if u == nil || u.queued == 0 {
-			continue
-		}
-		switch {
-		case s.p.cfg.Timeout <= 0: // no proxy-made timeout: Redis has none
-		case s.blocking:
-			u.deadline = time.Time{}
-			u.conn.SetDeadline(u.deadline)
-		default:
-			if now.IsZero() {
-				now = time.Now()
-			}
-			u.armDeadline(now, s.p.cfg.Timeout)
-		}
-		if err := u.w.Flush(); err != nil {
-			s.fail(u, err)
-		}
-	}
-	s.p.fences.sent(s.fence)
-	if s.blocking && s.conn != nil {
-		// While Redis holds a blocking command, a client that hangs up must
-		// cancel it, as it would directly.
-		defer s.watchClient()()
-	}
-	for i := range s.pend {
-		pd := &s.pend[i]
-		u := s.ups[pd.node]
-		if u == nil || u.conn == nil {
-			if !pd.swallow {
-				s.cw.Buf = resp.AppendError(s.cw.Buf, errConnectionLost)
-			}
-			continue
-		}
-		if pd.frames > 0 {
-			// Its frames are its replies, RESP3 pushes or not: which they
-			// are depends on the protocol in force when Redis ran it, not
-			// on s.proto now (a HELLO or RESET later in the batch has
-			// changed that already).
-			if err := s.readFrames(u, int(pd.frames), pd.swallow); err != nil {
-				s.fail(u, err)
-				if !pd.swallow {
-					s.cw.Buf = resp.AppendError(s.cw.Buf, s.p.upstreamError(s.p.topo.addr(int(pd.node)), err))
-				}
-				continue
-			}
-			u.queued--
-			continue
-		}
-		err := s.readReply(u, !pd.swallow)
-		if err != nil {
-			s.invalidate(pd) // the write may have been applied
-			s.fail(u, err)
-			if !pd.swallow {
-				s.cw.Buf = resp.AppendError(s.cw.Buf, s.p.upstreamError(s.p.topo.addr(int(pd.node)), err))
-			}
-			continue
-		}
-		u.queued--
-		s.invalidate(pd)
-		pd.shed.done(s.p.cfg.Engine)
-		if pd.undo.active && s.rep.IsError() {
-			// Before swallow: a refused SELECT is taken back under
-			// CLIENT REPLY OFF too.
-			s.undoState(pd.undo)
-		}
-		if pd.swallow {
-			continue
-		}
-		s.releaseFence() // its command is answered, so it has run
-		if s.p.cfg.Cluster && s.pinned < 0 && !s.rep.Partial && s.rep.IsError() && (bytes.HasPrefix(s.rep.Line, []byte("MOVED ")) || bytes.HasPrefix(s.rep.Line, []byte("ASK "))) {
-			if pd.streamed {
-				s.redirectStreamed()
-				continue
-			}
-			s.redirect(s.rawlog[pd.off:pd.end])
-			continue
-		}
-		if pd.key != "" {
-			s.p.observe(pd.key, 1, 0, len(s.rep.Raw)+s.streamed)
-		}
-		s.cw.Write(s.rep.Raw)
-		if len(s.cw.Buf) > flushAbove && !s.holding {
-			// A client that does not read stops this session here,
-			// before its replies fill the proxy's memory.
-			s.cw.Flush()
-		}
-	}
-	for i, u := range s.ups {
-		if u != nil && u.conn == nil {
-			s.ups[i] = nil
-		}
-	}
-	s.pend = s.pend[:0]
-	s.rawlog = s.rawlog[:0]
-	s.blocking = false
-}
-
-// readFrames reads n frames of u, pushes or not, as the replies of one
-// unsubscribe command, and appends them unless swallow. Other pushes
-// (client-tracking invalidations) are passed on uncounted, as readReply
-// passes them.
-func (s *session) readFrames(u *upstream, n int, swallow bool) error {
-	for n > 0 {
-		if err := u.r.ReadReply(&s.rep); err != nil {
-			return err
-		}
-		counted := !s.rep.IsPush() || isUnsubscribePush(s.rep.Raw)
-		if counted {
-			n--
-		}
-		if !swallow || !counted {
-			s.cw.Write(s.rep.Raw)
-		}
-	}
-	return nil
-}
-
-// watchClient reads ahead from the client while the session waits for a
-// blocking command: what the client sends is kept for later, and if it
-// hangs up, the session's upstream connections are closed, so Redis
-// cancels the command rather than hand an element to nobody. The returned
-// func stops the watch.
-func (s *session) watchClient() (stop func()) {
-	done := make(chan struct{})
-	s.readingAhead = true
-	go func() {
-		defer close(done)
-		for s.cr.Buffered() < 64<<10 {
-			if err := s.cr.Fill(); err != nil {
-				if !isTimeout(err) {
-					for _, u := range s.ups {
-						if u != nil && u.conn != nil {
-							u.conn.Close()
-						}
-					}
-				}
-				return
-			}
-		}
-	}()
-	return func() {
-		s.conn.SetReadDeadline(time.Unix(1, 0))
-		<-done
-		s.readingAhead = false
-		s.conn.SetReadDeadline(time.Time{})
-	}
-}
-
-// readReply reads the next reply of u into s.rep, passing RESP3 pushes
-// (client-side caching invalidations) straight to the client.
-//
-// A large reply is passed on as it arrives (when it is the client's, not
-// read back by roundTrip), so a dedicated session holds at most about
-// streamAbove of it whatever its size.
-func (s *session) readReply(u *upstream, stream bool) error {
-	stream = stream && !s.holding && s.conn != nil
-	s.streamed = 0
-	for {
-		ok, err := u.r.TryReply(&s.rep)
-		switch {
-		case err != nil:
-			return err
-		case ok && s.rep.IsPush():
-			s.cw.Write(s.rep.Raw)
-			continue
-		case ok:
-			return nil
-		}
-		if stream && u.r.Pending() >= streamAbove {
-			part := u.r.TakePartial()
-			s.streamed += len(part)
-			s.cw.Write(part)
-			s.cw.Flush()
-		}
-		if err := u.r.Fill(); err != nil {
-			return err
-		}
-	}
-}
-
-// fail closes a broken upstream; drain clears it from s.ups afterwards and
-// the next command on that node dials again (replaying AUTH/HELLO/SELECT),
-// unless the connection carried state that cannot be replayed: then the
-// session ends after this batch's replies (see stateLost).
-func (s *session) fail(u *upstream, err error) {
-	if u.conn == nil {
-		return
-	}
-	kind := "io"
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		kind = "timeout"
-	}
-	s.p.m.upstreamErrors.WithLabelValues(kind).Inc()
-	u.conn.Close()
-	u.conn = nil
-	if s.stickyState || s.inTx || s.watching {
-		s.stateLost = true
-	}
-}
-
-// errStateLost refuses to open a new upstream connection for a session
-// whose connection state went with the old one.
-var errStateLost = errors.New("connection state lost with the upstream connection; reconnect")
-
-func errText(err error) string {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return "timeout waiting for a reply"
-	}
-	if errors.Is(err, io.EOF) {
-		return "connection closed by Redis"
-	}
-	return err.Error()
-}
-
-// armDeadline sets the read/write deadline only when the one set before is
-// more than half used: setting a deadline costs a timer update, and most
-// batches take microseconds.
-func (u *upstream) armDeadline(now time.Time, timeout time.Duration) {
-	if u.deadline.IsZero() || u.deadline.Sub(now) < timeout/2 {
-		u.deadline = now.Add(timeout)
-		u.conn.SetDeadline(u.deadline)
-	}
 }
 
 // slotOf is the cluster slot of key (routing.SlotBytes: the same function

@@ -61,6 +61,9 @@ type pool struct {
 	proto int
 	mu    sync.Mutex
 	conns []*shared
+	// dials counts the shared connections this pool set out to open: none
+	// where the event loop runs (every session there is dedicated).
+	dials atomic.Int64
 }
 
 func newPool(p *Proxy, proto, n int) *pool {
@@ -81,6 +84,7 @@ func (pl *pool) get(i int) (*shared, error) {
 			return c, nil
 		}
 	}
+	pl.dials.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), pl.p.cfg.DialTimeout)
 	defer cancel()
 	u, err := pl.p.dialRaw(ctx, pl.p.topo.addr(0))
@@ -182,81 +186,105 @@ func (c *shared) submit(s *session, data []byte, n int) error {
 // readLoop hands replies to their sessions until the connection fails,
 // then answers every owed reply with an error so that no session hangs.
 func (c *shared) readLoop() {
-	// local holds the waiters taken from c.waiters, served from index li;
-	// the two slices are swapped (not re-sliced) so neither reallocates.
-	var local []waiter
-	li := 0
+	r := &sharedReader{c: c}
+	stream := r.stream
 	var rep resp.Reply
 	var err error
-	// take swaps in the waiters queued since; with none owed, the
-	// connection is idle and loses its deadline, so that it is kept.
-	take := func() {
-		c.mu.Lock()
-		local, c.waiters = c.waiters, local[:0]
-		li = 0
-		if len(local) == 0 && !c.deadline.IsZero() {
-			c.deadline = time.Time{}
-			c.u.conn.SetDeadline(c.deadline)
-		}
-		c.mu.Unlock()
-	}
-	// streamed counts the bytes of the reply being read that were passed
-	// on already, so the Observer is told the whole reply's size.
-	streamed := 0
 	for {
-		if li == len(local) {
-			take()
+		if r.li == len(r.local) {
+			r.take()
 		}
-		err = c.readReply(&rep, func() {
-			// A large reply: its head waiter's session writes what has
-			// come while this reader waits (the connection's other
-			// replies come after it anyway).
-			if li == len(local) {
-				take()
-			}
-			if li < len(local) && local[li].stream {
-				part := c.u.r.TakePartial()
-				streamed += len(part)
-				local[li].s.partial <- part
-				<-local[li].s.partialDone
-			}
-		})
-		if err != nil {
-			if li == len(local) && isTimeout(err) {
-				c.mu.Lock()
-				idle := len(c.waiters) == 0
-				c.mu.Unlock()
-				if idle {
-					continue // the deadline fired as the last replies arrived
-				}
+		if err = c.readReply(&rep, stream); err != nil {
+			if r.li == len(r.local) && isTimeout(err) && c.idle() {
+				continue // the deadline fired as the last replies arrived
 			}
 			break
 		}
 		if rep.IsPush() {
-			streamed = 0
+			r.streamed = 0
 			continue
 		}
-		if li == len(local) {
+		if r.li == len(r.local) {
 			// The read started while nothing was owed; the batch this
 			// reply answers was queued since.
-			take()
-			if len(local) == 0 {
+			r.take()
+			if len(r.local) == 0 {
 				err = errors.New("reply without a request")
 				break
 			}
 		}
-		w := &local[li]
-		w.s.cw.Buf = append(w.s.cw.Buf, rep.Raw...)
-		w.s.rlens = append(w.s.rlens, int32(min(len(rep.Raw)+streamed, math.MaxInt32)))
-		streamed = 0
-		w.n--
-		if w.n == 0 {
-			w.s.wake <- struct{}{}
-			w.s = nil
-			li++
-		}
+		r.deliver(rep.Raw)
 	}
-	local = local[li:]
+	c.fail(r.local[r.li:], err)
+}
+
+// sharedReader is readLoop's state: the waiters taken from c.waiters,
+// served from index li (the two slices are swapped, not re-sliced, so
+// neither reallocates), and the bytes of the reply being read that were
+// passed on already (streamed), so the Observer is told the whole reply's
+// size.
+type sharedReader struct {
+	c        *shared
+	local    []waiter
+	li       int
+	streamed int
+}
+
+// take swaps in the waiters queued since; with none owed, the connection
+// is idle and loses its deadline, so that it is kept.
+func (r *sharedReader) take() {
+	c := r.c
+	c.mu.Lock()
+	r.local, c.waiters = c.waiters, r.local[:0]
+	r.li = 0
+	if len(r.local) == 0 && !c.deadline.IsZero() {
+		c.deadline = time.Time{}
+		c.u.conn.SetDeadline(c.deadline)
+	}
+	c.mu.Unlock()
+}
+
+// stream passes on the received part of a large reply: its head waiter's
+// session writes what has come while this reader waits (the connection's
+// other replies come after it anyway).
+func (r *sharedReader) stream() {
+	if r.li == len(r.local) {
+		r.take()
+	}
+	if r.li < len(r.local) && r.local[r.li].stream {
+		part := r.c.u.r.TakePartial()
+		r.streamed += len(part)
+		r.local[r.li].s.partial <- part
+		<-r.local[r.li].s.partialDone
+	}
+}
+
+// deliver hands a reply to the head waiter, and wakes its session once its
+// batch is answered.
+func (r *sharedReader) deliver(raw []byte) {
+	w := &r.local[r.li]
+	w.s.cw.Buf = append(w.s.cw.Buf, raw...)
+	w.s.rlens = append(w.s.rlens, int32(min(len(raw)+r.streamed, math.MaxInt32)))
+	r.streamed = 0
+	w.n--
+	if w.n == 0 {
+		w.s.wake <- struct{}{}
+		w.s = nil
+		r.li++
+	}
+}
+
+// idle reports whether no batch waits for a reply.
+func (c *shared) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters) == 0
+}
+
+// fail marks the connection dead after err and answers every reply owed,
+// by local (taken by the reader) and by the waiters queued since, with an
+// error.
+func (c *shared) fail(local []waiter, err error) {
 	c.mu.Lock()
 	c.dead = true
 	c.gone.Store(true)

@@ -65,27 +65,7 @@ func (s *session) wait() {
 		s.waitAOF()
 		return
 	}
-	// Redis' own checks of the arguments (and of a replica's refusal):
-	// inside MULTI, WAIT answers at once.
-	probe := s.roundTripNodes([][]byte{
-		resp.AppendArgs(nil, [][]byte{[]byte("MULTI")}),
-		append([]byte(nil), s.cmd.Raw...),
-		resp.AppendArgs(nil, [][]byte{[]byte("EXEC")}),
-	}, []int{0, 0, 0})
-	if len(probe) != 3 {
-		s.localError(errConnectionLost)
-		return
-	}
-	if probe[1].IsError() { // queued or not: the arity, a replica
-		s.relay(probe[1].Raw)
-		return
-	}
-	v, _, err := resp.Decode(probe[2].Raw, resp.ReplyLimits())
-	if arr, ok := v.([]any); err != nil || !ok || len(arr) != 1 {
-		s.relay(probe[2].Raw) // EXECABORT, a lost connection: as it came
-		return
-	} else if _, ok := arr[0].(int64); !ok {
-		s.relay(innerReply(probe[2].Raw))
+	if s.waitRefused() {
 		return
 	}
 	numReplicas, _ := strconv.ParseInt(string(args[1]), 10, 64)
@@ -104,6 +84,41 @@ func (s *session) wait() {
 		s.waitNative(nodes)
 		return
 	}
+	s.waitReplicas(nodes, numReplicas, deadline)
+}
+
+// waitRefused asks Redis' own checks of the WAIT's arguments (and of a
+// replica's refusal) inside MULTI, where WAIT answers at once, and relays
+// Redis' error if there is one: it reports whether it answered.
+func (s *session) waitRefused() bool {
+	probe := s.roundTripNodes([][]byte{
+		resp.AppendArgs(nil, [][]byte{[]byte("MULTI")}),
+		append([]byte(nil), s.cmd.Raw...),
+		resp.AppendArgs(nil, [][]byte{[]byte("EXEC")}),
+	}, []int{0, 0, 0})
+	if len(probe) != 3 {
+		s.localError(errConnectionLost)
+		return true
+	}
+	if probe[1].IsError() { // queued or not: the arity, a replica
+		s.relay(probe[1].Raw)
+		return true
+	}
+	v, _, err := resp.Decode(probe[2].Raw, resp.ReplyLimits())
+	if arr, ok := v.([]any); err != nil || !ok || len(arr) != 1 {
+		s.relay(probe[2].Raw) // EXECABORT, a lost connection: as it came
+		return true
+	} else if _, ok := arr[0].(int64); !ok {
+		s.relay(innerReply(probe[2].Raw))
+		return true
+	}
+	return false
+}
+
+// waitReplicas answers WAIT once every node's replicas acknowledged
+// numReplicas (the least of the nodes' counts), or at the deadline (zero:
+// none), asking in steps of waitStep.
+func (s *session) waitReplicas(nodes []int, numReplicas int64, deadline time.Time) {
 	// A client that hangs up meanwhile closes the upstream connections,
 	// which ends the wait, as Redis drops a closed client's WAIT.
 	defer s.watchClient()()

@@ -27,17 +27,6 @@ const (
 // "path:Type.Method" for a function. Remove an entry when its code shrinks
 // (the test fails on an entry that no longer applies).
 var dataplaneSizeExceptions = map[string]string{
-	// Issue 37 item 2 (one way to serve stateless clients, one ordering
-	// mechanism) reshapes the session, the shared mode and the event loop's
-	// ordering; these are split with it, not before, so the two changes do
-	// not collide.
-	"dataplane/proxy/session.go":                         "session serving loop; reshaped by issue 37 item 2",
-	"dataplane/proxy/session.go:session.handle":          "session serving loop; reshaped by issue 37 item 2",
-	"dataplane/proxy/session.go:session.drain":           "session serving loop; reshaped by issue 37 item 2",
-	"dataplane/proxy/loop_presend_linux.go:loop.presend": "an ordering mechanism; reshaped by issue 37 item 2",
-	"dataplane/proxy/shared.go:shared.readLoop":          "the shared mode, which issue 37 item 2 removes or justifies",
-	"dataplane/proxy/loop_client_linux.go:loop.command":  "the event loop's dispatch of one command, with the ordering checks of issue 37 item 2",
-	"dataplane/proxy/wait.go:session.wait":               "WAIT's emulation on the session; to split with the session (issue 37 item 2)",
 	// The RESP parser's hot path: one function per frame keeps its state in
 	// locals; a split must first be measured (BenchmarkParse*), which is
 	// not done.
