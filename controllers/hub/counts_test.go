@@ -28,8 +28,8 @@ import (
 // nodes only, 1/i, or just under every floor but one node's). Then:
 //   - no key at or below 0.95 × its threshold is ever mitigated, though the
 //     bound puts some of them over it (checked: the trials exercise that);
-//   - every key at 1.1 × or more is, within pinEvery + one report interval
-//   - sustainFor of the estimate first going over (its DetectedAt): the
+//   - every key at 1.1 × or more is, within pinEvery, one report interval
+//     and sustainFor of the estimate first going over (its DetectedAt): the
 //     bound gets it pinned within pinEvery, every node has counted it
 //     exactly one interval after the pin, and its count must then stay over
 //     for sustainFor (TestSustainedOnEveryCount).
