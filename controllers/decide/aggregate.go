@@ -36,6 +36,13 @@ type Observation struct {
 	// under which it is over 0 hurts its clients, who saw no such error
 	// before it, and is rolled back (holdMoves).
 	Refused int64
+	// ReadsOverSince and WritesOverSince, for a count (not Bound) over the
+	// read (write) threshold, are since when the source has seen it over
+	// at every summary it took in: the hub sees each, where passes see only
+	// some, so sustainFor runs from there (step). Zero: the source does not
+	// track it, and the timer runs from the first pass that saw the rate
+	// over.
+	ReadsOverSince, WritesOverSince time.Time
 }
 
 // Aggregate is what the fleet says of one policy.

@@ -23,10 +23,16 @@ import "time"
 //	                          a node seeing its share of the alert level
 //	                          sends at once), but the estimate of a key at
 //	                          1.1 × may take the slot to climb over
-//	+ max(sustainFor, 2 × tick)  the timer runs out; meanwhile the pin
-//	                          reaches every agent, whose next tick sends
-//	                          the summary that makes the count exact
-//	                          (nodeagent: a new pin makes a summary urgent)
+//	+ 2 × tick + sustainFor   the pin reaches every agent, whose next tick
+//	                          sends the summary that makes the count exact
+//	                          (nodeagent: a new pin makes a summary urgent);
+//	                          the count, measured from the pin, is over the
+//	                          threshold from then, and must stay over at
+//	                          every summary for sustainFor
+//	                          (TestSustainedOnEveryCount). A key pinned
+//	                          before (on entering the warm band) is exact
+//	                          already, and hot max(sustainFor, 2 × tick)
+//	                          after its bound went over.
 //
 // The node count does not appear: every node reports within one interval
 // whatever their number, and the floor keeps Σ Unseen within the warm band
@@ -36,7 +42,7 @@ import "time"
 // interval is still bounded by the nodes' Unseen, so the bound holds for it
 // too, but it becomes hot only once its exact count is over.
 func DetectionBudget(window, reportInterval, sustainFor, flush, tick time.Duration) time.Duration {
-	return Slot(window, reportInterval) + reportInterval + flush + tick + max(sustainFor, 2*tick)
+	return Slot(window, reportInterval) + reportInterval + flush + 3*tick + sustainFor
 }
 
 // Slot is the span a key's recent rate is measured over: the window over

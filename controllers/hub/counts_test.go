@@ -28,10 +28,11 @@ import (
 // nodes only, 1/i, or just under every floor but one node's). Then:
 //   - no key at or below 0.95 × its threshold is ever mitigated, though the
 //     bound puts some of them over it (checked: the trials exercise that);
-//   - every key at 1.1 × or more is, within max(sustainFor, pinEvery) + one
-//     report interval of the estimate first going over (its DetectedAt):
-//     the bound starts the timer and asks for the pin, and every node has
-//     counted the key exactly one interval after the pin.
+//   - every key at 1.1 × or more is, within pinEvery, one report interval
+//     and sustainFor of the estimate first going over (its DetectedAt): the
+//     bound gets it pinned within pinEvery, every node has counted it
+//     exactly one interval after the pin, and its count must then stay over
+//     for sustainFor (TestSustainedOnEveryCount).
 func TestDecisionsOnCounts(t *testing.T) {
 	nodes, trials := 1000, 5
 	if testing.Short() {
@@ -74,8 +75,8 @@ type reactionModel struct {
 	budget   time.Duration
 	detected map[string]time.Duration
 	// afterOver, if set, bounds the time from the estimate first going over
-	// (DetectedAt) to the decision: the budget's max(sustainFor, 2 × tick),
-	// plus the tick a pass waits for here.
+	// (DetectedAt) to the decision: the budget's 2 × tick + sustainFor, plus
+	// the tick a pass waits for here.
 	afterOver time.Duration
 }
 
@@ -314,7 +315,7 @@ func checkCounts(t *testing.T, nodes int, seed uint64, m reactionModel) int {
 			t.Logf("%s: over in the estimate %v after it started, mitigated %v after it started (budget %v)", k.name, detected[k.name].Sub(start), took, m.budget)
 		case k.factor >= 1.1:
 			took := at.Sub(detected[k.name])
-			limit := max(sustain, pinEvery) + interval
+			limit := pinEvery + interval + sustain
 			if took > limit {
 				t.Errorf("%s at %.2f × its threshold mitigated %v after its estimate went over, want at most %v", k.name, k.factor, took, limit)
 			}
@@ -356,7 +357,7 @@ func TestDetectionWithinBudget(t *testing.T) {
 			sustain := time.Duration(50*math.Pow(3000.0/50, rng.Float64())) * time.Millisecond
 			m := reactionModel{repinOnCandidate: true, urgentPins: true, randomPhases: true,
 				budget: DetectionBudget(10*time.Second, time.Second, sustain, 0, tick), detected: worst,
-				afterOver: max(sustain, 2*tick) + tick}
+				afterOver: 2*tick + sustain + tick}
 			checkCounts(t, nodes, uint64(100+trial), m)
 		})
 	}

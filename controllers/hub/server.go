@@ -384,7 +384,7 @@ func (h *Hub) sweep() {
 		maxAge := StaleAfterIntervals * it.params.ReportInterval
 		p.vmu.Lock()
 		p.view.expire(now, maxAge)
-		p.view.rebandAll()
+		p.view.rebandAll(now)
 		changed := p.view.takeBandChange()
 		var pins []string
 		// A key entering the band here (a bound moved with another node's

@@ -91,6 +91,11 @@ type keySum struct {
 	pin   uint64
 	band  uint8
 	stamp uint64
+	// overR and overW are since when the key's count has been over its
+	// read (write) threshold at every summary and sweep that touched it
+	// (zero: it is not, or it is only a bound): what sustainFor is judged
+	// on (decide.Observation.ReadsOverSince).
+	overR, overW time.Time
 }
 
 func newView() *view {
@@ -137,10 +142,10 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentl
 		touched = append(touched, s)
 	}
 	if old != nil {
-		v.subtract(old, true)
+		v.subtract(now, old, true)
 	}
 	for _, s := range touched {
-		v.reband(s)
+		v.reband(now, s)
 	}
 	v.scratch = touched[:0]
 }
@@ -148,7 +153,7 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentl
 // subtract removes a node's contributions. With reband, a key left with no
 // reporter counts as leaving its band, and a remaining key the current
 // apply did not touch is re-placed.
-func (v *view) subtract(n *nodeState, reband bool) {
+func (v *view) subtract(now time.Time, n *nodeState, reband bool) {
 	v.unseen.Reads -= n.unseen.Reads
 	v.unseen.Writes -= n.unseen.Writes
 	for i := range n.keys {
@@ -177,19 +182,22 @@ func (v *view) subtract(n *nodeState, reband bool) {
 		s.fams.add(k.Families, -1)
 		if reband && s.stamp != v.stamp {
 			s.stamp = v.stamp
-			v.reband(s)
+			v.reband(now, s)
 		}
 	}
 }
 
 // reband places a key in its band (cold, warm, hot; reads and writes) and
-// records a change.
-func (v *view) reband(s *keySum) {
+// records a change, and keeps since when its count has been over each
+// threshold (countedOver).
+func (v *view) reband(now time.Time, s *keySum) {
 	if v.th.Reads == 0 && v.th.Writes == 0 {
 		return
 	}
 	e := v.estimate(s)
 	val := e.value()
+	s.overR = countedOver(s.overR, e.counted && v.th.Reads > 0 && val.Reads > float64(v.th.Reads), now)
+	s.overW = countedOver(s.overW, e.counted && v.th.Writes > 0 && val.Writes > float64(v.th.Writes), now)
 	br, bw := band(val.Reads, v.th.Reads, v.th.Hysteresis), band(val.Writes, v.th.Writes, v.th.Hysteresis)
 	b := uint8(br*3 + bw)
 	if e.counted && (br == 2 || bw == 2) {
@@ -207,6 +215,24 @@ func (v *view) reband(s *keySum) {
 	}
 }
 
+// countedOver is since when a key's count has been over a threshold, given
+// since when it had been (zero: it had not) and whether it is now (over: a
+// count, not a bound, over the threshold). The hub sees every summary and
+// sweep, where decision passes see only some: a key whose count went under
+// between two passes and was over at both was, before, hot at the second
+// if its bound had been over since the first (a counter at 0.95 × its
+// threshold, 1,000 nodes, in the fleet simulator). So sustainFor is judged
+// here, on counts alone.
+func countedOver(since time.Time, over bool, now time.Time) time.Time {
+	switch {
+	case !over:
+		return time.Time{}
+	case since.IsZero():
+		return now
+	}
+	return since
+}
+
 // takeNewCandidate reports whether a key not pinned entered the warm or hot
 // band since the last call.
 func (v *view) takeNewCandidate() bool {
@@ -217,9 +243,9 @@ func (v *view) takeNewCandidate() bool {
 
 // rebandAll re-places every key: an upper bound moves whenever any node's
 // Unseen does, not only when the key is listed.
-func (v *view) rebandAll() {
+func (v *view) rebandAll(now time.Time) {
 	for _, s := range v.keys {
-		v.reband(s)
+		v.reband(now, s)
 	}
 }
 
@@ -239,7 +265,7 @@ func (v *view) forget(node string) {
 	}
 	delete(v.nodes, node)
 	v.minDirOK = false
-	v.subtract(n, false)
+	v.subtract(time.Time{}, n, false)
 }
 
 // expire forgets every node whose last summary is older than maxAge. The
@@ -397,7 +423,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 		e := v.estimate(s)
 		val := e.value()
 		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes), Bound: !e.counted,
-			Families: s.fams.families()}
+			Families: s.fams.families(), ReadsOverSince: s.overR, WritesOverSince: s.overW}
 		snap.Estimates[k] = Estimate{Lower: e.lower, Upper: e.upper, Bytes: e.bytes, Exact: e.exact}
 		if e.exact {
 			snap.Exact++

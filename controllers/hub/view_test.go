@@ -74,7 +74,7 @@ func TestBandChangeWhenAKeyOverTurnsExact(t *testing.T) {
 	v.setExpected(t0, map[string]bool{"a": true, "b": true})
 	v.apply(t0, "a", 1, 1, psum(1, 10, kr("k", 150)))
 	v.apply(t0, "b", 1, 1, psum(1, 10))
-	v.rebandAll() // as the sweep does: b's Unseen is in k's bound now
+	v.rebandAll(t0) // as the sweep does: b's Unseen is in k's bound now
 	v.takeBandChange()
 	v.setPins([]string{"k"}, 2)
 	v.apply(t0, "a", 1, 2, psum(2, 10, kr("k", 150)))
@@ -82,7 +82,7 @@ func TestBandChangeWhenAKeyOverTurnsExact(t *testing.T) {
 		t.Fatal("band change before every node applied the pin")
 	}
 	v.apply(t0, "b", 1, 2, psum(2, 10))
-	v.rebandAll() // exactness follows the slowest node's directive (the sweep re-bands)
+	v.rebandAll(t0) // exactness follows the slowest node's directive (the sweep re-bands)
 	if !v.takeBandChange() {
 		t.Fatal("no band change when the key over its threshold turned exact")
 	}
@@ -95,7 +95,7 @@ func TestBandChangeWhenAKeyOverTurnsExact(t *testing.T) {
 	v.setPins([]string{"k", "c"}, 3)
 	v.apply(t0, "a", 1, 4, psum(3, 10, kr("k", 150), kr("c", 5)))
 	v.apply(t0, "b", 1, 3, psum(3, 10))
-	v.rebandAll()
+	v.rebandAll(t0)
 	if v.takeBandChange() {
 		t.Fatal("band change when a cold key turned exact")
 	}

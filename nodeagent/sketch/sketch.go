@@ -182,8 +182,12 @@ type Sketch struct {
 	started int64 // first Advance, ns
 	now     int64
 	// fed is the time of the last batch counted (any key): see dataEnd.
-	fed    int64
-	keyLen int // bytes of stored keys
+	fed int64
+	// slotFed and prevFed are fed as it stood when the current slot and the
+	// previous one began: where the traffic counted in the slots before
+	// each ended (see coverStart).
+	slotFed, prevFed int64
+	keyLen           int // bytes of stored keys
 }
 
 // New builds a Sketch. It fails on a budget too small for K.
@@ -394,6 +398,12 @@ func (s *Sketch) Advance(now time.Time) {
 		}
 		s.fade()
 	}
+	if sn == s.cur+1 {
+		s.prevFed = s.slotFed
+	} else {
+		s.prevFed = s.fed // the slot before this one had no batch
+	}
+	s.slotFed = s.fed
 	s.cur, s.ring = sn, int(sn%S)
 	// Recompute scores; drop keys with nothing left in the window; an
 	// inherited estimate expires with the slot it was admitted in.
