@@ -43,6 +43,12 @@ type Observation struct {
 	// track it, and the timer runs from the first pass that saw the rate
 	// over.
 	ReadsOverSince, WritesOverSince time.Time
+	// Moved are the outcomes of the key's commands its move served in the
+	// nodes' last report interval, against those of the same sidecars'
+	// commands sent raw in the same intervals (the baseline): a move in
+	// force whose path fails clearly more than direct traffic is rolled
+	// back (moveFails, holdMoves).
+	Moved MoveOutcomes
 }
 
 // Aggregate is what the fleet says of one policy.
