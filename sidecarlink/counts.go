@@ -1,11 +1,12 @@
 package sidecarlink
 
-// The counts datagram. Version 4 layout (all integers are unsigned LEB128
+// The counts datagram. Version 5 layout (all integers are unsigned LEB128
 // varints, "uv"):
 //
 //	magic    2 bytes  'H' 'S'
-//	version  1 byte   4 (1, 2 and 3 are still read: their entries have
-//	                  no refusals, 1's and 2's no families, 1's no size)
+//	version  1 byte   5 (1 to 4 are still read: their entries have no
+//	                  move outcomes, 1 to 3 no refusals, 1's and 2's
+//	                  no families, 1's no size)
 //	flags    1 byte   0 (reserved; a batch with any flag set is rejected)
 //	policy   uv length, then that many bytes: "<namespace>/<name>"
 //	count    uv number of entries, 1..MaxEntries (Encoder always writes it
@@ -26,6 +27,15 @@ package sidecarlink
 //	                   in the interval because of the key's move (version
 //	                   4; not those shed, not Redis' own errors): what the
 //	                   manager rolls a move back by
+//	           served  uv (≤ 2^32-1) the key's commands its move served
+//	                   in the interval (version 5)
+//	           if served > 0 (version 5):
+//	           failed  uv (≤ served) those of them that failed on the
+//	                   move's path (engine.Failure)
+//	           baseline total uv (≤ 2^32-1), baseline failed uv (≤ total):
+//	                   the commands the sender sent raw in the interval,
+//	                   and those that failed by the same test: what the
+//	                   manager compares the move's failures with
 //
 // Nothing may follow the last entry. A batch is accepted whole or rejected
 // whole: the agent validates it completely before it counts anything.
@@ -44,10 +54,10 @@ import (
 
 const (
 	// CountsVersion is the counts datagram version this package writes.
-	// It reads it and versions 1 to 3 (entries without refusals, 1's and
-	// 2's without families, 1's without a size), so agents accept batches
-	// of sidecars not yet upgraded.
-	CountsVersion = 4
+	// It reads it and versions 1 to 4 (entries without move outcomes, 1
+	// to 3 without refusals, 1's and 2's without families, 1's without a
+	// size), so agents accept batches of sidecars not yet upgraded.
+	CountsVersion = 5
 	// UnannouncedCountsVersion is the newest counts version an agent that
 	// does not announce one (CountsVersionHeader) reads: agents released
 	// before the header read versions 1 to 3. A sidecar writes it to such
@@ -69,7 +79,7 @@ const (
 	MaxDatagram = 65507
 	// MinDatagram is the smallest datagram limit a sender may use: one entry
 	// with the longest key under the longest policy.
-	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 6*binary.MaxVarintLen32
+	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 10*binary.MaxVarintLen32
 	// MaxKeyLen is the longest key a batch may carry. Longer keys are not
 	// counted by the sidecar: reports carry keys of at most 512 bytes.
 	MaxKeyLen = 512
@@ -126,6 +136,24 @@ type Entry struct {
 	// because of the key's move (a command its move cannot serve; not a
 	// shed one, not Redis' own error); 0 in a batch of version 1 to 3.
 	Refused uint32
+	// Moved are the outcomes of the key's commands its move served in the
+	// interval, with the sender's baseline; zero in a batch of version 1
+	// to 4.
+	Moved MoveCounts
+}
+
+// MoveCounts are the outcomes of one key's commands served by its move in
+// an interval, and the baseline they are judged against: the same
+// sender's commands sent raw in that interval. The manager withdraws a
+// move whose path fails clearly more than the baseline.
+type MoveCounts struct {
+	// Served counts the key's commands the move served, Failed those of
+	// them that failed on its path (an i/o error, a timeout, a place
+	// LOADING...; not Redis' own semantic errors).
+	Served, Failed uint32
+	// BaseTotal counts the sender's commands sent raw in the interval,
+	// BaseFailed those of them that failed by the same test.
+	BaseTotal, BaseFailed uint32
 }
 
 // Batch is a decoded batch. Its slices alias the datagram and are reused by
@@ -215,6 +243,11 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 			}
 			e.Refused = uint32(v)
 		}
+		if version >= 5 {
+			if e.Moved, p, err = moveCounts(p); err != nil {
+				return nil, err
+			}
+		}
 		es = append(es, e)
 	}
 	d.b.Entries = es
@@ -225,6 +258,30 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 		return nil, fmt.Errorf("%w: empty policy", ErrMalformed)
 	}
 	return &d.b, nil
+}
+
+// moveCounts decodes an entry's move outcomes (version 5): served, then,
+// when it is not 0, failed (≤ served) and the baseline's total and failed
+// (≤ total).
+func moveCounts(p []byte) (m MoveCounts, rest []byte, err error) {
+	var v uint64
+	if v, p, err = uvarint(p, math.MaxUint32, "served"); err != nil || v == 0 {
+		return m, p, err
+	}
+	m.Served = uint32(v)
+	if v, p, err = uvarint(p, uint64(m.Served), "failed"); err != nil {
+		return m, p, err
+	}
+	m.Failed = uint32(v)
+	if v, p, err = uvarint(p, math.MaxUint32, "baseline total"); err != nil {
+		return m, p, err
+	}
+	m.BaseTotal = uint32(v)
+	if v, p, err = uvarint(p, uint64(m.BaseTotal), "baseline failed"); err != nil {
+		return m, p, err
+	}
+	m.BaseFailed = uint32(v)
+	return m, p, nil
 }
 
 func uvarint(p []byte, max uint64, what string) (uint64, []byte, error) {
@@ -281,12 +338,13 @@ type Encoder struct {
 }
 
 // EntrySize is an upper bound of the bytes key takes in a batch.
-func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 6*binary.MaxVarintLen32 }
+func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 10*binary.MaxVarintLen32 }
 
 // SetVersion makes the next batches (from Reset on) of version v, for an
 // agent that reads no later one (AgentCountsVersion): from
 // UnannouncedCountsVersion to CountsVersion, v is clamped into that range.
-// A version 3 batch carries no refusals.
+// A version 3 batch carries no refusals, a version 4 one no move
+// outcomes.
 func (e *Encoder) SetVersion(v int) {
 	e.version = byte(min(max(v, UnannouncedCountsVersion), CountsVersion))
 }
@@ -323,7 +381,7 @@ func (e *Encoder) Fits(key string) bool {
 func (e *Encoder) Len() int { return e.count }
 
 // Add appends an entry. The caller checks Fits first.
-func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing.Families, refused uint32) {
+func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing.Families, refused uint32, moved MoveCounts) {
 	e.buf = binary.AppendUvarint(e.buf, uint64(len(key)))
 	e.buf = append(e.buf, key...)
 	e.buf = binary.AppendUvarint(e.buf, uint64(reads))
@@ -333,6 +391,14 @@ func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing
 	e.buf = binary.AppendUvarint(e.buf, uint64(fam))
 	if e.version >= 4 {
 		e.buf = binary.AppendUvarint(e.buf, uint64(refused))
+	}
+	if e.version >= 5 {
+		e.buf = binary.AppendUvarint(e.buf, uint64(moved.Served))
+		if moved.Served > 0 {
+			e.buf = binary.AppendUvarint(e.buf, uint64(min(moved.Failed, moved.Served)))
+			e.buf = binary.AppendUvarint(e.buf, uint64(moved.BaseTotal))
+			e.buf = binary.AppendUvarint(e.buf, uint64(min(moved.BaseFailed, moved.BaseTotal)))
+		}
 	}
 	e.count++
 }
@@ -351,7 +417,7 @@ func AppendBatch(buf []byte, policy string, entries []Entry) []byte {
 	var e Encoder
 	e.Reset(buf, policy, math.MaxInt)
 	for _, en := range entries {
-		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes, en.Size, en.Families, en.Refused)
+		e.Add(string(en.Key), en.Reads, en.Writes, en.Bytes, en.Size, en.Families, en.Refused, en.Moved)
 	}
 	return e.Bytes()
 }

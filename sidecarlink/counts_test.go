@@ -18,6 +18,9 @@ func entries(kv ...string) []Entry {
 	for i, k := range kv {
 		out = append(out, Entry{Key: []byte(k), Reads: uint32(i + 1), Writes: uint32(2 * i), Bytes: uint32(100 * i), Size: uint32(60 * i),
 			Families: routing.Families(1) << (i % 15), Refused: uint32(3 * i)})
+		if i%2 == 1 {
+			out[i].Moved = MoveCounts{Served: uint32(40 * i), Failed: uint32(i), BaseTotal: uint32(500 * i), BaseFailed: uint32(2 * i)}
+		}
 	}
 	return out
 }
@@ -84,6 +87,38 @@ func TestDecodeVersion3(t *testing.T) {
 	}
 }
 
+// TestDecodeVersion4 reads a batch of a sidecar of the previous release:
+// refusals, no move outcomes.
+func TestDecodeVersion4(t *testing.T) {
+	v4 := []byte{'H', 'S', 4, 0, 4, 'n', 's', '/', 'p', 0x82, 0x00, 1, 'k', 5, 1, 200, 1, 40, 8, 3, 1, 'j', 1, 0, 0, 0, 8, 0}
+	var d Decoder
+	b, err := d.Decode(v4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{{Key: []byte("k"), Reads: 5, Writes: 1, Bytes: 200, Size: 40, Families: routing.Families(8), Refused: 3},
+		{Key: []byte("j"), Reads: 1, Families: routing.Families(8)}}
+	if diff := cmp.Diff(want, b.Entries); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+}
+
+// TestMoveCountsOnlyWhereServed: version 5 spends one byte on an entry
+// whose key no move served (served 0), and carries failures and the
+// baseline of one that was.
+func TestMoveCountsOnlyWhereServed(t *testing.T) {
+	plain := AppendBatch(nil, "ns/p", []Entry{{Key: []byte("k"), Reads: 1}})
+	if want := []byte{1, 'k', 1, 0, 0, 0, 0, 0, 0}; !bytes.HasSuffix(plain, want) {
+		t.Fatalf("entry of a key no move served: %v, want to end %v", plain, want)
+	}
+	m := MoveCounts{Served: 300, Failed: 75, BaseTotal: 2000, BaseFailed: 4}
+	var d Decoder
+	b, err := d.Decode(AppendBatch(nil, "ns/p", []Entry{{Key: []byte("k"), Writes: 300, Moved: m}}))
+	if err != nil || b.Entries[0].Moved != m {
+		t.Fatalf("decoded %+v, %v; want moved %+v", b, err, m)
+	}
+}
+
 func TestEncoderSplitsAtLimit(t *testing.T) {
 	var e Encoder
 	e.Reset(nil, "ns/p", 200)
@@ -98,7 +133,7 @@ func TestEncoderSplitsAtLimit(t *testing.T) {
 			got = append(got, e.Len())
 			e.Reset(nil, "ns/p", 200)
 		}
-		e.Add(k, 1, 0, 0, 0, routing.FamAll, 0)
+		e.Add(k, 1, 0, 0, 0, routing.FamAll, 0, MoveCounts{})
 	}
 	if len(got) == 0 {
 		t.Fatal("encoder never filled up")
@@ -112,23 +147,25 @@ func TestDecodeRejects(t *testing.T) {
 		in   []byte
 		want error
 	}{
-		"empty":            {nil, ErrTruncated},
-		"short header":     {[]byte{'H', 'S', 1}, ErrTruncated},
-		"bad magic":        {append([]byte{'X'}, good[1:]...), ErrMagic},
-		"version 5":        {append([]byte{'H', 'S', 5}, good[3:]...), ErrVersion},
-		"version 0":        {append([]byte{'H', 'S', 0}, good[3:]...), ErrVersion},
-		"v2 with families": {append([]byte{'H', 'S', 2}, good[3:]...), ErrMalformed},
-		"v1 with sizes":    {append([]byte{'H', 'S', 1}, good[3:]...), ErrMalformed},
-		"flags":            {append([]byte{'H', 'S', 2, 1}, good[4:]...), ErrFlags},
-		"truncated":        {good[:len(good)-1], ErrTruncated},
-		"trailing":         {append(bytes.Clone(good), 0), ErrMalformed},
-		"oversized":        {make([]byte, MaxDatagram+1), ErrOversized},
-		"zero entries":     {AppendBatch(nil, "ns/p", nil), ErrMalformed},
-		"empty policy":     {AppendBatch(nil, "", entries("a")), ErrMalformed},
-		"empty key":        {AppendBatch(nil, "ns/p", []Entry{{Key: nil, Reads: 1}}), ErrMalformed},
-		"key too long":     {AppendBatch(nil, "ns/p", []Entry{{Key: make([]byte, MaxKeyLen+1)}}), ErrMalformed},
-		"count > payload":  {bigCount, ErrTruncated},
-		"varint overflows": {append([]byte{'H', 'S', 1, 0}, bytes.Repeat([]byte{0xff}, 11)...), ErrMalformed},
+		"empty":               {nil, ErrTruncated},
+		"short header":        {[]byte{'H', 'S', 1}, ErrTruncated},
+		"bad magic":           {append([]byte{'X'}, good[1:]...), ErrMagic},
+		"version 6":           {append([]byte{'H', 'S', 6}, good[3:]...), ErrVersion},
+		"version 0":           {append([]byte{'H', 'S', 0}, good[3:]...), ErrVersion},
+		"v2 with families":    {append([]byte{'H', 'S', 2}, good[3:]...), ErrMalformed},
+		"v1 with sizes":       {append([]byte{'H', 'S', 1}, good[3:]...), ErrMalformed},
+		"flags":               {append([]byte{'H', 'S', 2, 1}, good[4:]...), ErrFlags},
+		"truncated":           {good[:len(good)-1], ErrTruncated},
+		"trailing":            {append(bytes.Clone(good), 0), ErrMalformed},
+		"oversized":           {make([]byte, MaxDatagram+1), ErrOversized},
+		"zero entries":        {AppendBatch(nil, "ns/p", nil), ErrMalformed},
+		"empty policy":        {AppendBatch(nil, "", entries("a")), ErrMalformed},
+		"empty key":           {AppendBatch(nil, "ns/p", []Entry{{Key: nil, Reads: 1}}), ErrMalformed},
+		"key too long":        {AppendBatch(nil, "ns/p", []Entry{{Key: make([]byte, MaxKeyLen+1)}}), ErrMalformed},
+		"count > payload":     {bigCount, ErrTruncated},
+		"failed > served":     {[]byte{'H', 'S', 5, 0, 4, 'n', 's', '/', 'p', 0x81, 0x00, 1, 'k', 5, 1, 200, 1, 40, 8, 0, 2, 3, 9, 0}, ErrMalformed},
+		"base failed > total": {[]byte{'H', 'S', 5, 0, 4, 'n', 's', '/', 'p', 0x81, 0x00, 1, 'k', 5, 1, 200, 1, 40, 8, 0, 2, 1, 9, 10}, ErrMalformed},
+		"varint overflows":    {append([]byte{'H', 'S', 1, 0}, bytes.Repeat([]byte{0xff}, 11)...), ErrMalformed},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -200,7 +237,7 @@ func TestEncoderWritesTheAgentsVersion(t *testing.T) {
 	for _, tc := range []struct {
 		header string
 		want   int
-	}{{"", 3}, {"3", 3}, {"4", CountsVersion}, {"99", CountsVersion}, {"x", 3}, {"1", 3}} {
+	}{{"", 3}, {"3", 3}, {"4", 4}, {"5", CountsVersion}, {"99", CountsVersion}, {"x", 3}, {"1", 3}} {
 		if got := AgentCountsVersion(h(tc.header)); got != tc.want {
 			t.Errorf("AgentCountsVersion(%q) = %d, want %d", tc.header, got, tc.want)
 		}
@@ -208,8 +245,8 @@ func TestEncoderWritesTheAgentsVersion(t *testing.T) {
 	var e Encoder
 	e.SetVersion(3)
 	e.Reset(nil, "ns/p", MaxDatagram)
-	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7)
-	e.Add("k2", 5, 6, 7, 8, routing.FamStringRead, 9)
+	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7, MoveCounts{Served: 1})
+	e.Add("k2", 5, 6, 7, 8, routing.FamStringRead, 9, MoveCounts{})
 	b := e.Bytes()
 	if b[2] != 3 {
 		t.Fatalf("version byte %d, want 3", b[2])
@@ -228,8 +265,8 @@ func TestEncoderWritesTheAgentsVersion(t *testing.T) {
 	}
 	e.SetVersion(CountsVersion)
 	e.Restart()
-	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7)
-	if got, err := d.Decode(e.Bytes()); err != nil || got.Entries[0].Refused != 7 {
+	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7, MoveCounts{Served: 9, Failed: 2})
+	if got, err := d.Decode(e.Bytes()); err != nil || got.Entries[0].Refused != 7 || got.Entries[0].Moved.Failed != 2 {
 		t.Fatalf("version %d: %+v, %v", CountsVersion, got, err)
 	}
 }

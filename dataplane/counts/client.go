@@ -72,12 +72,17 @@ type Client struct {
 	shards  [shards]shard
 
 	observed, dropped, batches, sendErrs, lost atomic.Uint64
+	// baselines are, per policy, the commands sent raw since the last
+	// flush and those of them that failed (ObserveRaw): *baseline by
+	// policy string.
+	baselines sync.Map
 	// version is the counts version the agent reads (SetAgentVersion); 0
 	// until told: sidecarlink.CountsVersion.
 	version atomic.Int32
 
 	sendMu sync.Mutex // serialises flushes (ticker, Flush, Close)
 	spare  []entry
+	bases  []policyBase
 	encs   []sidecarlink.Encoder
 	buf    [][]byte
 
@@ -87,6 +92,12 @@ type Client struct {
 }
 
 type pk struct{ policy, key string }
+
+// policyBase is one policy's baseline of a flush.
+type policyBase struct {
+	policy string
+	m      sidecarlink.MoveCounts
+}
 
 type entry struct {
 	policy, key           string
@@ -99,7 +110,13 @@ type entry struct {
 	// refused counts the key's commands refused because of its move
 	// (ObserveRefused).
 	refused uint32
+	// served and failed count the key's commands its move served, and
+	// those that failed on its path (ObserveMoved).
+	served, failed uint32
 }
+
+// baseline counts one policy's commands sent raw in an interval.
+type baseline struct{ total, failed atomic.Uint32 }
 
 type shard struct {
 	mu   sync.Mutex
@@ -201,6 +218,50 @@ func (c *Client) ObserveRefused(policy, key string) {
 	}
 }
 
+// ObserveMoved counts one command on key under policy that the key's move
+// served (the engine's path: split, pre-aggregate, replicate, the read
+// moves), and whether it failed on that path (engine.Failure: an i/o
+// error, a timeout, a place LOADING; not Redis' own semantic errors). The
+// manager withdraws a move whose path fails clearly more than the
+// sidecar's direct commands (ObserveRaw). It never blocks on the network
+// and does not retain key.
+func (c *Client) ObserveMoved(policy, key string, failed bool) {
+	if s, e := c.entry(policy, key); e != nil {
+		e.served = satAdd(e.served, 1)
+		if failed {
+			e.failed = satAdd(e.failed, 1)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// ObserveRaw counts one command under policy sent raw to Redis (on a key
+// no move serves), and whether it failed by engine.Failure's test: the
+// baseline the next batch gives with each key its move served. It takes
+// no lock once the policy was seen.
+func (c *Client) ObserveRaw(policy string, failed bool) {
+	v, ok := c.baselines.Load(policy)
+	if !ok {
+		v, _ = c.baselines.LoadOrStore(policy, &baseline{})
+	}
+	b := v.(*baseline)
+	b.total.Add(1)
+	if failed {
+		b.failed.Add(1)
+	}
+}
+
+// takeBaseline is policy's baseline since the last flush, reset.
+func (c *Client) takeBaseline(policy string) (total, failed uint32) {
+	v, ok := c.baselines.Load(policy)
+	if !ok {
+		return 0, 0
+	}
+	b := v.(*baseline)
+	total, failed = b.total.Swap(0), b.failed.Swap(0)
+	return total, min(failed, total)
+}
+
 // entry is key's entry under policy in this interval, added if new, with
 // its shard locked; nil (nothing locked) when the key or policy is out of
 // bounds, the client is closed or the shard is full. The key is copied
@@ -272,6 +333,16 @@ func (c *Client) loop() {
 func (c *Client) Flush() {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	// Each key its move served carries the baseline of the interval: the
+	// commands sent raw since the last flush (the entries swapped out
+	// below are of the same interval, give or take the commands observed
+	// meanwhile).
+	c.bases = c.bases[:0]
+	c.baselines.Range(func(k, _ any) bool {
+		t, f := c.takeBaseline(k.(string))
+		c.bases = append(c.bases, policyBase{policy: k.(string), m: sidecarlink.MoveCounts{BaseTotal: t, BaseFailed: f}})
+		return true
+	})
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
@@ -304,7 +375,16 @@ func (c *Client) encode(ents []entry) {
 		if !enc.Fits(e.key) {
 			c.send(enc)
 		}
-		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam, e.refused)
+		var m sidecarlink.MoveCounts
+		if e.served > 0 {
+			for _, b := range c.bases {
+				if b.policy == e.policy {
+					m = b.m
+				}
+			}
+			m.Served, m.Failed = e.served, min(e.failed, e.served)
+		}
+		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam, e.refused, m)
 	}
 }
 

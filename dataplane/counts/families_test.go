@@ -96,3 +96,53 @@ func TestClientSendsRefusals(t *testing.T) {
 		t.Errorf("refusals sent in the next interval: %v, want none", got)
 	}
 }
+
+// TestClientSendsMoveOutcomes: the commands a key's move served and those
+// of them that failed go out with the key, and with them the policy's
+// baseline of the interval (its commands sent raw, and those failed); a
+// key no move served carries none; the next interval starts over.
+func TestClientSendsMoveOutcomes(t *testing.T) {
+	pc := listen(t)
+	c, err := NewClient(pc.LocalAddr().String(), ClientOptions{FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	read := func() map[string]sidecarlink.MoveCounts {
+		t.Helper()
+		buf := make([]byte, sidecarlink.MaxDatagram+1)
+		_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		l, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d sidecarlink.Decoder
+		b, err := d.Decode(buf[:l])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]sidecarlink.MoveCounts{}
+		for _, e := range b.Entries {
+			got[string(e.Key)] = e.Moved
+		}
+		return got
+	}
+	for i := range 10 {
+		c.Observe("ns/p", "split", 0, 1, 10)
+		c.ObserveMoved("ns/p", "split", i < 4)
+	}
+	for i := range 100 {
+		c.ObserveRaw("ns/p", i == 0)
+	}
+	c.Observe("ns/p", "plain", 1, 0, 10)
+	c.Flush()
+	got := read()
+	if want := (sidecarlink.MoveCounts{Served: 10, Failed: 4, BaseTotal: 100, BaseFailed: 1}); got["split"] != want || got["plain"] != (sidecarlink.MoveCounts{}) {
+		t.Errorf("sent %+v, want split: %+v, plain: none", got, want)
+	}
+	c.ObserveMoved("ns/p", "split", false)
+	c.Flush()
+	if got := read(); got["split"] != (sidecarlink.MoveCounts{Served: 1}) {
+		t.Errorf("next interval: %+v, want split served 1, nothing failed, no raw command", got)
+	}
+}

@@ -121,7 +121,7 @@ func (c *counter) flush(buf []byte, send func(src netip.Addr, batch []byte)) (ba
 			}
 			// The simulated clients GET and INCR: string families, so
 			// the manager may split as it would for them.
-			enc.Add(e.key, e.reads, e.writes, e.nbytes, 0, routing.FamStringRead|routing.FamCounter, 0)
+			enc.Add(e.key, e.reads, e.writes, e.nbytes, 0, routing.FamStringRead|routing.FamCounter, 0, sidecarlink.MoveCounts{})
 			entries++
 		}
 		if enc.Len() > 0 {
