@@ -51,6 +51,22 @@ type PolicySummary struct {
 	// MaxRefusedKeysPerPolicy (version 4). The manager rolls back a move
 	// its clients' commands are refused under.
 	Refused []KeyCount
+	// Moved are the keys a move served on the node's sidecars since the
+	// previous summary, with the outcomes of those commands and the
+	// baseline of the intervals they were served in (version 5): at most
+	// MaxMovedKeysPerPolicy. The manager withdraws a move whose path fails
+	// clearly more than the same sidecars' direct commands.
+	Moved []KeyMoved
+}
+
+// KeyMoved are one key's commands served by its move on a node, those that
+// failed on its path, and the baseline: the same sidecars' commands sent
+// raw in the same intervals, and those that failed (sidecarlink.MoveCounts,
+// summed).
+type KeyMoved struct {
+	Key                   string
+	Served, Failed        uint64
+	BaseTotal, BaseFailed uint64
 }
 
 // UnannouncedSummaryVersion is the newest summary version a manager that
@@ -134,11 +150,15 @@ const (
 	MaxBigKeysPerPolicy = 64
 	// MaxRefusedKeysPerPolicy bounds a policy's Refused.
 	MaxRefusedKeysPerPolicy = 64
-	MaxSummaryBytes         = 32 << 20
+	// MaxMovedKeysPerPolicy bounds a policy's Moved: a move serves the
+	// few mitigated keys.
+	MaxMovedKeysPerPolicy = 256
+	MaxSummaryBytes       = 32 << 20
 	// summaryVersion is the version MarshalSummary writes; versions 1 (no
 	// big keys, no families, no refusals), 2 (no families, no refusals)
-	// and 3 (no refusals) are still read, from agents not yet upgraded.
-	summaryVersion    = 4
+	// 3 (no refusals) and 4 (no move outcomes) are still read, from agents
+	// not yet upgraded.
+	summaryVersion    = 5
 	summaryHeaderSize = 4
 	// rateScale: rates travel as unsigned integers in thousandths per second.
 	rateScale = 1000
@@ -163,6 +183,8 @@ var ErrMalformed = errors.New("malformed summary")
 //	            per big key: len, bytes   size in bytes
 //	            refused key count (version 4)
 //	            per refused key: len, bytes   count
+//	            moved key count (version 5)
+//	            per moved key: len, bytes   served   failed   base total   base failed
 //
 // Binary because at 1,000 nodes the manager decodes hundreds of thousands
 // of key rates per second; JSON would cost it a core.
@@ -173,7 +195,7 @@ func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
 // MarshalSummaryVersion is MarshalSummary in version v, for a manager that
 // reads no later one (ManagerSummaryVersion): from
 // UnannouncedSummaryVersion to the latest, v clamped into that range. A
-// version 3 summary carries no refusals.
+// version 3 summary carries no refusals, a version 4 one no move outcomes.
 func MarshalSummaryVersion(buf []byte, s *Summary, v int) ([]byte, error) {
 	if err := s.validate(); err != nil {
 		return buf, err
@@ -221,6 +243,18 @@ func MarshalSummaryVersion(buf []byte, s *Summary, v int) ([]byte, error) {
 			buf = appendString(buf, p.Refused[j].Key)
 			buf = binary.AppendUvarint(buf, p.Refused[j].Count)
 		}
+		if version < 5 {
+			continue
+		}
+		buf = binary.AppendUvarint(buf, uint64(len(p.Moved)))
+		for j := range p.Moved {
+			m := &p.Moved[j]
+			buf = appendString(buf, m.Key)
+			buf = binary.AppendUvarint(buf, m.Served)
+			buf = binary.AppendUvarint(buf, min(m.Failed, m.Served))
+			buf = binary.AppendUvarint(buf, m.BaseTotal)
+			buf = binary.AppendUvarint(buf, min(m.BaseFailed, m.BaseTotal))
+		}
 	}
 	return buf, nil
 }
@@ -259,6 +293,14 @@ func (s *Summary) validate() error {
 		for j := range p.Refused {
 			if l := len(p.Refused[j].Key); l == 0 || l > MaxKeyLen {
 				return fmt.Errorf("%w: refused key of %d bytes", ErrMalformed, l)
+			}
+		}
+		if len(p.Moved) > MaxMovedKeysPerPolicy {
+			return fmt.Errorf("%w: %d moved keys for %s", ErrMalformed, len(p.Moved), p.Policy)
+		}
+		for j := range p.Moved {
+			if l := len(p.Moved[j].Key); l == 0 || l > MaxKeyLen {
+				return fmt.Errorf("%w: moved key of %d bytes", ErrMalformed, l)
 			}
 		}
 	}
@@ -353,6 +395,20 @@ func UnmarshalSummary(buf []byte) (*Summary, error) {
 				p.Refused = append(p.Refused, k)
 			}
 		}
+		if version >= 5 {
+			nm := d.count(MaxMovedKeysPerPolicy, 6, "moved key count")
+			if d.err == nil && nm > 0 {
+				p.Moved = make([]KeyMoved, 0, nm)
+			}
+			for j := 0; j < nm && d.err == nil; j++ {
+				k := KeyMoved{Key: d.str(MaxKeyLen, "moved key")}
+				k.Served = d.uv(math.MaxUint64, "served")
+				k.Failed = d.uv(k.Served, "failed")
+				k.BaseTotal = d.uv(math.MaxUint64, "base total")
+				k.BaseFailed = d.uv(k.BaseTotal, "base failed")
+				p.Moved = append(p.Moved, k)
+			}
+		}
 		s.Policies = append(s.Policies, p)
 	}
 	if d.err == nil && len(d.p) != 0 {
@@ -383,6 +439,11 @@ func hasEmpty(s *Summary) bool {
 			}
 		}
 		for _, k := range p.Refused {
+			if k.Key == "" {
+				return true
+			}
+		}
+		for _, k := range p.Moved {
 			if k.Key == "" {
 				return true
 			}

@@ -18,7 +18,8 @@ func sample() *Summary {
 			Keys: []KeyRates{{Key: "product:1", Reads: 812.125, RecentReads: 900.5, Bytes: 4096, Families: routing.FamStringRead | routing.FamKey},
 				{Key: "likes:9", Writes: 40, RecentWrites: 38, Pinned: true, Families: routing.FamCounter}},
 			BigKeys: []KeySize{{Key: "blob:20mb", Bytes: 20 << 20}, {Key: "product:1", Bytes: 4096}},
-			Refused: []KeyCount{{Key: "likes:9", Count: 12}, {Key: "queue:jobs", Count: 1 << 40}}},
+			Refused: []KeyCount{{Key: "likes:9", Count: 12}, {Key: "queue:jobs", Count: 1 << 40}},
+			Moved:   []KeyMoved{{Key: "likes:9", Served: 4000, Failed: 120, BaseTotal: 90000, BaseFailed: 3}, {Key: "product:1", Served: 1 << 40}}},
 		{Policy: "shop/empty"},
 	}}
 }
@@ -74,6 +75,21 @@ func TestSummaryReadsVersion3(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Writes: 1, Families: routing.Families(4)}}}}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
+// TestSummaryReadsVersion4: a summary of an agent of the previous release
+// (refusals, no move outcomes) still decodes, with none.
+func TestSummaryReadsVersion4(t *testing.T) {
+	v4 := []byte{'H', 'F', 4, 0, 1, 'n', 7, 1, 1, 1, 'p', 0, 0, 0, 0, 0, 1, 1, 'k', 0, 0xe8, 0x07, 0, 0, 0, 0, 4, 0, 1, 1, 'k', 3}
+	got, err := UnmarshalSummary(v4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Summary{Node: "n", Session: 7, Seq: 1, Policies: []PolicySummary{{Policy: "p", Keys: []KeyRates{{Key: "k", Writes: 1, Families: routing.Families(4)}},
+		Refused: []KeyCount{{Key: "k", Count: 3}}}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
 	}
@@ -158,7 +174,7 @@ func TestSummaryInTheManagersVersion(t *testing.T) {
 	for _, tc := range []struct {
 		header string
 		want   int
-	}{{"", 3}, {"3", 3}, {"4", SummaryVersion}, {"99", SummaryVersion}, {"x", 3}} {
+	}{{"", 3}, {"3", 3}, {"4", 4}, {"5", SummaryVersion}, {"99", SummaryVersion}, {"x", 3}} {
 		h := http.Header{}
 		if tc.header != "" {
 			h.Set(SummaryVersionHeader, tc.header)
@@ -170,6 +186,7 @@ func TestSummaryInTheManagersVersion(t *testing.T) {
 	s := &Summary{Node: "n", Session: 1, Seq: 2, Policies: []PolicySummary{{
 		Policy: "ns/p", Keys: []KeyRates{{Key: "k", Reads: 5}},
 		BigKeys: []KeySize{{Key: "b", Bytes: 9}}, Refused: []KeyCount{{Key: "k", Count: 3}},
+		Moved: []KeyMoved{{Key: "k", Served: 50, Failed: 10, BaseTotal: 100}},
 	}, {Policy: "ns/q", Refused: []KeyCount{{Key: "r", Count: 1}}}}}
 	b, err := MarshalSummaryVersion(nil, s, 3)
 	if err != nil {
@@ -185,8 +202,17 @@ func TestSummaryInTheManagersVersion(t *testing.T) {
 	want := *s
 	want.Policies = []PolicySummary{s.Policies[0], s.Policies[1]}
 	want.Policies[0].Refused, want.Policies[1].Refused = nil, nil
+	want.Policies[0].Moved = nil
 	if !reflect.DeepEqual(got, &want) {
 		t.Errorf("version 3 round trip:\n got %+v\nwant %+v", got, &want)
+	}
+	// To a manager of the previous release (4): refusals, no move outcomes.
+	if b, err = MarshalSummaryVersion(nil, s, 4); err != nil {
+		t.Fatal(err)
+	}
+	want.Policies[0].Refused, want.Policies[1].Refused = s.Policies[0].Refused, s.Policies[1].Refused
+	if got, err = UnmarshalSummary(b); err != nil || !reflect.DeepEqual(got, &want) {
+		t.Errorf("version 4 round trip:\n got %+v, %v\nwant %+v", got, err, &want)
 	}
 	if b, err = MarshalSummaryVersion(nil, s, SummaryVersion); err != nil {
 		t.Fatal(err)

@@ -102,6 +102,9 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		if e.Refused > 0 {
 			p.countRefused(key, uint64(e.Refused))
 		}
+		if e.Moved.Served > 0 {
+			p.countMoved(key, e.Moved)
+		}
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)
 		counted++
@@ -150,6 +153,53 @@ func (p *policyState) takeRefused() (out []agentlink.KeyCount, sent func()) {
 			} else {
 				p.refused[kc.Key] -= kc.Count
 			}
+		}
+	}
+}
+
+// countMoved adds the outcomes of key's commands its move served in one
+// sidecar interval, with that interval's baseline. A key not yet counted
+// since the last summary is added while there is room: a key served by a
+// move is a mitigated one.
+func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
+	c, ok := p.moved[key]
+	if !ok {
+		if len(p.moved) >= agentlink.MaxMovedKeysPerPolicy {
+			return
+		}
+		if p.moved == nil {
+			p.moved = make(map[string]agentlink.KeyMoved)
+		}
+		key = strings.Clone(key)
+		c.Key = key
+	}
+	c.Served += uint64(m.Served)
+	c.Failed += uint64(min(m.Failed, m.Served))
+	c.BaseTotal += uint64(m.BaseTotal)
+	c.BaseFailed += uint64(min(m.BaseFailed, m.BaseTotal))
+	p.moved[key] = c
+}
+
+// takeMoved lists the move outcomes counted since the last summary sent,
+// by key; sent uncounts them once the summary is sent (counts that arrive
+// in between stay for the next).
+func (p *policyState) takeMoved() (out []agentlink.KeyMoved, sent func()) {
+	for _, m := range p.moved {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b agentlink.KeyMoved) int { return strings.Compare(a.Key, b.Key) })
+	return out, func() {
+		for _, m := range out {
+			c := p.moved[m.Key]
+			if c.Served <= m.Served {
+				delete(p.moved, m.Key)
+				continue
+			}
+			c.Served -= m.Served
+			c.Failed -= min(c.Failed, m.Failed)
+			c.BaseTotal -= min(c.BaseTotal, m.BaseTotal)
+			c.BaseFailed -= min(c.BaseFailed, m.BaseFailed)
+			p.moved[m.Key] = c
 		}
 	}
 }

@@ -237,3 +237,35 @@ func TestSummaryListsRefusalsSinceTheLastSent(t *testing.T) {
 		t.Fatalf("refused after the summary was sent = %+v, want queue: 1", got)
 	}
 }
+
+// TestSummaryListsMoveOutcomesSinceTheLastSent: the outcomes of the
+// commands a key's move served, with each interval's baseline, are summed
+// per key over the batches since the last summary (filtered keys not, keys
+// no move served not); once it is sent they start over, and outcomes
+// counted meanwhile are kept.
+func TestSummaryListsMoveOutcomesSinceTheLastSent(t *testing.T) {
+	d := offline(t, nil, []string{"secret:*"})
+	var dec sidecarlink.Decoder
+	batch := func(served, failed uint32) {
+		m := sidecarlink.MoveCounts{Served: served, Failed: failed, BaseTotal: 100, BaseFailed: 1}
+		d.handle(&dec, pod, sidecarlink.AppendBatch(nil, policy, []sidecarlink.Entry{
+			{Key: []byte("split"), Writes: served, Moved: m},
+			{Key: []byte("ok"), Writes: 10},
+			{Key: []byte("secret:1"), Writes: 10, Moved: m},
+		}))
+	}
+	batch(30, 3)
+	batch(20, 7)
+	s, commit, _ := d.summarize(d.opts.Clock.Now())
+	want := agentlink.KeyMoved{Key: "split", Served: 50, Failed: 10, BaseTotal: 200, BaseFailed: 2}
+	if got := s.Policies[0].Moved; len(got) != 1 || got[0] != want {
+		t.Fatalf("moved = %+v, want %+v", got, want)
+	}
+	batch(5, 1) // between the summary and its sending
+	commit()
+	s, _, _ = d.summarize(d.opts.Clock.Now())
+	want = agentlink.KeyMoved{Key: "split", Served: 5, Failed: 1, BaseTotal: 100, BaseFailed: 1}
+	if got := s.Policies[0].Moved; len(got) != 1 || got[0] != want {
+		t.Fatalf("moved after the summary was sent = %+v, want %+v", got, want)
+	}
+}

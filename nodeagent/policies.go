@@ -35,6 +35,11 @@ type policyState struct {
 	// agentlink.MaxRefusedKeysPerPolicy keys): the manager rolls back a
 	// move its clients' commands are refused under.
 	refused map[string]uint64
+	// moved are, per key, the outcomes of the commands its move served on
+	// the sidecars since the last summary sent, with their baseline (at
+	// most agentlink.MaxMovedKeysPerPolicy keys): the manager withdraws a
+	// move whose path fails clearly more than direct traffic.
+	moved map[string]agentlink.KeyMoved
 	// lastSent is what the last summary sent listed, for Urgent.
 	lastSent summary.Sent
 	// rescan says a directive changed the alert level or the pins since

@@ -131,9 +131,10 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		total := p.total.update(now, p.reads, p.writes, window)
 		p.sizes.Advance(now)
 		refused, sentRefused := p.takeRefused()
+		moved, sentMoved := p.takeMoved()
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
-			BigKeys: p.sizes.Append(nil), Refused: refused,
+			BigKeys: p.sizes.Append(nil), Refused: refused, Moved: moved,
 		})
 		p.sketchBytes.Set(float64(p.sk.Bytes()))
 		p.sketchKeys.Set(float64(p.sk.Len()))
@@ -143,6 +144,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 			p.lastSent.Set(keys)
 			p.pinsToSend = false
 			sentRefused()
+			sentMoved()
 			p.mu.Unlock()
 		})
 	}

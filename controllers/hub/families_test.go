@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
 	"github.com/heatsink-dev/heatsink/routing"
 )
 
@@ -64,5 +65,36 @@ func TestViewSumsRefusalsOfLatestSummaries(t *testing.T) {
 	}
 	if n := got(v, t0.Add(2*time.Minute)); n != 0 {
 		t.Fatalf("with every node stale: %d, want 0", n)
+	}
+}
+
+// TestViewSumsMoveOutcomesOfLatestSummaries: the outcomes of the commands
+// a key's move served, and their baseline, are the sum of the fresh
+// nodes' latest summaries: what decide's moveFails judges.
+func TestViewSumsMoveOutcomesOfLatestSummaries(t *testing.T) {
+	moved := func(m agentlink.KeyMoved) *agentlink.PolicySummary {
+		ps := psum(1, 0, agentlink.KeyRates{Key: "c", Writes: 100, RecentWrites: 100, Families: routing.FamCounter})
+		if m.Served > 0 {
+			m.Key = "c"
+			ps.Moved = []agentlink.KeyMoved{m}
+		}
+		return ps
+	}
+	got := func(v *view, at time.Time) decide.MoveOutcomes {
+		return v.snapshot(at, time.Minute, time.Minute).Keys["c"].Moved
+	}
+	v := newView()
+	v.setExpected(t0, map[string]bool{"a": true, "b": true})
+	v.apply(t0, "a", 1, 1, moved(agentlink.KeyMoved{Served: 100, Failed: 30, BaseTotal: 1000, BaseFailed: 2}))
+	v.apply(t0, "b", 1, 1, moved(agentlink.KeyMoved{Served: 50, Failed: 0, BaseTotal: 400}))
+	if m, want := got(v, t0), (decide.MoveOutcomes{Served: 150, Failed: 30, BaseTotal: 1400, BaseFailed: 2}); m != want {
+		t.Fatalf("moved %+v, want %+v", m, want)
+	}
+	v.apply(t0, "a", 1, 2, moved(agentlink.KeyMoved{}))
+	if m, want := got(v, t0), (decide.MoveOutcomes{Served: 50, BaseTotal: 400}); m != want {
+		t.Fatalf("after a's summary without outcomes: %+v, want %+v", m, want)
+	}
+	if m := got(v, t0.Add(2*time.Minute)); m != (decide.MoveOutcomes{}) {
+		t.Fatalf("with every node stale: %+v, want none", m)
 	}
 }

@@ -72,6 +72,10 @@ type nodeState struct {
 	// refused are the node's refusals because of a key's move since its
 	// previous summary (agentlink.PolicySummary.Refused).
 	refused []agentlink.KeyCount
+	// moved are the outcomes of the commands keys' moves served on the
+	// node since its previous summary, with their baseline
+	// (agentlink.PolicySummary.Moved).
+	moved []agentlink.KeyMoved
 }
 
 type keySum struct {
@@ -112,7 +116,7 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentl
 	if old != nil && old.session == session && seq <= old.seq {
 		return
 	}
-	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys, bigKeys: ps.BigKeys, refused: ps.Refused}
+	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys, bigKeys: ps.BigKeys, refused: ps.Refused, moved: ps.Moved}
 	v.nodes[node] = n
 	if old == nil || old.directive != n.directive {
 		v.minDirOK = false
@@ -445,6 +449,17 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 			o := snap.Keys[kc.Key]
 			o.Refused += int64(min(kc.Count, math.MaxInt64/2))
 			snap.Keys[kc.Key] = o
+		}
+		// And the outcomes of the commands moves served, with their
+		// baseline: what the manager withdraws a failing move by.
+		for _, km := range n.moved {
+			o := snap.Keys[km.Key]
+			m := &o.Moved
+			m.Served += int64(min(km.Served, math.MaxInt64/4))
+			m.Failed += int64(min(km.Failed, math.MaxInt64/4))
+			m.BaseTotal += int64(min(km.BaseTotal, math.MaxInt64/4))
+			m.BaseFailed += int64(min(km.BaseFailed, math.MaxInt64/4))
+			snap.Keys[km.Key] = o
 		}
 		_ = node
 	}
