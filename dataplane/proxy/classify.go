@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/routing/command"
 )
@@ -110,6 +111,33 @@ type FamilyObserver interface {
 // move under which the key's clients' commands are refused.
 type RefusalObserver interface {
 	ObserveRefused(policy, key string)
+}
+
+// OutcomeObserver is an Observer also told the outcome of each command a
+// key's move served and of each command sent raw (dataplane/counts.Client
+// is): the manager withdraws a move whose path fails clearly more than
+// the sidecar's direct commands, the baseline that tells a failing path
+// from a failover of the whole upstream.
+type OutcomeObserver interface {
+	ObserveMoved(policy, key string, failed bool)
+	ObserveRaw(policy string, failed bool)
+}
+
+// observeMoved reports a command on key the engine served by its move
+// (not a refusal), failed when its error is a failure of the move's path
+// (engine.Failure), to the Observer, if it takes outcomes.
+func (p *Proxy) observeMoved(key string, err error) {
+	if p.outcomes != nil && key != "" {
+		p.outcomes.ObserveMoved(p.cfg.Policy, key, engine.Failure(err))
+	}
+}
+
+// observeRaw reports the reply to a command sent raw (rep nil: the
+// command got none, its connection failed), for the baseline.
+func (p *Proxy) observeRaw(rep *resp.Reply) {
+	if p.outcomes != nil {
+		p.outcomes.ObserveRaw(p.cfg.Policy, rep == nil || rep.IsError() && failedReply(rep.Line))
+	}
 }
 
 // observeRefused reports a command the engine refused because of its key's

@@ -69,6 +69,13 @@ func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
 		s.p.observeRefused(d)
 	} else {
 		s.nEng++
+		var err error
+		if r.Kind == engine.ReplyError {
+			err = r.Err
+		}
+		if d.Entry != nil {
+			s.p.observeMoved(d.Entry.Key, err)
+		}
 	}
 	return true
 }
@@ -80,7 +87,9 @@ func (s *session) execRead(ctx context.Context, args [][]byte) {
 	b, err := s.p.cfg.Engine.Read(ctx, args, s.proto)
 	if s.p.cfg.Observer != nil {
 		c, _ := command.Lookup(args[0])
-		s.p.observe(string(c.FirstKey(args)), 1, 0, len(b))
+		k := string(c.FirstKey(args))
+		s.p.observe(k, 1, 0, len(b))
+		s.p.observeMoved(k, err)
 	}
 	if !s.quiet {
 		if err != nil {

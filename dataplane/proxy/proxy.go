@@ -133,6 +133,8 @@ type Proxy struct {
 	families FamilyObserver
 	// refusals is the Observer as a RefusalObserver (nil if it is not).
 	refusals RefusalObserver
+	// outcomes is the Observer as an OutcomeObserver (nil if it is not).
+	outcomes OutcomeObserver
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -225,6 +227,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, m: newMetrics(cfg.Registerer), log: cfg.Logger, sessions: map[*session]struct{}{}}
 	p.families, _ = cfg.Observer.(FamilyObserver)
 	p.refusals, _ = cfg.Observer.(RefusalObserver)
+	p.outcomes, _ = cfg.Observer.(OutcomeObserver)
 	p.fences.bound = p.m.orderBounds.Inc
 	if cfg.SharedConns == 0 {
 		cfg.SharedConns = 2

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"bytes"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
@@ -89,3 +92,20 @@ const errTooManyRedirects = "ERR heatsink proxy: too many cluster redirections"
 const errUnreadable = "ERR heatsink proxy: unreadable upstream reply"
 
 const errNoMaster = "ERR heatsink proxy: no master known in the cluster's slot map"
+
+// failedReply reports whether an error reply line (without its '-') says
+// the command failed on its way rather than got Redis' answer: one of the
+// replies above that stand for a reply Redis could not give, or Redis'
+// own of a node that could not serve it (engine.FailureCode). The
+// baseline a move's failures are judged against counts these.
+func failedReply(line []byte) bool {
+	for _, p := range failedPrefixes {
+		if bytes.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return engine.FailureCode(line)
+}
+
+var failedPrefixes = [][]byte{[]byte("ERR heatsink proxy: upstream "), []byte("ERR heatsink proxy: redirect to "),
+	[]byte(errTooManyRedirects), []byte(errUnreadable), []byte(errNoMaster)}

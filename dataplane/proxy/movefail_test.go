@@ -1,0 +1,152 @@
+package proxy_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// outcomeRecorder is an OutcomeObserver counting the commands moves served
+// and failed per key, and the commands sent raw and failed.
+type outcomeRecorder struct {
+	recorder
+	omu                 sync.Mutex
+	served, failed      map[string]int
+	rawTotal, rawFailed int
+}
+
+func (r *outcomeRecorder) ObserveMoved(policy, key string, failed bool) {
+	r.omu.Lock()
+	defer r.omu.Unlock()
+	r.served[policy+"|"+key]++
+	if failed {
+		r.failed[policy+"|"+key]++
+	}
+}
+
+func (r *outcomeRecorder) ObserveRaw(policy string, failed bool) {
+	r.omu.Lock()
+	defer r.omu.Unlock()
+	r.rawTotal++
+	if failed {
+		r.rawFailed++
+	}
+}
+
+// take returns the counts so far and starts over.
+func (r *outcomeRecorder) take(key string) (served, failed, rawTotal, rawFailed int) {
+	r.omu.Lock()
+	defer r.omu.Unlock()
+	served, failed, rawTotal, rawFailed = r.served["ns/p|"+key], r.failed["ns/p|"+key], r.rawTotal, r.rawFailed
+	clear(r.served)
+	clear(r.failed)
+	r.rawTotal, r.rawFailed = 0, 0
+	return
+}
+
+// TestMoveFailuresReportedWithBaseline: in a real 3-master cluster, a
+// counter split over 4 shards, some of which live on a master that is then
+// stopped: the INCRs the split serves are reported as served by its move,
+// those whose shard is on the stopped master as failed, while
+// the same proxy's direct GETs of keys on the other masters are reported
+// as the baseline, none failed. Redis' own errors (INCR of text) are no
+// failure. With every master stopped, direct commands fail too, and are
+// reported so: what keeps a failover from withdrawing a split.
+func TestMoveFailuresReportedWithBaseline(t *testing.T) {
+	skipShort(t)
+	cl := redistest.Cluster(t)
+	ctx := context.Background()
+	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer direct.Close()
+	flushAll(t, cl.Addrs())
+	eng := engine.New(direct, engine.Options{})
+	defer eng.Close()
+	eng.SetTable(&routing.Table{SchemaVersion: 1, Version: 1, EpochMillis: 60000, Entries: []routing.Entry{
+		{Key: "likes", Source: routing.SourceDetected, Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 0, Shards: 4}}}}}})
+	rec := &outcomeRecorder{recorder: recorder{m: map[string][3]uint32{}}, served: map[string]int{}, failed: map[string]int{}}
+	addr, _ := start(t, proxy.Config{Upstreams: cl.Addrs()[:1], Cluster: true, Engine: eng, Observer: rec, Policy: "ns/p",
+		Timeout: 300 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: addr}) // go-redis defaults
+	defer c.Close()
+
+	// A master of a shard of likes (not the proxy's seed), and plain keys
+	// on the other masters.
+	nodeOf := func(key string) string {
+		n, err := direct.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Options().Addr
+	}
+	var stopped string
+	for i := range 4 {
+		if a := nodeOf(routing.ShardKey("likes", 0, i, 4)); a != cl.Addrs()[0] {
+			stopped = a
+		}
+	}
+	if stopped == "" {
+		t.Fatal("every shard of likes on the seed")
+	}
+	var plain []string
+	for i := 0; len(plain) < 10; i++ {
+		if k := fmt.Sprint("plain:", i); nodeOf(k) != stopped {
+			plain = append(plain, k)
+		}
+	}
+	if err := direct.Set(ctx, plain[0], "text", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	round := func(n int) {
+		for i := range n {
+			_ = c.Incr(ctx, "likes").Err()
+			_ = c.Get(ctx, plain[i%len(plain)]).Err()
+		}
+	}
+	round(40)
+	if err := c.Incr(ctx, plain[0]).Err(); err == nil {
+		t.Fatal("INCR of text did not fail")
+	}
+	if s, f, rt, rf := rec.take("likes"); s != 40 || f != 0 || rt < 41 || rf != 0 {
+		t.Fatalf("every master up: likes served %d failed %d, raw %d failed %d; want 40 0, at least 41 (the connection set-up too), 0", s, f, rt, rf)
+	}
+
+	// Stopped, not paused: go-redis (9.23, RESP3) waits for a paused
+	// node's reply past its context's deadline (it peeks for push
+	// notifications before reading the reply), so a paused place holds a
+	// command until the pause ends. A stopped node refuses at once. The
+	// rounds end well before the cluster marks it failed (node timeout
+	// 5 s) and answers CLUSTERDOWN everywhere.
+	stop := func(addr string) {
+		for _, srv := range cl.Servers {
+			if srv.Addr == addr {
+				srv.Stop()
+			}
+		}
+	}
+	stop(stopped)
+	round(20)
+	s, f, rt, rf := rec.take("likes")
+	t.Logf("a shard's master stopped: likes served %d failed %d, raw %d failed %d", s, f, rt, rf)
+	if s != 20 || f == 0 || rt < 20 || rf != 0 {
+		t.Fatalf("a shard's master stopped: likes served %d failed %d, raw %d failed %d; want 20 served, some failed, 20 raw, none failed", s, f, rt, rf)
+	}
+
+	for _, a := range cl.Addrs() {
+		stop(a)
+	}
+	round(5)
+	s, f, rt, rf = rec.take("likes")
+	t.Logf("every master stopped: likes served %d failed %d, raw %d failed %d", s, f, rt, rf)
+	if s != 5 || f != 5 || rt < 5 || rf < 5 {
+		t.Fatalf("every master stopped: likes served %d failed %d, raw %d failed %d; want all failed on both paths", s, f, rt, rf)
+	}
+}
