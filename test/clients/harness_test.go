@@ -172,6 +172,9 @@ func (s *stack) commands(t *testing.T) float64 {
 type reports struct {
 	mu   sync.Mutex
 	keys map[string][2]uint64 // key -> reads, writes
+	// moved sums the outcomes of the commands each key's move served,
+	// with their baseline (counts version 5).
+	moved map[string]sidecarlink.MoveCounts
 }
 
 func (r *reports) record(dec *sidecarlink.Decoder, datagram []byte) {
@@ -186,7 +189,25 @@ func (r *reports) record(dec *sidecarlink.Decoder, datagram []byte) {
 		c[0] += uint64(e.Reads)
 		c[1] += uint64(e.Writes)
 		r.keys[string(e.Key)] = c
+		if e.Moved.Served > 0 {
+			if r.moved == nil {
+				r.moved = map[string]sidecarlink.MoveCounts{}
+			}
+			m := r.moved[string(e.Key)]
+			m.Served += e.Moved.Served
+			m.Failed += e.Moved.Failed
+			m.BaseTotal += e.Moved.BaseTotal
+			m.BaseFailed += e.Moved.BaseFailed
+			r.moved[string(e.Key)] = m
+		}
 	}
+}
+
+// movedOf is what the sidecar reported of the commands key's move served.
+func (r *reports) movedOf(key string) sidecarlink.MoveCounts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.moved[key]
 }
 
 // sum is the reads and writes reported for the keys with prefix.

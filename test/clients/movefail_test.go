@@ -1,0 +1,176 @@
+package clients
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// forcedSplitInForce schedules a 4-shard split of key in s's policy and
+// waits until the sidecar serves under the table that holds it; it
+// returns the split's shard keys.
+func forcedSplitInForce(t *testing.T, s *stack, key string) []string {
+	t.Helper()
+	forceQueueSplit(t, s, key)
+	var shards []string
+	eventually.True(t, 30*time.Second, "the forced split is in force in the sidecar", func() bool {
+		tbl := s.pod.table(t)
+		if tbl == nil {
+			return false
+		}
+		e := tbl.Lookup(key)
+		if e == nil || e.Split == nil || len(e.Split.Generations) == 0 || s.routingVersion() < tbl.Version {
+			return false
+		}
+		shards = routing.ShardKeys(key, e.Split.Generations[len(e.Split.Generations)-1])
+		return len(shards) > 0
+	})
+	return shards
+}
+
+// TestFailingSplitPathRolledBack: a split counter whose shards partly live
+// on a master that is stopped, in a real 3-master cluster, driven by
+// go-redis ClusterClient in its default configuration through a real
+// sidecar, node agent and manager, beside direct GETs of keys on the
+// masters still up. The sidecar reports the INCRs that fail on the split's
+// path with the direct GETs (none failed) as the baseline (counts v5,
+// summary v5); the manager withdraws the split, says why in status, and
+// the clients recover without a restart: their INCRs go to the counter's
+// own master, which is up. (The masters still up are told to serve their
+// slots while one is down, cluster-require-full-coverage no, so that the
+// direct traffic stays a baseline that succeeds.)
+func TestFailingSplitPathRolledBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	cl := redistest.Cluster(t)
+	up := upstream{name: "cluster", cluster: true, addrs: cl.Addrs()}
+	prefix := "movefail:"
+	s := startSidecar(t, up, "movefail-split", prefix)
+	ctr := prefix + "ctr"
+	ctx := context.Background()
+	shards := forcedSplitInForce(t, s, ctr)
+
+	dc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: up.addrs})
+	defer dc.Close()
+	nodeOf := func(key string) string {
+		n, err := dc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Options().Addr
+	}
+	home := nodeOf(ctr)
+	var stopped string
+	onStopped := 0
+	for _, k := range shards {
+		if a := nodeOf(k); a != home && (stopped == "" || a == stopped) {
+			stopped = a
+			onStopped++
+		}
+	}
+	if stopped == "" {
+		t.Fatalf("every shard of %s on its own master %s", ctr, home)
+	}
+	var plain []string
+	for i := 0; len(plain) < 10; i++ {
+		if k := fmt.Sprint("mfplain:", i); nodeOf(k) != stopped {
+			plain = append(plain, k)
+		}
+	}
+	for _, a := range up.addrs {
+		direct(t, upstream{addrs: []string{a}}, func(c redis.UniversalClient) error {
+			return c.ConfigSet(ctx, "cluster-require-full-coverage", "no").Err()
+		})
+	}
+
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
+	defer c.Close()
+	pace := time.NewTicker(100 * time.Millisecond)
+	defer pace.Stop()
+	var incrs, failed, okSince, gets, getFailed int
+	var stoppedAt, recoveredAt, firstFailed, lastFailed time.Time
+	// round sends 40 INCR and 40 GET from 4 goroutines (go-redis pools
+	// connections): enough commands in each 500-ms report interval for the
+	// manager to judge the split's failures against the GETs'.
+	round := func() {
+		<-pace.C
+		type res struct{ incrFailed, getFailed bool }
+		out := make(chan res, 40)
+		for g := range 4 {
+			go func() {
+				for i := range 10 {
+					var r res
+					if err := c.Incr(ctx, ctr).Err(); err != nil {
+						r.incrFailed = true
+					}
+					err := c.Get(ctx, plain[(g+i)%len(plain)]).Err()
+					r.getFailed = err != nil && err != redis.Nil
+					out <- r
+				}
+			}()
+		}
+		for range 40 {
+			r := <-out
+			incrs++
+			gets++
+			if r.incrFailed {
+				failed++
+				okSince = 0
+				if firstFailed.IsZero() {
+					firstFailed = time.Now()
+				}
+				lastFailed = time.Now()
+			} else {
+				okSince++
+			}
+			if r.getFailed {
+				getFailed++
+			}
+		}
+	}
+	at := time.Now()
+	for range 10 { // the split serves, every master up
+		round()
+	}
+	t.Logf("every master up: %d INCR and %d GET in %v", incrs, gets, time.Since(at).Round(time.Millisecond))
+	if failed != 0 || getFailed != 0 {
+		t.Fatalf("every master up: %d of %d INCR and %d of %d GET failed", failed, incrs, getFailed, gets)
+	}
+	for _, srv := range cl.Servers {
+		if srv.Addr == stopped {
+			srv.Stop()
+		}
+	}
+	stoppedAt = time.Now()
+	t.Logf("stopped %s, the master of %d of the %d shards of %s (its own master %s is up)", stopped, onStopped, len(shards), ctr, home)
+	deadline := time.Now().Add(60 * time.Second)
+	var why string
+	for failed == 0 || okSince < 300 || !strings.Contains(why, "failed on its path") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d INCR (%d failed, %d served since) and %d GET (%d failed): status %q; the sidecar reported %+v",
+				incrs, failed, okSince, gets, getFailed, why, s.reports.movedOf(ctr))
+		}
+		round()
+		if okSince >= 300 && recoveredAt.IsZero() {
+			recoveredAt = time.Now()
+		}
+		why = statusReason(t, s, ctr)
+	}
+	t.Logf("%d of %d INCR failed after the stop, from %v to %v after it; 300 INCR in a row served %v after it (%d GET of %d failed); status: %q",
+		failed, incrs, firstFailed.Sub(stoppedAt).Round(100*time.Millisecond), lastFailed.Sub(stoppedAt).Round(100*time.Millisecond),
+		recoveredAt.Sub(stoppedAt).Round(100*time.Millisecond), getFailed, gets, why)
+	if tbl := s.pod.table(t); tbl != nil {
+		if e := tbl.Lookup(ctr); e != nil && e.Split != nil && e.Split.Generations[len(e.Split.Generations)-1].Shards > 0 {
+			t.Errorf("the counter is still split in the table: %+v", e.Split)
+		}
+	}
+}
