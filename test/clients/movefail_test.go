@@ -174,3 +174,85 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeUpstreamFailingKeepsTheSplit: the other side of the rule. A
+// schedule's split counter on a standalone Redis, whose every shard lives
+// on the one node with the counter and the direct traffic (go-redis
+// defaults through a real sidecar, node agent and manager): the node is
+// stopped, and the split's INCRs and the direct GETs all fail alike, as in
+// a failover or an outage of the whole upstream. The sidecar reports both
+// (the baseline failing as much as the split's path), and the manager
+// keeps the split over 8 report intervals: withdrawing it would help no
+// client, and would withdraw every split of a cluster in every failover.
+func TestWholeUpstreamFailingKeepsTheSplit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server; skipped with -short")
+	}
+	srv := redistest.Standalone(t)
+	up := upstream{name: "standalone", addrs: []string{srv.Addr}}
+	prefix := "movefail-all:"
+	s := startSidecar(t, up, "movefail-all", prefix)
+	ctr := prefix + "ctr"
+	ctx := context.Background()
+	forcedSplitInForce(t, s, ctr)
+	c := redis.NewClient(&redis.Options{Addr: s.addr})
+	defer c.Close()
+	pace := time.NewTicker(100 * time.Millisecond)
+	defer pace.Stop()
+	var incrs, failed, gets, getFailed int
+	// round sends 40 INCR and 40 GET from 8 goroutines: with the node
+	// down each command waits for the engine's or the proxy's dials to be
+	// refused, and the manager must get enough of both in each report
+	// interval for its rule to judge them.
+	round := func() {
+		<-pace.C
+		type res struct{ incrFailed, getFailed bool }
+		out := make(chan res, 40)
+		for g := range 8 {
+			go func() {
+				for i := range 5 {
+					var r res
+					r.incrFailed = c.Incr(ctx, ctr).Err() != nil
+					err := c.Get(ctx, fmt.Sprint("mfall:", g*5+i)).Err()
+					r.getFailed = err != nil && err != redis.Nil
+					out <- r
+				}
+			}()
+		}
+		for range 40 {
+			r := <-out
+			incrs++
+			gets++
+			if r.incrFailed {
+				failed++
+			}
+			if r.getFailed {
+				getFailed++
+			}
+		}
+	}
+	for range 5 {
+		round()
+	}
+	if failed != 0 || getFailed != 0 {
+		t.Fatalf("the node up: %d of %d INCR and %d of %d GET failed", failed, incrs, getFailed, gets)
+	}
+	before := s.reports.movedOf(ctr)
+	srv.Stop()
+	stoppedAt := time.Now()
+	for time.Since(stoppedAt) < 6*time.Second { // 12 report intervals
+		round()
+		if why := statusReason(t, s, ctr); strings.Contains(why, "withdrawn") {
+			t.Fatalf("the whole upstream down (%d of %d INCR, %d of %d GET failed): %q, want the split kept", failed, incrs, getFailed, gets, why)
+		}
+	}
+	after := s.reports.movedOf(ctr)
+	t.Logf("the node stopped: %d of %d INCR and %d of %d GET failed; the sidecar reported %d of %d served failed, baseline %d of %d",
+		failed, incrs, getFailed, gets, after.Failed-before.Failed, after.Served-before.Served, after.BaseFailed-before.BaseFailed, after.BaseTotal-before.BaseTotal)
+	if after.Failed-before.Failed < 100 || after.BaseFailed-before.BaseFailed < 100 {
+		t.Fatalf("the sidecar reported %+v (before the stop %+v): want both paths' failures reported", after, before)
+	}
+	if tbl := s.pod.table(t); tbl == nil || tbl.Lookup(ctr) == nil || tbl.Lookup(ctr).Split == nil {
+		t.Errorf("the split is gone from the table while everything failed alike")
+	}
+}
