@@ -372,9 +372,27 @@ func (e *Encoder) Restart() { e.Reset(e.buf, e.policy, e.limit) }
 // Policy is the policy of the current batch.
 func (e *Encoder) Policy() string { return e.policy }
 
-// Fits reports whether an entry for key fits in the current batch.
+// Fits reports whether any entry for key fits in the current batch.
 func (e *Encoder) Fits(key string) bool {
 	return e.count < MaxEntries && len(e.buf)+EntrySize(key) <= e.limit
+}
+
+// TryAdd appends an entry if it fits in the current batch, by its exact
+// size rather than Fits' bound (so a flush of many keys takes as few
+// datagrams as their bytes need), and reports whether it did; when it
+// does not, the batch is left as it was.
+func (e *Encoder) TryAdd(key string, reads, writes, bytes, size uint32, fam routing.Families, refused uint32, moved MoveCounts) bool {
+	if e.count >= MaxEntries {
+		return false
+	}
+	n := len(e.buf)
+	e.Add(key, reads, writes, bytes, size, fam, refused, moved)
+	if len(e.buf) > e.limit {
+		e.buf = e.buf[:n]
+		e.count--
+		return false
+	}
+	return true
 }
 
 // Len is the number of entries in the current batch.

@@ -270,3 +270,23 @@ func TestEncoderWritesTheAgentsVersion(t *testing.T) {
 		t.Fatalf("version %d: %+v, %v", CountsVersion, got, err)
 	}
 }
+
+// TestTryAddFillsToTheLimit: TryAdd takes entries by their exact size up
+// to the datagram limit, never past it, and leaves the batch whole when
+// one does not fit.
+func TestTryAddFillsToTheLimit(t *testing.T) {
+	var e Encoder
+	e.Reset(nil, "ns/p", 200)
+	n := 0
+	for e.TryAdd("key:"+strings.Repeat("x", 10), 1, 0, 0, 0, routing.FamAll, 0, MoveCounts{Served: uint32(n % 2)}) {
+		n++
+	}
+	b := e.Bytes()
+	if len(b) > 200 || 200-len(b) >= EntrySize("key:xxxxxxxxxx") || e.Len() != n {
+		t.Fatalf("%d entries in %d bytes (limit 200)", e.Len(), len(b))
+	}
+	var d Decoder
+	if got, err := d.Decode(b); err != nil || len(got.Entries) != n {
+		t.Fatalf("Decode: %d entries, %v; want %d", len(got.Entries), err, n)
+	}
+}

@@ -371,10 +371,6 @@ func (c *Client) Flush() {
 func (c *Client) encode(ents []entry) {
 	for i := range ents {
 		e := &ents[i]
-		enc := c.encoder(e.policy)
-		if !enc.Fits(e.key) {
-			c.send(enc)
-		}
 		var m sidecarlink.MoveCounts
 		if e.served > 0 {
 			for _, b := range c.bases {
@@ -384,7 +380,11 @@ func (c *Client) encode(ents []entry) {
 			}
 			m.Served, m.Failed = e.served, min(e.failed, e.served)
 		}
-		enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam, e.refused, m)
+		enc := c.encoder(e.policy)
+		if !enc.TryAdd(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam, e.refused, m) {
+			c.send(enc)
+			enc.Add(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam, e.refused, m)
+		}
 	}
 }
 
