@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"errors"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Failure reports whether an error the engine answered a command with is a
@@ -21,7 +23,10 @@ func Failure(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, errNoReplica) {
+	switch {
+	case errors.Is(err, redis.Nil): // go-redis' nil reply, an answer
+		return false
+	case errors.Is(err, errNoReplica):
 		return true
 	}
 	msg := err.Error()

@@ -320,6 +320,9 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engi
 		h.report(cmd)
 		return err
 	}
+	if d.Op != engine.OpRefuse && d.Entry != nil {
+		h.observeMoved(d.Entry.Key, r)
+	}
 	return store(cmd, r)
 }
 

@@ -5,16 +5,22 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
 // report tells the observer about cmd's access, as the sidecar reports a
-// command it forwards (dataplane/proxy): nothing for a command without a
+// command it forwards (dataplane/proxy), and its outcome to one that takes
+// outcomes (any command sent raw): nothing more for a command without a
 // key; for its first key, a write with the request's RESP size when the
 // command may write, else a read with its reply's RESP size.
 func (h *Hook) report(cmd redis.Cmder) {
 	if h.obs == nil {
 		return
+	}
+	if oo, ok := h.obs.(outcomeObserver); ok {
+		// Sent raw: the baseline a move's failures are judged by.
+		oo.ObserveRaw(h.policy, engine.Failure(cmd.Err()))
 	}
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -60,6 +66,28 @@ func (h *Hook) reportAll(cmds []redis.Cmder) {
 	for _, c := range cmds {
 		h.report(c)
 	}
+}
+
+// outcomeObserver is an Observer also told the outcome of each command a
+// move served and of each sent raw (dataplane/counts.Client is), as the
+// sidecar proxy's OutcomeObserver.
+type outcomeObserver interface {
+	ObserveMoved(policy, key string, failed bool)
+	ObserveRaw(policy string, failed bool)
+}
+
+// observeMoved reports a command on key the engine served by its move,
+// failed when its error is a failure of the move's path (engine.Failure).
+func (h *Hook) observeMoved(key string, r engine.Reply) {
+	oo, ok := h.obs.(outcomeObserver)
+	if !ok {
+		return
+	}
+	var err error
+	if r.Kind == engine.ReplyError {
+		err = r.Err
+	}
+	oo.ObserveMoved(h.policy, key, engine.Failure(err))
 }
 
 // requestSize is the size of args as a RESP array of bulk strings, what
