@@ -14,46 +14,9 @@ import (
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/dataplane/redishook"
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/memberkinds"
 	"github.com/heatsink-dev/heatsink/routing"
 )
-
-// memberKind is one kind of member split as these tests drive it: a
-// write of member i (HINCRBY, ZINCRBY, SADD), the whole collection read
-// and printed in a canonical order, and Redis' TYPE name.
-type memberKind struct {
-	kind  routing.MemberKind
-	typ   string
-	write func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder
-	whole func(ctx context.Context, c redis.UniversalClient, key string) string
-}
-
-var memberKinds = []memberKind{
-	{routing.KindHash, "hash",
-		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
-			return c.HIncrBy(ctx, key, fmt.Sprintf("f:%d", i), int64(i%3+1))
-		},
-		func(ctx context.Context, c redis.UniversalClient, key string) string {
-			m, err := c.HGetAll(ctx, key).Result()
-			return fmt.Sprint(m, err) // fmt prints maps sorted
-		}},
-	{routing.KindZSet, "zset",
-		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
-			return c.ZIncrBy(ctx, key, float64(i%3+1), fmt.Sprintf("p:%d", i))
-		},
-		func(ctx context.Context, c redis.UniversalClient, key string) string {
-			z, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
-			return fmt.Sprint(z, err)
-		}},
-	{routing.KindSet, "set",
-		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
-			return c.SAdd(ctx, key, fmt.Sprintf("m:%d", i))
-		},
-		func(ctx context.Context, c redis.UniversalClient, key string) string {
-			m, err := c.SMembers(ctx, key).Result()
-			slices.Sort(m)
-			return fmt.Sprint(m, err)
-		}},
-}
 
 // replyOf is a write's reply, whatever its type.
 func replyOf(c redis.Cmder) string {
@@ -77,18 +40,18 @@ func replyOf(c redis.Cmder) string {
 func TestMemberFoldNeverRecreatesAnExpiredKey(t *testing.T) {
 	for _, tg := range targets(t) {
 		c := tg.admin
-		for _, mk := range memberKinds {
+		for _, mk := range memberkinds.All {
 			for _, step := range []Step{StepCredit, StepDebit} {
-				t.Run(fmt.Sprintf("%s/%s/expires before step %d", tg.name, mk.typ, step), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/expires before step %d", tg.name, mk.Type, step), func(t *testing.T) {
 					ctx := context.Background()
-					key := fmt.Sprintf("mexp:%s:%s:%d", tg.name, mk.typ, step)
-					split := &routing.Split{Members: true, Kind: mk.kind}
+					key := fmt.Sprintf("mexp:%s:%s:%d", tg.name, mk.Type, step)
+					split := &routing.Split{Members: true, Kind: mk.Kind}
 					gen := routing.Generation{FromEpoch: 3, Shards: 3}
 					at := time.Now().Add(2 * time.Second)
 					keys := append([]string{key}, routing.ShardKeys(key, gen)...)
 					for j, k := range keys {
 						for i := range 4 {
-							if err := mk.write(ctx, c, k, 10*j+i).Err(); err != nil {
+							if err := mk.Write(ctx, c, k, 10*j+i).Err(); err != nil {
 								t.Fatal(err)
 							}
 						}
@@ -137,14 +100,14 @@ func TestMemberFoldNeverRecreatesAnExpiredKey(t *testing.T) {
 func TestMemberFoldAfterDel(t *testing.T) {
 	for _, tg := range targets(t) {
 		c := tg.admin
-		for _, mk := range memberKinds {
+		for _, mk := range memberkinds.All {
 			for _, step := range []Step{StepCredit, StepDebit} {
-				t.Run(fmt.Sprintf("%s/%s/DEL before step %d", tg.name, mk.typ, step), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/DEL before step %d", tg.name, mk.Type, step), func(t *testing.T) {
 					ctx := context.Background()
-					key := fmt.Sprintf("mdel:%s:%s:%d", tg.name, mk.typ, step)
+					key := fmt.Sprintf("mdel:%s:%s:%d", tg.name, mk.Type, step)
 					ref := key + ":ref"
 					gen := routing.Generation{FromEpoch: 3, Shards: 3}
-					split := routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}
+					split := routing.Split{Members: true, Kind: mk.Kind, Generations: []routing.Generation{gen}}
 					app := tg.newClient()
 					e := engine.New(app, engine.Options{})
 					app.AddHook(redishook.New(e))
@@ -152,7 +115,7 @@ func TestMemberFoldAfterDel(t *testing.T) {
 					e.SetTable(&routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: 1, EpochMillis: 60_000,
 						Entries: []routing.Entry{{Key: key, Source: routing.SourceDetected, Split: &split}}})
 					for i := range 24 {
-						if err := mk.write(ctx, app, key, i).Err(); err != nil {
+						if err := mk.Write(ctx, app, key, i).Err(); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -165,8 +128,8 @@ func TestMemberFoldAfterDel(t *testing.T) {
 							}
 							// A write after the DEL, the same to a plain
 							// key: the one thing left afterwards.
-							mk.write(ctx, app, key, 1000)
-							mk.write(ctx, c, ref, 1000)
+							mk.Write(ctx, app, key, 1000)
+							mk.Write(ctx, c, ref, 1000)
 						}
 						return nil
 					}})
@@ -180,10 +143,10 @@ func TestMemberFoldAfterDel(t *testing.T) {
 					if res, err = f.Split(ctx, key, &split, gen); err != nil || !res.Done {
 						t.Fatalf("fold again: %+v, %v", res, err)
 					}
-					if got, want := mk.whole(ctx, app, key), mk.whole(ctx, c, ref); got != want {
+					if got, want := mk.Whole(ctx, app, key), mk.Whole(ctx, c, ref); got != want {
 						t.Errorf("after DEL and fold: %s, want %s", got, want)
 					}
-					if got, want := mk.whole(ctx, c, key), mk.whole(ctx, c, ref); got != want {
+					if got, want := mk.Whole(ctx, c, key), mk.Whole(ctx, c, ref); got != want {
 						t.Errorf("base key alone after the fold: %s, want %s", got, want)
 					}
 				})
@@ -209,12 +172,12 @@ func TestMemberFoldAfterDel(t *testing.T) {
 func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
 	const each = 60
 	for _, tg := range targets(t) {
-		for _, mk := range memberKinds {
-			t.Run(tg.name+"/"+mk.typ, func(t *testing.T) {
+		for _, mk := range memberkinds.All {
+			t.Run(tg.name+"/"+mk.Type, func(t *testing.T) {
 				ctx := context.Background()
 				admin := tg.admin
-				live, liveRef := "mlive:{"+tg.name+"}:"+mk.typ, "mlive:{"+tg.name+"}:"+mk.typ+":ref"
-				short, shortRef := "mshort:{"+tg.name+"}:"+mk.typ, "mshort:{"+tg.name+"}:"+mk.typ+":ref"
+				live, liveRef := "mlive:{"+tg.name+"}:"+mk.Type, "mlive:{"+tg.name+"}:"+mk.Type+":ref"
+				short, shortRef := "mshort:{"+tg.name+"}:"+mk.Type, "mshort:{"+tg.name+"}:"+mk.Type+":ref"
 				g4 := routing.Generation{FromEpoch: 0, Shards: 4}
 				g6 := routing.Generation{FromEpoch: 1, Shards: 6}
 				g0 := routing.Generation{FromEpoch: 2, Shards: 0}
@@ -226,7 +189,7 @@ func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
 						admin.Del(ctx, x)
 					}
 				}
-				split := routing.Split{Members: true, Kind: mk.kind}
+				split := routing.Split{Members: true, Kind: mk.Kind}
 				newApp := func() (redis.UniversalClient, *engine.Engine) {
 					c := tg.newClient()
 					e := engine.New(c, engine.Options{})
@@ -287,11 +250,11 @@ func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
 							defer wg.Done()
 							for i := from + w; i < from+each; i += len(apps) {
 								for k, ref := range keys {
-									if err := mk.write(ctx, app, k, i).Err(); err != nil {
+									if err := mk.Write(ctx, app, k, i).Err(); err != nil {
 										errs <- err
 										return
 									}
-									mk.write(ctx, admin, ref, i)
+									mk.Write(ctx, admin, ref, i)
 								}
 							}
 						}()
@@ -322,10 +285,10 @@ func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
 						if err != nil || (got < 0 || want < 0) && got != want || (got-want).Abs() > time.Second {
 							t.Errorf("%s: TTL %s = %v, %v; want %v", phase, k, got, err, want)
 						}
-						same("whole read", mk.whole(ctx, c, k), mk.whole(ctx, admin, ref))
+						same("whole read", mk.Whole(ctx, c, k), mk.Whole(ctx, admin, ref))
 					}
 					w := 7 + int(version)
-					same := replyOf(mk.write(ctx, c, live, w)) == replyOf(mk.write(ctx, admin, liveRef, w))
+					same := replyOf(mk.Write(ctx, c, live, w)) == replyOf(mk.Write(ctx, admin, liveRef, w))
 					if !same {
 						t.Errorf("%s: a write's reply differs from the reference's", phase)
 					}
@@ -412,18 +375,18 @@ func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
 // cluster.
 func TestMemberSplitRepliesAfterAnExpiryElsewhere(t *testing.T) {
 	for _, tg := range targets(t) {
-		for _, mk := range memberKinds {
-			t.Run(tg.name+"/"+mk.typ, func(t *testing.T) {
+		for _, mk := range memberkinds.All {
+			t.Run(tg.name+"/"+mk.Type, func(t *testing.T) {
 				ctx := context.Background()
 				admin := tg.admin
-				key, ref := "mrep:{"+tg.name+"}:"+mk.typ, "mrep:{"+tg.name+"}:"+mk.typ+":ref"
+				key, ref := "mrep:{"+tg.name+"}:"+mk.Type, "mrep:{"+tg.name+"}:"+mk.Type+":ref"
 				gen := routing.Generation{FromEpoch: 0, Shards: 4}
 				for _, x := range append([]string{key, ref}, routing.ShardKeys(key, gen)...) {
 					admin.Del(ctx, x)
 				}
 				tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: 1, EpochMillis: 60_000,
 					Entries: []routing.Entry{{Key: key, Source: routing.SourceDetected,
-						Split: &routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}}}}
+						Split: &routing.Split{Members: true, Kind: mk.Kind, Generations: []routing.Generation{gen}}}}}
 				var apps []redis.UniversalClient
 				for range 2 {
 					c := tg.newClient()
@@ -435,8 +398,8 @@ func TestMemberSplitRepliesAfterAnExpiryElsewhere(t *testing.T) {
 				}
 				// Members written before the split are in the base key.
 				for i := range 8 {
-					mk.write(ctx, admin, key, i)
-					mk.write(ctx, admin, ref, i)
+					mk.Write(ctx, admin, key, i)
+					mk.Write(ctx, admin, ref, i)
 				}
 				same := func(step string, got, want redis.Cmder) {
 					t.Helper()
@@ -448,17 +411,17 @@ func TestMemberSplitRepliesAfterAnExpiryElsewhere(t *testing.T) {
 					t.Fatalf("PEXPIRE = %v, want %v", got, want)
 				}
 				for i := range 8 {
-					same(fmt.Sprintf("write %d", i), mk.write(ctx, apps[0], key, i), mk.write(ctx, admin, ref, i))
+					same(fmt.Sprintf("write %d", i), mk.Write(ctx, apps[0], key, i), mk.Write(ctx, admin, ref, i))
 				}
-				if got, want := mk.whole(ctx, apps[0], key), mk.whole(ctx, admin, ref); got != want {
+				if got, want := mk.Whole(ctx, apps[0], key), mk.Whole(ctx, admin, ref); got != want {
 					t.Fatalf("whole read: %s, want %s", got, want)
 				}
 				gone(t, admin, key)
 				gone(t, admin, ref)
 				for i := range 8 {
-					same(fmt.Sprintf("write %d after the expiry", i), mk.write(ctx, apps[0], key, i), mk.write(ctx, admin, ref, i))
+					same(fmt.Sprintf("write %d after the expiry", i), mk.Write(ctx, apps[0], key, i), mk.Write(ctx, admin, ref, i))
 				}
-				if got, want := mk.whole(ctx, apps[0], key), mk.whole(ctx, admin, ref); got != want {
+				if got, want := mk.Whole(ctx, apps[0], key), mk.Whole(ctx, admin, ref); got != want {
 					t.Fatalf("whole read after the expiry: %s, want %s", got, want)
 				}
 			})

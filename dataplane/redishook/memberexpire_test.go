@@ -12,46 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
+	"github.com/heatsink-dev/heatsink/internal/testing/memberkinds"
 	"github.com/heatsink-dev/heatsink/routing"
 )
-
-// memberKind is what TestHookMemberSplitKeyCommands needs of one kind of
-// member split: its write (HINCRBY, ZINCRBY, SADD of member i) and its
-// whole read, printed sorted.
-type memberKind struct {
-	kind  routing.MemberKind
-	name  string
-	write func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder
-	whole func(ctx context.Context, c redis.UniversalClient, key string) string
-}
-
-var memberKinds = []memberKind{
-	{routing.KindHash, "hash",
-		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
-			return c.HIncrBy(ctx, key, fmt.Sprintf("f:%d", i), int64(i%3+1))
-		},
-		func(ctx context.Context, c redis.UniversalClient, key string) string {
-			m, err := c.HGetAll(ctx, key).Result()
-			return fmt.Sprint(m, err) // fmt prints maps sorted
-		}},
-	{routing.KindZSet, "zset",
-		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
-			return c.ZIncrBy(ctx, key, float64(i%3+1), fmt.Sprintf("p:%d", i))
-		},
-		func(ctx context.Context, c redis.UniversalClient, key string) string {
-			z, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
-			return fmt.Sprint(z, err)
-		}},
-	{routing.KindSet, "set",
-		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
-			return c.SAdd(ctx, key, fmt.Sprintf("m:%d", i))
-		},
-		func(ctx context.Context, c redis.UniversalClient, key string) string {
-			m, err := c.SMembers(ctx, key).Result()
-			slices.Sort(m)
-			return fmt.Sprint(m, err)
-		}},
-}
 
 // TestHookMemberSplitKeyCommands plays the whole-key commands (EXISTS,
 // TYPE, DEL, UNLINK, the expiry commands with NX, XX, GT, LT, PERSIST and
@@ -70,17 +33,17 @@ func TestHookMemberSplitKeyCommands(t *testing.T) {
 		// One engine (one hook on the application's client) for the three
 		// keys, in key order.
 		var entries []routing.Entry
-		for _, mk := range memberKinds {
-			entries = append(entries, routing.Entry{Key: "mexpiry:" + tg.name + ":" + mk.name,
-				Split: &routing.Split{Members: true, Kind: mk.kind, Generations: []routing.Generation{gen}}})
+		for _, mk := range memberkinds.All {
+			entries = append(entries, routing.Entry{Key: "mexpiry:" + tg.name + ":" + mk.Type,
+				Split: &routing.Split{Members: true, Kind: mk.Kind, Generations: []routing.Generation{gen}}})
 		}
 		slices.SortFunc(entries, func(a, b routing.Entry) int { return strings.Compare(a.Key, b.Key) })
 		tg.hook(t, entries...)
-		for _, mk := range memberKinds {
-			t.Run(tg.name+"/"+mk.name, func(t *testing.T) {
+		for _, mk := range memberkinds.All {
+			t.Run(tg.name+"/"+mk.Type, func(t *testing.T) {
 				ctx := context.Background()
-				k := "mexpiry:" + tg.name + ":" + mk.name
-				plain := "mexpiry:" + tg.name + ":" + mk.name + ":plain"
+				k := "mexpiry:" + tg.name + ":" + mk.Type
+				plain := "mexpiry:" + tg.name + ":" + mk.Type + ":plain"
 				physical := append([]string{k}, routing.ShardKeys(k, gen)...)
 				app, direct := tg.app, tg.direct
 				same := func(step string, split, ref redis.Cmder) {
@@ -102,14 +65,14 @@ func TestHookMemberSplitKeyCommands(t *testing.T) {
 				}
 				sameWhole := func(step string) {
 					t.Helper()
-					if a, b := mk.whole(ctx, app, k), mk.whole(ctx, direct, plain); a != b {
+					if a, b := mk.Whole(ctx, app, k), mk.Whole(ctx, direct, plain); a != b {
 						t.Fatalf("%s: %s, Redis says %s", step, a, b)
 					}
 				}
 				writes := func(step string, from, to int) {
 					t.Helper()
 					for i := from; i < to; i++ {
-						same(fmt.Sprintf("%s: write %d", step, i), mk.write(ctx, app, k, i), mk.write(ctx, direct, plain, i))
+						same(fmt.Sprintf("%s: write %d", step, i), mk.Write(ctx, app, k, i), mk.Write(ctx, direct, plain, i))
 					}
 				}
 				noneLeft := func(when string) {
