@@ -36,13 +36,14 @@ type Observation struct {
 	// under which it is over 0 hurts its clients, who saw no such error
 	// before it, and is rolled back (holdMoves).
 	Refused int64
-	// ReadsOverSince and WritesOverSince, for a count (not Bound) over the
-	// read (write) threshold, are since when the source has seen it over
-	// at every summary it took in: the hub sees each, where passes see only
-	// some, so sustainFor runs from there (step). Zero: the source does not
-	// track it, and the timer runs from the first pass that saw the rate
-	// over.
-	ReadsOverSince, WritesOverSince time.Time
+	// ReadsOverFor and WritesOverFor, for a count (not Bound) over the
+	// read (write) threshold, are how long the source has seen it over at
+	// every summary it took in, up to the observation: the hub sees each,
+	// where passes see only some, so sustainFor is judged on them (step).
+	// A duration, not a time, because the source's clock need not be the
+	// decision's. Zero: the source does not track it (or it has just gone
+	// over), and the timer runs from the first pass that saw the rate over.
+	ReadsOverFor, WritesOverFor time.Duration
 	// Moved are the outcomes of the key's commands its move served in the
 	// nodes' last report interval, against those of the same sidecars'
 	// commands sent raw in the same intervals (the baseline): a move in

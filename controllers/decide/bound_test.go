@@ -172,7 +172,7 @@ func TestStepOnBounds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			hot, over := tc.hot, tc.overSince
 			var under *time.Time
-			due := step(t0.Add(tc.now), &hot, &over, &under, tc.rate, th, tc.bound, time.Time{}, spec, tc.room)
+			due := step(t0.Add(tc.now), &hot, &over, &under, tc.rate, th, tc.bound, 0, spec, tc.room)
 			if hot != tc.wantHot {
 				t.Errorf("hot = %v, want %v", hot, tc.wantHot)
 			}

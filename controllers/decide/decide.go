@@ -256,9 +256,9 @@ func advanceKeys(in Input, lim *limits) keyStates {
 		over := earliestPtr(k.ReadOverSince, k.WriteOverSince)
 		room := hotCount < limit || wasHot
 		wasR, wasW := k.ReadHot, k.WriteHot
-		n1 := step(now, &k.ReadHot, &k.ReadOverSince, &k.ReadUnderSince, o.ReadsPerSecond, th[key][0], o.Bound, o.ReadsOverSince, spec, room)
+		n1 := step(now, &k.ReadHot, &k.ReadOverSince, &k.ReadUnderSince, o.ReadsPerSecond, th[key][0], o.Bound, o.ReadsOverFor, spec, room)
 		room = room || k.ReadHot
-		n2 := step(now, &k.WriteHot, &k.WriteOverSince, &k.WriteUnderSince, o.WritesPerSecond, th[key][1], o.Bound, o.WritesOverSince, spec, room)
+		n2 := step(now, &k.WriteHot, &k.WriteOverSince, &k.WriteUnderSince, o.WritesPerSecond, th[key][1], o.Bound, o.WritesOverFor, spec, room)
 		ks.next = earliestNZ(ks.next, n1, n2)
 		freezeR, freezeW := lim.freezes(key)
 		k.ReadThreshold = frozen(wasR, k.ReadHot, freezeR, k.ReadThreshold, th[key][0])
@@ -480,15 +480,15 @@ func assemble(lim *limits, keys keyStates, m mitigations, splits splitPlan) Outp
 // pass then). Cooling needs no such rule: a bound under the hysteresis band
 // means the true rate is under it too.
 //
-// countedSince, when set, is since when the source (the hub) has seen the
-// count over at every summary (Observation.ReadsOverSince): the count must
-// have stayed over for sustainFor from there, whatever the passes saw. A
+// countedFor, when set, is how long the source (the hub) has seen the
+// count over at every summary (Observation.ReadsOverFor): the count must
+// have stayed over for sustainFor, whatever the passes saw. A
 // pass sees only some summaries, so a key whose count went over and under
 // between passes, over at two of them sustainFor apart, was hot at the
 // second: the timer had started on its bound, or on one count over. The
 // pass-sampled timer (overSince) still starts at the first pass over, for
 // DetectedAt, and is the timer of the sources that do not track.
-func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, threshold int64, bound bool, countedSince time.Time, spec *v1alpha1.HotKeyPolicySpec, room bool) time.Time {
+func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, threshold int64, bound bool, countedFor time.Duration, spec *v1alpha1.HotKeyPolicySpec, room bool) time.Time {
 	sustain, cooldown := spec.Thresholds.SustainFor.Duration, spec.Thresholds.Cooldown.Duration
 	if !*hot {
 		*underSince = nil
@@ -497,9 +497,9 @@ func step(now time.Time, hot *bool, overSince, underSince **time.Time, rate, thr
 			return time.Time{}
 		}
 		due, ok := held(overSince, now, sustain)
-		if !bound && !countedSince.IsZero() {
-			due = countedSince.Add(sustain)
-			ok = !now.Before(due)
+		if !bound && countedFor > 0 {
+			due = now.Add(sustain - countedFor)
+			ok = countedFor >= sustain
 		}
 		if !ok {
 			return due

@@ -98,7 +98,7 @@ type keySum struct {
 	// overR and overW are since when the key's count has been over its
 	// read (write) threshold at every summary and sweep that touched it
 	// (zero: it is not, or it is only a bound): what sustainFor is judged
-	// on (decide.Observation.ReadsOverSince).
+	// on (decide.Observation.ReadsOverFor).
 	overR, overW time.Time
 }
 
@@ -235,6 +235,15 @@ func countedOver(since time.Time, over bool, now time.Time) time.Time {
 		return now
 	}
 	return since
+}
+
+// overFor is how long a key's count has been over a threshold at now,
+// given since when (zero: it is not).
+func overFor(since, now time.Time) time.Duration {
+	if since.IsZero() || now.Before(since) {
+		return 0
+	}
+	return now.Sub(since)
 }
 
 // takeNewCandidate reports whether a key not pinned entered the warm or hot
@@ -427,7 +436,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 		e := v.estimate(s)
 		val := e.value()
 		snap.Keys[k] = decide.Observation{ReadsPerSecond: round(val.Reads), WritesPerSecond: round(val.Writes), Bound: !e.counted,
-			Families: s.fams.families(), ReadsOverSince: s.overR, WritesOverSince: s.overW}
+			Families: s.fams.families(), ReadsOverFor: overFor(s.overR, now), WritesOverFor: overFor(s.overW, now)}
 		snap.Estimates[k] = Estimate{Lower: e.lower, Upper: e.upper, Bytes: e.bytes, Exact: e.exact}
 		if e.exact {
 			snap.Exact++
