@@ -20,7 +20,13 @@ const (
 	// FamKey: commands on any key whatever its type: DEL, UNLINK, EXISTS,
 	// TYPE.
 	FamKey
-	// FamHashRead, FamHashWrite, FamHashCounter (HINCRBY, HINCRBYFLOAT).
+	// FamHashRead; FamHashWrite (HSET, HSETNX, HMSET, the field-expiry
+	// writes...); FamHashCounter, the field updates a member split serves
+	// exactly: HINCRBY and HDEL (named for the first; the names travel and
+	// are shown, so it keeps it). HDEL was in FamHashWrite before the
+	// engine served it: an older sidecar still reports it there, which
+	// keeps a hash its clients delete fields of from a split it would
+	// refuse HDEL under.
 	FamHashRead
 	FamHashWrite
 	FamHashCounter
@@ -101,8 +107,9 @@ const (
 	// every value is the sum of its places (docs/engine.md, Member split),
 	// which is exact only while nothing but HINCRBY writes the fields. So
 	// it serves the hash reads (point reads of one field's places, merged
-	// whole-hash reads) and HINCRBY, and refuses every other hash write
-	// (plain HSET/HDEL, FamHashWrite). Like a split counter it serves the
+	// whole-hash reads), HINCRBY and HDEL (which removes the field from
+	// every place), and refuses every other hash write (plain HSET,
+	// FamHashWrite). Like a split counter it serves the
 	// key's commands (DEL, UNLINK, EXISTS, TYPE: every place is the key)
 	// and the expiry commands (every place carries the key's expiry,
 	// dataplane/engine/expire.go), so a hash given a TTL can be split.

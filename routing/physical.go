@@ -92,6 +92,15 @@ func FoldLedgerKey(key string) string { return SameSlotKey(key, "fold") }
 // LedgerDeleted is the field of FoldLedgerKey that counts deletions.
 const LedgerDeleted = "deleted"
 
+// RemovalMarkKey is the removal mark of a member split's place (K or a
+// shard): a short-lived string in the place's slot that the engine sets to
+// a new value after it removes members from the place (HDEL, SREM, DEL).
+// An engine that caches the sum of a member's other places (the reply of
+// HINCRBY and ZINCRBY adds it) reads its write place's mark with every
+// write and drops the sum when the mark is not the one it read with it,
+// so a removal made by another process is not added back into a reply.
+func RemovalMarkKey(place string) string { return SameSlotKey(place, "removed") }
+
 // MemberShard is the shard (0 <= i < n) that holds member (a hash field)
 // of a member split of n shards: every process places a member alike, so
 // a member's writes in one generation all reach one shard, and a point

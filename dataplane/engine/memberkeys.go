@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -162,6 +163,9 @@ func (e *Engine) delMembers(ctx context.Context, p *plan, cmd string) (int64, er
 		e.m.upstreamErrors.Inc()
 		return 0, err
 	}
+	// Other processes' cached sums of the places go with them
+	// (removal.go).
+	e.markRemoved(ctx, slices.Clone(p.readKeys))
 	if v, _ := del.Int64(); v > 0 {
 		n += v
 	}
@@ -194,24 +198,35 @@ func (e *Engine) memberType(ctx context.Context, p *plan) (string, error) {
 // write are not atomic: a writer that finds the shard made by another
 // between them leaves the expiry to that one, which saw it missing; only
 // a shard deleted (by DEL or expiry) between them is missed, and then K
-// was deleted too and has no expiry to give.
-func (e *Engine) writeMember(ctx context.Context, p *plan, write string, do func(pipe redis.Pipeliner)) error {
+// was deleted too and has no expiry to give. It returns the write place's
+// removal mark, read after the write in the same pipeline (removal.go); a
+// mark it could not read (a user without the right to read heatsink's
+// keys: docs/proxy.md, ACL rules) fails no write: it is counted, and reads
+// as "", which keeps a cached sum to its age bound.
+func (e *Engine) writeMember(ctx context.Context, p *plan, write string, do func(pipe redis.Pipeliner)) (string, error) {
 	var ex *redis.IntCmd
-	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	var mark *redis.SliceCmd
+	cmds, _ := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		if write != p.key {
 			ex = pipe.Exists(ctx, write)
 		}
 		do(pipe)
+		mark = readMark(ctx, pipe, write)
 		return nil
 	})
-	if err != nil {
-		if !isRedisError(err) {
-			e.m.upstreamErrors.Inc()
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && c != redis.Cmder(mark) {
+			if !isRedisError(err) {
+				e.m.upstreamErrors.Inc()
+			}
+			return "", err
 		}
-		return err
+	}
+	if mark.Err() != nil {
+		e.m.upstreamErrors.Inc()
 	}
 	if ex != nil && ex.Val() == 0 {
 		e.inheritExpiry(ctx, p, write)
 	}
-	return nil
+	return markOf(mark), nil
 }

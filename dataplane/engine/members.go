@@ -27,9 +27,10 @@ import (
 // generation's shard of f, or K when that generation has no shards); the
 // fold moves a retired place's value into K with the +v/−v protocol of
 // counters. Sums are conserved by both, so every read that adds up a
-// field's places is exact. Plain HSET and HDEL are refused: a value set in
-// one place would be added to the older values of the others. DEL and the
-// expiry commands act on every place at once (memberkeys.go, expire.go).
+// field's places is exact. HDEL removes the field from every place
+// (removal.go). Plain HSET is refused: a value set in one place would be
+// added to the older values of the others. DEL and the expiry commands
+// act on every place at once (memberkeys.go, expire.go).
 
 // hashOp describes one hash command a member split serves.
 type hashOp struct {
@@ -69,6 +70,7 @@ var hashOps = map[string]hashOp{
 	"HVALS":   {minArgs: 2, maxArgs: 2},
 	"HLEN":    {minArgs: 2, maxArgs: 2},
 	"HINCRBY": {minArgs: 4, maxArgs: 4},
+	"HDEL":    {minArgs: 3},
 }
 
 // errHashNotInteger is Redis' own reply to HINCRBY on a field that does
@@ -168,6 +170,9 @@ type otherSum[T int64 | float64] struct {
 	// until is the base key's expiry when the sum was read (zero: none):
 	// every place goes at that time, so the sum is not used past it.
 	until time.Time
+	// mark is the write place's removal mark read with the sum
+	// (routing.RemovalMarkKey): a write that reads another drops it.
+	mark string
 }
 
 // expiryTime is a PEXPIRETIME reply as a time (zero: no expiry, or no
@@ -213,14 +218,39 @@ func (e *Engine) othersMaxAge(p *plan, write string) time.Duration {
 	return e.opts.TotalRefresh
 }
 
-func (o *others[T]) get(field, write string, now time.Time, maxAge time.Duration) (T, bool) {
+// sum is the sum of field's places but write: the one cached, unless it
+// is older than maxAge or its key's expiry has passed, else read (and
+// cached, stamped now).
+func (o *others[T]) sum(field, write string, now time.Time, maxAge time.Duration, read func() (otherSum[T], error)) (otherSum[T], error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	s, ok := o.m[field]
-	if !ok || s.write != write || now.Sub(s.at) >= maxAge || !alive(s.until) {
-		return 0, false
+	o.mu.Unlock()
+	if ok && s.write == write && now.Sub(s.at) < maxAge && alive(s.until) {
+		return s, nil
 	}
-	return s.sum, true
+	s, err := read()
+	if err != nil {
+		return s, err
+	}
+	s.at = now
+	o.put(field, s)
+	return s, nil
+}
+
+// since is s's sum when the write place's removal mark, read with the
+// write, is still the one read with s; else a removal happened in between
+// (another process's HDEL, SREM or DEL), and the sum is read again.
+func (o *others[T]) since(field string, s otherSum[T], mark string, read func() (otherSum[T], error)) (T, error) {
+	if mark == s.mark {
+		return s.sum, nil
+	}
+	fresh, err := read()
+	if err != nil {
+		return 0, err
+	}
+	fresh.at = s.at
+	o.put(field, fresh)
+	return fresh.sum, nil
 }
 
 func (o *others[T]) put(field string, s otherSum[T]) {
@@ -246,18 +276,18 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 	defer e.invalidate(key)
 	now := e.clock.Now()
 	write := e.memberWritePlace(p, field, now)
-	sum, ok := p.others.get(field, write, now, e.othersMaxAge(p, write))
-	if !ok {
-		var err error
-		var until time.Time
-		sum, until, err = e.otherPlaces(ctx, p, field, write)
-		if err != nil {
-			return 0, err
-		}
-		p.others.put(field, otherSum[int64]{write: write, sum: sum, at: now, until: until})
+	read := func() (otherSum[int64], error) { return e.otherPlaces(ctx, p, field, write) }
+	s, err := p.others.sum(field, write, now, e.othersMaxAge(p, write), read)
+	if err != nil {
+		return 0, err
 	}
 	var w *redis.IntCmd
-	if err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.HIncrBy(ctx, write, field, n) }); err != nil {
+	mark, err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.HIncrBy(ctx, write, field, n) })
+	if err != nil {
+		return 0, err
+	}
+	sum, err := p.others.since(field, s, mark, read)
+	if err != nil {
 		return 0, err
 	}
 	v := w.Val()
@@ -271,41 +301,23 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 }
 
 // otherPlaces sums field over its places but write, refusing a
-// non-integer as HINCRBY does, and returns the base key's expiry (read in
-// the same pipeline: the sum is not used past it).
-func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) (int64, time.Time, error) {
-	vals, until, err := e.hgetPlaces(ctx, without(memberPlaces(p, field), write), []string{field}, p.key)
-	if err != nil {
-		return 0, until, err
-	}
-	var sum int64
-	for _, v := range vals[0] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, until, errHashNotInteger
-		}
-		var overflow bool
-		if sum, overflow = addInt64(sum, n); overflow {
-			return 0, until, errHashOverflow
-		}
-	}
-	return sum, until, nil
-}
-
-// hgetPlaces reads fields from each of its places, and the expiry of key
-// expiryOf, in one pipeline and returns, per field, the values present
-// (in place order).
-func (e *Engine) hgetPlaces(ctx context.Context, keys []string, fields []string, expiryOf string) ([][]string, time.Time, error) {
-	out := make([][]string, len(fields))
+// non-integer as HINCRBY does, with the base key's expiry and the write
+// place's removal mark read in the same pipeline (the sum is not used past
+// the one, nor after the other changed).
+func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) (otherSum[int64], error) {
+	s := otherSum[int64]{write: write}
+	keys := without(memberPlaces(p, field), write)
 	reads := make([]*redis.SliceCmd, len(keys))
 	var at *redis.Cmd
+	var mark *redis.SliceCmd
 	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
 	// before 7 lacks it: what is read then lives its age alone).
 	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, k := range keys {
-			reads[i] = pipe.HMGet(ctx, k, fields...)
+			reads[i] = pipe.HMGet(ctx, k, field)
 		}
-		at = pipe.Do(ctx, "pexpiretime", expiryOf)
+		at = pipe.Do(ctx, "pexpiretime", p.key)
+		mark = readMark(ctx, pipe, write)
 		return nil
 	})
 	for _, c := range reads {
@@ -314,15 +326,23 @@ func (e *Engine) hgetPlaces(ctx context.Context, keys []string, fields []string,
 			if !isRedisError(err) {
 				e.m.upstreamErrors.Inc()
 			}
-			return nil, time.Time{}, err
+			return s, err
 		}
-		for i, v := range vals {
-			if s, ok := v.(string); ok {
-				out[i] = append(out[i], s)
-			}
+		v, ok := vals[0].(string)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return s, errHashNotInteger
+		}
+		var overflow bool
+		if s.sum, overflow = addInt64(s.sum, n); overflow {
+			return s, errHashOverflow
 		}
 	}
-	return out, expiryTime(at), nil
+	s.until, s.mark = expiryTime(at), markOf(mark)
+	return s, nil
 }
 
 // memberValue merges a field's values over its places: absent when none
@@ -470,6 +490,13 @@ func (e *Engine) ServeHash(ctx context.Context, args [][]byte, obs Observe) Repl
 		fields = append(fields, string(a))
 	}
 	switch name {
+	case "HDEL":
+		n, err := e.HDel(ctx, k, fields)
+		obs(k, 0, 1, 8*len(fields))
+		if err != nil {
+			return errReply(err)
+		}
+		return Reply{Kind: ReplyInt, Int: n}
 	case "HINCRBY":
 		n, err := strconv.ParseInt(fields[1], 10, 64)
 		if err != nil {

@@ -17,10 +17,7 @@ import (
 // the fold adds a retired place's members to the base key before it
 // removes them from the place, so membership holds at every step and the
 // fold needs no ledger (adding twice is adding once). SREM removes m from
-// every place, shards first, then the base key with a bump of the fold
-// ledger's deletion count (as DEL does, memberkeys.go), so a fold that
-// read m before the removal does not add it back to the base key after
-// it. SPOP and SMOVE are refused: their reply and removal would have to
+// every place (removal.go). SPOP and SMOVE are refused: their reply and removal would have to
 // be one step over the places.
 
 // setOps are the commands a set split by member serves.
@@ -39,11 +36,7 @@ var setOps = map[string]hashOp{
 func (e *Engine) SAdd(ctx context.Context, key string, members []string) (int64, error) {
 	p := e.memberPlan(key, routing.KindSet)
 	if p == nil {
-		args := make([]any, len(members))
-		for i, m := range members {
-			args[i] = m
-		}
-		return e.rc().SAdd(ctx, key, args...).Result()
+		return e.rc().SAdd(ctx, key, anys(members)...).Result()
 	}
 	e.invalidate(key)
 	defer e.invalidate(key)
@@ -80,70 +73,6 @@ func (e *Engine) SAdd(ctx context.Context, key string, members []string) (int64,
 		if added[i].Val() == 1 && !anyTrue(held[i]) {
 			n++
 		}
-	}
-	return n, nil
-}
-
-// SRem removes members from a set split by member and returns how many
-// some place held: each from its shards (one pipeline), then from the
-// base key in one transaction with a bump of the fold ledger's deletion
-// count (a fold that read a member before it credits nothing after it:
-// controllers/fold). A base key emptied by it is deleted by Redis with
-// its expiry while shards may still hold members that carry it: it is
-// made to exist again (createBase) with that expiry, unless an expiry
-// command set another meanwhile (PEXPIREAT NX), so the key's expiry stays
-// its base key's.
-func (e *Engine) SRem(ctx context.Context, key string, members []string) (int64, error) {
-	p := e.memberPlan(key, routing.KindSet)
-	if p == nil {
-		args := make([]any, len(members))
-		for i, m := range members {
-			args[i] = m
-		}
-		return e.rc().SRem(ctx, key, args...).Result()
-	}
-	e.invalidate(key)
-	defer e.invalidate(key)
-	members = slices.Compact(slices.Sorted(slices.Values(members)))
-	removed := make([][]*redis.IntCmd, len(members))
-	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, m := range members {
-			for _, s := range memberPlaces(p, m)[1:] {
-				removed[i] = append(removed[i], pipe.SRem(ctx, s, m))
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		e.m.upstreamErrors.Inc()
-		return 0, err
-	}
-	var before, after *redis.Cmd
-	_, err = e.rc().TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.HIncrBy(ctx, routing.FoldLedgerKey(p.key), routing.LedgerDeleted, 1)
-		before = pipe.Do(ctx, "pexpiretime", p.key)
-		for i, m := range members {
-			removed[i] = append(removed[i], pipe.SRem(ctx, p.key, m))
-		}
-		after = pipe.Do(ctx, "exists", p.key)
-		return nil
-	})
-	if err != nil {
-		e.m.upstreamErrors.Inc()
-		return 0, err
-	}
-	var n int64
-	for _, cmds := range removed {
-		for _, c := range cmds {
-			if c.Val() > 0 {
-				n++
-				break
-			}
-		}
-	}
-	left, _ := after.Int64()
-	if at, _ := before.Int64(); at > 0 && left == 0 {
-		e.restoreBase(ctx, p, at)
 	}
 	return n, nil
 }

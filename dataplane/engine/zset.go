@@ -125,40 +125,42 @@ func (e *Engine) ZIncrBy(ctx context.Context, key, member string, n float64) (fl
 	defer e.invalidate(key)
 	now := e.clock.Now()
 	write := e.memberWritePlace(p, member, now)
-	sum, ok := p.zothers.get(member, write, now, e.othersMaxAge(p, write))
-	if !ok {
-		scores, until, err := e.zscorePlaces(ctx, without(memberPlaces(p, member), write), member, p.key)
-		if err != nil {
-			return 0, err
-		}
-		sum = 0
-		for _, s := range scores {
-			sum += s
-		}
-		p.zothers.put(member, otherSum[float64]{write: write, sum: sum, at: now, until: until})
+	read := func() (otherSum[float64], error) { return e.zscorePlaces(ctx, p, member, write) }
+	s, err := p.zothers.sum(member, write, now, e.othersMaxAge(p, write), read)
+	if err != nil {
+		return 0, err
 	}
 	var w *redis.FloatCmd
-	if err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.ZIncrBy(ctx, write, n, member) }); err != nil {
+	mark, err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.ZIncrBy(ctx, write, n, member) })
+	if err != nil {
+		return 0, err
+	}
+	sum, err := p.zothers.since(member, s, mark, read)
+	if err != nil {
 		return 0, err
 	}
 	return w.Val() + sum, nil
 }
 
-// zscorePlaces reads member's score in each of keys, and the expiry of
-// key expiryOf, in one pipeline and returns the scores present.
-func (e *Engine) zscorePlaces(ctx context.Context, keys []string, member, expiryOf string) ([]float64, time.Time, error) {
+// zscorePlaces sums member's score over its places but write, with the
+// base key's expiry and the write place's removal mark read in the same
+// pipeline, as otherPlaces does for a hash field.
+func (e *Engine) zscorePlaces(ctx context.Context, p *plan, member, write string) (otherSum[float64], error) {
+	s := otherSum[float64]{write: write}
+	keys := without(memberPlaces(p, member), write)
 	reads := make([]*redis.FloatCmd, len(keys))
 	var at *redis.Cmd
+	var mark *redis.SliceCmd
 	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
 	// before 7 lacks it: what is read then lives its age alone).
 	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, k := range keys {
 			reads[i] = pipe.ZScore(ctx, k, member)
 		}
-		at = pipe.Do(ctx, "pexpiretime", expiryOf)
+		at = pipe.Do(ctx, "pexpiretime", p.key)
+		mark = readMark(ctx, pipe, write)
 		return nil
 	})
-	var out []float64
 	for _, c := range reads {
 		v, err := c.Result()
 		switch {
@@ -167,12 +169,13 @@ func (e *Engine) zscorePlaces(ctx context.Context, keys []string, member, expiry
 			if !isRedisError(err) {
 				e.m.upstreamErrors.Inc()
 			}
-			return nil, time.Time{}, err
+			return s, err
 		default:
-			out = append(out, v)
+			s.sum += v
 		}
 	}
-	return out, expiryTime(at), nil
+	s.until, s.mark = expiryTime(at), markOf(mark)
+	return s, nil
 }
 
 // ZScores returns members' scores (present false for a member no place

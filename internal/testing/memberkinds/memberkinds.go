@@ -23,6 +23,9 @@ type Kind struct {
 	Write func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder
 	// Whole reads the whole collection, printed in a canonical order.
 	Whole func(ctx context.Context, c redis.UniversalClient, key string) string
+	// Remove removes member i of key (HDEL, SREM), nil for a kind whose
+	// split does not serve a removal (a sorted set: ZREM).
+	Remove func(ctx context.Context, c redis.UniversalClient, key string, i int) *redis.IntCmd
 }
 
 // All is every kind of member split.
@@ -34,6 +37,9 @@ var All = []Kind{
 		func(ctx context.Context, c redis.UniversalClient, key string) string {
 			m, err := c.HGetAll(ctx, key).Result()
 			return fmt.Sprint(m, err) // fmt prints maps sorted
+		},
+		func(ctx context.Context, c redis.UniversalClient, key string, i int) *redis.IntCmd {
+			return c.HDel(ctx, key, fmt.Sprintf("f:%d", i))
 		}},
 	{routing.KindZSet, "zset",
 		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
@@ -42,7 +48,8 @@ var All = []Kind{
 		func(ctx context.Context, c redis.UniversalClient, key string) string {
 			z, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
 			return fmt.Sprint(z, err)
-		}},
+		},
+		nil},
 	{routing.KindSet, "set",
 		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
 			return c.SAdd(ctx, key, fmt.Sprintf("m:%d", i))
@@ -51,5 +58,8 @@ var All = []Kind{
 			m, err := c.SMembers(ctx, key).Result()
 			slices.Sort(m)
 			return fmt.Sprint(m, err)
+		},
+		func(ctx context.Context, c redis.UniversalClient, key string, i int) *redis.IntCmd {
+			return c.SRem(ctx, key, fmt.Sprintf("m:%d", i))
 		}},
 }
