@@ -190,11 +190,7 @@ func TestMemberSplitExpiryAcrossEpochs(t *testing.T) {
 				}
 				split := routing.Split{Members: true, Kind: mk.Kind}
 				newApp := func() (redis.UniversalClient, *engine.Engine) {
-					c := tg.newClient()
-					e := engine.New(c, engine.Options{})
-					c.AddHook(redishook.New(e))
-					t.Cleanup(func() { _ = e.Close(); _ = c.Close() })
-					return c, e
+					return memberApps{t: t, tg: tg, kind: mk.Kind}.newApp(nil)
 				}
 				var apps []redis.UniversalClient
 				var engines []*engine.Engine
@@ -383,16 +379,10 @@ func TestMemberSplitRepliesAfterAnExpiryElsewhere(t *testing.T) {
 				for _, x := range append([]string{key, ref}, routing.ShardKeys(key, gen)...) {
 					admin.Del(ctx, x)
 				}
-				tbl := &routing.Table{SchemaVersion: routing.SchemaVersion, Policy: "t/p", Version: 1, EpochMillis: 60_000,
-					Entries: []routing.Entry{{Key: key, Source: routing.SourceDetected,
-						Split: &routing.Split{Members: true, Kind: mk.Kind, Generations: []routing.Generation{gen}}}}}
+				ma := memberApps{t: t, tg: tg, kind: mk.Kind}
 				var apps []redis.UniversalClient
 				for range 2 {
-					c := tg.newClient()
-					e := engine.New(c, engine.Options{})
-					c.AddHook(redishook.New(e))
-					t.Cleanup(func() { _ = e.Close(); _ = c.Close() })
-					e.SetTable(tbl)
+					c, _ := ma.newApp(ma.table(1, key, gen))
 					apps = append(apps, c)
 				}
 				// Members written before the split are in the base key.
