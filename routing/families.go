@@ -34,7 +34,10 @@ const (
 	FamSetRead
 	FamSetWrite
 	// FamZSetRead, FamZSetWrite: sorted sets (and geo indexes, which are
-	// sorted sets).
+	// sorted sets). FamZSetWrite is the writes a member split serves:
+	// ZINCRBY, ZADD INCR of one member, ZREM (which was in FamZSetOther
+	// before the engine served it: an older sidecar still reports it there,
+	// keeping such a key from a split it would refuse ZREM under).
 	FamZSetRead
 	FamZSetWrite
 	// FamOrdered: lists and streams, whose order is their meaning (a
@@ -63,8 +66,9 @@ const (
 	// those can be split by member.
 	FamHashOther
 	// FamZSetOther, FamSetOther: the sorted-set and set commands a member
-	// split cannot serve exactly (removals, plain ZADD, ranges by score or
-	// lex, random and cursor reads, multi-key and store forms, geo), apart
+	// split cannot serve exactly (pops, removals by range, plain ZADD,
+	// ranges by score or lex, random and cursor reads, multi-key and store
+	// forms, geo), apart
 	// from FamZSetRead/FamZSetWrite and FamSetRead/FamSetWrite so that a
 	// key whose clients send only ZINCRBY and rank reads (a leaderboard),
 	// or SADD and membership reads (a flag set), can be split by member.
@@ -117,6 +121,7 @@ const (
 	// ServedZSetMembers: a sorted set split by member (Split.Kind
 	// KindZSet) holds a member's score as the sum of its places, like a
 	// hash field: ZINCRBY (and ZADD INCR of one member) adds to one place;
+	// ZREM removes the member from every place;
 	// ZSCORE/ZMSCORE sum a member's places; ZRANGE/ZREVRANGE by rank,
 	// ZRANK/ZREVRANK and ZCARD merge the places (a top-N exactly).
 	// Everything else of sorted sets (FamZSetOther) is refused; the key

@@ -66,9 +66,6 @@ func TestMemberSplitRemoval(t *testing.T) {
 		ctx := context.Background()
 		admin := tg.admin
 		for _, mk := range memberkinds.All {
-			if mk.Remove == nil {
-				continue
-			}
 			apps := memberApps{t: t, tg: tg, kind: mk.Kind}
 			empty := mk.Whole(ctx, admin, "rm:none")
 			for _, step := range []Step{StepCredit, StepDebit} {
@@ -257,25 +254,23 @@ func removalAcrossEpochs(t *testing.T, ctx context.Context, apps memberApps, mk 
 
 // TestMemberSplitRepliesAfterARemovalElsewhere: the reply of a write
 // (HINCRBY, ZINCRBY) adds the sum of the member's other places, which a
-// process caches (10 s once the layout is settled); another process's
-// HDEL or DEL removes the member from those places. The first process's
-// next write replies as Redis would (the member counted from 0), not with
+// process caches (10 s once the layout is settled), and a sorted set's
+// whole and top-N reads use a copy of the base key (as long); another
+// process's removal (HDEL, ZREM, SREM) or DEL removes the member from
+// those places. The first process's next whole read, top-N read and write
+// reply as Redis would (the member gone, then counted from 0), not with
 // the removed value added back: every place it was removed from got a new
-// removal mark, which the write reads with it. Real Redis, standalone and
-// cluster, go-redis defaults with the engine and the hook.
+// removal mark, which the write reads with it and the reads read with the
+// shards. Real Redis, standalone and cluster, go-redis defaults with the
+// engine and the hook.
 func TestMemberSplitRepliesAfterARemovalElsewhere(t *testing.T) {
 	for _, tg := range targets(t) {
 		ctx := context.Background()
 		admin := tg.admin
 		for _, mk := range memberkinds.All {
-			if mk.Kind == routing.KindSet {
-				continue // SADD's reply adds no cached sum
-			}
 			removals := map[string]func(c redis.UniversalClient, key string) redis.Cmder{
-				"DEL": func(c redis.UniversalClient, key string) redis.Cmder { return c.Del(ctx, key) },
-			}
-			if mk.Remove != nil {
-				removals["removal"] = func(c redis.UniversalClient, key string) redis.Cmder { return mk.Remove(ctx, c, key, 0) }
+				"DEL":     func(c redis.UniversalClient, key string) redis.Cmder { return c.Del(ctx, key) },
+				"removal": func(c redis.UniversalClient, key string) redis.Cmder { return mk.Remove(ctx, c, key, 0) },
 			}
 			for name, remove := range removals {
 				t.Run(tg.name+"/"+mk.Type+"/"+name, func(t *testing.T) {
@@ -294,12 +289,30 @@ func TestMemberSplitRepliesAfterARemovalElsewhere(t *testing.T) {
 					}
 					a, _ := apps.newApp(apps.table(1, key, gen))
 					b, _ := apps.newApp(apps.table(1, key, gen))
+					for i := 1; i < 4; i++ {
+						mk.Write(ctx, a, key, i)
+						mk.Write(ctx, admin, ref, i)
+					}
 					if got, want := replyOf(mk.Write(ctx, a, key, 0)), replyOf(mk.Write(ctx, admin, ref, 0)); got != want {
 						t.Fatalf("first write replied %s, want %s", got, want)
 					}
+					reads := func(when string) {
+						if got, want := mk.Whole(ctx, a, key), mk.Whole(ctx, admin, ref); got != want {
+							t.Errorf("%s: whole read = %s, want %s", when, got, want)
+						}
+						if mk.Kind == routing.KindZSet {
+							got, err := a.ZRevRangeWithScores(ctx, key, 0, 1).Result()
+							want := admin.ZRevRangeWithScores(ctx, ref, 0, 1).Val()
+							if fmt.Sprint(got, err) != fmt.Sprint(want, nil) {
+								t.Errorf("%s: top 2 = %v, %v; want %v", when, got, err, want)
+							}
+						}
+					}
+					reads("before") // a sorted set's base key copied
 					if got, want := replyOf(remove(b, key)), replyOf(remove(admin, ref)); got != want {
 						t.Fatalf("%s by the other process replied %s, want %s", name, got, want)
 					}
+					reads("after the other process's " + name)
 					for i := range 3 {
 						if got, want := replyOf(mk.Write(ctx, a, key, 0)), replyOf(mk.Write(ctx, admin, ref, 0)); got != want {
 							t.Errorf("write %d after the other process's %s replied %s, want %s", i, name, got, want)

@@ -13,7 +13,7 @@ import (
 )
 
 // Removing members from a member split (docs/engine.md, Member split):
-// SREM of a set and HDEL of a hash remove each member from every place it
+// SREM of a set, HDEL of a hash and ZREM of a sorted set remove each member from every place it
 // has, shards first, then from the base key K in one transaction with a
 // bump of the fold ledger's deletion count, as DEL does (memberkeys.go).
 // A fold that read the member before the removal finds the count moved
@@ -27,7 +27,9 @@ import (
 // (routing.RemovalMarkKey): the sums of a member's other places that
 // other processes cache for HINCRBY's and ZINCRBY's replies were read
 // with their write place's mark and are dropped when it changed, so a
-// reply never adds back a removed value for longer than one write.
+// reply never adds back a removed value. A sorted set's copy of the base
+// key (zset.go) is checked against every shard's mark in its reader's own
+// pipeline (copyCheck).
 
 // removalMarkTTL is how long a removal mark lives: longer than any cached
 // sum is kept (settledRefresh), so a mark a sum was read with cannot
@@ -36,7 +38,7 @@ import (
 const removalMarkTTL = 60 * time.Second
 
 // removeMembers removes members from every place of the member split p
-// with cmd (its kind's removal: SREM, HDEL) and returns how many of them
+// with cmd (its kind's removal: SREM, HDEL, ZREM) and returns how many of them
 // some place held, as Redis' reply counts them. A K the removal empties is
 // deleted by Redis with its expiry while shards may still hold members:
 // it is made to exist again with that expiry (restoreBase).
@@ -146,6 +148,16 @@ func (e *Engine) HDel(ctx context.Context, key string, fields []string) (int64, 
 		return e.rc().HDel(ctx, key, fields...).Result()
 	}
 	return e.removeMembers(ctx, p, "hdel", fields)
+}
+
+// ZRem removes members from a sorted set split by member (or from a
+// plain sorted set when key is not one) and returns how many it held.
+func (e *Engine) ZRem(ctx context.Context, key string, members []string) (int64, error) {
+	p := e.memberPlan(key, routing.KindZSet)
+	if p == nil {
+		return e.rc().ZRem(ctx, key, anys(members)...).Result()
+	}
+	return e.removeMembers(ctx, p, "zrem", members)
 }
 
 func anys(ss []string) []any {

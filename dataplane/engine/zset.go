@@ -27,16 +27,18 @@ import (
 // the base key with +v/−v: sums are conserved, so every read that adds up
 // a member's places is exact — exactly so while every score and increment
 // is an integer below 2^53 (a leaderboard's points), since floating-point
-// sums of fractions round by their order. Setting a score (ZADD), removing
-// a member (ZREM, ZPOP...) and ranges by score or lex are refused: a score
-// set in one place would be added to the older scores of the others, and a
-// removal could be undone by a fold in flight.
+// sums of fractions round by their order. ZREM removes a member from every
+// place (removal.go). Setting a score (ZADD), popping (ZPOP..., whose reply
+// and removal would have to be one step over the places), removing by
+// range and ranges by score or lex are refused: a score set in one place
+// would be added to the older scores of the others.
 
 // zsetOps are the commands a sorted set split by member serves.
 var zsetOps = map[string]hashOp{
 	"ZSCORE":  {minArgs: 3, maxArgs: 3},
 	"ZMSCORE": {minArgs: 3},
 	"ZINCRBY": {minArgs: 4, maxArgs: 4},
+	"ZREM":    {minArgs: 3},
 	"ZADD": {minArgs: 4, form: func(args [][]byte) Op {
 		if command.IsZAddIncr(args) {
 			return OpMembers
@@ -233,28 +235,37 @@ func zsorted(m map[string]float64, rev bool) []scored {
 // merged over every place: what ZCARD, ZRANK and ranges counted from the
 // end read.
 func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, error) {
-	keys, _, known, err := e.zplaces(ctx, key)
+	return e.zall(ctx, key, rev, true)
+}
+
+// zall is ZAll, using the base key's copy when useCopy.
+func (e *Engine) zall(ctx context.Context, key string, rev, useCopy bool) ([]scored, error) {
+	keys, _, known, check, err := e.zplaces(ctx, key, useCopy)
 	if err != nil {
 		return nil, err
 	}
-	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for _, k := range keys {
-			pipe.ZRangeWithScores(ctx, k, 0, -1)
+	reads := make([]*redis.ZSliceCmd, len(keys))
+	// The reads' errors decide, not the marks' (copyCheck).
+	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, k := range keys {
+			reads[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
 		}
+		check.queue(ctx, pipe, keys)
 		return nil
 	})
-	if err != nil {
-		e.m.upstreamErrors.Inc()
-		return nil, err
+	for _, c := range reads {
+		if err := c.Err(); err != nil {
+			e.m.upstreamErrors.Inc()
+			return nil, err
+		}
+	}
+	if check.stale() {
+		return e.zall(ctx, key, rev, false)
 	}
 	m := map[string]float64{}
 	zmerge(m, known)
-	for _, c := range cmds {
-		zs, err := c.(*redis.ZSliceCmd).Result()
-		if err != nil {
-			return nil, err
-		}
-		zmerge(m, zs)
+	for _, c := range reads {
+		zmerge(m, c.Val())
 	}
 	return zsorted(m, rev), nil
 }
@@ -288,51 +299,105 @@ type baseCopy struct {
 	at time.Time
 	// until is the base key's expiry when read (zero: none).
 	until time.Time
+	// marks are the shards' removal marks read with it: a removal (ZREM,
+	// DEL) anywhere changes the mark of a shard of the removed member, so a
+	// reader that reads the shards' marks with the shards and finds others
+	// drops the copy (copyCheck).
+	marks string
 }
 
 // base returns p's base key whole from its copy when the layout is
 // settled and the copy younger than settledRefresh, reading and keeping
-// it when it holds at most maxBaseCopy members; ok false when it is not
-// to be copied (then it is read as any place).
-func (e *Engine) base(ctx context.Context, p *plan) ([]redis.Z, bool, error) {
+// it when it holds at most maxBaseCopy members, with the shards' removal
+// marks read with it; ok false when it is not to be copied (then it is
+// read as any place).
+func (e *Engine) base(ctx context.Context, p *plan) (zs []redis.Z, marks string, ok bool, err error) {
 	now := e.clock.Now()
 	if !e.settledBase(p, now) {
-		return nil, false, nil
+		return nil, "", false, nil
 	}
 	c := &p.zbase
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.zs != nil && now.Sub(c.at) < settledRefresh && alive(c.until) {
-		return c.zs, true, nil
+		return c.zs, c.marks, true, nil
 	}
 	var rd *redis.ZSliceCmd
 	var at *redis.Cmd
+	var mk []*redis.SliceCmd
 	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
-	// before 7 lacks it: what is read then lives its age alone).
+	// before 7 lacks it: what is read then lives its age alone), and so
+	// are the marks' (then the copy lives its age alone too).
 	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		rd = pipe.ZRangeWithScores(ctx, p.key, 0, maxBaseCopy)
 		at = pipe.Do(ctx, "pexpiretime", p.key)
+		for _, s := range p.readKeys[1:] {
+			mk = append(mk, readMark(ctx, pipe, s))
+		}
 		return nil
 	})
 	if rd.Err() != nil { // PEXPIRETIME's error is ignored, as above
 		e.m.upstreamErrors.Inc()
-		return nil, false, rd.Err()
+		return nil, "", false, rd.Err()
 	}
-	zs := rd.Val()
+	zs = rd.Val()
 	if len(zs) > maxBaseCopy {
-		return nil, false, nil
+		return nil, "", false, nil
 	}
 	// The copy dies with the base key: a key given an expiry is not read
 	// from a copy past it (alive).
-	c.zs, c.at, c.until = zs, now, expiryTime(at)
-	return zs, true, nil
+	c.zs, c.at, c.until, c.marks = zs, now, expiryTime(at), joinMarks(mk)
+	return zs, c.marks, true, nil
+}
+
+// joinMarks is the removal marks read, as one string to compare.
+func joinMarks(mk []*redis.SliceCmd) string {
+	var b strings.Builder
+	for _, c := range mk {
+		b.WriteString(markOf(c))
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// copyCheck checks, within a reader's own pipeline over the shards, that
+// the base key's copy zplaces gave it is still good: no removal marked a
+// shard since the copy was read. nil when no copy was used.
+type copyCheck struct {
+	p     *plan
+	marks string
+	read  []*redis.SliceCmd
+}
+
+// queue reads every shard's removal mark in pipe (shards: the keys
+// zplaces gave, which are the shards when a copy is used).
+func (c *copyCheck) queue(ctx context.Context, pipe redis.Pipeliner, shards []string) {
+	if c == nil {
+		return
+	}
+	for _, s := range shards {
+		c.read = append(c.read, readMark(ctx, pipe, s))
+	}
+}
+
+// stale reports whether the marks queue read are not the copy's, and then
+// drops the copy: the reader reads again with the base key itself.
+func (c *copyCheck) stale() bool {
+	if c == nil || joinMarks(c.read) == c.marks {
+		return false
+	}
+	c.p.zbase.mu.Lock()
+	c.p.zbase.zs = nil
+	c.p.zbase.mu.Unlock()
+	return true
 }
 
 // zplaces is a sorted set's places for a whole-set read: the keys to
 // read, the layout each belongs to (0 the base key, i+1 generation i: a
 // member is in at most one place of each), and the base key's members
-// when its copy stands in for it.
-func (e *Engine) zplaces(ctx context.Context, key string) (keys []string, layout []int, known []redis.Z, err error) {
+// when its copy stands in for it (unless useCopy is false), with the
+// check of that copy a reader makes in its own pipeline.
+func (e *Engine) zplaces(ctx context.Context, key string, useCopy bool) (keys []string, layout []int, known []redis.Z, check *copyCheck, err error) {
 	p := e.memberPlan(key, routing.KindZSet)
 	keys = allPlaces(p, key)
 	layout = make([]int, 1, len(keys))
@@ -343,14 +408,14 @@ func (e *Engine) zplaces(ctx context.Context, key string) (keys []string, layout
 			}
 		}
 	}
-	if p == nil {
-		return keys, layout, nil, nil
+	if p == nil || !useCopy {
+		return keys, layout, nil, nil, nil
 	}
-	zs, ok, err := e.base(ctx, p)
+	zs, marks, ok, err := e.base(ctx, p)
 	if err != nil || !ok {
-		return keys, layout, nil, err
+		return keys, layout, nil, nil, err
 	}
-	return keys[1:], layout[1:], zs, nil
+	return keys[1:], layout[1:], zs, &copyCheck{p: p, marks: marks}, nil
 }
 
 // ServeZSet serves an OpMembers command of a sorted set.
@@ -358,6 +423,17 @@ func (e *Engine) ServeZSet(ctx context.Context, args [][]byte, obs Observe) Repl
 	name := strings.ToUpper(string(args[0]))
 	k := string(args[1])
 	switch name {
+	case "ZREM":
+		members := make([]string, 0, len(args)-2)
+		for _, a := range args[2:] {
+			members = append(members, string(a))
+		}
+		n, err := e.ZRem(ctx, k, members)
+		obs(k, 0, 1, 8*len(members))
+		if err != nil {
+			return errReply(err)
+		}
+		return Reply{Kind: ReplyInt, Int: n}
 	case "ZINCRBY", "ZADD":
 		incr, member := args[2], args[3]
 		if name == "ZADD" { // ZADD key INCR increment member

@@ -18,38 +18,35 @@ import (
 // that any unseen member reaching it sorts after it) no unseen member
 // can precede it, and the first n are exact; otherwise d doubles. A place
 // whose reply is shorter than d has been read whole, as has the base
-// key's copy in a settled layout.
+// key's copy in a settled layout (checked in the first round's pipeline:
+// copyCheck).
 func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]scored, error) {
-	keys, layout, known, err := e.zplaces(ctx, key)
+	return e.ztop(ctx, key, n, rev, true)
+}
+
+// ztop is ZTop, using the base key's copy when useCopy.
+func (e *Engine) ztop(ctx context.Context, key string, n int64, rev, useCopy bool) ([]scored, error) {
+	keys, layout, known, check, err := e.zplaces(ctx, key, useCopy)
 	if err != nil {
 		return nil, err
 	}
 	past := func(a, b float64) bool { return zpast(rev, a, b) }
 	for d := n; ; d *= 2 {
-		cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for _, k := range keys {
-				if rev {
-					pipe.ZRevRangeWithScores(ctx, k, 0, d-1)
-				} else {
-					pipe.ZRangeWithScores(ctx, k, 0, d-1)
-				}
-			}
-			return nil
-		})
+		reads, err := e.zfirst(ctx, keys, d, rev, check)
 		if err != nil {
-			e.m.upstreamErrors.Inc()
 			return nil, err
 		}
+		if check.stale() {
+			return e.ztop(ctx, key, n, rev, false)
+		}
+		check = nil                       // checked once: the copy was good when the shards were read
 		seen := map[string]map[int]bool{} // member -> places that listed it
 		m := map[string]float64{}
 		zmerge(m, known)
 		var open []int // places not read to their end
 		best := map[int]zmost{}
-		for i, c := range cmds {
-			zs, err := c.(*redis.ZSliceCmd).Result()
-			if err != nil {
-				return nil, err
-			}
+		for i, c := range reads {
+			zs := c.Val()
 			zmerge(m, zs)
 			for _, z := range zs {
 				s := z.Member.(string)
@@ -93,6 +90,31 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 			}
 		}
 	}
+}
+
+// zfirst asks each place for its own first d members (one pipeline), with
+// the check of the base key's copy queued in it.
+func (e *Engine) zfirst(ctx context.Context, keys []string, d int64, rev bool, check *copyCheck) ([]*redis.ZSliceCmd, error) {
+	reads := make([]*redis.ZSliceCmd, len(keys))
+	// The reads' errors decide, not the marks' (copyCheck).
+	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, k := range keys {
+			if rev {
+				reads[i] = pipe.ZRevRangeWithScores(ctx, k, 0, d-1)
+			} else {
+				reads[i] = pipe.ZRangeWithScores(ctx, k, 0, d-1)
+			}
+		}
+		check.queue(ctx, pipe, keys)
+		return nil
+	})
+	for _, c := range reads {
+		if err := c.Err(); err != nil {
+			e.m.upstreamErrors.Inc()
+			return nil, err
+		}
+	}
+	return reads, nil
 }
 
 // layouts counts the layouts of the open places.

@@ -21,8 +21,8 @@ import (
 // Protocol 2, standalone and cluster: every served command's reply, read
 // by Do as the client decodes it, equals Redis' own reply for an unsplit
 // reference key sent the same commands; the typed go-redis calls of a
-// leaderboard decode; SREM removes as Redis does; ZADD without INCR, ZREM
-// and SPOP are refused.
+// leaderboard decode; SREM and ZREM remove as Redis does; ZADD without
+// INCR and SPOP are refused.
 func TestZSetAndSetSplitByMemberThroughProxy(t *testing.T) {
 	skipShort(t)
 	srv := redistest.Standalone(t)
@@ -101,7 +101,11 @@ func TestZSetAndSetSplitByMemberThroughProxy(t *testing.T) {
 				same("SREM", fl, fmt.Sprintf("f%d", protocol+1), "nope", fmt.Sprintf("f%d", protocol+1))
 				same("SISMEMBER", fl, fmt.Sprintf("f%d", protocol+1))
 				same("SCARD", fl)
-				for _, refused := range [][]any{{"ZADD", lb, "1", "p1"}, {"ZREM", lb, "p1"}, {"SPOP", fl}} {
+				same("ZREM", lb, fmt.Sprintf("p%d", protocol+1), "nobody", fmt.Sprintf("p%d", protocol+1))
+				same("ZSCORE", lb, fmt.Sprintf("p%d", protocol+1))
+				same("ZREVRANGE", lb, 0, 4, "WITHSCORES")
+				same("ZCARD", lb)
+				for _, refused := range [][]any{{"ZADD", lb, "1", "p1"}, {"SPOP", fl}} {
 					if err := c.Do(ctx, refused...).Err(); err == nil {
 						t.Errorf("protocol %d: %v on a key split by member was not refused", protocol, refused)
 					}

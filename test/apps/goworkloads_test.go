@@ -94,6 +94,10 @@ type leaderboard struct {
 	mu   sync.Mutex
 	want map[string]int64
 	n    [4]int
+	// Each client's own cheater scores 5 a round and is removed (ZREM)
+	// every 15 rounds: cheat is its score since, rounds the client's.
+	cheat  [4]int64
+	rounds [4]int
 }
 
 func (l *leaderboard) name() string { return "leaderboard" }
@@ -113,31 +117,56 @@ func (l *leaderboard) round(ctx context.Context, i int, c redis.UniversalClient)
 	for range 5 {
 		_ = c.ZRevRangeWithScores(ctx, l.key, 0, 4).Err()
 	}
+	l.rounds[i]++
+	cheater := "cheater-" + strconv.Itoa(i)
+	if l.rounds[i]%15 == 0 && c.ZRem(ctx, l.key, cheater).Err() == nil {
+		l.cheat[i] = 0
+	}
+	if c.ZIncrBy(ctx, l.key, 5, cheater).Err() == nil {
+		l.cheat[i] += 5
+	}
 }
 func (l *leaderboard) check(ctx context.Context, c redis.UniversalClient) (bool, string) {
 	got, err := c.ZRangeWithScores(ctx, l.key, 0, -1).Result()
 	if err != nil {
 		return false, err.Error()
 	}
+	want := map[string]int64{}
+	for p, n := range l.want {
+		want[p] = n
+	}
+	for i, n := range l.cheat {
+		if n > 0 {
+			want["cheater-"+strconv.Itoa(i)] = n
+		}
+	}
 	wrong, total := 0, int64(0)
 	for _, z := range got {
-		if int64(z.Score) != l.want[z.Member.(string)] {
+		if int64(z.Score) != want[z.Member.(string)] {
 			wrong++
 		}
 		total += int64(z.Score)
 	}
-	if len(got) != len(l.want) {
-		wrong += len(l.want) - len(got)
+	if len(got) != len(want) {
+		wrong += len(want) - len(got)
 	}
-	return wrong == 0, fmt.Sprintf("%d players, total score %d, %d differ from the increments sent", len(got), total, wrong)
+	return wrong == 0, fmt.Sprintf("%d players, total score %d, %d differ from the increments sent (ZREM of the cheaters included)", len(got), total, wrong)
 }
 
-// hashCounters: HINCRBY of 10 fields of a stats hash, HGETALL reads.
+// hashCounters: HINCRBY of 10 fields of a stats hash, HGETALL reads, and
+// each client's own session counter, reset (HDEL) every 20 rounds as a
+// limiter resets its count: every HINCRBY reply of it must be the count
+// since its last reset.
 type hashCounters struct {
 	key  string
 	mu   sync.Mutex
 	want map[string]int64
 	n    [4]int
+	// sess is each client's session count since its reset, rounds its
+	// rounds, badReplies the session HINCRBY replies that differed.
+	sess       [4]int64
+	rounds     [4]int
+	badReplies int
 }
 
 func (h *hashCounters) name() string { return "stats" }
@@ -157,13 +186,34 @@ func (h *hashCounters) round(ctx context.Context, i int, c redis.UniversalClient
 	for range 5 {
 		_ = c.HGetAll(ctx, h.key).Err()
 	}
+	h.rounds[i]++
+	sess := "session-" + strconv.Itoa(i)
+	if h.rounds[i]%20 == 0 && c.HDel(ctx, h.key, sess).Err() == nil {
+		h.sess[i] = 0
+	}
+	if v, err := c.HIncrBy(ctx, h.key, sess, 1).Result(); err == nil {
+		h.sess[i]++
+		if v != h.sess[i] {
+			h.mu.Lock()
+			h.badReplies++
+			h.mu.Unlock()
+		}
+	}
 }
 func (h *hashCounters) check(ctx context.Context, c redis.UniversalClient) (bool, string) {
 	got, err := c.HGetAll(ctx, h.key).Result()
 	if err != nil {
 		return false, err.Error()
 	}
-	wrong, total := 0, int64(0)
+	wrong, total := h.badReplies, int64(0)
+	for i, n := range h.sess {
+		if v, _ := strconv.ParseInt(got["session-"+strconv.Itoa(i)], 10, 64); n != v {
+			wrong++
+		}
+		if n > 0 {
+			total += n
+		}
+	}
 	for f, want := range h.want {
 		n, _ := strconv.ParseInt(got[f], 10, 64)
 		if n != want {
@@ -171,7 +221,13 @@ func (h *hashCounters) check(ctx context.Context, c redis.UniversalClient) (bool
 		}
 		total += n
 	}
-	return wrong == 0 && len(got) == len(h.want), fmt.Sprintf("%d fields, total %d, %d differ from the increments sent", len(got), total, wrong)
+	sessions := 0
+	for _, n := range h.sess {
+		if n > 0 {
+			sessions++
+		}
+	}
+	return wrong == 0 && len(got) == len(h.want)+sessions, fmt.Sprintf("%d fields, total %d, %d differ from the increments sent (HDEL of the sessions included)", len(got), total, wrong)
 }
 
 // flagSet: 20 feature flags in a set, read-hot SISMEMBER of 40 names;

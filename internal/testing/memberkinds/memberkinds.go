@@ -23,8 +23,7 @@ type Kind struct {
 	Write func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder
 	// Whole reads the whole collection, printed in a canonical order.
 	Whole func(ctx context.Context, c redis.UniversalClient, key string) string
-	// Remove removes member i of key (HDEL, SREM), nil for a kind whose
-	// split does not serve a removal (a sorted set: ZREM).
+	// Remove removes member i of key (HDEL, ZREM, SREM).
 	Remove func(ctx context.Context, c redis.UniversalClient, key string, i int) *redis.IntCmd
 }
 
@@ -49,7 +48,9 @@ var All = []Kind{
 			z, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
 			return fmt.Sprint(z, err)
 		},
-		nil},
+		func(ctx context.Context, c redis.UniversalClient, key string, i int) *redis.IntCmd {
+			return c.ZRem(ctx, key, fmt.Sprintf("p:%d", i))
+		}},
 	{routing.KindSet, "set",
 		func(ctx context.Context, c redis.UniversalClient, key string, i int) redis.Cmder {
 			return c.SAdd(ctx, key, fmt.Sprintf("m:%d", i))
