@@ -29,8 +29,11 @@ var longestMoveWindow = decide.MoveWindowIntervals[len(decide.MoveWindowInterval
 // tell a fifth failing from noise), so the hub keeps them, with their
 // times, for decide.MoveFailing's windows.
 func keepMoved(prev []movedReport, now time.Time, interval time.Duration, keys []agentlink.KeyMoved) []movedReport {
+	if len(prev) == 0 && len(keys) == 0 {
+		return nil // no move served anything here lately: nothing to keep
+	}
 	cut := now.Add(-time.Duration(longestMoveWindow) * interval)
-	out := make([]movedReport, 0, len(prev)+1)
+	out := prev[:0] // the previous nodeState is dropped: its array is free
 	for _, r := range prev {
 		if r.at.After(cut) {
 			out = append(out, r)
