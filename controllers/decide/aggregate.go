@@ -45,11 +45,12 @@ type Observation struct {
 	// over), and the timer runs from the first pass that saw the rate over.
 	ReadsOverFor, WritesOverFor time.Duration
 	// Moved are the outcomes of the key's commands its move served in the
-	// nodes' last report interval, against those of the same sidecars'
-	// commands sent raw in the same intervals (the baseline): a move in
-	// force whose path fails clearly more than direct traffic is rolled
-	// back (moveFails, holdMoves).
-	Moved MoveOutcomes
+	// nodes' last 1, 2 and 4 report intervals (MoveWindowIntervals),
+	// against those of the same sidecars' commands sent raw in the same
+	// intervals (the baseline): a move in force whose path fails clearly
+	// more than direct traffic in any of them is rolled back
+	// (MoveFailing, holdMoves).
+	Moved MoveHistory
 }
 
 // Aggregate is what the fleet says of one policy.

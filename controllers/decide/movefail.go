@@ -36,6 +36,86 @@ const (
 	failureMargin = 0.01 // one percentage point above the baseline
 )
 
+// MoveSum sums the reports of a key's outcomes (one per node and summary)
+// into the MoveOutcomes of a window, its baseline weighted to the move's
+// commands. Each report's baseline stands for the commands its move
+// served in the same sidecars and the same interval: summed as plain
+// counts, reports whose move and direct commands are in different
+// proportions would compare different times (a failover that began after
+// one node's last summary and before another's: the first node sending
+// mostly direct commands, all succeeding, the second mostly the move's,
+// all failing, and the move "fails" 10 times more than direct traffic,
+// in hub's TestFailoverThroughTheHubNeverWithdraws). So the baseline's
+// failed fraction is the average of the reports' own, weighted by the
+// commands each report's move served, and its count the effective number
+// of direct commands behind that average (Kish's: a report whose move
+// served many commands against few direct ones weighs a noisy fraction
+// heavily, and counts as few). A single report is its own counts. Reports
+// without direct commands say nothing of what failed alike, and are left
+// out of both sides.
+type MoveSum struct {
+	served, failed int64
+	// wFailed is Σ served·baseFailed/baseTotal, wSq Σ served²/baseTotal.
+	wFailed, wSq float64
+}
+
+// Add adds one report.
+func (s *MoveSum) Add(m MoveOutcomes) {
+	if m.BaseTotal <= 0 || m.Served <= 0 {
+		return
+	}
+	s.served += m.Served
+	s.failed += min(max(m.Failed, 0), m.Served)
+	sv, bt := float64(m.Served), float64(m.BaseTotal)
+	s.wFailed += sv * float64(min(max(m.BaseFailed, 0), m.BaseTotal)) / bt
+	s.wSq += sv * sv / bt
+}
+
+// Outcomes are the window's outcomes, what moveFails judges.
+func (s *MoveSum) Outcomes() MoveOutcomes {
+	if s.served == 0 {
+		return MoveOutcomes{}
+	}
+	sv := float64(s.served)
+	n := sv * sv / s.wSq
+	b := s.wFailed / sv
+	// Rounded against withdrawing: fewer direct commands, more of them
+	// failed (a single report's own counts come back exactly).
+	total := int64(math.Floor(n + 1e-6))
+	return MoveOutcomes{Served: s.served, Failed: s.failed, BaseTotal: total, BaseFailed: min(int64(math.Ceil(b*n-1e-6)), total)}
+}
+
+// MoveWindowIntervals are the windows the failure rule is judged on, in
+// report intervals, shortest first (MoveHistory). One interval's commands
+// may be too few to tell a failure rate of a fifth from noise (22 served,
+// 5 failed, at 45 commands a second and 500-ms intervals), and a summary
+// sent early (urgent) right after a regular one holds only a sliver of an
+// interval: the longer windows gather enough, while the shortest reacts at
+// once to a path that fails most of what it serves.
+var MoveWindowIntervals = [...]int{1, 2, 4}
+
+// MoveHistory holds a key's MoveOutcomes over each of the windows of
+// MoveWindowIntervals: MoveHistory[i] sums the outcomes the nodes reported
+// in the last MoveWindowIntervals[i] report intervals.
+type MoveHistory [len(MoveWindowIntervals)]MoveOutcomes
+
+// MoveFailing is the failure rule over a key's history: the move is
+// withdrawn when moveFails holds on any of its windows, and i is the
+// shortest such window (its index in MoveWindowIntervals). Each window is
+// judged by the same conservative test, so a failover that fails the
+// move's path and the direct traffic alike passes on none of them
+// (TestFailoverNeverWithdrawsAMove judges histories too). The one
+// implementation of the rule: the manager's decision (holdMoves) and the
+// hub's early trigger of a decision pass both call it.
+func MoveFailing(h MoveHistory) (i int, failing bool) {
+	for i, m := range h {
+		if moveFails(m) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
 // moveFails reports whether the key's commands fail clearly more under its
 // move than the same sidecars' direct traffic. With at least minServed
 // commands served, minFailed of them failed and a baseline of at least
@@ -46,8 +126,8 @@ const (
 // F > max(2·B, B + 1 %). A failover that fails everything alike never
 // passes it (TestFailoverNeverWithdrawsAMove); a path that fails while
 // direct traffic succeeds does, from 5 failures in 20 commands against
-// none in a thousand (TestFailingPathWithdrawsAMove). The pure rule of
-// holdMoves.
+// none in a thousand (TestFailingPathWithdrawsAMove). The rule of one
+// window of MoveFailing.
 func moveFails(m MoveOutcomes) bool {
 	if m.Served < minServed || m.Failed < minFailed || m.BaseTotal < minBaseline {
 		return false
@@ -69,9 +149,14 @@ func wilson(k, n int64) (lo, hi float64) {
 	return max(0, center-half), min(1, center+half)
 }
 
-// whyFailed is the reason a move withdrawn by moveFails gives, for status,
-// `heatsink top` and the MoveWithheld Event.
-func whyFailed(moves string, m MoveOutcomes) string {
-	return fmt.Sprintf("%s withdrawn: %d of the %d commands it served failed on its path (%.1f %%), against %.1f %% of the sidecars' direct commands, in the last report interval",
-		moves, m.Failed, m.Served, 100*float64(m.Failed)/float64(m.Served), 100*float64(m.BaseFailed)/float64(max(m.BaseTotal, 1)))
+// whyFailed is the reason a move withdrawn by MoveFailing on window i of
+// h gives, for status, `heatsink top` and the MoveWithheld Event.
+func whyFailed(moves string, h MoveHistory, i int) string {
+	m := h[i]
+	in := "in the last report interval"
+	if n := MoveWindowIntervals[i]; n > 1 {
+		in = fmt.Sprintf("in the last %d report intervals", n)
+	}
+	return fmt.Sprintf("%s withdrawn: %d of the %d commands it served failed on its path (%.1f %%), against %.1f %% of the sidecars' direct commands, %s",
+		moves, m.Failed, m.Served, 100*float64(m.Failed)/float64(m.Served), 100*float64(m.BaseFailed)/float64(max(m.BaseTotal, 1)), in)
 }

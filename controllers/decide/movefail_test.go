@@ -48,6 +48,117 @@ func TestFailoverNeverWithdrawsAMove(t *testing.T) {
 		if moveFails(eq) {
 			t.Fatalf("seed %d: equal failure fractions %+v withdrawn", seed, eq)
 		}
+		// And over a history of report intervals (MoveFailing judges the
+		// last 1, 2 and 4): each interval's commands fail alike, on either
+		// path, with the interval's own probability (a failover starting
+		// or ending between two intervals), at the same mix of the move's
+		// and the direct commands in every interval (clients keep sending
+		// as they did), with each interval's counts drawn anew.
+		h := failoverHistory(rng)
+		if i, failing := MoveFailing(h); failing {
+			t.Fatalf("seed %d: everything failing alike, window of %d intervals withdrawn: %+v", seed, MoveWindowIntervals[i], h)
+		}
+	}
+}
+
+// failoverHistory generates a MoveHistory of 4 report intervals (newest
+// first) whose commands fail alike on the move's path and the direct one:
+// p per interval, constant or changing once (a failover starting or
+// ending), each interval's mix of the move's and the direct commands
+// drawn anew (clients whose traffic shifts; nodes whose summaries fall on
+// either side of the change), summed by MoveSum as the hub sums its
+// nodes' reports.
+func failoverHistory(rng *rand.Rand) MoveHistory {
+	served := 1 + rng.Int64N(1<<rng.IntN(11))
+	base := 1 + rng.Int64N(1<<rng.IntN(13))
+	p := [4]float64{}
+	p[0] = rng.Float64()
+	switch rng.IntN(3) {
+	case 0: // the same all along
+		p = [4]float64{p[0], p[0], p[0], p[0]}
+	default: // a change between two intervals
+		at, q := 1+rng.IntN(3), rng.Float64()
+		for i := range p {
+			if i < at {
+				p[i] = p[0]
+			} else {
+				p[i] = q
+			}
+		}
+	}
+	var h MoveHistory
+	var sum MoveSum
+	for i := range 4 { // i intervals back
+		var m MoveOutcomes
+		m.Served = 1 + rng.Int64N(2*served)
+		m.BaseTotal = 1 + rng.Int64N(2*base)
+		m.Failed, m.BaseFailed = binomial(rng, m.Served, p[i]), binomial(rng, m.BaseTotal, p[i])
+		sum.Add(m)
+		for w, n := range MoveWindowIntervals {
+			if n == i+1 {
+				h[w] = sum.Outcomes()
+			}
+		}
+	}
+	return h
+}
+
+// TestMoveSumWeighsTheBaselineToTheMove: one report comes back as its own
+// counts; two whose mixes differ compare each report's move with its own
+// direct commands. A failover between them (the first report's commands
+// all fine, mostly direct; the second's all failing, mostly the move's)
+// sums, as plain counts, to a move failing ten times more than direct
+// traffic; weighted, to the same fraction.
+func TestMoveSumWeighsTheBaselineToTheMove(t *testing.T) {
+	one := MoveOutcomes{Served: 137, Failed: 13, BaseTotal: 1009, BaseFailed: 7}
+	var s MoveSum
+	s.Add(one)
+	if got := s.Outcomes(); got != one {
+		t.Fatalf("one report: %+v, want %+v", got, one)
+	}
+	before := MoveOutcomes{Served: 10, BaseTotal: 1000}
+	after := MoveOutcomes{Served: 1000, Failed: 1000, BaseTotal: 10, BaseFailed: 10}
+	plain := MoveOutcomes{Served: 1010, Failed: 1000, BaseTotal: 1010, BaseFailed: 10}
+	if !moveFails(plain) {
+		t.Fatalf("summed as plain counts, %+v is kept: the case shows nothing", plain)
+	}
+	s = MoveSum{}
+	s.Add(before)
+	s.Add(after)
+	if got := s.Outcomes(); moveFails(got) || got.Served != 1010 || got.Failed != 1000 || got.BaseFailed*1010 < 990*got.BaseTotal {
+		t.Fatalf("weighted: %+v, want the baseline failing as the move does, kept", got)
+	}
+	s.Add(MoveOutcomes{Served: 50, Failed: 50}) // no direct commands: left out
+	if got := s.Outcomes(); got.Served != 1010 {
+		t.Errorf("a report without direct commands counted: %+v", got)
+	}
+}
+
+// TestFailingPathJudgedOnLongerWindows: a path that fails a fifth of what
+// it serves, at a rate too low for one report interval's commands to tell
+// from noise (22 served, 5 failed, against 22 direct commands, none
+// failed: the flake of TestFailingSplitPathRolledBack, where an urgent
+// summary came right after a regular one), is withdrawn on the longer
+// windows, with their length in the reason; with every window as thin, it
+// is kept.
+func TestFailingPathJudgedOnLongerWindows(t *testing.T) {
+	sliver := MoveOutcomes{Served: 22, Failed: 5, BaseTotal: 22}
+	if moveFails(sliver) {
+		t.Fatalf("%+v withdrawn on one window: the case is no longer thin", sliver)
+	}
+	h := MoveHistory{sliver, {Served: 90, Failed: 20, BaseTotal: 90}, {Served: 200, Failed: 44, BaseTotal: 200}}
+	i, failing := MoveFailing(h)
+	if !failing || MoveWindowIntervals[i] != 4 {
+		t.Fatalf("%+v: failing %v on window %d, want the 4-interval window", h, failing, i)
+	}
+	if why := whyFailed("split", h, i); !strings.HasSuffix(why, "(22.0 %), against 0.0 % of the sidecars' direct commands, in the last 4 report intervals") {
+		t.Errorf("reason %q", why)
+	}
+	if _, failing := MoveFailing(MoveHistory{sliver, sliver, sliver}); failing {
+		t.Errorf("every window thin: withdrawn, want kept")
+	}
+	if i, failing := MoveFailing(MoveHistory{{Served: 100, Failed: 90, BaseTotal: 100}, h[1], h[2]}); !failing || i != 0 {
+		t.Errorf("the last interval failing 90 %%: window %d (failing %v), want the last interval", i, failing)
 	}
 }
 
@@ -103,7 +214,7 @@ func TestFailingSplitRolledBackAndHeld(t *testing.T) {
 		Entries: []routing.Entry{{Key: "k", Split: &routing.Split{Generations: []routing.Generation{{FromEpoch: 1, Shards: 4}}}}}}
 	pass := func(at time.Time, m MoveOutcomes, cur *routing.Table) KeyDecision {
 		out := Decide(Input{Now: at, Spec: spec, State: state, Current: cur,
-			Observations: map[string]Observation{"k": {WritesPerSecond: 50_000, Families: strFams, Moved: m}}})
+			Observations: map[string]Observation{"k": {WritesPerSecond: 50_000, Families: strFams, Moved: MoveHistory{m, m, m}}}})
 		state = out.State
 		return keyDecision(out, "k")
 	}

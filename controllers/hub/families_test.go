@@ -69,8 +69,12 @@ func TestViewSumsRefusalsOfLatestSummaries(t *testing.T) {
 }
 
 // TestViewSumsMoveOutcomesOfLatestSummaries: the outcomes of the commands
-// a key's move served, and their baseline, are the sum of the fresh
-// nodes' latest summaries: what decide's moveFails judges.
+// a key's move served, and their baseline, over the last report interval
+// are the sum of the fresh nodes' latest summaries (one each per
+// interval), the baseline weighted to the move's commands (decide.MoveSum:
+// 100 commands against 1,000 direct, 0.2 % failed, and 50 against 400,
+// none failed, make 0.13 % of 1,384 effective direct commands): what
+// decide's MoveFailing judges first.
 func TestViewSumsMoveOutcomesOfLatestSummaries(t *testing.T) {
 	moved := func(m agentlink.KeyMoved) *agentlink.PolicySummary {
 		ps := psum(1, 0, agentlink.KeyRates{Key: "c", Writes: 100, RecentWrites: 100, Families: routing.FamCounter})
@@ -81,18 +85,19 @@ func TestViewSumsMoveOutcomesOfLatestSummaries(t *testing.T) {
 		return ps
 	}
 	got := func(v *view, at time.Time) decide.MoveOutcomes {
-		return v.snapshot(at, time.Minute, time.Minute).Keys["c"].Moved
+		return v.snapshot(at, time.Minute, time.Minute).Keys["c"].Moved[0]
 	}
 	v := newView()
+	v.interval = time.Second
 	v.setExpected(t0, map[string]bool{"a": true, "b": true})
 	v.apply(t0, "a", 1, 1, moved(agentlink.KeyMoved{Served: 100, Failed: 30, BaseTotal: 1000, BaseFailed: 2}))
 	v.apply(t0, "b", 1, 1, moved(agentlink.KeyMoved{Served: 50, Failed: 0, BaseTotal: 400}))
-	if m, want := got(v, t0), (decide.MoveOutcomes{Served: 150, Failed: 30, BaseTotal: 1400, BaseFailed: 2}); m != want {
+	if m, want := got(v, t0), (decide.MoveOutcomes{Served: 150, Failed: 30, BaseTotal: 1384, BaseFailed: 2}); m != want {
 		t.Fatalf("moved %+v, want %+v", m, want)
 	}
-	v.apply(t0, "a", 1, 2, moved(agentlink.KeyMoved{}))
-	if m, want := got(v, t0), (decide.MoveOutcomes{Served: 50, BaseTotal: 400}); m != want {
-		t.Fatalf("after a's summary without outcomes: %+v, want %+v", m, want)
+	v.apply(t0.Add(time.Second), "a", 1, 2, moved(agentlink.KeyMoved{}))
+	if m, want := got(v, t0.Add(time.Second)), (decide.MoveOutcomes{Served: 50, BaseTotal: 400}); m != want {
+		t.Fatalf("after a's summary without outcomes an interval later: %+v, want %+v", m, want)
 	}
 	if m := got(v, t0.Add(2*time.Minute)); m != (decide.MoveOutcomes{}) {
 		t.Fatalf("with every node stale: %+v, want none", m)

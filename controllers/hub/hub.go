@@ -289,6 +289,7 @@ func (h *Hub) setPolicy(id string, params Params) (added bool) {
 	p.params, p.hasParams = params, true
 	p.vmu.Lock()
 	p.view.th = params.Thresholds
+	p.view.interval = params.ReportInterval
 	p.vmu.Unlock()
 	h.refreshDirective(p, nil, true)
 	return added

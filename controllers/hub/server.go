@@ -90,7 +90,10 @@ func (h *Hub) Ingest(s *agentlink.Summary) {
 	for _, j := range jobs {
 		j.p.vmu.Lock()
 		j.p.view.apply(now, s.Node, s.Session, s.Seq, j.ps)
-		changed := j.p.view.takeBandChange()
+		// A move whose path now fails by the rule is withdrawn by a pass
+		// asked for now, not at the pass's next scheduled check.
+		changed := j.p.view.movesFailing(now, failedKeys(j.ps.Moved))
+		changed = j.p.view.takeBandChange() || changed
 		candidate := j.p.view.takeNewCandidate()
 		j.p.vmu.Unlock()
 		h.metrics.policySummaries.WithLabelValues("applied").Inc()

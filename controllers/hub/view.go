@@ -48,6 +48,11 @@ type view struct {
 	pins map[string]uint64
 	// th are the thresholds a key's band is placed against (Hub.SetPolicy).
 	th Thresholds
+	// interval is the policy's report interval (Hub.SetPolicy): what the
+	// windows of moves' outcomes are counted in (moveInterval), and
+	// movedCheckAt when movesFailing last checked them.
+	interval     time.Duration
+	movedCheckAt time.Time
 	// bandChanged records that a key crossed a band (takeBandChange).
 	bandChanged bool
 	// newCandidate records that a key not pinned entered the warm or hot
@@ -72,10 +77,10 @@ type nodeState struct {
 	// refused are the node's refusals because of a key's move since its
 	// previous summary (agentlink.PolicySummary.Refused).
 	refused []agentlink.KeyCount
-	// moved are the outcomes of the commands keys' moves served on the
-	// node since its previous summary, with their baseline
-	// (agentlink.PolicySummary.Moved).
-	moved []agentlink.KeyMoved
+	// moved are the node's reports of the outcomes of the commands keys'
+	// moves served, with their baseline, received within the longest of
+	// decide's windows (keepMoved).
+	moved []movedReport
 }
 
 type keySum struct {
@@ -116,7 +121,12 @@ func (v *view) apply(now time.Time, node string, session, seq uint64, ps *agentl
 	if old != nil && old.session == session && seq <= old.seq {
 		return
 	}
-	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys, bigKeys: ps.BigKeys, refused: ps.Refused, moved: ps.Moved}
+	n := &nodeState{session: session, seq: seq, lastSeen: now, directive: ps.Directive, unseen: ps.Unseen, total: ps.Total, keys: ps.Keys, bigKeys: ps.BigKeys, refused: ps.Refused}
+	var prev []movedReport
+	if old != nil {
+		prev = old.moved
+	}
+	n.moved = keepMoved(prev, now, v.moveInterval(), ps.Moved)
 	v.nodes[node] = n
 	if old == nil || old.directive != n.directive {
 		v.minDirOK = false
@@ -432,6 +442,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 		Unseen:    agentlink.Rates{Reads: max(v.unseen.Reads, 0), Writes: max(v.unseen.Writes, 0)},
 		Pinned:    len(v.pins),
 	}
+	moved := map[string]*moveSums{}
 	for k, s := range v.keys {
 		e := v.estimate(s)
 		val := e.value()
@@ -460,17 +471,15 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 			snap.Keys[kc.Key] = o
 		}
 		// And the outcomes of the commands moves served, with their
-		// baseline: what the manager withdraws a failing move by.
-		for _, km := range n.moved {
-			o := snap.Keys[km.Key]
-			m := &o.Moved
-			m.Served += int64(min(km.Served, math.MaxInt64/4))
-			m.Failed += int64(min(km.Failed, math.MaxInt64/4))
-			m.BaseTotal += int64(min(km.BaseTotal, math.MaxInt64/4))
-			m.BaseFailed += int64(min(km.BaseFailed, math.MaxInt64/4))
-			snap.Keys[km.Key] = o
-		}
+		// baseline, over decide's windows: what the manager withdraws a
+		// failing move by.
+		addMoved(moved, n, v.moveInterval(), nil)
 		_ = node
+	}
+	for k, m := range moved {
+		o := snap.Keys[k]
+		o.Moved = m.history()
+		snap.Keys[k] = o
 	}
 	snap.BigKeys = v.bigKeys(now, maxAge)
 	for node, since := range v.expected {

@@ -326,12 +326,21 @@ func engineClient(cfg Config, d *up.Dialer, nodes *up.Nodes, follow *masterFollo
 		// fixed; the Dialer checks each handshake against the bundle as
 		// it is then.
 		Dialer: d.Dial, CredentialsProvider: d.Provider(),
+		// One dial per connection, not go-redis' five 100 ms apart, and
+		// none to a node whose dial just failed (ejecting): a command to
+		// a node that is down fails at once, as on the proxy's raw path,
+		// so its failures are counted at the rate clients send them and
+		// the manager withdraws a move whose path fails within a report
+		// interval or two (docs/engine.md, "A move whose path fails is
+		// undone").
+		DialerRetries: 1,
 	}
 	if follow != nil {
 		// The follower's dialer connects to the current master (TLS
 		// included) and drops the old master's connections on a switch.
 		uo.Dialer = follow.dial
 	}
+	uo.Dialer = ejecting(uo.Dialer)
 	if !cfg.Cluster {
 		return redis.NewUniversalClient(uo)
 	}

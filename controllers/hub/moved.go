@@ -1,0 +1,145 @@
+package hub
+
+import (
+	"math"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/controllers/decide"
+)
+
+// movedReport is one summary's outcomes of the commands keys' moves served
+// on a node since its previous summary, with their baseline
+// (agentlink.PolicySummary.Moved), and when the hub received it.
+type movedReport struct {
+	at   time.Time
+	keys []agentlink.KeyMoved
+}
+
+// longestMoveWindow is decide's longest window, in report intervals: how
+// far back a node's movedReports are kept.
+var longestMoveWindow = decide.MoveWindowIntervals[len(decide.MoveWindowIntervals)-1]
+
+// keepMoved is a node's movedReports after one received at now: the
+// previous ones still inside the longest window (decide.MoveHistory),
+// then this one if it holds any outcome. Every summary replaces the node's
+// rates, but outcomes are counts of commands since the previous summary:
+// judging only the last one would judge a sliver of an interval whenever
+// an urgent summary follows a regular one closely (22 commands, too few to
+// tell a fifth failing from noise), so the hub keeps them, with their
+// times, for decide.MoveFailing's windows.
+func keepMoved(prev []movedReport, now time.Time, interval time.Duration, keys []agentlink.KeyMoved) []movedReport {
+	if len(prev) == 0 && len(keys) == 0 {
+		return nil // no move served anything here lately: nothing to keep
+	}
+	cut := now.Add(-time.Duration(longestMoveWindow) * interval)
+	out := prev[:0] // the previous nodeState is dropped: its array is free
+	for _, r := range prev {
+		if r.at.After(cut) {
+			out = append(out, r)
+		}
+	}
+	if len(keys) > 0 {
+		out = append(out, movedReport{at: now, keys: keys})
+	}
+	return out
+}
+
+// moveSums are a key's sums over decide's windows.
+type moveSums [len(decide.MoveWindowIntervals)]decide.MoveSum
+
+// addMoved adds a fresh node's movedReports to the keys' sums (only the
+// keys in only, when only is not nil): a report belongs to the window of
+// k report intervals when it came within k intervals of the node's last
+// summary. Windows are counted back from the node's own last summary, not
+// from the snapshot's time, so a node whose summary is a little late is
+// judged on as many intervals as the others; each window then covers from
+// k to k+1 intervals of the node's commands (the report just outside
+// began its interval before the window did). Each report is added on its
+// own (decide.MoveSum weighs its baseline to its move's commands).
+func addMoved(sums map[string]*moveSums, n *nodeState, interval time.Duration, only map[string]bool) {
+	for _, r := range n.moved {
+		for w, k := range decide.MoveWindowIntervals {
+			if !r.at.After(n.lastSeen.Add(-time.Duration(k) * interval)) {
+				continue
+			}
+			for _, km := range r.keys {
+				if only != nil && !only[km.Key] {
+					continue
+				}
+				s := sums[km.Key]
+				if s == nil {
+					s = &moveSums{}
+					sums[km.Key] = s
+				}
+				s[w].Add(decide.MoveOutcomes{Served: count(km.Served), Failed: count(km.Failed), BaseTotal: count(km.BaseTotal), BaseFailed: count(km.BaseFailed)})
+			}
+		}
+	}
+}
+
+// history is the key's decide.MoveHistory.
+func (s *moveSums) history() decide.MoveHistory {
+	var h decide.MoveHistory
+	for w := range s {
+		h[w] = s[w].Outcomes()
+	}
+	return h
+}
+
+// count is a reported count, bounded so that no sum overflows.
+func count(n uint64) int64 {
+	return int64(min(n, math.MaxInt64/1024))
+}
+
+// moveInterval is the report interval the view's windows are counted in
+// (one second, the agents' default, before the policy's is known).
+func (v *view) moveInterval() time.Duration {
+	if v.interval > 0 {
+		return v.interval
+	}
+	return time.Second
+}
+
+// movesFailing reports whether, after a summary that reported failures
+// on a move's path (failing: its keys with a failed command), one of
+// those keys' histories over the fresh nodes now passes the failure rule
+// (decide.MoveFailing): the hub then asks for a decision pass at once
+// rather than at the pass's next scheduled check, so that a failing move
+// is withdrawn within a report interval of the summary that showed it.
+// Checks are at most one per eighth of a report interval: with thousands
+// of nodes, each sending failures, a check per summary would cost
+// O(nodes²) per interval; the next summary checks soon enough.
+func (v *view) movesFailing(now time.Time, failing map[string]bool) bool {
+	if len(failing) == 0 || now.Sub(v.movedCheckAt) < v.moveInterval()/8 {
+		return false
+	}
+	v.movedCheckAt = now
+	sums := map[string]*moveSums{}
+	for _, n := range v.nodes {
+		if now.Sub(n.lastSeen) <= StaleAfterIntervals*v.moveInterval() {
+			addMoved(sums, n, v.moveInterval(), failing)
+		}
+	}
+	for _, s := range sums {
+		if _, fails := decide.MoveFailing(s.history()); fails {
+			return true
+		}
+	}
+	return false
+}
+
+// failedKeys are the keys of a summary's outcomes with a command failed on
+// their move's path (nil if none).
+func failedKeys(moved []agentlink.KeyMoved) map[string]bool {
+	var out map[string]bool
+	for _, km := range moved {
+		if km.Failed > 0 {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[km.Key] = true
+		}
+	}
+	return out
+}
