@@ -317,7 +317,8 @@ func engineClient(cfg Config, d *up.Dialer, nodes *up.Nodes, follow *masterFollo
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
 		// No retries: go-redis retries any command whose connection
 		// failed, and an INCRBY applied before its connection closed (a
-		// failover's fence closes them) would then be counted twice.
+		// failover's fence closes them) would then be counted twice (a
+		// cluster client retries on its own: noResend.go).
 		// Failed commands get an error, as on the proxy's raw path; a dial
 		// is still retried (nothing was sent).
 		MaxRetries: -1,
@@ -347,6 +348,7 @@ func engineClient(cfg Config, d *up.Dialer, nodes *up.Nodes, follow *masterFollo
 	co := uo.Cluster()
 	co.ClusterSlots = nodes.ClusterSlots
 	cc := redis.NewClusterClient(co)
+	noResendOnNodes(cc)
 	nodes.OnChange(func() { cc.ReloadState(context.Background()) })
 	return cc
 }
