@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -12,33 +13,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The order commands came in, for sessions (docs/proxy.md, Ordering).
-// Sessions read their clients on goroutines that Go's netpoller wakes in
-// no guaranteed order, often the reverse of the order the bytes came: a
-// SUBSCRIBE sent before another client's PUBLISH was read tens of
-// microseconds after it, and the message was lost (about 100 in 1,000
-// tries), though the session that subscribes raises a fence (fence.go) as
-// soon as it has read it. So the kernel's order is kept apart from the
-// goroutines': every session's client socket is also in one epoll set,
-// edge-triggered, whose ready list is the order in which clients' bytes
-// came; before a session writes the commands it read, it takes that
-// list, numbering each arrival, and waits until every session whose bytes
-// came before its own and that is reading has handled them (written
-// them, or raised its fence). A session waiting for Redis' replies is not
-// waited for: its next commands come after those replies anyway, as a
+// The order commands came in, for sessions (docs/proxy-internals.md,
+// Ordering). Sessions read their clients on goroutines that Go's
+// netpoller wakes in no guaranteed order, often the reverse of the order
+// the bytes came: a SUBSCRIBE sent before another client's PUBLISH was
+// read tens of microseconds after it, and the message was lost (about 100
+// in 1,000 tries), though the session that subscribes raises a fence
+// (fence.go) as soon as it has read it. So a session reads its client
+// with the kernel's receive stamp (stamp_linux.go), as the event loop
+// reads its own, and before it handles what it read it waits until every
+// session that is reading and whose first command not yet handled came
+// earlier (by stamp) and may take another connection than the shared one
+// has handled it (written it, or raised its fence). Commands still in a
+// socket are found by one level-triggered epoll set of every session's
+// client socket (its ready list: the sockets holding bytes not yet read)
+// and stamped by a one-byte peek. A session waiting for Redis' replies is
+// not waited for: its next commands come after those replies anyway, as a
 // pipeline's do. A wait lasts at most orderMax (fence.go): between its
 // read and its handling a session does only the proxy's own work.
 
 type arrivals struct {
 	ep   int
 	mu   sync.Mutex
-	next uint64 // the last arrival's number
 	byFD map[int32]*session
-	// pending are the sessions with a ticket; writers those writing to
-	// their client (write).
+	// pending are the sessions that read a command not yet handled;
+	// writers those writing to their client (write).
 	pending, writers map[*session]struct{}
-	// peek and args are mayHandOff's buffers.
+	// peek, rc and args are mayHandOff's buffers.
 	peek   []byte
+	rc     stampRecv
 	args   [][]byte
 	events []unix.EpollEvent
 	// changed is closed (and replaced) when a session has handled what it
@@ -62,17 +65,18 @@ type arrivals struct {
 type arrivalState struct {
 	on bool // the session is in the set
 	fd int32
-	// ticket numbers the oldest arrival the session has not handled
-	// (0: none); latest the newest. Arrivals are numbered in steps of
-	// two: bytes that came while the session wrote to its client get
-	// the odd number after wmark, the last number when the write began.
-	ticket, latest, wmark uint64
-	// writing: a write to the client is under way (write).
+	// stamp is the receive stamp of the bytes the session read and has
+	// not handled (0: none); peeked that of the first bytes in its
+	// socket, not read (0: not looked at since the last read).
+	stamp, peeked int64
+	// writing: a write to the client is under way since wstart (write).
 	writing bool
+	wstart  int64
 	// reading: the session reads or handles its client's commands (not
 	// waiting for Redis).
 	reading bool
 	rc      syscall.RawConn
+	in      stampRecv
 	// rb, rn, rerr are read's buffer and result, wb, wn, werr write's, and
 	// wwas the reading state a blocked write set aside (functions made
 	// once: a closure per call would allocate).
@@ -123,8 +127,9 @@ func (a *arrivals) add(s *session) bool {
 	rc.Control(func(d uintptr) {
 		// The socket's own descriptor, not a duplicate: an epoll set may
 		// hold a descriptor that Go's netpoller holds too.
-		if unix.EpollCtl(a.ep, unix.EPOLL_CTL_ADD, int(d), &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(d)}) == nil {
+		if unix.EpollCtl(a.ep, unix.EPOLL_CTL_ADD, int(d), &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(d)}) == nil {
 			fd = int32(d)
+			stampOn(int(d))
 		}
 	})
 	if fd < 0 {
@@ -132,7 +137,9 @@ func (a *arrivals) add(s *session) bool {
 	}
 	s.arr = arrivalState{on: true, fd: fd, reading: true, rc: rc, boundary: true}
 	a.byFD[fd] = s
-	a.size.Add(1)
+	if n := int(a.size.Add(1)); n > len(a.events) {
+		a.events = make([]unix.EpollEvent, 2*n)
+	}
 	return true
 }
 
@@ -151,36 +158,14 @@ func (a *arrivals) remove(s *session) {
 		delete(a.byFD, s.arr.fd)
 		unix.EpollCtl(a.ep, unix.EPOLL_CTL_DEL, int(s.arr.fd), nil)
 	}
-	a.setTicket(s, 0)
+	a.setStamp(s, 0)
 	s.arr.reading = false
 	a.notify()
 }
 
-// harvest numbers the arrivals since the last call, in the kernel's order.
-func (a *arrivals) harvest() {
-	for {
-		n, err := rawEpollWaitNow(a.ep, a.events)
-		if err == unix.EINTR {
-			continue
-		}
-		for _, ev := range a.events[:max(n, 0)] {
-			if x := a.byFD[ev.Fd]; x != nil {
-				a.next += 2
-				if x.arr.ticket == 0 {
-					a.setTicket(x, a.next)
-				}
-				x.arr.latest = a.next
-			}
-		}
-		if n < len(a.events) {
-			return
-		}
-	}
-}
-
-// setTicket gives s ticket t (0: none), keeping pending.
-func (a *arrivals) setTicket(s *session, t uint64) {
-	s.arr.ticket, s.arr.known = t, false
+// setStamp gives s's read bytes stamp t (0: none), keeping pending.
+func (a *arrivals) setStamp(s *session, t int64) {
+	s.arr.stamp, s.arr.known, s.arr.peeked = t, false, 0
 	if t == 0 {
 		delete(a.pending, s)
 	} else {
@@ -201,29 +186,73 @@ func (a *arrivals) notify() {
 	}
 }
 
-// ahead runs on the event loop before it writes commands it has read:
-// it reports whether a session whose bytes came before that moment (any
-// with a ticket above after, numbered now) and that is reading has not
-// handled a first command that may take another connection than the
-// shared one, as wait does for a session; then the loop is woken
-// (loopWake) at the next change, and upTo numbers the arrivals so far.
-func (a *arrivals) ahead(after uint64) (found bool, upTo uint64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.harvest()
+// first reports whether a session other than s that is reading has a
+// first command not yet handled, stamped in (after, before), that may
+// take another connection than the shared one, read or still in its
+// socket; or writes to its client since a moment in that span: the
+// client's bytes sent meanwhile wait in the socket's backlog, seen by
+// neither the ready list nor a peek until the write ends.
+func (a *arrivals) first(s *session, after, before int64) bool {
 	for x := range a.pending {
-		if x.arr.reading && x.arr.ticket > after && a.mayHandOff(x) {
-			a.loopWaits = true
-			return true, a.next
+		if x != s && x.arr.reading && x.arr.stamp > after && x.arr.stamp < before && a.mayHandOff(x) {
+			return true
 		}
 	}
-	if len(a.writers) > 0 {
-		// A session's client bytes may wait in its socket's backlog
-		// until its write ends (write).
-		a.loopWaits = true
-		return true, a.next
+	for x := range a.writers {
+		if x != s && x.arr.wstart > after && x.arr.wstart < before {
+			return true
+		}
 	}
-	return false, a.next
+	for {
+		n, err := rawEpollWaitNow(a.ep, a.events)
+		if err == unix.EINTR {
+			continue
+		}
+		for _, ev := range a.events[:max(n, 0)] {
+			x := a.byFD[ev.Fd]
+			if x == nil || x == s || !x.arr.reading || x.arr.stamp != 0 || !x.arr.boundary {
+				continue // read already (above), or not a command's start
+			}
+			if t := a.peekStamp(x); t > after && t < before && a.mayHandOff(x) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// peekStamp is the receive stamp of the first bytes in x's socket: a
+// one-byte peek reads the first packet's alone (a read's stamp is its
+// last packet's). This takes x's socket lock: bytes reaching x meanwhile
+// wait in its backlog, but they follow bytes x has not read, so they are
+// a pipeline's, which the order does not cover. 1: no stamp (taken as
+// before any other), 0: nothing there.
+func (a *arrivals) peekStamp(x *session) int64 {
+	if x.arr.peeked != 0 {
+		return x.arr.peeked
+	}
+	var b [1]byte
+	n, ts, err := a.rc.recv(int(x.arr.fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	if err != nil || n <= 0 {
+		return 0 // nothing to read (or the end): no command
+	}
+	x.arr.peeked = max(ts, 1)
+	return x.arr.peeked
+}
+
+// ahead runs on the event loop before it writes commands it has read:
+// it reports whether a session holds them, as wait does for a session
+// (first; stamps up to after are no longer waited for); then the loop is
+// woken (loopWake) at the next change. upTo bounds the stamps seen.
+func (a *arrivals) ahead(after int64) (found bool, upTo int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	upTo = time.Now().UnixNano()
+	if a.first(nil, after, math.MaxInt64) {
+		a.loopWaits = true
+		return true, upTo
+	}
+	return false, upTo
 }
 
 // wait runs when s has read a batch of commands, before it handles them:
@@ -235,30 +264,9 @@ func (a *arrivals) wait(s *session) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// No harvest here: the bytes that came before s's were in the ready
-	// list when s took it, just before reading (read), or had been read.
-	mine := s.arr.ticket
+	mine := s.arr.stamp
 	var deadline time.Time
-	for mine != 0 {
-		ahead := false
-		for x := range a.pending {
-			if x != s && x.arr.reading && x.arr.ticket != 0 && x.arr.ticket < mine && a.mayHandOff(x) {
-				ahead = true
-				break
-			}
-		}
-		for x := range a.writers {
-			// Its client's bytes may wait in its socket's backlog since
-			// before s's were numbered: they are numbered when the write
-			// ends (write).
-			if x != s && x.arr.wmark < mine {
-				ahead = true
-				break
-			}
-		}
-		if !ahead {
-			return
-		}
+	for mine != 0 && a.first(s, 0, mine) {
 		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(orderMax)
@@ -285,34 +293,26 @@ func (a *arrivals) wait(s *session) {
 
 // handled runs once s has handled what it read (it is about to write it,
 // with its fence up if it took a connection of its own, or has answered
-// it): the sessions whose bytes came after go on.
+// it): the sessions whose bytes came after go on. Bytes s has not read
+// yet are in the ready list, and stamped when looked at.
 func (a *arrivals) handled(s *session) {
 	if a == nil || !s.arr.on {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if s.arr.ticket == 0 && !s.arr.reading {
+	if s.arr.stamp == 0 && !s.arr.reading {
 		return
 	}
-	old := s.arr.ticket
-	a.setTicket(s, 0)
-	if s.arr.latest > old {
-		// Bytes that came after the ones s read may wait in its socket:
-		// they keep a number, so the commands that came after them wait.
-		if rawReadable(int(s.arr.fd)) { // not SIOCINQ, which takes the socket's lock
-			a.setTicket(s, s.arr.latest)
-		}
-	}
+	a.setStamp(s, 0)
 	s.arr.reading = false
 	a.notify()
 }
 
-// read reads s's client. The arrivals are taken in the moment before the
-// bytes are read: once read, they are no longer in the epoll set's ready
-// list (epoll reports a descriptor only while it is readable), so their
-// place among the others' would be lost. Bytes that came after that
-// moment get the next number.
+// read reads s's client, under the order's lock: no other session looks
+// at the sessions' sockets while this one's is locked by the read (bytes
+// reaching it meanwhile wait in its backlog, where neither the ready list
+// nor a peek sees them).
 func (a *arrivals) read(s *session, b []byte) (int, error) {
 	if a == nil || !s.arr.on {
 		return s.conn.Read(b)
@@ -322,34 +322,19 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 		st.rfn = func(fd uintptr) bool {
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			a.harvest()
-			if st.ticket == 0 && !a.numberUnharvested(s) {
-				return false // nothing to read: parked until readable
-			}
-			for {
-				st.rn, st.rerr = rawRead(int(fd), st.rb)
-				if st.rerr == unix.EAGAIN && st.ticket == 0 && rawReadable(int(fd)) {
-					// Bytes that came while the read held the socket's
-					// lock, announced only now, after others' that came
-					// meanwhile: numbered before those (as a write's are).
-					a.next += 2
-					a.setTicket(s, a.next)
-					st.latest = a.next
-					continue
-				}
-				if st.rerr != unix.EINTR {
-					break
-				}
-			}
+			var ts int64
+			st.rn, ts, st.rerr = st.in.recv(int(fd), st.rb, 0)
 			if st.rerr == unix.EAGAIN {
 				return false // parked until readable
 			}
 			if st.rn > 0 {
-				if st.ticket == 0 {
-					a.next += 2
-					a.setTicket(s, a.next)
-					st.latest = a.next
+				if st.stamp == 0 {
+					if ts == 0 { // no stamps: the order of reading
+						ts = time.Now().UnixNano()
+					}
+					a.setStamp(s, ts)
 				}
+				st.peeked = 0
 				if !st.known {
 					st.handoff, st.known = st.pipe || st.boundary && handsOff(st.rb[:st.rn], &a.args, a.cluster), true
 					if !st.handoff {
@@ -372,33 +357,6 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return st.rn, nil
-}
-
-// numberUnharvested runs when the harvest gave s no number: it reports
-// whether s's socket holds bytes, numbering them if they are new. Bytes
-// that came after the harvest are not read before a harvest has numbered
-// them: read first, they would leave the ready list, and the arrivals
-// that came just before them and are still in it would be numbered after
-// them (a PUBLISH, so, ahead of a SUBSCRIBE sent before it).
-func (a *arrivals) numberUnharvested(s *session) bool {
-	st := &s.arr
-	for range 3 {
-		// Not a MSG_PEEK: that takes the socket's lock, and a command
-		// that arrives meanwhile (the SUBSCRIBE sent on seeing the last
-		// reply, the moment the session looks) would be announced only
-		// when the peek lets go, after another client's PUBLISH sent
-		// after it (1 of 1,000 lost in about one run of 180).
-		if !rawReadable(int(st.fd)) {
-			return false // nothing yet: the read parks
-		}
-		a.harvest() // their arrival is being put in the ready list
-		if st.ticket != 0 {
-			return true
-		}
-	}
-	// Bytes no edge announces (left after a ticket was cleared): they
-	// are numbered now, as they are read.
-	return true
 }
 
 // piped marks s's client as subscribed: every command it sends counts.
@@ -428,13 +386,9 @@ func (a *arrivals) mayHandOff(x *session) bool {
 	if a.peek == nil {
 		a.peek = make([]byte, 4096)
 	}
-	// This peek takes x's socket lock (numberUnharvested's poll does not):
-	// bytes reaching x meanwhile are numbered late, but they follow a
-	// command of x's not yet answered, so they are a pipeline's, which
-	// the order does not cover.
-	n, _, err := unix.Recvfrom(int(st.fd), a.peek, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	n, _, err := a.rc.recv(int(st.fd), a.peek, unix.MSG_PEEK|unix.MSG_DONTWAIT)
 	if err != nil || n <= 0 {
-		return true // x is reading its bytes: its read says (read)
+		return false // nothing there: no command
 	}
 	st.handoff, st.known = handsOff(a.peek[:n], &a.args, a.cluster), true
 	return st.handoff
@@ -495,22 +449,15 @@ func (a *arrivals) write(s *session, b []byte) (int, error) {
 // beginWrite and endWrite bracket a write to s's client. The write takes
 // the socket's lock, and bytes the client sends meanwhile (a closed-loop
 // client's next command, sent the moment it reads the reply) wait in the
-// socket's backlog: the kernel announces them to the epoll set only when
-// the write ends, after bytes other clients sent later. Numbered by that
-// announcement, a SUBSCRIBE sent on seeing a PONG came after a PUBLISH
-// sent after it (8 of 100,000 tries lost on two loaded cores). So the
-// write's start is marked (wmark, after a harvest: what came before it is
-// numbered), the sessions numbered since, and the event loop, wait while
-// it lasts, and bytes in the socket when it ends take the number right
-// after the mark: before anything numbered during the write. Bytes that
-// came during the write on both sockets have no order the proxy can see;
-// the writer's come first.
+// socket's backlog, seen by neither the ready list nor a peek until the
+// write ends, though stamped when they came: a SUBSCRIBE sent on seeing a
+// PONG would be missed by a PUBLISH sent after it (8 of 100,000 tries lost
+// on two loaded cores, before the bracket). So while the write lasts, the
+// sessions whose bytes came after it began, and the event loop, wait (first);
+// when it ends, the bytes are in the socket with their stamps.
 func (a *arrivals) beginWrite(s *session) {
 	a.mu.Lock()
-	if a.size.Load() > 1 {
-		a.harvest()
-	}
-	s.arr.writing, s.arr.wmark = true, a.next
+	s.arr.writing, s.arr.wstart = true, time.Now().UnixNano()
 	a.writers[s] = struct{}{}
 	a.mu.Unlock()
 }
@@ -518,16 +465,11 @@ func (a *arrivals) beginWrite(s *session) {
 func (a *arrivals) endWrite(s *session) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := &s.arr
-	if !st.writing {
+	if !s.arr.writing {
 		return
 	}
-	st.writing = false
+	s.arr.writing = false
 	delete(a.writers, s)
-	if st.on && st.ticket == 0 && rawReadable(int(st.fd)) {
-		a.setTicket(s, st.wmark+1)
-		st.latest = max(st.latest, st.wmark+1)
-	}
 	a.notify()
 }
 
@@ -541,8 +483,9 @@ func (a *arrivals) reading(s *session, partial bool) {
 	a.mu.Lock()
 	s.arr.reading = true
 	s.arr.boundary = !partial
-	if partial && s.arr.ticket != 0 {
-		a.setTicket(s, 0)
+	s.arr.peeked = 0
+	if partial && s.arr.stamp != 0 {
+		a.setStamp(s, 0)
 		a.notify()
 	}
 	a.mu.Unlock()

@@ -107,27 +107,6 @@ func rawEpollWaitNow(ep int, events []unix.EpollEvent) (int, error) {
 	return int(n), nil
 }
 
-// rawReadable reports whether fd has bytes to read, or their end or an
-// error, by poll(2) with a zero timeout. Unlike a read, a MSG_PEEK or
-// SIOCINQ, TCP's poll does not take the socket's lock: bytes that arrive
-// while the lock is held wait in the socket's backlog and are announced
-// (to epoll, among others) only when it is let go, after bytes that came
-// later on other sockets (arrivals_linux.go).
-func rawReadable(fd int) bool {
-	pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	var ts unix.Timespec
-	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		switch {
-		case e == unix.EINTR:
-		case e != 0:
-			return true // the read reports it
-		default:
-			return n > 0 && pfd.Revents != 0
-		}
-	}
-}
-
 // rawSchedYield lets another thread waiting for this CPU run (the loop's
 // spin, loop_linux.go).
 func rawSchedYield() {
