@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -204,7 +205,7 @@ func (a *arrivals) first(s *session, after, before int64) bool {
 		}
 	}
 	for {
-		n, err := rawEpollWaitNow(a.ep, a.events)
+		n, err := rawsys.EpollWaitNow(a.ep, a.events)
 		if err == unix.EINTR {
 			continue
 		}
@@ -406,7 +407,7 @@ func (a *arrivals) write(s *session, b []byte) (int, error) {
 		st.wfn = func(fd uintptr) bool {
 			a.beginWrite(s)
 			for st.wn < len(st.wb) {
-				n, err := rawWrite(int(fd), st.wb[st.wn:])
+				n, err := rawsys.Write(int(fd), st.wb[st.wn:])
 				switch err {
 				case nil:
 					st.wn += n

@@ -5,6 +5,7 @@ package proxy
 import (
 	"net"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -86,9 +87,9 @@ func (l *loop) pipeEvent(pi *lpipe) {
 		l.pipeWait = append(l.pipeWait, pi)
 		return
 	}
-	n, err := rawRead(pi.fd, l.pipeBuf())
+	n, err := rawsys.Read(pi.fd, l.pipeBuf())
 	for err == unix.EINTR {
-		n, err = rawRead(pi.fd, l.pipeBuf())
+		n, err = rawsys.Read(pi.fd, l.pipeBuf())
 	}
 	if err == unix.EAGAIN {
 		return

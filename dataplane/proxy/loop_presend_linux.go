@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing/command"
 )
@@ -189,7 +190,7 @@ func writePresented(u *lupstream, raw []byte) []byte {
 		return raw
 	}
 	for len(raw) > 0 {
-		n, err := rawWrite(u.fd, raw)
+		n, err := rawsys.Write(u.fd, raw)
 		if err == unix.EINTR {
 			continue
 		}
