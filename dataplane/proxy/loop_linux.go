@@ -128,7 +128,7 @@ type loop struct {
 	// replied says the last round did; active counts the clients sending.
 	spinReply, spinCmd spinner
 	// reads are the round's clients that read new bytes, parsed at the
-	// round's end in the order they were sent (loop_stamp_linux.go).
+	// round's end in the order they were sent (order/stamp_linux.go).
 	reads   []*lclient
 	replied bool
 	active  activity

@@ -21,7 +21,7 @@ func (s *session) drain() {
 	if len(s.pend) == 0 {
 		return
 	}
-	s.p.arrivals.handled(s)
+	s.p.arrivals.Handled(s.arr)
 	if !s.p.cfg.Cluster && !s.dedicated {
 		s.drainShared()
 		return
@@ -46,10 +46,10 @@ func (s *session) drain() {
 }
 
 // sendQueued writes the commands queued on the session's upstream
-// connections, once no fence holds them (fence.go), with a deadline for
+// connections, once no fence holds them (order/fence.go), with a deadline for
 // their replies (none for a blocking command, nor without a timeout).
 func (s *session) sendQueued() {
-	s.p.fences.wait(s.fence)
+	s.p.fences.Wait(s.fence)
 	var now time.Time
 	for _, u := range s.ups {
 		if u == nil || u.queued == 0 {
@@ -70,7 +70,7 @@ func (s *session) sendQueued() {
 			s.fail(u, err)
 		}
 	}
-	s.p.fences.sent(s.fence)
+	s.p.fences.Sent(s.fence)
 }
 
 // takeReply reads the reply owed for pd and appends it to the client's

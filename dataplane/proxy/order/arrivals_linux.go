@@ -1,10 +1,11 @@
 //go:build linux
 
-package proxy
+package order
 
 import (
 	"io"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,42 +31,45 @@ import (
 // client socket (its ready list: the sockets holding bytes not yet read)
 // and stamped by a one-byte peek. A session waiting for Redis' replies is
 // not waited for: its next commands come after those replies anyway, as a
-// pipeline's do. A wait lasts at most orderMax (fence.go): between its
+// pipeline's do. A wait lasts at most Max (fence.go): between its
 // read and its handling a session does only the proxy's own work.
 
-type arrivals struct {
+type Arrivals struct {
 	ep   int
 	mu   sync.Mutex
-	byFD map[int32]*session
+	byFD map[int32]*Member
 	// pending are the sessions that read a command not yet handled;
 	// writers those writing to their client (write).
-	pending, writers map[*session]struct{}
-	// peek, rc and args are mayHandOff's buffers.
+	pending, writers map[*Member]struct{}
+	// peek and rc are mayHandOff's buffers.
 	peek   []byte
 	rc     stampRecv
-	args   [][]byte
 	events []unix.EpollEvent
 	// changed is closed (and replaced) when a session has handled what it
 	// read, if a session waits for that (waiters > 0).
 	changed chan struct{}
 	waiters int
-	// size counts the sessions in the set (the event loop's cheap test).
-	size atomic.Int32
-	// loopWake, if set, is called (under mu) when a session has handled
+	// Size counts the sessions in the set (the event loop's cheap test).
+	Size atomic.Int32
+	// LoopWake, if set, is called (under mu) when a session has handled
 	// what it read and the event loop holds its writes for it
 	// (loopWaits; loop_arrivals_linux.go).
-	loopWake  func()
+	LoopWake  func()
 	loopWaits bool
-	// bound is called when a wait ends by orderMax (proxy metrics).
+	// bound is called when a wait ends by Max (proxy metrics).
 	bound func()
-	// cluster: commands are classified as in cluster mode (handsOff).
-	cluster bool
+	// handsOff reports whether bytes a client sent, from a command's
+	// start, may take another connection than the shared one (called
+	// under mu).
+	handsOff func([]byte) bool
 }
 
-// arrivalState is a session's part of arrivals (under arrivals.mu).
-type arrivalState struct {
-	on bool // the session is in the set
-	fd int32
+// Member is a session's part of arrivals (under Arrivals.mu): its
+// client's connection.
+type Member struct {
+	conn net.Conn
+	on   bool // the session is in the set
+	fd   int32
 	// stamp is the receive stamp of the bytes the session read and has
 	// not handled (0: none); peeked that of the first bytes in its
 	// socket, not read (0: not looked at since the last read).
@@ -94,33 +98,33 @@ type arrivalState struct {
 	boundary, handoff, known, pipe bool
 }
 
-func newArrivals(bound func(), cluster bool) *arrivals {
+func New(bound func(), handsOff func([]byte) bool) *Arrivals {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil
 	}
-	return &arrivals{ep: ep, byFD: map[int32]*session{}, pending: map[*session]struct{}{}, writers: map[*session]struct{}{}, events: make([]unix.EpollEvent, 256), bound: bound, cluster: cluster}
+	return &Arrivals{ep: ep, byFD: map[int32]*Member{}, pending: map[*Member]struct{}{}, writers: map[*Member]struct{}{}, events: make([]unix.EpollEvent, 256), bound: bound, handsOff: handsOff}
 }
 
-func (a *arrivals) close() {
+func (a *Arrivals) Close() {
 	if a != nil {
 		unix.Close(a.ep)
 	}
 }
 
-// add puts the session's client socket in the set; it reports false when
-// it cannot (the session is then not ordered against the others).
-func (a *arrivals) add(s *session) bool {
+// Add puts a session's client socket in the set; it returns nil when it
+// cannot (the session is then not ordered against the others).
+func (a *Arrivals) Add(c net.Conn) *Member {
 	if a == nil {
-		return false
+		return nil
 	}
-	sc, ok := s.conn.(syscall.Conn) // a TCP socket, not TLS
+	sc, ok := c.(syscall.Conn) // a TCP socket, not TLS
 	if !ok {
-		return false
+		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		return nil
 	}
 	var fd int32 = -1
 	a.mu.Lock()
@@ -134,39 +138,42 @@ func (a *arrivals) add(s *session) bool {
 		}
 	})
 	if fd < 0 {
-		return false
+		return nil
 	}
-	s.arr = arrivalState{on: true, fd: fd, reading: true, rc: rc, boundary: true}
+	s := &Member{conn: c, on: true, fd: fd, reading: true, rc: rc, boundary: true}
 	a.byFD[fd] = s
-	if n := int(a.size.Add(1)); n > len(a.events) {
+	if n := int(a.Size.Add(1)); n > len(a.events) {
 		a.events = make([]unix.EpollEvent, 2*n)
 	}
-	return true
+	return s
 }
 
-// remove takes the session out, before its socket is closed.
-func (a *arrivals) remove(s *session) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !s.arr.on {
+// Remove takes the session out, before its socket is closed.
+func (a *Arrivals) Remove(s *Member) {
+	if a == nil || s == nil {
 		return
 	}
-	s.arr.on = false
-	s.arr.writing = false
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !s.on {
+		return
+	}
+	s.on = false
+	s.writing = false
 	delete(a.writers, s)
-	a.size.Add(-1)
-	if a.byFD[s.arr.fd] == s {
-		delete(a.byFD, s.arr.fd)
-		unix.EpollCtl(a.ep, unix.EPOLL_CTL_DEL, int(s.arr.fd), nil)
+	a.Size.Add(-1)
+	if a.byFD[s.fd] == s {
+		delete(a.byFD, s.fd)
+		unix.EpollCtl(a.ep, unix.EPOLL_CTL_DEL, int(s.fd), nil)
 	}
 	a.setStamp(s, 0)
-	s.arr.reading = false
+	s.reading = false
 	a.notify()
 }
 
 // setStamp gives s's read bytes stamp t (0: none), keeping pending.
-func (a *arrivals) setStamp(s *session, t int64) {
-	s.arr.stamp, s.arr.known, s.arr.peeked = t, false, 0
+func (a *Arrivals) setStamp(s *Member, t int64) {
+	s.stamp, s.known, s.peeked = t, false, 0
 	if t == 0 {
 		delete(a.pending, s)
 	} else {
@@ -176,14 +183,14 @@ func (a *arrivals) setStamp(s *session, t int64) {
 
 // notify wakes the sessions waiting in wait, and the event loop if it
 // holds its writes for a session (ahead).
-func (a *arrivals) notify() {
+func (a *Arrivals) notify() {
 	if a.waiters > 0 {
 		close(a.changed)
 		a.changed = make(chan struct{})
 	}
 	if a.loopWaits {
 		a.loopWaits = false
-		a.loopWake()
+		a.LoopWake()
 	}
 }
 
@@ -193,14 +200,14 @@ func (a *arrivals) notify() {
 // socket; or writes to its client since a moment in that span: the
 // client's bytes sent meanwhile wait in the socket's backlog, seen by
 // neither the ready list nor a peek until the write ends.
-func (a *arrivals) first(s *session, after, before int64) bool {
+func (a *Arrivals) first(s *Member, after, before int64) bool {
 	for x := range a.pending {
-		if x != s && x.arr.reading && x.arr.stamp > after && x.arr.stamp < before && a.mayHandOff(x) {
+		if x != s && x.reading && x.stamp > after && x.stamp < before && a.mayHandOff(x) {
 			return true
 		}
 	}
 	for x := range a.writers {
-		if x != s && x.arr.wstart > after && x.arr.wstart < before {
+		if x != s && x.wstart > after && x.wstart < before {
 			return true
 		}
 	}
@@ -211,7 +218,7 @@ func (a *arrivals) first(s *session, after, before int64) bool {
 		}
 		for _, ev := range a.events[:max(n, 0)] {
 			x := a.byFD[ev.Fd]
-			if x == nil || x == s || !x.arr.reading || x.arr.stamp != 0 || !x.arr.boundary {
+			if x == nil || x == s || !x.reading || x.stamp != 0 || !x.boundary {
 				continue // read already (above), or not a command's start
 			}
 			if t := a.peekStamp(x); t > after && t < before && a.mayHandOff(x) {
@@ -228,24 +235,24 @@ func (a *arrivals) first(s *session, after, before int64) bool {
 // wait in its backlog, but they follow bytes x has not read, so they are
 // a pipeline's, which the order does not cover. 1: no stamp (taken as
 // before any other), 0: nothing there.
-func (a *arrivals) peekStamp(x *session) int64 {
-	if x.arr.peeked != 0 {
-		return x.arr.peeked
+func (a *Arrivals) peekStamp(x *Member) int64 {
+	if x.peeked != 0 {
+		return x.peeked
 	}
 	var b [1]byte
-	n, ts, err := a.rc.recv(int(x.arr.fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	n, ts, err := a.rc.recv(int(x.fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 	if err != nil || n <= 0 {
 		return 0 // nothing to read (or the end): no command
 	}
-	x.arr.peeked = max(ts, 1)
-	return x.arr.peeked
+	x.peeked = max(ts, 1)
+	return x.peeked
 }
 
-// ahead runs on the event loop before it writes commands it has read:
+// Ahead runs on the event loop before it writes commands it has read:
 // it reports whether a session holds them, as wait does for a session
 // (first; stamps up to after are no longer waited for); then the loop is
 // woken (loopWake) at the next change. upTo bounds the stamps seen.
-func (a *arrivals) ahead(after int64) (found bool, upTo int64) {
+func (a *Arrivals) Ahead(after int64) (found bool, upTo int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	upTo = time.Now().UnixNano()
@@ -256,21 +263,21 @@ func (a *arrivals) ahead(after int64) (found bool, upTo int64) {
 	return false, upTo
 }
 
-// wait runs when s has read a batch of commands, before it handles them:
+// Wait runs when s has read a batch of commands, before it handles them:
 // it waits until the sessions whose bytes came before s's and that are
-// reading have handled theirs (at most orderMax).
-func (a *arrivals) wait(s *session) {
-	if a == nil || !s.arr.on {
+// reading have handled theirs (at most Max).
+func (a *Arrivals) Wait(s *Member) {
+	if a == nil || s == nil || !s.on {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	mine := s.arr.stamp
+	mine := s.stamp
 	var deadline time.Time
 	for mine != 0 && a.first(s, 0, mine) {
 		now := time.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(orderMax)
+			deadline = now.Add(Max)
 		} else if !now.Before(deadline) {
 			a.bound()
 			return
@@ -292,33 +299,33 @@ func (a *arrivals) wait(s *session) {
 	}
 }
 
-// handled runs once s has handled what it read (it is about to write it,
+// Handled runs once s has handled what it read (it is about to write it,
 // with its fence up if it took a connection of its own, or has answered
 // it): the sessions whose bytes came after go on. Bytes s has not read
 // yet are in the ready list, and stamped when looked at.
-func (a *arrivals) handled(s *session) {
-	if a == nil || !s.arr.on {
+func (a *Arrivals) Handled(s *Member) {
+	if a == nil || s == nil || !s.on {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if s.arr.stamp == 0 && !s.arr.reading {
+	if s.stamp == 0 && !s.reading {
 		return
 	}
 	a.setStamp(s, 0)
-	s.arr.reading = false
+	s.reading = false
 	a.notify()
 }
 
-// read reads s's client, under the order's lock: no other session looks
+// Read reads s's client, under the order's lock: no other session looks
 // at the sessions' sockets while this one's is locked by the read (bytes
 // reaching it meanwhile wait in its backlog, where neither the ready list
 // nor a peek sees them).
-func (a *arrivals) read(s *session, b []byte) (int, error) {
-	if a == nil || !s.arr.on {
+func (a *Arrivals) Read(s *Member, b []byte) (int, error) {
+	if !s.on { // taken out of the set: a plain read
 		return s.conn.Read(b)
 	}
-	st := &s.arr
+	st := s
 	if st.rfn == nil {
 		st.rfn = func(fd uintptr) bool {
 			a.mu.Lock()
@@ -337,7 +344,7 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 				}
 				st.peeked = 0
 				if !st.known {
-					st.handoff, st.known = st.pipe || st.boundary && handsOff(st.rb[:st.rn], &a.args, a.cluster), true
+					st.handoff, st.known = st.pipe || st.boundary && a.handsOff(st.rb[:st.rn]), true
 					if !st.handoff {
 						a.notify() // a session may wait to learn it
 					}
@@ -360,10 +367,13 @@ func (a *arrivals) read(s *session, b []byte) (int, error) {
 	return st.rn, nil
 }
 
-// piped marks s's client as subscribed: every command it sends counts.
-func (a *arrivals) piped(s *session) {
+// Piped marks s's client as subscribed: every command it sends counts.
+func (a *Arrivals) Piped(s *Member) {
+	if a == nil || s == nil {
+		return
+	}
 	a.mu.Lock()
-	s.arr.pipe = true
+	s.pipe = true
 	a.mu.Unlock()
 }
 
@@ -373,8 +383,8 @@ func (a *arrivals) piped(s *session) {
 // only then do the sessions whose bytes came after wait for it. Commands
 // that merely share the connection are not waited for. Bytes x has not
 // read yet are peeked at.
-func (a *arrivals) mayHandOff(x *session) bool {
-	st := &x.arr
+func (a *Arrivals) mayHandOff(x *Member) bool {
+	st := x
 	if st.pipe {
 		return true
 	}
@@ -391,18 +401,18 @@ func (a *arrivals) mayHandOff(x *session) bool {
 	if err != nil || n <= 0 {
 		return false // nothing there: no command
 	}
-	st.handoff, st.known = handsOff(a.peek[:n], &a.args, a.cluster), true
+	st.handoff, st.known = a.handsOff(a.peek[:n]), true
 	return st.handoff
 }
 
-// write writes b to s's client. While the client does not take it (a
+// Write writes b to s's client. While the client does not take it (a
 // client that does not read its replies), the session does not count as
 // reading: the others do not wait for its commands.
-func (a *arrivals) write(s *session, b []byte) (int, error) {
-	if a == nil || !s.arr.on {
+func (a *Arrivals) Write(s *Member, b []byte) (int, error) {
+	if !s.on {
 		return s.conn.Write(b)
 	}
-	st := &s.arr
+	st := s
 	if st.wfn == nil {
 		st.wfn = func(fd uintptr) bool {
 			a.beginWrite(s)
@@ -456,36 +466,36 @@ func (a *arrivals) write(s *session, b []byte) (int, error) {
 // on two loaded cores, before the bracket). So while the write lasts, the
 // sessions whose bytes came after it began, and the event loop, wait (first);
 // when it ends, the bytes are in the socket with their stamps.
-func (a *arrivals) beginWrite(s *session) {
+func (a *Arrivals) beginWrite(s *Member) {
 	a.mu.Lock()
-	s.arr.writing, s.arr.wstart = true, time.Now().UnixNano()
+	s.writing, s.wstart = true, time.Now().UnixNano()
 	a.writers[s] = struct{}{}
 	a.mu.Unlock()
 }
 
-func (a *arrivals) endWrite(s *session) {
+func (a *Arrivals) endWrite(s *Member) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !s.arr.writing {
+	if !s.writing {
 		return
 	}
-	s.arr.writing = false
+	s.writing = false
 	delete(a.writers, s)
 	a.notify()
 }
 
-// reading marks s as reading its client again (its replies are written).
+// Reading marks s as reading its client again (its replies are written).
 // partial: the bytes s read so far are part of a command, all it can
 // handle of them: they are not waited for.
-func (a *arrivals) reading(s *session, partial bool) {
-	if a == nil || !s.arr.on {
+func (a *Arrivals) Reading(s *Member, partial bool) {
+	if a == nil || s == nil || !s.on {
 		return
 	}
 	a.mu.Lock()
-	s.arr.reading = true
-	s.arr.boundary = !partial
-	s.arr.peeked = 0
-	if partial && s.arr.stamp != 0 {
+	s.reading = true
+	s.boundary = !partial
+	s.peeked = 0
+	if partial && s.stamp != 0 {
 		a.setStamp(s, 0)
 		a.notify()
 	}

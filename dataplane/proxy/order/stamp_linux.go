@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package order
 
 import (
 	"io"
@@ -72,21 +72,21 @@ func (s *stampRecv) stamp() int64 {
 	return 0
 }
 
-// stampIO reads a non-blocking client socket (the event loop's), keeping
-// the receive stamp of the last read (ts).
-type stampIO struct {
+// StampIO reads a non-blocking client socket (the event loop's), keeping
+// the receive stamp of the last read (TS).
+type StampIO struct {
 	fd int
-	ts int64
+	TS int64
 	rc stampRecv
 }
 
-// newStampIO turns receive stamps on for fd.
-func newStampIO(fd int) *stampIO {
+// NewStampIO turns receive stamps on for fd.
+func NewStampIO(fd int) *StampIO {
 	stampOn(fd)
-	return &stampIO{fd: fd}
+	return &StampIO{fd: fd}
 }
 
-func (s *stampIO) Read(b []byte) (int, error) {
+func (s *StampIO) Read(b []byte) (int, error) {
 	n, ts, err := s.rc.recv(s.fd, b, 0)
 	switch {
 	case err != nil:
@@ -95,7 +95,7 @@ func (s *stampIO) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if n > 0 {
-		s.ts = ts
+		s.TS = ts
 	}
 	return n, nil
 }
