@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
 	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
@@ -25,6 +26,13 @@ func (r arrivalIO) Read(b []byte) (int, error) {
 		s.p.arrivals.Reading(s.arr, s.cr.Buffered() > 0 || s.cr.Streaming())
 	}
 	return s.p.arrivals.Read(s.arr, b)
+}
+
+// newArrivals makes the sessions' order of arrival (order.Arrivals),
+// which asks handsOff whether a client's bytes may hand it off.
+func (p *Proxy) newArrivals() *order.Arrivals {
+	var args [][]byte // handsOff's: it is called under the order's lock
+	return order.New(p.m.orderBounds.Inc, func(b []byte) bool { return handsOff(b, &args, p.cfg.Cluster) })
 }
 
 // handsOff reports whether a command in b, as a client in shared mode

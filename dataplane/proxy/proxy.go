@@ -266,8 +266,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Sessions are ordered by arrival, among themselves and, with the
 	// event loop, against the loop's clients (loop_arrivals_linux.go).
-	var args [][]byte // handsOff's, called under the order's lock
-	p.arrivals = order.New(p.m.orderBounds.Inc, func(b []byte) bool { return handsOff(b, &args, p.cfg.Cluster) })
+	p.arrivals = p.newArrivals()
 	if loopEligible(&p.cfg) {
 		if l, err := newLoop(p); err != nil {
 			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)
