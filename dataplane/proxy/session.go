@@ -580,3 +580,8 @@ func unsafeString(b []byte) string {
 	}
 	return unsafe.String(&b[0], len(b))
 }
+
+// relay appends a reply made or read back by the session, in order.
+func (s *session) relay(b []byte) {
+	s.local(func(out []byte) []byte { return append(out, b...) })
+}

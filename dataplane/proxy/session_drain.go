@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"time"
 
@@ -249,16 +248,6 @@ func (s *session) fail(u *upstream, err error) {
 // errStateLost refuses to open a new upstream connection for a session
 // whose connection state went with the old one.
 var errStateLost = errors.New("connection state lost with the upstream connection; reconnect")
-
-func errText(err error) string {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return "timeout waiting for a reply"
-	}
-	if errors.Is(err, io.EOF) {
-		return "connection closed by Redis"
-	}
-	return err.Error()
-}
 
 // armDeadline sets the read/write deadline only when the one set before is
 // more than half used: setting a deadline costs a timer update, and most
