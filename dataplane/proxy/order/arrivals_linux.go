@@ -64,7 +64,7 @@ type Arrivals struct {
 	handsOff func([]byte) bool
 }
 
-// Member is a session's part of arrivals (under Arrivals.mu): its
+// Member is a session's part of Arrivals (under its mu): its
 // client's connection.
 type Member struct {
 	conn net.Conn
@@ -181,8 +181,8 @@ func (a *Arrivals) setStamp(s *Member, t int64) {
 	}
 }
 
-// notify wakes the sessions waiting in wait, and the event loop if it
-// holds its writes for a session (ahead).
+// notify wakes the sessions waiting in Wait, and the event loop if it
+// holds its writes for a session (Ahead).
 func (a *Arrivals) notify() {
 	if a.waiters > 0 {
 		close(a.changed)
@@ -249,7 +249,7 @@ func (a *Arrivals) peekStamp(x *Member) int64 {
 }
 
 // Ahead runs on the event loop before it writes commands it has read:
-// it reports whether a session holds them, as wait does for a session
+// it reports whether a session holds them, as Wait does for a session
 // (first; stamps up to after are no longer waited for); then the loop is
 // woken (loopWake) at the next change. upTo bounds the stamps seen.
 func (a *Arrivals) Ahead(after int64) (found bool, upTo int64) {
