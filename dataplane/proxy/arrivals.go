@@ -4,27 +4,35 @@ import (
 	"bytes"
 	"strconv"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
 	"github.com/heatsink-dev/heatsink/routing/command"
 )
 
-// Sessions in the order their clients' bytes came: arrivals_linux.go
-// (elsewhere, arrivals_other.go does nothing).
+// Sessions in the order their clients' bytes came: order/arrivals_linux.go
+// (elsewhere, order/arrivals_other.go does nothing).
 
 // arrivalIO reads and writes the session's client, telling arrivals
 // when the session reads it again, and when it waits for the client to
 // take its replies.
 type arrivalIO struct{ s *session }
 
-func (r arrivalIO) Write(b []byte) (int, error) { return r.s.p.arrivals.write(r.s, b) }
+func (r arrivalIO) Write(b []byte) (int, error) { return r.s.p.arrivals.Write(r.s.arr, b) }
 
 func (r arrivalIO) Read(b []byte) (int, error) {
 	s := r.s
 	if !s.readingAhead { // not watchClient, which reads ahead while Redis blocks
 		// Bytes buffered and not a command: a command's first part, all
 		// the session can handle of what it read.
-		s.p.arrivals.reading(s, s.cr.Buffered() > 0 || s.cr.Streaming())
+		s.p.arrivals.Reading(s.arr, s.cr.Buffered() > 0 || s.cr.Streaming())
 	}
-	return s.p.arrivals.read(s, b)
+	return s.p.arrivals.Read(s.arr, b)
+}
+
+// newArrivals makes the sessions' order of arrival (order.Arrivals),
+// which asks handsOff whether a client's bytes may hand it off.
+func (p *Proxy) newArrivals() *order.Arrivals {
+	var args [][]byte // handsOff's: it is called under the order's lock
+	return order.New(p.m.orderBounds.Inc, func(b []byte) bool { return handsOff(b, &args, p.cfg.Cluster) })
 }
 
 // handsOff reports whether a command in b, as a client in shared mode

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
@@ -49,7 +50,7 @@ const (
 
 type lclient struct {
 	fd    int
-	in    *stampIO // r's source
+	in    *order.StampIO // r's source
 	r     *resp.Reader
 	out   []byte
 	woff  int
@@ -75,7 +76,7 @@ type lclient struct {
 	pausing *lupstream
 	// handFence is the fence of the command c's session is handed
 	// (fenceUnpresented), taken down by that session.
-	handFence *fence
+	handFence *order.Fence
 	// pre is the command written for the session c is handed to;
 	// noPresend: its next handoff goes without (no spare came in time).
 	pre       *presented
@@ -155,7 +156,7 @@ func (l *loop) add(fd int) {
 		l.p.m.connections.Dec()
 		return
 	}
-	in := newStampIO(fd)
+	in := order.NewStampIO(fd)
 	c := &lclient{fd: fd, in: in, r: resp.NewReader(in, 16<<10, l.p.cfg.Limits), proto: 2, events: unix.EPOLLIN, avgReply: 2048}
 	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: c.events, Fd: int32(fd)}); err != nil {
 		unix.Close(fd)
@@ -498,7 +499,7 @@ func (l *loop) forget(c *lclient) {
 	l.dropExclusive(c)
 	l.dropPresented(c)
 	if c.handFence != nil { // closed before its session started
-		l.p.fences.release(c.handFence)
+		l.p.fences.Release(c.handFence)
 		c.handFence = nil
 	}
 	l.probeGone(c, nil)
@@ -541,7 +542,7 @@ func (l *loop) toSession(c *lclient) {
 		if pr != nil {
 			unix.Close(pr.u.fd)
 		}
-		l.p.fences.release(hf)
+		l.p.fences.Release(hf)
 		return
 	}
 	s := newSession(l.p, nc)
@@ -557,6 +558,6 @@ func (l *loop) toSession(c *lclient) {
 	}
 	if !l.p.startSession(s) {
 		l.p.m.connections.Dec()
-		l.p.fences.release(hf)
+		l.p.fences.Release(hf)
 	}
 }

@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -145,7 +146,7 @@ func (l *loop) flushMetrics() {
 // flushClient writes the client's replies; false means it was closed.
 func (l *loop) flushClient(c *lclient) bool {
 	for c.woff < len(c.out) {
-		n, err := rawWrite(c.fd, c.out[c.woff:])
+		n, err := rawsys.Write(c.fd, c.out[c.woff:])
 		if err == unix.EINTR {
 			continue
 		}
@@ -212,7 +213,7 @@ func (l *loop) flushUp(u *lupstream) {
 // full; a failed write fails u.
 func (l *loop) flushRaw(u *lupstream) {
 	for u.woff < len(u.wbuf) {
-		n, err := rawWrite(u.fd, u.wbuf[u.woff:])
+		n, err := rawsys.Write(u.fd, u.wbuf[u.woff:])
 		if err == unix.EINTR {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
@@ -127,7 +128,7 @@ type loop struct {
 	// replied says the last round did; active counts the clients sending.
 	spinReply, spinCmd spinner
 	// reads are the round's clients that read new bytes, parsed at the
-	// round's end in the order they were sent (loop_stamp_linux.go).
+	// round's end in the order they were sent (order/stamp_linux.go).
 	reads   []*lclient
 	replied bool
 	active  activity
@@ -317,7 +318,7 @@ func (l *loop) wait(events []unix.EpollEvent) (int, error) {
 // allocate.)
 func (l *loop) poll(fd uintptr) bool {
 	for {
-		l.pollN, l.pollErr = rawEpollWaitNow(int(fd), l.pollEvents)
+		l.pollN, l.pollErr = rawsys.EpollWaitNow(int(fd), l.pollEvents)
 		if l.pollErr != unix.EINTR {
 			return l.pollN > 0 || l.pollErr != nil
 		}
@@ -347,7 +348,7 @@ func (l *loop) spin() bool {
 	}
 	start := time.Now()
 	for first := true; ; first = false {
-		n, err := rawEpollWaitNow(l.ep, l.pollEvents)
+		n, err := rawsys.EpollWaitNow(l.ep, l.pollEvents)
 		if n > 0 || err != nil && err != unix.EINTR {
 			l.pollN, l.pollErr = n, err
 			if !first {
@@ -359,7 +360,7 @@ func (l *loop) spin() bool {
 			s.done(false, spent)
 			return false
 		}
-		rawSchedYield()
+		rawsys.SchedYield()
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
 )
 
 // The event loop is Linux only (epoll); elsewhere every client gets a
@@ -22,9 +24,9 @@ func (l *loop) start()                         {}
 func (l *loop) adopt(net.Conn) bool            { return false }
 func (l *loop) shutdown(<-chan time.Time) bool { return true }
 
-func (l *loop) post(func()) bool        { return false }
-func (l *loop) fenceDown()              {}
-func (l *loop) orderSessions(*arrivals) {}
+func (l *loop) post(func()) bool              { return false }
+func (l *loop) fenceDown()                    {}
+func (l *loop) orderSessions(*order.Arrivals) {}
 
 func (l *loop) pipeInput(net.Conn) *pipeIn { return nil }
 

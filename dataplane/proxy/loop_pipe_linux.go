@@ -5,6 +5,8 @@ package proxy
 import (
 	"net"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,7 +19,7 @@ import (
 // PUNSUBSCRIBE without arguments": about 250 of 900 messages through the
 // loop). So the loop reads that input with everyone else's, in the order
 // the bytes came: it writes out the commands read before, raises a fence
-// (fence.go) and gives the bytes to the session, which writes them to its
+// (order/fence.go) and gives the bytes to the session, which writes them to its
 // connection; the fence is down once Redis has answered them, and holds
 // the commands read after them meanwhile.
 
@@ -86,9 +88,9 @@ func (l *loop) pipeEvent(pi *lpipe) {
 		l.pipeWait = append(l.pipeWait, pi)
 		return
 	}
-	n, err := rawRead(pi.fd, l.pipeBuf())
+	n, err := rawsys.Read(pi.fd, l.pipeBuf())
 	for err == unix.EINTR {
-		n, err = rawRead(pi.fd, l.pipeBuf())
+		n, err = rawsys.Read(pi.fd, l.pipeBuf())
 	}
 	if err == unix.EAGAIN {
 		return
@@ -107,9 +109,9 @@ func (l *loop) pipeEvent(pi *lpipe) {
 			l.flushUp(x)
 		}
 	})
-	var f *fence
+	var f *order.Fence
 	if b[len(b)-1] == '\n' {
-		f = l.p.fences.raiseUnsent() // the session's goroutine writes it (orderedPipe)
+		f = l.p.fences.RaiseUnsent() // the session's goroutine writes it (orderedPipe)
 	}
 	l.pipeOff(pi)
 	pi.busy = true

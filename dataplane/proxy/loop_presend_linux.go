@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing/command"
 )
@@ -63,7 +65,7 @@ func (l *loop) presendable(c *lclient, cl *classified, args [][]byte) bool {
 type presenting struct {
 	c     *lclient
 	u     *lupstream
-	fence *fence
+	fence *order.Fence
 }
 
 // presend writes the command at off (l.cmd) for the session the client is
@@ -73,7 +75,7 @@ type presenting struct {
 // A client that still owes replies waits for them first (its command's
 // effects must follow theirs), as a blocking command does; one that comes
 // while a fence is up waits for it to be down; with no idle spare, the
-// command waits for one with its fence up (at most orderMax, then it goes
+// command waits for one with its fence up (at most order.Max, then it goes
 // without).
 func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool {
 	if c.noPresend {
@@ -93,7 +95,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 		// theirs). Not behind a blocking command, which may not be
 		// answered for long, nor while another fence is up.
 		if l.mayFenceAtRead(c) {
-			l.presenting = &presenting{c: c, fence: l.p.fences.raiseUnsent()}
+			l.presenting = &presenting{c: c, fence: l.p.fences.RaiseUnsent()}
 		}
 		l.waitDrain(c, off)
 		return true
@@ -125,14 +127,14 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 	pr := &presented{u: u, node: node, hello: hello}
 	raw = writePresented(u, raw)
 	c.pre = pr
-	l.p.fences.sent(pg.fence)
+	l.p.fences.Sent(pg.fence)
 	if len(raw) > 0 || u.tio != nil && u.tio.pending() {
 		// Redis answers once the session has written the rest: the fence
 		// comes down now.
 		pr.rest = append([]byte(nil), raw...)
 		l.unwatch(u)
 		l.presenting = nil
-		l.p.fences.release(pg.fence)
+		l.p.fences.Release(pg.fence)
 	} else {
 		// The loop watches for the answer (it does not read it: the
 		// session does).
@@ -151,7 +153,7 @@ func (l *loop) presend(c *lclient, cl *classified, args [][]byte, off int) bool 
 // session's command that came first, goes before it.
 func (l *loop) presentNext(c *lclient, off int) (pg *presenting, wait bool) {
 	pg = l.presenting
-	others := l.p.fences.n.Load()
+	others := l.p.fences.Up()
 	if pg != nil {
 		others--
 	}
@@ -167,9 +169,9 @@ func (l *loop) presentNext(c *lclient, off int) (pg *presenting, wait bool) {
 		// Unsent: while no spare is idle the command waits for one (a TLS
 		// spare's handshake took over 50 ms on a loaded machine, and a
 		// fence counted from here ran out first, so the session wrote the
-		// command after a PUBLISH read later); bounded by orderMax until
-		// written, by fenceMax from then on (fence.go).
-		pg = &presenting{c: c, fence: l.p.fences.raiseUnsent()}
+		// command after a PUBLISH read later); bounded by order.Max until
+		// written, by order.FenceMax from then on (order/fence.go).
+		pg = &presenting{c: c, fence: l.p.fences.RaiseUnsent()}
 		l.presenting = pg
 	}
 	return pg, false
@@ -189,7 +191,7 @@ func writePresented(u *lupstream, raw []byte) []byte {
 		return raw
 	}
 	for len(raw) > 0 {
-		n, err := rawWrite(u.fd, raw)
+		n, err := rawsys.Write(u.fd, raw)
 		if err == unix.EINTR {
 			continue
 		}
@@ -216,7 +218,7 @@ func (l *loop) fenceUnpresented(c *lclient, args [][]byte) {
 		return
 	}
 	if c.handFence == nil && l.mayFenceAtRead(c) {
-		c.handFence = l.p.fences.raiseUnsent()
+		c.handFence = l.p.fences.RaiseUnsent()
 	}
 }
 
@@ -226,7 +228,7 @@ func (l *loop) fenceUnpresented(c *lclient, args [][]byte) {
 // reply may take long), and the commands read before it are all written
 // (flushed here; a fence up with some left would hold them).
 func (l *loop) mayFenceAtRead(c *lclient) bool {
-	return l.presenting == nil && l.p.fences.n.Load() == 0 && c.excl == nil && !l.sessionsAhead() && l.flushUps()
+	return l.presenting == nil && l.p.fences.Up() == 0 && c.excl == nil && !l.sessionsAhead() && l.flushUps()
 }
 
 // flushUps writes the commands read so far; it reports whether every one
@@ -281,7 +283,7 @@ func (l *loop) presentAnswered(u *lupstream) {
 func (l *loop) endPresenting() {
 	if pg := l.presenting; pg != nil {
 		l.presenting = nil
-		l.p.fences.release(pg.fence)
+		l.p.fences.Release(pg.fence)
 	}
 }
 
@@ -291,7 +293,7 @@ func (l *loop) endPresenting() {
 // waiting to present theirs are read again, and the round's end writes
 // what was held.
 func (l *loop) fenceDown() {
-	if pg := l.presenting; pg != nil && l.p.fences.isReleased(pg.fence) {
+	if pg := l.presenting; pg != nil && l.p.fences.IsReleased(pg.fence) {
 		if pg.u != nil {
 			l.presentAnswered(pg.u)
 		} else {

@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
@@ -145,8 +146,8 @@ type Proxy struct {
 	// loop serves multiplexed clients (nil: sessions serve every client).
 	loop *loop
 	// arrivals orders sessions by their clients' bytes when the loop does
-	// not run (arrivals_linux.go).
-	arrivals *arrivals
+	// not run (order/arrivals_linux.go).
+	arrivals *order.Arrivals
 	// pools of multiplexed upstream connections by RESP version (2, 3).
 	pools      [4]*pool
 	sessionSeq atomic.Uint64
@@ -156,8 +157,8 @@ type Proxy struct {
 	// runs on goroutines (engine commands, INFO) between two commands.
 	loopConns loopConns
 	// fences hold other clients' commands while a command that gave its
-	// client a connection of its own is unanswered (fence.go).
-	fences fences
+	// client a connection of its own is unanswered (order/fence.go).
+	fences order.Fences
 	// dials spaces out dials to an address that refuses them.
 	dials backoff
 	// acceptErrs counts accept failures for rate-limited logging.
@@ -228,7 +229,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.families, _ = cfg.Observer.(FamilyObserver)
 	p.refusals, _ = cfg.Observer.(RefusalObserver)
 	p.outcomes, _ = cfg.Observer.(OutcomeObserver)
-	p.fences.bound = p.m.orderBounds.Inc
+	p.fences.Bound = p.m.orderBounds.Inc
 	if cfg.SharedConns == 0 {
 		cfg.SharedConns = 2
 	}
@@ -265,13 +266,13 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// Sessions are ordered by arrival, among themselves and, with the
 	// event loop, against the loop's clients (loop_arrivals_linux.go).
-	p.arrivals = newArrivals(p.m.orderBounds.Inc, p.cfg.Cluster)
+	p.arrivals = p.newArrivals()
 	if loopEligible(&p.cfg) {
 		if l, err := newLoop(p); err != nil {
 			p.log.Warn("event loop unavailable; serving every client with its own goroutine", "err", err)
 		} else {
 			p.loop = l
-			p.fences.wake = func() { l.post(l.fenceDown) }
+			p.fences.Wake = func() { l.post(l.fenceDown) }
 			l.orderSessions(p.arrivals)
 			l.start()
 		}
@@ -392,7 +393,7 @@ func (p *Proxy) shutdown() error {
 	}
 	p.mu.Unlock()
 	done := make(chan struct{})
-	go func() { p.wg.Wait(); p.arrivals.close(); close(done) }()
+	go func() { p.wg.Wait(); p.arrivals.Close(); close(done) }()
 	select {
 	case <-done:
 		p.closePools()
@@ -531,7 +532,7 @@ type metrics struct {
 	acceptErrors   prometheus.Counter
 	pressure       prometheus.Counter
 	// orderBounds counts waits of the Ordering rule ended by their bound
-	// (fenceMax, orderMax) rather than by what they waited for.
+	// (order.FenceMax, order.Max) rather than by what they waited for.
 	orderBounds prometheus.Counter
 	// overhead is the proxy's own time per sampled command (see
 	// loop_overhead_linux.go).

@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"os"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/routing/command"
@@ -109,3 +112,14 @@ func failedReply(line []byte) bool {
 
 var failedPrefixes = [][]byte{[]byte("ERR heatsink proxy: upstream "), []byte("ERR heatsink proxy: redirect to "),
 	[]byte(errTooManyRedirects), []byte(errUnreadable), []byte(errNoMaster)}
+
+// errText is an upstream error as a refusal tells it.
+func errText(err error) string {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return "timeout waiting for a reply"
+	}
+	if errors.Is(err, io.EOF) {
+		return "connection closed by Redis"
+	}
+	return err.Error()
+}

@@ -215,3 +215,8 @@ func replyMode(args [][]byte) int {
 	}
 	return 0
 }
+
+// isWait reports WAIT and WAITAOF (served by opWait outside MULTI).
+func isWait(args [][]byte) bool {
+	return command.EqFold(args[0], "WAIT") || command.EqFold(args[0], "WAITAOF")
+}

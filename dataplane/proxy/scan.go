@@ -174,8 +174,3 @@ func scanReply(raw []byte) (next uint64, keys []any, ok bool) {
 	next, err = strconv.ParseUint(string(cur), 10, 64)
 	return next, keys, err == nil
 }
-
-// relay appends a reply made or read back by the session, in order.
-func (s *session) relay(b []byte) {
-	s.local(func(out []byte) []byte { return append(out, b...) })
-}

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 	"github.com/heatsink-dev/heatsink/routing"
 	"github.com/heatsink-dev/heatsink/routing/command"
@@ -136,10 +137,10 @@ type session struct {
 	preRest []byte
 	// fence is up from the moment the session took a connection of its
 	// own for a command until Redis answered that command.
-	fence *fence
+	fence *order.Fence
 	// arr is the session's place in the order its client's bytes came
-	// (arrivals_linux.go); ordered says it has one.
-	arr     arrivalState
+	// (order/arrivals_linux.go); ordered says it has one.
+	arr     *order.Member
 	ordered bool
 	// readingAhead: watchClient reads the client (set before its
 	// goroutine starts, cleared after it ended).
@@ -176,9 +177,9 @@ func (s *session) run() {
 	defer s.conn.Close()
 	defer s.closeUpstreams()
 	defer s.releaseFence()
-	if a := s.p.arrivals; a.add(s) {
+	if s.arr = s.p.arrivals.Add(s.conn); s.arr != nil {
 		s.ordered = true
-		defer a.remove(s) // before the socket is closed
+		defer s.p.arrivals.Remove(s.arr) // before the socket is closed
 		s.cr.SetSource(arrivalIO{s})
 		buf := s.cw.Buf
 		s.cw = resp.NewWriter(arrivalIO{s}, 0)
@@ -190,7 +191,7 @@ func (s *session) run() {
 		// the session counts as reading before the replies go out: what
 		// the client sends on seeing them is ordered.
 		s.drain()
-		s.p.arrivals.reading(s, false)
+		s.p.arrivals.Reading(s.arr, false)
 		if err := s.cw.Flush(); err != nil {
 			return
 		}
@@ -201,7 +202,7 @@ func (s *session) run() {
 
 		stop()
 		if err == nil {
-			s.p.arrivals.wait(s)
+			s.p.arrivals.Wait(s.arr)
 		}
 		for err == nil {
 			var done bool
@@ -218,11 +219,11 @@ func (s *session) run() {
 				break
 			}
 		}
-		s.p.arrivals.handled(s)
+		s.p.arrivals.Handled(s.arr)
 		s.drain()
 		// From the moment its replies go out, what the client sends
 		// comes after them: the session counts as reading again.
-		s.p.arrivals.reading(s, false)
+		s.p.arrivals.Reading(s.arr, false)
 		s.releaseFence()
 		if resp.IsProtocolError(err) {
 			s.p.m.protocolErrors.Inc()
@@ -312,12 +313,12 @@ func (s *session) classifyOwn(args [][]byte) classified {
 	// connection, and the command is classified again for it.
 	if c.route.op == opOwnConn {
 		// Until Redis has answered it, no command read after it is
-		// written (fence.go); a blocking command or a script is not
+		// written (order/fence.go); a blocking command or a script is not
 		// answered at once and keeps no fence. Raised before the
 		// replies its client's pipeline still waits for (drain): the
 		// others that wait for this session's handling (drain tells
 		// them it is handled) then wait for this fence.
-		s.fence = s.p.fences.raiseUnsent()
+		s.fence = s.p.fences.RaiseUnsent()
 	}
 	s.drain()
 	s.dedicated = true
@@ -578,4 +579,9 @@ func unsafeString(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
+}
+
+// relay appends a reply made or read back by the session, in order.
+func (s *session) relay(b []byte) {
+	s.local(func(out []byte) []byte { return append(out, b...) })
 }

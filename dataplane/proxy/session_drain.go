@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"time"
 
@@ -21,7 +20,7 @@ func (s *session) drain() {
 	if len(s.pend) == 0 {
 		return
 	}
-	s.p.arrivals.handled(s)
+	s.p.arrivals.Handled(s.arr)
 	if !s.p.cfg.Cluster && !s.dedicated {
 		s.drainShared()
 		return
@@ -46,10 +45,10 @@ func (s *session) drain() {
 }
 
 // sendQueued writes the commands queued on the session's upstream
-// connections, once no fence holds them (fence.go), with a deadline for
+// connections, once no fence holds them (order/fence.go), with a deadline for
 // their replies (none for a blocking command, nor without a timeout).
 func (s *session) sendQueued() {
-	s.p.fences.wait(s.fence)
+	s.p.fences.Wait(s.fence)
 	var now time.Time
 	for _, u := range s.ups {
 		if u == nil || u.queued == 0 {
@@ -70,7 +69,7 @@ func (s *session) sendQueued() {
 			s.fail(u, err)
 		}
 	}
-	s.p.fences.sent(s.fence)
+	s.p.fences.Sent(s.fence)
 }
 
 // takeReply reads the reply owed for pd and appends it to the client's
@@ -249,16 +248,6 @@ func (s *session) fail(u *upstream, err error) {
 // errStateLost refuses to open a new upstream connection for a session
 // whose connection state went with the old one.
 var errStateLost = errors.New("connection state lost with the upstream connection; reconnect")
-
-func errText(err error) string {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return "timeout waiting for a reply"
-	}
-	if errors.Is(err, io.EOF) {
-		return "connection closed by Redis"
-	}
-	return err.Error()
-}
 
 // armDeadline sets the read/write deadline only when the one set before is
 // more than half used: setting a deadline costs a timer update, and most

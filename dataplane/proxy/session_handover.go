@@ -30,7 +30,7 @@ func (s *session) handedOver() {
 // (handle): one that leaves state on its connection (opOwnConn), or a
 // HELLO that no shared connection answers (opHello; the loop hands one
 // over only then). Until Redis answers it, nothing read after it is
-// written (fence.go). A blocking command or a script (opExclusive) is not
+// written (order/fence.go). A blocking command or a script (opExclusive) is not
 // answered at once and keeps no fence; a large value (a plain write)
 // needs none: Redis runs it only once it has all come.
 func (s *session) fenceHandOver(args [][]byte) {
@@ -40,7 +40,7 @@ func (s *session) fenceHandOver(args [][]byte) {
 	info, known := command.Lookup(args[0])
 	switch decide(info, known, args, mode{shared: true, cluster: s.p.cfg.Cluster, proto: s.proto}).op {
 	case opOwnConn, opHello:
-		s.fence = s.p.fences.raiseUnsent()
+		s.fence = s.p.fences.RaiseUnsent()
 	}
 }
 

@@ -22,14 +22,14 @@ func (s *session) send(u *upstream, raw []byte) {
 // (a SET after another client's FLUSHALL is not wiped).
 func (s *session) fenceClusterWide() {
 	if s.fence == nil {
-		s.fence = s.p.fences.raiseUnsent()
+		s.fence = s.p.fences.RaiseUnsent()
 	}
 }
 
 // releaseFence takes the session's fence down, if it has one up.
 func (s *session) releaseFence() {
 	if s.fence != nil {
-		s.p.fences.release(s.fence)
+		s.p.fences.Release(s.fence)
 		s.fence = nil
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/order"
 	"github.com/heatsink-dev/heatsink/dataplane/resp"
 )
 
@@ -33,8 +34,8 @@ func (s *session) subscribe(c *classified) error {
 		// On its own connection already: fenced as a hand-off is. Raised
 		// only now: a client that does not read the replies above must not
 		// hold the others (while its session waits to write them, it does
-		// not count as reading, arrivals_linux.go).
-		s.fence = s.p.fences.raiseUnsent()
+		// not count as reading, order/arrivals_linux.go).
+		s.fence = s.p.fences.RaiseUnsent()
 	}
 	u, err := s.upstream(node)
 	if err != nil {
@@ -55,16 +56,16 @@ func (s *session) subscribe(c *classified) error {
 	}
 	s.send(u, raw)
 	u.w.Write(s.cr.Take())
-	s.p.arrivals.handled(s)
-	s.p.fences.wait(s.fence)
+	s.p.arrivals.Handled(s.arr)
+	s.p.fences.Wait(s.fence)
 	if err := u.w.Flush(); err != nil {
 		return err
 	}
-	s.p.fences.sent(s.fence)
+	s.p.fences.Sent(s.fence)
 	if s.fence != nil {
 		// The fence is down once Redis has answered (at the latest after
-		// fenceMax: with CLIENT REPLY OFF it does not answer).
-		u.conn.SetReadDeadline(time.Now().Add(fenceMax))
+		// order.FenceMax: with CLIENT REPLY OFF it does not answer).
+		u.conn.SetReadDeadline(time.Now().Add(order.FenceMax))
 		u.r.Fill()
 		u.conn.SetReadDeadline(time.Time{})
 		s.releaseFence()
@@ -76,7 +77,7 @@ func (s *session) subscribe(c *classified) error {
 	} else if s.ordered {
 		// The loop reads the client's input in its order now: it leaves
 		// the order of arrivals, whose numbers it would no longer handle.
-		s.p.arrivals.remove(s)
+		s.p.arrivals.Remove(s.arr)
 	}
 	if in != nil {
 		return s.orderedPipe(u, in)
@@ -128,7 +129,7 @@ const pipeChunkMax = 64 << 10
 // pipeChunk is some of a piped client's input, or its end (eof).
 type pipeChunk struct {
 	b     []byte
-	fence *fence
+	fence *order.Fence
 	eof   bool
 }
 
@@ -139,13 +140,13 @@ type pipeChunk struct {
 // (a message that merely arrives does not).
 func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 	var mu sync.Mutex
-	var awaited *fence // the fence of the chunk written last, until answered
+	var awaited *order.Fence // the fence of the chunk written last, until answered
 	answered := func() {
 		mu.Lock()
 		f := awaited
 		awaited = nil
 		mu.Unlock()
-		s.p.fences.release(f)
+		s.p.fences.Release(f)
 	}
 	quit := make(chan struct{})
 	wrote := make(chan struct{})
@@ -166,7 +167,7 @@ func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 			// before this one anyway; the fences raised before this one
 			// by others must be down.
 			answered()
-			s.p.fences.wait(ch.fence)
+			s.p.fences.Wait(ch.fence)
 			mu.Lock()
 			awaited = ch.fence
 			mu.Unlock()
@@ -174,7 +175,7 @@ func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 				in.writing()
 			}
 			_, err := u.conn.Write(ch.b)
-			s.p.fences.sent(ch.fence)
+			s.p.fences.Sent(ch.fence)
 			if err != nil {
 				answered()
 				u.conn.Close()
@@ -193,18 +194,18 @@ func (s *session) orderedPipe(u *upstream, in *pipeIn) error {
 	in.stop()
 	<-wrote
 	answered()
-	// A chunk given and never written: its fence, bounded by orderMax
+	// A chunk given and never written: its fence, bounded by order.Max
 	// while unsent, comes down now.
 	select {
 	case ch := <-in.chunks:
-		s.p.fences.release(ch.fence)
+		s.p.fences.Release(ch.fence)
 	default:
 	}
 	return errQuit
 }
 
 // orderedPipeInput reads a piped client's input for a session that has a
-// place in the order of arrivals (sessions only, arrivals_linux.go): each
+// place in the order of arrivals (sessions only, order/arrivals_linux.go): each
 // chunk waits for the sessions whose bytes came before, and gets a fence.
 // It returns nil without arrivals.
 func (s *session) orderedPipeInput() *pipeIn {
@@ -218,29 +219,29 @@ func (s *session) orderedPipeInput() *pipeIn {
 	// The client counts as read again from the moment its commands are
 	// written (Redis' answer to them, and what the client sends after it,
 	// come later).
-	in.writing = func() { a.reading(s, false) }
+	in.writing = func() { a.Reading(s.arr, false) }
 	in.resume = func() bool { next <- struct{}{}; return true }
 	exited := make(chan struct{})
 	// The session has closed the client's connection: the read returns.
 	in.stop = func() { close(quit); <-exited }
-	a.piped(s)
-	a.reading(s, false)
+	a.Piped(s.arr)
+	a.Reading(s.arr, false)
 	go func() {
 		defer close(exited)
 		buf := make([]byte, pipeChunkMax)
 		for {
-			n, err := a.read(s, buf)
+			n, err := a.Read(s.arr, buf)
 			if n > 0 {
-				a.wait(s)
-				var f *fence
+				a.Wait(s.arr)
+				var f *order.Fence
 				if buf[n-1] == '\n' { // as the loop does (loop_pipe_linux.go)
-					f = s.p.fences.raiseUnsent() // written by orderedPipe
+					f = s.p.fences.RaiseUnsent() // written by orderedPipe
 				}
-				a.handled(s)
+				a.Handled(s.arr)
 				select {
 				case in.chunks <- pipeChunk{b: append([]byte(nil), buf[:n]...), fence: f}:
 				case <-quit:
-					s.p.fences.release(f)
+					s.p.fences.Release(f)
 					return
 				}
 				select {

@@ -135,7 +135,7 @@ func (c *shared) submit(s *session, data []byte, n int) error {
 	// Ordering (docs/proxy-internals.md): Go's netpoller wakes goroutines whose
 	// sockets became readable together in the reverse of their order, so
 	// a client whose command came first may not have read it yet. Where
-	// the session has no place in the order of arrivals (arrivals_linux.go:
+	// the session has no place in the order of arrivals (order/arrivals_linux.go:
 	// not Linux, or a TLS client), one yield lets that client run, read,
 	// and raise its fence if it takes a connection of its own
 	// (SUBSCRIBE-then-PUBLISH: 90 lost in 1,000 instead of 900); the fence
@@ -143,7 +143,7 @@ func (c *shared) submit(s *session, data []byte, n int) error {
 	if !s.ordered {
 		runtime.Gosched()
 	}
-	c.p.fences.wait(s.fence)
+	c.p.fences.Wait(s.fence)
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()

@@ -7,20 +7,20 @@ import (
 	"io"
 	"net"
 	"syscall"
-	"unsafe"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	"golang.org/x/sys/unix"
 )
 
-// System calls of the event loop: raw reads and writes on non-blocking
-// descriptors, epoll_wait without a timeout, taking a net.Conn's descriptor.
+// Descriptors of the event loop: reading a non-blocking one, taking a
+// net.Conn's (the raw system calls are rawsys').
 
 // fdIO reads a non-blocking descriptor; EAGAIN comes back as an error.
 type fdIO int
 
 func (f fdIO) Read(b []byte) (int, error) {
 	for {
-		n, err := rawRead(int(f), b)
+		n, err := rawsys.Read(int(f), b)
 		if err == unix.EINTR {
 			continue
 		}
@@ -69,67 +69,4 @@ func dupFD(c net.Conn) (int, error) {
 		return -1, err
 	}
 	return fd, nil
-}
-
-// rawRead, rawWrite and rawEpollWaitNow are read(2), write(2) and
-// epoll_wait(2) with a zero timeout on non-blocking descriptors: they
-// return at once, so they are made without entering the scheduler's system
-// call state (RawSyscall). That state would let the runtime's monitor take
-// the loop's P and, after every idle spell, wake the monitor into polling
-// every 20 µs again, which costs several per cent of a CPU under load.
-func rawRead(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-func rawWrite(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-func rawEpollWaitNow(ep int, events []unix.EpollEvent) (int, error) {
-	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-// rawReadable reports whether fd has bytes to read, or their end or an
-// error, by poll(2) with a zero timeout. Unlike a read, a MSG_PEEK or
-// SIOCINQ, TCP's poll does not take the socket's lock: bytes that arrive
-// while the lock is held wait in the socket's backlog and are announced
-// (to epoll, among others) only when it is let go, after bytes that came
-// later on other sockets (arrivals_linux.go).
-func rawReadable(fd int) bool {
-	pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	var ts unix.Timespec
-	for {
-		n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		switch {
-		case e == unix.EINTR:
-		case e != 0:
-			return true // the read reports it
-		default:
-			return n > 0 && pfd.Revents != 0
-		}
-	}
-}
-
-// rawSchedYield lets another thread waiting for this CPU run (the loop's
-// spin, loop_linux.go).
-func rawSchedYield() {
-	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 }

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/heatsink-dev/heatsink/dataplane/proxy/rawsys"
 	up "github.com/heatsink-dev/heatsink/dataplane/upstream"
 )
 
@@ -52,7 +53,7 @@ func (t *tlsTransport) readFD(b []byte) (int, error) {
 		return 0, errWouldBlock
 	}
 	for {
-		n, err := rawRead(t.fd, b)
+		n, err := rawsys.Read(t.fd, b)
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -77,7 +78,7 @@ func (t *tlsTransport) readFD(b []byte) (int, error) {
 func (t *tlsTransport) writeFD(b []byte) (int, error) {
 	n := len(b)
 	for !t.pending() && len(b) > 0 {
-		w, err := rawWrite(t.fd, b)
+		w, err := rawsys.Write(t.fd, b)
 		if err == unix.EINTR {
 			continue
 		}
@@ -96,7 +97,7 @@ func (t *tlsTransport) writeFD(b []byte) (int, error) {
 // flush writes what writeFD held, until the socket is full.
 func (t *tlsTransport) flush() error {
 	for t.pending() {
-		w, err := rawWrite(t.fd, t.out[t.ooff:])
+		w, err := rawsys.Write(t.fd, t.out[t.ooff:])
 		if err == unix.EINTR {
 			continue
 		}

@@ -53,11 +53,6 @@ const waitStep = 10 * time.Millisecond
 // tests (export_test.go).
 var waitEmulated atomic.Bool
 
-// isWait reports WAIT and WAITAOF (served by opWait outside MULTI).
-func isWait(args [][]byte) bool {
-	return command.EqFold(args[0], "WAIT") || command.EqFold(args[0], "WAITAOF")
-}
-
 // wait serves WAIT and WAITAOF (opWait).
 func (s *session) wait() {
 	args := s.cmd.Args

@@ -1,4 +1,10 @@
-package proxy
+// Package order keeps the proxy's ordering rule across clients
+// (docs/proxy-internals.md, Ordering): the order in which clients' bytes
+// came, read from the kernel's receive stamps (stamp_linux.go), the wait
+// of a session's commands for earlier ones of other sessions
+// (arrivals_linux.go), and the fences that hold commands read after one
+// that went on a connection of its own until Redis has answered it.
+package order
 
 import (
 	"sync"
@@ -18,88 +24,88 @@ import (
 // the moment such a command is written until Redis has answered it (so
 // has run it), the proxy writes no command read after it: the event loop
 // holds its writes, sessions wait before theirs. A fence lasts one round
-// trip, and at most fenceMax (a command Redis does not answer at once,
+// trip, and at most FenceMax (a command Redis does not answer at once,
 // such as a module's blocking command, holds the others no longer).
 //
 // A fence a session raises is written by that session's goroutine, which
 // the Go scheduler may not run for a while on a loaded machine (100-260
 // ms were seen on two shared cores): counted from the raising, the 50 ms
 // ran out before the command was written, and a PUBLISH went ahead of the
-// SUBSCRIBE it followed. Such a fence (raiseUnsent) is bounded by
-// orderMax until its command is written (sent), and by fenceMax from
-// then on: the wait for Redis' answer is what fenceMax bounds.
+// SUBSCRIBE it followed. Such a fence (RaiseUnsent) is bounded by
+// Max until its command is written (sent), and by FenceMax from
+// then on: the wait for Redis' answer is what FenceMax bounds.
 
-// fenceMax bounds how long a fence holds other clients' commands once its
+// FenceMax bounds how long a fence holds other clients' commands once its
 // own command is written.
-const fenceMax = 50 * time.Millisecond
+const FenceMax = 50 * time.Millisecond
 
-// orderMax bounds how long the proxy holds other clients' commands for one
+// Max bounds how long the proxy holds other clients' commands for one
 // it has read and not yet written: a session's fence until it writes its
 // command, and the waits for a session that has read a command and not
 // yet handled it (arrivals_linux.go). Between the read and the write
 // there is only the proxy's own work (and, rarely, a dial when no warm
 // connection is ready), so this bound is reached only when the machine
 // does not run the proxy's goroutines for that long.
-const orderMax = time.Second
+const Max = time.Second
 
-// fence is one command written and not yet answered.
-type fence struct {
+// Fence is one command written and not yet answered.
+type Fence struct {
 	done     chan struct{}
 	timer    *time.Timer
-	released bool // under fences.mu
+	released bool // under Fences.mu
 }
 
-// fences are the outstanding fences, oldest first.
-type fences struct {
+// Fences are the outstanding Fences, oldest first.
+type Fences struct {
 	n    atomic.Int32
 	mu   sync.Mutex
-	list []*fence
-	// wake, if set, is called after a release (the event loop holds its
+	list []*Fence
+	// Wake, if set, is called after a release (the event loop holds its
 	// writes while a fence is up and must learn that it is down).
-	wake func()
-	// bound, if set, is called when a fence comes down by its bound, not
+	Wake func()
+	// Bound, if set, is called when a fence comes down by its bound, not
 	// by Redis' answer (the ordering_bounds_reached_total metric).
-	bound func()
+	Bound func()
 }
 
-// raise puts up a fence for a command written at once; release takes it
-// down, at the latest after fenceMax.
-func (fs *fences) raise() *fence { return fs.raiseFor(fenceMax) }
+// Raise puts up a fence for a command written at once; release takes it
+// down, at the latest after FenceMax.
+func (fs *Fences) Raise() *Fence { return fs.raiseFor(FenceMax) }
 
-// raiseUnsent puts up a fence for a command written later: it is down at
-// the latest orderMax from now, or fenceMax after sent.
-func (fs *fences) raiseUnsent() *fence { return fs.raiseFor(orderMax) }
+// RaiseUnsent puts up a fence for a command written later: it is down at
+// the latest Max from now, or FenceMax after sent.
+func (fs *Fences) RaiseUnsent() *Fence { return fs.raiseFor(Max) }
 
-func (fs *fences) raiseFor(d time.Duration) *fence {
-	f := &fence{done: make(chan struct{})}
+func (fs *Fences) raiseFor(d time.Duration) *Fence {
+	f := &Fence{done: make(chan struct{})}
 	fs.mu.Lock()
 	fs.list = append(fs.list, f)
 	fs.n.Add(1)
 	f.timer = time.AfterFunc(d, func() {
-		if fs.release(f) && fs.bound != nil {
-			fs.bound()
+		if fs.Release(f) && fs.Bound != nil {
+			fs.Bound()
 		}
 	})
 	fs.mu.Unlock()
 	return f
 }
 
-// sent tells that f's command is written: f is down at the latest
-// fenceMax from now (nil or released already: nothing).
-func (fs *fences) sent(f *fence) {
+// Sent tells that f's command is written: f is down at the latest
+// FenceMax from now (nil or released already: nothing).
+func (fs *Fences) Sent(f *Fence) {
 	if f == nil {
 		return
 	}
 	fs.mu.Lock()
 	if !f.released {
-		f.timer.Reset(fenceMax)
+		f.timer.Reset(FenceMax)
 	}
 	fs.mu.Unlock()
 }
 
-// release takes f down (nil or released already: nothing); it reports
+// Release takes f down (nil or released already: nothing); it reports
 // whether it did.
-func (fs *fences) release(f *fence) bool {
+func (fs *Fences) Release(f *Fence) bool {
 	if f == nil {
 		return false
 	}
@@ -121,7 +127,7 @@ func (fs *fences) release(f *fence) bool {
 		fs.list = nil
 	}
 	fs.n.Add(-1)
-	wake := fs.wake
+	wake := fs.Wake
 	fs.mu.Unlock()
 	if wake != nil {
 		wake()
@@ -129,19 +135,22 @@ func (fs *fences) release(f *fence) bool {
 	return true
 }
 
-// held reports a fence up.
-func (fs *fences) held() bool { return fs.n.Load() > 0 }
+// Held reports a fence up.
+func (fs *Fences) Held() bool { return fs.n.Load() > 0 }
 
-// isReleased reports whether f is down.
-func (fs *fences) isReleased(f *fence) bool {
+// Up counts the fences up.
+func (fs *Fences) Up() int32 { return fs.n.Load() }
+
+// IsReleased reports whether f is down.
+func (fs *Fences) IsReleased(f *Fence) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return f.released
 }
 
-// wait returns once the fences up now, raised before own (every one when
+// Wait returns once the Fences up now, raised before own (every one when
 // own is nil), are down. Its cost without a fence is one atomic load.
-func (fs *fences) wait(own *fence) {
+func (fs *Fences) Wait(own *Fence) {
 	if fs.n.Load() == 0 {
 		return
 	}
@@ -155,6 +164,6 @@ func (fs *fences) wait(own *fence) {
 	}
 	fs.mu.Unlock()
 	for _, ch := range ahead {
-		<-ch // each is down within fenceMax of its raising
+		<-ch // each is down within FenceMax of its raising
 	}
 }
