@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,124 +143,6 @@ func (e *Engine) memberWritePlace(p *plan, field string, now time.Time) string {
 	return e.writePlace(p, now, func(shards int) int { return routing.MemberShard(field, shards) })
 }
 
-// others caches, per field, the sum of the places HINCRBY does not write,
-// so that its reply (the field's whole value) costs no read of them on
-// every write: every process sends a field's increments to the same
-// place, whose reply counts them all. The other places change only
-// through a fold (which moves value between them and the base key,
-// conserving the sum, except between its credit and its debit) and
-// through late writers still on an older table. So while an older
-// generation is listed, a sum is used for Options.TotalRefresh; once the
-// write generation is the only one with shards (the layout is settled:
-// the other place is the base key, which nothing served writes), for
-// settledRefresh, which bounds only writes made around heatsink. Both are
-// the reply's error bound (docs/engine.md). It lives on the plan, so a
-// new table (new generations) starts afresh.
-// A sorted set's scores use the same cache with float64 sums (zset.go).
-type others[T int64 | float64] struct {
-	mu sync.Mutex
-	m  map[string]otherSum[T]
-}
-
-type otherSum[T int64 | float64] struct {
-	write string // the write place the sum excludes
-	sum   T
-	at    time.Time
-	// until is the base key's expiry when the sum was read (zero: none):
-	// every place goes at that time, so the sum is not used past it.
-	until time.Time
-	// mark is the write place's removal mark read with the sum
-	// (routing.RemovalMarkKey): a write that reads another drops it.
-	mark string
-}
-
-// expiryTime is a PEXPIRETIME reply as a time (zero: no expiry, or no
-// key).
-func expiryTime(c *redis.Cmd) time.Time {
-	if ms, _ := c.Int64(); ms > 0 {
-		return time.UnixMilli(ms)
-	}
-	return time.Time{}
-}
-
-// alive reports whether a copy read when the key expired at until (zero:
-// never) may still be used: against Redis' wall clock, not the engine's
-// injected one, which tests may move.
-func alive(until time.Time) bool { return until.IsZero() || time.Now().Before(until) }
-
-// maxOthers bounds a key's cached sums; past it the cache starts over.
-const maxOthers = 4096
-
-// settledRefresh is how long a field's other places are trusted once the
-// layout is settled (see others): then only a write made around heatsink
-// (straight to Redis) changes them, and reading them costs the base key's
-// master one HMGET per field written per process per settledRefresh (at
-// 1 s, 200 fields written cost that master 200 reads/s, which left it
-// 1.21 × the mean in make bench's run).
-const settledRefresh = 10 * time.Second
-
-// othersMaxAge is how long p's sum of a field's other places is used
-// when write is the write place (see others).
-func (e *Engine) othersMaxAge(p *plan, write string) time.Duration {
-	if write == p.key {
-		return e.opts.TotalRefresh
-	}
-	withShards := 0
-	for _, g := range p.entry.Split.Generations {
-		if g.Shards > 0 {
-			withShards++
-		}
-	}
-	if withShards == 1 {
-		return settledRefresh
-	}
-	return e.opts.TotalRefresh
-}
-
-// sum is the sum of field's places but write: the one cached, unless it
-// is older than maxAge or its key's expiry has passed, else read (and
-// cached, stamped now).
-func (o *others[T]) sum(field, write string, now time.Time, maxAge time.Duration, read func() (otherSum[T], error)) (otherSum[T], error) {
-	o.mu.Lock()
-	s, ok := o.m[field]
-	o.mu.Unlock()
-	if ok && s.write == write && now.Sub(s.at) < maxAge && alive(s.until) {
-		return s, nil
-	}
-	s, err := read()
-	if err != nil {
-		return s, err
-	}
-	s.at = now
-	o.put(field, s)
-	return s, nil
-}
-
-// since is s's sum when the write place's removal mark, read with the
-// write, is still the one read with s; else a removal happened in between
-// (another process's HDEL, SREM or DEL), and the sum is read again.
-func (o *others[T]) since(field string, s otherSum[T], mark string, read func() (otherSum[T], error)) (T, error) {
-	if mark == s.mark {
-		return s.sum, nil
-	}
-	fresh, err := read()
-	if err != nil {
-		return 0, err
-	}
-	fresh.at = s.at
-	o.put(field, fresh)
-	return fresh.sum, nil
-}
-
-func (o *others[T]) put(field string, s otherSum[T]) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.m == nil || len(o.m) >= maxOthers {
-		o.m = make(map[string]otherSum[T])
-	}
-	o.m[field] = s
-}
-
 // HIncrBy adds n to field of a member-split hash and returns the field's
 // value. The increment goes to one place; the value is what that place
 // returned plus the other places' sum (cached for TotalRefresh). A field
@@ -272,25 +153,12 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 	if p == nil {
 		return e.rc().HIncrBy(ctx, key, field, n).Result()
 	}
-	e.invalidate(key)
-	defer e.invalidate(key)
-	now := e.clock.Now()
-	write := e.memberWritePlace(p, field, now)
-	read := func() (otherSum[int64], error) { return e.otherPlaces(ctx, p, field, write) }
-	s, err := p.others.sum(field, write, now, e.othersMaxAge(p, write), read)
+	v, sum, err := incrMember(ctx, e, p, &p.others, field,
+		func(write string) (otherSum[int64], error) { return e.otherPlaces(ctx, p, field, write) },
+		func(pipe redis.Pipeliner, write string) func() int64 { return pipe.HIncrBy(ctx, write, field, n).Val })
 	if err != nil {
 		return 0, err
 	}
-	var w *redis.IntCmd
-	mark, err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.HIncrBy(ctx, write, field, n) })
-	if err != nil {
-		return 0, err
-	}
-	sum, err := p.others.since(field, s, mark, read)
-	if err != nil {
-		return 0, err
-	}
-	v := w.Val()
 	total, overflow := addInt64(v, sum)
 	if overflow {
 		// Applied already (a retry would count it twice): the sum is

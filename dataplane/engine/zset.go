@@ -123,25 +123,15 @@ func (e *Engine) ZIncrBy(ctx context.Context, key, member string, n float64) (fl
 	if p == nil {
 		return e.rc().ZIncrBy(ctx, key, n, member).Result()
 	}
-	e.invalidate(key)
-	defer e.invalidate(key)
-	now := e.clock.Now()
-	write := e.memberWritePlace(p, member, now)
-	read := func() (otherSum[float64], error) { return e.zscorePlaces(ctx, p, member, write) }
-	s, err := p.zothers.sum(member, write, now, e.othersMaxAge(p, write), read)
+	v, sum, err := incrMember(ctx, e, p, &p.zothers, member,
+		func(write string) (otherSum[float64], error) { return e.zscorePlaces(ctx, p, member, write) },
+		func(pipe redis.Pipeliner, write string) func() float64 {
+			return pipe.ZIncrBy(ctx, write, n, member).Val
+		})
 	if err != nil {
 		return 0, err
 	}
-	var w *redis.FloatCmd
-	mark, err := e.writeMember(ctx, p, write, func(pipe redis.Pipeliner) { w = pipe.ZIncrBy(ctx, write, n, member) })
-	if err != nil {
-		return 0, err
-	}
-	sum, err := p.zothers.since(member, s, mark, read)
-	if err != nil {
-		return 0, err
-	}
-	return w.Val() + sum, nil
+	return v + sum, nil
 }
 
 // zscorePlaces sums member's score over its places but write, with the
