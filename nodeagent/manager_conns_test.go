@@ -20,7 +20,7 @@ import (
 // seconds, and a fleet's agents would pile up thousands of them on one host
 // (the fleet simulator's 5,000 nodes: 4,789 pending connections in one
 // process of 2,500 agents, which then ran out of descriptors). The agent
-// holds at most maxManagerConns connections to the manager, pending ones
+// holds at most MaxManagerConns connections to the manager, pending ones
 // included.
 func TestAgentBoundsItsConnectionsToAStalledManager(t *testing.T) {
 	addr := fullListener(t)
@@ -46,8 +46,8 @@ func TestAgentBoundsItsConnectionsToAStalledManager(t *testing.T) {
 	defer tick.Stop()
 	for ; time.Now().Before(deadline); <-tick.C {
 		most = max(most, pendingTo(t, addr))
-		if most > maxManagerConns {
-			t.Fatalf("the agent holds %d connection attempts to a manager that accepts none; want at most %d", most, maxManagerConns)
+		if most > MaxManagerConns {
+			t.Fatalf("the agent holds %d connection attempts to a manager that accepts none; want at most %d", most, MaxManagerConns)
 		}
 	}
 	if most == 0 {

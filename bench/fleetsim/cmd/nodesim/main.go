@@ -147,7 +147,7 @@ func run(args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, c.StartTimeout+c.Duration+simproto.Linger+time.Minute)
 	defer cancel()
 	if o.rangeCount == 0 {
-		ranges, err := splitNodes(c.Nodes, nodesPerProcess(limit, o.transport, c.SidecarsPerNode), o.processes)
+		ranges, err := splitNodes(c.Nodes, nodesPerProcess(usableFiles(limit), o.transport, c.SidecarsPerNode), o.processes)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "nodesim: --transport %s, open-files limit %d: %v\n", o.transport, limit, err)
 			return 2
@@ -159,8 +159,8 @@ func run(args []string) int {
 		}
 	}
 	r := o.nodes(c)
-	if need := descriptorsNeeded(simproto.Config{Nodes: r.Count, SidecarsPerNode: c.SidecarsPerNode}, o.transport); need > limit {
-		fmt.Fprintf(os.Stderr, "nodesim: %d nodes with --transport %s need about %d open files, over the limit %d\n", r.Count, o.transport, need, limit)
+	if need := descriptorsNeeded(simproto.Config{Nodes: r.Count, SidecarsPerNode: c.SidecarsPerNode}, o.transport); need > usableFiles(limit) {
+		fmt.Fprintf(os.Stderr, "nodesim: %d nodes with --transport %s need about %d open files, over %d of the limit %d\n", r.Count, o.transport, need, usableFiles(limit), limit)
 		return 2
 	}
 	ctrl.SetLogger(logr.Discard())
@@ -196,16 +196,23 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 // descriptorsNeeded estimates the parent's open files: per node, the
-// agent's UDP socket, routing listener and two connections to the manager
-// (its stream and its summaries); per sidecar, the agent's end of its
-// routing stream and, over UDP, its wire client's socket; and a margin.
+// agent's UDP socket, routing listener and its connections to the manager
+// (its stream, its summaries and a spare: nodeagent.MaxManagerConns bounds
+// them, pending ones included, so a starved manager costs no more); per
+// sidecar, the agent's end of its routing stream and, over UDP, its wire
+// client's socket; and a margin.
 func descriptorsNeeded(c simproto.Config, transport string) uint64 {
 	perSidecar := 1
 	if transport == transportUDP {
 		perSidecar = 2
 	}
-	return uint64(4*c.Nodes + perSidecar*c.Sidecars() + 256)
+	return uint64((2+nodeagent.MaxManagerConns)*c.Nodes + perSidecar*c.Sidecars() + 256)
 }
+
+// usableFiles is the part of the open-files limit a member plans for: the
+// rest absorbs what the estimate leaves out (a follower's stream being
+// replaced holds its old connection until the agent notices it closed).
+func usableFiles(limit uint64) uint64 { return limit / 10 * 9 }
 
 // raiseNoFile raises the soft open-files limit to the hard limit and
 // returns it.
