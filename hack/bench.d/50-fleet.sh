@@ -35,7 +35,9 @@
 #                        SIDECARS per node, default 10; 5,000 nodes with 2 each, see
 #                        bench/fleetsim/README.md; rows over 1,000 nodes also get
 #                        --start-timeout FLEET_BENCH_LARGE_START_TIMEOUT (8m) and
-#                        FLEET_BENCH_LARGE_FLAGS, e.g. --no-leader-election;
+#                        FLEET_BENCH_LARGE_FLAGS (default "--nodesim-procs 2
+#                        --no-leader-election": on two cores the manager then gets
+#                        its share, see bench/fleetsim/README.md);
 #                        empty: none; beyond one process's open-files limit the node
 #                        simulator splits the nodes over several, and every table
 #                        shows its lag). sustainFor 1 s and a report interval of 1 s:
@@ -184,7 +186,7 @@ if [[ ${status} -eq 0 && -n "${mrows}" && " ${designs[*]} " == *" fleet "* ]]; t
     large=()
     if (( mn > 1000 )); then
       # shellcheck disable=SC2206
-      large=(--start-timeout "${FLEET_BENCH_LARGE_START_TIMEOUT:-8m}" --max-rss-mb 16000 ${FLEET_BENCH_LARGE_FLAGS:-})
+      large=(--start-timeout "${FLEET_BENCH_LARGE_START_TIMEOUT:-8m}" --max-rss-mb 16000 ${FLEET_BENCH_LARGE_FLAGS---nodesim-procs 2 --no-leader-election})
     fi
     reads="$(awk -v f="${mf}" 'BEGIN { printf "%g", f * 5000 }')"
     writes="$(awk -v f="${mf}" 'BEGIN { printf "%g", f * 1000 }')"
