@@ -1,11 +1,11 @@
 package nodeagent
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,7 +23,7 @@ import (
 // holds at most MaxManagerConns connections to the manager, pending ones
 // included.
 func TestAgentBoundsItsConnectionsToAStalledManager(t *testing.T) {
-	addr := fullListener(t)
+	addr, filler := fullListener(t)
 	d, err := New(Options{NodeName: "node-a", ListenAddr: "127.0.0.1:0", Manager: addr, Token: "t0ken"})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestAgentBoundsItsConnectionsToAStalledManager(t *testing.T) {
 	tick := time.NewTicker(200 * time.Millisecond) // sampling the kernel's table
 	defer tick.Stop()
 	for ; time.Now().Before(deadline); <-tick.C {
-		most = max(most, pendingTo(t, addr))
+		most = max(most, connsTo(t, addr, filler))
 		if most > MaxManagerConns {
 			t.Fatalf("the agent holds %d connection attempts to a manager that accepts none; want at most %d", most, MaxManagerConns)
 		}
@@ -57,7 +57,8 @@ func TestAgentBoundsItsConnectionsToAStalledManager(t *testing.T) {
 
 // fullListener listens on a loopback port with the smallest accept queue,
 // fills it, and never accepts: further connection attempts stay pending.
-func fullListener(t *testing.T) string {
+// It returns the port's address and the filling connection's own.
+func fullListener(t *testing.T) (addr, filler string) {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
@@ -74,7 +75,7 @@ func fullListener(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	addr = fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 	// Fill the queue (with backlog 0, Linux queues one): this one
 	// completes, later ones stay in SYN-SENT.
 	c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -82,30 +83,49 @@ func fullListener(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return addr
+	return addr, c.LocalAddr().String()
 }
 
-// pendingTo counts the sockets in SYN-SENT to addr (this process's: the
-// test's own fillers are established).
-func pendingTo(t *testing.T, addr string) int {
+// connsTo counts the sockets connected or connecting to addr but filler
+// (the clients' ends: the listener's own have addr as their local
+// address), in any state that holds a descriptor. It reads the table of
+// the network namespace that holds filler: /proc/self/net is the main
+// thread's, and another test of this package (capture, netns) may have
+// moved that one elsewhere, so each thread's view is tried.
+func connsTo(t *testing.T, addr, filler string) int {
 	t.Helper()
-	_, port, _ := net.SplitHostPort(addr)
-	var p int
-	fmt.Sscan(port, &p)
-	want := fmt.Sprintf("0100007F:%04X", p)
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		t.Skip("no /proc/net/tcp:", err)
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		// sl local rem st: st 02 is SYN_SENT.
-		if len(fs) > 3 && fs[2] == want && fs[3] == "02" {
-			n++
+	tasks, _ := filepath.Glob("/proc/self/task/*/net/tcp")
+	for _, path := range append([]string{"/proc/self/net/tcp"}, tasks...) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		n, sawFiller := 0, false
+		for _, line := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) < 4 || fs[2] != procAddr(addr) {
+				continue
+			}
+			// sl local rem st; st 06 is TIME_WAIT and 07 CLOSE, which hold none.
+			switch {
+			case fs[1] == procAddr(filler):
+				sawFiller = true
+			case fs[3] != "06" && fs[3] != "07":
+				n++
+			}
+		}
+		if sawFiller {
+			return n
 		}
 	}
-	return n
+	t.Skip("no /proc/*/net/tcp holds the test's own connection")
+	return 0
+}
+
+// procAddr writes a loopback "127.0.0.1:port" as /proc/net/tcp does.
+func procAddr(a string) string {
+	_, port, _ := net.SplitHostPort(a)
+	var p int
+	fmt.Sscan(port, &p)
+	return fmt.Sprintf("0100007F:%04X", p)
 }
