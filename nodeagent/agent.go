@@ -228,7 +228,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	d.setReportIntervalLocked() // no policy yet; nothing else holds d
 	d.client = &http.Client{Transport: &http.Transport{
-		TLSClientConfig: opts.TLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second,
+		TLSClientConfig: opts.TLS, MaxIdleConnsPerHost: 4, MaxConnsPerHost: MaxManagerConns, IdleConnTimeout: 90 * time.Second,
 		ForceAttemptHTTP2: false,
 	}}
 	return d, nil
@@ -237,6 +237,17 @@ func New(opts Options) (*Agent, error) {
 // listen binds the UDP ingest socket and the TCP routing listener on the
 // same port. With port 0 the kernel picks the UDP port, and the same number
 // may be taken over TCP; then another is tried.
+// MaxManagerConns bounds the agent's connections to the manager, pending
+// ones included: its event stream, a summary, and one spare so that a new
+// stream need not wait behind a summary. Without a bound, a request the
+// agent gives up on (the 3-s stream connect, the 2-s summary) leaves its
+// connection attempt running (net/http keeps a dial it started, for the
+// pool), and a manager that accepts nothing (starved, out of descriptors)
+// collects a new pending connection from every agent every few seconds: in
+// the fleet simulator at 5,000 nodes, thousands per process, until both
+// sides ran out of descriptors (TestAgentBoundsItsConnectionsToAStalledManager).
+const MaxManagerConns = 3
+
 func listen(addr string) (*net.UDPConn, net.Listener, error) {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -29,9 +29,15 @@
 # FLEET_BENCH_POLICIES_ROW  NODES:POLICIES of the fleet-only run with several
 #                        policies (default 1000:10; empty: none); its raw
 #                        numbers go to FLEET_BENCH_JSON with .policies before .json
-# FLEET_BENCH_MARGIN_ROWS  NODES:FACTOR,... fleet-only runs with the viral key and
+# FLEET_BENCH_MARGIN_ROWS  NODES:FACTOR[:SIDECARS],... fleet-only runs with the viral key and
 #                        the counter at FACTOR × their thresholds, each printed as
-#                        its own table (default 1000:0.88,1000:0.95,1000:1.1,5000:1.1;
+#                        its own table (default 1000:0.88,1000:0.95,1000:1.1,5000:1.1:2;
+#                        SIDECARS per node, default 10; 5,000 nodes with 2 each, see
+#                        bench/fleetsim/README.md; rows over 1,000 nodes also get
+#                        --start-timeout FLEET_BENCH_LARGE_START_TIMEOUT (8m) and
+#                        FLEET_BENCH_LARGE_FLAGS (default "--nodesim-procs 2
+#                        --no-leader-election": on two cores the manager then gets
+#                        its share, see bench/fleetsim/README.md);
 #                        empty: none; beyond one process's open-files limit the node
 #                        simulator splits the nodes over several, and every table
 #                        shows its lag). sustainFor 1 s and a report interval of 1 s:
@@ -147,10 +153,10 @@ orchestrate() {
   local runs="$1" report="$2"
   shift 2
   # shellcheck disable=SC2086
-  "${work}/fleetsim" "$@" \
+  "${work}/fleetsim" \
     --warmup "${FLEET_BENCH_WARMUP:-20s}" --hot "${FLEET_BENCH_HOT:-20s}" --rest "${FLEET_BENCH_REST:-15s}" \
     --start-timeout "${FLEET_BENCH_START_TIMEOUT:-3m}" --max-rss-mb "${FLEET_BENCH_MAX_RSS_MB:-12288}" \
-    --work "${runs}" ${FLEET_BENCH_FLAGS:-} >"${report}" &
+    "$@" --work "${runs}" ${FLEET_BENCH_FLAGS:-} >"${report}" &
   orch=$!
   local rc=0
   wait "${orch}" || rc=$?
@@ -171,15 +177,23 @@ if [[ ${status} -eq 0 && -n "${prow}" && " ${designs[*]} " == *" fleet "* ]]; th
 fi
 # The margin rows: keys just under and just over their thresholds, spread
 # evenly over every node (the thresholds are fleetsim's defaults).
-mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:0.95,1000:1.1,5000:1.1}"
+mrows="${FLEET_BENCH_MARGIN_ROWS-1000:0.88,1000:0.95,1000:1.1,5000:1.1:2}"
 if [[ ${status} -eq 0 && -n "${mrows}" && " ${designs[*]} " == *" fleet "* ]]; then
   for mrow in ${mrows//,/ }; do
-    mn="${mrow%%:*}" mf="${mrow##*:}"
+    IFS=: read -r mn mf mspn <<<"${mrow}"
+    # Over 1,000 nodes: the row's sidecars per node (third field, default
+    # 10), a longer start-up bound and FLEET_BENCH_LARGE_FLAGS.
+    large=()
+    if (( mn > 1000 )); then
+      # shellcheck disable=SC2206
+      large=(--start-timeout "${FLEET_BENCH_LARGE_START_TIMEOUT:-8m}" --max-rss-mb 16000 ${FLEET_BENCH_LARGE_FLAGS---nodesim-procs 2 --no-leader-election})
+    fi
     reads="$(awk -v f="${mf}" 'BEGIN { printf "%g", f * 5000 }')"
     writes="$(awk -v f="${mf}" 'BEGIN { printf "%g", f * 1000 }')"
     echo "bench: fleet: running fleet at ${mn} nodes with the keys at ${mf} × their thresholds" >&2
     orchestrate "${work}/runs-margin-${mn}-${mf}" "${work}/report-margin-${mn}-${mf}.md" --nodes "${mn}" \
       --viral-rate "${reads}" --counter-rate "${writes}" --reads-threshold 5000 --writes-threshold 1000 --sustain-for 1s \
+      --sidecars-per-node "${mspn:-10}" "${large[@]}" \
       --designs fleet --fleet-heatsink "${work}/fleet-heatsink" --fleet-nodesim "${work}/fleet-nodesim" \
       --json "${json%.json}.margin-${mn}-${mf}.json" || status=$?
     echo "### The keys at ${mf} × their thresholds, ${mn} nodes"

@@ -467,7 +467,7 @@ func TestManagerCost(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	r := &Result{Design: "fleet", Nodes: 1000, Processes: map[string]*ProcStats{"manager": {CPUPhases: 30, PeakRSSMB: 200}},
 		MarkAt: map[string]time.Time{"ready": t0, "end": t0.Add(60 * time.Second)},
-		Stats:  map[string]float64{summariesInTraffic: 60000}}
+		Stats:  map[string]float64{summariesInTraffic: 60000, simproto.NodeTickLag + lagP99: 0.02, simproto.NodeTickLag + lagMax: 0.1}}
 	got := managerCost(r)
 	want := &ManagerCost{Nodes: 1000, Cores: 0.5, CPUPerNodeMs: 0.5, CPUPerSummaryMs: 0.5, Summaries: 60000, RSSPerNodeKiB: 204.8}
 	if diff := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
@@ -481,6 +481,17 @@ func TestManagerCost(t *testing.T) {
 	if !strings.Contains(b.String(), "| fleet | 1000 | yes | 0.50 | 0.500 ms | 0.50 ms (60000 summaries) | 205 KiB | 2.50 cores, 1000 MiB | 10.00 cores, 4000 MiB |") ||
 		strings.Contains(b.String(), "| legacy |") {
 		t.Errorf("writeCosts:\n%s", b.String())
+	}
+	// Without the simulator's lag counters (its done line never came) the
+	// row must not read as run in real time.
+	noLag := &Result{Design: "fleet", Nodes: 5000, Reached: "done", Processes: r.Processes, MarkAt: r.MarkAt}
+	b.Reset()
+	writeCosts(&b, []*Result{noLag})
+	if !strings.Contains(b.String(), "| fleet | 5000 | unknown (no lag counters) |") {
+		t.Errorf("writeCosts without lag counters:\n%s", b.String())
+	}
+	if got := lagCell(noLag); !strings.Contains(got, "unknown") {
+		t.Errorf("lagCell without lag counters = %q, want it unknown", got)
 	}
 	r.Stats[followerTimerLag+lagP99] = 0.3
 	if got := behindNote(r.Stats); len(got) != 1 || !strings.Contains(got[0], "followers' timers 300 ms") {

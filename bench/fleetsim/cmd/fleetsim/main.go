@@ -83,6 +83,7 @@ func run() int {
 	maxRSS := fs.Int64("max-rss-mb", 12288, "stop a run when the manager, node simulator, kube-apiserver and etcd together use more (MiB)")
 	jsonOut := fs.String("json", "fleetsim.json", "file for the raw numbers")
 	work := fs.String("work", "", "directory for kubeconfigs and logs (default: a temporary directory, removed at the end)")
+	noLE := fs.Bool("no-leader-election", false, "run the manager with --leader-elect=false (the row notes it): where the cores are too loaded for it to renew its lease")
 	hold := fs.Duration("hold", 0, "keep every process of a run up this long after the routing probe (to profile the probe's fan-out: see the README)")
 	procs := fs.Int("nodesim-procs", 8, "GOMAXPROCS of every design's node simulator and its children (0: Go's default, the cores); see the README")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -148,7 +149,7 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	s := settings{sidecarsPerNode: *spn, traffic: t, reads: *reads, writes: *writes, sustainFor: *sustain,
-		managerTimeout: *managerTimeout, maxRSS: *maxRSS << 20, work: *work, leNamespace: "heatsink-system", hold: *hold, nodesimProcs: *procs}
+		managerTimeout: *managerTimeout, maxRSS: *maxRSS << 20, work: *work, leNamespace: "heatsink-system", hold: *hold, noLeaderElection: *noLE, nodesimProcs: *procs}
 	var results []*Result
 	for _, n := range sizes {
 		for _, d := range designs {

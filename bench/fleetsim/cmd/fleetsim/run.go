@@ -47,6 +47,10 @@ type settings struct {
 	leNamespace     string
 	// hold keeps the processes up after the probe (for profiles).
 	hold time.Duration
+	// noLeaderElection runs the manager with --leader-elect=false (the
+	// row says so): on cores so loaded that the manager cannot renew its
+	// lease, its restarts measure the machine, not the fleet.
+	noLeaderElection bool
 	// nodesimProcs is the node simulator's GOMAXPROCS (0: Go's default).
 	// 1,000 simulated nodes share one process; on a fleet each agent is a
 	// process of its own, mostly idle, that a routing frame wakes at once.
@@ -269,7 +273,10 @@ func runOne(ctx context.Context, d design, nodes int, s settings) *Result {
 		fmt.Sprintf("--webhook-port=%d", ports[2]),
 		"--enable-webhooks=false"}, expand(d.managerArgs, vars)...)
 	wrapped, le := leaderElectionShim(s.leNamespace, append(argv, "--leader-elect=true"))
-	if !le {
+	if s.noLeaderElection {
+		wrapped, le = append(argv, "--leader-elect=false"), false
+		res.note("leader election off (--no-leader-election)")
+	} else if !le {
 		wrapped = append(argv, "--leader-elect=false")
 		res.note("leader election off: the manager needs %s, which only root with unshare can provide here", saNamespaceFile)
 	}

@@ -58,9 +58,12 @@ const (
 // options are nodesim's own flags, beside simproto.Config's.
 type options struct {
 	startRate float64
-	transport string
-	follow    bool
-	pprof     string
+	// startWindow bounds the agents started that do not yet hold the
+	// manager's stream (see admit).
+	startWindow int
+	transport   string
+	follow      bool
+	pprof       string
 	// followPprof is passed to the followers' child as its --pprof.
 	followPprof string
 	// processes is how many processes run the nodes (0: as few as the
@@ -82,6 +85,7 @@ func (o *options) nodes(c simproto.Config) simproto.Range {
 func bindOptions(fs *flag.FlagSet) *options {
 	o := &options{}
 	fs.Float64Var(&o.startRate, "start-rate", 500, "node agents, and routing followers, started per second")
+	fs.IntVar(&o.startWindow, "start-window", 200, "at most this many node agents started and not yet holding the manager's stream, over the fleet (shared among member processes)")
 	fs.StringVar(&o.transport, "transport", transportDirect, "how sidecars' batches reach their agent: direct (HandleDatagram, no socket) or udp (a counts.Client per sidecar from its address; needs a descriptor each)")
 	fs.BoolVar(&o.follow, "follow", false, "internal: be the routing followers' child process (agents' routing addresses on stdin)")
 	fs.StringVar(&o.pprof, "pprof", "", "serve net/http/pprof on this loopback address")
@@ -105,6 +109,9 @@ func parseFlags(args []string) (simproto.Config, *options, error) {
 	errs := []error{c.Validate()}
 	if o.startRate <= 0 || o.startRate > 10000 {
 		errs = append(errs, fmt.Errorf("--start-rate %g: want (0, 10000]", o.startRate))
+	}
+	if o.startWindow < 1 {
+		errs = append(errs, fmt.Errorf("--start-window %d: want 1 or more", o.startWindow))
 	}
 	if o.processes < 0 {
 		errs = append(errs, fmt.Errorf("--processes %d: want 0 or more", o.processes))
@@ -147,7 +154,7 @@ func run(args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, c.StartTimeout+c.Duration+simproto.Linger+time.Minute)
 	defer cancel()
 	if o.rangeCount == 0 {
-		ranges, err := splitNodes(c.Nodes, nodesPerProcess(limit, o.transport, c.SidecarsPerNode), o.processes)
+		ranges, err := splitNodes(c.Nodes, nodesPerProcess(usableFiles(limit), o.transport, c.SidecarsPerNode), o.processes)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "nodesim: --transport %s, open-files limit %d: %v\n", o.transport, limit, err)
 			return 2
@@ -159,8 +166,8 @@ func run(args []string) int {
 		}
 	}
 	r := o.nodes(c)
-	if need := descriptorsNeeded(simproto.Config{Nodes: r.Count, SidecarsPerNode: c.SidecarsPerNode}, o.transport); need > limit {
-		fmt.Fprintf(os.Stderr, "nodesim: %d nodes with --transport %s need about %d open files, over the limit %d\n", r.Count, o.transport, need, limit)
+	if need := descriptorsNeeded(simproto.Config{Nodes: r.Count, SidecarsPerNode: c.SidecarsPerNode}, o.transport); need > usableFiles(limit) {
+		fmt.Fprintf(os.Stderr, "nodesim: %d nodes with --transport %s need about %d open files, over %d of the limit %d\n", r.Count, o.transport, need, usableFiles(limit), limit)
 		return 2
 	}
 	ctrl.SetLogger(logr.Discard())
@@ -196,16 +203,23 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 // descriptorsNeeded estimates the parent's open files: per node, the
-// agent's UDP socket, routing listener and two connections to the manager
-// (its stream and its summaries); per sidecar, the agent's end of its
-// routing stream and, over UDP, its wire client's socket; and a margin.
+// agent's UDP socket, routing listener and its connections to the manager
+// (its stream, its summaries and a spare: nodeagent.MaxManagerConns bounds
+// them, pending ones included, so a starved manager costs no more); per
+// sidecar, the agent's end of its routing stream and, over UDP, its wire
+// client's socket; and a margin.
 func descriptorsNeeded(c simproto.Config, transport string) uint64 {
 	perSidecar := 1
 	if transport == transportUDP {
 		perSidecar = 2
 	}
-	return uint64(4*c.Nodes + perSidecar*c.Sidecars() + 256)
+	return uint64((2+nodeagent.MaxManagerConns)*c.Nodes + perSidecar*c.Sidecars() + 256)
 }
+
+// usableFiles is the part of the open-files limit a member plans for: the
+// rest absorbs what the estimate leaves out (a follower's stream being
+// replaced holds its old connection until the agent notices it closed).
+func usableFiles(limit uint64) uint64 { return limit / 10 * 9 }
 
 // raiseNoFile raises the soft open-files limit to the hard limit and
 // returns it.
@@ -361,6 +375,9 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 		if err := pace(startCtx, t0, k, s.o.startRate); err != nil {
 			return notReady("starting node agents", err)
 		}
+		if err := s.admit(startCtx); err != nil {
+			return notReady("node agents connecting to the manager", err)
+		}
 		reg := prometheus.NewRegistry()
 		d, err := nodeagent.New(nodeagent.Options{
 			NodeName: simproto.NodeName(i), ListenAddr: simproto.NodeIP(i) + ":0",
@@ -423,6 +440,26 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 		return fmt.Errorf("%w: %v", errFollowersGone, err)
 	}
 	return nil
+}
+
+// admit waits until fewer than the start window of this process's agents
+// are started and not yet holding the manager's stream. A fleet's nodes do
+// not all boot in the same second, and the start-up is not measured (the
+// phases are timed from ready); without a window, 5,000 agents started at
+// 500 a second kept the manager's accept queue full on two loaded cores,
+// each agent gave up on its stream after 3 s and tried again, and the
+// retries kept it full: after 4 minutes none held a stream, and the
+// starved manager lost its lease.
+func (s *sim) admit(ctx context.Context) error {
+	return poll(ctx, func() bool {
+		waiting := 0
+		for _, n := range s.snapshot() {
+			if !n.agent.Stats().Connected {
+				waiting++
+			}
+		}
+		return waiting < s.o.startWindow
+	})
 }
 
 // sidecars makes node i's sidecars' counting clients.

@@ -132,11 +132,13 @@ type coordinator struct {
 }
 
 // memberArgs are the arguments of the member running r of members: the
-// start rate is the fleet's, shared among them (the manager sees agents
-// arrive at --start-rate, whatever the split).
+// start rate and window are the fleet's, shared among them (the manager
+// sees agents arrive at --start-rate, at most --start-window connecting,
+// whatever the split).
 func (co *coordinator) memberArgs(r simproto.Range, members int) []string {
 	args := []string{"--range-first", fmt.Sprint(r.First), "--range-count", fmt.Sprint(r.Count),
-		"--start-rate", fmt.Sprint(co.o.startRate / float64(members)), "--transport", co.o.transport}
+		"--start-rate", fmt.Sprint(co.o.startRate / float64(members)), "--start-window", fmt.Sprint(max(1, co.o.startWindow/members)),
+		"--transport", co.o.transport}
 	return append(args, co.c.Args()...)
 }
 

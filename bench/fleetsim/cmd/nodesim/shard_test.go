@@ -91,16 +91,19 @@ func TestReadStart(t *testing.T) {
 }
 
 // TestMemberArgs: a member runs its range at its share of the fleet's
-// start rate, with the run's own flags.
+// start rate and start window, with the run's own flags.
 func TestMemberArgs(t *testing.T) {
 	c := simproto.Defaults()
 	c.Nodes, c.ManagerFleet, c.Token = 5000, "127.0.0.1:1", "t"
-	co := &coordinator{c: c, o: &options{startRate: 500, transport: transportDirect}}
+	co := &coordinator{c: c, o: &options{startRate: 500, startWindow: 200, transport: transportDirect}}
 	c2, o, err := parseFlags(co.memberArgs(simproto.Range{First: 1250, Count: 1250}, 4))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.nodes(c2) != (simproto.Range{First: 1250, Count: 1250}) || o.startRate != 125 || c2.Nodes != 5000 || c2.Token != "t" {
 		t.Errorf("member: range %+v, start rate %g, nodes %d, token %q; want 1250 from 1250, 125/s, 5000, t", o.nodes(c2), o.startRate, c2.Nodes, c2.Token)
+	}
+	if o.startWindow != 50 {
+		t.Errorf("member: start window %d, want 50 (the fleet's 200 over 4)", o.startWindow)
 	}
 }
