@@ -168,49 +168,30 @@ func (e *Engine) HIncrBy(ctx context.Context, key, field string, n int64) (int64
 	return total, nil
 }
 
-// otherPlaces sums field over its places but write, refusing a
-// non-integer as HINCRBY does, with the base key's expiry and the write
-// place's removal mark read in the same pipeline (the sum is not used past
-// the one, nor after the other changed).
+// otherPlaces sums field over its places but write (readOthers),
+// refusing a non-integer as HINCRBY does.
 func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) (otherSum[int64], error) {
-	s := otherSum[int64]{write: write}
-	keys := without(memberPlaces(p, field), write)
-	reads := make([]*redis.SliceCmd, len(keys))
-	var at *redis.Cmd
-	var mark *redis.SliceCmd
-	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
-	// before 7 lacks it: what is read then lives its age alone).
-	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range keys {
-			reads[i] = pipe.HMGet(ctx, k, field)
-		}
-		at = pipe.Do(ctx, "pexpiretime", p.key)
-		mark = readMark(ctx, pipe, write)
-		return nil
-	})
-	for _, c := range reads {
-		vals, err := c.Result()
-		if err != nil {
-			if !isRedisError(err) {
-				e.m.upstreamErrors.Inc()
+	return readOthers(ctx, e, p, field, write,
+		func(pipe redis.Pipeliner, k string) (redis.Cmder, func() (int64, bool, error)) {
+			c := pipe.HMGet(ctx, k, field)
+			return c, func() (int64, bool, error) {
+				v, ok := c.Val()[0].(string)
+				if !ok {
+					return 0, false, nil
+				}
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return 0, false, errHashNotInteger
+				}
+				return n, true, nil
 			}
-			return s, err
-		}
-		v, ok := vals[0].(string)
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return s, errHashNotInteger
-		}
-		var overflow bool
-		if s.sum, overflow = addInt64(s.sum, n); overflow {
-			return s, errHashOverflow
-		}
-	}
-	s.until, s.mark = expiryTime(at), markOf(mark)
-	return s, nil
+		},
+		func(sum, n int64) (int64, error) {
+			if total, overflow := addInt64(sum, n); !overflow {
+				return total, nil
+			}
+			return 0, errHashOverflow
+		})
 }
 
 // memberValue merges a field's values over its places: absent when none

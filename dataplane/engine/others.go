@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -156,4 +157,50 @@ func incrMember[T int64 | float64](ctx context.Context, e *Engine, p *plan, o *o
 		return 0, 0, err
 	}
 	return val(), sum, nil
+}
+
+// readOthers reads member's value in each of its places but write (one
+// pipeline; read queues one place's read and says how to take its value,
+// absent or not) with the base key's expiry and the write place's removal
+// mark, and adds the values up with add: the sum is not used past the
+// expiry, nor after the mark changed. The reads' own errors decide;
+// PEXPIRETIME's is ignored (Redis before 7 lacks it: what is read then
+// lives its age alone), and so is the mark's (the sum then lives its
+// age). otherPlaces' and zscorePlaces' one implementation.
+func readOthers[T int64 | float64](ctx context.Context, e *Engine, p *plan, member, write string,
+	read func(pipe redis.Pipeliner, key string) (redis.Cmder, func() (T, bool, error)), add func(sum, v T) (T, error)) (otherSum[T], error) {
+	s := otherSum[T]{write: write}
+	keys := without(memberPlaces(p, member), write)
+	cmds := make([]redis.Cmder, len(keys))
+	vals := make([]func() (T, bool, error), len(keys))
+	var at *redis.Cmd
+	var mark *redis.SliceCmd
+	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i], vals[i] = read(pipe, k)
+		}
+		at = pipe.Do(ctx, "pexpiretime", p.key)
+		mark = readMark(ctx, pipe, write)
+		return nil
+	})
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			if !isRedisError(err) {
+				e.m.upstreamErrors.Inc()
+			}
+			return s, err
+		}
+		v, ok, err := vals[i]()
+		if err != nil {
+			return s, err
+		}
+		if !ok {
+			continue
+		}
+		if s.sum, err = add(s.sum, v); err != nil {
+			return s, err
+		}
+	}
+	s.until, s.mark = expiryTime(at), markOf(mark)
+	return s, nil
 }

@@ -134,40 +134,15 @@ func (e *Engine) ZIncrBy(ctx context.Context, key, member string, n float64) (fl
 	return v + sum, nil
 }
 
-// zscorePlaces sums member's score over its places but write, with the
-// base key's expiry and the write place's removal mark read in the same
-// pipeline, as otherPlaces does for a hash field.
+// zscorePlaces sums member's score over its places but write
+// (readOthers).
 func (e *Engine) zscorePlaces(ctx context.Context, p *plan, member, write string) (otherSum[float64], error) {
-	s := otherSum[float64]{write: write}
-	keys := without(memberPlaces(p, member), write)
-	reads := make([]*redis.FloatCmd, len(keys))
-	var at *redis.Cmd
-	var mark *redis.SliceCmd
-	// The reads' own errors decide; PEXPIRETIME's is ignored (Redis
-	// before 7 lacks it: what is read then lives its age alone).
-	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range keys {
-			reads[i] = pipe.ZScore(ctx, k, member)
-		}
-		at = pipe.Do(ctx, "pexpiretime", p.key)
-		mark = readMark(ctx, pipe, write)
-		return nil
-	})
-	for _, c := range reads {
-		v, err := c.Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			if !isRedisError(err) {
-				e.m.upstreamErrors.Inc()
-			}
-			return s, err
-		default:
-			s.sum += v
-		}
-	}
-	s.until, s.mark = expiryTime(at), markOf(mark)
-	return s, nil
+	return readOthers(ctx, e, p, member, write,
+		func(pipe redis.Pipeliner, k string) (redis.Cmder, func() (float64, bool, error)) {
+			c := pipe.ZScore(ctx, k, member)
+			return c, func() (float64, bool, error) { return c.Val(), c.Err() == nil, nil }
+		},
+		func(sum, v float64) (float64, error) { return sum + v, nil })
 }
 
 // ZScores returns members' scores (present false for a member no place
