@@ -209,20 +209,10 @@ func (e *Engine) zall(ctx context.Context, key string, rev, useCopy bool) ([]sco
 	if err != nil {
 		return nil, err
 	}
-	reads := make([]*redis.ZSliceCmd, len(keys))
-	// The reads' errors decide, not the marks' (copyCheck).
-	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range keys {
-			reads[i] = pipe.ZRangeWithScores(ctx, k, 0, -1)
-		}
-		check.queue(ctx, pipe, keys)
-		return nil
-	})
-	for _, c := range reads {
-		if err := c.Err(); err != nil {
-			e.m.upstreamErrors.Inc()
-			return nil, err
-		}
+	// d 0: every place read whole (ZRANGE 0 -1).
+	reads, err := e.zfirst(ctx, keys, 0, false, check)
+	if err != nil {
+		return nil, err
 	}
 	if check.stale() {
 		return e.zall(ctx, key, rev, false)

@@ -92,8 +92,8 @@ func (e *Engine) ztop(ctx context.Context, key string, n int64, rev, useCopy boo
 	}
 }
 
-// zfirst asks each place for its own first d members (one pipeline), with
-// the check of the base key's copy queued in it.
+// zfirst asks each place for its own first d members (one pipeline; d 0
+// reads it whole), with the check of the base key's copy queued in it.
 func (e *Engine) zfirst(ctx context.Context, keys []string, d int64, rev bool, check *copyCheck) ([]*redis.ZSliceCmd, error) {
 	reads := make([]*redis.ZSliceCmd, len(keys))
 	// The reads' errors decide, not the marks' (copyCheck).
