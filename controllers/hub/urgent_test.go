@@ -44,6 +44,7 @@ func TestUrgentSummariesKeepCountsUnbiased(t *testing.T) {
 			checkUrgentFleet(t, nodes, 0.95, seed)
 		})
 	}
+	t.Run("1.1 ×", func(t *testing.T) { checkUrgentFleet(t, nodes, 1.1, 0) })
 }
 
 func checkUrgentFleet(t *testing.T, nodes int, factor float64, seed uint64) {
@@ -217,6 +218,23 @@ func checkUrgentFleet(t *testing.T, nodes int, factor float64, seed uint64) {
 		nodes, factor, regular, urgent, maxExact[counter], sumExact/float64(max(exactPasses, 1)), maxExact[viral])
 	if maxExact[counter] == 0 || maxExact[viral] == 0 {
 		t.Fatalf("the keys' counts never became exact: the test does not exercise pins")
+	}
+	if factor > 1 {
+		// The same agents and hub at 1.1 ×: both keys are still mitigated,
+		// within the detection budget from their traffic's start.
+		budget := DetectionBudget(p.Window, interval, sustain, flush, tick)
+		for _, k := range []string{counter, viral} {
+			at, ok := hotAt[k]
+			switch {
+			case !ok:
+				t.Errorf("%s at %.2f × its threshold never mitigated", k, factor)
+			case at.Sub(start) > budget:
+				t.Errorf("%s at %.2f × its threshold mitigated %v into the hot event, over the budget %v", k, factor, at.Sub(start), budget)
+			default:
+				t.Logf("%s mitigated %v into the hot event (budget %v)", k, at.Sub(start), budget)
+			}
+		}
+		return
 	}
 	for k, at := range hotAt {
 		t.Errorf("%s at %.2f × its threshold mitigated %v into the hot event", k, factor, at.Sub(start))
