@@ -23,7 +23,7 @@ import (
 // sidecarlink.FlushInterval at its own phase; each agent ticks every
 // nodeagent.DefaultTick at its own phase and sends a summary when one is
 // due as the agent decides it (summary.Urgent on the directive's alert
-// level, a new pin, summary.Due), and the hub's view, its pins (at once on
+// level, a new pin and half an interval after it, summary.Due), and the hub's view, its pins (at once on
 // a new candidate, and every pinEvery) and a decision pass every tick with
 // sustainFor 1 s, as in the simulator. Neither key is ever mitigated, and
 // the counter's exact count stays under its threshold.
@@ -78,6 +78,7 @@ func checkUrgentFleet(t *testing.T, nodes int, factor float64, seed uint64) {
 		last              time.Time
 		sent              summary.Sent
 		pinsToSend        bool
+		followUp          time.Time // nodeagent's pinFollowUp
 		seq               uint64
 		writesOwed, reads uint64 // paced traffic handed out so far
 		writesSent        uint64
@@ -149,7 +150,8 @@ func checkUrgentFleet(t *testing.T, nodes int, factor float64, seed uint64) {
 			items = a.sk.AppendItems(items[:0])
 			tr, tw := a.sk.Tracking()
 			ks, unseen := summary.Build(items, dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, nodeagent.DefaultMaxKeysPerSummary)
-			urg := a.pinsToSend || summary.Urgent(&a.sent, items, dir.Alert)
+			followUp := !a.followUp.IsZero() && !now.Before(a.followUp)
+			urg := a.pinsToSend || followUp || summary.Urgent(&a.sent, items, dir.Alert)
 			if !summary.Due(now, a.last, interval, tick, urg) {
 				continue
 			}
@@ -160,6 +162,12 @@ func checkUrgentFleet(t *testing.T, nodes int, factor float64, seed uint64) {
 			}
 			a.last = now
 			a.sent.Set(ks)
+			switch {
+			case a.pinsToSend:
+				a.followUp = now.Add(interval / 2)
+			case followUp:
+				a.followUp = time.Time{}
+			}
 			a.pinsToSend = false
 			a.seq++
 			v.apply(now, fmt.Sprint("node-", i), 1, a.seq, &agentlink.PolicySummary{Policy: "ns/p", Directive: version, Unseen: unseen, Keys: ks})
