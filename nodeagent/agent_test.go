@@ -509,6 +509,18 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	h.step()
 	h.step()
 	if got := h.d.Stats().Summaries; got != sent {
-		t.Fatalf("the same pin sent %d more summaries before the interval", got-sent)
+		t.Fatalf("the same pin sent %d more summaries two ticks later", got-sent)
+	}
+	// And one more half an interval after the pin's summary
+	// (pinFollowUpAfter), before the interval, and no other.
+	for range 3 {
+		h.step()
+	}
+	eventually.True(t, 20*time.Second, "the summary half an interval after the pin's reaches the manager", func() bool { return h.d.Stats().Summaries > sent })
+	sent = h.d.Stats().Summaries
+	h.step()
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent {
+		t.Fatalf("the same pin sent %d more summaries after its follow-up, before the interval", got-sent)
 	}
 }

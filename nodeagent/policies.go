@@ -50,6 +50,9 @@ type policyState struct {
 	// summary says it applied the pin, so the next summary is urgent (see
 	// summarize) rather than waiting out the report interval.
 	pinsToSend bool
+	// pinFollowUp is when the summary after the one that echoed a new pin
+	// is due (zero: none): see pinFollowUpAfter.
+	pinFollowUp time.Time
 	// counted reads and writes, and their smoothed rate (informational:
 	// the manager shows a policy's traffic; decisions never use it).
 	reads, writes uint64

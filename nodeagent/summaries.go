@@ -58,7 +58,7 @@ func (d *Agent) tick(st *sendState, out chan []byte) {
 		// Before the interval is up a summary goes only if urgent. Only
 		// counts or a directive can make it so (see dirty), and only
 		// through what they touched: nothing needs building otherwise.
-		if !dirty || !d.mayBeUrgent(now) {
+		if (!dirty && !d.followUpDue(now)) || !d.mayBeUrgent(now) {
 			return
 		}
 	}
@@ -124,9 +124,12 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		items := p.items
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
-		if p.pinsToSend || summary.Urgent(&p.lastSent, items, p.dir.Alert) {
+		followUp := p.followUpDue(now)
+		if p.pinsToSend || followUp || summary.Urgent(&p.lastSent, items, p.dir.Alert) {
 			urgent = true
 		}
+		wave := p.pinsToSend
+		interval := d.reportInterval()
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
 		total := p.total.update(now, p.reads, p.writes, window)
 		p.sizes.Advance(now)
@@ -143,6 +146,12 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 			p.mu.Lock()
 			p.lastSent.Set(keys)
 			p.pinsToSend = false
+			switch {
+			case wave:
+				p.pinFollowUp = now.Add(pinFollowUpAfter(interval))
+			case followUp:
+				p.pinFollowUp = time.Time{}
+			}
 			sentRefused()
 			sentMoved()
 			p.mu.Unlock()
@@ -175,12 +184,42 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || p.pinsToSend || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
+		if p.rescan || p.pinsToSend || p.followUpDue(now) || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
 			may = true
 		}
 		p.mu.Unlock()
 	}
 	return may
+}
+
+// pinFollowUpAfter is how long after the summary that echoed a new pin the
+// next one goes, at the latest: half the report interval. A pinned key's
+// counts never make a summary urgent (summary.Alerting: the manager's sum
+// of them is unbiased only if when a node sends does not depend on them),
+// so without it the manager's exact count of a key pinned as it turned
+// hot would be the one of the pin's summaries, over a tick or two since
+// the pin, until each node's interval: a key pinned while warm was seen
+// over up to a report interval later. A second summary at a fixed time
+// after the first depends on no count.
+func pinFollowUpAfter(interval time.Duration) time.Duration { return interval / 2 }
+
+// followUpDue reports whether p's summary after a new pin is due at now;
+// p.mu is held.
+func (p *policyState) followUpDue(now time.Time) bool {
+	return !p.pinFollowUp.IsZero() && !now.Before(p.pinFollowUp)
+}
+
+// followUpDue reports whether any policy's summary after a new pin is due.
+func (d *Agent) followUpDue(now time.Time) bool {
+	for _, p := range d.policyStates() {
+		p.mu.Lock()
+		due := p.followUpDue(now)
+		p.mu.Unlock()
+		if due {
+			return true
+		}
+	}
+	return false
 }
 
 // sendSummaries POSTs each summary to the manager the uplink is connected

@@ -129,9 +129,21 @@ func Urgent(last *Sent, now []sketch.Item, alert agentlink.Rates) bool {
 
 // Alerting reports whether it is at or above alert in either direction
 // (by its window average, as summaries list it) on at least MinUrgentCount
-// counts: the keys Urgent looks at.
+// counts, and not pinned: the keys Urgent looks at.
+//
+// A pinned key never makes a summary urgent (its pin did, once: the
+// agent's pinsToSend). Urgency exists to get a key pinned; once it is, the
+// manager sums its exact counts from every node's last summary, and that
+// sum is unbiased only if when a node sends does not depend on the count.
+// A key sparse on each node reads as a sawtooth there (its count since the
+// pin jumps at each count, then decays as the span grows): sent at once
+// when a jump lifted it over the alert level, and only at the interval once
+// it had decayed, the nodes' last summaries held the tops of the teeth: a
+// counter at 0.95 × its threshold over 1,000 nodes summed to 1,180-1,190
+// and was mitigated (hub's TestUrgentSummariesKeepCountsUnbiased; the fleet
+// simulator's 0.95 × row).
 func Alerting(it *sketch.Item, alert agentlink.Rates) bool {
-	return it.Reads+it.Writes >= MinUrgentCount && over(it.ReadAvg, it.WriteAvg, alert)
+	return !it.Pinned && it.Reads+it.Writes >= MinUrgentCount && over(it.ReadAvg, it.WriteAvg, alert)
 }
 
 func over(reads, writes float64, alert agentlink.Rates) bool {

@@ -88,6 +88,9 @@ func TestUrgent(t *testing.T) {
 		"writes cross, reads stay":       {last: []agentlink.KeyRates{k("a", 12, 0)}, now: []sketch.Item{it("a", 12, 5, 170)}},
 		"recent rate alone is not alert": {now: []sketch.Item{{Key: "a", ReadAvg: 5, ReadRate: 50, ReadRecent: 50, Reads: 50}}},
 		"no alert level: never":          {now: []sketch.Item{it("a", 1e9, 1e9, 1e9)}},
+		// Its pin made one summary urgent; its counts never do (Alerting).
+		"a pinned key crosses: not urgent": {last: []agentlink.KeyRates{k("a", 9, 0)},
+			now: []sketch.Item{{Key: "a", ReadAvg: 11, ReadRate: 11, Reads: 110, Pinned: true}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := alert

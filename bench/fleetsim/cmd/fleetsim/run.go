@@ -534,7 +534,13 @@ loop:
 		vs, ev := versions[0].snapshot(), eventsOf(events, 0, &tc)
 		res.Hops = map[string]*Hops{}
 		for name, key := range map[string]string{"viral": tc.ViralKeyOf(0), "counter": tc.CounterKeyOf(0)} {
-			if h := hopsOf(vs, key, hotAt, s.sustainFor, agentEvents[0], ev, s.sidecarsPerNode); h != nil {
+			// A key under its threshold is never crossed: were it published,
+			// its hops are timed from the start.
+			cross, _ := crossing(tc.ViralRate, s.reads)
+			if name == "counter" {
+				cross, _ = crossing(tc.CounterRate, s.writes)
+			}
+			if h := hopsOf(vs, key, hotAt, cross, s.sustainFor, agentEvents[0], ev, s.sidecarsPerNode); h != nil {
 				res.Hops[name] = h
 			}
 		}
