@@ -24,6 +24,22 @@ import (
 // clients' hooks, so noResendPipelines marks every command of it
 // NoRetry, which go-redis honours for a whole batch.
 
+// sendOnce sets the retries of the engine's client: none of a command,
+// one dial. No retries: go-redis retries any command whose connection
+// failed, and an INCRBY applied before its connection closed (a failover's
+// fence closes them) would then be counted twice; failed commands get an
+// error, as on the proxy's raw path (a cluster client also needs
+// noResendOnNodes). One dial per connection, not go-redis' five 100 ms
+// apart, and none to a node whose dial just failed (ejecting): a command
+// to a node that is down fails at once, so its failures are counted at the
+// rate clients send them and the manager withdraws a move whose path
+// fails within a report interval or two (docs/engine.md, "A move whose
+// path fails is undone").
+func sendOnce(uo *redis.UniversalOptions) {
+	uo.MaxRetries = -1
+	uo.DialerRetries = 1
+}
+
 // noResendOnNodes installs noResend on every node client of cc, and
 // noResendPipelines on cc.
 func noResendOnNodes(cc *redis.ClusterClient) {

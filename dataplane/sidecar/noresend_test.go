@@ -49,12 +49,13 @@ func (c *lostAfterWrite) Read(b []byte) (int, error) {
 }
 
 // TestEngineClusterClientNeverSendsACommandTwice: a cluster client made as
-// engineClient makes it (MaxRetries -1, one dial, noResend on its node
-// clients), against a real 3-master cluster, whose connection is lost
-// after an INCRBY reached Redis and before its reply, sent alone and in a
-// pipeline: the command fails, and Redis applied it once. Without noResend, go-redis' ClusterClient
-// sends it again on its own (up to MaxRedirects times, MaxRetries -1 or
-// not), and a split counter would count one client's INCR up to 4 times.
+// engineClient makes it (sendOnce, noResend on its node clients), against
+// a real 3-master cluster, whose connection is lost after an INCRBY
+// reached Redis and before its reply, sent alone and in a pipeline: the
+// command fails, and Redis applied it once. The same client with go-redis'
+// defaults, as applications run it, sends the command again (up to
+// MaxRedirects times: MaxRetries -1 alone would not stop it), so a split
+// counter would count one client's INCR up to 4 times.
 func TestEngineClusterClientNeverSendsACommandTwice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server")
@@ -72,8 +73,7 @@ func TestEngineClusterClientNeverSendsACommandTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 		var d net.Dialer
-		cc := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: cl.Addrs(), MaxRetries: -1, DialerRetries: 1,
+		uo := &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true,
 			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				c, err := d.DialContext(ctx, network, addr)
 				if err != nil {
@@ -81,7 +81,11 @@ func TestEngineClusterClientNeverSendsACommandTwice(t *testing.T) {
 				}
 				return &lostAfterWrite{Conn: c, marker: []byte(key)}, nil
 			},
-		})
+		}
+		if withHook { // as engineClient makes it
+			sendOnce(uo)
+		} // else go-redis' defaults, as an application runs it
+		cc := redis.NewClusterClient(uo.Cluster())
 		if withHook {
 			noResendOnNodes(cc)
 		}

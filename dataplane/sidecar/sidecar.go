@@ -315,27 +315,13 @@ func controlTimeout(cfg Config) time.Duration {
 func engineClient(cfg Config, d *up.Dialer, nodes *up.Nodes, follow *masterFollow) redis.UniversalClient {
 	uo := &redis.UniversalOptions{
 		Addrs: cfg.Upstreams, IsClusterMode: cfg.Cluster, Username: cfg.Username, Password: cfg.Password,
-		// No retries: go-redis retries any command whose connection
-		// failed, and an INCRBY applied before its connection closed (a
-		// failover's fence closes them) would then be counted twice (a
-		// cluster client retries on its own: noResend.go).
-		// Failed commands get an error, as on the proxy's raw path; a dial
-		// is still retried (nothing was sent).
-		MaxRetries: -1,
 		// The upstream Dialer, not TLSConfig: with TLSConfig go-redis
 		// would keep the CA bundle read at start unless a server name is
 		// fixed; the Dialer checks each handshake against the bundle as
 		// it is then.
 		Dialer: d.Dial, CredentialsProvider: d.Provider(),
-		// One dial per connection, not go-redis' five 100 ms apart, and
-		// none to a node whose dial just failed (ejecting): a command to
-		// a node that is down fails at once, as on the proxy's raw path,
-		// so its failures are counted at the rate clients send them and
-		// the manager withdraws a move whose path fails within a report
-		// interval or two (docs/engine.md, "A move whose path fails is
-		// undone").
-		DialerRetries: 1,
 	}
+	sendOnce(uo)
 	if follow != nil {
 		// The follower's dialer connects to the current master (TLS
 		// included) and drops the old master's connections on a switch.
