@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"net"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -66,4 +67,27 @@ func replyCode(msg string) string {
 		return ""
 	}
 	return msg[:i]
+}
+
+// NotSent reports whether err says the command never left this process:
+// the dial of its connection failed (the sidecar's dialer refuses an
+// address whose last dial just failed the same way), or no pooled
+// connection was free in time. Such a command may go elsewhere, or again,
+// without risk of being applied twice.
+func NotSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// notApplied reports whether err proves Redis did not run the command on
+// its path: it was never sent (NotSent), or the node answered that it
+// could not serve it (FailureCode: loading, a cluster down, a replica, a
+// redirection go-redis did not follow...). A split counter's write that
+// failed so is made at another of its places (IncrBy).
+func notApplied(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return FailureCode([]byte(re.Error()))
+	}
+	return NotSent(err)
 }

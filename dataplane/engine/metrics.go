@@ -19,6 +19,9 @@ type metrics struct {
 	replicaFallbacks prometheus.Counter
 	shedReads        prometheus.Counter
 	shedWrites       prometheus.Counter
+	// writeRedirects counts split counters' increments made at another
+	// place after theirs provably did not take them (placeAfterFailure).
+	writeRedirects prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,9 +41,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		replicaFallbacks: c("replica_fallbacks_total", "Reads from a Redis replica that failed and went to the master instead."),
 		shedReads:        c("shed_reads_total", "Reads of shed keys refused over their share of the key's budget (SHED)."),
 		shedWrites:       c("shed_writes_total", "Writes of shed keys refused over their share of the key's budget (SHED)."),
+		writeRedirects:   c("split_write_redirects_total", "Increments of split counters made at another of the counter's places after theirs failed without applying them (a node down or refusing)."),
 	}
 	if reg != nil {
-		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.replicaReads, &m.replicaFallbacks, &m.shedReads, &m.shedWrites} {
+		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.replicaReads, &m.replicaFallbacks, &m.shedReads, &m.shedWrites, &m.writeRedirects} {
 			if err := reg.Register(*col); err != nil {
 				// A second engine on the same registerer shares the series.
 				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -338,20 +339,61 @@ func (e *Engine) writeKey(p *plan, now time.Time) string {
 	return e.writePlace(p, now, e.opts.IntN)
 }
 
+// placeAfterFailure is where a split counter's increment goes after the
+// places in failed provably did not take it (notApplied): another shard of
+// the current write generation, chosen at random, then the base key; ""
+// once every one failed, or when the counter is not being written to its
+// shards. Any place is exact: every read of the counter sums the base key
+// and every shard of every generation listed, and the fold moves whatever a
+// shard holds. At most maxWritePlaces are tried, so that a write fails in
+// bounded time when the whole upstream is down.
+func (e *Engine) placeAfterFailure(p *plan, now time.Time, failed []string) string {
+	if len(failed) >= maxWritePlaces {
+		return ""
+	}
+	shards := e.writeShards(p, now)
+	var left []string
+	for _, k := range shards {
+		if !slices.Contains(failed, k) {
+			left = append(left, k)
+		}
+	}
+	switch {
+	case len(left) > 0:
+		return left[e.opts.IntN(len(left))]
+	case len(shards) > 0 && !slices.Contains(failed, p.key):
+		return p.key
+	}
+	return ""
+}
+
+// maxWritePlaces bounds the places a split counter's increment tries
+// (placeAfterFailure): the shards of a cluster's three masters and the
+// base key, beyond which a failure is the upstream's, not one node's.
+const maxWritePlaces = 4
+
 // writePlace is the physical key of the current write generation that
 // pick chooses among its shards, or the base key when that generation has
 // no shards or none has started.
 func (e *Engine) writePlace(p *plan, now time.Time, pick func(shards int) int) string {
+	shards := e.writeShards(p, now)
+	if len(shards) == 0 {
+		return p.key
+	}
+	e.m.fanout.Inc()
+	return shards[pick(len(shards))]
+}
+
+// writeShards are the shard keys of p's current write generation: none
+// when it has none or no generation has started (the base key takes the
+// writes).
+func (e *Engine) writeShards(p *plan, now time.Time) []string {
 	epoch := routing.EpochAt(now, e.table.Load().table.EpochMillis)
 	gens := p.entry.Split.Generations
 	for i := len(gens) - 1; i >= 0; i-- {
 		if gens[i].FromEpoch <= epoch {
-			if gens[i].Shards == 0 {
-				return p.key
-			}
-			e.m.fanout.Inc()
-			return p.gens[i][pick(int(gens[i].Shards))]
+			return p.gens[i]
 		}
 	}
-	return p.key
+	return nil
 }

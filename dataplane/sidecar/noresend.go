@@ -3,9 +3,10 @@ package sidecar
 import (
 	"context"
 	"errors"
-	"net"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
 )
 
 // The engine's cluster client must never send a command twice: a split
@@ -106,14 +107,11 @@ func (noResend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 // dial that failed, not a pool exhausted, not the caller's context.
 func mayHaveBeenSent(err error) bool {
 	var rerr redis.Error
-	var op *net.OpError
 	var sent *sentError
 	switch {
 	case err == nil, errors.Is(err, redis.Nil), errors.As(err, &rerr), errors.As(err, &sent):
 		return false
-	case errors.As(err, &op) && op.Op == "dial":
-		return false
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
+	case engine.NotSent(err), errors.Is(err, redis.ErrClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
 	}
