@@ -192,6 +192,7 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 		}
 	}
 	stoppedAt = time.Now()
+	incrsAtStop, ctrGetsAtStop := incrs, ctrGets
 	t.Logf("stopped %s, the master of %d of the %d shards of %s (its own master %s is up)", stopped, onStopped, len(shards), ctr, home)
 	deadline := time.Now().Add(60 * time.Second)
 	var why string
@@ -231,9 +232,9 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 		}
 		return at.Sub(stoppedAt).Round(100 * time.Millisecond).String()
 	}
-	t.Logf("after the stop: first INCR failure %s (%v), first failure reported by the sidecar %s, status withdrawn %s, table without the split published %s, obeyed by the sidecar %s, last INCR failure %s; %d of %d INCR failed; 300 INCR in a row served %s after the stop (%d GET of %d failed, %d GET of %s of %d); status: %q",
+	t.Logf("after the stop: first INCR failure %s (%v), first failure reported by the sidecar %s, status withdrawn %s, table without the split published %s, obeyed by the sidecar %s, last INCR failure %s; %d of the %d INCR sent after it failed; 300 INCR in a row served %s after the stop (%d GET of %d failed; %d of the %d GET of %s sent after the stop); status: %q",
 		after(firstFailed), firstErr, after(reportedAt), after(withdrawnAt), after(publishedAt), after(appliedAt), after(lastFailed),
-		failed, incrs, after(recoveredAt), getFailed, gets, ctrGetFailed, ctr, ctrGets, why)
+		failed, incrs-incrsAtStop, after(recoveredAt), getFailed, gets, ctrGetFailed, ctrGets-ctrGetsAtStop, ctr, why)
 	if d := lastFailed.Sub(stoppedAt); failed > 0 && d > recoverWithin {
 		t.Errorf("the clients' INCR failed until %v after the stop, want within %v", d.Round(100*time.Millisecond), recoverWithin)
 	}
