@@ -462,9 +462,11 @@ func TestIdleAgentSummarizesOnlyWhenDue(t *testing.T) {
 }
 
 // TestNewPinSendsASummaryAtOnce: a directive that pins a new key makes the
-// next tick send a summary (the manager counts a pinned key exactly only
-// once every node says it applied the pin), where one that pins nothing new
-// waits for the report interval like an idle tick.
+// first tick after a batch has counted it since the pin send a summary (the
+// manager counts a pinned key exactly only once every node says it applied
+// the pin, and a summary before any batch would say its exact rate is
+// zero), where one that pins nothing new waits for the report interval like
+// an idle tick.
 func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	h := start(t)
 	for range 20 { // the first summaries and the directive's settle
@@ -503,8 +505,19 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	if err := h.d.applyDirective(directive("product:viral")); err != nil {
 		t.Fatal(err)
 	}
+	// Until a batch counts the key since its pin, its exact rate would
+	// read zero (the manager would unpin it): the summary waits.
 	h.step()
-	eventually.True(t, 20*time.Second, "the summary saying the pin is applied reaches the manager", func() bool { return h.d.Stats().Summaries > sent })
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent {
+		t.Fatalf("a new pin sent %d summaries before any batch counted the key since the pin", got-sent)
+	}
+	h.c.Observe(policy, "product:viral", 5, 0, 100)
+	h.send()
+	h.step()
+	eventually.True(t, 20*time.Second, "the summary saying the pin is applied reaches the manager, the key counted", func() bool {
+		return h.d.Stats().Summaries > sent && h.reads("product:viral") > 0
+	})
 	sent = h.d.Stats().Summaries
 	h.step()
 	h.step()

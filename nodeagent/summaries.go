@@ -125,7 +125,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
 		followUp := p.followUpDue(now)
-		if p.pinsToSend || followUp || summary.Urgent(&p.lastSent, items, p.dir.Alert) {
+		if p.pinEchoDue() || followUp || summary.Urgent(&p.lastSent, items, p.dir.Alert) {
 			urgent = true
 		}
 		wave := p.pinsToSend
@@ -184,7 +184,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || p.pinsToSend || p.followUpDue(now) || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
+		if p.rescan || p.pinEchoDue() || p.followUpDue(now) || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
 			may = true
 		}
 		p.mu.Unlock()
@@ -202,6 +202,12 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 // over up to a report interval later. A second summary at a fixed time
 // after the first depends on no count.
 func pinFollowUpAfter(interval time.Duration) time.Duration { return interval / 2 }
+
+// pinEchoDue reports whether p's summary must go now to echo a new pin:
+// a directive pinned a key since the last summary, and every pinned key has
+// been counted since its pin (sketch.PinsCounted: sent before, the new
+// pin's exact rate would read zero). p.mu is held.
+func (p *policyState) pinEchoDue() bool { return p.pinsToSend && p.sk.PinsCounted() }
 
 // followUpDue reports whether p's summary after a new pin is due at now;
 // p.mu is held.

@@ -96,6 +96,24 @@ func (s *Sketch) Pinned() []string {
 	return out
 }
 
+// PinsCounted reports whether every pinned key has been counted over at
+// least one batch since its pin. Until then a key pinned last has no count
+// since its pin (its counts start at the last batch, pinSince), and a
+// summary sent then would tell the manager an exact rate of zero: the
+// manager unpins a key whose exact rate fell that low, and a hot key was
+// pinned, read as zero and unpinned again, over and over, and never
+// mitigated (test/skew TestSkewPreviousManager, whose manager chooses pins
+// at its own pace). The agent's summary that echoes a new pin waits for
+// this.
+func (s *Sketch) PinsCounted() bool {
+	for _, x := range s.pinned {
+		if s.ents[x].since >= s.fed {
+			return false
+		}
+	}
+	return true
+}
+
 // pinSince is where the counts of a key pinned now start: the first batch
 // after the pin carries traffic from its sender's previous flush, which is
 // where the counts so far end, a moment independent of the key: the last
