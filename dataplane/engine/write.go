@@ -255,10 +255,10 @@ func (e *Engine) IncrBy(ctx context.Context, key string, n int64) (int64, error)
 	}
 	shardVal, err := e.rc().IncrBy(ctx, target, n).Result()
 	// A place that provably did not take the increment (its node down or
-	// refusing) is not the counter's only one: the increment goes to
-	// another, which every read sums too, so a shard's outage costs the
-	// clients nothing (placeAfterFailure).
-	for failed := []string{target}; err != nil && notApplied(err); failed = append(failed, target) {
+	// refusing) is not the counter's only one while it is split: the
+	// increment goes to another, which every read sums too, so a shard's
+	// outage costs the clients nothing (placeAfterFailure).
+	for failed := []string{target}; active && err != nil && notApplied(err); failed = append(failed, target) {
 		if target = e.placeAfterFailure(p, now, failed); target == "" {
 			break
 		}
