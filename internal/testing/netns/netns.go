@@ -7,6 +7,7 @@
 package netns
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,8 +18,11 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 )
 
 // Addresses of the topology.
@@ -162,7 +166,9 @@ func Dialer(ns, from string) func(ctx context.Context, network, addr string) (ne
 }
 
 // StartRedis runs redis-server in namespace ns on addr:port with extra
-// arguments; stop it with the returned function (by its PID).
+// arguments, and returns once it answers there (a test's first dial was
+// refused now and then on a loaded machine); stop it with the returned
+// function (by its PID).
 func StartRedis(ns, addr string, port int, extra ...string) (stop func(), err error) {
 	args := append([]string{"--bind", addr, "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--daemonize", "no", "--logfile", ""}, extra...)
@@ -170,8 +176,38 @@ func StartRedis(ns, addr string, port int, extra ...string) (stop func(), err er
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	return func() {
+	stop = func() {
 		_ = cmd.Process.Kill() // "ip netns exec" execs redis-server: the PID is its
 		_ = cmd.Wait()
-	}, nil
+	}
+	target := net.JoinHostPort(addr, fmt.Sprint(port))
+	if err := eventually.Poll(context.Background(), 30*time.Second, func() error { return answers(ns, target) }); err != nil {
+		stop()
+		return nil, fmt.Errorf("redis-server in %s on %s: %w", ns, target, err)
+	}
+	return stop, nil
+}
+
+// answers reports whether a server in ns answers PING at target with any
+// reply line (an error reply, NOAUTH, is an answer too).
+func answers(ns, target string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := Dialer(ns, "")(ctx, "tcp", target)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line == "" || (line[0] != '+' && line[0] != '-') {
+		return fmt.Errorf("answered %q", line)
+	}
+	return nil
 }
