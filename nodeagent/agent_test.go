@@ -506,8 +506,8 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Until a batch counts the key since its pin, its exact rate would
-	// read zero (the manager would unpin it): the summary waits.
-	h.step()
+	// read zero while its traffic waits in the sidecars (the manager would
+	// unpin it): the summary waits, for a flush period at most.
 	h.step()
 	if got := h.d.Stats().Summaries; got != sent {
 		t.Fatalf("a new pin sent %d summaries before any batch counted the key since the pin", got-sent)
@@ -518,6 +518,15 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	eventually.True(t, 20*time.Second, "the summary saying the pin is applied reaches the manager, the key counted", func() bool {
 		return h.d.Stats().Summaries > sent && h.reads("product:viral") > 0
 	})
+	// A key no sidecar sends is echoed a flush period after its pin, at
+	// the latest: its count of zero is then true.
+	sent = afterInterval()
+	if err := h.d.applyDirective(directive("product:viral", "product:quiet")); err != nil {
+		t.Fatal(err)
+	}
+	h.step()
+	h.step()
+	eventually.True(t, 20*time.Second, "the summary echoing the quiet key's pin reaches the manager", func() bool { return h.d.Stats().Summaries > sent })
 	sent = h.d.Stats().Summaries
 	h.step()
 	h.step()

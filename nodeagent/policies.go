@@ -147,9 +147,10 @@ func (d *Agent) applyDirective(dir *agentlink.Directive) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sk != nil {
-		sk.Advance(d.opts.Clock.Now())
 		p.sk = sk
 	}
+	// The sketch's clock at the directive: a pin's moment (PinsCounted).
+	p.sk.Advance(d.opts.Clock.Now())
 	p.dir, p.filter = *dir, filter
 	d.setReportIntervalLocked()
 	pinned := p.sk.Pinned()

@@ -58,7 +58,7 @@ func (d *Agent) tick(st *sendState, out chan []byte) {
 		// Before the interval is up a summary goes only if urgent. Only
 		// counts or a directive can make it so (see dirty), and only
 		// through what they touched: nothing needs building otherwise.
-		if (!dirty && !d.followUpDue(now)) || !d.mayBeUrgent(now) {
+		if (!dirty && !d.pinSummaryPending(now)) || !d.mayBeUrgent(now) {
 			return
 		}
 	}
@@ -215,11 +215,13 @@ func (p *policyState) followUpDue(now time.Time) bool {
 	return !p.pinFollowUp.IsZero() && !now.Before(p.pinFollowUp)
 }
 
-// followUpDue reports whether any policy's summary after a new pin is due.
-func (d *Agent) followUpDue(now time.Time) bool {
+// pinSummaryPending reports whether any policy has a summary for its pins
+// to send: the follow-up due, or a new pin's echo waiting for its counts
+// (pinEchoDue), which time alone may make due.
+func (d *Agent) pinSummaryPending(now time.Time) bool {
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
-		due := p.followUpDue(now)
+		due := p.followUpDue(now) || p.pinsToSend
 		p.mu.Unlock()
 		if due {
 			return true

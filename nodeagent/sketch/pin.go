@@ -29,7 +29,7 @@ func (s *Sketch) Pin(key string) bool {
 			return false
 		}
 		s.heapRemove(int(e.hpos))
-		e.pinned, e.hpos = true, -1
+		e.pinned, e.hpos, e.pinAt = true, -1, s.now
 		s.pinned = append(s.pinned, x)
 		if e.sinceS > s.cur-int64(s.cfg.Slots) {
 			// Admitted within the window: its counts start with the batch
@@ -52,7 +52,7 @@ func (s *Sketch) Pin(key string) bool {
 	}
 	x := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
-	s.ents[x] = entry{key: strings.Clone(key), hash: h, since: s.pinSince(), sinceS: s.cur, hpos: -1, pinned: true}
+	s.ents[x] = entry{key: strings.Clone(key), hash: h, since: s.pinSince(), sinceS: s.cur, hpos: -1, pinned: true, pinAt: s.now}
 	s.keyLen += len(key)
 	for i := h & s.imask; ; i = (i + 1) & s.imask {
 		if s.index[i] == 0 {
@@ -96,18 +96,23 @@ func (s *Sketch) Pinned() []string {
 	return out
 }
 
-// PinsCounted reports whether every pinned key has been counted over at
-// least one batch since its pin. Until then a key pinned last has no count
-// since its pin (its counts start at the last batch, pinSince), and a
-// summary sent then would tell the manager an exact rate of zero: the
-// manager unpins a key whose exact rate fell that low, and a hot key was
-// pinned, read as zero and unpinned again, over and over, and never
-// mitigated (test/skew TestSkewPreviousManager, whose manager chooses pins
-// at its own pace). The agent's summary that echoes a new pin waits for
-// this.
+// PinsCounted reports whether every pinned key has been counted since its
+// pin: a batch came after it, or more than Lead (the senders' flush
+// period) has passed since it without one (the node's senders had nothing of it to
+// flush: its count of zero is true). Until then a key pinned last has no
+// count since its pin (its counts start at the last batch, pinSince), and
+// a summary sent then would tell the manager an exact rate of zero while
+// its traffic waits in the senders: the manager unpins a key whose exact
+// rate fell that low, and a hot key was pinned, read as zero and unpinned
+// again, over and over, and never mitigated (test/skew
+// TestSkewPreviousManager, whose manager chooses pins at its own pace).
+// The wait is bounded by Lead, so that over a fleet the last node's echo,
+// which the manager's exact count waits for, comes within a flush period
+// of the pin whatever the node's traffic. The agent's summary that echoes
+// a new pin waits for this.
 func (s *Sketch) PinsCounted() bool {
 	for _, x := range s.pinned {
-		if s.ents[x].since >= s.fed {
+		if e := &s.ents[x]; e.since >= s.fed && s.now-e.pinAt <= int64(s.cfg.Lead) {
 			return false
 		}
 	}

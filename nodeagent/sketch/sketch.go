@@ -118,6 +118,7 @@ type entry struct {
 	// admission minus Lead, or at a pin where the counted traffic ended.
 	since   int64
 	sinceS  int64 // admission slot number
+	pinAt   int64 // when it was pinned, ns (PinsCounted)
 	hpos    int32 // place in the heap; -1 while pinned
 	pinned  bool
 	updated bool // listed in Sketch.updated

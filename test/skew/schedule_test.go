@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -200,21 +196,6 @@ func (w warmEvent) check(ctx context.Context, cp *controlplane.ControlPlane, dir
 // routingVersion is the sidecar's heatsink_proxy_routing_version, the
 // version of the table it obeys.
 func routingVersion(metrics string) (int64, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	r, err := c.Get(metrics)
-	if err != nil {
-		return 0, err
-	}
-	defer r.Body.Close()
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "heatsink_proxy_routing_version "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int64(f), err
-		}
-	}
-	return 0, fmt.Errorf("%s: no heatsink_proxy_routing_version", metrics)
+	v, err := metricValue(metrics, "heatsink_proxy_routing_version")
+	return int64(v), err
 }

@@ -9,6 +9,8 @@ package skew
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -336,33 +338,83 @@ func runNode(t *testing.T, cp *controlplane.ControlPlane, a *procstack.Agent, si
 	if w := wrongGets.Load(); w > 0 {
 		t.Errorf("%s: %d GETs of %s or %s through the sidecar did not return its value", n.name, w, hot, warm)
 	}
-	got, err := c.Get(ctx, ctr).Int64()
-	if err != nil || got != want {
-		t.Errorf("%s: the split counter reads %d (%v) through the sidecar, want %d", n.name, got, err, want)
+	// A pre-aggregated flush whose reply timed out after Redis applied it
+	// stays pending and is written again (docs/engine.md: the mode is
+	// approximate): on a loaded machine the previous release's sidecar
+	// left 477 increments in a shard after the fold. So the counter must
+	// be exact unless the sidecar met upstream errors; then it may read
+	// high, never low.
+	overCount := func(what string, got int64) {
+		switch errs, err := metricValue(sc.Metrics, "heatsink_engine_upstream_errors_total"); {
+		case got == want:
+		case got > want && err == nil && errs > 0:
+			t.Logf("%s: %s is %d, %d over the %d acknowledged increments, after %g upstream errors (a timed-out flush applied twice)", n.name, what, got, got-want, want, errs)
+		default:
+			t.Errorf("%s: %s is %d, want the %d acknowledged increments (%g upstream errors, %v)", n.name, what, got, want, errs, err)
+		}
 	}
+	got, err := c.Get(ctx, ctr).Int64()
+	if err != nil {
+		t.Errorf("%s: reading the split counter through the sidecar: %v", n.name, err)
+	}
+	overCount("the split counter read through the sidecar", got)
 	p := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: policy}}
 	if err := cp.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Succeeds(t, 60*time.Second, func() error {
-		if v, err := direct.Get(ctx, ctr).Int64(); err != nil || v != want {
-			return fmt.Errorf("after the policy's deletion %s = %d (%v), want %d", ctr, v, err, want)
+	// The manager folds the shards back into the base key: the sum of
+	// every place is the count, and the base key holds it once folded.
+	// The folded shards stay, at 0, until their retirement TTL
+	// (docs/manager.md).
+	var base, shards int64
+	_ = eventually.Poll(ctx, 60*time.Second, func() error {
+		var err error
+		if base, err = direct.Get(ctx, ctr).Int64(); err != nil {
+			return err
+		}
+		keys, err := direct.Keys(ctx, "*hs:s:*"+ctr).Result()
+		if err != nil {
+			return err
+		}
+		shards = 0
+		for _, k := range keys {
+			if strings.Contains(k, "hs:aux:") {
+				continue
+			}
+			v, err := direct.Get(ctx, k).Int64()
+			if err != nil {
+				return err
+			}
+			shards += v
+		}
+		if base != want || shards != 0 {
+			return fmt.Errorf("after the policy's deletion %s = %d and its shards hold %d", ctr, base, shards)
 		}
 		return nil
 	})
-	// The folded shards stay, at 0, until their retirement TTL (docs/manager.md).
-	keys, err := direct.Keys(ctx, "*hs:s:*"+ctr).Result()
+	overCount("the base key after the fold", base)
+	overCount("the base key and its shards after the fold", base+shards)
+}
+
+// metricValue is the value of the series named name (no labels) in the
+// Prometheus text at url.
+func metricValue(url, name string) (float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	r, err := c.Get(url)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
-	for _, k := range keys {
-		if strings.Contains(k, "hs:aux:") {
-			continue
-		}
-		if v, err := direct.Get(ctx, k).Int64(); err != nil || v != 0 {
-			t.Errorf("%s: shard %s holds %d (%v) after the fold, want 0", n.name, k, v, err)
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
+	return 0, fmt.Errorf("%s: no %s", url, name)
 }
 
 // createPolicy creates the policy of one node's Redis (its master addr and
