@@ -83,7 +83,7 @@ if n == 1 then
   end
 end
 local rec = ARGV[4] .. ' ' .. ARGV[2] .. ' ' .. n .. ' ' .. ARGV[3]
-redis.call('HSET', KEYS[2], ARGV[1], rec)
+redis.call('HSET', KEYS[2], ARGV[1], rec, 'last:' .. ARGV[1], rec)
 return rec
 `)
 
@@ -116,24 +116,29 @@ end
 return {r, redis.call('PEXPIRETIME', KEYS[1])}
 `)
 
-// debitMember is step 3 for one field or member. KEYS: S, its ack key.
-// ARGV: −v (negated in Go: Lua would print −0 as "-0", which HINCRBY
-// refuses), n, field, kind. A field or member S no longer holds was
-// removed with S since step 1 (it expired, or DEL deleted the key): it is
-// not re-created at −v.
+// debitMember is step 3 for one field or member. KEYS: S, its ack key,
+// its debit record key. ARGV: −v (negated in Go: Lua would print −0 as
+// "-0", which HINCRBY refuses), n, field, kind, the move's record. A field
+// or member S no longer holds was removed with S since step 1 (it expired,
+// or DEL deleted the key): it is not re-created at −v, and the debit
+// record says so (as debit's does).
 var debitMember = newScript(`
 local a = tonumber(redis.call('GET', KEYS[2]) or '0')
 if a >= tonumber(ARGV[2]) then return 0 end
+local applied = '0'
 if ARGV[4] == 'z' then
   if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
     local left = tonumber(redis.call('ZINCRBY', KEYS[1], ARGV[1], ARGV[3]))
     if left == 0 then redis.call('ZREM', KEYS[1], ARGV[3]) end
+    applied = '1'
   end
 elseif redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then
   local left = redis.call('HINCRBY', KEYS[1], ARGV[3], ARGV[1])
   if left == 0 then redis.call('HDEL', KEYS[1], ARGV[3]) end
+  applied = '1'
 end
 redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[3], applied .. ' ' .. ARGV[5])
 return 1
 `)
 
@@ -326,8 +331,8 @@ func (f *Folder) finishMember(ctx context.Context, ledger, shard, rec string, re
 	if err := f.fault(StepDebit); err != nil {
 		return err
 	}
-	ack := routing.SameSlotKey(shard, "foldack")
-	if err := debitMember.run(ctx, f.client, []string{shard, ack}, r.neg, r.n, r.field, r.kind).Err(); err != nil {
+	keys := []string{shard, routing.FoldAckKey(shard), routing.FoldDebitKey(shard)}
+	if err := debitMember.run(ctx, f.client, keys, r.neg, r.n, r.field, r.kind, rec).Err(); err != nil {
 		return fmt.Errorf("fold: debit member shard: %w", err)
 	}
 	if err := f.fault(StepClear); err != nil {

@@ -225,6 +225,9 @@ func (e *Engine) HMGet(ctx context.Context, key string, fields []string) (vals [
 	if p == nil {
 		return e.hmgetRaw(ctx, key, fields)
 	}
+	if folding(p) {
+		return e.hmgetFolding(ctx, p, fields)
+	}
 	// Each field has its own places: read every field from every place
 	// it may be in, all in one pipeline.
 	vals = make([]string, len(fields))
@@ -281,7 +284,11 @@ func (e *Engine) hmgetRaw(ctx context.Context, key string, fields []string) ([]s
 // every place (the base key and every shard of every listed generation),
 // fields in byte order.
 func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string, err error) {
-	keys := allPlaces(e.memberPlan(key, routing.KindHash), key)
+	p := e.memberPlan(key, routing.KindHash)
+	if folding(p) {
+		return e.hgetallFolding(ctx, p)
+	}
+	keys := allPlaces(p, key)
 	cmds, perr := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, k := range keys {
 			pipe.HGetAll(ctx, k)
@@ -433,4 +440,56 @@ func addInt64(a, b int64) (int64, bool) {
 		return 0, true
 	}
 	return s, false
+}
+
+// hmgetFolding is HMGet while a fold may be in flight: one read per
+// place of the fields it may hold, with its fold records (foldRead).
+func (e *Engine) hmgetFolding(ctx context.Context, p *plan, fields []string) ([]string, []bool, error) {
+	reads := byPlace(p, "HMGET", fields)
+	places, err := e.foldRead(ctx, p, reads, func(i int, r any) (map[string]string, error) {
+		return pickFields(r, reads[i].fields), nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	vals, present := make([]string, len(fields)), make([]bool, len(fields))
+	for i, f := range fields {
+		var got []string
+		for _, m := range places {
+			if v, ok := m[f]; ok {
+				got = append(got, v)
+			}
+		}
+		if vals[i], present[i], err = memberValue(got); err != nil {
+			return nil, nil, err
+		}
+	}
+	return vals, present, nil
+}
+
+// hgetallFolding is HGetAll while a fold may be in flight (foldRead).
+func (e *Engine) hgetallFolding(ctx context.Context, p *plan) (fields, vals []string, err error) {
+	places, err := e.foldRead(ctx, p, wholeReads(p, "HGETALL"), func(_ int, r any) (map[string]string, error) {
+		return flatMap(r), nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	got := map[string][]string{}
+	for _, m := range places {
+		for f, v := range m {
+			if _, seen := got[f]; !seen {
+				fields = append(fields, f)
+			}
+			got[f] = append(got[f], v)
+		}
+	}
+	slices.Sort(fields)
+	vals = make([]string, len(fields))
+	for i, f := range fields {
+		if vals[i], _, err = memberValue(got[f]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return fields, vals, nil
 }
