@@ -22,18 +22,29 @@ import (
 // counted): places on different masters are read in parallel, in any
 // order. Each step of a move records it in its own place's slot, in the
 // same script as the change (controllers/fold; routing.ReconcileFold says
-// what the records hold). While the table lists more than one generation
-// of the key (only then is a generation retired and folded: decide folds
-// a generation once its successor is in effect), every place is read
+// what the records hold). While a generation of the key with shards has a
+// successor in effect (only then may it be folded: folding), every place is read
 // together with its records by one read-only script, still one command per
 // place in the same one pipeline, and the snapshots are reconciled: a move
-// seen on one side only is counted once. With one generation listed the
-// reads are the plain commands they were, and cost nothing more.
+// seen on one side only is counted once. Otherwise the reads are the plain commands they were, and cost nothing more.
 
-// folding reports whether p lists more than one split generation: only
-// then may a fold be in flight.
-func folding(p *plan) bool {
-	return p != nil && p.entry.Split != nil && len(p.entry.Split.Generations) > 1
+// folding reports whether a fold may be in flight on p: some generation
+// with shards has a successor in effect (decide folds a generation only
+// once its successor is in effect and a margin, which covers clock skew,
+// has passed). Before, the table may list the next generation already, but
+// nothing moves.
+func (e *Engine) folding(p *plan) bool {
+	if p == nil || p.entry.Split == nil {
+		return false
+	}
+	gens := p.entry.Split.Generations
+	epoch := routing.EpochAt(e.clock.Now(), e.table.Load().table.EpochMillis)
+	for i := 0; i+1 < len(gens); i++ {
+		if gens[i].Shards > 0 && gens[i+1].FromEpoch <= epoch {
+			return true
+		}
+	}
+	return false
 }
 
 // readWithRecords runs one read command on KEYS[1] (ARGV: the command and

@@ -225,7 +225,7 @@ func (e *Engine) HMGet(ctx context.Context, key string, fields []string) (vals [
 	if p == nil {
 		return e.hmgetRaw(ctx, key, fields)
 	}
-	if folding(p) {
+	if e.folding(p) {
 		return e.hmgetFolding(ctx, p, fields)
 	}
 	// Each field has its own places: read every field from every place
@@ -285,7 +285,7 @@ func (e *Engine) hmgetRaw(ctx context.Context, key string, fields []string) ([]s
 // fields in byte order.
 func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string, err error) {
 	p := e.memberPlan(key, routing.KindHash)
-	if folding(p) {
+	if e.folding(p) {
 		return e.hgetallFolding(ctx, p)
 	}
 	keys := allPlaces(p, key)

@@ -255,7 +255,7 @@ var errNotInteger = errors.New("ERR heatsink: a physical key of a split counter 
 // sum reads the base key and every shard of every generation in one
 // pipeline (a cluster client sends one batch per node) and adds them up.
 func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, err error) {
-	if folding(p) {
+	if e.folding(p) {
 		return e.sumFolding(ctx, p)
 	}
 	e.m.upstreamReads.Inc()

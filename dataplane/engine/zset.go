@@ -149,7 +149,7 @@ func (e *Engine) zscorePlaces(ctx context.Context, p *plan, member, write string
 // holds), each the sum of its places.
 func (e *Engine) ZScores(ctx context.Context, key string, members []string) ([]float64, []bool, error) {
 	p := e.memberPlan(key, routing.KindZSet)
-	if folding(p) {
+	if e.folding(p) {
 		return e.zscoresFolding(ctx, p, members)
 	}
 	out, present := make([]float64, len(members)), make([]bool, len(members))
@@ -208,7 +208,7 @@ func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, erro
 
 // zall is ZAll, using the base key's copy when useCopy.
 func (e *Engine) zall(ctx context.Context, key string, rev, useCopy bool) ([]scored, error) {
-	if p := e.memberPlan(key, routing.KindZSet); folding(p) {
+	if p := e.memberPlan(key, routing.KindZSet); e.folding(p) {
 		return e.zallFolding(ctx, p, rev)
 	}
 	keys, _, known, check, err := e.zplaces(ctx, key, useCopy)

@@ -28,7 +28,7 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 
 // ztop is ZTop, using the base key's copy when useCopy.
 func (e *Engine) ztop(ctx context.Context, key string, n int64, rev, useCopy bool) ([]scored, error) {
-	if p := e.memberPlan(key, routing.KindZSet); folding(p) {
+	if p := e.memberPlan(key, routing.KindZSet); e.folding(p) {
 		// The rounds below read places at several moments (their first
 		// d, then the scores they did not list): under a fold every place
 		// is read whole, once, with its records (zallFolding).

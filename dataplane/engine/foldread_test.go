@@ -1,0 +1,277 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heatsink-dev/heatsink/controllers/fold"
+	"github.com/heatsink-dev/heatsink/dataplane/engine"
+	"github.com/heatsink-dev/heatsink/routing"
+)
+
+// TestReadsExactDuringFolds: every read of a split counter, a hash split
+// by field and a sorted set split by member is exact while folds move the
+// retired generation's values into the base key, on real Redis
+// (standalone and a 3-master cluster) with go-redis' defaults. Late
+// writers (an engine still on the table of the retired generation) keep
+// that generation's shards filled, a folder folds it in a loop, current
+// writers write the new generation, and readers read continuously: each
+// read's value of each field must lie between the increments acknowledged
+// before it was sent and those sent before its reply came back. Readers
+// that summed one snapshot per place counted a moving value twice (credit
+// seen, debit not) or not at all (debit seen, credit not).
+func TestReadsExactDuringFolds(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			for _, kind := range []string{"counter", "hash", "zset"} {
+				t.Run(kind, func(t *testing.T) { readsDuringFolds(t, tg, kind) })
+			}
+		})
+	}
+}
+
+// foldRace is one run of TestReadsExactDuringFolds: fields and the
+// increments sent and acknowledged per field.
+type foldRace struct {
+	fields      []string
+	sent, acked []atomic.Int64
+}
+
+func (r *foldRace) index(f string) int {
+	for i, x := range r.fields {
+		if x == f {
+			return i
+		}
+	}
+	return -1
+}
+
+func readsDuringFolds(t *testing.T, tg target, kind string) {
+	ctx := context.Background()
+	k := key(t, fmt.Sprint(time.Now().UnixNano()))
+	old := routing.Generation{FromEpoch: 0, Shards: 3}
+	cur := routing.Generation{FromEpoch: 1, Shards: 4}
+	split := func(gens ...routing.Generation) *routing.Split {
+		s := &routing.Split{Generations: gens}
+		switch kind {
+		case "hash":
+			s.Members = true
+		case "zset":
+			s.Members, s.Kind = true, routing.KindZSet
+		}
+		return s
+	}
+	now := split(old, cur)
+	eLate := newEngine(t, tg.client, engine.Options{})
+	eLate.SetTable(table(routing.Entry{Key: k, Source: routing.SourceDetected, Split: split(old)}))
+	e := newEngine(t, tg.client, engine.Options{})
+	e.SetTable(table(routing.Entry{Key: k, Source: routing.SourceDetected, Split: now}))
+
+	r := &foldRace{fields: []string{""}}
+	if kind != "counter" {
+		r.fields = []string{"alice", "bob", "carol", "dave", "erin", "frank"}
+	}
+	r.sent = make([]atomic.Int64, len(r.fields))
+	r.acked = make([]atomic.Int64, len(r.fields))
+	write := func(w *engine.Engine, f string) error {
+		var err error
+		switch kind {
+		case "counter":
+			_, err = w.IncrBy(ctx, k, 1)
+		case "hash":
+			_, err = w.HIncrBy(ctx, k, f, 1)
+		default:
+			_, err = w.ZIncrBy(ctx, k, f, 1)
+		}
+		return err
+	}
+	// read returns each field's value as one read gives it (absent: 0);
+	// n rotates over the kind's reads.
+	read := func(n int) (map[string]int64, error) {
+		out := map[string]int64{}
+		switch kind {
+		case "counter":
+			v, _, err := e.Get(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			var x int64
+			if v != nil {
+				if _, err := fmt.Sscan(string(v), &x); err != nil {
+					return nil, err
+				}
+			}
+			out[""] = x
+		case "hash":
+			if n%2 == 0 {
+				vals, present, err := e.HMGet(ctx, k, r.fields)
+				if err != nil {
+					return nil, err
+				}
+				for i, f := range r.fields {
+					if present[i] {
+						var x int64
+						fmt.Sscan(vals[i], &x)
+						out[f] = x
+					}
+				}
+				return out, nil
+			}
+			fs, vals, err := e.HGetAll(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			for i, f := range fs {
+				var x int64
+				fmt.Sscan(vals[i], &x)
+				out[f] = x
+			}
+		default:
+			switch n % 3 {
+			case 0:
+				vals, present, err := e.ZScores(ctx, k, r.fields)
+				if err != nil {
+					return nil, err
+				}
+				for i, f := range r.fields {
+					if present[i] {
+						out[f] = int64(vals[i])
+					}
+				}
+			default:
+				// ZREVRANGE 0 2 WITHSCORES (the top 3) and ZRANGE 0 -1
+				// WITHSCORES (every place read whole).
+				args := []string{"ZREVRANGE", k, "0", "2", "WITHSCORES"}
+				if n%3 == 2 {
+					args = []string{"ZRANGE", k, "0", "-1", "WITHSCORES"}
+				}
+				b := make([][]byte, len(args))
+				for i, a := range args {
+					b[i] = []byte(a)
+				}
+				rep := e.ServeZSet(ctx, b, func(string, uint32, uint32, int) {})
+				if rep.Kind == engine.ReplyError {
+					return nil, rep.Err
+				}
+				for i := 0; i+1 < len(rep.Elems); i += 2 {
+					var x float64
+					fmt.Sscan(string(rep.Elems[i+1].Bulk), &x)
+					out[string(rep.Elems[i].Bulk)] = int64(x)
+				}
+				if n%3 == 1 {
+					out["#top"] = int64(len(rep.Elems) / 2)
+				}
+			}
+		}
+		return out, nil
+	}
+
+	const runFor = 2 * time.Second
+	const maxOps = 50_000
+	end := time.Now().Add(runFor)
+	var wg sync.WaitGroup
+	var writeErrs, readErrs atomic.Int64
+	// Late writers fill the retired generation, a current one the new.
+	for i, w := range []*engine.Engine{eLate, eLate, e} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < maxOps && time.Now().Before(end); n++ {
+				f := (n + i) % len(r.fields)
+				r.sent[f].Add(1)
+				if err := write(w, r.fields[f]); err != nil {
+					writeErrs.Add(1)
+					continue
+				}
+				r.acked[f].Add(1)
+			}
+		}()
+	}
+	folder := fold.New(tg.client, fold.Options{})
+	var moves atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; n < maxOps && time.Now().Before(end); n++ {
+			res, err := folder.Split(ctx, k, now, old)
+			if err != nil {
+				t.Errorf("fold: %v", err)
+				return
+			}
+			moves.Add(int64(res.Moves))
+		}
+	}()
+	var reads, wrong atomic.Int64
+	var exampleMu sync.Mutex
+	var example string
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < maxOps && time.Now().Before(end); n++ {
+				lo := make([]int64, len(r.fields))
+				for i := range lo {
+					lo[i] = r.acked[i].Load()
+				}
+				got, err := read(n)
+				if err != nil {
+					readErrs.Add(1)
+					continue
+				}
+				reads.Add(1)
+				for f, v := range got {
+					i := r.index(f)
+					if i < 0 {
+						continue // "#top"
+					}
+					if hi := r.sent[i].Load(); v < lo[i] || v > hi {
+						wrong.Add(1)
+						exampleMu.Lock()
+						example = fmt.Sprintf("read %d of field %q, want within [%d, %d] (acknowledged before the read, sent before its reply)", v, f, lo[i], hi)
+						exampleMu.Unlock()
+						break
+					}
+				}
+				// A top-3 lists 3 once every field was written (the
+				// writers cover them all in their first rounds).
+				if top, ok := got["#top"]; ok && lo[len(lo)-1] > 0 && top != 3 {
+					wrong.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d reads, %d wrong, %d fold moves, %d write errors, %d read errors", reads.Load(), wrong.Load(), moves.Load(), writeErrs.Load(), readErrs.Load())
+	if w := wrong.Load(); w > 0 {
+		t.Errorf("%d of %d reads wrong during folds (%d moves), e.g. %s", w, reads.Load(), moves.Load(), example)
+	}
+	if writeErrs.Load() > 0 || readErrs.Load() > 0 {
+		t.Errorf("%d write errors, %d read errors", writeErrs.Load(), readErrs.Load())
+	}
+	if moves.Load() < 100 || reads.Load() < 100 {
+		t.Fatalf("%d fold moves and %d reads: too few for the test to mean anything", moves.Load(), reads.Load())
+	}
+	// Writers stopped: the fold completes and every read is exact.
+	for range 20 {
+		res, err := folder.Split(ctx, k, now, old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Done {
+			break
+		}
+	}
+	got, err := read(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range r.fields {
+		if want := r.acked[i].Load(); got[f] != want {
+			t.Errorf("after the fold, field %q = %d, want %d", f, got[f], want)
+		}
+	}
+}
