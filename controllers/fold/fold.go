@@ -52,7 +52,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -280,19 +279,12 @@ func (f *Folder) read(ctx context.Context, shard string) (v, at int64, err error
 // finish applies steps 3 and 4 of the pending record rec ("v n at"; a
 // record written before expiries were carried has no "at": no expiry).
 func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Result) error {
-	fields := strings.Fields(rec)
-	var v, n, at int64 = 0, 0, -1
-	var err, err2, err3 error
-	if len(fields) == 2 || len(fields) == 3 {
-		v, err = strconv.ParseInt(fields[0], 10, 64)
-		n, err2 = strconv.ParseInt(fields[1], 10, 64)
-		if len(fields) == 3 {
-			at, err3 = strconv.ParseInt(fields[2], 10, 64)
-		}
-	}
-	if len(fields) < 2 || len(fields) > 3 || err != nil || err2 != nil || err3 != nil || n <= 0 {
+	m, err := routing.ParseFoldRecord(rec)
+	if err != nil || m.Kind != 'c' {
 		return fmt.Errorf("fold: malformed ledger record for a shard of %d bytes", len(rec))
 	}
+	v, _ := strconv.ParseInt(m.V, 10, 64) // ParseFoldRecord checked it
+	n, at := m.N, m.At
 	if err := f.fault(StepDebit); err != nil {
 		return err
 	}

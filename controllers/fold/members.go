@@ -158,29 +158,19 @@ func isMemberRecord(rec string) bool {
 }
 
 func parseMemberRecord(rec string) (memberRecord, error) {
-	parts := strings.SplitN(rec, " ", 4)
 	var r memberRecord
-	bad := fmt.Errorf("fold: malformed member ledger record of %d bytes", len(rec))
-	if len(parts) != 4 || parts[0] != "h" && parts[0] != "z" {
-		return r, bad
+	m, err := routing.ParseFoldRecord(rec)
+	if err != nil || m.Kind == 'c' {
+		return r, fmt.Errorf("fold: malformed member ledger record of %d bytes", len(rec))
 	}
-	var err error
-	if r.n, err = strconv.ParseInt(parts[2], 10, 64); err != nil || r.n <= 0 {
-		return r, bad
-	}
-	r.kind, r.v, r.field = parts[0], parts[1], parts[3]
+	r.kind, r.v, r.n, r.field = string(m.Kind), m.V, m.N, m.Field
+	// ParseFoldRecord checked that v parses.
 	if r.kind == "h" {
-		v, err := strconv.ParseInt(r.v, 10, 64)
-		if err != nil {
-			return r, bad
-		}
+		v, _ := strconv.ParseInt(r.v, 10, 64)
 		r.neg, r.moved = strconv.FormatInt(-v, 10), v
 		return r, nil
 	}
-	v, err := strconv.ParseFloat(r.v, 64)
-	if err != nil {
-		return r, bad
-	}
+	v, _ := strconv.ParseFloat(r.v, 64)
 	r.neg, r.moved = strconv.FormatFloat(-v, 'g', 17, 64), int64(v)
 	return r, nil
 }

@@ -23,10 +23,11 @@ import (
 // order. Each step of a move records it in its own place's slot, in the
 // same script as the change (controllers/fold; routing.ReconcileFold says
 // what the records hold). While a generation of the key with shards has a
-// successor in effect (only then may it be folded: folding), every place is read
-// together with its records by one read-only script, still one command per
-// place in the same one pipeline, and the snapshots are reconciled: a move
-// seen on one side only is counted once. Otherwise the reads are the plain commands they were, and cost nothing more.
+// successor in effect (only then may it be folded: folding), every place
+// is read together with its records by one read-only script, still one
+// command per place in the same one pipeline, and the snapshots are
+// reconciled: a move seen on one side only is counted once. Otherwise the
+// reads are the plain commands they were, and cost nothing more.
 
 // folding reports whether a fold may be in flight on p: some generation
 // with shards has a successor in effect (decide folds a generation only

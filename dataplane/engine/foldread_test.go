@@ -275,3 +275,67 @@ func readsDuringFolds(t *testing.T, tg target, kind string) {
 		}
 	}
 }
+
+// TestFoldReadCost: the commands a read of a split key sends. With no
+// generation retiring (no fold can be in flight) a counter's GET is one
+// GET per place and a hash's HGETALL one HGETALL per place, as before
+// reads were made exact under folds; while a generation retires, each
+// place is one EVAL (the read and its fold records, read by the script),
+// in the same one pipeline. The numbers are docs/engine.md's.
+func TestFoldReadCost(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			for _, c := range []struct {
+				name   string
+				gens   []routing.Generation
+				places int64
+				fold   bool
+			}{
+				{"settled", []routing.Generation{{FromEpoch: 0, Shards: 4}}, 1 + 4, false},
+				{"next announced", []routing.Generation{{FromEpoch: 0, Shards: 4}, {FromEpoch: 1 << 40, Shards: 3}}, 1 + 4 + 3, false},
+				{"retiring", []routing.Generation{{FromEpoch: 0, Shards: 4}, {FromEpoch: 1, Shards: 3}}, 1 + 4 + 3, true},
+			} {
+				k := key(t, fmt.Sprint(c.name, time.Now().UnixNano()))
+				h := k + ":h"
+				e := newEngine(t, tg.client, engine.Options{})
+				e.SetTable(table(
+					routing.Entry{Key: k, Source: routing.SourceDetected, Split: &routing.Split{Generations: c.gens}},
+					routing.Entry{Key: h, Source: routing.SourceDetected, Split: &routing.Split{Generations: c.gens, Members: true}}))
+				if _, err := e.IncrBy(ctx, k, 5); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.HIncrBy(ctx, h, "f", 5); err != nil {
+					t.Fatal(err)
+				}
+				const reads = 20
+				tg.resetStats(t)
+				for range reads {
+					if v, _, err := e.Get(ctx, k); err != nil || string(v) != "5" {
+						t.Fatalf("GET = %q, %v; want 5", v, err)
+					}
+				}
+				gets, evals := tg.calls(t, "get"), tg.calls(t, "eval")
+				tg.resetStats(t)
+				for range reads {
+					if fs, vs, err := e.HGetAll(ctx, h); err != nil || len(fs) != 1 || vs[0] != "5" {
+						t.Fatalf("HGETALL = %q %q, %v; want f 5", fs, vs, err)
+					}
+				}
+				hgetalls, hevals := tg.calls(t, "hgetall"), tg.calls(t, "eval")
+				t.Logf("%s: per read of %d places: counter %d GET %d EVAL, hash %d HGETALL %d EVAL (commands inside scripts included)",
+					c.name, c.places, gets/reads, evals/reads, hgetalls/reads, hevals/reads)
+				if !c.fold {
+					if gets != reads*c.places || evals != 0 || hgetalls != reads*c.places || hevals != 0 {
+						t.Errorf("%s: a read sent %d GET and %d EVAL, %d HGETALL and %d EVAL; want one plain command per place (%d) and no EVAL",
+							c.name, gets/reads, evals/reads, hgetalls/reads, hevals/reads, c.places)
+					}
+					continue
+				}
+				if evals != reads*c.places || hevals != reads*c.places {
+					t.Errorf("%s: a read sent %d and %d EVAL; want one per place (%d)", c.name, evals/reads, hevals/reads, c.places)
+				}
+			}
+		})
+	}
+}
