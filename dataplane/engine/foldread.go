@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -82,6 +83,13 @@ func (r placeRead) covers(f string) bool { return r.fields == nil || slices.Cont
 // two commands of one pipeline.
 const foldReadAttempts = 8
 
+// errFoldRights is foldRead's error when the Redis user may not run the
+// script (+eval) or the commands it runs on the records (+get, +hgetall
+// on ~{*}hs:*): the caller then reads as with no fold in flight, one
+// snapshot per place, rather than fail every read of the key
+// (docs/proxy.md, ACL rules of the sidecar's user).
+var errFoldRights = errors.New("heatsink: the Redis user may not read fold records")
+
 // errFoldRead is returned when every attempt met snapshots too far apart.
 var errFoldRead = errors.New("ERR heatsink: a fold kept moving the key's values during the read; try again")
 
@@ -111,8 +119,11 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 			return nil
 		})
 		if err != nil {
-			if !isRedisError(err) {
+			if !isRedisError(err) || strings.HasPrefix(err.Error(), "NOPERM") {
 				e.m.upstreamErrors.Inc()
+			}
+			if strings.HasPrefix(err.Error(), "NOPERM") {
+				return nil, errFoldRights
 			}
 			return nil, err
 		}

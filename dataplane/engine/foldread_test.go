@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heatsink-dev/heatsink/controllers/fold"
 	"github.com/heatsink-dev/heatsink/dataplane/engine"
 	"github.com/heatsink-dev/heatsink/routing"
@@ -337,5 +339,40 @@ func TestFoldReadCost(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFoldReadWithoutScriptRights: a Redis user without +eval still reads
+// a split key while a generation retires, as with no fold in flight (one
+// snapshot per place), rather than failing every read; the refusal is
+// counted as an upstream error.
+func TestFoldReadWithoutScriptRights(t *testing.T) {
+	tg := targets(t)[0]
+	ctx := context.Background()
+	user := "foldread-noeval"
+	if err := tg.client.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.client.Do(context.Background(), "ACL", "DELUSER", user) })
+	opts := tg.client.(*redis.Client).Options()
+	c := redis.NewClient(&redis.Options{Addr: opts.Addr, Username: user, Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	k := key(t, fmt.Sprint(time.Now().UnixNano()))
+	gens := []routing.Generation{{FromEpoch: 0, Shards: 4}, {FromEpoch: 1, Shards: 3}}
+	e := newEngine(t, c, engine.Options{})
+	e.SetTable(table(
+		routing.Entry{Key: k, Source: routing.SourceDetected, Split: &routing.Split{Generations: gens}},
+		routing.Entry{Key: k + ":h", Source: routing.SourceDetected, Split: &routing.Split{Generations: gens, Members: true}}))
+	if _, err := e.IncrBy(ctx, k, 5); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := e.Get(ctx, k); err != nil || string(v) != "5" {
+		t.Fatalf("GET without +eval = %q, %v; want 5", v, err)
+	}
+	if _, err := e.HIncrBy(ctx, k+":h", "f", 2); err != nil {
+		t.Fatal(err)
+	}
+	if fs, vs, err := e.HGetAll(ctx, k+":h"); err != nil || len(fs) != 1 || vs[0] != "2" {
+		t.Fatalf("HGETALL without +eval = %q %q, %v; want f 2", fs, vs, err)
 	}
 }

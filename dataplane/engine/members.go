@@ -226,7 +226,9 @@ func (e *Engine) HMGet(ctx context.Context, key string, fields []string) (vals [
 		return e.hmgetRaw(ctx, key, fields)
 	}
 	if e.folding(p) {
-		return e.hmgetFolding(ctx, p, fields)
+		if vals, present, err = e.hmgetFolding(ctx, p, fields); !errors.Is(err, errFoldRights) {
+			return vals, present, err
+		}
 	}
 	// Each field has its own places: read every field from every place
 	// it may be in, all in one pipeline.
@@ -286,7 +288,9 @@ func (e *Engine) hmgetRaw(ctx context.Context, key string, fields []string) ([]s
 func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string, err error) {
 	p := e.memberPlan(key, routing.KindHash)
 	if e.folding(p) {
-		return e.hgetallFolding(ctx, p)
+		if fields, vals, err = e.hgetallFolding(ctx, p); !errors.Is(err, errFoldRights) {
+			return fields, vals, err
+		}
 	}
 	keys := allPlaces(p, key)
 	cmds, perr := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {

@@ -256,7 +256,9 @@ var errNotInteger = errors.New("ERR heatsink: a physical key of a split counter 
 // pipeline (a cluster client sends one batch per node) and adds them up.
 func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, err error) {
 	if e.folding(p) {
-		return e.sumFolding(ctx, p)
+		if total, exists, err = e.sumFolding(ctx, p); !errors.Is(err, errFoldRights) {
+			return total, exists, err
+		}
 	}
 	e.m.upstreamReads.Inc()
 	e.m.fanout.Add(float64(len(p.readKeys) - 1))

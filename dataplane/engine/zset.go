@@ -150,7 +150,9 @@ func (e *Engine) zscorePlaces(ctx context.Context, p *plan, member, write string
 func (e *Engine) ZScores(ctx context.Context, key string, members []string) ([]float64, []bool, error) {
 	p := e.memberPlan(key, routing.KindZSet)
 	if e.folding(p) {
-		return e.zscoresFolding(ctx, p, members)
+		if out, present, err := e.zscoresFolding(ctx, p, members); !errors.Is(err, errFoldRights) {
+			return out, present, err
+		}
 	}
 	out, present := make([]float64, len(members)), make([]bool, len(members))
 	per := make([][]*redis.FloatCmd, len(members))
@@ -209,7 +211,9 @@ func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, erro
 // zall is ZAll, using the base key's copy when useCopy.
 func (e *Engine) zall(ctx context.Context, key string, rev, useCopy bool) ([]scored, error) {
 	if p := e.memberPlan(key, routing.KindZSet); e.folding(p) {
-		return e.zallFolding(ctx, p, rev)
+		if all, err := e.zallFolding(ctx, p, rev); !errors.Is(err, errFoldRights) {
+			return all, err
+		}
 	}
 	keys, _, known, check, err := e.zplaces(ctx, key, useCopy)
 	if err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,7 +34,9 @@ func (e *Engine) ztop(ctx context.Context, key string, n int64, rev, useCopy boo
 		// d, then the scores they did not list): under a fold every place
 		// is read whole, once, with its records (zallFolding).
 		all, err := e.zallFolding(ctx, p, rev)
-		return all[:min(int64(len(all)), n)], err
+		if !errors.Is(err, errFoldRights) {
+			return all[:min(int64(len(all)), n)], err
+		}
 	}
 	keys, layout, known, check, err := e.zplaces(ctx, key, useCopy)
 	if err != nil {
