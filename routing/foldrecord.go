@@ -23,8 +23,8 @@ import (
 //     debit: the value had expired or been removed with S).
 //
 // A record is "v n at" for a counter (at: the shard's expiry when read,
-// -1 none) or "h v n field" / "z v n member" for a hash's field or a
-// sorted set's member.
+// -1 none), "h v n field" / "z v n member" for a hash's field or a sorted
+// set's member, or "s 1 n member" for a set's member.
 
 // FoldAckKey is the key in S's slot that holds the number of the last
 // move debited from shard S.
@@ -43,8 +43,8 @@ func LedgerLast(shard string) string { return "last:" + shard }
 
 // FoldMove is one parsed fold record.
 type FoldMove struct {
-	// Kind is 'c' (a counter), 'h' (a hash's field) or 'z' (a sorted
-	// set's member: V is a score).
+	// Kind is 'c' (a counter), 'h' (a hash's field), 'z' (a sorted
+	// set's member: V is a score) or 's' (a set's member: V is 1).
 	Kind byte
 	// V is the amount moved as Redis printed it.
 	V string
@@ -61,7 +61,7 @@ var errFoldRecord = errors.New("malformed fold record")
 // ParseFoldRecord parses a ledger record (see above).
 func ParseFoldRecord(rec string) (FoldMove, error) {
 	m := FoldMove{At: -1}
-	if strings.HasPrefix(rec, "h ") || strings.HasPrefix(rec, "z ") {
+	if strings.HasPrefix(rec, "h ") || strings.HasPrefix(rec, "z ") || strings.HasPrefix(rec, "s ") {
 		parts := strings.SplitN(rec, " ", 4)
 		if len(parts) != 4 {
 			return m, errFoldRecord
@@ -72,7 +72,7 @@ func ParseFoldRecord(rec string) (FoldMove, error) {
 			return m, errFoldRecord
 		}
 		m.N = n
-		if m.Kind == 'h' {
+		if m.Kind != 'z' {
 			_, err = strconv.ParseInt(m.V, 10, 64)
 		} else {
 			_, err = strconv.ParseFloat(m.V, 64)

@@ -103,6 +103,9 @@ var errFoldRead = errors.New("ERR heatsink: a fold kept moving the key's values 
 // base key's does not is added to the base key's. reads must include the
 // base key p.key when it includes a shard.
 func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse func(i int, reply any) (map[string]string, error)) ([]map[string]string, error) {
+	if len(reads) == 0 {
+		return nil, nil
+	}
 	ledger := routing.FoldLedgerKey(p.key)
 	for range foldReadAttempts {
 		e.m.upstreamReads.Inc()
@@ -181,6 +184,14 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 func applyGap(gap *routing.FoldGap, baseRead, shardRead placeRead, base, shard map[string]string) error {
 	f := gap.Move.Field
 	if !baseRead.covers(f) || !shardRead.covers(f) {
+		return nil
+	}
+	if gap.Move.Kind == 's' {
+		// A set's member is in the set when some place holds it: one
+		// in both places is counted once by the union already.
+		if !gap.Credited {
+			base[f] = "1"
+		}
 		return nil
 	}
 	if gap.Credited {

@@ -16,14 +16,16 @@ import (
 )
 
 // TestReadsExactDuringFolds: every read of a split counter, a hash split
-// by field and a sorted set split by member is exact while folds move the
+// by field, a sorted set and a set split by member is exact while folds move the
 // retired generation's values into the base key, on real Redis
 // (standalone and a 3-master cluster) with go-redis' defaults. Late
 // writers (an engine still on the table of the retired generation) keep
 // that generation's shards filled, a folder folds it in a loop, current
 // writers write the new generation, and readers read continuously: each
 // read's value of each field must lie between the increments acknowledged
-// before it was sent and those sent before its reply came back. Readers
+// before it was sent and those sent before its reply came back (a set:
+// every member acknowledged before the read is in it, and no more members
+// than were sent). Readers
 // that summed one snapshot per place counted a moving value twice (credit
 // seen, debit not) or not at all (debit seen, credit not).
 func TestReadsExactDuringFolds(t *testing.T) {
@@ -32,6 +34,7 @@ func TestReadsExactDuringFolds(t *testing.T) {
 			for _, kind := range []string{"counter", "hash", "zset"} {
 				t.Run(kind, func(t *testing.T) { readsDuringFolds(t, tg, kind) })
 			}
+			t.Run("set", func(t *testing.T) { setReadsDuringFolds(t, tg) })
 		})
 	}
 }
@@ -374,5 +377,139 @@ func TestFoldReadWithoutScriptRights(t *testing.T) {
 	}
 	if fs, vs, err := e.HGetAll(ctx, k+":h"); err != nil || len(fs) != 1 || vs[0] != "2" {
 		t.Fatalf("HGETALL without +eval = %q %q, %v; want f 2", fs, vs, err)
+	}
+}
+
+// setReadsDuringFolds is TestReadsExactDuringFolds for a set split by
+// member: writers add members of their own, each once, so a member leaves
+// a retired shard once, and every read (SMEMBERS, SISMEMBER of the last
+// members acknowledged) must hold every member acknowledged before it was
+// sent.
+func setReadsDuringFolds(t *testing.T, tg target) {
+	ctx := context.Background()
+	k := key(t, fmt.Sprint(time.Now().UnixNano()))
+	old := routing.Generation{FromEpoch: 0, Shards: 3}
+	split := func(gens ...routing.Generation) *routing.Split {
+		return &routing.Split{Generations: gens, Members: true, Kind: routing.KindSet}
+	}
+	now := split(old, routing.Generation{FromEpoch: 1, Shards: 4})
+	eLate := newEngine(t, tg.client, engine.Options{})
+	eLate.SetTable(table(routing.Entry{Key: k, Source: routing.SourceDetected, Split: split(old)}))
+	e := newEngine(t, tg.client, engine.Options{})
+	e.SetTable(table(routing.Entry{Key: k, Source: routing.SourceDetected, Split: now}))
+
+	var mu sync.Mutex
+	var acked []string // in the order acknowledged
+	var sent atomic.Int64
+	const runFor = 2 * time.Second
+	const maxOps = 50_000
+	end := time.Now().Add(runFor)
+	var wg sync.WaitGroup
+	var writeErrs, readErrs atomic.Int64
+	for i, w := range []*engine.Engine{eLate, eLate, e} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < maxOps && time.Now().Before(end); n++ {
+				m := fmt.Sprintf("w%d:%d", i, n)
+				sent.Add(1)
+				if _, err := w.SAdd(ctx, k, []string{m}); err != nil {
+					writeErrs.Add(1)
+					continue
+				}
+				mu.Lock()
+				acked = append(acked, m)
+				mu.Unlock()
+			}
+		}()
+	}
+	folder := fold.New(tg.client, fold.Options{})
+	var moves atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; n < maxOps && time.Now().Before(end); n++ {
+			res, err := folder.Split(ctx, k, now, old)
+			if err != nil {
+				t.Errorf("fold: %v", err)
+				return
+			}
+			moves.Add(int64(res.Moves))
+		}
+	}()
+	var reads, wrong atomic.Int64
+	var exampleMu sync.Mutex
+	var example string
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < maxOps && time.Now().Before(end); n++ {
+				mu.Lock()
+				want := acked[:len(acked):len(acked)]
+				mu.Unlock()
+				var missing []string
+				if n%2 == 0 {
+					got, err := e.SMembers(ctx, k)
+					if err != nil {
+						readErrs.Add(1)
+						continue
+					}
+					in := make(map[string]bool, len(got))
+					for _, m := range got {
+						in[m] = true
+					}
+					for _, m := range want {
+						if !in[m] {
+							missing = append(missing, m)
+						}
+					}
+					if hi := sent.Load(); int64(len(got)) > hi {
+						missing = append(missing, fmt.Sprintf("(%d members, %d sent)", len(got), hi))
+					}
+				} else {
+					last := want[max(0, len(want)-32):]
+					held, err := e.SIsMembers(ctx, k, last)
+					if err != nil {
+						readErrs.Add(1)
+						continue
+					}
+					for i, h := range held {
+						if !h {
+							missing = append(missing, last[i])
+						}
+					}
+				}
+				reads.Add(1)
+				if len(missing) > 0 {
+					wrong.Add(1)
+					exampleMu.Lock()
+					example = fmt.Sprintf("%d members acknowledged before the read missing from it, e.g. %q", len(missing), missing[0])
+					exampleMu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d reads, %d wrong, %d fold moves, %d write errors, %d read errors", reads.Load(), wrong.Load(), moves.Load(), writeErrs.Load(), readErrs.Load())
+	if w := wrong.Load(); w > 0 {
+		t.Errorf("%d of %d reads wrong during folds (%d moves), e.g. %s", w, reads.Load(), moves.Load(), example)
+	}
+	if writeErrs.Load() > 0 || readErrs.Load() > 0 {
+		t.Errorf("%d write errors, %d read errors", writeErrs.Load(), readErrs.Load())
+	}
+	if moves.Load() < 100 || reads.Load() < 100 {
+		t.Fatalf("%d fold moves and %d reads: too few for the test to mean anything", moves.Load(), reads.Load())
+	}
+	for range 20 {
+		if res, err := folder.Split(ctx, k, now, old); err != nil {
+			t.Fatal(err)
+		} else if res.Done {
+			break
+		}
+	}
+	got, err := e.SMembers(ctx, k)
+	if err != nil || len(got) != len(acked) {
+		t.Errorf("after the fold, %d members, %v; want the %d acknowledged", len(got), err, len(acked))
 	}
 }
