@@ -33,6 +33,11 @@ func FoldAckKey(shard string) string { return SameSlotKey(shard, "foldack") }
 // FoldDebitKey is the key in S's slot that holds the last debit's record.
 func FoldDebitKey(shard string) string { return SameSlotKey(shard, "folddebit") }
 
+// FoldSeqKey is the key in K's slot where the number of the last move
+// credited from shard waits once its generation was retired (it leaves
+// the ledger then, and expires after the shard's ack key).
+func FoldSeqKey(key, shard string) string { return SameSlotKey(key, "foldseq:"+shard) }
+
 // LedgerSeq is the ledger field of the number of the last move credited
 // from shard.
 func LedgerSeq(shard string) string { return "seq:" + shard }
@@ -111,24 +116,25 @@ type FoldGap struct {
 	Credited bool
 }
 
-// ReconcileFold compares the moves of shard that the ledger (K's side,
-// read with K) and ack and debit (S's side, read with S; "" when missing)
-// include. Moves are numbered and applied in order, a move's credit before
-// its debit, and the next move is credited only after the previous one's
-// debit, so two snapshots taken at any two moments differ by some number
-// of moves, in one direction. It returns the one move they differ by (nil
-// when none), or ok false when they differ by more (the snapshots are too
-// far apart in time) or a record is missing: the reader reads again.
-func ReconcileFold(ledger map[string]string, shard, ack, debit string) (gap *FoldGap, ok bool) {
-	credited, _ := strconv.ParseInt(ledger[LedgerSeq(shard)], 10, 64)
+// ReconcileFold compares the moves of shard that K's side (the ledger and
+// retired, the shard's FoldSeqKey, read with K; "" when missing) and S's
+// side (ack and debit, read with S; "" when missing) include. Moves are
+// numbered and applied in order, a move's credit before its debit, and the
+// next move is credited only after the previous one's debit, so two
+// snapshots taken at any two moments differ by some number of moves, in
+// one direction. It returns the one move they differ by (nil when none),
+// or ok false when they differ by more (the snapshots are too far apart in
+// time) or a record is missing: the reader reads again.
+func ReconcileFold(ledger map[string]string, retired, shard, ack, debit string) (gap *FoldGap, ok bool) {
+	seq, inLedger := ledger[LedgerSeq(shard)]
+	if !inLedger {
+		// Retired: the number left the ledger for its own key.
+		seq = retired
+	}
+	credited, _ := strconv.ParseInt(seq, 10, 64)
 	debited, _ := strconv.ParseInt(ack, 10, 64)
 	switch {
 	case credited == debited:
-		return nil, true
-	case credited == 0:
-		// K's side lost the number (the generation was retired, which
-		// happens only once it is folded and left the table): nothing
-		// of S is counted twice then.
 		return nil, true
 	case credited == debited+1:
 		m, err := ParseFoldRecord(ledger[LedgerLast(shard)])

@@ -37,22 +37,25 @@ func TestReconcileFold(t *testing.T) {
 	cases := []struct {
 		name              string
 		ledger            map[string]string
+		retired           string
 		ack, debit        string
 		gap, ok, credited bool
 		n                 int64
 	}{
-		{"never folded", ledger("", ""), "", "", false, true, false, 0},
-		{"both sides at move 3", ledger("3", "h 1 3 f"), "3", "1 h 1 3 f", false, true, false, 0},
-		{"K credited 4, S not debited", ledger("4", "h 2 4 g"), "3", "1 h 1 3 f", true, true, true, 4},
-		{"S debited 4, K not credited", ledger("3", "h 1 3 f"), "4", "1 h 2 4 g", true, true, false, 4},
-		{"S debited nothing (gone)", ledger("3", "h 1 3 f"), "4", "0 h 2 4 g", false, true, false, 0},
-		{"two moves apart", ledger("5", "h 2 5 g"), "3", "1 h 1 3 f", false, false, false, 0},
-		{"two moves apart, S ahead", ledger("1", "7 1"), "3", "1 7 3", false, false, false, 0},
-		{"last record of another move", ledger("4", "h 2 3 g"), "3", "", false, false, false, 0},
-		{"retired: K's number gone", ledger("", ""), "9", "1 5 9", false, true, false, 0},
+		{"never folded", ledger("", ""), "", "", "", false, true, false, 0},
+		{"both sides at move 3", ledger("3", "h 1 3 f"), "", "3", "1 h 1 3 f", false, true, false, 0},
+		{"K credited 4, S not debited", ledger("4", "h 2 4 g"), "", "3", "1 h 1 3 f", true, true, true, 4},
+		{"S debited 4, K not credited", ledger("3", "h 1 3 f"), "", "4", "1 h 2 4 g", true, true, false, 4},
+		{"S debited its first move, K not credited", ledger("", ""), "", "1", "1 7 1", true, true, false, 1},
+		{"S debited nothing (gone)", ledger("3", "h 1 3 f"), "", "4", "0 h 2 4 g", false, true, false, 0},
+		{"two moves apart", ledger("5", "h 2 5 g"), "", "3", "1 h 1 3 f", false, false, false, 0},
+		{"two moves apart, S ahead", ledger("1", "7 1"), "", "3", "1 7 3", false, false, false, 0},
+		{"last record of another move", ledger("4", "h 2 3 g"), "", "3", "", false, false, false, 0},
+		{"retired at move 9", ledger("", ""), "9", "9", "1 5 9", false, true, false, 0},
+		{"retired at 9, credited 10 since", ledger("10", "5 10"), "9", "9", "1 5 9", true, true, true, 10},
 	}
 	for _, c := range cases {
-		gap, ok := ReconcileFold(c.ledger, s, c.ack, c.debit)
+		gap, ok := ReconcileFold(c.ledger, c.retired, s, c.ack, c.debit)
 		if ok != c.ok || (gap != nil) != c.gap {
 			t.Errorf("%s: gap %+v, ok %v; want gap %v, ok %v", c.name, gap, ok, c.gap, c.ok)
 			continue

@@ -152,7 +152,7 @@ return 1
 `)
 
 // seqKey is where Retire keeps a shard's sequence number.
-func seqKey(key, shard string) string { return routing.SameSlotKey(key, "foldseq:"+shard) }
+func seqKey(key, shard string) string { return routing.FoldSeqKey(key, shard) }
 
 // debit is step 3. ARGV[3] is the shard's expiry when it was read: a shard
 // that had one and is gone now expired with its value, and is not

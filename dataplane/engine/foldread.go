@@ -49,20 +49,23 @@ func (e *Engine) folding(p *plan) bool {
 	return false
 }
 
-// readWithRecords runs one read command on KEYS[1] (ARGV: the command and
-// its arguments after the key) and returns its reply with the fold
-// records of that place, read in the same atomic step: the ledger whole
-// (HGETALL KEYS[2]) for the base key, the ack and the debit record
-// (KEYS[2], KEYS[3]; "" when missing) for a shard. Replies are RESP2's
-// (a script's default): HGETALL and WITHSCORES as flat arrays, scores as
-// strings.
-var readWithRecords = redis.NewScript(`
-local r = redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))
-if #KEYS == 2 then
-  return {r, redis.call('HGETALL', KEYS[2])}
-end
-return {r, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}
+// readBase runs one read command on the base key KEYS[1] (ARGV: the
+// command and its arguments after the key) and returns its reply with its
+// fold ledger (HGETALL KEYS[2]) and the retired sequence numbers of the
+// shards read (KEYS[3...], routing.FoldSeqKey; "" when missing), read in
+// the same atomic step. readShard returns one read of a shard with its ack
+// and debit record (KEYS[2], KEYS[3]). Replies are RESP2's (a script's
+// default): HGETALL and WITHSCORES as flat arrays, scores as strings.
+var (
+	readBase = redis.NewScript(`
+local out = {redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2)), redis.call('HGETALL', KEYS[2])}
+for i = 3, #KEYS do out[i] = redis.call('GET', KEYS[i]) or '' end
+return out
 `)
+	readShard = redis.NewScript(`
+return {redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2)), redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}
+`)
+)
 
 // placeRead is one place's read in a fold-exact read.
 type placeRead struct {
@@ -111,13 +114,25 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 		e.m.upstreamReads.Inc()
 		e.m.fanout.Add(float64(len(reads) - 1))
 		cmds := make([]*redis.Cmd, len(reads))
+		var shards []string // in the order of the base key's KEYS[3...]
 		_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, r := range reads {
-				keys := []string{r.place, ledger}
-				if r.place != p.key {
-					keys = []string{r.place, routing.FoldAckKey(r.place), routing.FoldDebitKey(r.place)}
+				if r.place == p.key {
+					continue
 				}
-				cmds[i] = readWithRecords.Eval(ctx, pipe, keys, r.args...)
+				shards = append(shards, r.place)
+				keys := []string{r.place, routing.FoldAckKey(r.place), routing.FoldDebitKey(r.place)}
+				cmds[i] = readShard.Eval(ctx, pipe, keys, r.args...)
+			}
+			for i, r := range reads {
+				if r.place != p.key {
+					continue
+				}
+				keys := []string{r.place, ledger}
+				for _, s := range shards {
+					keys = append(keys, routing.FoldSeqKey(p.key, s))
+				}
+				cmds[i] = readBase.Eval(ctx, pipe, keys, r.args...)
 			}
 			return nil
 		})
@@ -146,9 +161,14 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 				base = i
 			}
 		}
-		led := map[string]string{}
+		led, retired := map[string]string{}, map[string]string{}
 		if base >= 0 {
 			led = flatMap(recs[base][0])
+			for j, s := range shards {
+				if j+1 < len(recs[base]) {
+					retired[s], _ = recs[base][j+1].(string)
+				}
+			}
 		}
 		settled := true
 		for i, r := range reads {
@@ -157,7 +177,7 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 			}
 			ack, _ := recs[i][0].(string)
 			debit, _ := recs[i][1].(string)
-			gap, ok := routing.ReconcileFold(led, r.place, ack, debit)
+			gap, ok := routing.ReconcileFold(led, retired[r.place], r.place, ack, debit)
 			if !ok {
 				settled = false
 				break

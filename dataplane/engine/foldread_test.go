@@ -513,3 +513,62 @@ func setReadsDuringFolds(t *testing.T, tg target) {
 		t.Errorf("after the fold, %d members, %v; want the %d acknowledged", len(got), err, len(acked))
 	}
 }
+
+// TestFoldReadAfterRetire: a process whose table still lists a generation
+// the manager folded and retired (its shards' sequence numbers left the
+// ledger for keys of their own: fold.Retire) reads the key exactly, for a
+// counter, a hash and a set.
+func TestFoldReadAfterRetire(t *testing.T) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := key(t, fmt.Sprint(time.Now().UnixNano()))
+			old := routing.Generation{FromEpoch: 0, Shards: 3}
+			gens := []routing.Generation{old, {FromEpoch: 1, Shards: 2}}
+			splits := map[string]*routing.Split{
+				k + ":c": {Generations: gens},
+				k + ":h": {Generations: gens, Members: true},
+				k + ":s": {Generations: gens, Members: true, Kind: routing.KindSet},
+			}
+			late, e := newEngine(t, tg.client, engine.Options{}), newEngine(t, tg.client, engine.Options{})
+			var lateEntries, entries []routing.Entry
+			for key, s := range splits {
+				lateEntries = append(lateEntries, routing.Entry{Key: key, Source: routing.SourceDetected, Split: &routing.Split{Generations: gens[:1], Members: s.Members, Kind: s.Kind}})
+				entries = append(entries, routing.Entry{Key: key, Source: routing.SourceDetected, Split: s})
+			}
+			late.SetTable(table(lateEntries...))
+			e.SetTable(table(entries...))
+			// Several moves per shard, so that its number is past 1.
+			folder := fold.New(tg.client, fold.Options{})
+			for round := range 3 {
+				for i := range 12 {
+					must(t, func() error { _, err := late.IncrBy(ctx, k+":c", 1); return err }())
+					must(t, func() error { _, err := late.HIncrBy(ctx, k+":h", fmt.Sprint("f", i%4), 1); return err }())
+					must(t, func() error { _, err := late.SAdd(ctx, k+":s", []string{fmt.Sprint("m", round, i)}); return err }())
+				}
+				for key, s := range splits {
+					if _, err := folder.Split(ctx, key, s, old); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for key, s := range splits {
+				if res, err := folder.Split(ctx, key, s, old); err != nil || !res.Done {
+					t.Fatalf("fold %s: %+v, %v", key, res, err)
+				}
+				if err := folder.Retire(ctx, key, old, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if v, _, err := e.Get(ctx, k+":c"); err != nil || string(v) != "36" {
+				t.Errorf("counter after Retire = %q, %v; want 36", v, err)
+			}
+			if fs, vs, err := e.HGetAll(ctx, k+":h"); err != nil || fmt.Sprint(fs, vs) != "[f0 f1 f2 f3] [9 9 9 9]" {
+				t.Errorf("hash after Retire = %v %v, %v; want f0..f3 9 each", fs, vs, err)
+			}
+			if ms, err := e.SMembers(ctx, k+":s"); err != nil || len(ms) != 36 {
+				t.Errorf("set after Retire: %d members, %v; want 36", len(ms), err)
+			}
+		})
+	}
+}
