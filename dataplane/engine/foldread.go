@@ -105,7 +105,10 @@ var errFoldRead = errors.New("ERR heatsink: a fold kept moving the key's values 
 // move whose debit the shard's snapshot includes and whose credit the
 // base key's does not is added to the base key's. reads must include the
 // base key p.key when it includes a shard.
-func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse func(i int, reply any) (map[string]string, error)) ([]map[string]string, error) {
+//
+// extra, when set, queues more commands in the same pipeline (each
+// attempt's); their errors are the caller's to judge.
+func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse func(i int, reply any) (map[string]string, error), extra func(redis.Pipeliner)) ([]map[string]string, error) {
 	if len(reads) == 0 {
 		return nil, nil
 	}
@@ -115,7 +118,7 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 		e.m.fanout.Add(float64(len(reads) - 1))
 		cmds := make([]*redis.Cmd, len(reads))
 		var shards []string // in the order of the base key's KEYS[3...]
-		_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for i, r := range reads {
 				if r.place == p.key {
 					continue
@@ -134,8 +137,17 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 				}
 				cmds[i] = readBase.Eval(ctx, pipe, keys, r.args...)
 			}
+			if extra != nil {
+				extra(pipe)
+			}
 			return nil
 		})
+		var err error
+		for _, c := range cmds {
+			if err = c.Err(); err != nil {
+				break
+			}
+		}
 		if err != nil {
 			if !isRedisError(err) || strings.HasPrefix(err.Error(), "NOPERM") {
 				e.m.upstreamErrors.Inc()

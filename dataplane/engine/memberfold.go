@@ -15,7 +15,7 @@ func (e *Engine) zscoresFolding(ctx context.Context, p *plan, members []string) 
 	reads := byPlace(p, "ZMSCORE", members)
 	places, err := e.foldRead(ctx, p, reads, func(i int, r any) (map[string]string, error) {
 		return pickFields(r, reads[i].fields), nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -42,7 +42,7 @@ func (e *Engine) zscoresFolding(ctx context.Context, p *plan, members []string) 
 func (e *Engine) zallFolding(ctx context.Context, p *plan, rev bool) ([]scored, error) {
 	places, err := e.foldRead(ctx, p, wholeReads(p, "ZRANGE", 0, -1, "WITHSCORES"), func(_ int, r any) (map[string]string, error) {
 		return flatMap(r), nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (e *Engine) sismembersFolding(ctx context.Context, p *plan, members []strin
 			}
 		}
 		return m, nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (e *Engine) smembersFolding(ctx context.Context, p *plan) ([]string, error)
 			}
 		}
 		return m, nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}

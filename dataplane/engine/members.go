@@ -191,7 +191,14 @@ func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) 
 				return total, nil
 			}
 			return 0, errHashOverflow
-		})
+		},
+		foldedOthers[int64]{cmd: "HMGET", parse: func(v string) (int64, error) {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, errHashNotInteger
+			}
+			return n, nil
+		}})
 }
 
 // memberValue merges a field's values over its places: absent when none
@@ -452,7 +459,7 @@ func (e *Engine) hmgetFolding(ctx context.Context, p *plan, fields []string) ([]
 	reads := byPlace(p, "HMGET", fields)
 	places, err := e.foldRead(ctx, p, reads, func(i int, r any) (map[string]string, error) {
 		return pickFields(r, reads[i].fields), nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -475,7 +482,7 @@ func (e *Engine) hmgetFolding(ctx context.Context, p *plan, fields []string) ([]
 func (e *Engine) hgetallFolding(ctx context.Context, p *plan) (fields, vals []string, err error) {
 	places, err := e.foldRead(ctx, p, wholeReads(p, "HGETALL"), func(_ int, r any) (map[string]string, error) {
 		return flatMap(r), nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -300,7 +300,7 @@ func (e *Engine) sumFolding(ctx context.Context, p *plan) (total int64, exists b
 			return map[string]string{"": s}, nil
 		}
 		return map[string]string{}, nil
-	})
+	}, nil)
 	if err != nil {
 		return 0, false, err
 	}

@@ -142,7 +142,8 @@ func (e *Engine) zscorePlaces(ctx context.Context, p *plan, member, write string
 			c := pipe.ZScore(ctx, k, member)
 			return c, func() (float64, bool, error) { return c.Val(), c.Err() == nil, nil }
 		},
-		func(sum, v float64) (float64, error) { return sum + v, nil })
+		func(sum, v float64) (float64, error) { return sum + v, nil },
+		foldedOthers[float64]{cmd: "ZMSCORE", parse: func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }})
 }
 
 // ZScores returns members' scores (present false for a member no place
