@@ -93,6 +93,15 @@ const foldReadAttempts = 8
 // (docs/proxy.md, ACL rules of the sidecar's user).
 var errFoldRights = errors.New("heatsink: the Redis user may not read fold records")
 
+// aclRefused reports whether err is Redis' refusal of a command by the
+// user's ACL: NOPERM for EVAL itself, and for a command the script runs
+// Redis 7's "The user executing the script can't run this command ..."
+// (or "... can't access ..." a key).
+func aclRefused(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "The user executing the script can't")
+}
+
 // errFoldRead is returned when every attempt met snapshots too far apart.
 var errFoldRead = errors.New("ERR heatsink: a fold kept moving the key's values during the read; try again")
 
@@ -149,10 +158,11 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 			}
 		}
 		if err != nil {
-			if !isRedisError(err) || strings.HasPrefix(err.Error(), "NOPERM") {
+			refused := aclRefused(err)
+			if !isRedisError(err) || refused {
 				e.m.upstreamErrors.Inc()
 			}
-			if strings.HasPrefix(err.Error(), "NOPERM") {
+			if refused {
 				return nil, errFoldRights
 			}
 			return nil, err
