@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -552,7 +554,8 @@ func TestFoldReadAfterRetire(t *testing.T) {
 			}
 			late, e := newEngine(t, tg.client, engine.Options{}), newEngine(t, tg.client, engine.Options{})
 			var lateEntries, entries []routing.Entry
-			for key, s := range splits {
+			for _, key := range slices.Sorted(maps.Keys(splits)) { // a table's entries are sorted
+				s := splits[key]
 				lateEntries = append(lateEntries, routing.Entry{Key: key, Source: routing.SourceDetected, Split: &routing.Split{Generations: gens[:1], Members: s.Members, Kind: s.Kind}})
 				entries = append(entries, routing.Entry{Key: key, Source: routing.SourceDetected, Split: s})
 			}
