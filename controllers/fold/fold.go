@@ -10,8 +10,9 @@
 //     S, INCRBY K v, take the next sequence number n of S from L and record
 //     (v, n) for S in L.
 //  3. On S's node (one Lua script): unless the ack key
-//     A = routing.SameSlotKey(S, "foldack") already holds n or more,
-//     DECRBY S v and SET A n.
+//     A = routing.FoldAckKey(S) already holds n or more,
+//     DECRBY S v and SET A n (and the move's record in
+//     routing.FoldDebitKey(S)).
 //  4. Remove S's record from L if it still holds (v, n).
 //
 // Every move is a pair (+v on K, −v on S) tied to one sequence number: step
@@ -27,8 +28,11 @@
 // step boundary, and once traffic stops and folds complete, K alone holds
 // exactly the acknowledged increments.
 //
-// Readers summing K and the shards between steps 2 and 3 see v twice; that
-// over-count lasts one round trip and only on retired generations.
+// Both sides record the move in their own slot with the change (the
+// ledger's seq:S and last:S on K's side, A and the debit record on S's):
+// a reader that reads each place with its records, atomically, knows
+// which moves each place's value includes, and counts a move seen on one
+// side only once (routing.ReconcileFold, dataplane/engine foldread.go).
 //
 // Expiry. A split counter with an expiry carries it on K and on every shard
 // (the engine gives each shard K's), so when it passes the whole counter is
@@ -48,7 +52,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -128,13 +131,14 @@ if n == 1 then
   end
 end
 local rec = ARGV[2] .. ' ' .. n .. ' ' .. ARGV[3]
-redis.call('HSET', KEYS[2], ARGV[1], rec)
+redis.call('HSET', KEYS[2], ARGV[1], rec, 'last:' .. ARGV[1], rec)
 return rec
 `)
 
 // retireSeq moves a folded shard's sequence number out of the ledger into
-// its own key, which expires after ARGV[2] ms: the ledger does not grow with
-// every generation ever folded. A pending record keeps it in place.
+// its own key, which expires after ARGV[2] ms, and drops its last record:
+// the ledger does not grow with every generation ever folded. A pending
+// record keeps them in place.
 var retireSeq = newScript(`
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 local f = 'seq:' .. ARGV[1]
@@ -143,23 +147,28 @@ if not n then return 0 end
 local kept = tonumber(redis.call('GET', KEYS[2]) or '0')
 if kept < tonumber(n) then kept = tonumber(n) end
 redis.call('SET', KEYS[2], kept, 'PX', ARGV[2])
-redis.call('HDEL', KEYS[1], f)
+redis.call('HDEL', KEYS[1], f, 'last:' .. ARGV[1])
 return 1
 `)
 
 // seqKey is where Retire keeps a shard's sequence number.
-func seqKey(key, shard string) string { return routing.SameSlotKey(key, "foldseq:"+shard) }
+func seqKey(key, shard string) string { return routing.FoldSeqKey(key, shard) }
 
 // debit is step 3. ARGV[3] is the shard's expiry when it was read: a shard
 // that had one and is gone now expired with its value, and is not
-// re-created at −v.
+// re-created at −v. KEYS[3] (routing.FoldDebitKey) gets the move's record
+// ARGV[4], prefixed by whether the debit changed the shard, for readers
+// that reconcile a snapshot of the shard with one of K (routing.ReconcileFold).
 var debit = newScript(`
 local a = tonumber(redis.call('GET', KEYS[2]) or '0')
 if a >= tonumber(ARGV[2]) then return 0 end
+local applied = '0'
 if not (tonumber(ARGV[3]) > 0 and not redis.call('GET', KEYS[1])) then
   redis.call('DECRBY', KEYS[1], ARGV[1])
+  applied = '1'
 end
 redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[3], applied .. ' ' .. ARGV[4])
 return 1
 `)
 
@@ -270,24 +279,17 @@ func (f *Folder) read(ctx context.Context, shard string) (v, at int64, err error
 // finish applies steps 3 and 4 of the pending record rec ("v n at"; a
 // record written before expiries were carried has no "at": no expiry).
 func (f *Folder) finish(ctx context.Context, ledger, shard, rec string, res *Result) error {
-	fields := strings.Fields(rec)
-	var v, n, at int64 = 0, 0, -1
-	var err, err2, err3 error
-	if len(fields) == 2 || len(fields) == 3 {
-		v, err = strconv.ParseInt(fields[0], 10, 64)
-		n, err2 = strconv.ParseInt(fields[1], 10, 64)
-		if len(fields) == 3 {
-			at, err3 = strconv.ParseInt(fields[2], 10, 64)
-		}
-	}
-	if len(fields) < 2 || len(fields) > 3 || err != nil || err2 != nil || err3 != nil || n <= 0 {
+	m, err := routing.ParseFoldRecord(rec)
+	if err != nil || m.Kind != 'c' {
 		return fmt.Errorf("fold: malformed ledger record for a shard of %d bytes", len(rec))
 	}
+	v, _ := strconv.ParseInt(m.V, 10, 64) // ParseFoldRecord checked it
+	n, at := m.N, m.At
 	if err := f.fault(StepDebit); err != nil {
 		return err
 	}
-	ack := routing.SameSlotKey(shard, "foldack")
-	if err := debit.run(ctx, f.client, []string{shard, ack}, v, n, at).Err(); err != nil {
+	keys := []string{shard, routing.FoldAckKey(shard), routing.FoldDebitKey(shard)}
+	if err := debit.run(ctx, f.client, keys, v, n, at, rec).Err(); err != nil {
 		return fmt.Errorf("fold: debit shard: %w", err)
 	}
 	if err := f.fault(StepClear); err != nil {
@@ -325,7 +327,8 @@ func (f *Folder) Retire(ctx context.Context, key string, gen routing.Generation,
 	_, err := f.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, shard := range routing.ShardKeys(key, gen) {
 			p.Expire(ctx, shard, ttl)
-			p.Expire(ctx, routing.SameSlotKey(shard, "foldack"), ttl)
+			p.Expire(ctx, routing.FoldAckKey(shard), ttl)
+			p.Expire(ctx, routing.FoldDebitKey(shard), ttl)
 		}
 		return nil
 	})

@@ -107,7 +107,7 @@ func TestRetire(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range routing.ShardKeys(key, gen) {
-		for _, k := range []string{s, routing.SameSlotKey(s, "foldack")} {
+		for _, k := range []string{s, routing.FoldAckKey(s), routing.FoldDebitKey(s)} {
 			if ttl := c.TTL(ctx, k).Val(); ttl <= 0 || ttl > RetiredTTL {
 				t.Errorf("TTL of %s = %v, want in (0, %v]", k, ttl, RetiredTTL)
 			}

@@ -43,11 +43,13 @@ import (
 // conserved at every step boundary as a field's value is — exactly while
 // the scores are integers below 2^53 (docs/engine.md).
 //
-// A shard of a set split by member (Split.Kind "set") needs no ledger: per
-// member m, SADD K m, then SREM S m. Adding is idempotent, so a folder
-// that dies and replays a move changes nothing, and m is in K before it
-// leaves S: membership holds at every step. A late SADD to S after SADD K
-// m is removed with it, and m stays in the set through K.
+// A shard of a set split by member (Split.Kind "set") needs no pending
+// record: per member m, SADD K m, then SREM S m. Adding is idempotent, so
+// a folder that dies and replays a move changes nothing, and m is in K
+// before it leaves S: membership holds at every step. A late SADD to S
+// after SADD K m is removed with it, and m stays in the set through K.
+// Each move is numbered and recorded on both sides as the others are, for
+// readers (creditSetMember, debitSetMember).
 //
 // Folder.Split folds a generation as the table's split says; a pending
 // record says which kind of move it is by its "h" or "z" prefix, so a
@@ -83,21 +85,52 @@ if n == 1 then
   end
 end
 local rec = ARGV[4] .. ' ' .. ARGV[2] .. ' ' .. n .. ' ' .. ARGV[3]
-redis.call('HSET', KEYS[2], ARGV[1], rec)
+redis.call('HSET', KEYS[2], ARGV[1], rec, 'last:' .. ARGV[1], rec)
 return rec
 `)
 
 // creditSetMember is a set's step 2: SADD K m, unless K was deleted since
-// step 1 (ARGV[3], the ledger's deletion count then; reply 0), creating K
+// step 1 (ARGV[3], the ledger's deletion count then; reply ""), creating K
 // with the shard's expiry (ARGV[2]) when it is gone, as creditMember does.
-// KEYS: K, ledger. ARGV: m, PEXPIRETIME of S at step 1, deletion count,
-// its field (routing.LedgerDeleted).
+// The move takes the shard's next sequence number n and its record
+// "s 1 n m" goes to the ledger's last:S, as a counter's does, for readers
+// (routing.ReconcileFold); no record is pending, since a set's move needs
+// none to be applied once (both steps are idempotent). KEYS: K, ledger,
+// seq key of S. ARGV: m, PEXPIRETIME of S at step 1, deletion count, its
+// field (routing.LedgerDeleted), S.
 var creditSetMember = newScript(`
-if (redis.call('HGET', KEYS[2], ARGV[4]) or '0') ~= ARGV[3] then return 0 end
+if (redis.call('HGET', KEYS[2], ARGV[4]) or '0') ~= ARGV[3] then return '' end
 local at = tonumber(ARGV[2])
 local gone = at > 0 and redis.call('PEXPIRETIME', KEYS[1]) == -2
 redis.call('SADD', KEYS[1], ARGV[1])
 if gone then redis.call('PEXPIREAT', KEYS[1], at) end
+local f = 'seq:' .. ARGV[5]
+local n = redis.call('HINCRBY', KEYS[2], f, 1)
+if n == 1 then
+  local retired = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if retired > 0 then
+    n = retired + 1
+    redis.call('HSET', KEYS[2], f, n)
+  end
+end
+local rec = 's 1 ' .. n .. ' ' .. ARGV[1]
+redis.call('HSET', KEYS[2], 'last:' .. ARGV[5], rec)
+return rec
+`)
+
+// debitSetMember is a set's step 3: SREM S m, and the move's number and
+// record (ARGV[2], ARGV[3]) in S's ack key and debit record key, unless
+// the ack key holds n or more already (a later move of S was debited: m,
+// left in S, is moved again in a later round). KEYS: S, ack key, debit
+// record key.
+var debitSetMember = newScript(`
+local a = tonumber(redis.call('GET', KEYS[2]) or '0')
+if a >= tonumber(ARGV[2]) then return 0 end
+local r = redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+local applied = '0'
+if r == 1 then applied = '1' end
+redis.call('SET', KEYS[3], applied .. ' ' .. ARGV[3])
 return 1
 `)
 
@@ -116,24 +149,29 @@ end
 return {r, redis.call('PEXPIRETIME', KEYS[1])}
 `)
 
-// debitMember is step 3 for one field or member. KEYS: S, its ack key.
-// ARGV: −v (negated in Go: Lua would print −0 as "-0", which HINCRBY
-// refuses), n, field, kind. A field or member S no longer holds was
-// removed with S since step 1 (it expired, or DEL deleted the key): it is
-// not re-created at −v.
+// debitMember is step 3 for one field or member. KEYS: S, its ack key,
+// its debit record key. ARGV: −v (negated in Go: Lua would print −0 as
+// "-0", which HINCRBY refuses), n, field, kind, the move's record. A field
+// or member S no longer holds was removed with S since step 1 (it expired,
+// or DEL deleted the key): it is not re-created at −v, and the debit
+// record says so (as debit's does).
 var debitMember = newScript(`
 local a = tonumber(redis.call('GET', KEYS[2]) or '0')
 if a >= tonumber(ARGV[2]) then return 0 end
+local applied = '0'
 if ARGV[4] == 'z' then
   if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
     local left = tonumber(redis.call('ZINCRBY', KEYS[1], ARGV[1], ARGV[3]))
     if left == 0 then redis.call('ZREM', KEYS[1], ARGV[3]) end
+    applied = '1'
   end
 elseif redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then
   local left = redis.call('HINCRBY', KEYS[1], ARGV[3], ARGV[1])
   if left == 0 then redis.call('HDEL', KEYS[1], ARGV[3]) end
+  applied = '1'
 end
 redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[3], applied .. ' ' .. ARGV[5])
 return 1
 `)
 
@@ -153,29 +191,19 @@ func isMemberRecord(rec string) bool {
 }
 
 func parseMemberRecord(rec string) (memberRecord, error) {
-	parts := strings.SplitN(rec, " ", 4)
 	var r memberRecord
-	bad := fmt.Errorf("fold: malformed member ledger record of %d bytes", len(rec))
-	if len(parts) != 4 || parts[0] != "h" && parts[0] != "z" {
-		return r, bad
+	m, err := routing.ParseFoldRecord(rec)
+	if err != nil || m.Kind != 'h' && m.Kind != 'z' {
+		return r, fmt.Errorf("fold: malformed member ledger record of %d bytes", len(rec))
 	}
-	var err error
-	if r.n, err = strconv.ParseInt(parts[2], 10, 64); err != nil || r.n <= 0 {
-		return r, bad
-	}
-	r.kind, r.v, r.field = parts[0], parts[1], parts[3]
+	r.kind, r.v, r.n, r.field = string(m.Kind), m.V, m.N, m.Field
+	// ParseFoldRecord checked that v parses.
 	if r.kind == "h" {
-		v, err := strconv.ParseInt(r.v, 10, 64)
-		if err != nil {
-			return r, bad
-		}
+		v, _ := strconv.ParseInt(r.v, 10, 64)
 		r.neg, r.moved = strconv.FormatInt(-v, 10), v
 		return r, nil
 	}
-	v, err := strconv.ParseFloat(r.v, 64)
-	if err != nil {
-		return r, bad
-	}
+	v, _ := strconv.ParseFloat(r.v, 64)
 	r.neg, r.moved = strconv.FormatFloat(-v, 'g', 17, 64), int64(v)
 	return r, nil
 }
@@ -297,19 +325,24 @@ func (f *Folder) memberShard(ctx context.Context, key, shard string, kind routin
 // changes nothing).
 func (f *Folder) moveSetMember(ctx context.Context, key, shard, m string, at int64, deleted string, res *Result) error {
 	ledger := routing.FoldLedgerKey(key)
-	moved, err := creditSetMember.run(ctx, f.client, []string{key, ledger}, m, at, deleted, routing.LedgerDeleted).Int64()
+	rec, err := creditSetMember.run(ctx, f.client, []string{key, ledger, seqKey(key, shard)}, m, at, deleted, routing.LedgerDeleted, shard).Text()
 	if err != nil {
 		return fmt.Errorf("fold: credit base key: %w", err)
 	}
-	if moved == 0 {
+	if rec == "" {
 		// Deleted since the read: m went with the shard, and an m in the
 		// shard now was added after the deletion: it stays.
 		return nil
 	}
+	mv, err := routing.ParseFoldRecord(rec)
+	if err != nil {
+		return fmt.Errorf("fold: malformed set record of %d bytes", len(rec))
+	}
 	if err := f.fault(StepDebit); err != nil {
 		return err
 	}
-	if err := f.client.SRem(ctx, shard, m).Err(); err != nil {
+	keys := []string{shard, routing.FoldAckKey(shard), routing.FoldDebitKey(shard)}
+	if err := debitSetMember.run(ctx, f.client, keys, m, mv.N, rec).Err(); err != nil {
 		return fmt.Errorf("fold: debit member shard: %w", err)
 	}
 	res.Moves++
@@ -326,8 +359,8 @@ func (f *Folder) finishMember(ctx context.Context, ledger, shard, rec string, re
 	if err := f.fault(StepDebit); err != nil {
 		return err
 	}
-	ack := routing.SameSlotKey(shard, "foldack")
-	if err := debitMember.run(ctx, f.client, []string{shard, ack}, r.neg, r.n, r.field, r.kind).Err(); err != nil {
+	keys := []string{shard, routing.FoldAckKey(shard), routing.FoldDebitKey(shard)}
+	if err := debitMember.run(ctx, f.client, keys, r.neg, r.n, r.field, r.kind, rec).Err(); err != nil {
 		return fmt.Errorf("fold: debit member shard: %w", err)
 	}
 	if err := f.fault(StepClear); err != nil {

@@ -191,7 +191,14 @@ func (e *Engine) otherPlaces(ctx context.Context, p *plan, field, write string) 
 				return total, nil
 			}
 			return 0, errHashOverflow
-		})
+		},
+		foldedOthers[int64]{cmd: "HMGET", parse: func(v string) (int64, error) {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, errHashNotInteger
+			}
+			return n, nil
+		}})
 }
 
 // memberValue merges a field's values over its places: absent when none
@@ -224,6 +231,11 @@ func (e *Engine) HMGet(ctx context.Context, key string, fields []string) (vals [
 	p := e.memberPlan(key, routing.KindHash)
 	if p == nil {
 		return e.hmgetRaw(ctx, key, fields)
+	}
+	if e.folding(p) {
+		if vals, present, err = e.hmgetFolding(ctx, p, fields); !errors.Is(err, errFoldRights) {
+			return vals, present, err
+		}
 	}
 	// Each field has its own places: read every field from every place
 	// it may be in, all in one pipeline.
@@ -281,7 +293,13 @@ func (e *Engine) hmgetRaw(ctx context.Context, key string, fields []string) ([]s
 // every place (the base key and every shard of every listed generation),
 // fields in byte order.
 func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string, err error) {
-	keys := allPlaces(e.memberPlan(key, routing.KindHash), key)
+	p := e.memberPlan(key, routing.KindHash)
+	if e.folding(p) {
+		if fields, vals, err = e.hgetallFolding(ctx, p); !errors.Is(err, errFoldRights) {
+			return fields, vals, err
+		}
+	}
+	keys := allPlaces(p, key)
 	cmds, perr := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, k := range keys {
 			pipe.HGetAll(ctx, k)
@@ -433,4 +451,56 @@ func addInt64(a, b int64) (int64, bool) {
 		return 0, true
 	}
 	return s, false
+}
+
+// hmgetFolding is HMGet while a fold may be in flight: one read per
+// place of the fields it may hold, with its fold records (foldRead).
+func (e *Engine) hmgetFolding(ctx context.Context, p *plan, fields []string) ([]string, []bool, error) {
+	reads := byPlace(p, "HMGET", fields)
+	places, err := e.foldRead(ctx, p, reads, func(i int, r any) (map[string]string, error) {
+		return pickFields(r, reads[i].fields), nil
+	}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	vals, present := make([]string, len(fields)), make([]bool, len(fields))
+	for i, f := range fields {
+		var got []string
+		for _, m := range places {
+			if v, ok := m[f]; ok {
+				got = append(got, v)
+			}
+		}
+		if vals[i], present[i], err = memberValue(got); err != nil {
+			return nil, nil, err
+		}
+	}
+	return vals, present, nil
+}
+
+// hgetallFolding is HGetAll while a fold may be in flight (foldRead).
+func (e *Engine) hgetallFolding(ctx context.Context, p *plan) (fields, vals []string, err error) {
+	places, err := e.foldRead(ctx, p, wholeReads(p, "HGETALL"), func(_ int, r any) (map[string]string, error) {
+		return flatMap(r), nil
+	}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	got := map[string][]string{}
+	for _, m := range places {
+		for f, v := range m {
+			if _, seen := got[f]; !seen {
+				fields = append(fields, f)
+			}
+			got[f] = append(got[f], v)
+		}
+	}
+	slices.Sort(fields)
+	vals = make([]string, len(fields))
+	for i, f := range fields {
+		if vals[i], _, err = memberValue(got[f]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return fields, vals, nil
 }

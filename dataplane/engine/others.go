@@ -168,7 +168,13 @@ func incrMember[T int64 | float64](ctx context.Context, e *Engine, p *plan, o *o
 // lives its age alone), and so is the mark's (the sum then lives its
 // age). otherPlaces' and zscorePlaces' one implementation.
 func readOthers[T int64 | float64](ctx context.Context, e *Engine, p *plan, member, write string,
-	read func(pipe redis.Pipeliner, key string) (redis.Cmder, func() (T, bool, error)), add func(sum, v T) (T, error)) (otherSum[T], error) {
+	read func(pipe redis.Pipeliner, key string) (redis.Cmder, func() (T, bool, error)), add func(sum, v T) (T, error),
+	folded foldedOthers[T]) (otherSum[T], error) {
+	if e.folding(p) && write != p.key {
+		if s, err := readOthersFolding(ctx, e, p, member, write, add, folded); !errors.Is(err, errFoldRights) {
+			return s, err
+		}
+	}
 	s := otherSum[T]{write: write}
 	keys := without(memberPlaces(p, member), write)
 	cmds := make([]redis.Cmder, len(keys))
@@ -198,6 +204,57 @@ func readOthers[T int64 | float64](ctx context.Context, e *Engine, p *plan, memb
 			continue
 		}
 		if s.sum, err = add(s.sum, v); err != nil {
+			return s, err
+		}
+	}
+	s.until, s.mark = expiryTime(at), markOf(mark)
+	return s, nil
+}
+
+// foldedOthers says how readOthersFolding reads a member's value in a
+// place: the command that reads members (HMGET, ZMSCORE) and how to parse
+// the value Redis printed.
+type foldedOthers[T int64 | float64] struct {
+	cmd   string
+	parse func(string) (T, error)
+}
+
+// readOthersFolding is readOthers while a fold may be in flight: the
+// other places read with their fold records and reconciled (foldRead), so
+// that a value moving between a retired shard and the base key is counted
+// once; the write place, a shard of the write generation, is never folded.
+// The base key's expiry and the write place's removal mark are read in
+// the same pipeline, their errors ignored as readOthers ignores them.
+func readOthersFolding[T int64 | float64](ctx context.Context, e *Engine, p *plan, member, write string,
+	add func(sum, v T) (T, error), folded foldedOthers[T]) (otherSum[T], error) {
+	s := otherSum[T]{write: write}
+	var reads []placeRead
+	for _, r := range byPlace(p, folded.cmd, []string{member}) {
+		if r.place != write {
+			reads = append(reads, r)
+		}
+	}
+	var at *redis.Cmd
+	var mark *redis.SliceCmd
+	places, err := e.foldRead(ctx, p, reads, func(i int, r any) (map[string]string, error) {
+		return pickFields(r, reads[i].fields), nil
+	}, func(pipe redis.Pipeliner) {
+		at = pipe.Do(ctx, "pexpiretime", p.key)
+		mark = readMark(ctx, pipe, write)
+	})
+	if err != nil {
+		return s, err
+	}
+	for _, pl := range places {
+		v, ok := pl[member]
+		if !ok {
+			continue
+		}
+		n, err := folded.parse(v)
+		if err != nil {
+			return s, err
+		}
+		if s.sum, err = add(s.sum, n); err != nil {
 			return s, err
 		}
 	}

@@ -255,6 +255,11 @@ var errNotInteger = errors.New("ERR heatsink: a physical key of a split counter 
 // sum reads the base key and every shard of every generation in one
 // pipeline (a cluster client sends one batch per node) and adds them up.
 func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, err error) {
+	if e.folding(p) {
+		if total, exists, err = e.sumFolding(ctx, p); !errors.Is(err, errFoldRights) {
+			return total, exists, err
+		}
+	}
 	e.m.upstreamReads.Inc()
 	e.m.fanout.Add(float64(len(p.readKeys) - 1))
 	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -275,6 +280,34 @@ func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, er
 		if err != nil {
 			e.m.upstreamErrors.Inc()
 			return 0, false, err
+		}
+		n, perr := strconv.ParseInt(s, 10, 64)
+		if perr != nil {
+			return 0, false, errNotInteger
+		}
+		total += n
+		exists = true
+	}
+	return total, exists, nil
+}
+
+// sumFolding is sum while a fold may be in flight: every place read with
+// its fold records and reconciled (foldRead), so that a move is counted
+// once.
+func (e *Engine) sumFolding(ctx context.Context, p *plan) (total int64, exists bool, err error) {
+	vals, err := e.foldRead(ctx, p, wholeReads(p, "GET"), func(_ int, r any) (map[string]string, error) {
+		if s, ok := r.(string); ok {
+			return map[string]string{"": s}, nil
+		}
+		return map[string]string{}, nil
+	}, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, m := range vals {
+		s, ok := m[""]
+		if !ok {
+			continue
 		}
 		n, perr := strconv.ParseInt(s, 10, 64)
 		if perr != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 
@@ -108,6 +109,11 @@ func anyTrue(cmds []*redis.BoolCmd) bool {
 // SIsMembers reports, per member, whether some place holds it.
 func (e *Engine) SIsMembers(ctx context.Context, key string, members []string) ([]bool, error) {
 	p := e.memberPlan(key, routing.KindSet)
+	if e.folding(p) {
+		if out, err := e.sismembersFolding(ctx, p, members); !errors.Is(err, errFoldRights) {
+			return out, err
+		}
+	}
 	held := make([][]*redis.BoolCmd, len(members))
 	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, m := range members {
@@ -130,7 +136,13 @@ func (e *Engine) SIsMembers(ctx context.Context, key string, members []string) (
 
 // SMembers is the union of every place's members, in byte order.
 func (e *Engine) SMembers(ctx context.Context, key string) ([]string, error) {
-	keys := allPlaces(e.memberPlan(key, routing.KindSet), key)
+	p := e.memberPlan(key, routing.KindSet)
+	if e.folding(p) {
+		if out, err := e.smembersFolding(ctx, p); !errors.Is(err, errFoldRights) {
+			return out, err
+		}
+	}
+	keys := allPlaces(p, key)
 	cmds, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for _, k := range keys {
 			pipe.SMembers(ctx, k)

@@ -142,13 +142,19 @@ func (e *Engine) zscorePlaces(ctx context.Context, p *plan, member, write string
 			c := pipe.ZScore(ctx, k, member)
 			return c, func() (float64, bool, error) { return c.Val(), c.Err() == nil, nil }
 		},
-		func(sum, v float64) (float64, error) { return sum + v, nil })
+		func(sum, v float64) (float64, error) { return sum + v, nil },
+		foldedOthers[float64]{cmd: "ZMSCORE", parse: func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }})
 }
 
 // ZScores returns members' scores (present false for a member no place
 // holds), each the sum of its places.
 func (e *Engine) ZScores(ctx context.Context, key string, members []string) ([]float64, []bool, error) {
 	p := e.memberPlan(key, routing.KindZSet)
+	if e.folding(p) {
+		if out, present, err := e.zscoresFolding(ctx, p, members); !errors.Is(err, errFoldRights) {
+			return out, present, err
+		}
+	}
 	out, present := make([]float64, len(members)), make([]bool, len(members))
 	per := make([][]*redis.FloatCmd, len(members))
 	_, err := e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -205,6 +211,11 @@ func (e *Engine) ZAll(ctx context.Context, key string, rev bool) ([]scored, erro
 
 // zall is ZAll, using the base key's copy when useCopy.
 func (e *Engine) zall(ctx context.Context, key string, rev, useCopy bool) ([]scored, error) {
+	if p := e.memberPlan(key, routing.KindZSet); e.folding(p) {
+		if all, err := e.zallFolding(ctx, p, rev); !errors.Is(err, errFoldRights) {
+			return all, err
+		}
+	}
 	keys, _, known, check, err := e.zplaces(ctx, key, useCopy)
 	if err != nil {
 		return nil, err

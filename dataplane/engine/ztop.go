@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // ZTop is the first n members in ZRANGE's order (ZREVRANGE's when rev),
@@ -26,6 +29,15 @@ func (e *Engine) ZTop(ctx context.Context, key string, n int64, rev bool) ([]sco
 
 // ztop is ZTop, using the base key's copy when useCopy.
 func (e *Engine) ztop(ctx context.Context, key string, n int64, rev, useCopy bool) ([]scored, error) {
+	if p := e.memberPlan(key, routing.KindZSet); e.folding(p) {
+		// The rounds below read places at several moments (their first
+		// d, then the scores they did not list): under a fold every place
+		// is read whole, once, with its records (zallFolding).
+		all, err := e.zallFolding(ctx, p, rev)
+		if !errors.Is(err, errFoldRights) {
+			return all[:min(int64(len(all)), n)], err
+		}
+	}
 	keys, layout, known, check, err := e.zplaces(ctx, key, useCopy)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,7 +28,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
 	"github.com/heatsink-dev/heatsink/internal/testing/redistest"
 )
 
@@ -128,24 +126,7 @@ func playApps(t *testing.T, up upstream, node []string) {
 	var results []result
 	for _, w := range wls {
 		tag := "go:" + w.name()
-		// A split collection's read that meets a fold between its credit
-		// and its debit counts the moving value twice for that round trip
-		// (docs/engine.md, Split by field): the stored value is what is
-		// checked, read until exact for up to a second, and the reads it
-		// took are said.
-		var ok bool
-		var detail string
-		reads := 0
-		_ = eventually.PollEvery(ctx, 200*time.Millisecond, time.Second, func() error {
-			reads++
-			if ok, detail = w.check(ctx, clients[0]); !ok {
-				return errors.New(detail)
-			}
-			return nil
-		})
-		if reads > 1 {
-			detail += fmt.Sprintf(" (%d reads)", reads)
-		}
+		ok, detail := w.check(ctx, clients[0])
 		gc.mu.Lock()
 		r := result{tag: tag, calls: goEnd[tag] - goMid[tag], refused: gc.refused[tag], errs: gc.errs[tag], lastErr: gc.lastErr[tag], exact: ok, detail: detail}
 		gc.mu.Unlock()
