@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/nodeagent/sketch"
 	"github.com/heatsink-dev/heatsink/nodeagent/summary"
+	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // fleet is the hub tests' one model of a fleet of node agents under one
@@ -56,17 +58,18 @@ type fleetConfig struct {
 	fraction float64       // the floor fraction (DefaultFloorFraction, or a trial's)
 	sustain  time.Duration // the spec's sustainFor
 	step     time.Duration
-	flush    time.Duration // each sidecar's flush period: a batch each
-	tick     time.Duration // the agents' tick (nodeagent's Options.Tick)
-	pass     time.Duration // how often the hub passes (view, pins, decisions)
+	flush    time.Duration // each sidecar's flush period: a batch each (0: sidecarlink.FlushInterval)
+	tick     time.Duration // the agents' tick (0: nodeagent.DefaultTick)
+	pass     time.Duration // how often the hub passes: view, pins, decisions (0: every tick)
 	senders  int           // sidecars a node, each flushing at its own phase (0: 1)
 	// repinOnCandidate: the hub chooses the pins again as soon as a key not
 	// pinned enters the warm or hot band, besides every pinEvery.
 	repinOnCandidate bool
 	// traffic adds sidecar j of node i's batch at now to sk (advanced to now).
 	traffic func(i, j int, now time.Time, sk *sketch.Sketch)
-	// observe sees every pass from the hub's start (run's hubFrom) on.
-	observe func(now time.Time, snap *Snapshot, st *decide.State)
+	// observe sees every pass's snapshot from the hub's start (run's
+	// hubFrom) on.
+	observe func(now time.Time, snap *Snapshot)
 }
 
 // fleetAgent is one simulated node.
@@ -86,6 +89,15 @@ const (
 	fleetInterval = time.Second
 )
 
+// fleetNodes is how many nodes a fleet test simulates: 1,000, or short
+// with -short.
+func fleetNodes(short int) int {
+	if testing.Short() {
+		return short
+	}
+	return 1000
+}
+
 // newFleet builds the fleet: thresholds 5,000 reads/s and 1,000 writes/s
 // with 20 % hysteresis, a 10 s window, the report interval fleetInterval,
 // the smallest sketches (full stores: a key's estimate is a bound until it
@@ -97,6 +109,9 @@ const (
 func newFleet(t *testing.T, c fleetConfig, rng *rand.Rand, seed uint64) *fleet {
 	t.Helper()
 	c.senders = max(c.senders, 1)
+	c.flush = cmp.Or(c.flush, sidecarlink.FlushInterval)
+	c.tick = cmp.Or(c.tick, nodeagent.DefaultTick)
+	c.pass = cmp.Or(c.pass, c.tick)
 	f := &fleet{fleetConfig: c, v: newView(), hotAt: map[string]time.Time{}, detected: map[string]time.Time{}}
 	f.th = Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}
 	f.p = Params{Thresholds: f.th, Window: 10 * time.Second, ReportInterval: fleetInterval, TopK: 64}
@@ -211,7 +226,7 @@ func (f *fleet) run(t0, end, hubFrom time.Time) {
 			}
 		}
 		if f.observe != nil {
-			f.observe(now, &snap, &st)
+			f.observe(now, &snap)
 		}
 	}
 }

@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/nodeagent/sketch"
-	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // TestSparseCounterCount: the count (the exact estimate) of a key sparse on
@@ -31,10 +28,7 @@ import (
 //   - at 1.1 × it is mitigated within max(sustainFor, pinEvery) + one
 //     report interval of its estimate first going over.
 func TestSparseCounterCount(t *testing.T) {
-	nodes := 1000
-	if testing.Short() {
-		nodes = 200
-	}
+	nodes := fleetNodes(200)
 	for _, c := range []sparseCase{
 		{name: "one sidecar a node", senders: 1},
 		// A report just after the node's only sidecar flushed: the case
@@ -71,11 +65,11 @@ func checkSparse(t *testing.T, nodes int, c sparseCase, seed uint64) {
 		sustain = 50 * time.Millisecond
 		counter = "counter"
 	)
-	flush := sidecarlink.FlushInterval
 	rng := rand.New(rand.NewPCG(seed, 0x5a125e))
+	// The deployed flush and tick.
 	f := newFleet(t, fleetConfig{nodes: nodes, fraction: DefaultFloorFraction, sustain: sustain,
-		step: step, flush: flush, tick: nodeagent.DefaultTick, pass: pass, senders: c.senders}, rng, seed)
-	th, interval := f.th, f.p.ReportInterval
+		step: step, pass: pass, senders: c.senders}, rng, seed)
+	th, interval, flush := f.th, f.p.ReportInterval, f.flush
 	if c.aligned {
 		// Each agent ticks in the step its first sidecar flushed in.
 		flushSteps := int(flush / step)
@@ -105,7 +99,7 @@ func checkSparse(t *testing.T, nodes int, c sparseCase, seed uint64) {
 	var sumAvg, sumRecent, sumExact, minExact, maxExact, maxAvg, maxRecent float64
 	minExact = math.Inf(1)
 	exactPasses := 0
-	f.observe = func(now time.Time, _ *Snapshot, _ *decide.State) {
+	f.observe = func(now time.Time, _ *Snapshot) {
 		if s := f.v.keys[counter]; s != nil {
 			if e := f.v.estimate(s); e.exact {
 				if exactAt.IsZero() {

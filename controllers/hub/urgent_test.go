@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/nodeagent/sketch"
-	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
 // TestUrgentSummariesKeepCountsUnbiased: the fleet simulator's 0.95 × row,
@@ -22,8 +19,8 @@ import (
 // agent's send rule says so (the fleet model, fleet_test.go: summary.Sender
 // and summary.Schedule, the code nodeagent runs), and the hub's view, its
 // pins (at once on a new candidate, and every pinEvery) and a decision
-// pass every tick with sustainFor 1 s, as in the simulator. Neither key is ever mitigated, and
-// the counter's exact count stays under its threshold.
+// pass every tick with sustainFor 1 s, as in the simulator. Neither key is
+// ever mitigated, and the counter's exact count stays under its threshold.
 //
 // What it catches: a pinned key sparse on every node reads as a sawtooth
 // on each (its count since the pin jumps at each write, then decays as its
@@ -32,10 +29,7 @@ import (
 // was reported only at the interval, so the sum over the nodes' last
 // summaries read high for the first seconds after the pin.
 func TestUrgentSummariesKeepCountsUnbiased(t *testing.T) {
-	nodes := 1000
-	if testing.Short() {
-		nodes = 300
-	}
+	nodes := fleetNodes(300)
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			checkUrgentFleet(t, nodes, 0.95, seed)
@@ -54,11 +48,11 @@ func checkUrgentFleet(t *testing.T, nodes int, factor float64, seed uint64) {
 		counter = "counter"
 		viral   = "viral"
 	)
-	flush, tick := sidecarlink.FlushInterval, nodeagent.DefaultTick
 	rng := rand.New(rand.NewPCG(seed, 0x0e6e))
+	// The deployed flush and tick; a hub pass every tick.
 	f := newFleet(t, fleetConfig{nodes: nodes, fraction: DefaultFloorFraction, sustain: sustain,
-		step: step, flush: flush, tick: tick, pass: tick, repinOnCandidate: true}, rng, seed)
-	th, interval := f.th, f.p.ReportInterval
+		step: step, repinOnCandidate: true}, rng, seed)
+	th, interval, flush, tick := f.th, f.p.ReportInterval, f.flush, f.tick
 	for i, a := range f.agents {
 		a.flushAt[0] = i * int(flush/step) / nodes // the simulator's phases
 	}
@@ -90,7 +84,7 @@ func checkUrgentFleet(t *testing.T, nodes int, factor float64, seed uint64) {
 	maxExact := map[string]float64{}
 	var sumExact float64
 	exactPasses := 0
-	f.observe = func(time.Time, *Snapshot, *decide.State) {
+	f.observe = func(time.Time, *Snapshot) {
 		for _, k := range []string{counter, viral} {
 			if s := f.v.keys[k]; s != nil {
 				if e := f.v.estimate(s); e.exact {
