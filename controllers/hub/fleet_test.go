@@ -177,7 +177,7 @@ func (f *fleet) run(t0, end, hubFrom time.Time) {
 			items = a.sk.AppendItems(items[:0])
 			tr, tw := a.sk.Tracking()
 			ks, unseen := summary.Build(items, f.dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, nodeagent.DefaultMaxKeysPerSummary)
-			check := a.send.Check(now, items, f.dir.Alert)
+			check := a.send.Check(now, items, f.dir.Alert, a.sk.PinsCounted())
 			if !a.sched.Due(now, f.p.ReportInterval, f.tick, check.Urgent) {
 				continue
 			}

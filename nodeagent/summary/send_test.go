@@ -10,7 +10,8 @@ import (
 )
 
 // TestSenderRule walks one policy's send rule through a pin's life: a new
-// pin makes the next summary urgent once, its follow-up goes
+// pin makes the next summary urgent once, not before a batch has counted
+// it since the pin, its follow-up goes
 // PinFollowUpAfter the interval after the summary that echoed it and once
 // only, the same pins again are not new, a pinned key never makes a
 // summary urgent while an unpinned one newly alerting does, and the pins a
@@ -26,7 +27,7 @@ func TestSenderRule(t *testing.T) {
 	var s Sender
 	step := func(at time.Duration, items []sketch.Item, wantUrgent bool) {
 		t.Helper()
-		c := s.Check(t0.Add(at), items, alert)
+		c := s.Check(t0.Add(at), items, alert, true)
 		if c.Urgent != wantUrgent {
 			t.Fatalf("at %v: urgent = %v, want %v", at, c.Urgent, wantUrgent)
 		}
@@ -37,7 +38,10 @@ func TestSenderRule(t *testing.T) {
 	if refused := s.Pins(sk, []string{"a"}); refused != 0 {
 		t.Fatalf("refused %d pins", refused)
 	}
-	if !s.MayBeUrgent(t0, nil, alert) {
+	if s.Check(t0.Add(50*time.Millisecond), nil, alert, false).Urgent || s.MayBeUrgent(t0, nil, alert, false) {
+		t.Fatalf("a new pin no batch has counted since: urgent")
+	}
+	if !s.MayBeUrgent(t0, nil, alert, true) {
 		t.Fatalf("a new pin: MayBeUrgent says no")
 	}
 	step(100*time.Millisecond, nil, true)  // echoes the pin
@@ -54,7 +58,7 @@ func TestSenderRule(t *testing.T) {
 	hot := []sketch.Item{{Key: "a", Pinned: true, Reads: 40, ReadAvg: 40, ReadRate: 40}}
 	step(2*time.Second, hot, false) // a pinned key's counts never do
 	hot = append(hot, sketch.Item{Key: "c", Reads: 40, ReadAvg: 40, ReadRate: 40})
-	if !s.MayBeUrgent(t0.Add(2100*time.Millisecond), hot, alert) {
+	if !s.MayBeUrgent(t0.Add(2100*time.Millisecond), hot, alert, true) {
 		t.Fatalf("a key newly alerting: MayBeUrgent says no")
 	}
 	step(2100*time.Millisecond, hot, true)
