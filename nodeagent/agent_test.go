@@ -534,7 +534,7 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 		t.Fatalf("the same pin sent %d more summaries two ticks later", got-sent)
 	}
 	// And one more half an interval after the pin's summary
-	// (pinFollowUpAfter), before the interval, and no other.
+	// (summary.PinFollowUpAfter), before the interval, and no other.
 	for range 3 {
 		h.step()
 	}

@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,19 +39,12 @@ type policyState struct {
 	// most agentlink.MaxMovedKeysPerPolicy keys): the manager withdraws a
 	// move whose path fails clearly more than direct traffic.
 	moved map[string]agentlink.KeyMoved
-	// lastSent is what the last summary sent listed, for Urgent.
-	lastSent summary.Sent
+	// send is what the summary loop keeps of the policy's summaries to
+	// decide whether the next is urgent (the send rule: package summary).
+	send summary.Sender
 	// rescan says a directive changed the alert level or the pins since
 	// the last summary, so any key may have become urgent (mayBeUrgent).
 	rescan bool
-	// pinsToSend says a directive pinned a key since the last summary
-	// sent: the manager counts a pinned key exactly only once every node's
-	// summary says it applied the pin, so the next summary is urgent (see
-	// summarize) rather than waiting out the report interval.
-	pinsToSend bool
-	// pinFollowUp is when the summary after the one that echoed a new pin
-	// is due (zero: none): see pinFollowUpAfter.
-	pinFollowUp time.Time
 	// counted reads and writes, and their smoothed rate (informational:
 	// the manager shows a policy's traffic; decisions never use it).
 	reads, writes uint64
@@ -146,26 +138,15 @@ func (d *Agent) applyDirective(dir *agentlink.Directive) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := d.opts.Clock.Now()
 	if sk != nil {
+		sk.Advance(now)
 		p.sk = sk
 	}
-	// The sketch's clock at the directive: a pin's moment (PinsCounted).
-	p.sk.Advance(d.opts.Clock.Now())
 	p.dir, p.filter = *dir, filter
 	d.setReportIntervalLocked()
-	pinned := p.sk.Pinned()
-	for _, k := range pinned {
-		if !slices.Contains(dir.Pins, k) {
-			p.sk.Unpin(k)
-		}
-	}
-	for _, k := range dir.Pins {
-		if !slices.Contains(pinned, k) {
-			p.pinsToSend = true
-		}
-		if !p.sk.Pin(k) {
-			d.metrics.pinsRefused.Inc()
-		}
+	if refused := p.send.Pins(p.sk, dir.Pins, now); refused > 0 {
+		d.metrics.pinsRefused.Add(float64(refused))
 	}
 	p.rescan = true
 	d.dirty.Store(true) // a new alert level or new pins may make a summary urgent

@@ -39,9 +39,9 @@ func (d *Agent) summaryLoop(ctx context.Context) {
 
 // sendState is what the summary loop keeps from tick to tick.
 type sendState struct {
-	last time.Time // when the last summary went
-	seq  uint64
-	buf  []byte
+	sched summary.Schedule // when the last summary went
+	seq   uint64
+	buf   []byte
 }
 
 // tick is one turn of the summary loop: summarise, and queue the summary
@@ -50,11 +50,11 @@ func (d *Agent) tick(st *sendState, out chan []byte) {
 	defer d.ticks.Add(1)
 	now := d.opts.Clock.Now()
 	if d.up.takeFresh() {
-		st.last = time.Time{} // a (new) manager: tell it now
+		st.sched.Reset() // a (new) manager: tell it now
 	}
 	dirty := d.dirty.Swap(false)
 	interval := d.reportInterval()
-	if !st.last.IsZero() && now.Sub(st.last) < interval {
+	if st.sched.Early(now, interval) {
 		// Before the interval is up a summary goes only if urgent. Only
 		// counts or a directive can make it so (see dirty), and only
 		// through what they touched: nothing needs building otherwise.
@@ -64,7 +64,7 @@ func (d *Agent) tick(st *sendState, out chan []byte) {
 	}
 	d.summarized.Add(1)
 	s, commit, urgent := d.summarize(now)
-	if !summary.Due(now, st.last, interval, d.opts.Tick, urgent) || !d.up.connected() {
+	if !st.sched.Due(now, interval, d.opts.Tick, urgent) || !d.up.connected() {
 		return
 	}
 	st.seq++
@@ -75,7 +75,7 @@ func (d *Agent) tick(st *sendState, out chan []byte) {
 		return
 	}
 	commit()
-	st.last = now
+	st.sched.Sent(now)
 	msg := bytes.Clone(st.buf)
 	select {
 	case out <- msg:
@@ -124,11 +124,8 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		items := p.items
 		tr, tw := p.sk.Tracking()
 		keys, unseen := summary.Build(items, p.dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, d.opts.MaxKeysPerSummary)
-		followUp := p.followUpDue(now)
-		if p.pinEchoDue() || followUp || summary.Urgent(&p.lastSent, items, p.dir.Alert) {
-			urgent = true
-		}
-		wave := p.pinsToSend
+		check := p.send.Check(now, items, p.dir.Alert, p.sk.PinsCounted())
+		urgent = urgent || check.Urgent
 		interval := d.reportInterval()
 		window := time.Duration(p.dir.WindowMillis) * time.Millisecond
 		total := p.total.update(now, p.reads, p.writes, window)
@@ -144,14 +141,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		p.mu.Unlock()
 		commits = append(commits, func() {
 			p.mu.Lock()
-			p.lastSent.Set(keys)
-			p.pinsToSend = false
-			switch {
-			case wave:
-				p.pinFollowUp = now.Add(pinFollowUpAfter(interval))
-			case followUp:
-				p.pinFollowUp = time.Time{}
-			}
+			p.send.Sent(check, keys, interval)
 			sentRefused()
 			sentMoved()
 			p.mu.Unlock()
@@ -184,7 +174,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || p.pinEchoDue() || p.followUpDue(now) || !complete || (len(alerting) > 0 && summary.Urgent(&p.lastSent, alerting, p.dir.Alert)) {
+		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) {
 			may = true
 		}
 		p.mu.Unlock()
@@ -192,36 +182,12 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 	return may
 }
 
-// pinFollowUpAfter is how long after the summary that echoed a new pin the
-// next one goes, at the latest: half the report interval. A pinned key's
-// counts never make a summary urgent (summary.Alerting: the manager's sum
-// of them is unbiased only if when a node sends does not depend on them),
-// so without it the manager's exact count of a key pinned as it turned
-// hot would be the one of the pin's summaries, over a tick or two since
-// the pin, until each node's interval: a key pinned while warm was seen
-// over up to a report interval later. A second summary at a fixed time
-// after the first depends on no count.
-func pinFollowUpAfter(interval time.Duration) time.Duration { return interval / 2 }
-
-// pinEchoDue reports whether p's summary must go now to echo a new pin:
-// a directive pinned a key since the last summary, and every pinned key has
-// been counted since its pin (sketch.PinsCounted: sent before, the new
-// pin's exact rate would read zero). p.mu is held.
-func (p *policyState) pinEchoDue() bool { return p.pinsToSend && p.sk.PinsCounted() }
-
-// followUpDue reports whether p's summary after a new pin is due at now;
-// p.mu is held.
-func (p *policyState) followUpDue(now time.Time) bool {
-	return !p.pinFollowUp.IsZero() && !now.Before(p.pinFollowUp)
-}
-
 // pinSummaryPending reports whether any policy has a summary for its pins
-// to send: the follow-up due, or a new pin's echo waiting for its counts
-// (pinEchoDue), which time alone may make due.
+// to send (summary.Sender.Pending), which time alone may make due.
 func (d *Agent) pinSummaryPending(now time.Time) bool {
 	for _, p := range d.policyStates() {
 		p.mu.Lock()
-		due := p.followUpDue(now) || p.pinsToSend
+		due := p.send.Pending(now)
 		p.mu.Unlock()
 		if due {
 			return true

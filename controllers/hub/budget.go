@@ -23,9 +23,14 @@ import "time"
 //	                          a node seeing its share of the alert level
 //	                          sends at once), but the estimate of a key at
 //	                          1.1 × may take the slot to climb over
-//	+ 2 × tick + sustainFor   the pin reaches every agent, whose next tick
+//	+ flush + 2 × tick        the pin reaches every agent, whose first tick
+//	+ sustainFor              after a batch has counted the key since the
+//	                          pin, or after a flush period without one,
 //	                          sends the summary that makes the count exact
-//	                          (nodeagent: a new pin makes a summary urgent);
+//	                          (nodeagent: a new pin makes a summary urgent;
+//	                          sketch.PinsCounted: sent before, the count of
+//	                          a node whose traffic still waits in its
+//	                          sidecars would read zero);
 //	                          the count, measured from the pin, is over the
 //	                          threshold from then, and must stay over at
 //	                          every summary for sustainFor
@@ -42,7 +47,7 @@ import "time"
 // interval is still bounded by the nodes' Unseen, so the bound holds for it
 // too, but it becomes hot only once its exact count is over.
 func DetectionBudget(window, reportInterval, sustainFor, flush, tick time.Duration) time.Duration {
-	return Slot(window, reportInterval) + reportInterval + flush + 3*tick + sustainFor
+	return Slot(window, reportInterval) + reportInterval + 2*flush + 3*tick + sustainFor
 }
 
 // Slot is the span a key's recent rate is measured over: the window over

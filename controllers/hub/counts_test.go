@@ -7,18 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/heatsink-dev/heatsink/agentlink"
-	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/controllers/decide"
-	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/nodeagent/sketch"
-	"github.com/heatsink-dev/heatsink/nodeagent/summary"
 )
 
 // TestDecisionsOnCounts: decisions are on counts, not bounds, for every
-// sustainFor. Many simulated nodes (the agent's sketch and summary, each
-// node reporting every interval at its own phase, applying the pins at
-// once), the hub's view, its pins every pinEvery and a decision pass
+// sustainFor. Many simulated nodes (the fleet model, fleet_test.go: the
+// agent's sketch, summary and send rule, each node starting at its own
+// phase, applying the pins at once), the hub's view, its pins every pinEvery and a decision pass
 // (decide.Decide) every tick, over random trials: a random sustainFor in
 // [50 ms, 3 s] (log-uniform), a random floor fraction in [0.1, 0.5] (how large Σ Unseen
 // is: at 0.1 the floors' share, larger where full stores add their tracking
@@ -31,7 +26,7 @@ import (
 //   - every key at 1.1 × or more is, within pinEvery, one report interval
 //     and sustainFor of the estimate first going over (its DetectedAt): the
 //     bound gets it pinned within pinEvery, every node has counted it
-//     exactly one interval after the pin, and its count must then stay over
+//     exactly within one interval after the pin, and its count must then stay over
 //     for sustainFor (TestSustainedOnEveryCount).
 func TestDecisionsOnCounts(t *testing.T) {
 	nodes, trials := 1000, 5
@@ -57,18 +52,19 @@ type countsKey struct {
 }
 
 // reactionModel is how the simulated fleet reacts to a key crossing its
-// threshold, as the hub and the node agents do:
+// threshold, besides what the agents' send rule does (the fleet model,
+// fleet_test.go: a summary at the tick after a directive newly pins a key,
+// or a key newly reaches its alert level):
 //   - the hub chooses the pins again as soon as a key not pinned enters the
 //     warm or hot band (Hub.repinSoon), besides every pinEvery;
-//   - a node agent sends a summary at the tick after a directive newly pins
-//     a key (nodeagent's pinsToSend), besides its own report interval;
-//   - each node reports at its own random phase within the interval.
+//   - each node starts, and so reports, at its own random phase within the
+//     interval.
 //
-// The zero model is the older, slower one (pins every pinEvery only, a pin
-// reported at the node's next interval, phases i mod slots), whose bound is
-// measured from the estimate first going over.
+// The zero model is the older, slower one (pins every pinEvery only, node
+// i starting at step i mod the interval's steps), whose bound is measured
+// from the estimate first going over.
 type reactionModel struct {
-	repinOnCandidate, urgentPins, randomPhases bool
+	repinOnCandidate, randomPhases bool
 	// budget, if set, is the bound on the time from a key's traffic starting
 	// to its decision (the detection part of the reaction budget);
 	// detected reports the largest time seen, per key name.
@@ -84,27 +80,19 @@ type reactionModel struct {
 // its threshold over it on the bound.
 func checkCounts(t *testing.T, nodes int, seed uint64, m reactionModel) int {
 	const (
-		tick     = 50 * time.Millisecond
-		interval = time.Second
-		warmup   = 3 * time.Second
-		hotFor   = 12 * time.Second
-		bgRate   = 10.0 // ops/s per node
-		universe = 20_000
+		tick   = 50 * time.Millisecond // the agents' tick and the hub's pass; counts arrive within it (flush 0)
+		warmup = 3 * time.Second
+		hotFor = 12 * time.Second
+		bgRate = 10.0 // ops/s per node
 	)
 	rng := rand.New(rand.NewPCG(seed, 0xc0ffee))
-	th := Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}
 	// Log-uniform: short ones, where the bound alone would have decided,
 	// as often as long ones.
 	sustain := time.Duration(50*math.Pow(3000.0/50, rng.Float64())) * time.Millisecond
 	fraction := 0.1 + 0.4*rng.Float64()
-	p := Params{Thresholds: th, Window: 10 * time.Second, ReportInterval: interval, TopK: 64}
-	dir := directive("ns/p", p, nodes, fraction, nil, 1)
-	cfg := nodeagent.SketchConfig(&dir, 0) // the smallest sketch: full stores
-	spec := &v1alpha1.HotKeyPolicySpec{}
-	spec.Thresholds.ReadsPerSecond, spec.Thresholds.WritesPerSecond = th.Reads, th.Writes
-	spec.Thresholds.HysteresisPercent = 20
-	spec.Thresholds.SustainFor.Duration = sustain
-	v1alpha1.SetDefaults(spec)
+	f := newFleet(t, fleetConfig{nodes: nodes, fraction: fraction, sustain: sustain,
+		step: tick, flush: tick, tick: tick, pass: tick, repinOnCandidate: m.repinOnCandidate}, rng, seed)
+	th, dir, interval := f.th, f.dir, f.p.ReportInterval
 
 	spreads := []struct {
 		name string
@@ -155,128 +143,45 @@ func checkCounts(t *testing.T, nodes int, seed uint64, m reactionModel) int {
 	addKey("hot-counter", true, 1.1, 1.3)
 	t.Logf("%d nodes, sustainFor %v, floor fraction %.2f", nodes, sustain, fraction)
 
-	sks := make([]*sketch.Sketch, nodes)
-	zipfs := make([]*rand.Zipf, nodes)
 	acc := make([][]float64, nodes)
-	seq := make([]uint64, nodes)
-	phase := make([]int, nodes)
-	pinSent := make([]bool, nodes) // a new pin waits for the node's next summary
-	for i := range sks {
-		var err error
-		if sks[i], err = sketch.New(cfg); err != nil {
-			t.Fatal(err)
-		}
-		zipfs[i] = rand.NewZipf(rng, 1.1, 1, universe-1)
+	for i := range acc {
 		acc[i] = make([]float64, len(keys))
 		for j := range acc[i] {
 			acc[i][j] = rng.Float64()
 		}
 	}
-	names := make([]string, universe)
-	for k := range names {
-		names[k] = fmt.Sprint("bg:", k)
-	}
-
-	v := newView()
-	v.th = th
-	version := uint64(1)
-	var items []sketch.Item
-	var st decide.State
-	var pinsAt time.Time
-	maxAge := StaleAfterIntervals * interval
-	slots := int(interval / tick)
-	for i := range phase {
-		phase[i] = i % slots
-		if m.randomPhases {
-			phase[i] = rng.IntN(slots)
+	if !m.randomPhases {
+		for i, a := range f.agents {
+			a.start = 1 + i%int(interval/tick)
 		}
 	}
 	t0 := time.Unix(1_000_000, 0)
 	start := t0.Add(warmup)
-	hotAt := map[string]time.Time{}
-	detected := map[string]time.Time{}
-	boundOver := 0
-	for n := 1; ; n++ {
-		now := t0.Add(time.Duration(n) * tick)
-		if now.After(start.Add(hotFor)) {
-			break
+	f.traffic = func(i, _ int, now time.Time, sk *sketch.Sketch) {
+		for range poisson(rng, bgRate*tick.Seconds()) {
+			if rng.IntN(5) == 0 {
+				sk.Update(f.background(i), 0, 1, 64)
+			} else {
+				sk.Update(f.background(i), 1, 0, 64)
+			}
 		}
-		on := !now.Before(start)
-		for i, sk := range sks {
-			sk.Advance(now)
-			for range poisson(rng, bgRate*tick.Seconds()) {
-				if rng.IntN(5) == 0 {
-					sk.Update(names[zipfs[i].Uint64()], 0, 1, 64)
+		if now.Before(start) {
+			return
+		}
+		for j := range keys {
+			acc[i][j] += keys[j].share[i] * tick.Seconds()
+			if c := math.Floor(acc[i][j]); c > 0 {
+				acc[i][j] -= c
+				if keys[j].writes {
+					sk.Update(keys[j].name, 0, uint32(c), 64)
 				} else {
-					sk.Update(names[zipfs[i].Uint64()], 1, 0, 64)
-				}
-			}
-			if on {
-				for j := range keys {
-					acc[i][j] += keys[j].share[i] * tick.Seconds()
-					if c := math.Floor(acc[i][j]); c > 0 {
-						acc[i][j] -= c
-						if keys[j].writes {
-							sk.Update(keys[j].name, 0, uint32(c), 64)
-						} else {
-							sk.Update(keys[j].name, uint32(c), 0, 64)
-						}
-					}
-				}
-			}
-			// Each node reports once an interval, at its own phase, and (with
-			// urgentPins) at the tick after a directive pinned a new key.
-			if n%slots == phase[i] || (m.urgentPins && pinSent[i]) {
-				pinSent[i] = false
-				items = sk.AppendItems(items[:0])
-				tr, tw := sk.Tracking()
-				ks, unseen := summary.Build(items, dir.Floor, agentlink.Rates{Reads: tr, Writes: tw}, nodeagent.DefaultMaxKeysPerSummary)
-				seq[i]++
-				v.apply(now, fmt.Sprint("node-", i), 1, seq[i], &agentlink.PolicySummary{Policy: "ns/p", Directive: version, Unseen: unseen, Keys: ks})
-			}
-		}
-		v.expire(now, maxAge)
-		snap := v.snapshot(now, maxAge, maxAge)
-		if !on {
-			continue
-		}
-		// The hub's sweep: pins every pinEvery, applied by every agent as
-		// the directive arrives (at once here); the summaries that follow
-		// carry its version.
-		if candidate := v.takeNewCandidate(); now.Sub(pinsAt) >= pinEvery || (m.repinOnCandidate && candidate) {
-			pinsAt = now
-			var mitigated []string
-			for _, k := range st.Keys {
-				if k.ReadHot || k.WriteHot {
-					mitigated = append(mitigated, k.Key)
-				}
-			}
-			pins := v.pinCandidates(&snap, mitigated, th, 2*int(max(p.TopK, 8)))
-			newPin := false
-			for _, k := range pins {
-				if _, ok := v.pins[k]; !ok {
-					newPin = true
-				}
-			}
-			if v.setPins(pins, version+1) {
-				version++
-				for i, sk := range sks {
-					pinSent[i] = pinSent[i] || newPin
-					for _, k := range sk.Pinned() {
-						if !contains(pins, k) {
-							sk.Unpin(k)
-						}
-					}
-					for _, k := range pins {
-						sk.Pin(k)
-					}
+					sk.Update(keys[j].name, uint32(c), 0, 64)
 				}
 			}
 		}
-		// A pass: the hub asks for one on every band change; every tick
-		// here.
-		out := decide.Decide(decide.Input{Now: now, Spec: spec, Observations: snap.Keys, State: st, Margin: 10 * time.Second})
-		st = out.State
+	}
+	boundOver := 0
+	f.observe = func(_ time.Time, snap *Snapshot) {
 		for _, k := range keys {
 			o := snap.Keys[k.name]
 			rate, limit := o.ReadsPerSecond, th.Reads
@@ -287,15 +192,9 @@ func checkCounts(t *testing.T, nodes int, seed uint64, m reactionModel) int {
 				boundOver++
 			}
 		}
-		for _, ks := range st.Keys {
-			if (ks.ReadHot || ks.WriteHot) && hotAt[ks.Key].IsZero() {
-				hotAt[ks.Key] = now
-				if ks.DetectedAt != nil {
-					detected[ks.Key] = *ks.DetectedAt
-				}
-			}
-		}
 	}
+	f.run(t0, start.Add(hotFor), start)
+	hotAt, detected := f.hotAt, f.detected
 	for _, k := range keys {
 		at, hot := hotAt[k.name]
 		switch {
@@ -338,8 +237,10 @@ func contains(s []string, x string) bool {
 // TestDetectionWithinBudget checks the detection part of the reaction
 // budget (DetectionBudget, docs/design.md) on generated traffic: random
 // rates, spreads over the nodes and report phases, a random sustainFor and
-// floor fraction (checkCounts), with the hub's immediate pins and the
-// agents' urgent summaries after a new pin (reactionModel). Every key at
+// floor fraction (checkCounts), with the hub's immediate pins (reactionModel)
+// and the agents' send rule, which echoes a new pin at the first tick
+// after a batch counted it or a flush period passed (the fleet model,
+// fleet_test.go). Every key at
 // 1.1 × its threshold or more is decided hot within the budget from the
 // moment its traffic starts; no key at or under 0.95 × ever is.
 func TestDetectionWithinBudget(t *testing.T) {
@@ -347,7 +248,10 @@ func TestDetectionWithinBudget(t *testing.T) {
 	if testing.Short() {
 		nodes, trials = 100, 4
 	}
-	const tick = 50 * time.Millisecond // checkCounts' step: the agents' tick; counts arrive within it (flush 0)
+	// checkCounts' step: the agents' tick and the sidecars' flush period
+	// (counts arrive within it); a new pin's echo waits for a batch up to
+	// a flush period.
+	const tick, flush = 50 * time.Millisecond, 50 * time.Millisecond
 	worst := map[string]time.Duration{}
 	for trial := range trials {
 		t.Run(fmt.Sprint("trial ", trial), func(t *testing.T) {
@@ -355,9 +259,9 @@ func TestDetectionWithinBudget(t *testing.T) {
 			// budget is the trial's.
 			rng := rand.New(rand.NewPCG(uint64(100+trial), 0xc0ffee))
 			sustain := time.Duration(50*math.Pow(3000.0/50, rng.Float64())) * time.Millisecond
-			m := reactionModel{repinOnCandidate: true, urgentPins: true, randomPhases: true,
-				budget: DetectionBudget(10*time.Second, time.Second, sustain, 0, tick), detected: worst,
-				afterOver: 2*tick + sustain + tick}
+			m := reactionModel{repinOnCandidate: true, randomPhases: true,
+				budget: DetectionBudget(10*time.Second, time.Second, sustain, flush, tick), detected: worst,
+				afterOver: flush + 2*tick + sustain + tick}
 			checkCounts(t, nodes, uint64(100+trial), m)
 		})
 	}

@@ -132,7 +132,7 @@ func Urgent(last *Sent, now []sketch.Item, alert agentlink.Rates) bool {
 // counts, and not pinned: the keys Urgent looks at.
 //
 // A pinned key never makes a summary urgent (its pin did, once: the
-// agent's pinsToSend). Urgency exists to get a key pinned; once it is, the
+// Sender's new-pin mark). Urgency exists to get a key pinned; once it is, the
 // manager sums its exact counts from every node's last summary, and that
 // sum is unbiased only if when a node sends does not depend on the count.
 // A key sparse on each node reads as a sawtooth there (its count since the
