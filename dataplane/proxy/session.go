@@ -75,7 +75,9 @@ type session struct {
 	// connection loses the client's state, so stateLost ends the session
 	// instead of reconnecting silently.
 	stickyState bool
-	stateLost   bool
+	// stateLost is the failure of the upstream connection that carried
+	// the client's state (nil: none lost).
+	stateLost error
 	proto       int
 	// blocking is set when the current batch holds a blocking command.
 	blocking bool
@@ -237,10 +239,10 @@ func (s *session) run() {
 		if err != nil || s.p.draining.Load() {
 			return
 		}
-		if s.stateLost {
+		if s.stateLost != nil {
 			// The client's errors are written; closing tells it its
 			// connection state is gone, as a direct connection's loss would.
-			s.p.log.Info("closing client connection: upstream connection with its state lost", "remote", s.conn.RemoteAddr().String())
+			s.p.log.Info("closing client connection: upstream connection with its state lost", "remote", s.conn.RemoteAddr().String(), "cause", s.stateLost.Error())
 			return
 		}
 	}
@@ -533,7 +535,7 @@ func (s *session) upstream(node int) (*upstream, error) {
 	if u := s.ups[node]; u != nil {
 		return u, nil
 	}
-	if s.stateLost {
+	if s.stateLost != nil {
 		return nil, errStateLost
 	}
 	u, err := s.p.warm.take(node)

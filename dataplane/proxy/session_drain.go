@@ -241,7 +241,10 @@ func (s *session) fail(u *upstream, err error) {
 	u.conn.Close()
 	u.conn = nil
 	if s.stickyState || s.inTx || s.watching {
-		s.stateLost = true
+		s.stateLost = err
+		if err == nil {
+			s.stateLost = errors.New("upstream connection closed")
+		}
 	}
 }
 
