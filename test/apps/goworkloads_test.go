@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,9 +208,11 @@ func (h *hashCounters) check(ctx context.Context, c redis.UniversalClient) (bool
 		return false, err.Error()
 	}
 	wrong, total := h.badReplies, int64(0)
+	var diffs []string
 	for i, n := range h.sess {
 		if v, _ := strconv.ParseInt(got["session-"+strconv.Itoa(i)], 10, 64); n != v {
 			wrong++
+			diffs = append(diffs, fmt.Sprintf("session-%d %d (want %d)", i, v, n))
 		}
 		if n > 0 {
 			total += n
@@ -218,6 +222,7 @@ func (h *hashCounters) check(ctx context.Context, c redis.UniversalClient) (bool
 		n, _ := strconv.ParseInt(got[f], 10, 64)
 		if n != want {
 			wrong++
+			diffs = append(diffs, fmt.Sprintf("%s %d (want %d)", f, n, want))
 		}
 		total += n
 	}
@@ -227,7 +232,15 @@ func (h *hashCounters) check(ctx context.Context, c redis.UniversalClient) (bool
 			sessions++
 		}
 	}
-	return wrong == 0 && len(got) == len(h.want)+sessions, fmt.Sprintf("%d fields, total %d, %d differ from the increments sent (HDEL of the sessions included)", len(got), total, wrong)
+	if h.badReplies > 0 {
+		diffs = append(diffs, fmt.Sprintf("%d session HINCRBY replies", h.badReplies))
+	}
+	msg := fmt.Sprintf("%d fields, total %d, %d differ from the increments sent (HDEL of the sessions included)", len(got), total, wrong)
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		msg += ": " + strings.Join(diffs, ", ")
+	}
+	return wrong == 0 && len(got) == len(h.want)+sessions, msg
 }
 
 // flagSet: 20 feature flags in a set, read-hot SISMEMBER of 40 names;
