@@ -154,7 +154,14 @@ func incrMember[T int64 | float64](ctx context.Context, e *Engine, p *plan, o *o
 	}
 	sum, err := o.since(member, s, mark, readWrite)
 	if err != nil {
-		return 0, 0, err
+		// The increment is applied: an error now would have the client
+		// count it as not applied, or send it again (go-redis retries
+		// some), and a field would read one increment off for good. The
+		// reply adds the sum read before the write instead, a removal
+		// elsewhere since then not taken off (as a counter's INCR falls
+		// back to its last total: split.go estimate).
+		e.m.upstreamErrors.Inc()
+		return val(), s.sum, nil
 	}
 	return val(), sum, nil
 }
