@@ -121,15 +121,7 @@ local at = tonumber(ARGV[3])
 local gone = at > 0 and not redis.call('GET', KEYS[1])
 redis.call('INCRBY', KEYS[1], ARGV[2])
 if gone then redis.call('PEXPIREAT', KEYS[1], at) end
-local f = 'seq:' .. ARGV[1]
-local n = redis.call('HINCRBY', KEYS[2], f, 1)
-if n == 1 then
-  local retired = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if retired > 0 then
-    n = retired + 1
-    redis.call('HSET', KEYS[2], f, n)
-  end
-end
+` + nextMoveLua("ARGV[1]") + `
 local rec = ARGV[2] .. ' ' .. n .. ' ' .. ARGV[3]
 redis.call('HSET', KEYS[2], ARGV[1], rec, 'last:' .. ARGV[1], rec)
 return rec
@@ -150,6 +142,24 @@ redis.call('SET', KEYS[2], kept, 'PX', ARGV[2])
 redis.call('HDEL', KEYS[1], f, 'last:' .. ARGV[1])
 return 1
 `)
+
+// nextMoveLua is the Lua that numbers a shard's next move, n, in a credit
+// script whose KEYS[2] is the ledger and KEYS[3] the shard's retired
+// sequence key (seqKey), shard naming the shard's ARGV: its ledger count
+// goes on from a retired generation's number, so a reader comparing move
+// numbers (routing.ReconcileFold) never sees one go back. credit's,
+// creditMember's and creditSetMember's one numbering.
+func nextMoveLua(shard string) string {
+	return `local f = 'seq:' .. ` + shard + `
+local n = redis.call('HINCRBY', KEYS[2], f, 1)
+if n == 1 then
+  local retired = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if retired > 0 then
+    n = retired + 1
+    redis.call('HSET', KEYS[2], f, n)
+  end
+end`
+}
 
 // seqKey is where Retire keeps a shard's sequence number.
 func seqKey(key, shard string) string { return routing.FoldSeqKey(key, shard) }

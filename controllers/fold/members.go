@@ -75,15 +75,7 @@ else
   redis.call('HINCRBY', KEYS[1], ARGV[3], ARGV[2])
 end
 if gone then redis.call('PEXPIREAT', KEYS[1], at) end
-local f = 'seq:' .. ARGV[1]
-local n = redis.call('HINCRBY', KEYS[2], f, 1)
-if n == 1 then
-  local retired = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if retired > 0 then
-    n = retired + 1
-    redis.call('HSET', KEYS[2], f, n)
-  end
-end
+` + nextMoveLua("ARGV[1]") + `
 local rec = ARGV[4] .. ' ' .. ARGV[2] .. ' ' .. n .. ' ' .. ARGV[3]
 redis.call('HSET', KEYS[2], ARGV[1], rec, 'last:' .. ARGV[1], rec)
 return rec
@@ -104,15 +96,7 @@ local at = tonumber(ARGV[2])
 local gone = at > 0 and redis.call('PEXPIRETIME', KEYS[1]) == -2
 redis.call('SADD', KEYS[1], ARGV[1])
 if gone then redis.call('PEXPIREAT', KEYS[1], at) end
-local f = 'seq:' .. ARGV[5]
-local n = redis.call('HINCRBY', KEYS[2], f, 1)
-if n == 1 then
-  local retired = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if retired > 0 then
-    n = retired + 1
-    redis.call('HSET', KEYS[2], f, n)
-  end
-end
+` + nextMoveLua("ARGV[5]") + `
 local rec = 's 1 ' .. n .. ' ' .. ARGV[1]
 redis.call('HSET', KEYS[2], 'last:' .. ARGV[5], rec)
 return rec

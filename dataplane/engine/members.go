@@ -310,12 +310,23 @@ func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string
 		e.m.upstreamErrors.Inc()
 		return nil, nil, perr
 	}
-	got := map[string][]string{}
-	for _, c := range cmds {
-		m, err := c.(*redis.MapStringStringCmd).Result()
-		if err != nil {
+	places := make([]map[string]string, len(cmds))
+	for i, c := range cmds {
+		if places[i], err = c.(*redis.MapStringStringCmd).Result(); err != nil {
 			return nil, nil, err
 		}
+	}
+	return mergeFields(places)
+}
+
+// mergeFields merges the places' fields of a member-split hash: each
+// field's value over its places (memberValue), fields sorted. Redis' own
+// order is unspecified but the same for HKEYS, HVALS and HGETALL of an
+// unchanged hash, which two reads of the places' maps (unordered) would
+// not be.
+func mergeFields(places []map[string]string) (fields, vals []string, err error) {
+	got := map[string][]string{}
+	for _, m := range places {
 		for f, v := range m {
 			if _, seen := got[f]; !seen {
 				fields = append(fields, f)
@@ -323,9 +334,6 @@ func (e *Engine) HGetAll(ctx context.Context, key string) (fields, vals []string
 			got[f] = append(got[f], v)
 		}
 	}
-	// Sorted: Redis' own order is unspecified but the same for HKEYS,
-	// HVALS and HGETALL of an unchanged hash, which two reads of the
-	// places' maps (unordered) would not be.
 	slices.Sort(fields)
 	vals = make([]string, len(fields))
 	for i, f := range fields {
@@ -486,21 +494,5 @@ func (e *Engine) hgetallFolding(ctx context.Context, p *plan) (fields, vals []st
 	if err != nil {
 		return nil, nil, err
 	}
-	got := map[string][]string{}
-	for _, m := range places {
-		for f, v := range m {
-			if _, seen := got[f]; !seen {
-				fields = append(fields, f)
-			}
-			got[f] = append(got[f], v)
-		}
-	}
-	slices.Sort(fields)
-	vals = make([]string, len(fields))
-	for i, f := range fields {
-		if vals[i], _, err = memberValue(got[f]); err != nil {
-			return nil, nil, err
-		}
-	}
-	return fields, vals, nil
+	return mergeFields(places)
 }

@@ -272,6 +272,7 @@ func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, er
 		e.m.upstreamErrors.Inc()
 		return 0, false, err
 	}
+	vals := make([]map[string]string, 0, len(cmds))
 	for _, c := range cmds {
 		s, err := c.(*redis.StringCmd).Result()
 		if errors.Is(err, redis.Nil) {
@@ -281,14 +282,9 @@ func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, er
 			e.m.upstreamErrors.Inc()
 			return 0, false, err
 		}
-		n, perr := strconv.ParseInt(s, 10, 64)
-		if perr != nil {
-			return 0, false, errNotInteger
-		}
-		total += n
-		exists = true
+		vals = append(vals, map[string]string{"": s})
 	}
-	return total, exists, nil
+	return addPlaces(vals)
 }
 
 // sumFolding is sum while a fold may be in flight: every place read with
@@ -304,6 +300,13 @@ func (e *Engine) sumFolding(ctx context.Context, p *plan) (total int64, exists b
 	if err != nil {
 		return 0, false, err
 	}
+	return addPlaces(vals)
+}
+
+// addPlaces adds up a split counter's places as read (each place's value
+// under "", none where the key is absent): sum's and sumFolding's one
+// addition.
+func addPlaces(vals []map[string]string) (total int64, exists bool, err error) {
 	for _, m := range vals {
 		s, ok := m[""]
 		if !ok {
