@@ -121,102 +121,112 @@ func (e *Engine) foldRead(ctx context.Context, p *plan, reads []placeRead, parse
 	if len(reads) == 0 {
 		return nil, nil
 	}
-	ledger := routing.FoldLedgerKey(p.key)
 	for range foldReadAttempts {
 		e.m.upstreamReads.Inc()
 		e.m.fanout.Add(float64(len(reads) - 1))
-		cmds := make([]*redis.Cmd, len(reads))
-		var shards []string // in the order of the base key's KEYS[3...]
-		_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, r := range reads {
-				if r.place == p.key {
-					continue
-				}
-				shards = append(shards, r.place)
-				keys := []string{r.place, routing.FoldAckKey(r.place), routing.FoldDebitKey(r.place)}
-				cmds[i] = readShard.Eval(ctx, pipe, keys, r.args...)
-			}
-			for i, r := range reads {
-				if r.place != p.key {
-					continue
-				}
-				keys := []string{r.place, ledger}
-				for _, s := range shards {
-					keys = append(keys, routing.FoldSeqKey(p.key, s))
-				}
-				cmds[i] = readBase.Eval(ctx, pipe, keys, r.args...)
-			}
-			if extra != nil {
-				extra(pipe)
-			}
-			return nil
-		})
-		var err error
+		cmds, shards := e.sendFoldReads(ctx, p, reads, extra)
 		for _, c := range cmds {
-			if err = c.Err(); err != nil {
-				break
-			}
-		}
-		if err != nil {
-			refused := aclRefused(err)
-			if !isRedisError(err) || refused {
-				e.m.upstreamErrors.Inc()
-			}
-			if refused {
-				return nil, errFoldRights
-			}
-			return nil, err
-		}
-		vals := make([]map[string]string, len(reads))
-		recs := make([][]any, len(reads))
-		base := -1
-		for i, c := range cmds {
-			out, _ := c.Val().([]any)
-			if len(out) < 2 {
-				return nil, fmt.Errorf("ERR heatsink: unexpected reply of %d elements to a fold-exact read", len(out))
-			}
-			if vals[i], err = parse(i, out[0]); err != nil {
-				return nil, err
-			}
-			recs[i] = out[1:]
-			if reads[i].place == p.key {
-				base = i
-			}
-		}
-		led, retired := map[string]string{}, map[string]string{}
-		if base >= 0 {
-			led = flatMap(recs[base][0])
-			for j, s := range shards {
-				if j+1 < len(recs[base]) {
-					retired[s], _ = recs[base][j+1].(string)
+			if err := c.Err(); err != nil {
+				refused := aclRefused(err)
+				if !isRedisError(err) || refused {
+					e.m.upstreamErrors.Inc()
 				}
-			}
-		}
-		settled := true
-		for i, r := range reads {
-			if i == base || len(recs[i]) != 2 {
-				continue
-			}
-			ack, _ := recs[i][0].(string)
-			debit, _ := recs[i][1].(string)
-			gap, ok := routing.ReconcileFold(led, retired[r.place], r.place, ack, debit)
-			if !ok {
-				settled = false
-				break
-			}
-			if gap == nil || base < 0 {
-				continue
-			}
-			if err := applyGap(gap, reads[base], r, vals[base], vals[i]); err != nil {
+				if refused {
+					return nil, errFoldRights
+				}
 				return nil, err
 			}
 		}
-		if settled {
-			return vals, nil
+		vals, settled, err := reconcileFoldReads(p, reads, shards, cmds, parse)
+		if err != nil || settled {
+			return vals, err
 		}
 		e.m.foldReadRetries.Inc()
 	}
 	return nil, errFoldRead
+}
+
+// sendFoldReads sends foldRead's scripts in one pipeline: each shard's
+// read with its records, then the base key's with the ledger and the
+// shards' retired sequence numbers (shards, in the order of its
+// KEYS[3...]), then extra.
+func (e *Engine) sendFoldReads(ctx context.Context, p *plan, reads []placeRead, extra func(redis.Pipeliner)) (cmds []*redis.Cmd, shards []string) {
+	cmds = make([]*redis.Cmd, len(reads))
+	_, _ = e.rc().Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, r := range reads {
+			if r.place == p.key {
+				continue
+			}
+			shards = append(shards, r.place)
+			keys := []string{r.place, routing.FoldAckKey(r.place), routing.FoldDebitKey(r.place)}
+			cmds[i] = readShard.Eval(ctx, pipe, keys, r.args...)
+		}
+		for i, r := range reads {
+			if r.place != p.key {
+				continue
+			}
+			keys := []string{r.place, routing.FoldLedgerKey(p.key)}
+			for _, s := range shards {
+				keys = append(keys, routing.FoldSeqKey(p.key, s))
+			}
+			cmds[i] = readBase.Eval(ctx, pipe, keys, r.args...)
+		}
+		if extra != nil {
+			extra(pipe)
+		}
+		return nil
+	})
+	return cmds, shards
+}
+
+// reconcileFoldReads takes foldRead's replies apart (parse) and counts
+// each move seen on one side only once (routing.ReconcileFold, applyGap);
+// settled is false when a shard and the base key were read more than one
+// move apart (read again).
+func reconcileFoldReads(p *plan, reads []placeRead, shards []string, cmds []*redis.Cmd, parse func(i int, reply any) (map[string]string, error)) (vals []map[string]string, settled bool, err error) {
+	vals = make([]map[string]string, len(reads))
+	recs := make([][]any, len(reads))
+	base := -1
+	for i, c := range cmds {
+		out, _ := c.Val().([]any)
+		if len(out) < 2 {
+			return nil, false, fmt.Errorf("ERR heatsink: unexpected reply of %d elements to a fold-exact read", len(out))
+		}
+		if vals[i], err = parse(i, out[0]); err != nil {
+			return nil, false, err
+		}
+		recs[i] = out[1:]
+		if reads[i].place == p.key {
+			base = i
+		}
+	}
+	led, retired := map[string]string{}, map[string]string{}
+	if base >= 0 {
+		led = flatMap(recs[base][0])
+		for j, s := range shards {
+			if j+1 < len(recs[base]) {
+				retired[s], _ = recs[base][j+1].(string)
+			}
+		}
+	}
+	for i, r := range reads {
+		if i == base || len(recs[i]) != 2 {
+			continue
+		}
+		ack, _ := recs[i][0].(string)
+		debit, _ := recs[i][1].(string)
+		gap, ok := routing.ReconcileFold(led, retired[r.place], r.place, ack, debit)
+		if !ok {
+			return nil, false, nil
+		}
+		if gap == nil || base < 0 {
+			continue
+		}
+		if err := applyGap(gap, reads[base], r, vals[base], vals[i]); err != nil {
+			return nil, false, err
+		}
+	}
+	return vals, true, nil
 }
 
 // applyGap counts a move seen on one side only once (foldRead): out of
