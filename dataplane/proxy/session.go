@@ -78,7 +78,7 @@ type session struct {
 	// stateLost is the failure of the upstream connection that carried
 	// the client's state (nil: none lost).
 	stateLost error
-	proto       int
+	proto     int
 	// blocking is set when the current batch holds a blocking command.
 	blocking bool
 	// woffKnown: whether Redis sets the write offset after every command
