@@ -178,7 +178,6 @@ func readsDuringFolds(t *testing.T, tg target, kind string) {
 	}
 
 	const runFor = 2 * time.Second
-	const maxOps = 50_000
 	end := time.Now().Add(runFor)
 	var wg sync.WaitGroup
 	var writeErrs, readErrs, replies, wrongReplies atomic.Int64
@@ -213,19 +212,7 @@ func readsDuringFolds(t *testing.T, tg target, kind string) {
 		}()
 	}
 	folder := fold.New(tg.client, fold.Options{})
-	var moves atomic.Int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for n := 0; n < maxOps && time.Now().Before(end); n++ {
-			res, err := folder.Split(ctx, k, now, old)
-			if err != nil {
-				t.Errorf("fold: %v", err)
-				return
-			}
-			moves.Add(int64(res.Moves))
-		}
-	}()
+	moves := foldInLoop(t, &wg, folder, k, now, old, end)
 	var reads, wrong atomic.Int64
 	for range 2 {
 		wg.Add(1)
@@ -424,7 +411,6 @@ func setReadsDuringFolds(t *testing.T, tg target) {
 	var acked []string // in the order acknowledged
 	var sent atomic.Int64
 	const runFor = 2 * time.Second
-	const maxOps = 50_000
 	end := time.Now().Add(runFor)
 	var wg sync.WaitGroup
 	var writeErrs, readErrs atomic.Int64
@@ -446,19 +432,7 @@ func setReadsDuringFolds(t *testing.T, tg target) {
 		}()
 	}
 	folder := fold.New(tg.client, fold.Options{})
-	var moves atomic.Int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for n := 0; n < maxOps && time.Now().Before(end); n++ {
-			res, err := folder.Split(ctx, k, now, old)
-			if err != nil {
-				t.Errorf("fold: %v", err)
-				return
-			}
-			moves.Add(int64(res.Moves))
-		}
-	}()
+	moves := foldInLoop(t, &wg, folder, k, now, old, end)
 	var reads, wrong atomic.Int64
 	var exampleMu sync.Mutex
 	var example string
@@ -594,4 +568,28 @@ func TestFoldReadAfterRetire(t *testing.T) {
 			}
 		})
 	}
+}
+
+// maxOps bounds each loop of the fold tests' writers, readers and folder,
+// beside their run time.
+const maxOps = 50_000
+
+// foldInLoop has folder fold key's retired generation old of split sp over and over
+// until end (at most maxOps times) on a goroutine counted in wg, as the
+// manager would; it returns the moves made so far.
+func foldInLoop(t *testing.T, wg *sync.WaitGroup, folder *fold.Folder, key string, sp *routing.Split, old routing.Generation, end time.Time) *atomic.Int64 {
+	var moves atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; n < maxOps && time.Now().Before(end); n++ {
+			res, err := folder.Split(context.Background(), key, sp, old)
+			if err != nil {
+				t.Errorf("fold: %v", err)
+				return
+			}
+			moves.Add(int64(res.Moves))
+		}
+	}()
+	return &moves
 }

@@ -272,7 +272,7 @@ func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, er
 		e.m.upstreamErrors.Inc()
 		return 0, false, err
 	}
-	vals := make([]map[string]string, 0, len(cmds))
+	vals := make([]string, 0, len(cmds))
 	for _, c := range cmds {
 		s, err := c.(*redis.StringCmd).Result()
 		if errors.Is(err, redis.Nil) {
@@ -282,7 +282,7 @@ func (e *Engine) sum(ctx context.Context, p *plan) (total int64, exists bool, er
 			e.m.upstreamErrors.Inc()
 			return 0, false, err
 		}
-		vals = append(vals, map[string]string{"": s})
+		vals = append(vals, s)
 	}
 	return addPlaces(vals)
 }
@@ -300,18 +300,19 @@ func (e *Engine) sumFolding(ctx context.Context, p *plan) (total int64, exists b
 	if err != nil {
 		return 0, false, err
 	}
-	return addPlaces(vals)
+	present := make([]string, 0, len(vals))
+	for _, m := range vals {
+		if s, ok := m[""]; ok {
+			present = append(present, s)
+		}
+	}
+	return addPlaces(present)
 }
 
-// addPlaces adds up a split counter's places as read (each place's value
-// under "", none where the key is absent): sum's and sumFolding's one
-// addition.
-func addPlaces(vals []map[string]string) (total int64, exists bool, err error) {
-	for _, m := range vals {
-		s, ok := m[""]
-		if !ok {
-			continue
-		}
+// addPlaces adds up the values of a split counter's places that exist:
+// sum's and sumFolding's one addition.
+func addPlaces(vals []string) (total int64, exists bool, err error) {
+	for _, s := range vals {
 		n, perr := strconv.ParseInt(s, 10, 64)
 		if perr != nil {
 			return 0, false, errNotInteger
