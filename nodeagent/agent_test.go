@@ -546,3 +546,44 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 		t.Fatalf("the same pin sent %d more summaries after its follow-up, before the interval", got-sent)
 	}
 }
+
+// TestSummaryEchoesAPinOnlyWithItsCounts: a summary built before a batch
+// has counted a newly pinned key, such as one due by the interval just
+// after the pin, says the node applied the directive before the pin; the
+// one after the batch echoes the pin, with the key's count. The previous
+// release's manager unpinned a key whose echoed count read zero, and
+// pinned it again, over and over (test/skew TestSkewPreviousManager).
+func TestSummaryEchoesAPinOnlyWithItsCounts(t *testing.T) {
+	h := start(t)
+	for range 20 { // the first summaries and the directive's settle
+		h.step()
+	}
+	h.d.mu.RLock()
+	p := h.d.policies[policy]
+	h.d.mu.RUnlock()
+	p.mu.Lock()
+	dir := p.dir
+	p.mu.Unlock()
+	before := dir.Version
+	dir.Pins, dir.Version = []string{"product:viral"}, dir.Version+1
+	if err := h.d.applyDirective(&dir); err != nil {
+		t.Fatal(err)
+	}
+	echo := func() (uint64, float64) {
+		s, _, _ := h.d.summarize(h.clk.Now())
+		for _, k := range s.Policies[0].Keys {
+			if k.Key == "product:viral" {
+				return s.Policies[0].Directive, k.Reads
+			}
+		}
+		return s.Policies[0].Directive, 0
+	}
+	if v, _ := echo(); v != before {
+		t.Fatalf("before any batch since the pin: the summary echoes directive %d, want %d (the one before the pin)", v, before)
+	}
+	h.c.Observe(policy, "product:viral", 5, 0, 100)
+	h.send()
+	if v, reads := echo(); v != dir.Version || reads <= 0 {
+		t.Fatalf("after a batch: the summary echoes directive %d with %v reads/s of the key, want %d with its count", v, reads, dir.Version)
+	}
+}

@@ -145,7 +145,7 @@ func (d *Agent) applyDirective(dir *agentlink.Directive) error {
 	}
 	p.dir, p.filter = *dir, filter
 	d.setReportIntervalLocked()
-	if refused := p.send.Pins(p.sk, dir.Pins, now); refused > 0 {
+	if refused := p.send.Pins(p.sk, dir.Pins, dir.Version, now); refused > 0 {
 		d.metrics.pinsRefused.Add(float64(refused))
 	}
 	p.rescan = true

@@ -133,7 +133,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		refused, sentRefused := p.takeRefused()
 		moved, sentMoved := p.takeMoved()
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
-			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
+			Policy: p.id, Directive: check.Echo, Unseen: unseen, Total: total, Keys: keys,
 			BigKeys: p.sizes.Append(nil), Refused: refused, Moved: moved,
 		})
 		p.sketchBytes.Set(float64(p.sk.Bytes()))

@@ -190,7 +190,7 @@ func (f *fleet) run(t0, end, hubFrom time.Time) {
 			a.send.Sent(check, ks, f.p.ReportInterval)
 			a.sched.Sent(now)
 			a.seq++
-			f.v.apply(now, fmt.Sprint("node-", i), 1, a.seq, &agentlink.PolicySummary{Policy: fleetPolicy, Directive: version, Unseen: unseen, Keys: ks})
+			f.v.apply(now, fmt.Sprint("node-", i), 1, a.seq, &agentlink.PolicySummary{Policy: fleetPolicy, Directive: check.Echo, Unseen: unseen, Keys: ks})
 		}
 		if n%passSteps != 0 {
 			continue
@@ -212,7 +212,7 @@ func (f *fleet) run(t0, end, hubFrom time.Time) {
 			if f.v.setPins(pins, version+1) {
 				version++
 				for _, a := range f.agents {
-					a.send.Pins(a.sk, pins, now)
+					a.send.Pins(a.sk, pins, version, now)
 				}
 			}
 		}

@@ -40,39 +40,57 @@ func (s *Schedule) Due(now time.Time, interval, minGap time.Duration, urgent boo
 func (s *Schedule) Sent(now time.Time) { s.last = now }
 
 // Sender is what an agent keeps of one policy between summaries to decide
-// whether its next one is urgent: the keys it last sent (for Urgent),
-// whether a directive newly pinned a key since (the manager counts a pinned
-// key exactly only once every node's summary says it applied the pin, so
-// the summary goes at once, once a batch has counted every pinned key
-// since its pin, rather than at the interval), and when the follow-up of
-// the summary that echoed a new pin is due (PinFollowUpAfter).
+// whether its next one is urgent and which directive it echoes: the keys
+// it last sent (for Urgent), whether a directive newly pinned a key since
+// (the manager counts a pinned key exactly only once every node's summary
+// says it applied the pin, so the summary goes at once, once a batch has
+// counted every pinned key since its pin, rather than at the interval),
+// and when the follow-up of the summary that echoed a new pin is due
+// (PinFollowUpAfter).
 type Sender struct {
-	sent     Sent
-	newPins  bool
-	followUp time.Time // zero: none
+	sent    Sent
+	newPins bool
+	// pinGen counts the directives that pinned a key not pinned before,
+	// so that Sent clears newPins only for the pins its summary echoed.
+	pinGen uint64
+	// version is the last directive applied; held, while newPins, the one
+	// before the first new pin: what summaries echo until the pins are
+	// counted (Check.Echo).
+	version, held uint64
+	followUp      time.Time // zero: none
 }
 
-// Pins applies a directive's pins to sk at now: unpins the keys it no
-// longer lists, pins the ones it does, and makes the next summary urgent if
-// one of them was not pinned yet. The sketch's clock is brought to now
-// first: a pin's moment bounds how long its echo waits for a batch
+// Pins applies directive version's pins to sk at now: unpins the keys it no
+// longer lists, pins the ones it does, and makes the next summary urgent
+// once the new ones are counted (pinEcho). The sketch's clock is brought
+// to now first: a pin's moment bounds how long its echo waits for a batch
 // (sketch.PinsCounted). It returns how many pins sk refused (see
 // sketch.Pin).
-func (s *Sender) Pins(sk *sketch.Sketch, pins []string, now time.Time) (refused int) {
+func (s *Sender) Pins(sk *sketch.Sketch, pins []string, version uint64, now time.Time) (refused int) {
 	sk.Advance(now)
+	prev := s.version
+	s.version = version
 	pinned := sk.Pinned()
 	for _, k := range pinned {
 		if !slices.Contains(pins, k) {
 			sk.Unpin(k)
 		}
 	}
+	newPin := false
 	for _, k := range pins {
 		if !slices.Contains(pinned, k) {
-			s.newPins = true
+			newPin = true
 		}
 		if !sk.Pin(k) {
 			refused++
 		}
+	}
+	if newPin {
+		if !s.newPins {
+			s.held = prev
+		}
+		s.newPins = true
+		s.pinGen++
 	}
 	return refused
 }
@@ -82,17 +100,31 @@ func (s *Sender) Pins(sk *sketch.Sketch, pins []string, now time.Time) (refused 
 type Check struct {
 	// Urgent says the policy makes the summary urgent: a new pin echoed
 	// (pinEcho), the pin's follow-up due, or a key newly alerting (Urgent).
-	Urgent   bool
+	Urgent bool
+	// Echo is the directive version the summary says the node applied:
+	// the last one, or, while a new pin's counts are not in yet
+	// (sketch.PinsCounted), the one before it. Every summary, urgent or
+	// due by the interval, echoes only pins whose counts it carries: a
+	// manager counts a pinned key exactly from the summaries that echo its
+	// pin, and one that read a new pin's zero there unpinned the key (the
+	// previous release's manager does so at once), which over and over
+	// kept a hot key from ever being mitigated (test/skew
+	// TestSkewPreviousManager).
+	Echo     uint64
 	at       time.Time
-	wave     bool // the summary carries a new pin, urgent or not
+	gen      uint64
+	wave     bool // the summary echoes a new pin, urgent or not
 	followUp bool // the summary is the pin's follow-up
 }
 
 // Check decides whether the policy's summary at now, of items (the
-// sketch's, all of them), is urgent; pinsCounted is the sketch's
-// PinsCounted.
+// sketch's, all of them), is urgent, and which directive it echoes;
+// pinsCounted is the sketch's PinsCounted.
 func (s *Sender) Check(now time.Time, items []sketch.Item, alert agentlink.Rates, pinsCounted bool) Check {
-	c := Check{at: now, wave: s.newPins, followUp: s.FollowUpDue(now)}
+	c := Check{at: now, gen: s.pinGen, Echo: s.version, wave: s.newPins && pinsCounted, followUp: s.FollowUpDue(now)}
+	if s.newPins && !pinsCounted {
+		c.Echo = s.held
+	}
 	c.Urgent = s.pinEcho(pinsCounted) || c.followUp || Urgent(&s.sent, items, alert)
 	return c
 }
@@ -126,13 +158,16 @@ func (s *Sender) FollowUpDue(now time.Time) bool {
 }
 
 // Sent records that the summary c was checked for went, listing keys;
-// interval is the agent's report interval. It clears the new-pin mark
-// whatever c saw: a directive applied between Check and Sent (the agent
-// holds no lock between them) has its pins echoed by the next summary due
-// by the interval, not at once.
+// interval is the agent's report interval. The new-pin mark stays until a
+// summary echoes the pins (c.wave), and then only if no directive pinned
+// another key between Check and Sent (the agent holds no lock between
+// them): that one's echo is still to come.
 func (s *Sender) Sent(c Check, keys []agentlink.KeyRates, interval time.Duration) {
 	s.sent.Set(keys)
-	s.newPins = false
+	if c.wave {
+		// What it echoed is counted; a later new pin's echo waits.
+		s.newPins, s.held = c.gen != s.pinGen, c.Echo
+	}
 	switch {
 	case c.wave:
 		s.followUp = c.at.Add(PinFollowUpAfter(interval))

@@ -35,7 +35,7 @@ func TestSenderRule(t *testing.T) {
 		s.Sent(c, keys, interval)
 	}
 	step(0, nil, false)
-	if refused := s.Pins(sk, []string{"a"}, t0); refused != 0 {
+	if refused := s.Pins(sk, []string{"a"}, 2, t0); refused != 0 {
 		t.Fatalf("refused %d pins", refused)
 	}
 	if s.Check(t0.Add(50*time.Millisecond), nil, alert, false).Urgent || s.MayBeUrgent(t0, nil, alert, false) {
@@ -46,7 +46,7 @@ func TestSenderRule(t *testing.T) {
 	}
 	step(100*time.Millisecond, nil, true)  // echoes the pin
 	step(200*time.Millisecond, nil, false) // once
-	s.Pins(sk, []string{"a"}, t0.Add(250*time.Millisecond))
+	s.Pins(sk, []string{"a"}, 3, t0.Add(250*time.Millisecond))
 	step(300*time.Millisecond, nil, false) // the same pin is not new
 	due := 100*time.Millisecond + PinFollowUpAfter(interval)
 	if s.FollowUpDue(t0.Add(due-time.Millisecond)) || !s.FollowUpDue(t0.Add(due)) {
@@ -64,9 +64,55 @@ func TestSenderRule(t *testing.T) {
 	step(2100*time.Millisecond, hot, true)
 	step(2200*time.Millisecond, hot, false) // sent over: not again
 
-	s.Pins(sk, []string{"b"}, t0.Add(2300*time.Millisecond))
+	s.Pins(sk, []string{"b"}, 4, t0.Add(2300*time.Millisecond))
 	if got := sk.Pinned(); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("pinned %v after a directive pinning b only", got)
+	}
+}
+
+// TestSenderEchoesOnlyCountedPins: every summary, urgent or due by the
+// interval, echoes the directive before a new pin until the pin's counts
+// are in, then the new one; one that went before them leaves the pin's
+// urgent echo to come, and so does a directive pinning another key
+// between Check and Sent. A summary due by the interval that echoed a new
+// pin before its counts told a manager the key's exact rate was zero, and
+// the previous release's manager unpinned it (test/skew
+// TestSkewPreviousManager).
+func TestSenderEchoesOnlyCountedPins(t *testing.T) {
+	sk, err := sketch.New(sketch.Config{K: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = time.Second
+	t0 := time.Unix(1_000_000, 0)
+	var s Sender
+	s.Pins(sk, nil, 1, t0)
+	if c := s.Check(t0, nil, agentlink.Rates{}, true); c.Echo != 1 || c.Urgent {
+		t.Fatalf("no pins: echo %d (urgent %v), want 1, not urgent", c.Echo, c.Urgent)
+	}
+	s.Pins(sk, []string{"a"}, 2, t0)
+	s.Pins(sk, []string{"a"}, 3, t0.Add(10*time.Millisecond)) // a floor change, say
+	c := s.Check(t0.Add(50*time.Millisecond), nil, agentlink.Rates{}, false)
+	if c.Echo != 1 || c.Urgent {
+		t.Fatalf("pin not counted: echo %d (urgent %v), want 1, not urgent", c.Echo, c.Urgent)
+	}
+	s.Sent(c, nil, interval) // due by the interval
+	c = s.Check(t0.Add(100*time.Millisecond), nil, agentlink.Rates{}, true)
+	if c.Echo != 3 || !c.Urgent {
+		t.Fatalf("pin counted: echo %d (urgent %v), want 3, urgent", c.Echo, c.Urgent)
+	}
+	s.Pins(sk, []string{"a", "b"}, 4, t0.Add(110*time.Millisecond)) // between Check and Sent
+	s.Sent(c, nil, interval)
+	c = s.Check(t0.Add(150*time.Millisecond), nil, agentlink.Rates{}, false)
+	if c.Echo != 3 || c.Urgent {
+		t.Fatalf("b not counted: echo %d (urgent %v), want 3, not urgent", c.Echo, c.Urgent)
+	}
+	if c = s.Check(t0.Add(200*time.Millisecond), nil, agentlink.Rates{}, true); c.Echo != 4 || !c.Urgent {
+		t.Fatalf("b counted: echo %d (urgent %v), want 4, urgent", c.Echo, c.Urgent)
+	}
+	s.Sent(c, nil, interval)
+	if c = s.Check(t0.Add(300*time.Millisecond), nil, agentlink.Rates{}, true); c.Echo != 4 || c.Urgent {
+		t.Fatalf("echoed: echo %d (urgent %v), want 4, not urgent", c.Echo, c.Urgent)
 	}
 }
 
