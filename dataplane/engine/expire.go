@@ -73,9 +73,14 @@ func (e *Engine) Expire(ctx context.Context, args [][]byte) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if create == nil {
+		if create == nil && !e.folding(p) {
 			return 0, nil
 		}
+		// No shard held it: while a fold may be in flight, a move's credit
+		// can have created K since expireBase found it missing and its
+		// debit emptied the shard before createBase read it (the key
+		// exists all along: see exists); the command runs on K again,
+		// with nothing to create.
 		if r, at, err = e.expireBase(ctx, key, cmd, create); err != nil {
 			return 0, err
 		}

@@ -33,6 +33,15 @@ func (e *Engine) exists(ctx context.Context, p *plan) (bool, error) {
 		return ok, err
 	}
 	n, err := e.countPlaces(ctx, p, "exists")
+	if err == nil && n == 0 && e.folding(p) {
+		// A fold's move may have run between the pipeline's reads: K
+		// read before the credit that created it, the shard after the
+		// debit that emptied it. K exists from that credit on (credits
+		// never delete it), so a second read, after the first, finds the
+		// key unless it was deleted or expired since.
+		e.m.foldReadRetries.Inc()
+		n, err = e.countPlaces(ctx, p, "exists")
+	}
 	return n > 0, err
 }
 

@@ -22,8 +22,10 @@ type metrics struct {
 	// writeRedirects counts split counters' increments made at another
 	// place after theirs provably did not take them (placeAfterFailure).
 	writeRedirects prometheus.Counter
-	// foldReadRetries counts reads of split keys made again because their
-	// places' snapshots were more than one fold move apart (foldread.go).
+	// foldReadRetries counts reads of split keys made again because a
+	// fold's move ran between the reads of two places: their snapshots
+	// were more than one move apart (foldread.go), or a member split's
+	// existence read found no place (memberkeys.go exists).
 	foldReadRetries prometheus.Counter
 }
 
@@ -45,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		shedReads:        c("shed_reads_total", "Reads of shed keys refused over their share of the key's budget (SHED)."),
 		shedWrites:       c("shed_writes_total", "Writes of shed keys refused over their share of the key's budget (SHED)."),
 		writeRedirects:   c("split_write_redirects_total", "Increments of split counters made at another of the counter's places after theirs failed without applying them (a node down or refusing)."),
-		foldReadRetries:  c("fold_read_retries_total", "Reads of split keys made again because a fold moved a shard's values more than once between the reads of two places."),
+		foldReadRetries:  c("fold_read_retries_total", "Reads of split keys made again because a fold's move ran between the reads of two places."),
 	}
 	if reg != nil {
 		for _, col := range []*prometheus.Counter{&m.cacheHits, &m.cacheMisses, &m.coalesced, &m.upstreamReads, &m.fanout, &m.upstreamErrors, &m.flushes, &m.refreshes, &m.replicaReads, &m.replicaFallbacks, &m.shedReads, &m.shedWrites, &m.writeRedirects, &m.foldReadRetries} {
