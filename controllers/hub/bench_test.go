@@ -70,3 +70,27 @@ func BenchmarkSnapshot(b *testing.B) {
 		_ = v.snapshot(t0, 1e12, 1e12)
 	}
 }
+
+// BenchmarkReconnect is one agent's reconnection (attach, then detach of
+// its stream) with the fleet's other agents connected: the hub's lock is
+// held throughout, so in a reconnection storm every agent waits for the
+// others'. Its cost should not grow with the fleet.
+func BenchmarkReconnect(b *testing.B) {
+	for _, nodes := range []int{1000, 5000} {
+		b.Run(fmt.Sprint(nodes, " nodes"), func(b *testing.B) {
+			h, err := New(Options{Token: "b"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			stream := func() *agentStream { return &agentStream{out: make(chan queued, 64), done: make(chan struct{})} }
+			for n := range nodes {
+				h.attach(fmt.Sprintf("node-%04d", n), stream())
+			}
+			for b.Loop() {
+				st := stream()
+				h.attach("node-x", st)
+				h.detach("node-x", st)
+			}
+		})
+	}
+}

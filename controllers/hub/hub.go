@@ -83,6 +83,11 @@ type Hub struct {
 	pods     map[string]agentlink.Pod // by "<namespace>/<name>" of the pod
 	podNode  map[string]string        // pod → node
 	nodes    map[string]*node
+	// connected counts the nodes with a stream (setStream), so that an
+	// agent's (re)connection costs the same at any fleet size: counting
+	// them on each, under mu, made a reconnection storm at 5,000 nodes
+	// quadratic, every attach waiting for the others' passes.
+	connected int
 	// leaderSince is when this hub started serving; zero before. Views are
 	// warm one report interval (and a half) later.
 	leaderSince time.Time

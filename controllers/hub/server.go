@@ -209,8 +209,7 @@ func (h *Hub) attach(nodeName string, st *agentStream) {
 	if n.stream != nil {
 		close(n.stream.done)
 	}
-	n.stream = st
-	h.metrics.agents.Set(float64(h.connectedLocked()))
+	h.setStream(n, st)
 	h.metrics.connects.Inc()
 	for _, p := range h.policies {
 		if p.nodes[nodeName] > 0 {
@@ -228,21 +227,23 @@ func (h *Hub) detach(nodeName string, st *agentStream) {
 	if n == nil || n.stream != st {
 		return
 	}
-	n.stream = nil
+	h.setStream(n, nil)
 	if len(n.pods) == 0 {
 		delete(h.nodes, nodeName)
 	}
-	h.metrics.agents.Set(float64(h.connectedLocked()))
 }
 
-func (h *Hub) connectedLocked() int {
-	c := 0
-	for _, n := range h.nodes {
-		if n.stream != nil {
-			c++
-		}
+// setStream sets n's stream (nil: none) and keeps the count of connected
+// nodes and its gauge; h.mu is held.
+func (h *Hub) setStream(n *node, st *agentStream) {
+	switch {
+	case n.stream == nil && st != nil:
+		h.connected++
+	case n.stream != nil && st == nil:
+		h.connected--
 	}
-	return c
+	n.stream = st
+	h.metrics.agents.Set(float64(h.connected))
 }
 
 // encode turns an event into a stream line.
@@ -274,7 +275,7 @@ func (h *Hub) queue(nodeName string, q queued) {
 	default:
 		h.metrics.streamDrops.Inc()
 		close(n.stream.done)
-		n.stream = nil
+		h.setStream(n, nil)
 	}
 }
 
@@ -284,10 +285,9 @@ func (h *Hub) closeStreams() {
 	for _, n := range h.nodes {
 		if n.stream != nil {
 			close(n.stream.done)
-			n.stream = nil
+			h.setStream(n, nil)
 		}
 	}
-	h.metrics.agents.Set(0)
 }
 
 // sweepLoop expires silent nodes, re-checks bands (upper bounds move when
