@@ -36,7 +36,7 @@ func TestConnectedAgentsCounted(t *testing.T) {
 	}
 	h.mu.Unlock()
 	want(1)
-	h.detach("b", b) // already dropped
+	h.detach("b", b)  // already dropped
 	h.detach("a", a1) // stale
 	want(1)
 	h.detach("a", a2)
