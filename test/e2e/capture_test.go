@@ -165,15 +165,23 @@ func uninjectedScenario(t *testing.T, e env, c client.Client, masters []string, 
 	// namespace's one policy (another on the same Redis would count them
 	// too, for itself: the first run here, with the Enforce policy still
 	// there, counted 6,486 for 3,243 sent).
+	// A packet the kernel dropped or a hole in a stream loses the command
+	// in it (one command a packet here), and the agent says so in its
+	// metrics: then the count may fall short by those, never exceed.
 	var after map[string]float64
+	delta := func(name string) float64 { return after[name] - before[name] }
 	eventually.Succeeds(t, 30*time.Second, func() error {
 		after = scrape(t, agent)
-		if got := after["heatsink_node_agent_capture_counted_total"] - before["heatsink_node_agent_capture_counted_total"]; got != float64(sent) {
-			return fmt.Errorf("captured commands counted %v, the reader sent %d", got, sent)
+		got := delta("heatsink_node_agent_capture_counted_total")
+		lost := delta("heatsink_node_agent_capture_kernel_drops_total") + delta("heatsink_node_agent_capture_gaps_total")
+		if got == float64(sent) || (got < float64(sent) && float64(sent)-got <= lost) {
+			return nil
 		}
-		return nil
+		return fmt.Errorf("captured commands counted %v, the reader sent %d (parsed %v, not served %v, resyncs %v, kernel drops %v, gaps %v, flows refused %v)",
+			got, sent, delta("heatsink_node_agent_capture_commands_total"), delta("heatsink_node_agent_capture_not_served_total"),
+			delta("heatsink_node_agent_capture_resyncs_total"), delta("heatsink_node_agent_capture_kernel_drops_total"),
+			delta("heatsink_node_agent_capture_gaps_total"), delta("heatsink_node_agent_capture_flows_refused_total"))
 	})
-	delta := func(name string) float64 { return after[name] - before[name] }
 	rep.add("| helm: /viral → uninjected key in report and status | %s |", detected.Round(100*time.Millisecond))
 	rep.add("| helm: %s reads/s in report / status (reader sends 400/s) | %d / %d |", readerKey, reported.ReadsPerSecond, status.ReadsPerSecond)
 	rep.add("| helm: capture: commands sent / counted / parsed / not served, packets, kernel drops, gaps | %d / %.0f / %.0f / %.0f, %.0f, %.0f, %.0f |", sent,
@@ -181,7 +189,7 @@ func uninjectedScenario(t *testing.T, e env, c client.Client, masters []string, 
 		delta("heatsink_node_agent_capture_not_served_total"),
 		delta("heatsink_node_agent_capture_packets_total"), delta("heatsink_node_agent_capture_kernel_drops_total"),
 		delta("heatsink_node_agent_capture_gaps_total"))
-	if d := delta("heatsink_node_agent_capture_commands_total"); d < float64(sent) {
+	if d := delta("heatsink_node_agent_capture_commands_total"); d < float64(sent)-delta("heatsink_node_agent_capture_kernel_drops_total")-delta("heatsink_node_agent_capture_gaps_total") {
 		t.Errorf("capture parsed %v commands, the reader sent %d", d, sent)
 	}
 	// The capture listens on every interface of the node: the reader's
