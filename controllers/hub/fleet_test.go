@@ -67,6 +67,10 @@ type fleetConfig struct {
 	repinOnCandidate bool
 	// traffic adds sidecar j of node i's batch at now to sk (advanced to now).
 	traffic func(i, j int, now time.Time, sk *sketch.Sketch)
+	// pinDelay, if set, is how long a directive takes to reach node i (the
+	// manager's push over its stream): until then the node counts and
+	// echoes the pins it had. Nil: every node applies it at once.
+	pinDelay func(i int) time.Duration
 	// observe sees every pass's snapshot from the hub's start (run's
 	// hubFrom) on.
 	observe func(now time.Time, snap *Snapshot)
@@ -81,6 +85,17 @@ type fleetAgent struct {
 	sched   summary.Schedule
 	send    summary.Sender
 	seq     uint64
+	// coming are the directives on their way to it (pinDelay), in the
+	// order they were sent.
+	coming []sentDirective
+}
+
+// sentDirective is a directive on its way to an agent: its version and
+// pins, and when it arrives.
+type sentDirective struct {
+	version uint64
+	pins    []string
+	at      time.Time
 }
 
 const (
@@ -164,6 +179,10 @@ func (f *fleet) run(t0, end, hubFrom time.Time) {
 			return
 		}
 		for i, a := range f.agents {
+			for len(a.coming) > 0 && !now.Before(a.coming[0].at) {
+				a.send.Pins(a.sk, a.coming[0].pins, a.coming[0].version, now)
+				a.coming = a.coming[1:]
+			}
 			for j, phase := range a.flushAt {
 				if n%flushSteps == phase {
 					a.sk.Advance(now)
@@ -211,8 +230,17 @@ func (f *fleet) run(t0, end, hubFrom time.Time) {
 			pins := f.v.pinCandidates(&snap, mitigated, f.th, 2*int(max(f.p.TopK, 8)))
 			if f.v.setPins(pins, version+1) {
 				version++
-				for _, a := range f.agents {
-					a.send.Pins(a.sk, pins, version, now)
+				for i, a := range f.agents {
+					if f.pinDelay == nil {
+						a.send.Pins(a.sk, pins, version, now)
+						continue
+					}
+					// One stream per agent: directives arrive in order.
+					at := now.Add(f.pinDelay(i))
+					if n := len(a.coming); n > 0 && at.Before(a.coming[n-1].at) {
+						at = a.coming[n-1].at
+					}
+					a.coming = append(a.coming, sentDirective{version, pins, at})
 				}
 			}
 		}
