@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
+	"github.com/heatsink-dev/heatsink/nodeagent/summary"
 
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
@@ -178,6 +179,17 @@ func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 	c.BaseTotal += uint64(m.BaseTotal)
 	c.BaseFailed += uint64(min(m.BaseFailed, m.BaseTotal))
 	p.moved[key] = c
+}
+
+// movesUrgent reports whether the move outcomes counted since the last
+// summary make the next one urgent (summary.MoveUrgent).
+func (p *policyState) movesUrgent() bool {
+	for _, m := range p.moved {
+		if summary.MoveUrgent(&m) {
+			return true
+		}
+	}
+	return false
 }
 
 // takeMoved lists the move outcomes counted since the last summary sent,

@@ -18,7 +18,10 @@ import (
 // (summary.Urgent), which each tick checks among the keys counted since the
 // previous one (mayBeUrgent), or when a directive newly pinned a key (the
 // manager's count of it is exact only once every node says it applied the
-// pin: waiting for the interval cost up to one report interval of reaction). Sending happens
+// pin: waiting for the interval cost up to one report interval of reaction),
+// or when a key's commands fail on its move's path clearly more than the
+// direct ones (summary.MoveUrgent: the manager withdraws such a move at
+// once, on the summary that shows it). Sending happens
 // on another goroutine, the latest summary replacing one not sent yet, so a
 // slow manager never delays counting.
 func (d *Agent) summaryLoop(ctx context.Context) {
@@ -132,6 +135,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		p.sizes.Advance(now)
 		refused, sentRefused := p.takeRefused()
 		moved, sentMoved := p.takeMoved()
+		urgent = urgent || summary.MovesUrgent(moved)
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: p.dir.Version, Unseen: unseen, Total: total, Keys: keys,
 			BigKeys: p.sizes.Append(nil), Refused: refused, Moved: moved,
@@ -174,7 +178,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) {
+		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.movesUrgent() {
 			may = true
 		}
 		p.mu.Unlock()

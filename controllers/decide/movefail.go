@@ -91,8 +91,16 @@ func (s *MoveSum) Outcomes() MoveOutcomes {
 // 5 failed, at 45 commands a second and 500-ms intervals), and a summary
 // sent early (urgent) right after a regular one holds only a sliver of an
 // interval: the longer windows gather enough, while the shortest reacts at
-// once to a path that fails most of what it serves.
-var MoveWindowIntervals = [...]int{1, 2, 4}
+// once to a path that fails most of what it serves. The longest are for a
+// path that fails a small share of what it serves at a low rate: a split
+// counter whose reads (a tenth of its commands) all fail while its
+// increments go to the places still up, at 90 commands a second, failed
+// 8 % of what it served against none of the direct commands, 16 of 170 in
+// 4 intervals, which no window up to 4 intervals tells from noise; its
+// clients saw those errors for as long as the node was down
+// (TestFailingSplitPathRolledBack, under load). 8 intervals hold 32 of
+// 340, enough; 16 leave room for half that rate.
+var MoveWindowIntervals = [...]int{1, 2, 4, 8, 16}
 
 // MoveHistory holds a key's MoveOutcomes over each of the windows of
 // MoveWindowIntervals: MoveHistory[i] sums the outcomes the nodes reported

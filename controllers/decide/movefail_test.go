@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -49,7 +50,7 @@ func TestFailoverNeverWithdrawsAMove(t *testing.T) {
 			t.Fatalf("seed %d: equal failure fractions %+v withdrawn", seed, eq)
 		}
 		// And over a history of report intervals (MoveFailing judges the
-		// last 1, 2 and 4): each interval's commands fail alike, on either
+		// last 1, 2, 4, 8 and 16): each interval's commands fail alike, on either
 		// path, with the interval's own probability (a failover starting
 		// or ending between two intervals), at the same mix of the move's
 		// and the direct commands in every interval (clients keep sending
@@ -61,7 +62,7 @@ func TestFailoverNeverWithdrawsAMove(t *testing.T) {
 	}
 }
 
-// failoverHistory generates a MoveHistory of 4 report intervals (newest
+// failoverHistory generates a MoveHistory of 16 report intervals (newest
 // first) whose commands fail alike on the move's path and the direct one:
 // p per interval, constant or changing once (a failover starting or
 // ending), each interval's mix of the move's and the direct commands
@@ -71,13 +72,16 @@ func TestFailoverNeverWithdrawsAMove(t *testing.T) {
 func failoverHistory(rng *rand.Rand) MoveHistory {
 	served := 1 + rng.Int64N(1<<rng.IntN(11))
 	base := 1 + rng.Int64N(1<<rng.IntN(13))
-	p := [4]float64{}
+	const intervals = 16 // MoveWindowIntervals' longest
+	p := [intervals]float64{}
 	p[0] = rng.Float64()
 	switch rng.IntN(3) {
 	case 0: // the same all along
-		p = [4]float64{p[0], p[0], p[0], p[0]}
+		for i := range p {
+			p[i] = p[0]
+		}
 	default: // a change between two intervals
-		at, q := 1+rng.IntN(3), rng.Float64()
+		at, q := 1+rng.IntN(intervals-1), rng.Float64()
 		for i := range p {
 			if i < at {
 				p[i] = p[0]
@@ -88,7 +92,7 @@ func failoverHistory(rng *rand.Rand) MoveHistory {
 	}
 	var h MoveHistory
 	var sum MoveSum
-	for i := range 4 { // i intervals back
+	for i := range intervals { // i intervals back
 		var m MoveOutcomes
 		m.Served = 1 + rng.Int64N(2*served)
 		m.BaseTotal = 1 + rng.Int64N(2*base)
@@ -159,6 +163,40 @@ func TestFailingPathJudgedOnLongerWindows(t *testing.T) {
 	}
 	if i, failing := MoveFailing(MoveHistory{{Served: 100, Failed: 90, BaseTotal: 100}, h[1], h[2]}); !failing || i != 0 {
 		t.Errorf("the last interval failing 90 %%: window %d (failing %v), want the last interval", i, failing)
+	}
+}
+
+// TestLowRateFailingPathJudgedOnLongestWindows: the flake of
+// TestFailingSplitPathRolledBack under load. A split counter whose reads
+// all fail (one shard's node down) while its increments go to the places
+// still up, at about 90 commands a second: each 500-ms interval 4 of the
+// 43 commands its split served failed, against none of 40 direct ones.
+// No window of up to 4 intervals tells 8 % from noise (the split stayed
+// for the 60 s the test waited, its clients' reads failing); the windows
+// of 8 and 16 intervals do, and the reason names the window.
+func TestLowRateFailingPathJudgedOnLongestWindows(t *testing.T) {
+	interval := MoveOutcomes{Served: 43, Failed: 4, BaseTotal: 40}
+	var h MoveHistory
+	var sum MoveSum
+	for i := range MoveWindowIntervals[len(MoveWindowIntervals)-1] {
+		sum.Add(interval)
+		for w, n := range MoveWindowIntervals {
+			if n == i+1 {
+				h[w] = sum.Outcomes()
+			}
+		}
+	}
+	for w, n := range MoveWindowIntervals {
+		if n <= 4 && moveFails(h[w]) {
+			t.Fatalf("window of %d intervals %+v withdrawn: the case is no longer one the short windows miss", n, h[w])
+		}
+	}
+	i, failing := MoveFailing(h)
+	if !failing || MoveWindowIntervals[i] <= 4 {
+		t.Fatalf("%+v: failing %v on window %d, want one of more than 4 intervals", h, failing, i)
+	}
+	if why := whyFailed("split", h, i); !strings.HasSuffix(why, fmt.Sprintf("in the last %d report intervals", MoveWindowIntervals[i])) {
+		t.Errorf("reason %q", why)
 	}
 }
 
