@@ -567,12 +567,12 @@ func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
 	sent := h.d.Stats().Summaries
 	served := func(n, failed int) {
 		for i := range n {
-			h.c.ObserveMoved(policy, "product:split", i < failed)
+			h.c.ObserveMoved(policy, "product:split", false, i < failed)
 		}
 	}
 	direct := func(n, failed int) {
 		for i := range n {
-			h.c.ObserveRaw(policy, i < failed)
+			h.c.ObserveRaw(policy, false, i < failed)
 		}
 	}
 	// As bad as the direct commands (a failover of the whole upstream):

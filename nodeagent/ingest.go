@@ -178,6 +178,12 @@ func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 	c.Failed += uint64(min(m.Failed, m.Served))
 	c.BaseTotal += uint64(m.BaseTotal)
 	c.BaseFailed += uint64(min(m.BaseFailed, m.BaseTotal))
+	rs := min(m.ReadServed, m.Served)
+	c.ReadServed += uint64(rs)
+	c.ReadFailed += uint64(min(m.ReadFailed, rs, m.Failed))
+	br := min(m.BaseReads, m.BaseTotal)
+	c.BaseReads += uint64(br)
+	c.BaseReadsFailed += uint64(min(m.BaseReadsFailed, br, m.BaseFailed))
 	p.moved[key] = c
 }
 
@@ -211,6 +217,10 @@ func (p *policyState) takeMoved() (out []agentlink.KeyMoved, sent func()) {
 			c.Failed -= min(c.Failed, m.Failed)
 			c.BaseTotal -= min(c.BaseTotal, m.BaseTotal)
 			c.BaseFailed -= min(c.BaseFailed, m.BaseFailed)
+			c.ReadServed -= min(c.ReadServed, m.ReadServed)
+			c.ReadFailed -= min(c.ReadFailed, m.ReadFailed)
+			c.BaseReads -= min(c.BaseReads, m.BaseReads)
+			c.BaseReadsFailed -= min(c.BaseReadsFailed, m.BaseReadsFailed)
 			p.moved[m.Key] = c
 		}
 	}

@@ -124,6 +124,56 @@ func MoveFailing(h MoveHistory) (i int, failing bool) {
 	return 0, false
 }
 
+// MoveCommands are the commands of a key whose outcomes the failure rule
+// judges together (AllCommands) or apart (MoveFailingApart).
+type MoveCommands int
+
+const (
+	// AllCommands are every command of the key its move served.
+	AllCommands MoveCommands = iota
+	// ReadCommands are its reads (commands that write nothing), judged
+	// against the same sidecars' direct reads.
+	ReadCommands
+	// OtherCommands are the others, judged against the direct others.
+	OtherCommands
+)
+
+func (c MoveCommands) String() string {
+	return [...]string{"commands", "reads", "other commands"}[c]
+}
+
+// MoveFailingApart is the failure rule over a key's histories: its reads
+// (reads) and its other commands (others) apart, each against the same
+// kind of the sidecars' direct commands, or all its commands together
+// (all) when neither tells anything (a caller that does not tell the
+// kinds apart); c names the history MoveFailing holds on, i its window.
+// Apart, because a move may fail one kind of command only, while summed
+// with the rest that kind's failures are too few a share to tell from
+// noise: a split counter whose shard's node is down fails every read
+// (a read sums every shard) while its increments go to the places still
+// up; in TestFailingSplitPathRolledBack the reads were a tenth of the
+// counter's commands, 8-10 % of them failed, and the rule needed 30-40
+// failed reads over 2 to 16 report intervals (a split kept for the 60 s
+// the test waits when its clients sent few commands), where its reads
+// alone fail all of theirs. Each kind is judged against its own kind of
+// direct commands: in a failover, direct writes fail (READONLY,
+// MASTERDOWN) where direct reads may not, and a move's writes compared
+// with a baseline of mostly reads would fail clearly more
+// (TestFailoverOfOneKindNeverWithdraws). The hub counts as others every
+// command not reported as a read, so reports of sidecars and agents of
+// release 5, which tell no reads, are judged whole among the others.
+func MoveFailingApart(all, reads, others MoveHistory) (c MoveCommands, i int, failing bool) {
+	if reads == (MoveHistory{}) && others == (MoveHistory{}) {
+		i, failing = MoveFailing(all)
+		return AllCommands, i, failing
+	}
+	if i, failing = MoveFailing(reads); failing {
+		return ReadCommands, i, true
+	}
+	i, failing = MoveFailing(others)
+	return OtherCommands, i, failing
+}
+
 // moveFails reports whether the key's commands fail clearly more under its
 // move than the same sidecars' direct traffic. With at least minServed
 // commands served, minFailed of them failed and a baseline of at least
@@ -158,13 +208,14 @@ func wilson(k, n int64) (lo, hi float64) {
 }
 
 // whyFailed is the reason a move withdrawn by MoveFailing on window i of
-// h gives, for status, `heatsink top` and the MoveWithheld Event.
-func whyFailed(moves string, h MoveHistory, i int) string {
+// h, the history of its commands c, gives, for status, `heatsink top` and
+// the MoveWithheld Event.
+func whyFailed(moves string, c MoveCommands, h MoveHistory, i int) string {
 	m := h[i]
 	in := "in the last report interval"
 	if n := MoveWindowIntervals[i]; n > 1 {
 		in = fmt.Sprintf("in the last %d report intervals", n)
 	}
-	return fmt.Sprintf("%s withdrawn: %d of the %d commands it served failed on its path (%.1f %%), against %.1f %% of the sidecars' direct commands, %s",
-		moves, m.Failed, m.Served, 100*float64(m.Failed)/float64(m.Served), 100*float64(m.BaseFailed)/float64(max(m.BaseTotal, 1)), in)
+	return fmt.Sprintf("%s withdrawn: %d of the %d %s it served failed on its path (%.1f %%), against %.1f %% of the sidecars' direct %s, %s",
+		moves, m.Failed, m.Served, c, 100*float64(m.Failed)/float64(m.Served), 100*float64(m.BaseFailed)/float64(max(m.BaseTotal, 1)), c, in)
 }

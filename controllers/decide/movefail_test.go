@@ -155,7 +155,7 @@ func TestFailingPathJudgedOnLongerWindows(t *testing.T) {
 	if !failing || MoveWindowIntervals[i] != 4 {
 		t.Fatalf("%+v: failing %v on window %d, want the 4-interval window", h, failing, i)
 	}
-	if why := whyFailed("split", h, i); !strings.HasSuffix(why, "(22.0 %), against 0.0 % of the sidecars' direct commands, in the last 4 report intervals") {
+	if why := whyFailed("split", AllCommands, h, i); !strings.HasSuffix(why, "(22.0 %), against 0.0 % of the sidecars' direct commands, in the last 4 report intervals") {
 		t.Errorf("reason %q", why)
 	}
 	if _, failing := MoveFailing(MoveHistory{sliver, sliver, sliver}); failing {
@@ -195,8 +195,62 @@ func TestLowRateFailingPathJudgedOnLongestWindows(t *testing.T) {
 	if !failing || MoveWindowIntervals[i] <= 4 {
 		t.Fatalf("%+v: failing %v on window %d, want one of more than 4 intervals", h, failing, i)
 	}
-	if why := whyFailed("split", h, i); !strings.HasSuffix(why, fmt.Sprintf("in the last %d report intervals", MoveWindowIntervals[i])) {
+	if why := whyFailed("split", AllCommands, h, i); !strings.HasSuffix(why, fmt.Sprintf("in the last %d report intervals", MoveWindowIntervals[i])) {
 		t.Errorf("reason %q", why)
+	}
+}
+
+// TestFailingReadsWithdrawnApart: a split counter whose shard's node is
+// down fails every read (a read sums every shard) while its increments go
+// to the places still up. Summed, 20 failed of 220 commands against none
+// of 200 direct ones is too few a share for one report interval; its
+// reads alone, 20 of 20 against none of 200 direct reads, are withdrawn
+// in the first, with the kind in the reason. Without kinds (a caller
+// giving only all) the whole is judged, as before.
+func TestFailingReadsWithdrawnApart(t *testing.T) {
+	all := MoveOutcomes{Served: 220, Failed: 20, BaseTotal: 200}
+	reads := MoveOutcomes{Served: 20, Failed: 20, BaseTotal: 200}
+	others := MoveOutcomes{Served: 200} // no direct writes: no baseline
+	if _, failing := MoveFailing(MoveHistory{all}); failing {
+		t.Fatalf("%+v withdrawn whole: the case no longer needs the kinds apart", all)
+	}
+	c, i, failing := MoveFailingApart(MoveHistory{all}, MoveHistory{reads}, MoveHistory{others})
+	if !failing || c != ReadCommands || i != 0 {
+		t.Fatalf("reads all failing: %v on window %d (failing %v), want reads on the last interval", c, i, failing)
+	}
+	if why := whyFailed("split", c, MoveHistory{reads}, i); why != "split withdrawn: 20 of the 20 reads it served failed on its path (100.0 %), against 0.0 % of the sidecars' direct reads, in the last report interval" {
+		t.Errorf("reason %q", why)
+	}
+	if c, _, failing := MoveFailingApart(MoveHistory{{Served: 100, Failed: 90, BaseTotal: 100}}, MoveHistory{}, MoveHistory{}); !failing || c != AllCommands {
+		t.Errorf("no kinds, 90 of 100 failing: %v failing %v, want all withdrawn", c, failing)
+	}
+}
+
+// TestFailoverOfOneKindNeverWithdraws: property, on generated histories.
+// A failover that fails one kind of command more than the other on every
+// path alike (direct writes answered READONLY or MASTERDOWN while reads
+// are served; each kind failing with its own probability, changing once
+// within the history), whatever the mixes of reads and others in the
+// move's commands and in the direct ones (a counter's move serves writes
+// where the direct traffic is mostly reads), never withdraws the move
+// judged apart (MoveFailingApart).
+func TestFailoverOfOneKindNeverWithdraws(t *testing.T) {
+	for seed := range uint64(5000) {
+		rng := rand.New(rand.NewPCG(seed, 35))
+		reads, others := failoverHistory(rng), failoverHistory(rng)
+		var all MoveHistory
+		for w := range all {
+			for _, m := range []MoveOutcomes{reads[w], others[w]} {
+				all[w].Served += m.Served
+				all[w].Failed += m.Failed
+				all[w].BaseTotal += m.BaseTotal
+				all[w].BaseFailed += m.BaseFailed
+			}
+		}
+		if c, i, failing := MoveFailingApart(all, reads, others); failing {
+			t.Fatalf("seed %d: each kind failing alike on both paths, %v withdrawn on the window of %d intervals: reads %+v, others %+v",
+				seed, c, MoveWindowIntervals[i], reads, others)
+		}
 	}
 }
 

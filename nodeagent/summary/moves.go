@@ -39,12 +39,23 @@ func MovesUrgent(moved []agentlink.KeyMoved) bool {
 // since the last summary), so a failing path sends a summary per
 // MinUrgentMoveFailures failures at most, and no more than one per tick.
 // Outcomes without direct commands beside them are no evidence to the
-// manager (decide.MoveSum leaves them out) and make nothing urgent.
+// manager (decide.MoveSum leaves them out) and make nothing urgent. As the
+// manager does (decide.MoveFailingApart, controllers/hub moveSums), the
+// key's reads and its other commands (all that are not reported as reads)
+// are judged apart, each against its own kind of direct commands.
 func MoveUrgent(m *agentlink.KeyMoved) bool {
-	if m.Failed < MinUrgentMoveFailures || m.Served == 0 || m.BaseTotal == 0 {
+	rs, bs := min(m.ReadServed, m.Served), min(m.BaseReads, m.BaseTotal)
+	rf, bf := min(m.ReadFailed, rs, m.Failed), min(m.BaseReadsFailed, bs, m.BaseFailed)
+	return worse(rs, rf, bs, bf) || worse(m.Served-rs, m.Failed-rf, m.BaseTotal-bs, m.BaseFailed-bf)
+}
+
+// worse reports whether failed of served fail clearly more than baseFailed
+// of baseTotal, on at least MinUrgentMoveFailures failures.
+func worse(served, failed, baseTotal, baseFailed uint64) bool {
+	if failed < MinUrgentMoveFailures || served == 0 || baseTotal == 0 {
 		return false
 	}
-	f := float64(min(m.Failed, m.Served)) / float64(m.Served)
-	b := float64(min(m.BaseFailed, m.BaseTotal)) / float64(m.BaseTotal)
+	f := float64(min(failed, served)) / float64(served)
+	b := float64(min(baseFailed, baseTotal)) / float64(baseTotal)
 	return f > max(2*b, b+0.01)
 }
