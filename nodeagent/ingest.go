@@ -85,7 +85,7 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 // policy, from a sidecar's batch or from the capture. Keys outside the
 // policy's globs are left out. It returns the entries counted.
 func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry) int {
-	counted, filtered := 0, 0
+	counted, filtered, moved := 0, 0, false
 	p.mu.Lock()
 	p.sk.Advance(now)
 	p.sizes.Advance(now)
@@ -105,15 +105,23 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		}
 		if e.Moved.Served > 0 {
 			p.countMoved(key, e.Moved)
+			moved = moved || e.Moved.Failed > 0
 		}
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)
 		counted++
 	}
+	moved = moved && p.movesUrgent()
 	p.mu.Unlock()
 	d.observations.Add(uint64(counted))
 	if counted > 0 {
 		d.dirty.Store(true)
+	}
+	if moved {
+		select {
+		case d.movesFailing <- struct{}{}:
+		default: // one is pending already
+		}
 	}
 	d.metrics.counted.Add(float64(counted))
 	if filtered > 0 {

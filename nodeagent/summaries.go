@@ -21,7 +21,8 @@ import (
 // pin: waiting for the interval cost up to one report interval of reaction),
 // or when a key's commands fail on its move's path clearly more than the
 // direct ones (summary.MoveUrgent: the manager withdraws such a move at
-// once, on the summary that shows it). Sending happens
+// once, on the summary that shows it; checked as soon as the batch that
+// makes it so is counted, not at the next tick). Sending happens
 // on another goroutine, the latest summary replacing one not sent yet, so a
 // slow manager never delays counting.
 func (d *Agent) summaryLoop(ctx context.Context) {
@@ -35,8 +36,12 @@ func (d *Agent) summaryLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+			d.tick(&st, out)
+		case <-d.movesFailing:
+			// Not a tick (Stats.Ticks counts the ticker's): the summary
+			// goes if it is urgent and a tick has passed since the last.
+			d.summarizeIfDue(&st, out)
 		}
-		d.tick(&st, out)
 	}
 }
 
@@ -51,6 +56,12 @@ type sendState struct {
 // for sending if it is due.
 func (d *Agent) tick(st *sendState, out chan []byte) {
 	defer d.ticks.Add(1)
+	d.summarizeIfDue(st, out)
+}
+
+// summarizeIfDue summarises, and queues the summary for sending if it is
+// due.
+func (d *Agent) summarizeIfDue(st *sendState, out chan []byte) {
 	now := d.opts.Clock.Now()
 	if d.up.takeFresh() {
 		st.sched.Reset() // a (new) manager: tell it now
