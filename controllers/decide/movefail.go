@@ -23,14 +23,20 @@ type MoveOutcomes struct {
 }
 
 // The failure rule's bounds (docs/engine.md, "A move whose path fails is
-// undone"). A fraction is judged only on enough commands: at 20 commands
-// one failure is already 5 %, so fewer say nothing either way, and a
-// baseline measured on fewer than minBaseline commands is no baseline (a
-// sidecar that sends only the mitigated key cannot tell a failover of
-// the whole upstream from a failure of the move's path, and a failover
-// must not withdraw every split).
+// undone"). A fraction is judged only on enough failures: one or a few say
+// nothing either way, whatever share of few commands they are. The
+// commands served need no floor of their own beyond that: the Wilson
+// bound of a few commands is wide (5 failed of 5 served is at least 36 %,
+// against a baseline's upper bound that must be under half of it), and a
+// floor of 20 kept a split whose reads all failed, 4 to 8 a second, for
+// 1-2 s more than their failures took to tell (its reads judged apart:
+// MoveFailingApart; the window's reads before the failure began count
+// too). A baseline measured on fewer than minBaseline commands is no
+// baseline (a sidecar that sends only the mitigated key cannot tell a
+// failover of the whole upstream from a failure of the move's path, and
+// a failover must not withdraw every split).
 const (
-	minServed     = 20
+	minServed     = minFailed
 	minFailed     = 5
 	minBaseline   = 20
 	failureMargin = 0.01 // one percentage point above the baseline

@@ -290,6 +290,15 @@ func TestFailingPathWithdrawsAMove(t *testing.T) {
 	if moveFails(MoveOutcomes{Served: 20, Failed: 5, BaseTotal: 20}) {
 		t.Error("5 of 20 failed on the path, none of 20 direct (noise can do that): withdrawn, want kept")
 	}
+	// Few commands, all failed: a split counter's reads, 4 to 8 a second,
+	// judged apart from its increments. 5 of 5 against none of 100 direct
+	// reads tells; against none of 20, or 4 of 4, it does not.
+	if !moveFails(MoveOutcomes{Served: 5, Failed: 5, BaseTotal: 100}) {
+		t.Error("5 of 5 failed on the path, none of 100 direct: kept, want withdrawn")
+	}
+	if moveFails(MoveOutcomes{Served: 5, Failed: 5, BaseTotal: 20}) || moveFails(MoveOutcomes{Served: 4, Failed: 4, BaseTotal: 1000}) {
+		t.Error("5 of 5 against none of 20 direct, or 4 of 4: withdrawn, want kept")
+	}
 }
 
 // TestFailingSplitRolledBackAndHeld: a split in force whose path fails
