@@ -129,7 +129,7 @@ func (v *view) moveInterval() time.Duration {
 // movesFailing reports whether, after a summary that reported failures
 // on a move's path (failing: its keys with a failed command), one of
 // those keys' histories over the fresh nodes now passes the failure rule
-// (decide.MoveFailing): the hub then asks for a decision pass at once
+// (decide.MoveFailingApart): the hub then asks for a decision pass at once
 // rather than at the pass's next scheduled check, so that a failing move
 // is withdrawn within a report interval of the summary that showed it.
 // Checks are at most one per eighth of a report interval: with thousands
