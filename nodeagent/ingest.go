@@ -12,7 +12,6 @@ import (
 
 	"github.com/heatsink-dev/heatsink/agentlink"
 	"github.com/heatsink-dev/heatsink/nodeagent/summary"
-
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
