@@ -67,6 +67,11 @@ type KeyMoved struct {
 	Key                   string
 	Served, Failed        uint64
 	BaseTotal, BaseFailed uint64
+	// ReadServed and ReadFailed are the reads among Served and Failed,
+	// BaseReads and BaseReadsFailed among BaseTotal and BaseFailed
+	// (version 6; zero before, and from sidecars that do not tell them).
+	ReadServed, ReadFailed     uint64
+	BaseReads, BaseReadsFailed uint64
 }
 
 // UnannouncedSummaryVersion is the newest summary version a manager that
@@ -156,9 +161,9 @@ const (
 	MaxSummaryBytes       = 32 << 20
 	// summaryVersion is the version MarshalSummary writes; versions 1 (no
 	// big keys, no families, no refusals), 2 (no families, no refusals)
-	// 3 (no refusals) and 4 (no move outcomes) are still read, from agents
-	// not yet upgraded.
-	summaryVersion    = 5
+	// 3 (no refusals), 4 (no move outcomes) and 5 (no reads among them)
+	// are still read, from agents not yet upgraded.
+	summaryVersion    = 6
 	summaryHeaderSize = 4
 	// rateScale: rates travel as unsigned integers in thousandths per second.
 	rateScale = 1000
@@ -185,6 +190,7 @@ var ErrMalformed = errors.New("malformed summary")
 //	            per refused key: len, bytes   count
 //	            moved key count (version 5)
 //	            per moved key: len, bytes   served   failed   base total   base failed
+//	                           read served   read failed   base reads   base reads failed (version 6)
 //
 // Binary because at 1,000 nodes the manager decodes hundreds of thousands
 // of key rates per second; JSON would cost it a core.
@@ -195,7 +201,8 @@ func MarshalSummary(buf []byte, s *Summary) ([]byte, error) {
 // MarshalSummaryVersion is MarshalSummary in version v, for a manager that
 // reads no later one (ManagerSummaryVersion): from
 // UnannouncedSummaryVersion to the latest, v clamped into that range. A
-// version 3 summary carries no refusals, a version 4 one no move outcomes.
+// version 3 summary carries no refusals, a version 4 one no move outcomes,
+// a version 5 one no reads among them.
 func MarshalSummaryVersion(buf []byte, s *Summary, v int) ([]byte, error) {
 	if err := s.validate(); err != nil {
 		return buf, err
@@ -254,6 +261,14 @@ func MarshalSummaryVersion(buf []byte, s *Summary, v int) ([]byte, error) {
 			buf = binary.AppendUvarint(buf, min(m.Failed, m.Served))
 			buf = binary.AppendUvarint(buf, m.BaseTotal)
 			buf = binary.AppendUvarint(buf, min(m.BaseFailed, m.BaseTotal))
+			if version >= 6 {
+				rs := min(m.ReadServed, m.Served)
+				buf = binary.AppendUvarint(buf, rs)
+				buf = binary.AppendUvarint(buf, min(m.ReadFailed, rs, m.Failed))
+				br := min(m.BaseReads, m.BaseTotal)
+				buf = binary.AppendUvarint(buf, br)
+				buf = binary.AppendUvarint(buf, min(m.BaseReadsFailed, br, m.BaseFailed))
+			}
 		}
 	}
 	return buf, nil
@@ -406,6 +421,12 @@ func UnmarshalSummary(buf []byte) (*Summary, error) {
 				k.Failed = d.uv(k.Served, "failed")
 				k.BaseTotal = d.uv(math.MaxUint64, "base total")
 				k.BaseFailed = d.uv(k.BaseTotal, "base failed")
+				if version >= 6 {
+					k.ReadServed = d.uv(k.Served, "read served")
+					k.ReadFailed = d.uv(min(k.ReadServed, k.Failed), "read failed")
+					k.BaseReads = d.uv(k.BaseTotal, "base reads")
+					k.BaseReadsFailed = d.uv(min(k.BaseReads, k.BaseFailed), "base reads failed")
+				}
 				p.Moved = append(p.Moved, k)
 			}
 		}

@@ -174,7 +174,7 @@ func TestSummaryInTheManagersVersion(t *testing.T) {
 	for _, tc := range []struct {
 		header string
 		want   int
-	}{{"", 3}, {"3", 3}, {"4", 4}, {"5", SummaryVersion}, {"99", SummaryVersion}, {"x", 3}} {
+	}{{"", 3}, {"3", 3}, {"4", 4}, {"5", 5}, {"6", SummaryVersion}, {"99", SummaryVersion}, {"x", 3}} {
 		h := http.Header{}
 		if tc.header != "" {
 			h.Set(SummaryVersionHeader, tc.header)
@@ -186,7 +186,8 @@ func TestSummaryInTheManagersVersion(t *testing.T) {
 	s := &Summary{Node: "n", Session: 1, Seq: 2, Policies: []PolicySummary{{
 		Policy: "ns/p", Keys: []KeyRates{{Key: "k", Reads: 5}},
 		BigKeys: []KeySize{{Key: "b", Bytes: 9}}, Refused: []KeyCount{{Key: "k", Count: 3}},
-		Moved: []KeyMoved{{Key: "k", Served: 50, Failed: 10, BaseTotal: 100}},
+		Moved: []KeyMoved{{Key: "k", Served: 50, Failed: 10, BaseTotal: 100, BaseFailed: 3,
+			ReadServed: 5, ReadFailed: 5, BaseReads: 60, BaseReadsFailed: 2}},
 	}, {Policy: "ns/q", Refused: []KeyCount{{Key: "r", Count: 1}}}}}
 	b, err := MarshalSummaryVersion(nil, s, 3)
 	if err != nil {
@@ -213,6 +214,14 @@ func TestSummaryInTheManagersVersion(t *testing.T) {
 	want.Policies[0].Refused, want.Policies[1].Refused = s.Policies[0].Refused, s.Policies[1].Refused
 	if got, err = UnmarshalSummary(b); err != nil || !reflect.DeepEqual(got, &want) {
 		t.Errorf("version 4 round trip:\n got %+v, %v\nwant %+v", got, err, &want)
+	}
+	// To a manager of release 5: move outcomes, not the reads among them.
+	if b, err = MarshalSummaryVersion(nil, s, 5); err != nil {
+		t.Fatal(err)
+	}
+	want.Policies[0].Moved = []KeyMoved{{Key: "k", Served: 50, Failed: 10, BaseTotal: 100, BaseFailed: 3}}
+	if got, err = UnmarshalSummary(b); err != nil || !reflect.DeepEqual(got, &want) {
+		t.Errorf("version 5 round trip:\n got %+v, %v\nwant %+v", got, err, &want)
 	}
 	if b, err = MarshalSummaryVersion(nil, s, SummaryVersion); err != nil {
 		t.Fatal(err)

@@ -162,6 +162,10 @@ type Agent struct {
 	// newly reach its alert level and an idle agent skips building a
 	// summary (a sort of every sketch) until one is due by its interval.
 	dirty atomic.Bool
+	// movesFailing is signalled when a batch makes a key's move outcomes
+	// urgent (summary.MoveUrgent): the summary loop checks at once rather
+	// than at its next tick.
+	movesFailing chan struct{}
 }
 
 // New validates opts and binds the ingest socket and the routing listener,
@@ -217,6 +221,8 @@ func New(opts Options) (*Agent, error) {
 		sources:  newSources(opts.SourceRate),
 		routes:   newRoutes(),
 		up:       &uplinkState{},
+
+		movesFailing: make(chan struct{}, 1),
 	}
 	if opts.Capture != nil {
 		if err := RegisterCaptureMetrics(opts.Registerer, opts.Capture, func() bool { return !d.captureStopped.Load() }); err != nil {

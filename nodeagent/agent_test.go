@@ -587,3 +587,67 @@ func TestSummaryEchoesAPinOnlyWithItsCounts(t *testing.T) {
 		t.Fatalf("after a batch: the summary echoes directive %d with %v reads/s of the key, want %d with its count", v, reads, dir.Version)
 	}
 }
+
+// TestFailingMoveSendsASummaryAtOnce: a key's commands failing on its
+// move's path clearly more than the sidecar's direct ones (5 failures or
+// more since the last summary, summary.MoveUrgent) make the agent send a
+// summary as soon as the batch is counted, before the next tick and the
+// report interval: the manager withdraws such a move
+// on the summary that shows it, and one sent at the interval waited up to
+// an interval for it. Failures no worse than the direct commands', or too
+// few for the manager to judge, wait for the interval like an idle tick.
+func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
+	h := start(t)
+	for range 20 { // the first summaries and the directive's settle
+		h.step()
+	}
+	before := h.d.Stats().Summaries
+	for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
+		h.step()
+	}
+	eventually.True(t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > before })
+	sent := h.d.Stats().Summaries
+	served := func(n, failed int) {
+		for i := range n {
+			h.c.ObserveMoved(policy, "product:split", false, i < failed)
+		}
+	}
+	direct := func(n, failed int) {
+		for i := range n {
+			h.c.ObserveRaw(policy, false, i < failed)
+		}
+	}
+	// As bad as the direct commands (a failover of the whole upstream):
+	// 10 of 50 against 20 of 100.
+	served(50, 10)
+	direct(100, 20)
+	h.send()
+	h.step()
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent {
+		t.Fatalf("a move failing as much as the direct commands sent %d summaries before the interval", got-sent)
+	}
+	// Worse, but 4 failures: fewer than the manager judges.
+	for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
+		h.step()
+	}
+	eventually.True(t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > sent })
+	sent = h.d.Stats().Summaries
+	served(20, 4)
+	direct(100, 0)
+	h.send()
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent {
+		t.Fatalf("4 failures on the move's path sent %d summaries before the interval", got-sent)
+	}
+	// The fifth: sent as soon as the batch is counted, not at the next
+	// tick (the fake clock does not move).
+	served(1, 1)
+	h.send()
+	eventually.True(t, 20*time.Second, "the summary with the move's failures reaches the manager at once", func() bool {
+		return h.d.Stats().Summaries > sent
+	})
+	if h.d.Stats().Summaries != sent+1 {
+		t.Fatalf("%d summaries sent, want 1", h.d.Stats().Summaries-sent)
+	}
+}

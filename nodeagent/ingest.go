@@ -11,7 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
-
+	"github.com/heatsink-dev/heatsink/nodeagent/summary"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -84,7 +84,7 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 // policy, from a sidecar's batch or from the capture. Keys outside the
 // policy's globs are left out. It returns the entries counted.
 func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry) int {
-	counted, filtered := 0, 0
+	counted, filtered, moved := 0, 0, false
 	p.mu.Lock()
 	p.sk.Advance(now)
 	p.sizes.Advance(now)
@@ -104,15 +104,23 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		}
 		if e.Moved.Served > 0 {
 			p.countMoved(key, e.Moved)
+			moved = moved || e.Moved.Failed > 0
 		}
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)
 		counted++
 	}
+	moved = moved && p.movesUrgent()
 	p.mu.Unlock()
 	d.observations.Add(uint64(counted))
 	if counted > 0 {
 		d.dirty.Store(true)
+	}
+	if moved {
+		select {
+		case d.movesFailing <- struct{}{}:
+		default: // one is pending already
+		}
 	}
 	d.metrics.counted.Add(float64(counted))
 	if filtered > 0 {
@@ -177,7 +185,24 @@ func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 	c.Failed += uint64(min(m.Failed, m.Served))
 	c.BaseTotal += uint64(m.BaseTotal)
 	c.BaseFailed += uint64(min(m.BaseFailed, m.BaseTotal))
+	rs := min(m.ReadServed, m.Served)
+	c.ReadServed += uint64(rs)
+	c.ReadFailed += uint64(min(m.ReadFailed, rs, m.Failed))
+	br := min(m.BaseReads, m.BaseTotal)
+	c.BaseReads += uint64(br)
+	c.BaseReadsFailed += uint64(min(m.BaseReadsFailed, br, m.BaseFailed))
 	p.moved[key] = c
+}
+
+// movesUrgent reports whether the move outcomes counted since the last
+// summary make the next one urgent (summary.MoveUrgent).
+func (p *policyState) movesUrgent() bool {
+	for _, m := range p.moved {
+		if summary.MoveUrgent(&m) {
+			return true
+		}
+	}
+	return false
 }
 
 // takeMoved lists the move outcomes counted since the last summary sent,
@@ -199,6 +224,10 @@ func (p *policyState) takeMoved() (out []agentlink.KeyMoved, sent func()) {
 			c.Failed -= min(c.Failed, m.Failed)
 			c.BaseTotal -= min(c.BaseTotal, m.BaseTotal)
 			c.BaseFailed -= min(c.BaseFailed, m.BaseFailed)
+			c.ReadServed -= min(c.ReadServed, m.ReadServed)
+			c.ReadFailed -= min(c.ReadFailed, m.ReadFailed)
+			c.BaseReads -= min(c.BaseReads, m.BaseReads)
+			c.BaseReadsFailed -= min(c.BaseReadsFailed, m.BaseReadsFailed)
 			p.moved[m.Key] = c
 		}
 	}

@@ -247,7 +247,10 @@ func TestSummaryListsMoveOutcomesSinceTheLastSent(t *testing.T) {
 	d := offline(t, nil, []string{"secret:*"})
 	var dec sidecarlink.Decoder
 	batch := func(served, failed uint32) {
-		m := sidecarlink.MoveCounts{Served: served, Failed: failed, BaseTotal: 100, BaseFailed: 1}
+		// Every failure a read (the reads of a split counter), half the
+		// direct commands reads.
+		m := sidecarlink.MoveCounts{Served: served, Failed: failed, BaseTotal: 100, BaseFailed: 1,
+			ReadServed: failed, ReadFailed: failed, BaseReads: 50, BaseReadsFailed: 1}
 		d.handle(&dec, pod, sidecarlink.AppendBatch(nil, policy, []sidecarlink.Entry{
 			{Key: []byte("split"), Writes: served, Moved: m},
 			{Key: []byte("ok"), Writes: 10},
@@ -257,14 +260,16 @@ func TestSummaryListsMoveOutcomesSinceTheLastSent(t *testing.T) {
 	batch(30, 3)
 	batch(20, 7)
 	s, commit, _ := d.summarize(d.opts.Clock.Now())
-	want := agentlink.KeyMoved{Key: "split", Served: 50, Failed: 10, BaseTotal: 200, BaseFailed: 2}
+	want := agentlink.KeyMoved{Key: "split", Served: 50, Failed: 10, BaseTotal: 200, BaseFailed: 2,
+		ReadServed: 10, ReadFailed: 10, BaseReads: 100, BaseReadsFailed: 2}
 	if got := s.Policies[0].Moved; len(got) != 1 || got[0] != want {
 		t.Fatalf("moved = %+v, want %+v", got, want)
 	}
 	batch(5, 1) // between the summary and its sending
 	commit()
 	s, _, _ = d.summarize(d.opts.Clock.Now())
-	want = agentlink.KeyMoved{Key: "split", Served: 5, Failed: 1, BaseTotal: 100, BaseFailed: 1}
+	want = agentlink.KeyMoved{Key: "split", Served: 5, Failed: 1, BaseTotal: 100, BaseFailed: 1,
+		ReadServed: 1, ReadFailed: 1, BaseReads: 50, BaseReadsFailed: 1}
 	if got := s.Policies[0].Moved; len(got) != 1 || got[0] != want {
 		t.Fatalf("moved after the summary was sent = %+v, want %+v", got, want)
 	}

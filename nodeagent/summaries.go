@@ -18,7 +18,11 @@ import (
 // (summary.Urgent), which each tick checks among the keys counted since the
 // previous one (mayBeUrgent), or when a directive newly pinned a key (the
 // manager's count of it is exact only once every node says it applied the
-// pin: waiting for the interval cost up to one report interval of reaction). Sending happens
+// pin: waiting for the interval cost up to one report interval of reaction),
+// or when a key's commands fail on its move's path clearly more than the
+// direct ones (summary.MoveUrgent: the manager withdraws such a move at
+// once, on the summary that shows it; checked as soon as the batch that
+// makes it so is counted, not at the next tick). Sending happens
 // on another goroutine, the latest summary replacing one not sent yet, so a
 // slow manager never delays counting.
 func (d *Agent) summaryLoop(ctx context.Context) {
@@ -32,8 +36,12 @@ func (d *Agent) summaryLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+			d.tick(&st, out)
+		case <-d.movesFailing:
+			// Not a tick (Stats.Ticks counts the ticker's): the summary
+			// goes if it is urgent and a tick has passed since the last.
+			d.summarizeIfDue(&st, out)
 		}
-		d.tick(&st, out)
 	}
 }
 
@@ -48,6 +56,12 @@ type sendState struct {
 // for sending if it is due.
 func (d *Agent) tick(st *sendState, out chan []byte) {
 	defer d.ticks.Add(1)
+	d.summarizeIfDue(st, out)
+}
+
+// summarizeIfDue summarises, and queues the summary for sending if it is
+// due.
+func (d *Agent) summarizeIfDue(st *sendState, out chan []byte) {
 	now := d.opts.Clock.Now()
 	if d.up.takeFresh() {
 		st.sched.Reset() // a (new) manager: tell it now
@@ -132,6 +146,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		p.sizes.Advance(now)
 		refused, sentRefused := p.takeRefused()
 		moved, sentMoved := p.takeMoved()
+		urgent = urgent || summary.MovesUrgent(moved)
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: check.Echo, Unseen: unseen, Total: total, Keys: keys,
 			BigKeys: p.sizes.Append(nil), Refused: refused, Moved: moved,
@@ -174,7 +189,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) {
+		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.movesUrgent() {
 			may = true
 		}
 		p.mu.Unlock()

@@ -1,11 +1,12 @@
 package sidecarlink
 
-// The counts datagram. Version 5 layout (all integers are unsigned LEB128
+// The counts datagram. Version 6 layout (all integers are unsigned LEB128
 // varints, "uv"):
 //
 //	magic    2 bytes  'H' 'S'
-//	version  1 byte   5 (1 to 4 are still read: their entries have no
-//	                  move outcomes, 1 to 3 no refusals, 1's and 2's
+//	version  1 byte   6 (1 to 5 are still read: their entries have no
+//	                  reads among the move outcomes, 1 to 4 no move
+//	                  outcomes, 1 to 3 no refusals, 1's and 2's
 //	                  no families, 1's no size)
 //	flags    1 byte   0 (reserved; a batch with any flag set is rejected)
 //	policy   uv length, then that many bytes: "<namespace>/<name>"
@@ -36,6 +37,17 @@ package sidecarlink
 //	                   the commands the sender sent raw in the interval,
 //	                   and those that failed by the same test: what the
 //	                   manager compares the move's failures with
+//	           if served > 0 (version 6):
+//	           read served uv (≤ served), read failed uv (≤ read served
+//	                   and ≤ failed): the reads among them (commands
+//	                   that write nothing); base reads uv (≤ baseline
+//	                   total), base reads failed uv (≤ base reads and ≤
+//	                   baseline failed): the reads among the raw ones.
+//	                   The manager judges reads and the other commands
+//	                   apart too: a split counter's reads all fail while
+//	                   a shard's node is down, its increments go to the
+//	                   places still up, and summed together the reads'
+//	                   failures were a tenth of the key's commands
 //
 // Nothing may follow the last entry. A batch is accepted whole or rejected
 // whole: the agent validates it completely before it counts anything.
@@ -54,10 +66,11 @@ import (
 
 const (
 	// CountsVersion is the counts datagram version this package writes.
-	// It reads it and versions 1 to 4 (entries without move outcomes, 1
-	// to 3 without refusals, 1's and 2's without families, 1's without a
-	// size), so agents accept batches of sidecars not yet upgraded.
-	CountsVersion = 5
+	// It reads it and versions 1 to 5 (entries without reads among the
+	// move outcomes, 1 to 4 without move outcomes, 1 to 3 without
+	// refusals, 1's and 2's without families, 1's without a size), so
+	// agents accept batches of sidecars not yet upgraded.
+	CountsVersion = 6
 	// UnannouncedCountsVersion is the newest counts version an agent that
 	// does not announce one (CountsVersionHeader) reads: agents released
 	// before the header read versions 1 to 3. A sidecar writes it to such
@@ -79,7 +92,7 @@ const (
 	MaxDatagram = 65507
 	// MinDatagram is the smallest datagram limit a sender may use: one entry
 	// with the longest key under the longest policy.
-	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 10*binary.MaxVarintLen32
+	MinDatagram = headerLen + 3 + MaxPolicyLen + 2 + binary.MaxVarintLen16 + MaxKeyLen + 14*binary.MaxVarintLen32
 	// MaxKeyLen is the longest key a batch may carry. Longer keys are not
 	// counted by the sidecar: reports carry keys of at most 512 bytes.
 	MaxKeyLen = 512
@@ -154,6 +167,10 @@ type MoveCounts struct {
 	// BaseTotal counts the sender's commands sent raw in the interval,
 	// BaseFailed those of them that failed by the same test.
 	BaseTotal, BaseFailed uint32
+	// ReadServed and ReadFailed are the reads among Served and Failed
+	// (commands that write nothing), BaseReads and BaseReadsFailed among
+	// BaseTotal and BaseFailed (version 6; zero before).
+	ReadServed, ReadFailed, BaseReads, BaseReadsFailed uint32
 }
 
 // Batch is a decoded batch. Its slices alias the datagram and are reused by
@@ -244,7 +261,7 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 			e.Refused = uint32(v)
 		}
 		if version >= 5 {
-			if e.Moved, p, err = moveCounts(p); err != nil {
+			if e.Moved, p, err = moveCounts(p, version >= 6); err != nil {
 				return nil, err
 			}
 		}
@@ -262,8 +279,8 @@ func (d *Decoder) Decode(buf []byte) (*Batch, error) {
 
 // moveCounts decodes an entry's move outcomes (version 5): served, then,
 // when it is not 0, failed (≤ served) and the baseline's total and failed
-// (≤ total).
-func moveCounts(p []byte) (m MoveCounts, rest []byte, err error) {
+// (≤ total), and with reads (version 6) the reads among each.
+func moveCounts(p []byte, reads bool) (m MoveCounts, rest []byte, err error) {
 	var v uint64
 	if v, p, err = uvarint(p, math.MaxUint32, "served"); err != nil || v == 0 {
 		return m, p, err
@@ -281,6 +298,25 @@ func moveCounts(p []byte) (m MoveCounts, rest []byte, err error) {
 		return m, p, err
 	}
 	m.BaseFailed = uint32(v)
+	if !reads {
+		return m, p, nil
+	}
+	if v, p, err = uvarint(p, uint64(m.Served), "read served"); err != nil {
+		return m, p, err
+	}
+	m.ReadServed = uint32(v)
+	if v, p, err = uvarint(p, uint64(min(m.ReadServed, m.Failed)), "read failed"); err != nil {
+		return m, p, err
+	}
+	m.ReadFailed = uint32(v)
+	if v, p, err = uvarint(p, uint64(m.BaseTotal), "base reads"); err != nil {
+		return m, p, err
+	}
+	m.BaseReads = uint32(v)
+	if v, p, err = uvarint(p, uint64(min(m.BaseReads, m.BaseFailed)), "base reads failed"); err != nil {
+		return m, p, err
+	}
+	m.BaseReadsFailed = uint32(v)
 	return m, p, nil
 }
 
@@ -338,13 +374,13 @@ type Encoder struct {
 }
 
 // EntrySize is an upper bound of the bytes key takes in a batch.
-func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 10*binary.MaxVarintLen32 }
+func EntrySize(key string) int { return binary.MaxVarintLen16 + len(key) + 14*binary.MaxVarintLen32 }
 
 // SetVersion makes the next batches (from Reset on) of version v, for an
 // agent that reads no later one (AgentCountsVersion): from
 // UnannouncedCountsVersion to CountsVersion, v is clamped into that range.
 // A version 3 batch carries no refusals, a version 4 one no move
-// outcomes.
+// outcomes, a version 5 one no reads among them.
 func (e *Encoder) SetVersion(v int) {
 	e.version = byte(min(max(v, UnannouncedCountsVersion), CountsVersion))
 }
@@ -416,6 +452,14 @@ func (e *Encoder) Add(key string, reads, writes, bytes, size uint32, fam routing
 			e.buf = binary.AppendUvarint(e.buf, uint64(min(moved.Failed, moved.Served)))
 			e.buf = binary.AppendUvarint(e.buf, uint64(moved.BaseTotal))
 			e.buf = binary.AppendUvarint(e.buf, uint64(min(moved.BaseFailed, moved.BaseTotal)))
+			if e.version >= 6 {
+				rs := min(moved.ReadServed, moved.Served)
+				e.buf = binary.AppendUvarint(e.buf, uint64(rs))
+				e.buf = binary.AppendUvarint(e.buf, uint64(min(moved.ReadFailed, rs, moved.Failed)))
+				br := min(moved.BaseReads, moved.BaseTotal)
+				e.buf = binary.AppendUvarint(e.buf, uint64(br))
+				e.buf = binary.AppendUvarint(e.buf, uint64(min(moved.BaseReadsFailed, br, moved.BaseFailed)))
+			}
 		}
 	}
 	e.count++

@@ -150,7 +150,7 @@ func TestDecodeRejects(t *testing.T) {
 		"empty":               {nil, ErrTruncated},
 		"short header":        {[]byte{'H', 'S', 1}, ErrTruncated},
 		"bad magic":           {append([]byte{'X'}, good[1:]...), ErrMagic},
-		"version 6":           {append([]byte{'H', 'S', 6}, good[3:]...), ErrVersion},
+		"version 7":           {append([]byte{'H', 'S', 7}, good[3:]...), ErrVersion},
 		"version 0":           {append([]byte{'H', 'S', 0}, good[3:]...), ErrVersion},
 		"v2 with families":    {append([]byte{'H', 'S', 2}, good[3:]...), ErrMalformed},
 		"v1 with sizes":       {append([]byte{'H', 'S', 1}, good[3:]...), ErrMalformed},
@@ -237,7 +237,7 @@ func TestEncoderWritesTheAgentsVersion(t *testing.T) {
 	for _, tc := range []struct {
 		header string
 		want   int
-	}{{"", 3}, {"3", 3}, {"4", 4}, {"5", CountsVersion}, {"99", CountsVersion}, {"x", 3}, {"1", 3}} {
+	}{{"", 3}, {"3", 3}, {"4", 4}, {"5", 5}, {"6", CountsVersion}, {"99", CountsVersion}, {"x", 3}, {"1", 3}} {
 		if got := AgentCountsVersion(h(tc.header)); got != tc.want {
 			t.Errorf("AgentCountsVersion(%q) = %d, want %d", tc.header, got, tc.want)
 		}
@@ -268,6 +268,21 @@ func TestEncoderWritesTheAgentsVersion(t *testing.T) {
 	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7, MoveCounts{Served: 9, Failed: 2})
 	if got, err := d.Decode(e.Bytes()); err != nil || got.Entries[0].Refused != 7 || got.Entries[0].Moved.Failed != 2 {
 		t.Fatalf("version %d: %+v, %v", CountsVersion, got, err)
+	}
+	// The reads among the move's outcomes and the baseline (version 6),
+	// which a version 5 batch leaves out.
+	m := MoveCounts{Served: 9, Failed: 3, BaseTotal: 40, BaseFailed: 2, ReadServed: 4, ReadFailed: 3, BaseReads: 30, BaseReadsFailed: 1}
+	e.Restart()
+	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7, m)
+	if got, err := d.Decode(e.Bytes()); err != nil || got.Entries[0].Moved != m {
+		t.Fatalf("version %d: %+v, %v; want %+v", CountsVersion, got.Entries[0].Moved, err, m)
+	}
+	e.SetVersion(5)
+	e.Restart()
+	e.Add("k1", 1, 2, 3, 4, routing.FamStringRead, 7, m)
+	want5 := MoveCounts{Served: 9, Failed: 3, BaseTotal: 40, BaseFailed: 2}
+	if got, err := d.Decode(e.Bytes()); err != nil || got.Entries[0].Moved != want5 {
+		t.Fatalf("version 5: %+v, %v; want %+v", got.Entries[0].Moved, err, want5)
 	}
 }
 

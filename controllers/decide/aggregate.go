@@ -45,12 +45,14 @@ type Observation struct {
 	// over), and the timer runs from the first pass that saw the rate over.
 	ReadsOverFor, WritesOverFor time.Duration
 	// Moved are the outcomes of the key's commands its move served in the
-	// nodes' last 1, 2 and 4 report intervals (MoveWindowIntervals),
+	// nodes' last 1 to 16 report intervals (MoveWindowIntervals),
 	// against those of the same sidecars' commands sent raw in the same
 	// intervals (the baseline): a move in force whose path fails clearly
 	// more than direct traffic in any of them is rolled back
-	// (MoveFailing, holdMoves).
-	Moved MoveHistory
+	// (MoveFailingApart, holdMoves). MovedReads are the same of its reads
+	// against the direct reads, MovedOthers of its other commands against
+	// the direct others.
+	Moved, MovedReads, MovedOthers MoveHistory
 }
 
 // Aggregate is what the fleet says of one policy.

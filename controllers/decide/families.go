@@ -182,9 +182,10 @@ func inForce(cur *routing.Entry, current int32) string {
 // before them, that is any command refused because of them in the nodes'
 // last report interval (o.Refused: no such refusal exists without a move),
 // or more of the commands it served failed on its path than the same
-// sidecars' direct commands did in the last 1, 2 or 4 report intervals
-// (MoveFailing: a failover of the whole upstream fails both alike and
-// withdraws nothing),
+// sidecars' direct commands did in the last 1 to 16 report intervals,
+// all its commands or its reads or its other commands apart
+// (MoveFailingApart: a failover of the whole upstream fails both alike
+// and withdraws nothing),
 // or when a split in force no longer serves every family they send (the
 // families of refused commands reach the manager too). The hold, kept in
 // the durable state, keeps clients that stopped sending the refused
@@ -196,14 +197,14 @@ func holdMoves(now time.Time, spec *v1alpha1.HotKeyPolicySpec, ks *KeyState, o O
 		ks.HeldUntil, ks.HeldBecause = nil, ""
 	}
 	moves := inForce(cur, current)
-	failWin, failing := MoveFailing(o.Moved)
+	failOf, failWin, failing := MoveFailingApart(o.Moved, o.MovedReads, o.MovedOthers)
 	var why string
 	switch {
 	case moves == "":
 	case o.Refused > 0:
 		why = fmt.Sprintf("%s withdrawn: %d of its clients' commands refused because of it in the last report interval", moves, o.Refused)
 	case failing:
-		why = whyFailed(moves, o.Moved, failWin)
+		why = whyFailed(moves, failOf, [...]MoveHistory{o.Moved, o.MovedReads, o.MovedOthers}[failOf], failWin)
 	case current > 0 && o.Families.Known() && !fits(v1alpha1.MitigationSplit, o.Families):
 		// Known families split cannot serve: its clients' commands were
 		// refused. (Unknown ones, from an older reporter, say nothing of

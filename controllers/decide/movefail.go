@@ -23,14 +23,20 @@ type MoveOutcomes struct {
 }
 
 // The failure rule's bounds (docs/engine.md, "A move whose path fails is
-// undone"). A fraction is judged only on enough commands: at 20 commands
-// one failure is already 5 %, so fewer say nothing either way, and a
-// baseline measured on fewer than minBaseline commands is no baseline (a
-// sidecar that sends only the mitigated key cannot tell a failover of
-// the whole upstream from a failure of the move's path, and a failover
-// must not withdraw every split).
+// undone"). A fraction is judged only on enough failures: one or a few say
+// nothing either way, whatever share of few commands they are. The
+// commands served need no floor of their own beyond that: the Wilson
+// bound of a few commands is wide (5 failed of 5 served is at least 36 %,
+// against a baseline's upper bound that must be under half of it), and a
+// floor of 20 kept a split whose reads all failed, 4 to 8 a second, for
+// 1-2 s more than their failures took to tell (its reads judged apart:
+// MoveFailingApart; the window's reads before the failure began count
+// too). A baseline measured on fewer than minBaseline commands is no
+// baseline (a sidecar that sends only the mitigated key cannot tell a
+// failover of the whole upstream from a failure of the move's path, and
+// a failover must not withdraw every split).
 const (
-	minServed     = 20
+	minServed     = minFailed
 	minFailed     = 5
 	minBaseline   = 20
 	failureMargin = 0.01 // one percentage point above the baseline
@@ -91,8 +97,16 @@ func (s *MoveSum) Outcomes() MoveOutcomes {
 // 5 failed, at 45 commands a second and 500-ms intervals), and a summary
 // sent early (urgent) right after a regular one holds only a sliver of an
 // interval: the longer windows gather enough, while the shortest reacts at
-// once to a path that fails most of what it serves.
-var MoveWindowIntervals = [...]int{1, 2, 4}
+// once to a path that fails most of what it serves. The longest are for a
+// path that fails a small share of what it serves at a low rate: a split
+// counter whose reads (a tenth of its commands) all fail while its
+// increments go to the places still up, at 90 commands a second, failed
+// 8 % of what it served against none of the direct commands, 16 of 170 in
+// 4 intervals, which no window up to 4 intervals tells from noise; its
+// clients saw those errors for as long as the node was down
+// (TestFailingSplitPathRolledBack, under load). 8 intervals hold 32 of
+// 340, enough; 16 leave room for half that rate.
+var MoveWindowIntervals = [...]int{1, 2, 4, 8, 16}
 
 // MoveHistory holds a key's MoveOutcomes over each of the windows of
 // MoveWindowIntervals: MoveHistory[i] sums the outcomes the nodes reported
@@ -114,6 +128,56 @@ func MoveFailing(h MoveHistory) (i int, failing bool) {
 		}
 	}
 	return 0, false
+}
+
+// MoveCommands are the commands of a key whose outcomes the failure rule
+// judges together (AllCommands) or apart (MoveFailingApart).
+type MoveCommands int
+
+const (
+	// AllCommands are every command of the key its move served.
+	AllCommands MoveCommands = iota
+	// ReadCommands are its reads (commands that write nothing), judged
+	// against the same sidecars' direct reads.
+	ReadCommands
+	// OtherCommands are the others, judged against the direct others.
+	OtherCommands
+)
+
+func (c MoveCommands) String() string {
+	return [...]string{"commands", "reads", "other commands"}[c]
+}
+
+// MoveFailingApart is the failure rule over a key's histories: its reads
+// (reads) and its other commands (others) apart, each against the same
+// kind of the sidecars' direct commands, or all its commands together
+// (all) when neither tells anything (a caller that does not tell the
+// kinds apart); c names the history MoveFailing holds on, i its window.
+// Apart, because a move may fail one kind of command only, while summed
+// with the rest that kind's failures are too few a share to tell from
+// noise: a split counter whose shard's node is down fails every read
+// (a read sums every shard) while its increments go to the places still
+// up; in TestFailingSplitPathRolledBack the reads were a tenth of the
+// counter's commands, 8-10 % of them failed, and the rule needed 30-40
+// failed reads over 2 to 16 report intervals (a split kept for the 60 s
+// the test waits when its clients sent few commands), where its reads
+// alone fail all of theirs. Each kind is judged against its own kind of
+// direct commands: in a failover, direct writes fail (READONLY,
+// MASTERDOWN) where direct reads may not, and a move's writes compared
+// with a baseline of mostly reads would fail clearly more
+// (TestFailoverOfOneKindNeverWithdraws). The hub counts as others every
+// command not reported as a read, so reports of sidecars and agents of
+// release 5, which tell no reads, are judged whole among the others.
+func MoveFailingApart(all, reads, others MoveHistory) (c MoveCommands, i int, failing bool) {
+	if reads == (MoveHistory{}) && others == (MoveHistory{}) {
+		i, failing = MoveFailing(all)
+		return AllCommands, i, failing
+	}
+	if i, failing = MoveFailing(reads); failing {
+		return ReadCommands, i, true
+	}
+	i, failing = MoveFailing(others)
+	return OtherCommands, i, failing
 }
 
 // moveFails reports whether the key's commands fail clearly more under its
@@ -150,13 +214,14 @@ func wilson(k, n int64) (lo, hi float64) {
 }
 
 // whyFailed is the reason a move withdrawn by MoveFailing on window i of
-// h gives, for status, `heatsink top` and the MoveWithheld Event.
-func whyFailed(moves string, h MoveHistory, i int) string {
+// h, the history of its commands c, gives, for status, `heatsink top` and
+// the MoveWithheld Event.
+func whyFailed(moves string, c MoveCommands, h MoveHistory, i int) string {
 	m := h[i]
 	in := "in the last report interval"
 	if n := MoveWindowIntervals[i]; n > 1 {
 		in = fmt.Sprintf("in the last %d report intervals", n)
 	}
-	return fmt.Sprintf("%s withdrawn: %d of the %d commands it served failed on its path (%.1f %%), against %.1f %% of the sidecars' direct commands, %s",
-		moves, m.Failed, m.Served, 100*float64(m.Failed)/float64(m.Served), 100*float64(m.BaseFailed)/float64(max(m.BaseTotal, 1)), in)
+	return fmt.Sprintf("%s withdrawn: %d of the %d %s it served failed on its path (%.1f %%), against %.1f %% of the sidecars' direct %s, %s",
+		moves, m.Failed, m.Served, c, 100*float64(m.Failed)/float64(m.Served), 100*float64(m.BaseFailed)/float64(max(m.BaseTotal, 1)), c, in)
 }

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -49,7 +50,7 @@ func TestFailoverNeverWithdrawsAMove(t *testing.T) {
 			t.Fatalf("seed %d: equal failure fractions %+v withdrawn", seed, eq)
 		}
 		// And over a history of report intervals (MoveFailing judges the
-		// last 1, 2 and 4): each interval's commands fail alike, on either
+		// last 1, 2, 4, 8 and 16): each interval's commands fail alike, on either
 		// path, with the interval's own probability (a failover starting
 		// or ending between two intervals), at the same mix of the move's
 		// and the direct commands in every interval (clients keep sending
@@ -61,7 +62,7 @@ func TestFailoverNeverWithdrawsAMove(t *testing.T) {
 	}
 }
 
-// failoverHistory generates a MoveHistory of 4 report intervals (newest
+// failoverHistory generates a MoveHistory of 16 report intervals (newest
 // first) whose commands fail alike on the move's path and the direct one:
 // p per interval, constant or changing once (a failover starting or
 // ending), each interval's mix of the move's and the direct commands
@@ -71,13 +72,16 @@ func TestFailoverNeverWithdrawsAMove(t *testing.T) {
 func failoverHistory(rng *rand.Rand) MoveHistory {
 	served := 1 + rng.Int64N(1<<rng.IntN(11))
 	base := 1 + rng.Int64N(1<<rng.IntN(13))
-	p := [4]float64{}
+	const intervals = 16 // MoveWindowIntervals' longest
+	p := [intervals]float64{}
 	p[0] = rng.Float64()
 	switch rng.IntN(3) {
 	case 0: // the same all along
-		p = [4]float64{p[0], p[0], p[0], p[0]}
+		for i := range p {
+			p[i] = p[0]
+		}
 	default: // a change between two intervals
-		at, q := 1+rng.IntN(3), rng.Float64()
+		at, q := 1+rng.IntN(intervals-1), rng.Float64()
 		for i := range p {
 			if i < at {
 				p[i] = p[0]
@@ -88,7 +92,7 @@ func failoverHistory(rng *rand.Rand) MoveHistory {
 	}
 	var h MoveHistory
 	var sum MoveSum
-	for i := range 4 { // i intervals back
+	for i := range intervals { // i intervals back
 		var m MoveOutcomes
 		m.Served = 1 + rng.Int64N(2*served)
 		m.BaseTotal = 1 + rng.Int64N(2*base)
@@ -151,7 +155,7 @@ func TestFailingPathJudgedOnLongerWindows(t *testing.T) {
 	if !failing || MoveWindowIntervals[i] != 4 {
 		t.Fatalf("%+v: failing %v on window %d, want the 4-interval window", h, failing, i)
 	}
-	if why := whyFailed("split", h, i); !strings.HasSuffix(why, "(22.0 %), against 0.0 % of the sidecars' direct commands, in the last 4 report intervals") {
+	if why := whyFailed("split", AllCommands, h, i); !strings.HasSuffix(why, "(22.0 %), against 0.0 % of the sidecars' direct commands, in the last 4 report intervals") {
 		t.Errorf("reason %q", why)
 	}
 	if _, failing := MoveFailing(MoveHistory{sliver, sliver, sliver}); failing {
@@ -159,6 +163,94 @@ func TestFailingPathJudgedOnLongerWindows(t *testing.T) {
 	}
 	if i, failing := MoveFailing(MoveHistory{{Served: 100, Failed: 90, BaseTotal: 100}, h[1], h[2]}); !failing || i != 0 {
 		t.Errorf("the last interval failing 90 %%: window %d (failing %v), want the last interval", i, failing)
+	}
+}
+
+// TestLowRateFailingPathJudgedOnLongestWindows: the flake of
+// TestFailingSplitPathRolledBack under load. A split counter whose reads
+// all fail (one shard's node down) while its increments go to the places
+// still up, at about 90 commands a second: each 500-ms interval 4 of the
+// 43 commands its split served failed, against none of 40 direct ones.
+// No window of up to 4 intervals tells 8 % from noise (the split stayed
+// for the 60 s the test waited, its clients' reads failing); the windows
+// of 8 and 16 intervals do, and the reason names the window.
+func TestLowRateFailingPathJudgedOnLongestWindows(t *testing.T) {
+	interval := MoveOutcomes{Served: 43, Failed: 4, BaseTotal: 40}
+	var h MoveHistory
+	var sum MoveSum
+	for i := range MoveWindowIntervals[len(MoveWindowIntervals)-1] {
+		sum.Add(interval)
+		for w, n := range MoveWindowIntervals {
+			if n == i+1 {
+				h[w] = sum.Outcomes()
+			}
+		}
+	}
+	for w, n := range MoveWindowIntervals {
+		if n <= 4 && moveFails(h[w]) {
+			t.Fatalf("window of %d intervals %+v withdrawn: the case is no longer one the short windows miss", n, h[w])
+		}
+	}
+	i, failing := MoveFailing(h)
+	if !failing || MoveWindowIntervals[i] <= 4 {
+		t.Fatalf("%+v: failing %v on window %d, want one of more than 4 intervals", h, failing, i)
+	}
+	if why := whyFailed("split", AllCommands, h, i); !strings.HasSuffix(why, fmt.Sprintf("in the last %d report intervals", MoveWindowIntervals[i])) {
+		t.Errorf("reason %q", why)
+	}
+}
+
+// TestFailingReadsWithdrawnApart: a split counter whose shard's node is
+// down fails every read (a read sums every shard) while its increments go
+// to the places still up. Summed, 20 failed of 220 commands against none
+// of 200 direct ones is too few a share for one report interval; its
+// reads alone, 20 of 20 against none of 200 direct reads, are withdrawn
+// in the first, with the kind in the reason. Without kinds (a caller
+// giving only all) the whole is judged, as before.
+func TestFailingReadsWithdrawnApart(t *testing.T) {
+	all := MoveOutcomes{Served: 220, Failed: 20, BaseTotal: 200}
+	reads := MoveOutcomes{Served: 20, Failed: 20, BaseTotal: 200}
+	others := MoveOutcomes{Served: 200} // no direct writes: no baseline
+	if _, failing := MoveFailing(MoveHistory{all}); failing {
+		t.Fatalf("%+v withdrawn whole: the case no longer needs the kinds apart", all)
+	}
+	c, i, failing := MoveFailingApart(MoveHistory{all}, MoveHistory{reads}, MoveHistory{others})
+	if !failing || c != ReadCommands || i != 0 {
+		t.Fatalf("reads all failing: %v on window %d (failing %v), want reads on the last interval", c, i, failing)
+	}
+	if why := whyFailed("split", c, MoveHistory{reads}, i); why != "split withdrawn: 20 of the 20 reads it served failed on its path (100.0 %), against 0.0 % of the sidecars' direct reads, in the last report interval" {
+		t.Errorf("reason %q", why)
+	}
+	if c, _, failing := MoveFailingApart(MoveHistory{{Served: 100, Failed: 90, BaseTotal: 100}}, MoveHistory{}, MoveHistory{}); !failing || c != AllCommands {
+		t.Errorf("no kinds, 90 of 100 failing: %v failing %v, want all withdrawn", c, failing)
+	}
+}
+
+// TestFailoverOfOneKindNeverWithdraws: property, on generated histories.
+// A failover that fails one kind of command more than the other on every
+// path alike (direct writes answered READONLY or MASTERDOWN while reads
+// are served; each kind failing with its own probability, changing once
+// within the history), whatever the mixes of reads and others in the
+// move's commands and in the direct ones (a counter's move serves writes
+// where the direct traffic is mostly reads), never withdraws the move
+// judged apart (MoveFailingApart).
+func TestFailoverOfOneKindNeverWithdraws(t *testing.T) {
+	for seed := range uint64(5000) {
+		rng := rand.New(rand.NewPCG(seed, 35))
+		reads, others := failoverHistory(rng), failoverHistory(rng)
+		var all MoveHistory
+		for w := range all {
+			for _, m := range []MoveOutcomes{reads[w], others[w]} {
+				all[w].Served += m.Served
+				all[w].Failed += m.Failed
+				all[w].BaseTotal += m.BaseTotal
+				all[w].BaseFailed += m.BaseFailed
+			}
+		}
+		if c, i, failing := MoveFailingApart(all, reads, others); failing {
+			t.Fatalf("seed %d: each kind failing alike on both paths, %v withdrawn on the window of %d intervals: reads %+v, others %+v",
+				seed, c, MoveWindowIntervals[i], reads, others)
+		}
 	}
 }
 
@@ -197,6 +289,15 @@ func TestFailingPathWithdrawsAMove(t *testing.T) {
 	}
 	if moveFails(MoveOutcomes{Served: 20, Failed: 5, BaseTotal: 20}) {
 		t.Error("5 of 20 failed on the path, none of 20 direct (noise can do that): withdrawn, want kept")
+	}
+	// Few commands, all failed: a split counter's reads, 4 to 8 a second,
+	// judged apart from its increments. 5 of 5 against none of 100 direct
+	// reads tells; against none of 20, or 4 of 4, it does not.
+	if !moveFails(MoveOutcomes{Served: 5, Failed: 5, BaseTotal: 100}) {
+		t.Error("5 of 5 failed on the path, none of 100 direct: kept, want withdrawn")
+	}
+	if moveFails(MoveOutcomes{Served: 5, Failed: 5, BaseTotal: 20}) || moveFails(MoveOutcomes{Served: 4, Failed: 4, BaseTotal: 1000}) {
+		t.Error("5 of 5 against none of 20 direct, or 4 of 4: withdrawn, want kept")
 	}
 }
 

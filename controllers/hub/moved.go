@@ -45,8 +45,14 @@ func keepMoved(prev []movedReport, now time.Time, interval time.Duration, keys [
 	return out
 }
 
-// moveSums are a key's sums over decide's windows.
-type moveSums [len(decide.MoveWindowIntervals)]decide.MoveSum
+// moveSums are a key's sums over decide's windows: of all its commands
+// its move served, of its reads and of its other commands (everything
+// not reported as a read, so a report that tells no reads counts whole
+// among the others), each with its own kind of baseline
+// (decide.MoveFailingApart).
+type moveSums struct {
+	all, reads, others [len(decide.MoveWindowIntervals)]decide.MoveSum
+}
 
 // addMoved adds a fresh node's movedReports to the keys' sums (only the
 // keys in only, when only is not nil): a report belongs to the window of
@@ -72,19 +78,38 @@ func addMoved(sums map[string]*moveSums, n *nodeState, interval time.Duration, o
 					s = &moveSums{}
 					sums[km.Key] = s
 				}
-				s[w].Add(decide.MoveOutcomes{Served: count(km.Served), Failed: count(km.Failed), BaseTotal: count(km.BaseTotal), BaseFailed: count(km.BaseFailed)})
+				all, reads := outcomes(km)
+				s.all[w].Add(all)
+				s.reads[w].Add(reads)
+				s.others[w].Add(decide.MoveOutcomes{Served: all.Served - reads.Served, Failed: all.Failed - reads.Failed,
+					BaseTotal: all.BaseTotal - reads.BaseTotal, BaseFailed: all.BaseFailed - reads.BaseFailed})
 			}
 		}
 	}
 }
 
-// history is the key's decide.MoveHistory.
-func (s *moveSums) history() decide.MoveHistory {
-	var h decide.MoveHistory
-	for w := range s {
-		h[w] = s[w].Outcomes()
+// outcomes are a report's outcomes of a key, all and its reads, each
+// part bounded by its whole (the decoder checks it; a report made in
+// process may not).
+func outcomes(km agentlink.KeyMoved) (all, reads decide.MoveOutcomes) {
+	all = decide.MoveOutcomes{Served: count(km.Served), BaseTotal: count(km.BaseTotal)}
+	all.Failed, all.BaseFailed = min(count(km.Failed), all.Served), min(count(km.BaseFailed), all.BaseTotal)
+	reads = decide.MoveOutcomes{Served: min(count(km.ReadServed), all.Served), BaseTotal: min(count(km.BaseReads), all.BaseTotal)}
+	reads.Failed = min(count(km.ReadFailed), reads.Served, all.Failed)
+	reads.BaseFailed = min(count(km.BaseReadsFailed), reads.BaseTotal, all.BaseFailed)
+	// The others' failures are all's less the reads': at most their served.
+	reads.Failed = max(reads.Failed, all.Failed-(all.Served-reads.Served))
+	reads.BaseFailed = max(reads.BaseFailed, all.BaseFailed-(all.BaseTotal-reads.BaseTotal))
+	return all, reads
+}
+
+// histories are the key's decide.MoveHistory of all its commands, its
+// reads and its other commands.
+func (s *moveSums) histories() (all, reads, others decide.MoveHistory) {
+	for w := range s.all {
+		all[w], reads[w], others[w] = s.all[w].Outcomes(), s.reads[w].Outcomes(), s.others[w].Outcomes()
 	}
-	return h
+	return all, reads, others
 }
 
 // count is a reported count, bounded so that no sum overflows.
@@ -104,7 +129,7 @@ func (v *view) moveInterval() time.Duration {
 // movesFailing reports whether, after a summary that reported failures
 // on a move's path (failing: its keys with a failed command), one of
 // those keys' histories over the fresh nodes now passes the failure rule
-// (decide.MoveFailing): the hub then asks for a decision pass at once
+// (decide.MoveFailingApart): the hub then asks for a decision pass at once
 // rather than at the pass's next scheduled check, so that a failing move
 // is withdrawn within a report interval of the summary that showed it.
 // Checks are at most one per eighth of a report interval: with thousands
@@ -122,7 +147,7 @@ func (v *view) movesFailing(now time.Time, failing map[string]bool) bool {
 		}
 	}
 	for _, s := range sums {
-		if _, fails := decide.MoveFailing(s.history()); fails {
+		if _, _, fails := decide.MoveFailingApart(s.histories()); fails {
 			return true
 		}
 	}

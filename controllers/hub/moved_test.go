@@ -205,4 +205,18 @@ func TestFailingMoveTriggersAPass(t *testing.T) {
 	h.Snapshot(id)
 	send(agentlink.KeyMoved{Served: 400, Failed: 100, BaseTotal: 400})
 	eventually.True(t, 10*time.Second, "a pass asked for by the failing path", func() bool { return triggers.Load() == 2 })
+	// A split counter's reads all failing, its increments served: 20 of
+	// 220 commands, too few a share whole, but 20 of 20 reads against none
+	// of 200 direct reads (decide.MoveFailingApart), in the first summary.
+	h.Snapshot(id)
+	for range 4 { // the failing summary's windows out of reach
+		send(agentlink.KeyMoved{Served: 400, BaseTotal: 400, ReadServed: 40, BaseReads: 400})
+	}
+	h.Snapshot(id)
+	send(agentlink.KeyMoved{Served: 220, Failed: 20, BaseTotal: 200, ReadServed: 20, ReadFailed: 20, BaseReads: 200})
+	eventually.True(t, 10*time.Second, "a pass asked for by the failing reads", func() bool { return triggers.Load() == 3 })
+	snap, _ := h.Snapshot(id)
+	if c, i, f := decide.MoveFailingApart(snap.Keys["c"].Moved, snap.Keys["c"].MovedReads, snap.Keys["c"].MovedOthers); !f || c != decide.ReadCommands || i != 0 {
+		t.Errorf("the snapshot: %v on window %d (failing %v), want the reads on the last interval", c, i, f)
+	}
 }

@@ -478,7 +478,7 @@ func (v *view) snapshot(now time.Time, maxAge, grace time.Duration) Snapshot {
 	}
 	for k, m := range moved {
 		o := snap.Keys[k]
-		o.Moved = m.history()
+		o.Moved, o.MovedReads, o.MovedOthers = m.histories()
 		snap.Keys[k] = o
 	}
 	snap.BigKeys = v.bigKeys(now, maxAge)

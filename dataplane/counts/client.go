@@ -111,12 +111,14 @@ type entry struct {
 	// (ObserveRefused).
 	refused uint32
 	// served and failed count the key's commands its move served, and
-	// those that failed on its path (ObserveMoved).
-	served, failed uint32
+	// those that failed on its path (ObserveMoved); readServed and
+	// readFailed the reads among them.
+	served, failed, readServed, readFailed uint32
 }
 
-// baseline counts one policy's commands sent raw in an interval.
-type baseline struct{ total, failed atomic.Uint32 }
+// baseline counts one policy's commands sent raw in an interval, and the
+// reads among them.
+type baseline struct{ total, failed, reads, readsFailed atomic.Uint32 }
 
 type shard struct {
 	mu   sync.Mutex
@@ -220,26 +222,33 @@ func (c *Client) ObserveRefused(policy, key string) {
 
 // ObserveMoved counts one command on key under policy that the key's move
 // served (the engine's path: split, pre-aggregate, replicate, the read
-// moves), and whether it failed on that path (engine.Failure: an i/o
-// error, a timeout, a place LOADING; not Redis' own semantic errors). The
-// manager withdraws a move whose path fails clearly more than the
-// sidecar's direct commands (ObserveRaw). It never blocks on the network
-// and does not retain key.
-func (c *Client) ObserveMoved(policy, key string, failed bool) {
+// moves), whether it is a read (a command that writes nothing), and
+// whether it failed on that path (engine.Failure: an i/o error, a
+// timeout, a place LOADING; not Redis' own semantic errors). The manager
+// withdraws a move whose path fails clearly more than the sidecar's
+// direct commands (ObserveRaw), all of them or the reads or the others
+// apart. It never blocks on the network and does not retain key.
+func (c *Client) ObserveMoved(policy, key string, read, failed bool) {
 	if s, e := c.entry(policy, key); e != nil {
 		e.served = satAdd(e.served, 1)
 		if failed {
 			e.failed = satAdd(e.failed, 1)
+		}
+		if read {
+			e.readServed = satAdd(e.readServed, 1)
+			if failed {
+				e.readFailed = satAdd(e.readFailed, 1)
+			}
 		}
 		s.mu.Unlock()
 	}
 }
 
 // ObserveRaw counts one command under policy sent raw to Redis (on a key
-// no move serves), and whether it failed by engine.Failure's test: the
-// baseline the next batch gives with each key its move served. It takes
-// no lock once the policy was seen.
-func (c *Client) ObserveRaw(policy string, failed bool) {
+// no move serves), whether it is a read, and whether it failed by
+// engine.Failure's test: the baseline the next batch gives with each key
+// its move served. It takes no lock once the policy was seen.
+func (c *Client) ObserveRaw(policy string, read, failed bool) {
 	v, ok := c.baselines.Load(policy)
 	if !ok {
 		v, _ = c.baselines.LoadOrStore(policy, &baseline{})
@@ -249,17 +258,27 @@ func (c *Client) ObserveRaw(policy string, failed bool) {
 	if failed {
 		b.failed.Add(1)
 	}
+	if read {
+		b.reads.Add(1)
+		if failed {
+			b.readsFailed.Add(1)
+		}
+	}
 }
 
 // takeBaseline is policy's baseline since the last flush, reset.
-func (c *Client) takeBaseline(policy string) (total, failed uint32) {
+func (c *Client) takeBaseline(policy string) sidecarlink.MoveCounts {
 	v, ok := c.baselines.Load(policy)
 	if !ok {
-		return 0, 0
+		return sidecarlink.MoveCounts{}
 	}
 	b := v.(*baseline)
-	total, failed = b.total.Swap(0), b.failed.Swap(0)
-	return total, min(failed, total)
+	// Each counter is swapped on its own while commands are counted: a
+	// part may lag its whole by a command, which the bounds below clamp.
+	total, failed := b.total.Swap(0), b.failed.Swap(0)
+	reads, readsFailed := b.reads.Swap(0), b.readsFailed.Swap(0)
+	failed, reads = min(failed, total), min(reads, total)
+	return sidecarlink.MoveCounts{BaseTotal: total, BaseFailed: failed, BaseReads: reads, BaseReadsFailed: min(readsFailed, reads, failed)}
 }
 
 // entry is key's entry under policy in this interval, added if new, with
@@ -339,8 +358,7 @@ func (c *Client) Flush() {
 	// meanwhile).
 	c.bases = c.bases[:0]
 	c.baselines.Range(func(k, _ any) bool {
-		t, f := c.takeBaseline(k.(string))
-		c.bases = append(c.bases, policyBase{policy: k.(string), m: sidecarlink.MoveCounts{BaseTotal: t, BaseFailed: f}})
+		c.bases = append(c.bases, policyBase{policy: k.(string), m: c.takeBaseline(k.(string))})
 		return true
 	})
 	for i := range c.shards {
@@ -379,6 +397,8 @@ func (c *Client) encode(ents []entry) {
 				}
 			}
 			m.Served, m.Failed = e.served, min(e.failed, e.served)
+			m.ReadServed = min(e.readServed, e.served)
+			m.ReadFailed = min(e.readFailed, m.ReadServed, m.Failed)
 		}
 		enc := c.encoder(e.policy)
 		if !enc.TryAdd(e.key, e.reads, e.writes, e.nbytes, e.size, e.fam, e.refused, m) {

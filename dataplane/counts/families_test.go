@@ -129,18 +129,18 @@ func TestClientSendsMoveOutcomes(t *testing.T) {
 	}
 	for i := range 10 {
 		c.Observe("ns/p", "split", 0, 1, 10)
-		c.ObserveMoved("ns/p", "split", i < 4)
+		c.ObserveMoved("ns/p", "split", i%2 == 0, i < 4)
 	}
 	for i := range 100 {
-		c.ObserveRaw("ns/p", i == 0)
+		c.ObserveRaw("ns/p", i < 30, i == 0)
 	}
 	c.Observe("ns/p", "plain", 1, 0, 10)
 	c.Flush()
 	got := read()
-	if want := (sidecarlink.MoveCounts{Served: 10, Failed: 4, BaseTotal: 100, BaseFailed: 1}); got["split"] != want || got["plain"] != (sidecarlink.MoveCounts{}) {
+	if want := (sidecarlink.MoveCounts{Served: 10, Failed: 4, BaseTotal: 100, BaseFailed: 1, ReadServed: 5, ReadFailed: 2, BaseReads: 30, BaseReadsFailed: 1}); got["split"] != want || got["plain"] != (sidecarlink.MoveCounts{}) {
 		t.Errorf("sent %+v, want split: %+v, plain: none", got, want)
 	}
-	c.ObserveMoved("ns/p", "split", false)
+	c.ObserveMoved("ns/p", "split", false, false)
 	c.Flush()
 	if got := read(); got["split"] != (sidecarlink.MoveCounts{Served: 1}) {
 		t.Errorf("next interval: %+v, want split served 1, nothing failed, no raw command", got)

@@ -119,25 +119,35 @@ type RefusalObserver interface {
 // the sidecar's direct commands, the baseline that tells a failing path
 // from a failover of the whole upstream.
 type OutcomeObserver interface {
-	ObserveMoved(policy, key string, failed bool)
-	ObserveRaw(policy string, failed bool)
+	ObserveMoved(policy, key string, read, failed bool)
+	ObserveRaw(policy string, read, failed bool)
 }
 
 // observeMoved reports a command on key the engine served by its move
-// (not a refusal), failed when its error is a failure of the move's path
-// (engine.Failure), to the Observer, if it takes outcomes.
-func (p *Proxy) observeMoved(key string, err error) {
+// (not a refusal), read when it writes nothing, failed when its error is
+// a failure of the move's path (engine.Failure), to the Observer, if it
+// takes outcomes.
+func (p *Proxy) observeMoved(key string, read bool, err error) {
 	if p.outcomes != nil && key != "" {
-		p.outcomes.ObserveMoved(p.cfg.Policy, key, engine.Failure(err))
+		p.outcomes.ObserveMoved(p.cfg.Policy, key, read, engine.Failure(err))
 	}
 }
 
 // observeRaw reports the reply to a command sent raw (rep nil: the
-// command got none, its connection failed), for the baseline.
-func (p *Proxy) observeRaw(rep *resp.Reply) {
+// command got none, its connection failed), for the baseline; read says
+// it is a read of a key (classified.readKey set: the manager judges a
+// move's reads against these), any other command is counted as a write.
+func (p *Proxy) observeRaw(rep *resp.Reply, read bool) {
 	if p.outcomes != nil {
-		p.outcomes.ObserveRaw(p.cfg.Policy, rep == nil || rep.IsError() && failedReply(rep.Line))
+		p.outcomes.ObserveRaw(p.cfg.Policy, read, rep == nil || rep.IsError() && failedReply(rep.Line))
 	}
+}
+
+// writesNothing reports whether the command args writes nothing (a read,
+// for the outcomes of a move: command.Info.Write unset).
+func writesNothing(args [][]byte) bool {
+	info, ok := command.Lookup(args[0])
+	return ok && !info.Write
 }
 
 // observeRefused reports a command the engine refused because of its key's

@@ -74,7 +74,7 @@ func (s *session) execEngine(d engine.Decision, args [][]byte) bool {
 			err = r.Err
 		}
 		if d.Entry != nil {
-			s.p.observeMoved(d.Entry.Key, err)
+			s.p.observeMoved(d.Entry.Key, writesNothing(args), err)
 		}
 	}
 	return true
@@ -89,7 +89,7 @@ func (s *session) execRead(ctx context.Context, args [][]byte) {
 		c, _ := command.Lookup(args[0])
 		k := string(c.FirstKey(args))
 		s.p.observe(k, 1, 0, len(b))
-		s.p.observeMoved(k, err)
+		s.p.observeMoved(k, true, err)
 	}
 	if !s.quiet {
 		if err != nil {

@@ -215,7 +215,7 @@ func (l *loop) upReplies(u *lupstream) {
 			continue
 		}
 		l.deliver(f.c, f.seq, l.rep.Raw)
-		l.p.observeRaw(&l.rep)
+		l.p.observeRaw(&l.rep, f.key != "")
 		for _, k := range f.inval {
 			e.Invalidate(k)
 		}
@@ -439,7 +439,7 @@ func (l *loop) failOwed(u *lupstream, msg string) {
 	l.inflight -= u.owed()
 	for _, f := range u.fifo[u.head:] {
 		l.deliver(f.c, f.seq, reply)
-		l.p.observeRaw(nil)
+		l.p.observeRaw(nil, f.key != "")
 		for _, k := range f.inval {
 			l.p.cfg.Engine.Invalidate(k)
 		}

@@ -16,30 +16,54 @@ import (
 )
 
 // outcomeRecorder is an OutcomeObserver counting the commands moves served
-// and failed per key, and the commands sent raw and failed.
+// and failed per key, and the commands sent raw and failed; and the
+// reads among each.
 type outcomeRecorder struct {
 	recorder
 	omu                 sync.Mutex
 	served, failed      map[string]int
 	rawTotal, rawFailed int
+	reads               [4]int // moves' reads served and failed, raw reads and failed
 }
 
-func (r *outcomeRecorder) ObserveMoved(policy, key string, failed bool) {
+func (r *outcomeRecorder) ObserveMoved(policy, key string, read, failed bool) {
 	r.omu.Lock()
 	defer r.omu.Unlock()
 	r.served[policy+"|"+key]++
 	if failed {
 		r.failed[policy+"|"+key]++
 	}
+	if read {
+		r.reads[0]++
+		if failed {
+			r.reads[1]++
+		}
+	}
 }
 
-func (r *outcomeRecorder) ObserveRaw(policy string, failed bool) {
+func (r *outcomeRecorder) ObserveRaw(policy string, read, failed bool) {
 	r.omu.Lock()
 	defer r.omu.Unlock()
 	r.rawTotal++
 	if failed {
 		r.rawFailed++
 	}
+	if read {
+		r.reads[2]++
+		if failed {
+			r.reads[3]++
+		}
+	}
+}
+
+// takeReads returns the reads among the counts so far (moves' served and
+// failed, raw and failed) and starts them over.
+func (r *outcomeRecorder) takeReads() [4]int {
+	r.omu.Lock()
+	defer r.omu.Unlock()
+	out := r.reads
+	r.reads = [4]int{}
+	return out
 }
 
 // take returns the counts so far and starts over.
@@ -124,6 +148,11 @@ func TestMoveFailuresReportedWithBaseline(t *testing.T) {
 	if s, f, rt, rf := rec.take("likes"); s != 41 || f != 0 || rt < 41 || rf != 0 {
 		t.Fatalf("every master up: likes served %d failed %d, raw %d failed %d; want 41 0, at least 41 (the connection set-up too), 0", s, f, rt, rf)
 	}
+	// The reads among them: likes' GET (its INCRs write), the 40 direct
+	// GETs (not the INCR of text, nor the connection's set-up).
+	if r := rec.takeReads(); r != [4]int{1, 0, 40, 0} {
+		t.Fatalf("every master up: reads %v, want likes' 1 served, none failed, 40 direct, none failed", r)
+	}
 
 	// Stopped, not paused: go-redis (9.23, RESP3) waits for a paused
 	// node's reply past its context's deadline (it peeks for push
@@ -148,6 +177,9 @@ func TestMoveFailuresReportedWithBaseline(t *testing.T) {
 	t.Logf("a shard's master stopped: likes served %d failed %d, raw %d failed %d", s, f, rt, rf)
 	if s != 1 || f != 1 || rt < 20 || rf != 0 {
 		t.Fatalf("a shard's master stopped: likes served %d failed %d, raw %d failed %d; want its GET served and failed, 20 raw, none failed", s, f, rt, rf)
+	}
+	if r := rec.takeReads(); r != [4]int{1, 1, 20, 0} {
+		t.Fatalf("a shard's master stopped: reads %v, want likes' GET served and failed, the 20 direct GETs, none failed", r)
 	}
 
 	for _, a := range cl.Addrs() {

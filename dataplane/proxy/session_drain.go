@@ -79,7 +79,7 @@ func (s *session) takeReply(pd *pend) {
 	if u == nil || u.conn == nil {
 		if !pd.swallow {
 			s.cw.Buf = resp.AppendError(s.cw.Buf, errConnectionLost)
-			s.p.observeRaw(nil)
+			s.p.observeRaw(nil, pd.key != "")
 		}
 		return
 	}
@@ -123,7 +123,7 @@ func (s *session) takeReply(pd *pend) {
 	if pd.key != "" {
 		s.p.observe(pd.key, 1, 0, len(s.rep.Raw)+s.streamed)
 	}
-	s.p.observeRaw(&s.rep)
+	s.p.observeRaw(&s.rep, pd.key != "")
 	s.cw.Write(s.rep.Raw)
 	if len(s.cw.Buf) > flushAbove && !s.holding {
 		// A client that does not read stops this session here,
@@ -138,7 +138,7 @@ func (s *session) replyFailed(u *upstream, pd *pend, err error) {
 	s.fail(u, err)
 	if !pd.swallow {
 		s.cw.Buf = resp.AppendError(s.cw.Buf, s.p.upstreamError(s.p.topo.addr(int(pd.node)), err))
-		s.p.observeRaw(nil)
+		s.p.observeRaw(nil, pd.key != "")
 	}
 }
 

@@ -321,7 +321,7 @@ func (h *Hook) apply(ctx context.Context, cmd redis.Cmder, args [][]byte, d engi
 		return err
 	}
 	if d.Op != engine.OpRefuse && d.Entry != nil {
-		h.observeMoved(d.Entry.Key, r)
+		h.observeMoved(d.Entry.Key, args, r)
 	}
 	return store(cmd, r)
 }

@@ -22,7 +22,7 @@ type outcomes struct {
 	served, failed, rawTotal, rawFailed int
 }
 
-func (o *outcomes) ObserveMoved(policy, key string, failed bool) {
+func (o *outcomes) ObserveMoved(policy, key string, read, failed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.served++
@@ -31,7 +31,7 @@ func (o *outcomes) ObserveMoved(policy, key string, failed bool) {
 	}
 }
 
-func (o *outcomes) ObserveRaw(policy string, failed bool) {
+func (o *outcomes) ObserveRaw(policy string, read, failed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.rawTotal++

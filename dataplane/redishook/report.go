@@ -18,17 +18,19 @@ func (h *Hook) report(cmd redis.Cmder) {
 	if h.obs == nil {
 		return
 	}
-	if oo, ok := h.obs.(outcomeObserver); ok {
-		// Sent raw: the baseline a move's failures are judged by.
-		oo.ObserveRaw(h.policy, engine.Failure(cmd.Err()))
-	}
 	args := cmd.Args()
-	if len(args) < 2 {
-		return
+	var name string
+	if len(args) > 0 {
+		name, _ = args[0].(string)
 	}
-	name, _ := args[0].(string)
-	info, ok := command.Lookup([]byte(name))
-	if !ok {
+	info, known := command.Lookup([]byte(name))
+	if oo, ok := h.obs.(outcomeObserver); ok {
+		// Sent raw: the baseline a move's failures are judged by, its
+		// reads (of a key) apart, as the proxy's.
+		read := known && !info.Write && len(args) >= 2 && info.FirstIndex() != 0
+		oo.ObserveRaw(h.policy, read, engine.Failure(cmd.Err()))
+	}
+	if len(args) < 2 || !known {
 		return
 	}
 	var key string
@@ -72,13 +74,14 @@ func (h *Hook) reportAll(cmds []redis.Cmder) {
 // move served and of each sent raw (dataplane/counts.Client is), as the
 // sidecar proxy's OutcomeObserver.
 type outcomeObserver interface {
-	ObserveMoved(policy, key string, failed bool)
-	ObserveRaw(policy string, failed bool)
+	ObserveMoved(policy, key string, read, failed bool)
+	ObserveRaw(policy string, read, failed bool)
 }
 
-// observeMoved reports a command on key the engine served by its move,
-// failed when its error is a failure of the move's path (engine.Failure).
-func (h *Hook) observeMoved(key string, r engine.Reply) {
+// observeMoved reports a command (args) on key the engine served by its
+// move, read when it writes nothing, failed when its error is a failure
+// of the move's path (engine.Failure).
+func (h *Hook) observeMoved(key string, args [][]byte, r engine.Reply) {
 	oo, ok := h.obs.(outcomeObserver)
 	if !ok {
 		return
@@ -87,7 +90,12 @@ func (h *Hook) observeMoved(key string, r engine.Reply) {
 	if r.Kind == engine.ReplyError {
 		err = r.Err
 	}
-	oo.ObserveMoved(h.policy, key, engine.Failure(err))
+	read := false
+	if len(args) > 0 {
+		info, ok := command.Lookup(args[0])
+		read = ok && !info.Write
+	}
+	oo.ObserveMoved(h.policy, key, read, engine.Failure(err))
 }
 
 // requestSize is the size of args as a RESP array of bulk strings, what

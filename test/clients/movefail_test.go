@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +21,26 @@ import (
 // increments in flight when the node dies may fail (the others go to a
 // place still up); before the engine redirected them, failures went on for
 // 3.5-6.5 s, and 15-46 s before it failed fast.
+//
+// withdrawWithin and withdrawBefore bound the withdrawal of the split
+// whose reads fail, from the first failed GET of the counter (its reply)
+// to the sidecar obeying the table without the split: 6 report intervals,
+// and before the clients saw 16 failed GETs of the counter. The manager
+// needs 5 failed reads (decide's minFailed) against the direct reads;
+// then the sidecar's flush (100 ms), the agent's summary sent at once,
+// the pass and the table take 100-200 ms: the time is the clients' rate
+// of failing reads. Measured 0.25-0.55 s when the GETs of the counter
+// failed 10 to 16 a second, up to 1.75 s at a load average of 13 to 15 on
+// the 2 cores, when they came 4 to 8 a second; after 8 to 12 failed GETs.
+// Before the reads were judged apart from the increments (a tenth of the
+// counter's commands) and the agent sent at its interval, 1.4-6 s and up
+// to never (a split kept for the 60 s the test waits), after 30 to 40
+// failed reads.
 const (
 	reportInterval = 500 * time.Millisecond
 	recoverWithin  = reportInterval
+	withdrawWithin = 6 * reportInterval
+	withdrawBefore = 16
 )
 
 // forcedSplitInForce schedules a 4-shard split of key in s's policy and
@@ -60,9 +78,12 @@ func forcedSplitInForce(t *testing.T, s *stack, key string) []string {
 // to another place of the counter (engine placeAfterFailure), and the
 // count stays exact: the places still up hold every acknowledged increment
 // but those the lost shards held at the stop. The counter's GETs, which
-// sum every shard, fail; the sidecar reports them as failures on the
+// sum every shard, fail; the sidecar reports them as failed reads on the
 // split's path with the direct GETs (none failed) as the baseline, and
-// the manager withdraws the split and says why in status.
+// the manager withdraws the split and says why in status: the sidecar
+// obeys the table without the split within withdrawWithin (6 report
+// intervals) of the first failed GET of the counter, before its clients
+// saw withdrawBefore (16) failed GETs of it.
 func TestFailingSplitPathRolledBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server; skipped with -short")
@@ -114,6 +135,7 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 	defer pace.Stop()
 	var incrs, failed, okSince, gets, getFailed, ctrGets, ctrGetFailed int
 	var stoppedAt, recoveredAt, firstFailed, lastFailed time.Time
+	var ctrFailedAt []time.Time // the replies of the counter's failed GETs
 	var firstErr error
 	// round sends 40 INCR and 40 GET of plain keys from 4 goroutines
 	// (go-redis pools connections), and 4 GET of the counter (a read of
@@ -126,7 +148,7 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 			incrErr               error
 		}
 		out := make(chan res, 40)
-		ctrFailed := make(chan bool, 4)
+		ctrFailed := make(chan time.Time, 4) // when a GET of the counter failed (zero: it did not)
 		for g := range 4 {
 			go func() {
 				for i := range 10 {
@@ -137,13 +159,18 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 					r.getFailed = err != nil && err != redis.Nil
 					out <- r
 				}
-				ctrFailed <- c.Get(ctx, ctr).Err() != nil
+				var at time.Time
+				if c.Get(ctx, ctr).Err() != nil {
+					at = time.Now()
+				}
+				ctrFailed <- at
 			}()
 		}
 		for range 4 {
 			ctrGets++
-			if <-ctrFailed {
+			if at := <-ctrFailed; !at.IsZero() {
 				ctrGetFailed++
+				ctrFailedAt = append(ctrFailedAt, at)
 			}
 		}
 		for range 40 {
@@ -201,6 +228,11 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 	// round: the sidecar reports a failure, the manager withdraws (status),
 	// publishes a table without the split, the sidecar obeys it.
 	var reportedAt, withdrawnAt, publishedAt, appliedAt time.Time
+	var withdrawal int64 // the version of the first table seen without the split
+	// When the sidecar obeyed each table version, sampled every 10 ms
+	// until the loop below ends (a round takes 100-500 ms: too coarse to
+	// measure the withdrawal against withdrawWithin).
+	obeyed := sampleRoutingVersion(t, s)
 	for okSince < 300 || !strings.Contains(why, "failed on its path") {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %d INCR (%d failed, %d served since) and %d GET (%d failed): status %q; the sidecar reported %+v",
@@ -219,18 +251,51 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 		}
 		if tbl := s.pod.table(t); tbl != nil && publishedAt.IsZero() {
 			if e := tbl.Lookup(ctr); e == nil || e.Split == nil || e.Split.Generations[len(e.Split.Generations)-1].Shards == 0 {
-				publishedAt = time.Now()
+				publishedAt, withdrawal = time.Now(), tbl.Version
 			}
 		}
 		if tbl := s.pod.table(t); tbl != nil && !publishedAt.IsZero() && appliedAt.IsZero() && s.routingVersion() >= tbl.Version {
 			appliedAt = time.Now()
 		}
 	}
+	// The loop ends on the status; the table and the sidecar may follow a
+	// little later.
+	eventually.True(t, 30*time.Second, "the sidecar obeys a table without the split", func() bool {
+		if withdrawal == 0 {
+			if tbl := s.pod.table(t); tbl != nil {
+				if e := tbl.Lookup(ctr); e == nil || e.Split == nil || e.Split.Generations[len(e.Split.Generations)-1].Shards == 0 {
+					withdrawal = tbl.Version
+				}
+			}
+		}
+		return withdrawal > 0 && s.routingVersion() >= withdrawal
+	})
+	obeyedAt := obeyed(withdrawal)
+	if obeyedAt.IsZero() { // obeyed between the sampler's last look and its stop
+		obeyedAt = time.Now()
+	}
 	after := func(at time.Time) string {
 		if at.IsZero() {
 			return "never"
 		}
 		return at.Sub(stoppedAt).Round(100 * time.Millisecond).String()
+	}
+	var firstCtrFailed time.Time
+	failedBefore := 0 // the counter's GETs failed before the sidecar obeyed
+	for _, at := range ctrFailedAt {
+		if firstCtrFailed.IsZero() || at.Before(firstCtrFailed) {
+			firstCtrFailed = at
+		}
+		if at.Before(obeyedAt) {
+			failedBefore++
+		}
+	}
+	took := obeyedAt.Sub(firstCtrFailed)
+	t.Logf("the split withdrawn in the sidecar (table version %d) %v after the first failed GET of %s, %v after the stop, after %d failed GETs of it",
+		withdrawal, took.Round(10*time.Millisecond), ctr, obeyedAt.Sub(stoppedAt).Round(10*time.Millisecond), failedBefore)
+	if firstCtrFailed.IsZero() || took > withdrawWithin || failedBefore >= withdrawBefore {
+		t.Errorf("the sidecar obeyed the table without the split %v after the first failed GET of %s and %d failed GETs of it, want within %v and fewer than %d",
+			took.Round(10*time.Millisecond), ctr, failedBefore, withdrawWithin, withdrawBefore)
 	}
 	t.Logf("after the stop: first INCR failure %s (%v), first failure reported by the sidecar %s, status withdrawn %s, table without the split published %s, obeyed by the sidecar %s, last INCR failure %s; %d of the %d INCR sent after it failed; 300 INCR in a row served %s after the stop (%d GET of %d failed; %d of the %d GET of %s sent after the stop); status: %q",
 		after(firstFailed), firstErr, after(reportedAt), after(withdrawnAt), after(publishedAt), after(appliedAt), after(lastFailed),
@@ -262,6 +327,45 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 		if e := tbl.Lookup(ctr); e != nil && e.Split != nil && e.Split.Generations[len(e.Split.Generations)-1].Shards > 0 {
 			t.Errorf("the counter is still split in the table: %+v", e.Split)
 		}
+	}
+}
+
+// sampleRoutingVersion samples the version of the table s obeys every
+// 10 ms until the returned function is called (or the test ends); that
+// function stops the sampling and returns when s first obeyed version v or
+// a later one (zero: never seen).
+func sampleRoutingVersion(t *testing.T, s *stack) func(v int64) time.Time {
+	type sample struct {
+		at      time.Time
+		version int64
+	}
+	stop, done := make(chan struct{}), make(chan []sample, 1)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(stop) }) })
+	go func() {
+		var got []sample
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- got
+				return
+			case <-tick.C:
+			}
+			if v := s.routingVersion(); len(got) == 0 || v != got[len(got)-1].version {
+				got = append(got, sample{time.Now(), v})
+			}
+		}
+	}()
+	return func(v int64) time.Time {
+		once.Do(func() { close(stop) })
+		for _, smp := range <-done {
+			if v > 0 && smp.version >= v {
+				return smp.at
+			}
+		}
+		return time.Time{}
 	}
 }
 
