@@ -210,6 +210,11 @@ func newEngine(rc redis.UniversalClient, reg Registry, d *up.Dialer, follow *mas
 
 // countsClient reports key accesses to the node agent, its detector's
 // statistics registered in reg.
+// The proxy finds what the counts client reports beyond counts (move
+// outcomes) by type assertion, so a signature that drifted would compile
+// and silently report nothing.
+var _ proxy.OutcomeObserver = (*counts.Client)(nil)
+
 func countsClient(cfg Config, reg Registry) (*counts.Client, error) {
 	dc, err := counts.NewClient(cfg.NodeAgent, counts.ClientOptions{LocalAddr: cfg.SourceAddr})
 	if err != nil {
