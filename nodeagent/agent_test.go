@@ -140,6 +140,25 @@ func (h *harness) step() {
 }
 
 // reads is the hub's estimate of key's reads/s.
+// settledPins steps until the first summaries and the policy's directive
+// have settled, and returns a maker of the policy's next directive, pinning
+// pins.
+func (h *harness) settledPins() func(pins ...string) *agentlink.Directive {
+	for range 20 {
+		h.step()
+	}
+	h.d.mu.RLock()
+	p := h.d.policies[policy]
+	h.d.mu.RUnlock()
+	return func(pins ...string) *agentlink.Directive {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		dir := p.dir
+		dir.Pins, dir.Version = pins, dir.Version+1
+		return &dir
+	}
+}
+
 func (h *harness) reads(key string) int64 {
 	snap, _ := h.hub.Snapshot(policy)
 	return snap.Keys[key].ReadsPerSecond
@@ -469,19 +488,7 @@ func TestIdleAgentSummarizesOnlyWhenDue(t *testing.T) {
 // an idle tick.
 func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	h := start(t)
-	for range 20 { // the first summaries and the directive's settle
-		h.step()
-	}
-	h.d.mu.RLock()
-	p := h.d.policies[policy]
-	h.d.mu.RUnlock()
-	directive := func(pins ...string) *agentlink.Directive {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		dir := p.dir
-		dir.Pins, dir.Version = pins, dir.Version+1
-		return &dir
-	}
+	directive := h.settledPins()
 	// afterInterval steps until a summary due by its interval is built and
 	// waits until it is sent; it returns the summaries sent.
 	afterInterval := func() uint64 {
@@ -555,18 +562,9 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 // pinned it again, over and over (test/skew TestSkewPreviousManager).
 func TestSummaryEchoesAPinOnlyWithItsCounts(t *testing.T) {
 	h := start(t)
-	for range 20 { // the first summaries and the directive's settle
-		h.step()
-	}
-	h.d.mu.RLock()
-	p := h.d.policies[policy]
-	h.d.mu.RUnlock()
-	p.mu.Lock()
-	dir := p.dir
-	p.mu.Unlock()
-	before := dir.Version
-	dir.Pins, dir.Version = []string{"product:viral"}, dir.Version+1
-	if err := h.d.applyDirective(&dir); err != nil {
+	dir := h.settledPins()("product:viral")
+	before := dir.Version - 1
+	if err := h.d.applyDirective(dir); err != nil {
 		t.Fatal(err)
 	}
 	echo := func() (uint64, float64) {

@@ -159,11 +159,7 @@ func checkCounts(t *testing.T, nodes int, seed uint64, m reactionModel) int {
 	start := t0.Add(warmup)
 	f.traffic = func(i, _ int, now time.Time, sk *sketch.Sketch) {
 		for range poisson(rng, bgRate*tick.Seconds()) {
-			if rng.IntN(5) == 0 {
-				sk.Update(f.background(i), 0, 1, 64)
-			} else {
-				sk.Update(f.background(i), 1, 0, 64)
-			}
+			f.backgroundOp(i, sk, rng, 5)
 		}
 		if now.Before(start) {
 			return

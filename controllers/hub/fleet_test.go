@@ -163,6 +163,16 @@ func newFleet(t *testing.T, c fleetConfig, rng *rand.Rand, seed uint64) *fleet {
 // background returns a key of node i's background traffic.
 func (f *fleet) background(i int) string { return f.names[f.agents[i].zipf.Uint64()] }
 
+// backgroundOp adds one background operation of node i to sk: a write one
+// time in writeOneIn (drawn from rng), else a read.
+func (f *fleet) backgroundOp(i int, sk *sketch.Sketch, rng *rand.Rand, writeOneIn int) {
+	if rng.IntN(writeOneIn) == 0 {
+		sk.Update(f.background(i), 0, 1, 64)
+	} else {
+		sk.Update(f.background(i), 1, 0, 64)
+	}
+}
+
 // run runs the fleet from t0 (excluded) to end (included); the hub pins,
 // decides and is observed from hubFrom on (before, it only takes the
 // summaries).

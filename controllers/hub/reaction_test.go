@@ -101,11 +101,7 @@ func checkReaction(t *testing.T, nodes, hot int, seed uint64) {
 		a := acc[i*senders+j]
 		bg := &a[len(keys)]
 		for *bg += bgPerNode * perFlush; *bg >= 1; *bg-- {
-			if rng.IntN(10) == 0 {
-				sk.Update(f.background(i), 0, 1, 64)
-			} else {
-				sk.Update(f.background(i), 1, 0, 64)
-			}
+			f.backgroundOp(i, sk, rng, 10)
 		}
 		if now.Before(start) {
 			return
