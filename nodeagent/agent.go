@@ -238,7 +238,7 @@ func New(opts Options) (*Agent, error) {
 		up:       &uplinkState{},
 
 		movesFailing: make(chan struct{}, 1),
-		summaryOut: make(chan []byte, 1),
+		summaryOut:   make(chan []byte, 1),
 	}
 	if opts.Capture != nil {
 		if err := RegisterCaptureMetrics(opts.Registerer, opts.Capture, func() bool { return !d.captureStopped.Load() }); err != nil {
