@@ -33,3 +33,31 @@ func TestExternalTicksTickOnlyWhenCalled(t *testing.T) {
 		return h.d.Stats().Summaries > 0 && h.reads("product:hot") > 0
 	})
 }
+
+// TestExternalTicksFailingMoveSendsAtOnce: under Options.ExternalTicks a
+// batch that makes a key's move fail clearly more than the direct commands
+// still sends its summary at once (as TestFailingMoveSendsASummaryAtOnce
+// with the agent's own ticker), not at the caller's next tick.
+func TestExternalTicksFailingMoveSendsAtOnce(t *testing.T) {
+	h := startOpts(t, nil, func(o *Options) { o.ExternalTicks = true })
+	for range 20 { // the first summaries and the directive's settle
+		h.step()
+	}
+	before := h.d.Stats().Summaries
+	for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
+		h.step()
+	}
+	eventually.True(t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > before })
+	sent := h.d.Stats().Summaries
+	h.step() // a tick since that summary: an urgent one may go
+	for range 5 {
+		h.c.ObserveMoved(policy, "product:split", false, true)
+	}
+	for range 100 {
+		h.c.ObserveRaw(policy, false, false)
+	}
+	h.send() // no tick from here on
+	eventually.True(t, 20*time.Second, "the summary with the move's failures reaches the manager at once", func() bool {
+		return h.d.Stats().Summaries > sent
+	})
+}
