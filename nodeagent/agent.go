@@ -88,6 +88,13 @@ type Options struct {
 	Clock clock.WithTicker
 	// Tick is how often summaries are computed (and sent when due).
 	Tick time.Duration
+	// ExternalTicks: the agent has no ticker of its own, and the caller
+	// calls Agent.Tick every Tick instead. For a simulator running
+	// thousands of agents in one process (bench/fleetsim), whose simulated
+	// node already wakes every Tick to hand its sidecars' counts over: a
+	// timer and a goroutine wake per agent per tick were a large part of
+	// its own CPU, which is not the agent's cost on a real node.
+	ExternalTicks bool
 	// MemoryPerPolicy is each policy's sketch budget in bytes.
 	MemoryPerPolicy int
 	// SourceRate is the entries per second one pod may send (burst: one
@@ -156,6 +163,14 @@ type Agent struct {
 	resolvedNames map[string]resolved
 	// interval is reportInterval, in nanoseconds.
 	interval atomic.Int64
+	// summaryOut carries each summary from the tick to sendSummaries.
+	summaryOut chan []byte
+	// external is the summary loop's state under Options.ExternalTicks
+	// (Tick may be called from any goroutine, one at a time).
+	external struct {
+		sync.Mutex
+		st sendState
+	}
 	// dirty says something that can make a summary urgent happened since
 	// the last one was built: counts came in, or a directive changed the
 	// alert level or the pins. Without it, rates only decay, so no key can
@@ -223,6 +238,7 @@ func New(opts Options) (*Agent, error) {
 		up:       &uplinkState{},
 
 		movesFailing: make(chan struct{}, 1),
+		summaryOut:   make(chan []byte, 1),
 	}
 	if opts.Capture != nil {
 		if err := RegisterCaptureMetrics(opts.Registerer, opts.Capture, func() bool { return !d.captureStopped.Load() }); err != nil {

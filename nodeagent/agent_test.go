@@ -136,6 +136,7 @@ func (h *harness) step() {
 	h.t.Helper()
 	before := h.d.Stats().Ticks
 	h.clk.Step(DefaultTick)
+	h.d.Tick() // under Options.ExternalTicks; nothing otherwise
 	eventually.True(h.t, 20*time.Second, "the agent's tick", func() bool { return h.d.Stats().Ticks > before })
 }
 

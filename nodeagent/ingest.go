@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -42,11 +43,16 @@ func (d *Agent) ingest(ctx context.Context) {
 
 // HandleDatagram counts one batch as if it arrived from src: the entry point
 // of the fleet simulator, which feeds thousands of simulated nodes real wire
-// batches without a socket each. It is safe for concurrent use.
+// batches without a socket each. It is safe for concurrent use. Its decoders
+// are pooled, as ingest keeps one: a new one per batch grew its entries anew
+// each time, an allocation a real agent does not make.
 func (d *Agent) HandleDatagram(src netip.Addr, buf []byte) {
-	var dec sidecarlink.Decoder
-	d.handle(&dec, src, buf)
+	dec := decoders.Get().(*sidecarlink.Decoder)
+	d.handle(dec, src, buf)
+	decoders.Put(dec)
 }
+
+var decoders = sync.Pool{New: func() any { return new(sidecarlink.Decoder) }}
 
 // handle counts one datagram from src. A bad batch, a batch from a pod that
 // may not send for the policy it names, or one over the pod's rate is

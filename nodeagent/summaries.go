@@ -26,10 +26,22 @@ import (
 // on another goroutine, the latest summary replacing one not sent yet, so a
 // slow manager never delays counting.
 func (d *Agent) summaryLoop(ctx context.Context) {
+	out := d.summaryOut
+	go d.sendSummaries(ctx, out)
+	if d.opts.ExternalTicks { // the caller ticks (Tick)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.movesFailing:
+				d.external.Lock()
+				d.summarizeIfDue(&d.external.st, out)
+				d.external.Unlock()
+			}
+		}
+	}
 	t := d.opts.Clock.NewTicker(d.opts.Tick)
 	defer t.Stop()
-	out := make(chan []byte, 1)
-	go d.sendSummaries(ctx, out)
 	var st sendState
 	for {
 		select {
@@ -43,6 +55,18 @@ func (d *Agent) summaryLoop(ctx context.Context) {
 			d.summarizeIfDue(&st, out)
 		}
 	}
+}
+
+// Tick runs one turn of the summary loop now, for an agent made with
+// Options.ExternalTicks (otherwise it does nothing: the agent ticks
+// itself). The summary it may queue is sent once Run runs.
+func (d *Agent) Tick() {
+	if !d.opts.ExternalTicks {
+		return
+	}
+	d.external.Lock()
+	defer d.external.Unlock()
+	d.tick(&d.external.st, d.summaryOut)
 }
 
 // sendState is what the summary loop keeps from tick to tick.

@@ -59,3 +59,33 @@ func benchUpdate(b *testing.B, prehash bool) {
 
 func BenchmarkUpdate(b *testing.B)       { benchUpdate(b, false) }
 func BenchmarkUpdateHashed(b *testing.B) { benchUpdate(b, true) }
+
+// BenchmarkSparseUpdates is a quiet node's sketch: a few keys counted per
+// slot, each Advance crossing a slot boundary, so most updates land on a
+// page of the filter that has fades to catch up on (catchUp). It is the
+// fleet simulator's node agent at 5,000 nodes (a few background operations
+// per node per tick) and a real node with little traffic.
+func BenchmarkSparseUpdates(b *testing.B) {
+	st := stream()
+	laid := st.Lay()
+	s, err := New(Config{K: 100, MemoryBytes: 256 << 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := t0
+	s.Advance(now)
+	n := len(laid.Keys)
+	for j := range 20_000 { // a filter with counts in it
+		s.Update(laid.Keys[j], 1, 0, 64)
+	}
+	slot := s.cfg.Window / time.Duration(s.cfg.Slots)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(slot)
+		s.Advance(now)
+		for k := range 4 {
+			s.Update(laid.Keys[(i*4+k)%n], 1, 0, 64)
+		}
+	}
+}

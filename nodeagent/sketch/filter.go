@@ -85,6 +85,18 @@ func (s *Sketch) catchUp(p uint) {
 	k := s.fades - s.pageFades[p]
 	s.pageFades[p] = s.fades
 	page := s.hk[p*pageSize : min((p+1)*pageSize, uint(len(s.hk)))]
+	if s.decayN == 512 {
+		// FadePercent 50, the default: a fade is c*512>>10 = c>>1 exactly,
+		// so k of them are one shift (0 from k = 32 on) instead of up to 32
+		// multiplications per bucket. A quiet node's sketch meets a stale
+		// page at most updates (catchUp was 3–11 % of the fleet
+		// simulator's CPU at 1,000–2,500 nodes); BenchmarkSparseUpdates
+		// went from 1.35–1.63 to 1.01–1.38 µs per slot of four updates.
+		for j := range page {
+			page[j].count >>= k
+		}
+		return
+	}
 	for j := range page {
 		c := uint64(page[j].count)
 		for n := uint32(0); n < k && c != 0; n++ { // c strictly falls: decayN < 1024

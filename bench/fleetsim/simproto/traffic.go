@@ -3,7 +3,10 @@ package simproto
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -260,40 +263,74 @@ func (s *schedule) elapsed(start, now time.Time) (bg, hot time.Duration) {
 	return end.Sub(start), max(hot, 0)
 }
 
-// runNode hands out node g's traffic every NodeTick until ctx ends, then
-// sends what it still owes (up to the start of rest) unless abort ended
-// first.
-func runNode(ctx, abort context.Context, g *nodeTraffic, sched *schedule, start time.Time, phase time.Duration, after func()) {
-	// Nodes tick out of step, as real sidecars flush: 1,000 nodes ticking
-	// together would make a burst of 1,000 goroutines every tick, and the
-	// simulated agents' routing streams would wait behind it.
-	select {
-	case <-ctx.Done():
-	case <-time.After(time.Until(start.Add(phase))):
+// nodeTicks is one node's place in its group (runGroup): its traffic,
+// what to call after each of its ticks, and when its last tick ran.
+type nodeTicks struct {
+	g     *nodeTraffic
+	after func()
+	prev  time.Time
+	first bool
+}
+
+// tick hands out what the node owes at now and records how late it ran.
+func (n *nodeTicks) tick(sched *schedule, start, now time.Time) {
+	g := n.g
+	g.stats.MaxGap = max(g.stats.MaxGap, now.Sub(n.prev))
+	if !n.first {
+		g.stats.Lag.Add(now.Sub(n.prev) - NodeTick)
 	}
-	t := time.NewTicker(NodeTick)
+	n.prev, n.first = now, false
+	g.advance(sched.elapsed(start, now))
+	n.after()
+}
+
+// runGroup hands out its nodes' traffic, node k every NodeTick from
+// start + phases[k], until ctx ends, then sends what each still owes (up
+// to the start of rest) unless abort ended first. It wakes once per Tick
+// at most, for the nodes due by then: a goroutine and a timer per node
+// woke 10 × N times a second, and at 1,000 and 2,500 nodes a process the
+// scheduler and the timers were a fifth of the simulator's CPU. A node's
+// ticks stay NodeTick apart; its phase is rounded up to the next Tick.
+// When each node is due is kept apart from the nodes (due, in nanoseconds
+// from start), so that a wake scans a few cache lines, not every node.
+func runGroup(ctx, abort context.Context, nodes []*nodeTicks, phases []time.Duration, sched *schedule, start time.Time) {
+	due := slices.Clone(phases)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	prev, first := start, true
 	for {
-		now := time.Now()
-		g.stats.MaxGap = max(g.stats.MaxGap, now.Sub(prev))
-		if !first {
-			g.stats.Lag.Add(now.Sub(prev) - NodeTick)
+		now := time.Since(start)
+		next := time.Duration(math.MaxInt64)
+		for k, d := range due {
+			if d <= now {
+				at := time.Now()
+				nodes[k].tick(sched, start, at)
+				now = at.Sub(start)
+				for d <= now { // a late node skips the ticks it missed, as a time.Ticker does
+					d += NodeTick
+				}
+				due[k] = d
+			}
+			next = min(next, d)
 		}
-		prev, first = now, false
-		g.advance(sched.elapsed(start, now))
-		after()
+		// The nodes due within the same Tick run together.
+		t.Reset(time.Until(start.Add((next + Tick - 1) / Tick * Tick)))
 		select {
 		case <-ctx.Done():
 			if abort.Err() == nil {
-				g.advance(sched.elapsed(start, time.Now()))
-				after()
+				for _, n := range nodes {
+					n.g.advance(sched.elapsed(start, time.Now()))
+					n.after()
+				}
 			}
 			return
 		case <-t.C:
 		}
 	}
 }
+
+// groups is how many goroutines run a range's nodes: enough that a slow
+// node holds up few others, few enough that their wakes cost little.
+func groups(nodes int) int { return min(nodes, 16*runtime.GOMAXPROCS(0)) }
 
 // Run offers c's traffic to sidecars (sidecar j of node i at index
 // i*c.SidecarsPerNode+j) from start, which is when ready was printed, and
@@ -302,15 +339,17 @@ func runNode(ctx, abort context.Context, g *nodeTraffic, sched *schedule, start 
 // (announced at the first tick at or after it), for c.HotDuration; then rest (nothing) until
 // start + c.Duration (or until ctx ends).
 //
-// Each simulated node hands out its own share from a goroutine of its own,
-// paced by the clock and out of step with the others (node i's ticks are
-// i/Nodes of a NodeTick late): each tick sends what is owed since the phase began, so
-// a node descheduled on a loaded machine catches up instead of offering
-// less, and the total is bounded by the rates times the durations. The
-// phase schedule runs apart from the nodes, so a busy node delays its own
-// traffic only; one goroutine doing every node's work would be preempted
+// Each simulated node hands out its own share every NodeTick, paced by the
+// clock and out of step with the others (node i's ticks are i/Nodes of a
+// NodeTick late, rounded up to a Tick): each tick sends what is owed since
+// the phase began, so a node descheduled on a loaded machine catches up
+// instead of offering less, and the total is bounded by the rates times
+// the durations. The nodes run in groups, a goroutine each (runGroup: 16
+// per core), apart from the phase schedule, so a busy node delays its
+// group only; one goroutine doing every node's work would be preempted
 // and wait behind every other goroutine of a loaded simulator each time
-// (at 10,000 sidecars, tens of seconds).
+// (at 10,000 sidecars, tens of seconds), and one per node cost a wake and
+// a timer per node per tick.
 func Run(ctx context.Context, c *Config, sidecars []Observer, start time.Time, phase func(name string, at time.Time)) (TrafficStats, error) {
 	return RunNodes(ctx, c, sidecars, start, phase, nil)
 }
@@ -349,19 +388,27 @@ func RunRange(ctx context.Context, c *Config, r Range, sidecars []Observer, star
 	nodesCtx, stopNodes := context.WithCancel(ctx)
 	defer stopNodes()
 	gens := make([]*nodeTraffic, r.Count)
-	var wg sync.WaitGroup
+	grouped := make([][]*nodeTicks, groups(r.Count))
+	phases := make([][]time.Duration, len(grouped))
 	for k := range gens {
 		i := r.First + k
 		gens[k] = newNodeTraffic(c, i, sidecars[k*c.SidecarsPerNode:(k+1)*c.SidecarsPerNode], keys)
-		wg.Add(1)
 		after := func() {}
 		if afterTick != nil {
 			after = func() { afterTick(i) }
 		}
-		go func() {
-			defer wg.Done()
-			runNode(nodesCtx, ctx, gens[k], &sched, start, NodeTick*time.Duration(i)/time.Duration(c.Nodes), after)
-		}()
+		// Nodes tick out of step, as real sidecars flush: node i's ticks
+		// are i/Nodes of a NodeTick late (1,000 nodes ticking together
+		// would be a burst every tick, and the simulated agents' routing
+		// streams would wait behind it).
+		phase := NodeTick * time.Duration(i) / time.Duration(c.Nodes)
+		j := k % len(grouped)
+		grouped[j] = append(grouped[j], &nodeTicks{g: gens[k], after: after, prev: start, first: true})
+		phases[j] = append(phases[j], phase)
+	}
+	var wg sync.WaitGroup
+	for j, nodes := range grouped {
+		wg.Go(func() { runGroup(nodesCtx, ctx, nodes, phases[j], &sched, start) })
 	}
 	phase(PhaseWarmup, start)
 	t := time.NewTicker(Tick)

@@ -246,6 +246,8 @@ type node struct {
 	clients  []*counts.Client // --transport udp
 	batches  atomic.Uint64    // batches handed to the agent (direct)
 	entries  atomic.Uint64
+	// driven: the node's traffic goroutine ticks its agent (see ticks).
+	driven atomic.Bool
 }
 
 // sim is one run, of the nodes of r.
@@ -280,6 +282,9 @@ func (s *sim) run(ctx context.Context) int {
 			}
 		}
 	}()
+	if s.o.transport == transportDirect {
+		go s.idleTicks(ctx)
+	}
 	err := s.start(startCtx, ctx)
 	startDone()
 	<-progressDone
@@ -301,6 +306,9 @@ func (s *sim) run(ctx context.Context) int {
 	}
 	s.follow.trafficStarted()
 	st, err := simproto.RunRange(ctx, &s.c, s.r, s.observers(), start, s.out.Phase, s.flusher())
+	for _, n := range s.snapshot() {
+		n.driven.Store(false) // back to idleTicks
+	}
 	if err != nil {
 		s.out.Error(time.Now(), err.Error())
 		return 1
@@ -382,6 +390,9 @@ func (s *sim) start(startCtx, runCtx context.Context) error {
 		d, err := nodeagent.New(nodeagent.Options{
 			NodeName: simproto.NodeName(i), ListenAddr: simproto.NodeIP(i) + ":0",
 			Manager: s.c.ManagerFleet, Token: s.c.Token, Registerer: reg, Logger: &discard,
+			// Ticked by its node (see ticks), every NodeTick: the
+			// agent's own interval, nodeagent.DefaultTick.
+			Tick: simproto.NodeTick, ExternalTicks: s.o.transport == transportDirect,
 			// When this agent holds each version: the manager → agents
 			// step of the fan-out, apart from agent → sidecars.
 			OnRoutingTable: func(policy string, version int64) {
@@ -518,6 +529,9 @@ func (s *sim) flusher() func(i int) {
 	return func(i int) {
 		k := i - s.r.First
 		n := nodes[k]
+		// The agent's tick, then its sidecars' counts (see ticks).
+		n.driven.Store(true)
+		n.agent.Tick()
 		if bufs[k] == nil {
 			bufs[k] = make([]byte, 0, maxDatagram)
 		}
@@ -525,6 +539,37 @@ func (s *sim) flusher() func(i int) {
 			b, e := c.flush(bufs[k], n.agent.HandleDatagram)
 			n.batches.Add(uint64(b))
 			n.entries.Add(uint64(e))
+		}
+	}
+}
+
+// idleTicks ticks, every NodeTick, the agents (made with
+// nodeagent.Options.ExternalTicks) whose node's traffic goroutine does not:
+// during the start-up, before the traffic starts and after it ends (the
+// routing probe). During the traffic each node ticks its own agent, from
+// the goroutine that hands its sidecars' counts over (flusher), every
+// NodeTick, the agent's own interval: 1,000 agents' tickers and the wake of
+// each agent's summary loop ten times a second were a large part of the
+// simulator's CPU (scheduler and timers: 20 to 30 % of its profile at 1,000
+// and 2,500 nodes), a cost of running thousands of agents in one process
+// that a real node does not have. The agent ticks just before its
+// sidecars' counts of the tick are handed over, so they wait a whole tick
+// for it (on a real node the two are out of step: half a tick on average):
+// the simulator adds up to a tick to detection, never takes one off. Its
+// lag is the node's tick lag (simproto.Lag), which the row reports.
+func (s *sim) idleTicks(ctx context.Context) {
+	t := time.NewTicker(simproto.NodeTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, n := range s.snapshot() {
+			if !n.driven.Load() {
+				n.agent.Tick()
+			}
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/heatsink-dev/heatsink/bench/fleetsim/simproto"
+	"github.com/heatsink-dev/heatsink/nodeagent"
 	"github.com/heatsink-dev/heatsink/sidecarlink"
 )
 
@@ -228,5 +229,36 @@ func TestReadAddrs(t *testing.T) {
 func TestNodeTickIsTheFlushInterval(t *testing.T) {
 	if simproto.NodeTick != sidecarlink.FlushInterval {
 		t.Fatalf("simproto.NodeTick %s, sidecarlink.FlushInterval %s", simproto.NodeTick, sidecarlink.FlushInterval)
+	}
+}
+
+// TestNodeTickIsTheAgentsTick: each node ticks its agent (made with
+// nodeagent.Options.ExternalTicks) once per traffic tick, so the tick must
+// be the agent's own for its summaries to go as a real agent's do.
+func TestNodeTickIsTheAgentsTick(t *testing.T) {
+	if simproto.NodeTick != nodeagent.DefaultTick {
+		t.Fatalf("simproto.NodeTick %s, nodeagent.DefaultTick %s", simproto.NodeTick, nodeagent.DefaultTick)
+	}
+}
+
+// TestCounterReusesItsEntriesAcrossFlushes: a sidecar's entries slice is
+// reused from one flush to the next; what a tick counted is sent once, and
+// the next tick's counts alone follow.
+func TestCounterReusesItsEntriesAcrossFlushes(t *testing.T) {
+	src := netip.MustParseAddr(simproto.SidecarIP(0, 1))
+	c := newCounter(src, 100)
+	for tick := range 3 {
+		c.Observe("fleet/catalogue", "product:viral", uint32(tick+1), 0, 512)
+		if tick == 0 {
+			c.Observe("fleet/catalogue", "bg:1", 1, 0, 100)
+		}
+		got := decodeAll(t, c)
+		want := map[string][3]uint32{"product:viral": {uint32(tick + 1), 0, 512}}
+		if tick == 0 {
+			want["bg:1"] = [3]uint32{1, 0, 100}
+		}
+		if len(got) != 1 || !cmp.Equal(got[0].ents, want) {
+			t.Fatalf("tick %d: batches %+v, want one with %v", tick, got, want)
+		}
 	}
 }

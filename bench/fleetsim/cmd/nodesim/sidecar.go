@@ -32,6 +32,9 @@ type counter struct {
 	mu   sync.Mutex
 	idx  map[policyKey]int
 	ents []counted
+	// spare is the previous flush's ents, emptied, for the next tick's
+	// counts (no new slice per sidecar per tick).
+	spare []counted
 
 	observed, dropped uint64 // under mu
 }
@@ -96,12 +99,14 @@ func satAdd(a, b uint32) uint32 {
 func (c *counter) flush(buf []byte, send func(src netip.Addr, batch []byte)) (batches, entries int) {
 	c.mu.Lock()
 	ents := c.ents
-	c.ents = nil
+	c.ents, c.spare = c.spare[:0], nil
 	clear(c.idx)
 	c.mu.Unlock()
 	if len(ents) == 0 {
+		c.keep(ents)
 		return 0, 0
 	}
+	defer c.keep(ents)
 	// Entries of one policy together; sidecars serve one policy, so this
 	// is one pass in practice.
 	var enc sidecarlink.Encoder
@@ -131,6 +136,14 @@ func (c *counter) flush(buf []byte, send func(src netip.Addr, batch []byte)) (ba
 		ents = rest
 	}
 	return batches, entries
+}
+
+// keep gives flush's slice back for a later tick, its keys let go.
+func (c *counter) keep(ents []counted) {
+	clear(ents)
+	c.mu.Lock()
+	c.spare = ents[:0]
+	c.mu.Unlock()
 }
 
 // stats returns the Observe calls counted and dropped.
