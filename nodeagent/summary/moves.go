@@ -32,7 +32,7 @@ func MovesUrgent(moved []agentlink.KeyMoved) bool {
 // further summary as long again while the evidence grew, so that the
 // split of TestFailingSplitPathRolledBack was withdrawn 1.8-3.5 s after
 // its node stopped. The manager's rule, with its statistical bounds over
-// 1, 2 and 4 report intervals, decides; this only says that the counts
+// its windows (decide.MoveWindowIntervals), decides; this only says that the counts
 // could have changed its answer. Whatever fails alike on both paths (a
 // failover of the whole upstream) makes nothing urgent beyond noise, and
 // each urgent summary needs as many new failures again (the counts are
