@@ -31,14 +31,21 @@ import (
 // fence closes them) would then be counted twice; failed commands get an
 // error, as on the proxy's raw path (a cluster client also needs
 // noResendOnNodes). One dial per connection, not go-redis' five 100 ms
-// apart, and none to a node whose dial just failed (ejecting): a command
-// to a node that is down fails at once, so its failures are counted at the
+// apart, none to a node whose dial just failed (ejecting), and no backoff
+// between the cluster client's own attempts at a failed dial
+// (MinRetryBackoff -1; they went 8-64 ms apart, about 100 ms per command,
+// all to the same master while the slot map names it): a command to a
+// node that is down fails at once, so its failures are counted at the
 // rate clients send them and the manager withdraws a move whose path
-// fails within a report interval or two (docs/engine.md, "A move whose
-// path fails is undone").
+// fails within a report interval (docs/engine.md, "A move whose path
+// fails is undone"; TestFailingSplitPathRolledBack withdrew 230-290 ms
+// after the first failed read with it, 290-820 ms without), and a split
+// counter's increments bound for it go to another place at once
+// (placeAfterFailure) rather than after the backoffs.
 func sendOnce(uo *redis.UniversalOptions) {
 	uo.MaxRetries = -1
 	uo.DialerRetries = 1
+	uo.MinRetryBackoff = -1
 }
 
 // noResendOnNodes installs noResend on every node client of cc, and
