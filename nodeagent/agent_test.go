@@ -141,6 +141,18 @@ func (h *harness) step() {
 }
 
 // reads is the hub's estimate of key's reads/s.
+// afterInterval steps until a summary due by its interval is built and
+// waits until it is sent; it returns the summaries sent.
+func (h *harness) afterInterval() uint64 {
+	h.t.Helper()
+	before := h.d.Stats().Summaries
+	for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
+		h.step()
+	}
+	eventually.True(h.t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > before })
+	return h.d.Stats().Summaries
+}
+
 // settledPins steps until the first summaries and the policy's directive
 // have settled, and returns a maker of the policy's next directive, pinning
 // pins.
@@ -490,17 +502,7 @@ func TestIdleAgentSummarizesOnlyWhenDue(t *testing.T) {
 func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	h := start(t)
 	directive := h.settledPins()
-	// afterInterval steps until a summary due by its interval is built and
-	// waits until it is sent; it returns the summaries sent.
-	afterInterval := func() uint64 {
-		before := h.d.Stats().Summaries
-		for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
-			h.step()
-		}
-		eventually.True(t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > before })
-		return h.d.Stats().Summaries
-	}
-	sent := afterInterval()
+	sent := h.afterInterval()
 	if err := h.d.applyDirective(directive()); err != nil { // no pin: nothing new to tell
 		t.Fatal(err)
 	}
@@ -509,7 +511,7 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	if got := h.d.Stats().Summaries; got != sent {
 		t.Fatalf("a directive pinning nothing new sent %d summaries before the interval", got-sent)
 	}
-	sent = afterInterval()
+	sent = h.afterInterval()
 	if err := h.d.applyDirective(directive("product:viral")); err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +530,7 @@ func TestNewPinSendsASummaryAtOnce(t *testing.T) {
 	})
 	// A key no sidecar sends is echoed a flush period after its pin, at
 	// the latest: its count of zero is then true.
-	sent = afterInterval()
+	sent = h.afterInterval()
 	if err := h.d.applyDirective(directive("product:viral", "product:quiet")); err != nil {
 		t.Fatal(err)
 	}
@@ -600,12 +602,7 @@ func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
 	for range 20 { // the first summaries and the directive's settle
 		h.step()
 	}
-	before := h.d.Stats().Summaries
-	for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
-		h.step()
-	}
-	eventually.True(t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > before })
-	sent := h.d.Stats().Summaries
+	sent := h.afterInterval()
 	served := func(n, failed int) {
 		for i := range n {
 			h.c.ObserveMoved(policy, "product:split", false, i < failed)
@@ -627,11 +624,7 @@ func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
 		t.Fatalf("a move failing as much as the direct commands sent %d summaries before the interval", got-sent)
 	}
 	// Worse, but 4 failures: fewer than the manager judges.
-	for at := h.d.Stats().Summarized; h.d.Stats().Summarized == at; {
-		h.step()
-	}
-	eventually.True(t, 20*time.Second, "the interval's summary is sent", func() bool { return h.d.Stats().Summaries > sent })
-	sent = h.d.Stats().Summaries
+	sent = h.afterInterval()
 	served(20, 4)
 	direct(100, 0)
 	h.send()
