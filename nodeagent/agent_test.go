@@ -643,3 +643,47 @@ func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
 		t.Fatalf("%d summaries sent, want 1", h.d.Stats().Summaries-sent)
 	}
 }
+
+// TestTrickledMoveFailuresSendAtOnce: failures that reach the manager's
+// rule only with those of the summaries sent within the last report
+// interval (the manager's shortest window holds both) make the agent send
+// a summary at once too (summary.MoveUrgentWithRecent): 4 failures went
+// with the interval's summary, and the fifth, a tick later, is sent as
+// soon as its batch is counted, not at the next interval. Before, only
+// failures since the last summary counted, so failures trickling in at
+// fewer than 5 a summary (a slow client, a loaded machine) waited for the
+// interval every time. The sixth makes nothing urgent: the manager has
+// heard of 5 already.
+func TestTrickledMoveFailuresSendAtOnce(t *testing.T) {
+	h := start(t)
+	for range 20 { // the first summaries and the directive's settle
+		h.step()
+	}
+	h.afterInterval()
+	failing := func(n, failed int) {
+		for i := range n {
+			h.c.ObserveMoved(policy, "product:split", false, i < failed)
+		}
+		for range 100 {
+			h.c.ObserveRaw(policy, false, false)
+		}
+		h.send()
+	}
+	failing(20, 4)
+	sent := h.afterInterval() // with the 4 failures
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent {
+		t.Fatalf("a tick after the interval's summary: %d more sent", got-sent)
+	}
+	failing(1, 1)
+	eventually.True(t, 20*time.Second, "the summary with the fifth failure reaches the manager at once", func() bool {
+		return h.d.Stats().Summaries > sent
+	})
+	h.step()
+	failing(1, 1)
+	h.step()
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent+1 {
+		t.Fatalf("%d summaries sent after the fifth failure's, want 1", got-sent)
+	}
+}

@@ -116,7 +116,7 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		p.writes += uint64(e.Writes)
 		counted++
 	}
-	moved = moved && p.movesUrgent()
+	moved = moved && p.movesUrgent(d.opts.Clock.Now(), p.interval(d.reportInterval()))
 	p.mu.Unlock()
 	d.observations.Add(uint64(counted))
 	if counted > 0 {
@@ -201,25 +201,54 @@ func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 }
 
 // movesUrgent reports whether the move outcomes counted since the last
-// summary make the next one urgent (summary.MoveUrgent).
-func (p *policyState) movesUrgent() bool {
+// summary, with those sent within the last report interval, make the next
+// one urgent (summary.MovesUrgent).
+func (p *policyState) movesUrgent(now time.Time, interval time.Duration) bool {
+	p.pruneMovedSent(now, interval)
+	if len(p.moved) == 0 {
+		return false
+	}
+	unsent := make([]agentlink.KeyMoved, 0, len(p.moved))
 	for _, m := range p.moved {
-		if summary.MoveUrgent(&m) {
-			return true
+		unsent = append(unsent, m)
+	}
+	return summary.MovesUrgent(unsent, p.movedRecently)
+}
+
+// movedRecently is key's outcomes in the summaries sent within the last
+// report interval (as pruneMovedSent last left them).
+func (p *policyState) movedRecently(key string) agentlink.KeyMoved {
+	r := agentlink.KeyMoved{Key: key}
+	for _, s := range p.movedSent {
+		if i, ok := slices.BinarySearchFunc(s.keys, key, func(m agentlink.KeyMoved, k string) int { return strings.Compare(m.Key, k) }); ok {
+			r = summary.Add(r, s.keys[i])
 		}
 	}
-	return false
+	return r
+}
+
+// pruneMovedSent forgets the outcomes sent more than one report interval
+// before now.
+func (p *policyState) pruneMovedSent(now time.Time, interval time.Duration) {
+	i := 0
+	for i < len(p.movedSent) && !p.movedSent[i].at.After(now.Add(-interval)) {
+		i++
+	}
+	p.movedSent = slices.Delete(p.movedSent, 0, i)
 }
 
 // takeMoved lists the move outcomes counted since the last summary sent,
-// by key; sent uncounts them once the summary is sent (counts that arrive
-// in between stay for the next).
-func (p *policyState) takeMoved() (out []agentlink.KeyMoved, sent func()) {
+// by key; sent uncounts them once the summary is sent at now (counts that
+// arrive in between stay for the next) and keeps them for movesUrgent.
+func (p *policyState) takeMoved() (out []agentlink.KeyMoved, sent func(now time.Time)) {
 	for _, m := range p.moved {
 		out = append(out, m)
 	}
 	slices.SortFunc(out, func(a, b agentlink.KeyMoved) int { return strings.Compare(a.Key, b.Key) })
-	return out, func() {
+	return out, func(now time.Time) {
+		if len(out) > 0 {
+			p.movedSent = append(p.movedSent, movedSent{at: now, keys: out})
+		}
 		for _, m := range out {
 			c := p.moved[m.Key]
 			if c.Served <= m.Served {

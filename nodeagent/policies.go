@@ -39,6 +39,11 @@ type policyState struct {
 	// most agentlink.MaxMovedKeysPerPolicy keys): the manager withdraws a
 	// move whose path fails clearly more than direct traffic.
 	moved map[string]agentlink.KeyMoved
+	// movedSent are the outcomes of the summaries sent within the last
+	// report interval, oldest first, each sorted by key: the manager's
+	// shortest window judges them with those not sent yet
+	// (summary.MoveUrgentWithRecent).
+	movedSent []movedSent
 	// send is what the summary loop keeps of the policy's summaries to
 	// decide whether the next is urgent (the send rule: package summary).
 	send summary.Sender
@@ -53,6 +58,22 @@ type policyState struct {
 	items []sketch.Item
 	// sketchBytes and sketchKeys are the policy's gauges, looked up once.
 	sketchBytes, sketchKeys prometheus.Gauge
+}
+
+// movedSent is one summary's move outcomes, sorted by key, and when it was
+// sent.
+type movedSent struct {
+	at   time.Time
+	keys []agentlink.KeyMoved
+}
+
+// interval is the policy's report interval, or def when its directive
+// says none.
+func (p *policyState) interval(def time.Duration) time.Duration {
+	if iv := time.Duration(p.dir.ReportIntervalMillis) * time.Millisecond; iv > 0 {
+		return iv
+	}
+	return def
 }
 
 // nodeK is how many keys a node tracks per policy, at least: more than the

@@ -170,7 +170,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		p.sizes.Advance(now)
 		refused, sentRefused := p.takeRefused()
 		moved, sentMoved := p.takeMoved()
-		urgent = urgent || summary.MovesUrgent(moved)
+		urgent = urgent || p.movesUrgent(now, p.interval(interval))
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: check.Echo, Unseen: unseen, Total: total, Keys: keys,
 			BigKeys: p.sizes.Append(nil), Refused: refused, Moved: moved,
@@ -182,7 +182,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 			p.mu.Lock()
 			p.send.Sent(check, keys, interval)
 			sentRefused()
-			sentMoved()
+			sentMoved(now)
 			p.mu.Unlock()
 		})
 	}
@@ -213,7 +213,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.movesUrgent() {
+		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.movesUrgent(now, p.interval(d.reportInterval())) {
 			may = true
 		}
 		p.mu.Unlock()

@@ -2,22 +2,67 @@ package summary
 
 import "github.com/heatsink-dev/heatsink/agentlink"
 
-// MinUrgentMoveFailures is the fewest failures on a move's path, counted
-// since the last summary, that can make a summary urgent: the manager's
+// MinUrgentMoveFailures is the fewest failures on a move's path, in the
+// manager's shortest window (MoveUrgentWithRecent), that can make a
+// summary urgent: the manager's
 // failure rule judges nothing on fewer (controllers/decide minFailed), so
 // an early summary with fewer could not change its decision.
 const MinUrgentMoveFailures = 5
 
-// MovesUrgent reports whether a policy's move outcomes counted since the
-// last summary (one per key, as the summary lists them) make the summary
-// urgent (MoveUrgent).
-func MovesUrgent(moved []agentlink.KeyMoved) bool {
-	for i := range moved {
-		if MoveUrgent(&moved[i]) {
+// MovesUrgent reports whether a policy's move outcomes make the next
+// summary urgent: those counted since the last summary (unsent, one per
+// key, as the summary lists them), with those sent within the last report
+// interval (recent, by key; nil: none), by MoveUrgentWithRecent.
+func MovesUrgent(unsent []agentlink.KeyMoved, recent func(key string) agentlink.KeyMoved) bool {
+	for i := range unsent {
+		var r agentlink.KeyMoved
+		if recent != nil && unsent[i].Failed > 0 {
+			r = recent(unsent[i].Key)
+		}
+		if MoveUrgentWithRecent(&unsent[i], &r) {
 			return true
 		}
 	}
 	return false
+}
+
+// MoveUrgentWithRecent reports whether one key's outcomes counted since the
+// last summary (unsent) make the next summary urgent, given those of the
+// summaries sent within the last report interval (recent): when the unsent
+// ones alone are (MoveUrgent), or when both together are and the recent
+// ones alone were not. The manager's shortest window is one report
+// interval, counted back from the node's last summary
+// (decide.MoveWindowIntervals), so it judges both together; judging only
+// the unsent ones, failures that trickle in (4 a summary, under load or at
+// a low rate) never made a summary urgent, and the manager heard of them
+// only at the interval: up to one report interval more. A failed command
+// among the unsent ones is needed, so outcomes the manager has already
+// judged make nothing urgent again, and the recent ones alone being urgent
+// means the manager was told already: a failing path sends one summary
+// when the window's failures first reach the rule, then one per
+// MinUrgentMoveFailures more (MoveUrgent), as before.
+func MoveUrgentWithRecent(unsent, recent *agentlink.KeyMoved) bool {
+	if MoveUrgent(unsent) {
+		return true
+	}
+	if unsent.Failed == 0 || MoveUrgent(recent) {
+		return false
+	}
+	both := Add(*unsent, *recent)
+	return MoveUrgent(&both)
+}
+
+// Add returns the sum of two outcome counts of one key (a's key).
+func Add(a, b agentlink.KeyMoved) agentlink.KeyMoved {
+	a.Served += b.Served
+	a.Failed += b.Failed
+	a.BaseTotal += b.BaseTotal
+	a.BaseFailed += b.BaseFailed
+	a.ReadServed += b.ReadServed
+	a.ReadFailed += b.ReadFailed
+	a.BaseReads += b.BaseReads
+	a.BaseReadsFailed += b.BaseReadsFailed
+	return a
 }
 
 // MoveUrgent reports whether one key's move outcomes counted since the

@@ -35,8 +35,43 @@ func TestMoveUrgent(t *testing.T) {
 		if got := MoveUrgent(&c.m); got != c.want {
 			t.Errorf("%+v: urgent %v, want %v", c.m, got, c.want)
 		}
-		if got := MovesUrgent([]agentlink.KeyMoved{{Key: "other", Served: 10}, c.m}); got != c.want {
+		if got := MovesUrgent([]agentlink.KeyMoved{{Key: "other", Served: 10}, c.m}, nil); got != c.want {
 			t.Errorf("%+v among others: urgent %v, want %v", c.m, got, c.want)
+		}
+	}
+}
+
+// TestMoveUrgentWithRecent: failures since the last summary count with
+// those of the summaries sent within the last report interval (the
+// manager's shortest window), once: urgent when both together reach the
+// rule and the recent ones alone did not (the manager has heard of those),
+// and only with a failure not sent yet.
+func TestMoveUrgentWithRecent(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		unsent, recent agentlink.KeyMoved
+		want           bool
+	}{
+		{"4 sent, the fifth now", agentlink.KeyMoved{Served: 1, Failed: 1, BaseTotal: 10}, agentlink.KeyMoved{Served: 20, Failed: 4, BaseTotal: 100}, true},
+		{"5 sent, the sixth now", agentlink.KeyMoved{Served: 1, Failed: 1, BaseTotal: 10}, agentlink.KeyMoved{Served: 20, Failed: 5, BaseTotal: 100}, false},
+		{"5 sent, 5 more now", agentlink.KeyMoved{Served: 5, Failed: 5, BaseTotal: 10}, agentlink.KeyMoved{Served: 20, Failed: 5, BaseTotal: 100}, true},
+		{"4 sent, none failed since", agentlink.KeyMoved{Served: 10, BaseTotal: 10}, agentlink.KeyMoved{Served: 20, Failed: 4, BaseTotal: 100}, false},
+		{"4 sent, one more now, the direct ones failing alike", agentlink.KeyMoved{Served: 1, Failed: 1, BaseTotal: 10, BaseFailed: 5}, agentlink.KeyMoved{Served: 20, Failed: 4, BaseTotal: 100, BaseFailed: 20}, false},
+		{"reads apart: 4 reads sent, the fifth now", agentlink.KeyMoved{Served: 10, Failed: 1, ReadServed: 1, ReadFailed: 1, BaseTotal: 100, BaseReads: 50},
+			agentlink.KeyMoved{Served: 1000, Failed: 4, ReadServed: 4, ReadFailed: 4, BaseTotal: 1000, BaseReads: 500}, true},
+	} {
+		if got := MoveUrgentWithRecent(&c.unsent, &c.recent); got != c.want {
+			t.Errorf("%s: urgent %v, want %v", c.name, got, c.want)
+		}
+		c.unsent.Key, c.recent.Key = "k", "k"
+		got := MovesUrgent([]agentlink.KeyMoved{c.unsent}, func(key string) agentlink.KeyMoved {
+			if key != "k" {
+				t.Fatalf("recent outcomes asked for %q", key)
+			}
+			return c.recent
+		})
+		if got != c.want {
+			t.Errorf("%s, by MovesUrgent: urgent %v, want %v", c.name, got, c.want)
 		}
 	}
 }
