@@ -138,18 +138,25 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 // countRefused adds n commands refused because of key's move. A key not
 // yet counted since the last summary is added while there is room: a
 // refused key is a mitigated one, of which a policy has few.
+//
+// key may alias the datagram's buffer: a map keeps the key of an
+// assignment to an entry it holds (the runtime replaces a string key on
+// update), so the count is added through a pointer, and a new entry's key
+// is a copy; assigning through the alias left keys that changed with the
+// next datagram, so a key's counts were split over entries named after
+// other keys' bytes.
 func (p *policyState) countRefused(key string, n uint64) {
-	if c, ok := p.refused[key]; ok {
-		p.refused[key] = c + n
+	if c := p.refused[key]; c != nil {
+		*c += n
 		return
 	}
 	if len(p.refused) >= agentlink.MaxRefusedKeysPerPolicy {
 		return
 	}
 	if p.refused == nil {
-		p.refused = make(map[string]uint64)
+		p.refused = make(map[string]*uint64)
 	}
-	p.refused[strings.Clone(key)] = n
+	p.refused[strings.Clone(key)] = &n
 }
 
 // takeRefused lists the refusals counted since the last summary sent, by
@@ -157,15 +164,15 @@ func (p *policyState) countRefused(key string, n uint64) {
 // in between stay for the next).
 func (p *policyState) takeRefused() (out []agentlink.KeyCount, sent func()) {
 	for k, n := range p.refused {
-		out = append(out, agentlink.KeyCount{Key: k, Count: n})
+		out = append(out, agentlink.KeyCount{Key: k, Count: *n})
 	}
 	slices.SortFunc(out, func(a, b agentlink.KeyCount) int { return strings.Compare(a.Key, b.Key) })
 	return out, func() {
 		for _, kc := range out {
-			if p.refused[kc.Key] <= kc.Count {
+			if c := p.refused[kc.Key]; c == nil || *c <= kc.Count {
 				delete(p.refused, kc.Key)
 			} else {
-				p.refused[kc.Key] -= kc.Count
+				*c -= kc.Count
 			}
 		}
 	}
@@ -174,7 +181,9 @@ func (p *policyState) takeRefused() (out []agentlink.KeyCount, sent func()) {
 // countMoved adds the outcomes of key's commands its move served in one
 // sidecar interval, with that interval's baseline. A key not yet counted
 // since the last summary is added while there is room: a key served by a
-// move is a mitigated one.
+// move is a mitigated one. key may alias the datagram's buffer: the entry
+// is stored under its own copy of the key (c.Key), never through the
+// alias (countRefused).
 func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 	c, ok := p.moved[key]
 	if !ok {
@@ -197,7 +206,7 @@ func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 	br := min(m.BaseReads, m.BaseTotal)
 	c.BaseReads += uint64(br)
 	c.BaseReadsFailed += uint64(min(m.BaseReadsFailed, br, m.BaseFailed))
-	p.moved[key] = c
+	p.moved[c.Key] = c
 }
 
 // movesUrgent reports whether the move outcomes counted since the last

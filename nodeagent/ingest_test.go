@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -272,5 +273,36 @@ func TestSummaryListsMoveOutcomesSinceTheLastSent(t *testing.T) {
 		ReadServed: 1, ReadFailed: 1, BaseReads: 50, BaseReadsFailed: 1}
 	if got := s.Policies[0].Moved; len(got) != 1 || got[0] != want {
 		t.Fatalf("moved after the summary was sent = %+v, want %+v", got, want)
+	}
+}
+
+// TestCountsSurviveTheDatagramBuffersReuse: the agent reads every datagram
+// into one buffer, so the keys it decodes alias it until the next. A key's
+// refusals and move outcomes counted in several batches are listed once,
+// under its own name, with their sums, however the buffer is reused after
+// (before, the second batch's count was stored through the alias, and the
+// entry's name became the bytes of whatever key the next datagram put
+// there).
+func TestCountsSurviveTheDatagramBuffersReuse(t *testing.T) {
+	d := offline(t, nil, nil)
+	var dec sidecarlink.Decoder
+	buf := make([]byte, sidecarlink.MaxDatagram)
+	handle := func(es ...sidecarlink.Entry) {
+		n := copy(buf, sidecarlink.AppendBatch(nil, policy, es))
+		d.handle(&dec, pod, buf[:n])
+	}
+	m := sidecarlink.MoveCounts{Served: 10, Failed: 2, BaseTotal: 100, ReadServed: 2, ReadFailed: 2, BaseReads: 50}
+	for range 3 {
+		handle(sidecarlink.Entry{Key: []byte("queue:jobs"), Writes: 5, Refused: 3}, sidecarlink.Entry{Key: []byte("ctr:split"), Writes: 10, Moved: m})
+	}
+	// Other keys of the same lengths where those were.
+	handle(sidecarlink.Entry{Key: []byte("other:key1"), Writes: 1}, sidecarlink.Entry{Key: []byte("zzz:zzzzz"), Writes: 1})
+	s, _, _ := d.summarize(d.opts.Clock.Now())
+	if got, want := s.Policies[0].Refused, []agentlink.KeyCount{{Key: "queue:jobs", Count: 9}}; !slices.Equal(got, want) {
+		t.Errorf("refused = %+v, want %+v", got, want)
+	}
+	want := []agentlink.KeyMoved{{Key: "ctr:split", Served: 30, Failed: 6, BaseTotal: 300, ReadServed: 6, ReadFailed: 6, BaseReads: 150}}
+	if got := s.Policies[0].Moved; !slices.Equal(got, want) {
+		t.Errorf("moved = %+v, want %+v", got, want)
 	}
 }

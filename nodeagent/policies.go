@@ -33,7 +33,7 @@ type policyState struct {
 	// of the key's move since the last summary sent (at most
 	// agentlink.MaxRefusedKeysPerPolicy keys): the manager rolls back a
 	// move its clients' commands are refused under.
-	refused map[string]uint64
+	refused map[string]*uint64
 	// moved are, per key, the outcomes of the commands its move served on
 	// the sidecars since the last summary sent, with their baseline (at
 	// most agentlink.MaxMovedKeysPerPolicy keys): the manager withdraws a
