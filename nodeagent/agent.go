@@ -178,8 +178,8 @@ type Agent struct {
 	// summary (a sort of every sketch) until one is due by its interval.
 	dirty atomic.Bool
 	// movesFailing is signalled when a batch makes a key's move outcomes
-	// urgent (summary.MoveUrgent): the summary loop checks at once rather
-	// than at its next tick.
+	// (summary.MoveUrgentWithRecent) or its refusals (refusalsUrgent)
+	// urgent: the summary loop checks at once rather than at its next tick.
 	movesFailing chan struct{}
 }
 

@@ -644,6 +644,33 @@ func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
 	}
 }
 
+// TestRefusalSendsASummaryAtOnce: a command refused because of a key's
+// move makes the agent send a summary as soon as the batch is counted, not
+// at the next interval: the manager withdraws the move on the first summary
+// that lists a refusal. Refusals of that key again within the report
+// interval wait for it (the manager has heard).
+func TestRefusalSendsASummaryAtOnce(t *testing.T) {
+	h := start(t)
+	for range 20 { // the first summaries and the directive's settle
+		h.step()
+	}
+	sent := h.afterInterval()
+	h.step()
+	h.c.ObserveRefused(policy, "product:queue")
+	h.send()
+	eventually.True(t, 20*time.Second, "the summary with the refusal reaches the manager at once", func() bool {
+		return h.d.Stats().Summaries > sent
+	})
+	h.step()
+	h.c.ObserveRefused(policy, "product:queue")
+	h.send()
+	h.step()
+	h.step()
+	if got := h.d.Stats().Summaries; got != sent+1 {
+		t.Fatalf("%d summaries sent after the first refusal's, want 1", got-sent)
+	}
+}
+
 // TestTrickledMoveFailuresSendAtOnce: failures that reach the manager's
 // rule only with those of the summaries sent within the last report
 // interval (the manager's shortest window holds both) make the agent send

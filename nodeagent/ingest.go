@@ -90,7 +90,7 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 // policy, from a sidecar's batch or from the capture. Keys outside the
 // policy's globs are left out. It returns the entries counted.
 func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry) int {
-	counted, filtered, moved := 0, 0, false
+	counted, filtered, moved, refused := 0, 0, false, false
 	p.mu.Lock()
 	p.sk.Advance(now)
 	p.sizes.Advance(now)
@@ -107,6 +107,7 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		p.sizes.Observe(key, uint64(e.Size))
 		if e.Refused > 0 {
 			p.countRefused(key, uint64(e.Refused))
+			refused = true
 		}
 		if e.Moved.Served > 0 {
 			p.countMoved(key, e.Moved)
@@ -116,7 +117,8 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		p.writes += uint64(e.Writes)
 		counted++
 	}
-	moved = moved && p.movesUrgent(d.opts.Clock.Now(), p.interval(d.reportInterval()))
+	interval := p.interval(d.reportInterval())
+	moved = (moved && p.movesUrgent(now, interval)) || (refused && p.refusalsUrgent(now, interval))
 	p.mu.Unlock()
 	d.observations.Add(uint64(counted))
 	if counted > 0 {
@@ -159,16 +161,42 @@ func (p *policyState) countRefused(key string, n uint64) {
 	p.refused[strings.Clone(key)] = &n
 }
 
+// refusalsUrgent reports whether the refusals counted since the last
+// summary make the next one urgent: those of a key none of whose refusals
+// went in a summary sent within the last report interval. The manager
+// withdraws a move its clients' commands are refused under on the first
+// summary that lists a refusal (decide's holdMoves), so that summary is the
+// evidence, and waiting for the interval cost up to one report interval;
+// refusals that go on after it (the move withdrawn, the table on its way)
+// tell the manager nothing new and wait for the interval.
+func (p *policyState) refusalsUrgent(now time.Time, interval time.Duration) bool {
+	for k, at := range p.refusedSent {
+		if !at.After(now.Add(-interval)) {
+			delete(p.refusedSent, k)
+		}
+	}
+	for k := range p.refused {
+		if _, ok := p.refusedSent[k]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
 // takeRefused lists the refusals counted since the last summary sent, by
-// key; sent uncounts them once the summary is sent (counts that arrive
-// in between stay for the next).
-func (p *policyState) takeRefused() (out []agentlink.KeyCount, sent func()) {
+// key; sent uncounts them once the summary is sent at now (counts that
+// arrive in between stay for the next) and keeps when for refusalsUrgent.
+func (p *policyState) takeRefused() (out []agentlink.KeyCount, sent func(now time.Time)) {
 	for k, n := range p.refused {
 		out = append(out, agentlink.KeyCount{Key: k, Count: *n})
 	}
 	slices.SortFunc(out, func(a, b agentlink.KeyCount) int { return strings.Compare(a.Key, b.Key) })
-	return out, func() {
+	return out, func(now time.Time) {
 		for _, kc := range out {
+			if p.refusedSent == nil {
+				p.refusedSent = make(map[string]time.Time)
+			}
+			p.refusedSent[kc.Key] = now
 			if c := p.refused[kc.Key]; c == nil || *c <= kc.Count {
 				delete(p.refused, kc.Key)
 			} else {

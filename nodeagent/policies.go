@@ -34,6 +34,9 @@ type policyState struct {
 	// agentlink.MaxRefusedKeysPerPolicy keys): the manager rolls back a
 	// move its clients' commands are refused under.
 	refused map[string]*uint64
+	// refusedSent is when each key's refusals last went in a summary, for
+	// those sent within the last report interval (refusalsUrgent).
+	refusedSent map[string]time.Time
 	// moved are, per key, the outcomes of the commands its move served on
 	// the sidecars since the last summary sent, with their baseline (at
 	// most agentlink.MaxMovedKeysPerPolicy keys): the manager withdraws a

@@ -20,9 +20,11 @@ import (
 // manager's count of it is exact only once every node says it applied the
 // pin: waiting for the interval cost up to one report interval of reaction),
 // or when a key's commands fail on its move's path clearly more than the
-// direct ones (summary.MoveUrgent: the manager withdraws such a move at
-// once, on the summary that shows it; checked as soon as the batch that
-// makes it so is counted, not at the next tick). Sending happens
+// direct ones (summary.MoveUrgentWithRecent), or when a key's commands are
+// newly refused because of its move (refusalsUrgent): the manager withdraws
+// such a move at once, on the summary that shows it; both are checked as
+// soon as the batch that makes it so is counted, not at the next tick.
+// Sending happens
 // on another goroutine, the latest summary replacing one not sent yet, so a
 // slow manager never delays counting.
 func (d *Agent) summaryLoop(ctx context.Context) {
@@ -170,7 +172,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		p.sizes.Advance(now)
 		refused, sentRefused := p.takeRefused()
 		moved, sentMoved := p.takeMoved()
-		urgent = urgent || p.movesUrgent(now, p.interval(interval))
+		urgent = urgent || p.movesUrgent(now, p.interval(interval)) || p.refusalsUrgent(now, p.interval(interval))
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: check.Echo, Unseen: unseen, Total: total, Keys: keys,
 			BigKeys: p.sizes.Append(nil), Refused: refused, Moved: moved,
@@ -181,7 +183,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		commits = append(commits, func() {
 			p.mu.Lock()
 			p.send.Sent(check, keys, interval)
-			sentRefused()
+			sentRefused(now)
 			sentMoved(now)
 			p.mu.Unlock()
 		})
@@ -213,7 +215,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.movesUrgent(now, p.interval(d.reportInterval())) {
+		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.movesUrgent(now, p.interval(d.reportInterval())) || p.refusalsUrgent(now, p.interval(d.reportInterval())) {
 			may = true
 		}
 		p.mu.Unlock()

@@ -154,6 +154,20 @@ func (v *view) movesFailing(now time.Time, failing map[string]bool) bool {
 	return false
 }
 
+// refusalsReported reports whether a summary that lists commands refused
+// because of a key's move should make the hub ask for a decision pass at
+// once: the pass withdraws a move on any refusal (decide's holdMoves), and
+// its next scheduled check could come a report interval later. At most
+// one per eighth of a report interval, as movesFailing: while a withdrawn
+// move's table is on its way, every node may go on reporting refusals.
+func (v *view) refusalsReported(now time.Time, refused []agentlink.KeyCount) bool {
+	if len(refused) == 0 || now.Sub(v.refusedAt) < v.moveInterval()/8 {
+		return false
+	}
+	v.refusedAt = now
+	return true
+}
+
 // failedKeys are the keys of a summary's outcomes with a command failed on
 // their move's path (nil if none).
 func failedKeys(moved []agentlink.KeyMoved) map[string]bool {

@@ -161,16 +161,17 @@ func binomialN(rng *rand.Rand, n int64, p float64) int64 {
 	return k
 }
 
-// TestFailingMoveTriggersAPass: a summary whose outcomes make a move fail
-// by the rule asks for a decision pass at once, though no key changed its
-// band; healthy outcomes, and failures alike on both paths, do not.
-func TestFailingMoveTriggersAPass(t *testing.T) {
+// triggeringHub starts a hub with a fake clock and policy "ns/p" on
+// node-a, past the pass it asks for once warm, and returns the count of
+// the passes it asked for since (the trigger is re-armed by Snapshot).
+func triggeringHub(t *testing.T) (*Hub, *clocktesting.FakeClock, *atomic.Int32) {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	h, err := New(Options{Addr: "127.0.0.1:0", Token: "t", Clock: clk, WarmUp: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var triggers atomic.Int32
+	triggers := new(atomic.Int32)
 	h.OnTrigger(func(string) bool { triggers.Add(1); return true })
 	// The policy is known before the hub starts, so that the pass it asks
 	// for once warm (triggerWhenWarm) comes first, and is not counted.
@@ -189,6 +190,44 @@ func TestFailingMoveTriggersAPass(t *testing.T) {
 		return triggers.Load() == 1
 	})
 	h.Snapshot(id) // the manager's pass re-arms the trigger
+	triggers.Store(0)
+	return h, clk, triggers
+}
+
+// TestRefusalTriggersAPass: a summary that lists commands refused because
+// of a key's move asks for a decision pass at once (the pass withdraws the
+// move on any refusal), though no key changed its band; one without does
+// not, and refusals again within an eighth of a report interval do not
+// ask again.
+func TestRefusalTriggersAPass(t *testing.T) {
+	h, clk, triggers := triggeringHub(t)
+	seq := uint64(0)
+	send := func(after time.Duration, refused []agentlink.KeyCount) {
+		seq++
+		clk.Step(after)
+		ps := psum(1, 0)
+		ps.Policy, ps.Refused = "ns/p", refused
+		h.Ingest(&agentlink.Summary{Node: "node-a", Session: 1, Seq: seq, Policies: []agentlink.PolicySummary{*ps}})
+	}
+	send(movedInterval, nil)
+	if n := triggers.Load(); n != 0 {
+		t.Fatalf("%d passes asked for by a summary without refusals", n)
+	}
+	send(movedInterval, []agentlink.KeyCount{{Key: "queue:jobs", Count: 3}})
+	eventually.True(t, 10*time.Second, "a pass asked for by the refusals", func() bool { return triggers.Load() == 1 })
+	h.Snapshot("ns/p")
+	send(movedInterval/16, []agentlink.KeyCount{{Key: "queue:jobs", Count: 1}})
+	if n := triggers.Load(); n != 1 {
+		t.Fatalf("%d passes asked for by refusals within an eighth of an interval, want 1", n)
+	}
+}
+
+// TestFailingMoveTriggersAPass: a summary whose outcomes make a move fail
+// by the rule asks for a decision pass at once, though no key changed its
+// band; healthy outcomes, and failures alike on both paths, do not.
+func TestFailingMoveTriggersAPass(t *testing.T) {
+	h, clk, triggers := triggeringHub(t)
+	const id = "ns/p"
 	seq := uint64(0)
 	send := func(m agentlink.KeyMoved) {
 		seq++
@@ -199,12 +238,12 @@ func TestFailingMoveTriggersAPass(t *testing.T) {
 	}
 	send(agentlink.KeyMoved{Served: 400, Failed: 0, BaseTotal: 400})
 	send(agentlink.KeyMoved{Served: 400, Failed: 380, BaseTotal: 400, BaseFailed: 370}) // a failover
-	if n := triggers.Load(); n != 1 {
-		t.Fatalf("%d passes asked for by healthy outcomes and a failover", n-1)
+	if n := triggers.Load(); n != 0 {
+		t.Fatalf("%d passes asked for by healthy outcomes and a failover", n)
 	}
 	h.Snapshot(id)
 	send(agentlink.KeyMoved{Served: 400, Failed: 100, BaseTotal: 400})
-	eventually.True(t, 10*time.Second, "a pass asked for by the failing path", func() bool { return triggers.Load() == 2 })
+	eventually.True(t, 10*time.Second, "a pass asked for by the failing path", func() bool { return triggers.Load() == 1 })
 	// A split counter's reads all failing, its increments served: 20 of
 	// 220 commands, too few a share whole, but 20 of 20 reads against none
 	// of 200 direct reads (decide.MoveFailingApart), in the first summary.
@@ -214,7 +253,7 @@ func TestFailingMoveTriggersAPass(t *testing.T) {
 	}
 	h.Snapshot(id)
 	send(agentlink.KeyMoved{Served: 220, Failed: 20, BaseTotal: 200, ReadServed: 20, ReadFailed: 20, BaseReads: 200})
-	eventually.True(t, 10*time.Second, "a pass asked for by the failing reads", func() bool { return triggers.Load() == 3 })
+	eventually.True(t, 10*time.Second, "a pass asked for by the failing reads", func() bool { return triggers.Load() == 2 })
 	snap, _ := h.Snapshot(id)
 	if c, i, f := decide.MoveFailingApart(snap.Keys["c"].Moved, snap.Keys["c"].MovedReads, snap.Keys["c"].MovedOthers); !f || c != decide.ReadCommands || i != 0 {
 		t.Errorf("the snapshot: %v on window %d (failing %v), want the reads on the last interval", c, i, f)

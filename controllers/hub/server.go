@@ -90,9 +90,11 @@ func (h *Hub) Ingest(s *agentlink.Summary) {
 	for _, j := range jobs {
 		j.p.vmu.Lock()
 		j.p.view.apply(now, s.Node, s.Session, s.Seq, j.ps)
-		// A move whose path now fails by the rule is withdrawn by a pass
-		// asked for now, not at the pass's next scheduled check.
+		// A move whose path now fails by the rule, or under which
+		// commands were refused, is withdrawn by a pass asked for now, not
+		// at the pass's next scheduled check.
 		changed := j.p.view.movesFailing(now, failedKeys(j.ps.Moved))
+		changed = j.p.view.refusalsReported(now, j.ps.Refused) || changed
 		changed = j.p.view.takeBandChange() || changed
 		candidate := j.p.view.takeNewCandidate()
 		j.p.vmu.Unlock()

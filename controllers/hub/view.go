@@ -50,9 +50,11 @@ type view struct {
 	th Thresholds
 	// interval is the policy's report interval (Hub.SetPolicy): what the
 	// windows of moves' outcomes are counted in (moveInterval), and
-	// movedCheckAt when movesFailing last checked them.
+	// movedCheckAt when movesFailing last checked them, refusedAt when
+	// refusalsReported last asked for a pass.
 	interval     time.Duration
 	movedCheckAt time.Time
+	refusedAt    time.Time
 	// bandChanged records that a key crossed a band (takeBandChange).
 	bandChanged bool
 	// newCandidate records that a key not pinned entered the warm or hot
