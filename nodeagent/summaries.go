@@ -24,9 +24,8 @@ import (
 // newly refused because of its move (refusalsUrgent): the manager withdraws
 // such a move at once, on the summary that shows it; both are checked as
 // soon as the batch that makes it so is counted, not at the next tick.
-// Sending happens
-// on another goroutine, the latest summary replacing one not sent yet, so a
-// slow manager never delays counting.
+// Sending happens on another goroutine, the latest summary replacing one
+// not sent yet, so a slow manager never delays counting.
 func (d *Agent) summaryLoop(ctx context.Context) {
 	out := d.summaryOut
 	go d.sendSummaries(ctx, out)

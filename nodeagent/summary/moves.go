@@ -4,9 +4,9 @@ import "github.com/heatsink-dev/heatsink/agentlink"
 
 // MinUrgentMoveFailures is the fewest failures on a move's path, in the
 // manager's shortest window (MoveUrgentWithRecent), that can make a
-// summary urgent: the manager's
-// failure rule judges nothing on fewer (controllers/decide minFailed), so
-// an early summary with fewer could not change its decision.
+// summary urgent: the manager's failure rule judges nothing on fewer
+// (controllers/decide minFailed), so an early summary with fewer could not
+// change its decision.
 const MinUrgentMoveFailures = 5
 
 // MovesUrgent reports whether a policy's move outcomes make the next
