@@ -140,7 +140,6 @@ func (h *harness) step() {
 	eventually.True(h.t, 20*time.Second, "the agent's tick", func() bool { return h.d.Stats().Ticks > before })
 }
 
-// reads is the hub's estimate of key's reads/s.
 // afterInterval steps until a summary due by its interval is built and
 // waits until it is sent; it returns the summaries sent.
 func (h *harness) afterInterval() uint64 {
@@ -153,13 +152,19 @@ func (h *harness) afterInterval() uint64 {
 	return h.d.Stats().Summaries
 }
 
-// settledPins steps until the first summaries and the policy's directive
-// have settled, and returns a maker of the policy's next directive, pinning
-// pins.
-func (h *harness) settledPins() func(pins ...string) *agentlink.Directive {
+// settle steps until the first summaries and the policy's directive have
+// settled.
+func (h *harness) settle() {
+	h.t.Helper()
 	for range 20 {
 		h.step()
 	}
+}
+
+// settledPins settles, and returns a maker of the policy's next
+// directive, pinning pins.
+func (h *harness) settledPins() func(pins ...string) *agentlink.Directive {
+	h.settle()
 	h.d.mu.RLock()
 	p := h.d.policies[policy]
 	h.d.mu.RUnlock()
@@ -172,6 +177,7 @@ func (h *harness) settledPins() func(pins ...string) *agentlink.Directive {
 	}
 }
 
+// reads is the hub's estimate of key's reads/s.
 func (h *harness) reads(key string) int64 {
 	snap, _ := h.hub.Snapshot(policy)
 	return snap.Keys[key].ReadsPerSecond
@@ -447,9 +453,7 @@ func TestDetectionFieldsTakeEffect(t *testing.T) {
 // key they touched reached its alert level; then it goes at once.
 func TestIdleAgentSummarizesOnlyWhenDue(t *testing.T) {
 	h := start(t)
-	for range 20 { // the first summaries and the directive's settle
-		h.step()
-	}
+	h.settle()
 	before := h.d.Stats().Summarized
 	for range 30 { // 3 s of ticks at a 1 s report interval
 		h.step()
@@ -599,9 +603,7 @@ func TestSummaryEchoesAPinOnlyWithItsCounts(t *testing.T) {
 // few for the manager to judge, wait for the interval like an idle tick.
 func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
 	h := start(t)
-	for range 20 { // the first summaries and the directive's settle
-		h.step()
-	}
+	h.settle()
 	sent := h.afterInterval()
 	served := func(n, failed int) {
 		for i := range n {
@@ -651,9 +653,7 @@ func TestFailingMoveSendsASummaryAtOnce(t *testing.T) {
 // interval wait for it (the manager has heard).
 func TestRefusalSendsASummaryAtOnce(t *testing.T) {
 	h := start(t)
-	for range 20 { // the first summaries and the directive's settle
-		h.step()
-	}
+	h.settle()
 	sent := h.afterInterval()
 	h.step()
 	h.c.ObserveRefused(policy, "product:queue")
@@ -683,9 +683,7 @@ func TestRefusalSendsASummaryAtOnce(t *testing.T) {
 // heard of 5 already.
 func TestTrickledMoveFailuresSendAtOnce(t *testing.T) {
 	h := start(t)
-	for range 20 { // the first summaries and the directive's settle
-		h.step()
-	}
+	h.settle()
 	h.afterInterval()
 	failing := func(n, failed int) {
 		for i := range n {

@@ -40,9 +40,7 @@ func TestExternalTicksTickOnlyWhenCalled(t *testing.T) {
 // with the agent's own ticker), not at the caller's next tick.
 func TestExternalTicksFailingMoveSendsAtOnce(t *testing.T) {
 	h := startOpts(t, nil, func(o *Options) { o.ExternalTicks = true })
-	for range 20 { // the first summaries and the directive's settle
-		h.step()
-	}
+	h.settle()
 	sent := h.afterInterval()
 	h.step() // a tick since that summary: an urgent one may go
 	for range 5 {

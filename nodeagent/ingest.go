@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -242,14 +243,7 @@ func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 // one urgent (summary.MovesUrgent).
 func (p *policyState) movesUrgent(now time.Time, interval time.Duration) bool {
 	p.pruneMovedSent(now, interval)
-	if len(p.moved) == 0 {
-		return false
-	}
-	unsent := make([]agentlink.KeyMoved, 0, len(p.moved))
-	for _, m := range p.moved {
-		unsent = append(unsent, m)
-	}
-	return summary.MovesUrgent(unsent, p.movedRecently)
+	return summary.MovesUrgent(maps.Values(p.moved), p.movedRecently)
 }
 
 // movedRecently is key's outcomes in the summaries sent within the last

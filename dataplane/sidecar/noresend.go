@@ -37,11 +37,11 @@ import (
 // all to the same master while the slot map names it): a command to a
 // node that is down fails at once, so its failures are counted at the
 // rate clients send them and the manager withdraws a move whose path
-// fails within a report interval (docs/engine.md, "A move whose path
-// fails is undone"; TestFailingSplitPathRolledBack withdrew 230-290 ms
-// after the first failed read with it, 290-820 ms without), and a split
-// counter's increments bound for it go to another place at once
-// (placeAfterFailure) rather than after the backoffs.
+// fails within a report interval of the evidence (docs/engine.md, "A
+// move whose path fails is undone"; test/clients
+// TestFailingSplitPathRolledBack), and a split counter's increments bound
+// for it go to another place at once (placeAfterFailure) rather than after
+// the backoffs.
 func sendOnce(uo *redis.UniversalOptions) {
 	uo.MaxRetries = -1
 	uo.DialerRetries = 1

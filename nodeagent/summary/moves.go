@@ -1,6 +1,10 @@
 package summary
 
-import "github.com/heatsink-dev/heatsink/agentlink"
+import (
+	"iter"
+
+	"github.com/heatsink-dev/heatsink/agentlink"
+)
 
 // MinUrgentMoveFailures is the fewest failures on a move's path, in the
 // manager's shortest window (MoveUrgentWithRecent), that can make a
@@ -11,15 +15,16 @@ const MinUrgentMoveFailures = 5
 
 // MovesUrgent reports whether a policy's move outcomes make the next
 // summary urgent: those counted since the last summary (unsent, one per
-// key, as the summary lists them), with those sent within the last report
-// interval (recent, by key; nil: none), by MoveUrgentWithRecent.
-func MovesUrgent(unsent []agentlink.KeyMoved, recent func(key string) agentlink.KeyMoved) bool {
-	for i := range unsent {
+// key), with those sent within the last report interval (recent, by key,
+// asked only for a key with a failure not sent; nil: none), by
+// MoveUrgentWithRecent.
+func MovesUrgent(unsent iter.Seq[agentlink.KeyMoved], recent func(key string) agentlink.KeyMoved) bool {
+	for m := range unsent {
 		var r agentlink.KeyMoved
-		if recent != nil && unsent[i].Failed > 0 {
-			r = recent(unsent[i].Key)
+		if recent != nil && m.Failed > 0 {
+			r = recent(m.Key)
 		}
-		if MoveUrgentWithRecent(&unsent[i], &r) {
+		if MoveUrgentWithRecent(&m, &r) {
 			return true
 		}
 	}

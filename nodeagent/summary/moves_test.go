@@ -1,6 +1,7 @@
 package summary
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/heatsink-dev/heatsink/agentlink"
@@ -35,7 +36,7 @@ func TestMoveUrgent(t *testing.T) {
 		if got := MoveUrgent(&c.m); got != c.want {
 			t.Errorf("%+v: urgent %v, want %v", c.m, got, c.want)
 		}
-		if got := MovesUrgent([]agentlink.KeyMoved{{Key: "other", Served: 10}, c.m}, nil); got != c.want {
+		if got := MovesUrgent(slices.Values([]agentlink.KeyMoved{{Key: "other", Served: 10}, c.m}), nil); got != c.want {
 			t.Errorf("%+v among others: urgent %v, want %v", c.m, got, c.want)
 		}
 	}
@@ -64,7 +65,7 @@ func TestMoveUrgentWithRecent(t *testing.T) {
 			t.Errorf("%s: urgent %v, want %v", c.name, got, c.want)
 		}
 		c.unsent.Key, c.recent.Key = "k", "k"
-		got := MovesUrgent([]agentlink.KeyMoved{c.unsent}, func(key string) agentlink.KeyMoved {
+		got := MovesUrgent(slices.Values([]agentlink.KeyMoved{c.unsent}), func(key string) agentlink.KeyMoved {
 			if key != "k" {
 				t.Fatalf("recent outcomes asked for %q", key)
 			}

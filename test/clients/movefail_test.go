@@ -252,10 +252,8 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 		if withdrawnAt.IsZero() && strings.Contains(why, "failed on its path") {
 			withdrawnAt = time.Now()
 		}
-		if tbl := s.pod.table(t); tbl != nil && publishedAt.IsZero() {
-			if e := tbl.Lookup(ctr); e == nil || e.Split == nil || e.Split.Generations[len(e.Split.Generations)-1].Shards == 0 {
-				publishedAt, withdrawal = time.Now(), tbl.Version
-			}
+		if tbl := s.pod.table(t); tbl != nil && publishedAt.IsZero() && !splitIn(tbl, ctr) {
+			publishedAt, withdrawal = time.Now(), tbl.Version
 		}
 		if tbl := s.pod.table(t); tbl != nil && !publishedAt.IsZero() && appliedAt.IsZero() && s.routingVersion() >= tbl.Version {
 			appliedAt = time.Now()
@@ -263,20 +261,7 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 	}
 	// The loop ends on the status; the table and the sidecar may follow a
 	// little later.
-	eventually.True(t, 30*time.Second, "the sidecar obeys a table without the split", func() bool {
-		if withdrawal == 0 {
-			if tbl := s.pod.table(t); tbl != nil {
-				if e := tbl.Lookup(ctr); e == nil || e.Split == nil || e.Split.Generations[len(e.Split.Generations)-1].Shards == 0 {
-					withdrawal = tbl.Version
-				}
-			}
-		}
-		return withdrawal > 0 && s.routingVersion() >= withdrawal
-	})
-	obeyedAt := obeyed(withdrawal)
-	if obeyedAt.IsZero() { // obeyed between the sampler's last look and its stop
-		obeyedAt = time.Now()
-	}
+	withdrawal, obeyedAt := obeyedWithout(t, s, ctr, withdrawal, obeyed)
 	after := func(at time.Time) string {
 		if at.IsZero() {
 			return "never"
@@ -327,16 +312,40 @@ func TestFailingSplitPathRolledBack(t *testing.T) {
 		}
 		return nil
 	})
-	if tbl := s.pod.table(t); tbl != nil {
-		if e := tbl.Lookup(ctr); e != nil && e.Split != nil && e.Split.Generations[len(e.Split.Generations)-1].Shards > 0 {
-			t.Errorf("the counter is still split in the table: %+v", e.Split)
-		}
+	if tbl := s.pod.table(t); tbl != nil && splitIn(tbl, ctr) {
+		t.Errorf("the counter is still split in the table: %+v", tbl.Lookup(ctr).Split)
 	}
 }
 
 // minFailed is the fewest failures on a move's path the manager's rule
 // judges (controllers/decide minFailed).
 const minFailed = 5
+
+// splitIn reports whether tbl splits key: its write generation has shards.
+func splitIn(tbl *routing.Table, key string) bool {
+	e := tbl.Lookup(key)
+	return e != nil && e.Split != nil && len(e.Split.Generations) > 0 && e.Split.Generations[len(e.Split.Generations)-1].Shards > 0
+}
+
+// obeyedWithout waits until s obeys a table that does not split key, and
+// returns its version (withdrawal, when already known, else the first such
+// table seen) and when s first obeyed it, by obeyed (sampleRoutingVersion).
+func obeyedWithout(t *testing.T, s *stack, key string, withdrawal int64, obeyed func(v int64) time.Time) (int64, time.Time) {
+	t.Helper()
+	eventually.True(t, 30*time.Second, "the sidecar obeys a table without the split", func() bool {
+		if withdrawal == 0 {
+			if tbl := s.pod.table(t); tbl != nil && !splitIn(tbl, key) {
+				withdrawal = tbl.Version
+			}
+		}
+		return withdrawal > 0 && s.routingVersion() >= withdrawal
+	})
+	at := obeyed(withdrawal)
+	if at.IsZero() { // obeyed between the sampler's last look and its stop
+		at = time.Now()
+	}
+	return withdrawal, at
+}
 
 // sampleRoutingVersion samples the version of the table s obeys every
 // 10 ms until the returned function is called (or the test ends); that

@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/heatsink-dev/heatsink/internal/testing/eventually"
-	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // TestRefusedQueueSplitRolledBackAndHeld: a schedule forces a split on a
@@ -73,19 +70,7 @@ func TestRefusedQueueSplitRolledBackAndHeld(t *testing.T) {
 		why = statusReason(t, s, queue)
 	}
 	t.Logf("the forced split refused %d of %d LPUSH, then rolled back: %q", refused, pushes, why)
-	var withdrawal int64 // the first table without the split
-	eventually.True(t, 30*time.Second, "the sidecar obeys a table without the split", func() bool {
-		if withdrawal == 0 {
-			if tbl := s.pod.table(t); tbl != nil && !splitIn(tbl, queue) {
-				withdrawal = tbl.Version
-			}
-		}
-		return withdrawal > 0 && s.routingVersion() >= withdrawal
-	})
-	obeyedAt := obeyed(withdrawal)
-	if obeyedAt.IsZero() { // obeyed between the sampler's last look and its stop
-		obeyedAt = time.Now()
-	}
+	withdrawal, obeyedAt := obeyedWithout(t, s, queue, 0, obeyed)
 	took := obeyedAt.Sub(firstRefused)
 	t.Logf("the split withdrawn in the sidecar (table version %d) %v after the first refused LPUSH", withdrawal, took.Round(10*time.Millisecond))
 	if took > withdrawWithin {
@@ -107,10 +92,4 @@ func TestRefusedQueueSplitRolledBackAndHeld(t *testing.T) {
 	if tbl := s.pod.table(t); tbl != nil && splitIn(tbl, queue) {
 		t.Errorf("the queue is split again within the cooldown: %+v", tbl.Lookup(queue).Split)
 	}
-}
-
-// splitIn reports whether tbl splits key: its write generation has shards.
-func splitIn(tbl *routing.Table, key string) bool {
-	e := tbl.Lookup(key)
-	return e != nil && e.Split != nil && len(e.Split.Generations) > 0 && e.Split.Generations[len(e.Split.Generations)-1].Shards > 0
 }
