@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,10 +28,6 @@ const ReasonFoldSkipped = "FoldSkipped"
 // ReasonDraining is the Ready reason of a deleted policy whose split keys
 // are being unsplit and folded before its routing table goes.
 const ReasonDraining = "Draining"
-
-// errDrainBlocked makes controller-runtime retry a blocked deletion with its
-// exponential per-object backoff.
-var errDrainBlocked = errors.New("deletion waits for split keys to be folded")
 
 // finalize runs for a deleted policy: drain its split keys, then remove the
 // routing ConfigMap and the finalizer.
@@ -128,7 +123,11 @@ func (r *HotKeyPolicyReconciler) routingDeleted(ctx context.Context, policy *v1a
 // been in effect for the margin, and publishes the shrinking table; done
 // once the table holds no split (the empty table is then published). While
 // Redis cannot be reached the deletion is blocked: Degraded, a Warning
-// Event, and a retry with backoff.
+// Event, and a retry after the margin, as a live policy's failed fold. Not
+// controller-runtime's error backoff: from 5 ms, doubling, it retried a
+// Redis that was gone almost at once, each try holding a worker for the
+// whole Redis work of a pass, so that a few such deletions delayed every
+// other policy's passes; and at its 16-min cap a Redis back would wait.
 func (r *HotKeyPolicyReconciler) drainForDeletion(ctx context.Context, policy *v1alpha1.HotKeyPolicy) (ctrl.Result, bool, error) {
 	spec := policy.Spec.DeepCopy()
 	v1alpha1.SetDefaults(spec)
@@ -156,9 +155,10 @@ func (r *HotKeyPolicyReconciler) drainForDeletion(ctx context.Context, policy *v
 		return ctrl.Result{}, false, err
 	}
 	if act.reason != "" {
-		return ctrl.Result{}, false, fmt.Errorf("%w: %s", errDrainBlocked, act.message)
+		log.FromContext(ctx).Info("deletion blocked: split keys cannot be folded", "splitKeys", len(drain.Entries), "reason", act.reason, "retryAt", act.retryAt)
+	} else {
+		log.FromContext(ctx).V(1).Info("draining before deletion", "splitKeys", len(drain.Entries), "routingVersion", pub.version)
 	}
-	log.FromContext(ctx).V(1).Info("draining before deletion", "splitKeys", len(drain.Entries), "routingVersion", pub.version)
 	return requeueAt(now, earliest(drain.NextCheck, act.retryAt)), false, nil
 }
 
@@ -171,7 +171,7 @@ func drainStatus(policy *v1alpha1.HotKeyPolicy, pub publishResult, act actResult
 		fmt.Sprintf("policy deleted: %d split keys are unsplit and folded before the routing table is removed", splitKeys))
 	if act.reason != "" {
 		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionTrue, act.reason, truncate(fmt.Sprintf(
-			"deletion blocked: %d split keys cannot be folded (%s); it retries with backoff. Annotate %s=true to delete without folding (shard values stay in Redis, unread)",
+			"deletion blocked: %d split keys cannot be folded (%s); it retries after the margin. Annotate %s=true to delete without folding (shard values stay in Redis, unread)",
 			splitKeys, act.message, AnnotationSkipFold)))
 	} else {
 		setCondition(st, gen, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonHealthy, "nothing is degraded")

@@ -537,7 +537,7 @@ func TestDrainStatus(t *testing.T) {
 		"blocked by Redis": {pub: publishResult{version: 8}, act: actResult{reason: v1alpha1.ReasonRedisUnavailable, message: "dial tcp: refused"},
 			want: &v1alpha1.HotKeyPolicyStatus{RoutingVersion: 8, Conditions: []metav1.Condition{draining,
 				cond(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonRedisUnavailable,
-					"deletion blocked: 2 split keys cannot be folded (dial tcp: refused); it retries with backoff. Annotate heatsink.dev/skip-fold=true to delete without folding (shard values stay in Redis, unread)")}}},
+					"deletion blocked: 2 split keys cannot be folded (dial tcp: refused); it retries after the margin. Annotate heatsink.dev/skip-fold=true to delete without folding (shard values stay in Redis, unread)")}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := drainStatus(policy, tc.pub, tc.act, 2)

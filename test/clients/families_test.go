@@ -128,7 +128,7 @@ func TestForcedSplitOfAQueueIsUndone(t *testing.T) {
 	s := startSidecar(t, up, "forced-split", prefix)
 	queue := prefix + "queue:jobs"
 	ctx := context.Background()
-	forceQueueSplit(t, s, queue)
+	forceSplit(t, s.pod, queue)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
 	defer c.Close()
 	pace := time.NewTicker(100 * time.Millisecond)
@@ -181,20 +181,20 @@ func TestForcedSplitOfAQueueIsUndone(t *testing.T) {
 	}
 }
 
-// forceQueueSplit schedules a split of queue in s's policy from now on,
-// for an hour: a move its clients (LPUSH + RPOP) cannot use.
-func forceQueueSplit(t *testing.T, s *stack, queue string) {
+// forceSplit schedules a split of key in po's policy from now on, for an
+// hour (a queue's clients, LPUSH + RPOP, cannot use it).
+func forceSplit(t *testing.T, po *pod, key string) {
 	t.Helper()
 	ctx := context.Background()
-	cl := s.pod.f.cp.Client
+	cl := po.f.cp.Client
 	p := &v1alpha1.HotKeyPolicy{}
-	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: s.pod.policy}, p); err != nil {
+	if err := cl.Get(ctx, crclient.ObjectKey{Namespace: namespace, Name: po.policy}, p); err != nil {
 		t.Fatal(err)
 	}
 	orig := p.DeepCopy()
 	start := metav1.NewTime(time.Now().Add(-time.Second))
 	p.Spec.Schedules = []v1alpha1.Schedule{{Name: "sale", Start: &start, Duration: metav1.Duration{Duration: time.Hour},
-		Keys: []string{queue}, Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}}
+		Keys: []string{key}, Mitigation: v1alpha1.ScheduledMitigation{Split: &v1alpha1.ScheduledSplit{Shards: 4}}}}
 	if err := cl.Patch(ctx, p, crclient.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
+	"github.com/heatsink-dev/heatsink/controllers"
 	"github.com/heatsink-dev/heatsink/internal/testing/controlplane"
 	"github.com/heatsink-dev/heatsink/internal/testing/fleetstack"
 	"github.com/heatsink-dev/heatsink/routing"
@@ -141,6 +145,37 @@ func (p *pod) table(t *testing.T) *routing.Table {
 		t.Fatalf("published table: %v", err)
 	}
 	return tbl
+}
+
+// delete deletes the pod's policy; at cleanup, one whose deletion is
+// still blocked is let go without its folds (heatsink.dev/skip-fold).
+func (p *pod) delete(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	cl := p.f.cp.Client
+	pol := &v1alpha1.HotKeyPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: p.policy}}
+	if err := cl.Delete(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		patch := []byte(`{"metadata":{"annotations":{"` + controllers.AnnotationSkipFold + `":"true"}}}`)
+		if err := cl.Patch(ctx, pol, crclient.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("let the deletion of %s go: %v", p.policy, err)
+		}
+	})
+}
+
+// drainBlocked reports whether the policy is deleted and its drain blocked
+// on its Redis: Ready says Draining, Degraded RedisUnavailable.
+func (p *pod) drainBlocked(t *testing.T) bool {
+	t.Helper()
+	pol := &v1alpha1.HotKeyPolicy{}
+	if err := p.f.cp.Client.Get(context.Background(), crclient.ObjectKey{Namespace: namespace, Name: p.policy}, pol); err != nil {
+		return false
+	}
+	ready := meta.FindStatusCondition(pol.Status.Conditions, v1alpha1.ConditionReady)
+	return ready != nil && ready.Reason == controllers.ReasonDraining && meta.IsStatusConditionPresentAndEqual(pol.Status.Conditions, v1alpha1.ConditionDegraded, metav1.ConditionTrue) &&
+		meta.FindStatusCondition(pol.Status.Conditions, v1alpha1.ConditionDegraded).Reason == v1alpha1.ReasonRedisUnavailable
 }
 
 // reported is key's rate in the manager's HotKeyReport for the policy

@@ -51,7 +51,7 @@ const (
 // returns the split's shard keys.
 func forcedSplitInForce(t *testing.T, s *stack, key string) []string {
 	t.Helper()
-	forceQueueSplit(t, s, key)
+	forceSplit(t, s.pod, key)
 	var shards []string
 	eventually.True(t, 30*time.Second, "the forced split is in force in the sidecar", func() bool {
 		tbl := s.pod.table(t)
