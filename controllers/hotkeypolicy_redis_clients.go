@@ -47,9 +47,10 @@ func DialRedis(target v1alpha1.RedisTarget, creds Credentials) (redis.UniversalC
 	// One dial per attempt (go-redis tries 5, 100 ms apart): a pass stops
 	// at its first failure and is retried after the margin, so dialling a
 	// Redis that refuses again within the pass only holds a worker, 1.7 s
-	// per op instead of 0.08 s. Deleted policies whose Redis was gone, each
-	// retrying its drain so, held every worker and delayed another policy's
-	// withdrawal by 4 s.
+	// per op instead of 0.08 s. Deleted policies whose Redis was gone,
+	// retrying their drains, held every worker that way, and another
+	// policy's withdrawal came 4-5 s late (test/clients
+	// TestGoneTargetsDoNotDelayAWithdrawal).
 	const timeout, dials = redisOpTimeout, 1
 	if sn := target.Sentinel; sn != nil {
 		// go-redis' FailoverClient asks the Sentinels for the master,
