@@ -357,13 +357,19 @@ func (h *Hub) UpsertPod(name, nodeName string, pod agentlink.Pod) {
 		h.DeletePod(name)
 		return
 	}
+	// Named before the comparison: the stored pod carries its name. Else an
+	// unchanged pod (every informer update and resync) was removed and added
+	// again, and when it was its node's only pod of the policy the view forgot
+	// the node's counts and restarted its keys' time over their thresholds:
+	// a key reported at twice its threshold stayed not hot for minutes of
+	// updates (controllers TestHotKeyPolicyFlows, thresholds.auto).
+	pod.Name = name
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old, ok := h.pods[name]; ok && old == pod && h.podNode[name] == nodeName {
 		return
 	}
 	h.removePod(name)
-	pod.Name = name
 	h.pods[name] = pod
 	h.podNode[name] = nodeName
 	n := h.nodes[nodeName]

@@ -17,17 +17,7 @@ import (
 // the fake clock never moves, so no sweep tick comes.
 func TestCandidatePinnedAtOnce(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	h, err := New(Options{Addr: "127.0.0.1:0", Token: "t", Clock: clk, WarmUp: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = h.Start(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	if _, err := h.Addr(ctx); err != nil {
-		t.Fatal(err)
-	}
+	h := startedHub(t, clk)
 	const id = "ns/p"
 	h.SetPolicy(id, Params{Thresholds: Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}, Window: 10 * time.Second, ReportInterval: time.Second, TopK: 8})
 	h.UpsertPod("ns/a", "node-a", agentlink.Pod{IP: "10.0.0.1", Policy: id})
@@ -48,4 +38,43 @@ func TestCandidatePinnedAtOnce(t *testing.T) {
 	eventually.True(t, 20*time.Second, "the warm key pinned without a sweep tick", func() bool {
 		return slices.Equal(pins(), []string{"warm"})
 	})
+}
+
+// startedHub is a hub on clk, serving until the test ends.
+func startedHub(t *testing.T, clk *clocktesting.FakeClock) *Hub {
+	t.Helper()
+	h, err := New(Options{Addr: "127.0.0.1:0", Token: "t", Clock: clk, WarmUp: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if _, err := h.Addr(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestUpsertPodUnchangedKeepsCounts: an unchanged pod upserted again (an
+// informer update, a resync) changes nothing: its node is not forgotten,
+// so the view keeps its counts and how long a key has been over. Before,
+// the upsert removed the pod and added it back, and the key read over for
+// 0 s.
+func TestUpsertPodUnchangedKeepsCounts(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	h := startedHub(t, clk)
+	const id = "ns/p"
+	h.SetPolicy(id, Params{Thresholds: Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}, Window: 10 * time.Second, ReportInterval: time.Second, TopK: 8})
+	pod := agentlink.Pod{IP: "10.0.0.1", Policy: id}
+	h.UpsertPod("ns/a", "node-a", pod)
+	h.Ingest(&agentlink.Summary{Node: "node-a", Session: 1, Seq: 1, Policies: []agentlink.PolicySummary{{
+		Policy: id, Keys: []agentlink.KeyRates{{Key: "hot", Reads: 6000, RecentReads: 6000}}}}})
+	clk.Step(3 * time.Second)
+	h.UpsertPod("ns/a", "node-a", pod)
+	snap, _ := h.Snapshot(id)
+	if o, ok := snap.Keys["hot"]; !ok || o.ReadsPerSecond != 6000 || o.ReadsOverFor != 3*time.Second {
+		t.Fatalf("after an unchanged upsert: %+v (listed %v), want 6000 reads/s over for 3s", o, ok)
+	}
 }
