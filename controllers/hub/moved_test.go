@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"sync/atomic"
@@ -167,10 +166,7 @@ func binomialN(rng *rand.Rand, n int64, p float64) int64 {
 func triggeringHub(t *testing.T) (*Hub, *clocktesting.FakeClock, *atomic.Int32) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
-	h, err := New(Options{Addr: "127.0.0.1:0", Token: "t", Clock: clk, WarmUp: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := testHub(t, clk)
 	triggers := new(atomic.Int32)
 	h.OnTrigger(func(string) bool { triggers.Add(1); return true })
 	// The policy is known before the hub starts, so that the pass it asks
@@ -178,13 +174,7 @@ func triggeringHub(t *testing.T) (*Hub, *clocktesting.FakeClock, *atomic.Int32) 
 	const id = "ns/p"
 	h.SetPolicy(id, Params{Thresholds: Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}, Window: 10 * time.Second, ReportInterval: movedInterval, TopK: 8})
 	h.UpsertPod("ns/a", "node-a", agentlink.Pod{IP: "10.0.0.1", Policy: id})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = h.Start(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	if _, err := h.Addr(ctx); err != nil {
-		t.Fatal(err)
-	}
+	serve(t, h)
 	eventually.True(t, 10*time.Second, "the pass asked for once warm", func() bool {
 		clk.Step(0)
 		return triggers.Load() == 1

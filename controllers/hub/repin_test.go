@@ -16,10 +16,7 @@ import (
 // warm band gets it pinned (a new directive) without waiting for a sweep:
 // the fake clock never moves, so no sweep tick comes.
 func TestCandidatePinnedAtOnce(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	h := startedHub(t, clk)
-	const id = "ns/p"
-	h.SetPolicy(id, Params{Thresholds: Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}, Window: 10 * time.Second, ReportInterval: time.Second, TopK: 8})
+	h, _, id := hubWithPolicy(t)
 	h.UpsertPod("ns/a", "node-a", agentlink.Pod{IP: "10.0.0.1", Policy: id})
 	pins := func() []string {
 		h.mu.RLock()
@@ -40,13 +37,31 @@ func TestCandidatePinnedAtOnce(t *testing.T) {
 	})
 }
 
-// startedHub is a hub on clk, serving until the test ends.
-func startedHub(t *testing.T, clk *clocktesting.FakeClock) *Hub {
+// hubWithPolicy serves a hub on a fake clock, with policy id: 5,000
+// reads/s and 1,000 writes/s, a report interval of 1 s.
+func hubWithPolicy(t *testing.T) (*Hub, *clocktesting.FakeClock, string) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	h := testHub(t, clk)
+	serve(t, h)
+	const id = "ns/p"
+	h.SetPolicy(id, Params{Thresholds: Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}, Window: 10 * time.Second, ReportInterval: time.Second, TopK: 8})
+	return h, clk, id
+}
+
+// testHub is a hub on clk, not yet serving (serve).
+func testHub(t *testing.T, clk *clocktesting.FakeClock) *Hub {
 	t.Helper()
 	h, err := New(Options{Addr: "127.0.0.1:0", Token: "t", Clock: clk, WarmUp: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// serve starts h, serving until the test ends.
+func serve(t *testing.T, h *Hub) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = h.Start(ctx); close(done) }()
@@ -54,7 +69,6 @@ func startedHub(t *testing.T, clk *clocktesting.FakeClock) *Hub {
 	if _, err := h.Addr(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return h
 }
 
 // TestUpsertPodUnchangedKeepsCounts: an unchanged pod upserted again (an
@@ -63,10 +77,7 @@ func startedHub(t *testing.T, clk *clocktesting.FakeClock) *Hub {
 // the upsert removed the pod and added it back, and the key read over for
 // 0 s.
 func TestUpsertPodUnchangedKeepsCounts(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	h := startedHub(t, clk)
-	const id = "ns/p"
-	h.SetPolicy(id, Params{Thresholds: Thresholds{Reads: 5000, Writes: 1000, Hysteresis: 0.2}, Window: 10 * time.Second, ReportInterval: time.Second, TopK: 8})
+	h, clk, id := hubWithPolicy(t)
 	pod := agentlink.Pod{IP: "10.0.0.1", Policy: id}
 	h.UpsertPod("ns/a", "node-a", pod)
 	h.Ingest(&agentlink.Summary{Node: "node-a", Session: 1, Seq: 1, Policies: []agentlink.PolicySummary{{
