@@ -13,7 +13,6 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/heatsink-dev/heatsink/api/v1alpha1"
-	"github.com/heatsink-dev/heatsink/routing"
 )
 
 // TestWriteHotQueueIsNotSplit: go-redis' ClusterClient (default
@@ -65,8 +64,7 @@ func TestWriteHotQueueIsNotSplit(t *testing.T) {
 				if e := tbl.Lookup(queue); e != nil && (e.Split != nil || e.PreAggregate != nil) {
 					queueSplit = true
 				}
-				e := tbl.Lookup(ctr)
-				return e != nil && e.Split != nil && routing.EpochAt(time.Now(), tbl.EpochMillis) > e.Split.Generations[len(e.Split.Generations)-1].FromEpoch
+				return splitEffective(tbl, ctr, time.Now())
 			}
 			for !(splitInForce() && withheld != "") {
 				if time.Now().After(deadline) {
@@ -127,42 +125,19 @@ func TestForcedSplitOfAQueueIsUndone(t *testing.T) {
 	prefix := "forced:"
 	s := startSidecar(t, up, "forced-split", prefix)
 	queue := prefix + "queue:jobs"
-	ctx := context.Background()
-	forceSplit(t, s.pod, queue)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
-	defer c.Close()
-	pace := time.NewTicker(100 * time.Millisecond)
-	defer pace.Stop()
+	q := forcedQueueLoad(t, s, queue)
 	deadline := time.Now().Add(90 * time.Second)
-	var pushes, refused, okSince int
-	var hurtAt, recoveredAt time.Time
+	var recoveredAt time.Time
 	for {
 		if time.Now().After(deadline) {
-			t.Fatalf("after %d LPUSH (%d refused): hurt at %v, recovered at %v, status %q", pushes, refused, hurtAt, recoveredAt, statusReason(t, s, queue))
+			t.Fatalf("after %d LPUSH (%d refused): hurt at %v, recovered at %v, status %q", q.pushes, q.refused, q.firstRefused, recoveredAt, statusReason(t, s, queue))
 		}
-		<-pace.C
-		for i := range 10 {
-			pushes++
-			err := c.LPush(ctx, queue, i).Err()
-			if err == nil {
-				okSince++
-				_ = c.RPop(ctx, queue).Err()
-				continue
-			}
-			if !strings.Contains(err.Error(), "mitigated by split") {
-				t.Fatalf("LPUSH: %v", err)
-			}
-			refused++
-			okSince = 0
-			if hurtAt.IsZero() {
-				hurtAt = time.Now()
-			}
-		}
+		q.round()
 		// Recovered: refused before, then 3 s of LPUSH all served. The
 		// clients go on meanwhile until the status says why (it is written
 		// after the table that withdrew the split is published; a queue
 		// whose clients stopped would show no families to say it by).
-		if !hurtAt.IsZero() && okSince >= 300 {
+		if q.refused > 0 && q.okSince >= 300 {
 			if recoveredAt.IsZero() {
 				recoveredAt = time.Now()
 			}
@@ -173,7 +148,7 @@ func TestForcedSplitOfAQueueIsUndone(t *testing.T) {
 	}
 	why := statusReason(t, s, queue)
 	t.Logf("the forced split refused %d of %d LPUSH; the clients recovered %v after the first refusal; status: %q",
-		refused, pushes, recoveredAt.Sub(hurtAt).Round(100*time.Millisecond), why)
+		q.refused, q.pushes, recoveredAt.Sub(q.firstRefused).Round(100*time.Millisecond), why)
 	if tbl := s.pod.table(t); tbl != nil {
 		if e := tbl.Lookup(queue); e != nil && e.Split != nil {
 			t.Errorf("the queue is still split in the table: %+v", e.Split)

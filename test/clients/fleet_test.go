@@ -174,8 +174,9 @@ func (p *pod) drainBlocked(t *testing.T) bool {
 		return false
 	}
 	ready := meta.FindStatusCondition(pol.Status.Conditions, v1alpha1.ConditionReady)
-	return ready != nil && ready.Reason == controllers.ReasonDraining && meta.IsStatusConditionPresentAndEqual(pol.Status.Conditions, v1alpha1.ConditionDegraded, metav1.ConditionTrue) &&
-		meta.FindStatusCondition(pol.Status.Conditions, v1alpha1.ConditionDegraded).Reason == v1alpha1.ReasonRedisUnavailable
+	degraded := meta.FindStatusCondition(pol.Status.Conditions, v1alpha1.ConditionDegraded)
+	return ready != nil && ready.Reason == controllers.ReasonDraining &&
+		degraded != nil && degraded.Status == metav1.ConditionTrue && degraded.Reason == v1alpha1.ReasonRedisUnavailable
 }
 
 // reported is key's rate in the manager's HotKeyReport for the policy

@@ -327,6 +327,16 @@ func splitIn(tbl *routing.Table, key string) bool {
 	return e != nil && e.Split != nil && len(e.Split.Generations) > 0 && e.Split.Generations[len(e.Split.Generations)-1].Shards > 0
 }
 
+// splitEffective reports whether tbl splits key and its write generation
+// has been taking writes since an epoch before the one at now.
+func splitEffective(tbl *routing.Table, key string, now time.Time) bool {
+	if !splitIn(tbl, key) {
+		return false
+	}
+	gens := tbl.Lookup(key).Split.Generations
+	return tbl.EpochAt(now) > gens[len(gens)-1].FromEpoch
+}
+
 // obeyedWithout waits until s obeys a table that does not split key, and
 // returns its version (withdrawal, when already known, else the first such
 // table seen) and when s first obeyed it, by obeyed (sampleRoutingVersion).

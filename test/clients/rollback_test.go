@@ -79,11 +79,7 @@ func TestGoneTargetsDoNotDelayAWithdrawal(t *testing.T) {
 	for _, p := range pods {
 		eventually.True(t, 30*time.Second, "the gone policy's split is in force", func() bool {
 			tbl := p.table(t)
-			if tbl == nil || !splitIn(tbl, "gone:q") {
-				return false
-			}
-			gens := tbl.Lookup("gone:q").Split.Generations
-			return tbl.EpochAt(time.Now()) > gens[len(gens)-1].FromEpoch
+			return tbl != nil && splitEffective(tbl, "gone:q", time.Now())
 		})
 	}
 	gone.Stop()
@@ -138,25 +134,25 @@ func (q *queueLoad) round() {
 	}
 }
 
-// refusedUntilWithdrawn forces a split of queue in s's policy and, once
-// the sidecar obeys it, drives the queue's clients until the split is
-// withdrawn and they recover (300 LPUSH served in a row, status saying
-// why); the sidecar must obey the table without the split within
-// withdrawWithin of the first refused LPUSH.
-func refusedUntilWithdrawn(t *testing.T, s *stack, queue string) *queueLoad {
+// forcedQueueLoad forces a split of queue in s's policy and returns its
+// clients once the sidecar obeys it (forcedSplitInForce): had their
+// commands come first, the manager would know the queue and not split it.
+func forcedQueueLoad(t *testing.T, s *stack, queue string) *queueLoad {
 	t.Helper()
-	forceSplit(t, s.pod, queue)
-	// The clients start once the sidecar obeys the split: had their
-	// commands come first, the manager would know the queue and not split.
-	var split int64
-	eventually.True(t, 30*time.Second, "the sidecar obeys the forced split", func() bool {
-		if tbl := s.pod.table(t); split == 0 && tbl != nil && splitIn(tbl, queue) {
-			split = tbl.Version
-		}
-		return split > 0 && s.routingVersion() >= split
-	})
+	forcedSplitInForce(t, s, queue)
 	q := &queueLoad{t: t, c: redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}}), key: queue, pace: time.NewTicker(100 * time.Millisecond)}
 	t.Cleanup(func() { q.c.Close(); q.pace.Stop() })
+	return q
+}
+
+// refusedUntilWithdrawn forces a split of queue in s's policy and drives
+// the queue's clients (forcedQueueLoad) until the split is withdrawn and
+// they recover (300 LPUSH served in a row, status saying why); the sidecar
+// must obey the table without the split within withdrawWithin of the first
+// refused LPUSH.
+func refusedUntilWithdrawn(t *testing.T, s *stack, queue string) *queueLoad {
+	t.Helper()
+	q := forcedQueueLoad(t, s, queue)
 	deadline := time.Now().Add(90 * time.Second)
 	var why string
 	obeyed := sampleRoutingVersion(t, s)
