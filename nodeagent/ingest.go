@@ -91,7 +91,9 @@ func (d *Agent) handle(dec *sidecarlink.Decoder, src netip.Addr, buf []byte) {
 // policy, from a sidecar's batch or from the capture. Keys outside the
 // policy's globs are left out. It returns the entries counted.
 func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry) int {
-	counted, filtered, moved, refused := 0, 0, false, false
+	// bad: a command failed on a move's path or was refused because of a
+	// move, which may make the next summary urgent (outcomesUrgent).
+	counted, filtered, bad := 0, 0, false
 	p.mu.Lock()
 	p.sk.Advance(now)
 	p.sizes.Advance(now)
@@ -108,24 +110,23 @@ func (d *Agent) count(p *policyState, now time.Time, entries []sidecarlink.Entry
 		p.sizes.Observe(key, uint64(e.Size))
 		if e.Refused > 0 {
 			p.countRefused(key, uint64(e.Refused))
-			refused = true
+			bad = true
 		}
 		if e.Moved.Served > 0 {
 			p.countMoved(key, e.Moved)
-			moved = moved || e.Moved.Failed > 0
+			bad = bad || e.Moved.Failed > 0
 		}
 		p.reads += uint64(e.Reads)
 		p.writes += uint64(e.Writes)
 		counted++
 	}
-	interval := p.interval(d.reportInterval())
-	moved = (moved && p.movesUrgent(now, interval)) || (refused && p.refusalsUrgent(now, interval))
+	urgent := bad && p.outcomesUrgent(now, p.interval(d.reportInterval()))
 	p.mu.Unlock()
 	d.observations.Add(uint64(counted))
 	if counted > 0 {
 		d.dirty.Store(true)
 	}
-	if moved {
+	if urgent {
 		select {
 		case d.movesFailing <- struct{}{}:
 		default: // one is pending already
@@ -236,6 +237,13 @@ func (p *policyState) countMoved(key string, m sidecarlink.MoveCounts) {
 	c.BaseReads += uint64(br)
 	c.BaseReadsFailed += uint64(min(m.BaseReadsFailed, br, m.BaseFailed))
 	p.moved[c.Key] = c
+}
+
+// outcomesUrgent reports whether what the sidecars said of the policy's
+// moves since the last summary makes the next one urgent: failures on a
+// move's path (movesUrgent) or commands newly refused (refusalsUrgent).
+func (p *policyState) outcomesUrgent(now time.Time, interval time.Duration) bool {
+	return p.movesUrgent(now, interval) || p.refusalsUrgent(now, interval)
 }
 
 // movesUrgent reports whether the move outcomes counted since the last

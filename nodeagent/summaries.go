@@ -171,7 +171,7 @@ func (d *Agent) summarize(now time.Time) (s *agentlink.Summary, commit func(), u
 		p.sizes.Advance(now)
 		refused, sentRefused := p.takeRefused()
 		moved, sentMoved := p.takeMoved()
-		urgent = urgent || p.movesUrgent(now, p.interval(interval)) || p.refusalsUrgent(now, p.interval(interval))
+		urgent = urgent || p.outcomesUrgent(now, p.interval(interval))
 		s.Policies = append(s.Policies, agentlink.PolicySummary{
 			Policy: p.id, Directive: check.Echo, Unseen: unseen, Total: total, Keys: keys,
 			BigKeys: p.sizes.Append(nil), Refused: refused, Moved: moved,
@@ -214,7 +214,7 @@ func (d *Agent) mayBeUrgent(now time.Time) bool {
 				alerting = append(alerting, it)
 			}
 		})
-		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.movesUrgent(now, p.interval(d.reportInterval())) || p.refusalsUrgent(now, p.interval(d.reportInterval())) {
+		if p.rescan || !complete || p.send.MayBeUrgent(now, alerting, p.dir.Alert, p.sk.PinsCounted()) || p.outcomesUrgent(now, p.interval(d.reportInterval())) {
 			may = true
 		}
 		p.mu.Unlock()

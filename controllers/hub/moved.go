@@ -126,6 +126,13 @@ func (v *view) moveInterval() time.Duration {
 	return time.Second
 }
 
+// outcomeDue reports whether an eighth of a report interval has passed
+// since last: how often summaries' move outcomes are checked, or ask for a
+// pass, at most (movesFailing, refusalsReported).
+func (v *view) outcomeDue(last, now time.Time) bool {
+	return now.Sub(last) >= v.moveInterval()/8
+}
+
 // movesFailing reports whether, after a summary that reported failures
 // on a move's path (failing: its keys with a failed command), one of
 // those keys' histories over the fresh nodes now passes the failure rule
@@ -136,7 +143,7 @@ func (v *view) moveInterval() time.Duration {
 // of nodes, each sending failures, a check per summary would cost
 // O(nodes²) per interval; the next summary checks soon enough.
 func (v *view) movesFailing(now time.Time, failing map[string]bool) bool {
-	if len(failing) == 0 || now.Sub(v.movedCheckAt) < v.moveInterval()/8 {
+	if len(failing) == 0 || !v.outcomeDue(v.movedCheckAt, now) {
 		return false
 	}
 	v.movedCheckAt = now
@@ -161,7 +168,7 @@ func (v *view) movesFailing(now time.Time, failing map[string]bool) bool {
 // one per eighth of a report interval, as movesFailing: while a withdrawn
 // move's table is on its way, every node may go on reporting refusals.
 func (v *view) refusalsReported(now time.Time, refused []agentlink.KeyCount) bool {
-	if len(refused) == 0 || now.Sub(v.refusedAt) < v.moveInterval()/8 {
+	if len(refused) == 0 || !v.outcomeDue(v.refusedAt, now) {
 		return false
 	}
 	v.refusedAt = now
